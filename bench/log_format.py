@@ -1,0 +1,264 @@
+"""Benchmark of the log-format layer; prints one JSON document.
+
+Figures, each side by side with kafka-python's reader in the same run:
+- find-offset-by-timestamp on a >= 1 GiB partition of several segments (warm page cache):
+  rlm's index-driven lookup vs a scan of the partition with kafka-python (batch by batch, skipping
+  batches whose max timestamp is below the target, decoding the batch that matches);
+- record decode throughput (records/s), uncompressed and zstd;
+- batch-header scan throughput (GB/s) without decoding records;
+- peak RSS while scanning one segment and the whole partition (it must not grow with the data).
+
+Usage: ``python bench/log_format.py [--gib 1.0] [--queries 200] [--data build/bench/log_format]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import random
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rlm.log.batches import decode_batch
+from rlm.log.logdir import PartitionDir
+from rlm.log.model import Codec
+from rlm.log.source import FileSource, iter_headers
+from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
+
+BASE_TS = 1_700_000_000_000
+MiB = 1024 * 1024
+
+
+def _generate(directory: Path, total_bytes: int, codec: Codec, segment_bytes: int, seed: int) -> None:
+    marker = directory / ".complete"
+    if marker.exists():
+        return
+    if directory.exists():
+        for f in directory.iterdir():
+            f.unlink()
+    rng = random.Random(seed)
+    now = [BASE_TS]
+    appender = PartitionAppender(
+        directory, TopicConfig(segment_bytes=segment_bytes), clock=lambda: now[0] + 10_000
+    )
+    words = [w.encode() for w in ["lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed", "do"]]
+    values = [
+        b" ".join(rng.choice(words) for _ in range(rng.randint(20, 80))) for _ in range(512)
+    ]
+    written = 0
+    batches = 0
+    while written < total_bytes:
+        records = []
+        for _ in range(rng.randint(50, 150)):
+            now[0] += rng.randint(0, 3)
+            ts = now[0] - (rng.randint(0, 2000) if rng.random() < 0.1 else 0)
+            key = f"k{rng.randint(0, 9999)}".encode()
+            records.append(ProducerRecord(ts, key, rng.choice(values), (("h", b"v"),)))
+        appender.append(records, codec=codec)
+        batches += 1
+        if batches % 100 == 0:
+            written = sum(f.stat().st_size for f in directory.glob("*.log"))
+    appender.close()
+    marker.touch()
+
+
+def _kafka_python_find(partition: PartitionDir, target: int) -> tuple[int, int] | None:
+    from kafka.record import MemoryRecords
+
+    for segment in partition.segments():
+        records = MemoryRecords(segment.log_path.read_bytes())
+        while records.has_next():
+            batch = records.next_batch()
+            if batch.max_timestamp < target:
+                continue
+            for record in batch:
+                if record.timestamp >= target:
+                    return record.timestamp, record.offset
+    return None
+
+
+def _bench_find(partition: PartitionDir, queries: int, baseline_queries: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    segments = partition.segments()
+    lo = BASE_TS
+    hi = max(s.max_timestamp_and_offset().timestamp for s in segments)
+    targets = [rng.randint(lo, hi) for _ in range(queries)]
+    for t in targets[:5]:  # warm caches: page cache, loaded indexes
+        partition.find_offset_by_timestamp(t)
+    ours = []
+    answers = {}
+    for t in targets:
+        start = time.perf_counter()
+        found = partition.find_offset_by_timestamp(t)
+        ours.append(time.perf_counter() - start)
+        answers[t] = found
+    theirs = []
+    for t in targets[:baseline_queries]:
+        start = time.perf_counter()
+        found_kp = _kafka_python_find(partition, t)
+        theirs.append(time.perf_counter() - start)
+        mine = answers[t]
+        if found_kp is None or mine is None or (mine.timestamp, mine.offset) != found_kp:
+            raise SystemExit(f"answers differ for {t}: rlm {mine}, kafka-python {found_kp}")
+    ours_median = statistics.median(ours)
+    theirs_median = statistics.median(theirs)
+    return {
+        "queries": queries,
+        "baseline_queries": baseline_queries,
+        "rlm_median_ms": round(ours_median * 1000, 4),
+        "rlm_p99_ms": round(sorted(ours)[int(len(ours) * 0.99) - 1] * 1000, 4),
+        "kafka_python_scan_median_ms": round(theirs_median * 1000, 2),
+        "speedup": round(theirs_median / ours_median, 1),
+        "targets": {"speedup_min": 100, "median_ms_max": 2.0},
+    }
+
+
+def _decode_ours(paths: list[Path]) -> int:
+    count = 0
+    for path in paths:
+        data = path.read_bytes()
+        with FileSource(path) as source:
+            for header in iter_headers(source):
+                count += len(decode_batch(data, header, verify_crc=True))
+    return count
+
+
+def _decode_kafka_python(paths: list[Path]) -> int:
+    from kafka.record import MemoryRecords
+
+    count = 0
+    for path in paths:
+        records = MemoryRecords(path.read_bytes())
+        while records.has_next():
+            batch = records.next_batch()
+            batch.validate_crc()
+            for r in batch:
+                _ = (r.offset, r.timestamp, r.key, r.value, r.headers)
+                count += 1
+    return count
+
+
+def _bench_decode(paths: list[Path]) -> dict[str, Any]:
+    _decode_ours(paths[:1])
+    start = time.perf_counter()
+    n_ours = _decode_ours(paths)
+    ours = time.perf_counter() - start
+    start = time.perf_counter()
+    n_theirs = _decode_kafka_python(paths)
+    theirs = time.perf_counter() - start
+    if n_ours != n_theirs:
+        raise SystemExit(f"record counts differ: rlm {n_ours}, kafka-python {n_theirs}")
+    return {
+        "records": n_ours,
+        "rlm_records_per_s": round(n_ours / ours),
+        "kafka_python_records_per_s": round(n_theirs / theirs),
+        "ratio": round(theirs / ours, 2),
+        "target_ratio_min": 1.5,
+    }
+
+
+def _scan_headers(paths: list[str]) -> tuple[int, int, float, int]:
+    batches = 0
+    total = 0
+    start = time.perf_counter()
+    for path in paths:
+        with FileSource(path) as source:
+            for header in iter_headers(source):
+                batches += 1
+                total += header.size
+    elapsed = time.perf_counter() - start
+    return batches, total, elapsed, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _scan_in_child(paths: list[str]) -> tuple[int, int, float, int]:
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        return pool.apply(_scan_headers, (paths,))
+
+
+def _baseline_rss(paths: list[str]) -> int:
+    from kafka.record import MemoryRecords
+
+    for path in paths:
+        records = MemoryRecords(Path(path).read_bytes())
+        while records.has_next():
+            records.next_batch()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _bench_scan(partition: PartitionDir) -> dict[str, Any]:
+    paths = [str(s.log_path) for s in partition.segments()]
+    _scan_headers(paths)  # warm the page cache
+    batches, total, elapsed, rss_all = _scan_in_child(paths)
+    _, one_total, _, rss_one = _scan_in_child(paths[:1])
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        kp_rss_one = pool.apply(_baseline_rss, (paths[:1],))
+    return {
+        "batches": batches,
+        "bytes": total,
+        "gb_per_s": round(total / elapsed / 1e9, 2),
+        "peak_rss_mib_one_segment": round(rss_one / 1024, 1),
+        "peak_rss_mib_all_segments": round(rss_all / 1024, 1),
+        "one_segment_mib": round(one_total / MiB, 1),
+        "all_segments_mib": round(total / MiB, 1),
+        "kafka_python_peak_rss_mib_one_segment": round(kp_rss_one / 1024, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--gib", type=float, default=1.0, help="size of the big partition")
+    parser.add_argument("--zstd-mib", type=int, default=64)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--baseline-queries", type=int, default=5)
+    parser.add_argument("--decode-mib", type=int, default=64, help="uncompressed data decoded")
+    parser.add_argument("--data", type=Path, default=Path("build/bench/log_format"))
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    big = args.data / "bench-0"
+    zstd = args.data / "benchz-0"
+    t0 = time.perf_counter()
+    _generate(big, int(args.gib * 1024 * MiB), Codec.NONE, 128 * MiB, args.seed)
+    _generate(zstd, args.zstd_mib * MiB, Codec.ZSTD, 32 * MiB, args.seed + 1)
+    generated = time.perf_counter() - t0
+    partition = PartitionDir(big)
+    partition_bytes = sum(s.size() for s in partition.segments())
+    decode_paths = []
+    acc = 0
+    for s in partition.segments():
+        if acc >= args.decode_mib * MiB:
+            break
+        decode_paths.append(s.log_path)
+        acc += s.size()
+    # Decode a bounded slice of a segment so the kafka-python baseline finishes in reasonable time.
+    slice_path = args.data / "decode-slice.log"
+    if not slice_path.exists():
+        with FileSource(decode_paths[0]) as source:
+            end = 0
+            for header in iter_headers(source):
+                if header.end_position > args.decode_mib * MiB:
+                    break
+                end = header.end_position
+            slice_path.write_bytes(source.read(0, end))
+    result = {
+        "python": sys.version.split()[0],
+        "partition_bytes": partition_bytes,
+        "segments": len(partition.segments()),
+        "data_generation_s": round(generated, 1),
+        "find_offset_by_timestamp": _bench_find(partition, args.queries, args.baseline_queries, args.seed),
+        "decode_uncompressed": _bench_decode([slice_path]),
+        "decode_zstd": _bench_decode([s.log_path for s in PartitionDir(zstd).segments()]),
+        "header_scan": _bench_scan(partition),
+    }
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,37 @@
+"""The ``rlm`` command line. Each sub-command group lives in its own module and registers itself."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rlm.errors import RlmError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Build the parser with every sub-command group registered."""
+    from rlm.cli import log as log_cmd
+
+    parser = argparse.ArgumentParser(prog="rlm", description="Tiered-storage remote log manager for Kafka")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    log_cmd.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``rlm`` console script; returns the process exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except RlmError as exc:
+        print(f"rlm: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Printing of log files for ``rlm log dump``, in kafka-dump-log's words or as JSON lines."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rlm.errors import CorruptDataError
+from rlm.log.batches import crc_valid, decode_batch
+from rlm.log.files import parse_base_offset
+from rlm.log.index import OffsetIndex, TimeIndex
+from rlm.log.model import BatchHeader, Record
+from rlm.log.snapshot import read_snapshot
+from rlm.log.source import FileSource, iter_headers, read_batch_bytes
+from rlm.log.txnindex import TransactionIndex
+from rlm.log.v2 import parse_control_record
+
+Emit = Callable[[str], None]
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def dump_path(path: Path, emit: Emit, *, records: bool, as_json: bool) -> None:
+    """Dump a ``.log``, an index, a snapshot, or every ``.log`` of a partition directory."""
+    if path.is_dir():
+        for log in sorted(path.glob("*.log")):
+            dump_path(log, emit, records=records, as_json=as_json)
+        return
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    suffix = path.suffix
+    if suffix == ".log":
+        _dump_log(path, emit, records=records, as_json=as_json)
+    elif suffix in (".index", ".timeindex", ".txnindex", ".snapshot"):
+        for row in _index_rows(path):
+            emit(json.dumps(row) if as_json else " ".join(f"{k}: {v}" for k, v in row.items()))
+    else:
+        raise CorruptDataError(
+            f"cannot dump {path.name}: expected .log, .index, .timeindex, .txnindex or .snapshot"
+        )
+
+
+def _index_rows(path: Path) -> Iterator[dict[str, Any]]:
+    base = parse_base_offset(path.name)
+    if path.suffix == ".index":
+        for o in OffsetIndex.load(path, base).entries():
+            yield {"offset": o.offset, "position": o.position}
+    elif path.suffix == ".timeindex":
+        for t in TimeIndex.load(path, base).entries():
+            yield {"timestamp": t.timestamp, "offset": t.offset}
+    elif path.suffix == ".txnindex":
+        for a in TransactionIndex.load(path, base).entries():
+            yield a._asdict()
+    else:
+        for e in read_snapshot(path):
+            yield e._asdict()
+
+
+def _dump_log(path: Path, emit: Emit, *, records: bool, as_json: bool) -> None:
+    if not as_json:
+        emit(f"Dumping {path}")
+        emit(f"Log starting offset: {parse_base_offset(path.name)}")
+    with FileSource(path) as source:
+        for header in iter_headers(source):
+            data = read_batch_bytes(source, header)
+            local = header._replace(position=0)
+            valid = crc_valid(data, local)
+            decoded: list[Record] | None = None
+            if records or (header.magic < 2 and header.base_offset < 0):
+                try:
+                    decoded = decode_batch(data, local, verify_crc=False)
+                except CorruptDataError as exc:
+                    raise exc.at(str(path), header.position) from exc
+            info = batch_info(header, valid, decoded)
+            if as_json and not records:
+                emit(json.dumps(info))
+            elif not as_json:
+                emit(" ".join(f"{k}: {_text(v)}" for k, v in info.items()))
+            if records and decoded is not None:
+                for record in decoded:
+                    row = record_info(record, header)
+                    emit(json.dumps(row) if as_json else "| " + _record_text(row, record))
+
+
+def batch_info(header: BatchHeader, valid: bool, decoded: list[Record] | None) -> dict[str, Any]:
+    """The fields kafka-dump-log prints for a batch."""
+    base = header.base_offset
+    count = header.record_count
+    if header.magic < 2 and decoded is not None and base < 0:
+        base = decoded[0].offset if decoded else header.last_offset
+        count = len(decoded)
+    last_seq = header.base_sequence + header.last_offset - base if header.base_sequence >= 0 else -1
+    return {
+        "position": header.position,
+        "base_offset": base,
+        "last_offset": header.last_offset,
+        "count": count,
+        "base_timestamp": header.base_timestamp,
+        "max_timestamp": header.max_timestamp,
+        "timestamp_type": header.timestamp_type.label,
+        "codec": header.codec.name.lower(),
+        "producer_id": header.producer_id,
+        "producer_epoch": header.producer_epoch,
+        "base_sequence": header.base_sequence,
+        "last_sequence": last_seq,
+        "leader_epoch": header.leader_epoch,
+        "is_transactional": header.is_transactional,
+        "is_control": header.is_control,
+        "delete_horizon": header.base_timestamp if header.has_delete_horizon else None,
+        "size": header.size,
+        "magic": header.magic,
+        "crc": header.crc,
+        "crc_valid": valid,
+    }
+
+
+def record_info(record: Record, header: BatchHeader) -> dict[str, Any]:
+    """The JSON object printed for one record by ``--records --json``."""
+    return {
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "timestamp_type": header.timestamp_type.label,
+        "key": _b64(record.key),
+        "value": _b64(record.value),
+        "headers": [[name, _b64(value)] for name, value in record.headers],
+        "leader_epoch": header.leader_epoch,
+        "is_control": header.is_control,
+    }
+
+
+def _record_text(row: dict[str, Any], record: Record) -> str:
+    parts = [f"offset: {record.offset}", f"{row['timestamp_type']}: {record.timestamp}"]
+    parts.append(f"keySize: {-1 if record.key is None else len(record.key)}")
+    parts.append(f"valueSize: {-1 if record.value is None else len(record.value)}")
+    parts.append(f"headerKeys: [{','.join(name for name, _ in record.headers)}]")
+    if row["is_control"]:
+        marker = parse_control_record(record)
+        parts.append(f"endTxnMarker: {marker.type} coordinatorEpoch: {marker.coordinator_epoch}")
+    return " ".join(parts)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return "none" if value is None else str(value)

@@ -1,0 +1,179 @@
+"""``rlm log ...``: tools for Kafka log directories (dump, verify, reindex, find-offset, produce)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rlm.errors import NotFoundError
+from rlm.log.model import Codec
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``log`` command group."""
+    parser = sub.add_parser("log", help="inspect, verify and generate Kafka log directories")
+    cmds = parser.add_subparsers(dest="log_command", required=True, metavar="LOG_COMMAND")
+
+    dump = cmds.add_parser("dump", help="print batches (and records) of a segment, index or partition")
+    dump.add_argument("path", type=Path, help=".log/.index/.timeindex/.txnindex/.snapshot or partition dir")
+    dump.add_argument("--records", action="store_true", help="print every record too")
+    dump.add_argument("--json", action="store_true", help="one JSON object per line")
+    dump.set_defaults(func=_dump)
+
+    verify = cmds.add_parser("verify", help="check CRCs, offsets and indexes; exit 1 on any problem")
+    verify.add_argument("path", type=Path, help="a .log file, a partition directory or a log directory")
+    verify.add_argument("--shallow", action="store_true", help="check CRCs without decoding records")
+    verify.set_defaults(func=_verify)
+
+    reindex = cmds.add_parser("reindex", help="rebuild missing or corrupt indexes of a partition")
+    reindex.add_argument("partition_dir", type=Path)
+    reindex.add_argument("--force", action="store_true", help="rebuild every segment's indexes")
+    reindex.add_argument("--index-interval-bytes", type=int, default=4096)
+    reindex.set_defaults(func=_reindex)
+
+    find = cmds.add_parser("find-offset", help="offset of the first record with timestamp >= T")
+    find.add_argument("partition_dir", type=Path)
+    find.add_argument(
+        "--timestamp",
+        required=True,
+        help="epoch ms, ISO-8601, or latest|earliest|max-timestamp|earliest-local (-1..-4)",
+    )
+    find.add_argument("--json", action="store_true")
+    find.set_defaults(func=_find_offset)
+
+    produce = cmds.add_parser("produce", help="generate a realistic Kafka log directory")
+    produce.add_argument("out_dir", type=Path)
+    produce.add_argument("--topics", type=int, default=2)
+    produce.add_argument("--partitions", type=int, default=2)
+    produce.add_argument("--records", type=int, default=10_000, help="records per partition")
+    produce.add_argument("--segment-bytes", type=int, default=512 * 1024)
+    produce.add_argument("--value-bytes", type=int, default=120)
+    produce.add_argument("--max-batch-records", type=int, default=64)
+    produce.add_argument(
+        "--codecs", default="none,gzip,snappy,lz4,zstd", help="comma-separated codecs to mix"
+    )
+    produce.add_argument("--legacy-batches", type=int, default=0, help="v1 batches first (topic 0)")
+    produce.add_argument("--seed", type=int, default=0)
+    produce.add_argument("--quiet", action="store_true", help="no progress bar")
+    produce.set_defaults(func=_produce)
+
+
+def _dump(args: argparse.Namespace) -> int:
+    from rlm.cli.dump import dump_path
+
+    if not args.path.exists():
+        raise NotFoundError(f"{args.path} does not exist")
+    dump_path(args.path, print, records=args.records, as_json=args.json)
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from rlm.log.verify import verify_path
+
+    if not args.path.exists():
+        raise NotFoundError(f"{args.path} does not exist")
+    problems = verify_path(args.path, deep=not args.shallow)
+    for problem in problems:
+        print(problem, file=sys.stderr)
+    if problems:
+        print(f"{len(problems)} problem(s) found in {args.path}", file=sys.stderr)
+        return 1
+    print(f"{args.path}: OK")
+    return 0
+
+
+def _reindex(args: argparse.Namespace) -> int:
+    from rlm.log.logdir import open_partition
+    from rlm.log.reindex import reindex_partition
+
+    results = reindex_partition(
+        open_partition(args.partition_dir),
+        force=args.force,
+        index_interval_bytes=args.index_interval_bytes,
+    )
+    failed = False
+    for result in results:
+        name = result.segment.log_path.name
+        print(f"{name}: {'rebuilt' if result.rebuilt else 'kept'} ({result.reason})")
+        if result.error is not None:
+            failed = True
+            print(
+                f"{name}: indexes cover the data before a corrupt batch: {result.error}",
+                file=sys.stderr,
+            )
+    return 1 if failed else 0
+
+
+def _find_offset(args: argparse.Namespace) -> int:
+    from rlm.log.logdir import open_partition
+    from rlm.log.model import TimestampAndOffset
+    from rlm.timestamps import SpecialTimestamp, parse_timestamp
+
+    timestamp = parse_timestamp(args.timestamp)
+    partition = open_partition(args.partition_dir)
+    found: TimestampAndOffset | None
+    if timestamp == SpecialTimestamp.LATEST:
+        hw = partition.high_watermark()
+        found = TimestampAndOffset(-1, partition.log_end_offset() if hw is None else hw, -1)
+    elif timestamp in (SpecialTimestamp.EARLIEST, SpecialTimestamp.EARLIEST_LOCAL):
+        found = TimestampAndOffset(-1, partition.log_start_offset(), -1)
+    elif timestamp == SpecialTimestamp.MAX_TIMESTAMP:
+        found = partition.max_timestamp_offset()
+    elif timestamp == SpecialTimestamp.LATEST_TIERED:
+        found = None  # a broker's local log knows nothing tiered
+    else:
+        found = partition.find_offset_by_timestamp(timestamp)
+    answer = found or TimestampAndOffset(-1, -1, -1)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "offset": answer.offset,
+                    "timestamp": answer.timestamp,
+                    "leader_epoch": answer.leader_epoch,
+                }
+            )
+        )
+    else:
+        print(f"offset: {answer.offset} timestamp: {answer.timestamp} leader_epoch: {answer.leader_epoch}")
+    return 0
+
+
+def _produce(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from rlm.errors import ConfigError
+    from rlm.log.produce import ProduceSpec, produce
+
+    try:
+        codecs = tuple(Codec[name.strip().upper()] for name in args.codecs.split(",") if name.strip())
+    except KeyError as exc:
+        raise ConfigError(f"unknown codec {exc.args[0]!r}: use none, gzip, snappy, lz4 or zstd") from exc
+    if args.out_dir.exists() and any(args.out_dir.iterdir()):
+        raise ConfigError(f"{args.out_dir} is not empty; produce writes a new log directory")
+    spec = ProduceSpec(
+        topics=args.topics,
+        partitions=args.partitions,
+        records=args.records,
+        segment_bytes=args.segment_bytes,
+        value_bytes=args.value_bytes,
+        max_batch_records=args.max_batch_records,
+        codecs=codecs or (Codec.NONE,),
+        legacy_batches=args.legacy_batches,
+        seed=args.seed,
+    )
+    total = spec.topics * spec.partitions * spec.records
+    with tqdm(total=total, unit="rec", unit_scale=True, disable=args.quiet, desc="produce") as bar:
+
+        def advance(records: int) -> None:
+            bar.update(records)
+
+        summary = produce(args.out_dir, spec, progress=advance)
+    print(
+        f"wrote {summary.records} records in {summary.batches} batches, {summary.segments} segments, "
+        f"{summary.bytes} bytes, {summary.partitions} partitions to {args.out_dir} "
+        f"({summary.transactions_committed} transactions committed, {summary.transactions_aborted} aborted)"
+    )
+    return 0

@@ -1,0 +1,130 @@
+"""Errors raised by rlm.
+
+Every error carries ``retriable``: whether the same call may succeed if tried again.
+
+    RlmError
+    ├── CorruptDataError            bytes on disk or on the wire are not what the format says
+    │   ├── CorruptRecordError      a record batch / message (file, position, reason)
+    │   ├── CorruptIndexError       an .index / .timeindex / .txnindex file
+    │   └── CorruptCheckpointError  a checkpoint, partition.metadata or producer snapshot file
+    ├── InvalidRecordError          a record we were asked to write breaks a rule (e.g. timestamp)
+    ├── OffsetOverflowError         an offset does not fit a segment's 32-bit relative offsets
+    ├── NotFoundError               an unknown topic, partition, segment or file
+    ├── ConfigError                 a setting is missing or out of range
+    └── MetadataError               the remote-segment metadata store refused or failed a call
+        ├── MetadataUnavailableError     the database cannot be reached or gave up (retriable)
+        ├── SchemaMismatchError          the database schema is not the revision rlm needs
+        ├── StaleLeaseError              a write carried a lease epoch that is no longer current
+        ├── InvalidStateTransitionError  the state machine forbids going from one state to another
+        ├── StateConflictError           the row is not in the state the caller expected
+        └── DuplicateSegmentError        a segment id is already stored with other metadata
+"""
+
+from __future__ import annotations
+
+
+class RlmError(Exception):
+    """Base of every error rlm raises on purpose."""
+
+    retriable: bool = False
+
+
+class CorruptDataError(RlmError):
+    """Data does not follow its format. Carries where it was found, when known."""
+
+    def __init__(self, reason: str, *, path: str | None = None, position: int | None = None):
+        self.reason = reason
+        self.path = path
+        self.position = position
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(str(self.path))
+        if self.position is not None:
+            where.append(f"position {self.position}")
+        return f"{': '.join([', '.join(where), self.reason]) if where else self.reason}"
+
+    def at(self, path: str | None = None, position: int | None = None) -> CorruptDataError:
+        """Return a copy of this error located in ``path`` at ``position`` (when not known yet)."""
+        return type(self)(
+            self.reason,
+            path=self.path if self.path is not None else path,
+            position=self.position if self.position is not None else position,
+        )
+
+
+class CorruptRecordError(CorruptDataError):
+    """A record batch or legacy message is corrupt (bad CRC, length, magic, varint, codec...)."""
+
+
+class CorruptIndexError(CorruptDataError):
+    """An offset, time or transaction index is inconsistent with its rules or its log."""
+
+
+class CorruptCheckpointError(CorruptDataError):
+    """A checkpoint file, ``partition.metadata`` or a producer snapshot cannot be parsed."""
+
+
+class InvalidRecordError(RlmError):
+    """A record offered for appending breaks a rule of the log (timestamp, size, ...)."""
+
+
+class OffsetOverflowError(RlmError):
+    """An offset cannot be stored relative to its segment's base offset in 32 bits."""
+
+
+class NotFoundError(RlmError):
+    """An unknown topic, partition, segment or file."""
+
+
+class ConfigError(RlmError):
+    """A setting is missing, malformed or out of its allowed range."""
+
+
+class MetadataError(RlmError):
+    """The remote-segment metadata store refused or failed an operation."""
+
+
+class MetadataUnavailableError(MetadataError):
+    """The metadata database cannot be reached, timed out, or aborted the transaction.
+
+    Nothing was changed: the transaction was rolled back, so the same call may be retried.
+    """
+
+    retriable = True
+
+
+class SchemaMismatchError(MetadataError):
+    """The database schema is missing, older or newer than the revision this rlm needs.
+
+    The message names the command that fixes it (``rlm db upgrade``, or upgrading rlm).
+    """
+
+
+class StaleLeaseError(MetadataError):
+    """A write was fenced: its lease epoch is not the partition's current lease epoch.
+
+    The writer lost its lease (it expired and was taken over, or was released) and must stop
+    writing for that partition.
+    """
+
+
+class InvalidStateTransitionError(MetadataError):
+    """A state change that the segment or partition state machine does not allow."""
+
+    def __init__(self, current: str, requested: str, *, subject: str | None = None):
+        self.current = current
+        self.requested = requested
+        self.subject = subject
+        what = f"{subject}: " if subject else ""
+        super().__init__(f"{what}invalid state transition from {current} to {requested}")
+
+
+class StateConflictError(MetadataError):
+    """The row is not in the state the caller expected (another writer got there first)."""
+
+
+class DuplicateSegmentError(MetadataError):
+    """A segment with this id is already stored, with different metadata."""

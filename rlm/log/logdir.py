@@ -1,0 +1,220 @@
+"""Kafka log directories: partition directories, their segments, and the broker's checkpoints.
+
+A log directory (one entry of ``log.dirs``) holds ``<topic>-<partition>/`` directories and the
+checkpoint files ``replication-offset-checkpoint`` (high watermarks),
+``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``. Directories being
+deleted, moved or left stray (``-delete``, ``-future``, ``-stray``) are not partitions of this
+broker and are skipped. Everything here only reads.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from rlm.errors import NotFoundError
+from rlm.log.checkpoints import (
+    EpochEntry,
+    read_leader_epoch_checkpoint,
+    read_offset_checkpoint,
+    read_partition_metadata,
+)
+from rlm.log.model import TimestampAndOffset
+from rlm.log.segment import DEFAULT_MAX_INDEX_SIZE, Segment, segment_base_offsets
+
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+_NOT_PARTITIONS = ("-delete", "-future", "-stray")
+
+
+class TopicPartition(NamedTuple):
+    """A topic name and partition number."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
+def parse_partition_dir_name(name: str) -> TopicPartition | None:
+    """``orders-0`` → ``("orders", 0)``; None for anything that is not a live partition directory.
+
+    The name splits at its last ``-`` because topic names may themselves contain ``-``.
+    """
+    if name.endswith(_NOT_PARTITIONS):
+        return None
+    topic, sep, number = name.rpartition("-")
+    if not sep or not topic or not number.isdigit():
+        return None
+    return TopicPartition(topic, int(number))
+
+
+class PartitionDir:
+    """One partition's directory: its segments in offset order, the active one last."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        log_dir: LogDir | None = None,
+        *,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+    ) -> None:
+        self.path = Path(path)
+        tp = parse_partition_dir_name(self.path.name)
+        if tp is None:
+            raise NotFoundError(f"{self.path} is not a partition directory (expected TOPIC-PARTITION)")
+        self.tp = tp
+        self.log_dir = log_dir if log_dir is not None else LogDir(self.path.parent)
+        self.max_index_size = max_index_size
+        self._segments: dict[int, Segment] = {}
+
+    def __repr__(self) -> str:
+        return f"PartitionDir({str(self.path)!r})"
+
+    @property
+    def topic(self) -> str:
+        return self.tp.topic
+
+    @property
+    def partition(self) -> int:
+        return self.tp.partition
+
+    def segments(self) -> list[Segment]:
+        """All segments in ascending base offset; Segment objects (and their indexes) are reused."""
+        bases = segment_base_offsets(self.path)
+        known = self._segments
+        current = {
+            b: known.get(b) or Segment(self.path, b, max_index_size=self.max_index_size) for b in bases
+        }
+        self._segments = current
+        return [current[b] for b in bases]
+
+    def active_segment(self) -> Segment | None:
+        """The last segment, the one the broker appends to."""
+        segments = self.segments()
+        return segments[-1] if segments else None
+
+    def rolled_segments(self) -> list[Segment]:
+        """Every segment but the active one."""
+        return self.segments()[:-1]
+
+    def topic_id(self) -> str | None:
+        """Topic id from ``partition.metadata``, or None when the file does not exist."""
+        return read_partition_metadata(self.path / PARTITION_METADATA)
+
+    def leader_epochs(self) -> list[EpochEntry]:
+        """``leader-epoch-checkpoint`` entries (empty when the file does not exist)."""
+        return read_leader_epoch_checkpoint(self.path / LEADER_EPOCH_CHECKPOINT)
+
+    def log_start_offset(self) -> int:
+        """From ``log-start-offset-checkpoint``, else the first segment's base offset (else 0)."""
+        checkpointed = self.log_dir.log_start_offsets().get(self.tp)
+        segments = self.segments()
+        first = segments[0].base_offset if segments else 0
+        return max(checkpointed, first) if checkpointed is not None else first
+
+    def high_watermark(self) -> int | None:
+        """From ``replication-offset-checkpoint``; None when the partition is not in it."""
+        return self.log_dir.high_watermarks().get(self.tp)
+
+    def recovery_point(self) -> int:
+        """From ``recovery-point-offset-checkpoint``; 0 when the partition is not in it."""
+        return self.log_dir.recovery_points().get(self.tp, 0)
+
+    def log_end_offset(self) -> int:
+        """Offset after the last whole batch of the active segment (its base offset if empty)."""
+        active = self.active_segment()
+        if active is None:
+            return 0
+        index = active.offset_index()
+        last = None
+        for header in active.headers(index.last_entry.position if len(index) else 0):
+            last = header
+        return last.next_offset if last is not None else active.base_offset
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int | None = None
+    ) -> TimestampAndOffset | None:
+        """Smallest offset ≥ ``starting_offset`` (default: the log start offset) with timestamp ≥ T.
+
+        Segments are taken in offset order, skipping those whose largest timestamp is below T
+        (Kafka's ``largestTimestamp``), and, unlike Kafka, the search goes on to the next segment
+        when the chosen one has no record at or after ``starting_offset``.
+        """
+        start = self.log_start_offset() if starting_offset is None else starting_offset
+        segments = self.segments()
+        for i, segment in enumerate(segments):
+            if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
+                continue  # wholly below the start offset
+            if segment.largest_timestamp() < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, start)
+            if found is not None:
+                return found
+        return None
+
+    def max_timestamp_offset(self) -> TimestampAndOffset | None:
+        """Kafka's MAX_TIMESTAMP (-3) over the local segments: the first record with the largest
+        timestamp, or None when no record has a timestamp."""
+        best: Segment | None = None
+        best_ts = -1
+        for segment in self.segments():
+            ts = segment.max_timestamp_and_offset().timestamp
+            if ts > best_ts:
+                best, best_ts = segment, ts
+        if best is None:
+            return None
+        return best.find_offset_by_timestamp(best_ts)
+
+
+class LogDir:
+    """A broker log directory (one entry of ``log.dirs``)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def __repr__(self) -> str:
+        return f"LogDir({str(self.path)!r})"
+
+    def partitions(self) -> list[PartitionDir]:
+        """Partition directories, sorted by topic then partition."""
+        if not self.path.is_dir():
+            raise NotFoundError(f"log directory {self.path} does not exist")
+        found = []
+        for entry in os.scandir(self.path):
+            if entry.is_dir() and parse_partition_dir_name(entry.name) is not None:
+                found.append(PartitionDir(entry.path, self))
+        return sorted(found, key=lambda p: p.tp)
+
+    def partition(self, topic: str, partition: int) -> PartitionDir:
+        """The directory of ``topic``-``partition``; NotFoundError when there is none."""
+        path = self.path / f"{topic}-{partition}"
+        if not path.is_dir():
+            raise NotFoundError(f"partition {topic}-{partition} not found in {self.path}")
+        return PartitionDir(path, self)
+
+    def high_watermarks(self) -> dict[TopicPartition, int]:
+        return _checkpoint(self.path / REPLICATION_OFFSET_CHECKPOINT)
+
+    def recovery_points(self) -> dict[TopicPartition, int]:
+        return _checkpoint(self.path / RECOVERY_POINT_CHECKPOINT)
+
+    def log_start_offsets(self) -> dict[TopicPartition, int]:
+        return _checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT)
+
+
+def _checkpoint(path: Path) -> dict[TopicPartition, int]:
+    return {TopicPartition(t, p): o for (t, p), o in read_offset_checkpoint(path).items()}
+
+
+def open_partition(path: str | Path) -> PartitionDir:
+    """Open a partition directory given its path (its parent is taken as the log directory)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise NotFoundError(f"partition directory {path} does not exist")
+    return PartitionDir(path)

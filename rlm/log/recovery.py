@@ -1,0 +1,186 @@
+"""Rebuilding a segment's indexes from its ``.log`` exactly as Kafka's ``LogSegment.recover`` does.
+
+Per batch: validate it (size, CRC), keep the running maximum timestamp, add an offset-index entry
+(keyed by the batch's last offset) and a time-index entry whenever more than
+``index.interval.bytes`` were read since the last entry, and finally append the time index's
+closing ``(max timestamp, its batch's last offset)`` entry. Aborted transactions go to the
+transaction index and leader epochs to the epoch cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from rlm.errors import CorruptDataError, CorruptRecordError
+from rlm.log.batches import crc_valid, decode_batch
+from rlm.log.checkpoints import EpochEntry
+from rlm.log.index import OffsetIndex, TimeIndex
+from rlm.log.model import INT32_MAX, BatchHeader, ControlType
+from rlm.log.snapshot import ProducerStateEntry, read_snapshot
+from rlm.log.source import iter_headers, read_batch_bytes
+from rlm.log.txnindex import AbortedTxn, TransactionIndex
+from rlm.log.v2 import parse_control_record
+
+if TYPE_CHECKING:
+    from rlm.log.segment import Segment
+
+DEFAULT_INDEX_INTERVAL_BYTES = 4096
+
+
+@dataclass
+class TransactionTracker:
+    """Open transactions per producer id, carried from one segment to the next during recovery."""
+
+    ongoing: dict[int, int] = field(default_factory=dict)
+    """producer id → first offset of its open transaction."""
+
+    @classmethod
+    def from_snapshot(cls, entries: list[ProducerStateEntry]) -> TransactionTracker:
+        """Seed from a producer snapshot taken at the segment's base offset."""
+        return cls(
+            {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
+        )
+
+    def begin(self, producer_id: int, offset: int) -> None:
+        self.ongoing.setdefault(producer_id, offset)
+
+    def end(self, producer_id: int, marker_offset: int, aborted: bool) -> AbortedTxn | None:
+        """Close the producer's transaction; returns the index entry when it was aborted."""
+        first = self.ongoing.pop(producer_id, marker_offset)
+        if not aborted:
+            return None
+        lso = min(self.ongoing.values(), default=marker_offset + 1)
+        return AbortedTxn(producer_id, first, marker_offset, lso)
+
+
+def initial_tracker(segment: Segment) -> TransactionTracker:
+    """Open transactions at the start of ``segment``, from the snapshot named after its base offset."""
+    snapshot = segment.path(".snapshot")
+    if snapshot.exists():
+        try:
+            return TransactionTracker.from_snapshot(read_snapshot(snapshot))
+        except CorruptDataError:
+            pass  # a corrupt snapshot is ignored, as the broker does
+    return TransactionTracker()
+
+
+@dataclass
+class RebuiltIndexes:
+    """What recovery of one segment produced."""
+
+    offset_index: OffsetIndex
+    time_index: TimeIndex
+    txn_index: TransactionIndex
+    valid_bytes: int
+    """Bytes of whole, valid batches from the start of the ``.log``."""
+    next_offset: int
+    """Offset after the last valid batch (the base offset if there is none)."""
+    epochs: list[EpochEntry]
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    error: CorruptDataError | None = None
+    """The corruption recovery stopped at, if any (Kafka truncates the log there)."""
+
+
+def rebuild_segment_indexes(
+    segment: Segment,
+    *,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    tracker: TransactionTracker | None = None,
+    epochs: list[EpochEntry] | None = None,
+    stop_at_corruption: bool = True,
+) -> RebuiltIndexes:
+    """Rebuild ``segment``'s indexes from its ``.log``; nothing is written to disk.
+
+    Args:
+        segment: the segment to read.
+        index_interval_bytes: the topic's ``index.interval.bytes``.
+        tracker: open transactions at the segment's start (from the previous segment's recovery or
+            the producer snapshot named after this segment's base offset).
+        epochs: the leader-epoch cache so far; new epochs are appended to a copy.
+        stop_at_corruption: stop at the first invalid batch and report it in ``error`` (Kafka's
+            recovery); when False the error is raised.
+    """
+    base = segment.base_offset
+    offset_index = OffsetIndex(base, max_index_size=segment.max_index_size)
+    time_index = TimeIndex(base, max_index_size=segment.max_index_size)
+    txn_index = TransactionIndex(base)
+    tracker = tracker if tracker is not None else TransactionTracker()
+    epoch_cache = list(epochs or [])
+    valid_bytes = 0
+    last_index_entry = 0
+    max_ts, max_ts_offset = -1, base
+    next_offset = base
+    error: CorruptDataError | None = None
+    with segment.open() as source:
+        try:
+            for header in iter_headers(source):
+                data = read_batch_bytes(source, header)
+                local = header._replace(position=0)
+                if not crc_valid(data, local):
+                    raise CorruptRecordError(
+                        f"batch CRC mismatch (stored 0x{header.crc:08x})",
+                        path=source.name,
+                        position=header.position,
+                    )
+                if header.last_offset - base > INT32_MAX or header.last_offset < base:
+                    raise CorruptRecordError(
+                        f"batch last offset {header.last_offset} does not fit segment {base}",
+                        path=source.name,
+                        position=header.position,
+                    )
+                if header.magic >= 2:
+                    if header.leader_epoch >= 0 and (
+                        not epoch_cache or header.leader_epoch > epoch_cache[-1].epoch
+                    ):
+                        epoch_cache.append(EpochEntry(header.leader_epoch, header.base_offset))
+                    _track_transactions(header, data, tracker, txn_index, source.name)
+                if header.max_timestamp > max_ts:
+                    max_ts, max_ts_offset = header.max_timestamp, header.last_offset
+                if valid_bytes - last_index_entry > index_interval_bytes:
+                    offset_index.append(header.last_offset, valid_bytes)
+                    time_index.maybe_append(max_ts, max_ts_offset)
+                    last_index_entry = valid_bytes
+                valid_bytes += header.size
+                next_offset = header.last_offset + 1
+        except CorruptDataError as exc:
+            if not stop_at_corruption:
+                raise
+            error = exc
+    time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
+    return RebuiltIndexes(
+        offset_index,
+        time_index,
+        txn_index,
+        valid_bytes,
+        next_offset,
+        epoch_cache,
+        max_ts,
+        max_ts_offset,
+        error,
+    )
+
+
+def _track_transactions(
+    header: BatchHeader,
+    data: bytes,
+    tracker: TransactionTracker,
+    txn_index: TransactionIndex,
+    name: str,
+) -> None:
+    if not header.is_transactional:
+        return
+    if not header.is_control:
+        tracker.begin(header.producer_id, header.base_offset)
+        return
+    try:
+        records = decode_batch(data, header._replace(position=0), verify_crc=False)
+    except CorruptDataError as exc:
+        raise exc.at(name, header.position) from exc
+    for record in records:
+        marker = parse_control_record(record)
+        if marker.type in (ControlType.ABORT, ControlType.COMMIT):
+            aborted = tracker.end(header.producer_id, record.offset, marker.type == ControlType.ABORT)
+            if aborted is not None:
+                txn_index.append(aborted)

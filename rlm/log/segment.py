@@ -1,0 +1,197 @@
+"""One log segment: ``<base>.log`` with its offset, time and transaction indexes.
+
+Reads follow Kafka's ``LogSegment``: the time index gives a lower-bound offset for a timestamp,
+the offset index a byte position for an offset, and a header-only scan of the ``.log`` from there
+finds the batch; only that batch is decoded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from rlm.errors import CorruptDataError
+from rlm.log.batches import decode_batch
+from rlm.log.files import parse_base_offset, segment_file_name
+from rlm.log.index import OffsetIndex, TimeIndex, TimestampOffset
+from rlm.log.model import BatchHeader, Record, TimestampAndOffset
+from rlm.log.source import FileSource, iter_headers, read_batch_bytes
+from rlm.log.txnindex import TransactionIndex
+
+DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
+
+
+class Segment:
+    """A segment of one partition, named by its base offset.
+
+    Index files are loaded on first use and kept; :meth:`invalidate` drops them (a broker may have
+    appended to the active segment). A missing or unreadable index is rebuilt in memory from the
+    ``.log`` — nothing in the broker's directory is ever written by reads.
+    """
+
+    def __init__(
+        self,
+        directory: str | Path,
+        base_offset: int,
+        *,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+    ) -> None:
+        self.directory = Path(directory)
+        self.base_offset = base_offset
+        self.max_index_size = max_index_size
+        self._offset_index: OffsetIndex | None = None
+        self._time_index: TimeIndex | None = None
+
+    def __repr__(self) -> str:
+        return f"Segment({str(self.directory)!r}, {self.base_offset})"
+
+    def path(self, suffix: str) -> Path:
+        """Path of this segment's file with ``suffix`` (``.log``, ``.index``, ...)."""
+        return self.directory / segment_file_name(self.base_offset, suffix)
+
+    @property
+    def log_path(self) -> Path:
+        return self.path(".log")
+
+    @property
+    def index_path(self) -> Path:
+        return self.path(".index")
+
+    @property
+    def time_index_path(self) -> Path:
+        return self.path(".timeindex")
+
+    @property
+    def txn_index_path(self) -> Path:
+        return self.path(".txnindex")
+
+    def size(self) -> int:
+        """Size of the ``.log`` in bytes."""
+        return self.log_path.stat().st_size
+
+    def open(self) -> FileSource:
+        """Open the ``.log`` for reading."""
+        return FileSource(self.log_path)
+
+    def headers(self, start_position: int = 0) -> Iterator[BatchHeader]:
+        """Yield every whole batch's header from ``start_position`` (header-only scan)."""
+        with self.open() as source:
+            yield from iter_headers(source, start_position)
+
+    def invalidate(self) -> None:
+        """Forget loaded indexes so the next use reads them again."""
+        self._offset_index = None
+        self._time_index = None
+
+    def offset_index(self) -> OffsetIndex:
+        """The offset index, from its file or, when missing or corrupt, rebuilt from the ``.log``."""
+        if self._offset_index is None:
+            self._load_indexes()
+        assert self._offset_index is not None
+        return self._offset_index
+
+    def time_index(self) -> TimeIndex:
+        """The time index, from its file or, when missing or corrupt, rebuilt from the ``.log``."""
+        if self._time_index is None:
+            self._load_indexes()
+        assert self._time_index is not None
+        return self._time_index
+
+    def transaction_index(self) -> TransactionIndex:
+        """The transaction index (empty when the file does not exist)."""
+        if not self.txn_index_path.exists():
+            return TransactionIndex(self.base_offset)
+        return TransactionIndex.load(self.txn_index_path, self.base_offset)
+
+    def _load_indexes(self) -> None:
+        try:
+            offset_index = OffsetIndex.load(
+                self.index_path, self.base_offset, max_index_size=self.max_index_size
+            )
+            time_index = TimeIndex.load(
+                self.time_index_path, self.base_offset, max_index_size=self.max_index_size
+            )
+            offset_index.sanity_check()
+            time_index.sanity_check()
+        except (FileNotFoundError, CorruptDataError):
+            from rlm.log.recovery import rebuild_segment_indexes
+
+            rebuilt = rebuild_segment_indexes(self, stop_at_corruption=True)
+            offset_index, time_index = rebuilt.offset_index, rebuilt.time_index
+        self._offset_index, self._time_index = offset_index, time_index
+
+    def max_timestamp_and_offset(self) -> TimestampOffset:
+        """Largest timestamp in the segment and its batch's last offset (last time-index entry).
+
+        ``(-1, base_offset)`` when no batch has a timestamp.
+        """
+        index = self.time_index()
+        if len(index) == 0:
+            return TimestampOffset(-1, self.base_offset)
+        return index.last_entry
+
+    def largest_timestamp(self) -> int:
+        """Kafka's ``largestTimestamp``: the max timestamp, or the ``.log`` mtime when there is none."""
+        max_ts = self.max_timestamp_and_offset().timestamp
+        if max_ts >= 0:
+            return max_ts
+        return os.stat(self.log_path).st_mtime_ns // 1_000_000
+
+    def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
+        """First batch from ``start_position`` whose last offset is ≥ ``offset``, or None."""
+        for header in self.headers(start_position):
+            if header.last_offset >= offset:
+                return header
+        return None
+
+    def position_for_offset(self, offset: int) -> BatchHeader | None:
+        """The batch holding ``offset`` (or the first after it), found via the offset index."""
+        return self.translate_offset(offset, self.offset_index().lookup(offset).position)
+
+    def read_records(self, header: BatchHeader, source: FileSource | None = None) -> list[Record]:
+        """Decode the records of the batch ``header`` describes."""
+        own = source is None
+        src = self.open() if source is None else source
+        try:
+            data = read_batch_bytes(src, header)
+            try:
+                return decode_batch(data, header._replace(position=0))
+            except CorruptDataError as exc:
+                raise exc.at(str(self.log_path), header.position) from exc
+        finally:
+            if own:
+                src.close()
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, starting_offset: int | None = None
+    ) -> TimestampAndOffset | None:
+        """Smallest offset ≥ ``starting_offset`` whose record timestamp is ≥ ``timestamp`` (§5.2).
+
+        Returns the record's timestamp and offset and its batch's leader epoch (-1 if unknown), or
+        None when no record in this segment qualifies.
+        """
+        start = self.base_offset if starting_offset is None else starting_offset
+        hint = self.time_index().lookup(timestamp)
+        position = self.offset_index().lookup(max(hint.offset, start)).position
+        with self.open() as source:
+            for header in iter_headers(source, position):
+                if header.max_timestamp < timestamp or header.last_offset < start:
+                    continue
+                for record in self.read_records(header, source):
+                    if record.timestamp >= timestamp and record.offset >= start:
+                        epoch = header.leader_epoch if header.leader_epoch >= 0 else -1
+                        return TimestampAndOffset(record.timestamp, record.offset, epoch)
+        return None
+
+
+def segment_base_offsets(directory: str | Path) -> list[int]:
+    """Base offsets of the ``.log`` files in a partition directory, ascending."""
+    offsets = []
+    for name in os.listdir(directory):
+        if name.endswith(".log"):
+            try:
+                offsets.append(parse_base_offset(name))
+            except ValueError:
+                continue  # not a segment (e.g. a stray file named *.log)
+    return sorted(offsets)

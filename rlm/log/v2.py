@@ -1,0 +1,447 @@
+"""Record batches of message format v2 (magic 2, Kafka >= 0.11): parse, decode, encode.
+
+Batch header, 61 bytes, big-endian (DefaultRecordBatch.java)::
+
+    0  baseOffset            int64   offset of the first record as written; not in the CRC
+    8  batchLength           int32   bytes after this field (batch size - 12)
+    12 partitionLeaderEpoch  int32   set by the leader; not in the CRC
+    16 magic                 int8    2
+    17 crc                   uint32  CRC-32C of bytes [21, end of batch)
+    21 attributes            int16   codec:3 | timestampType:1 | transactional:1 | control:1 | deleteHorizon:1
+    23 lastOffsetDelta       int32
+    27 baseTimestamp         int64   (the delete horizon when bit 6 is set)
+    35 maxTimestamp          int64   (the append time for LogAppendTime)
+    43 producerId            int64
+    51 producerEpoch         int16
+    53 baseSequence          int32
+    57 recordsCount          int32
+    61 records...                    one compressed stream when codec != none
+
+Record (DefaultRecord.java), lengths and deltas as zig-zag varints::
+
+    length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
+    keyLength varint | key | valueLength varint | value | headersCount varint |
+    (headerKeyLength varint | headerKey utf-8 | headerValueLength varint | headerValue)*
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+
+import crc32c
+
+from rlm.errors import CorruptRecordError
+from rlm.log import codecs
+from rlm.log.model import (
+    V2_HEADER_SIZE,
+    BatchHeader,
+    Codec,
+    ControlRecord,
+    ControlType,
+    Header,
+    Record,
+    TimestampType,
+)
+from rlm.log.varint import read_varint, read_varlong, write_varint, write_varlong
+
+HEADER = struct.Struct(">qiibIhiqqqhii")
+_CRC = struct.Struct(">I")
+_CONTROL_KEY = struct.Struct(">hh")
+_END_TXN_VALUE = struct.Struct(">hi")
+
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+_CODEC_MASK = 0x07
+_LOG_APPEND_TIME = 0x08
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+_DELETE_HORIZON = 0x40
+
+Buffer = bytes | bytearray | memoryview
+
+
+def parse_v2_header(buf: Buffer, pos: int, position: int | None = None) -> BatchHeader:
+    """Read the 61-byte header of the v2 batch at ``pos`` (the whole header must be in ``buf``).
+
+    ``position`` is reported as the batch's position (default ``pos``): scanners that read a file
+    through a window pass the file position here.
+    """
+    if len(buf) - pos < V2_HEADER_SIZE:
+        raise CorruptRecordError(f"v2 batch header needs {V2_HEADER_SIZE} bytes but {len(buf) - pos} remain")
+    (base, length, epoch, magic, crc, attrs, last_delta, base_ts, max_ts, pid, p_epoch, base_seq, count) = (
+        HEADER.unpack_from(buf, pos)
+    )
+    size = length + 12
+    if size < V2_HEADER_SIZE:
+        raise CorruptRecordError(f"v2 batch size {size} is smaller than its {V2_HEADER_SIZE}-byte header")
+    if count < 0:
+        raise CorruptRecordError(f"v2 batch has a negative record count {count}")
+    if last_delta < 0:
+        raise CorruptRecordError(f"v2 batch has a negative lastOffsetDelta {last_delta}")
+    if attrs & _CODEC_MASK > Codec.ZSTD:
+        raise CorruptRecordError(f"v2 batch uses unknown compression codec id {attrs & _CODEC_MASK}")
+    return BatchHeader(
+        pos if position is None else position,
+        base,
+        base + last_delta,
+        size,
+        epoch,
+        magic,
+        crc,
+        attrs,
+        base_ts,
+        max_ts,
+        pid,
+        p_epoch,
+        base_seq,
+        count,
+    )
+
+
+def compute_crc(buf: Buffer, pos: int, size: int) -> int:
+    """CRC-32C of the bytes a v2 batch's checksum covers."""
+    return int(crc32c.crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size]))
+
+
+def crc_valid(buf: Buffer, header: BatchHeader) -> bool:
+    """Whether the stored CRC matches the batch bytes."""
+    return compute_crc(buf, header.position, header.size) == header.crc
+
+
+def decode_v2(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> list[Record]:
+    """Decode every record of the v2 batch described by ``header`` (positions index ``buf``).
+
+    Raises:
+        CorruptRecordError: bad CRC, a record that does not fit, a count that does not match,
+            bytes left over, or a payload the codec cannot decompress.
+    """
+    pos = header.position
+    end = pos + header.size
+    if end > len(buf):
+        raise CorruptRecordError(f"v2 batch of {header.size} bytes runs past the end of its data")
+    if verify_crc:
+        computed = compute_crc(buf, pos, header.size)
+        if computed != header.crc:
+            raise CorruptRecordError(
+                f"v2 batch CRC mismatch: stored 0x{header.crc:08x}, computed 0x{computed:08x}"
+            )
+    codec = header.attributes & _CODEC_MASK
+    if codec:
+        data = codecs.decompress(Codec(codec), memoryview(buf)[pos + V2_HEADER_SIZE : end])
+        start, stop = 0, len(data)
+    elif isinstance(buf, bytes):
+        data, start, stop = buf, pos + V2_HEADER_SIZE, end
+    else:
+        data = bytes(buf[pos + V2_HEADER_SIZE : end])
+        start, stop = 0, len(data)
+    log_append = header.max_timestamp if header.attributes & _LOG_APPEND_TIME else None
+    try:
+        return _decode_records(
+            data,
+            start,
+            stop,
+            header.record_count,
+            header.base_offset,
+            header.base_timestamp,
+            log_append,
+            compressed=bool(codec),
+        )
+    except IndexError as exc:
+        raise CorruptRecordError("record data ends in the middle of a record") from exc
+
+
+def _decode_records(
+    data: bytes,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_ts: int,
+    log_append: int | None,
+    *,
+    compressed: bool,
+) -> list[Record]:
+    # The hot loop of every record read: single-byte varints (the common case) are decoded inline.
+    out: list[Record] = []
+    append = out.append
+    new = tuple.__new__
+    for i in range(count):
+        if pos >= end:
+            raise CorruptRecordError(f"batch declares {count} records but its data ends after {i}")
+        b = data[pos]
+        if b < 0x80:
+            length = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            length, pos = read_varint(data, pos)
+        rec_end = pos + length
+        if length < 6 or rec_end > end:
+            raise CorruptRecordError(
+                f"record {i} declares {length} bytes but {end - pos} remain in the batch"
+            )
+        pos += 1  # record attributes: unused
+        b = data[pos]
+        if b < 0x80:
+            ts_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            ts_delta, pos = read_varlong(data, pos)
+        b = data[pos]
+        if b < 0x80:
+            offset_delta = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            offset_delta, pos = read_varint(data, pos)
+        b = data[pos]
+        if b < 0x80:
+            size = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            size, pos = read_varint(data, pos)
+        if size < 0:
+            if size != -1:
+                raise CorruptRecordError(f"record {i} has an invalid key length {size}")
+            key = None
+        else:
+            # Checked before slicing: a corrupt length must not copy the rest of a large buffer.
+            if size > rec_end - pos:
+                raise CorruptRecordError(f"record {i} has a key of {size} bytes past its end")
+            key = data[pos : pos + size]
+            pos += size
+        b = data[pos]
+        if b < 0x80:
+            size = (b >> 1) ^ -(b & 1)
+            pos += 1
+        else:
+            size, pos = read_varint(data, pos)
+        if size < 0:
+            if size != -1:
+                raise CorruptRecordError(f"record {i} has an invalid value length {size}")
+            value = None
+        else:
+            if size > rec_end - pos:
+                raise CorruptRecordError(f"record {i} has a value of {size} bytes past its end")
+            value = data[pos : pos + size]
+            pos += size
+        b = data[pos]
+        if b == 0:
+            headers: tuple[Header, ...] = ()
+            pos += 1
+        else:
+            headers, pos = _decode_headers(data, pos, rec_end, i)
+        if pos != rec_end:
+            raise CorruptRecordError(
+                f"record {i} declares {length} bytes but its fields take {length + pos - rec_end}"
+            )
+        append(
+            new(
+                Record,
+                (
+                    base_offset + offset_delta,
+                    log_append if log_append is not None else base_ts + ts_delta,
+                    key,
+                    value,
+                    headers,
+                ),
+            )
+        )
+    if pos != end:
+        where = "decompressed stream" if compressed else "batch"
+        raise CorruptRecordError(f"{end - pos} bytes left in the {where} after its {count} records")
+    return out
+
+
+def _decode_headers(data: bytes, pos: int, rec_end: int, index: int) -> tuple[tuple[Header, ...], int]:
+    count, pos = read_varint(data, pos)
+    if count < 0 or count > (rec_end - pos) // 2:
+        raise CorruptRecordError(f"record {index} has an invalid header count {count}")
+    headers: list[Header] = []
+    for _ in range(count):
+        klen, pos = read_varint(data, pos)
+        if klen < 0 or pos + klen > rec_end:
+            raise CorruptRecordError(f"record {index} has an invalid header key length {klen}")
+        try:
+            name = data[pos : pos + klen].decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise CorruptRecordError(f"record {index} has a header key that is not UTF-8") from exc
+        pos += klen
+        vlen, pos = read_varint(data, pos)
+        if vlen < -1 or pos + vlen > rec_end:
+            raise CorruptRecordError(f"record {index} has an invalid header value length {vlen}")
+        if vlen == -1:
+            headers.append((name, None))
+        else:
+            headers.append((name, data[pos : pos + vlen]))
+            pos += vlen
+    return tuple(headers), pos
+
+
+def encode_record(
+    out: bytearray,
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[Header] = (),
+) -> None:
+    """Append one v2 record (length prefix included) to ``out``."""
+    body = bytearray(b"\x00")
+    write_varlong(timestamp_delta, body)
+    write_varint(offset_delta, body)
+    _write_blob(key, body)
+    _write_blob(value, body)
+    write_varint(len(headers), body)
+    for name, hvalue in headers:
+        encoded = name.encode("utf-8")
+        write_varint(len(encoded), body)
+        body += encoded
+        _write_blob(hvalue, body)
+    write_varint(len(body), out)
+    out += body
+
+
+def _write_blob(blob: bytes | None, out: bytearray) -> None:
+    if blob is None:
+        out.append(0x01)  # varint(-1)
+    else:
+        write_varint(len(blob), out)
+        out += blob
+
+
+def encode_v2_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int | None = None,
+    codec: Codec = Codec.NONE,
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    log_append_time: int | None = None,
+    leader_epoch: int = -1,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+    delete_horizon: int | None = None,
+    last_offset_delta: int | None = None,
+    max_timestamp: int | None = None,
+) -> bytes:
+    """Build one v2 batch from records with absolute offsets and (CreateTime) timestamps.
+
+    ``base_offset`` defaults to the first record's offset. For LogAppendTime give
+    ``log_append_time``: it becomes ``maxTimestamp`` and the records keep their original deltas,
+    as the broker writes them. With no records an empty (header-only) batch is written, which
+    needs ``base_offset``, ``last_offset_delta`` and ``max_timestamp``.
+    """
+    if not records:
+        if base_offset is None or last_offset_delta is None or max_timestamp is None:
+            raise ValueError("an empty batch needs base_offset, last_offset_delta and max_timestamp")
+        payload = b""
+        base_ts = -1
+        codec = Codec.NONE
+    else:
+        if base_offset is None:
+            base_offset = records[0].offset
+        base_ts = records[0].timestamp if delete_horizon is None else delete_horizon
+        body = bytearray()
+        previous = -1
+        for rec in records:
+            delta = rec.offset - base_offset
+            if delta <= previous:
+                raise ValueError(f"record offsets must increase within a batch (offset {rec.offset})")
+            if rec.timestamp < -1:
+                raise ValueError(f"invalid record timestamp {rec.timestamp}")
+            previous = delta
+            encode_record(body, delta, rec.timestamp - base_ts, rec.key, rec.value, rec.headers)
+        payload = codecs.compress(codec, memoryview(body)) if codec else bytes(body)
+        if last_offset_delta is None:
+            last_offset_delta = records[-1].offset - base_offset
+        if max_timestamp is None:
+            max_timestamp = max(rec.timestamp for rec in records)
+    attributes = int(codec)
+    if timestamp_type is TimestampType.LOG_APPEND_TIME:
+        if log_append_time is None:
+            raise ValueError("a LogAppendTime batch needs log_append_time")
+        attributes |= _LOG_APPEND_TIME
+        max_timestamp = log_append_time
+    if is_transactional:
+        attributes |= _TRANSACTIONAL
+    if is_control:
+        attributes |= _CONTROL
+    if delete_horizon is not None:
+        attributes |= _DELETE_HORIZON
+    buf = bytearray(V2_HEADER_SIZE + len(payload))
+    HEADER.pack_into(
+        buf,
+        0,
+        base_offset,
+        V2_HEADER_SIZE - 12 + len(payload),
+        leader_epoch,
+        2,
+        0,
+        attributes,
+        last_offset_delta,
+        base_ts,
+        max_timestamp,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        len(records),
+    )
+    buf[V2_HEADER_SIZE:] = payload
+    _CRC.pack_into(buf, CRC_OFFSET, crc32c.crc32c(memoryview(buf)[ATTRIBUTES_OFFSET:]))
+    return bytes(buf)
+
+
+def encode_control_batch(
+    base_offset: int,
+    control_type: ControlType,
+    *,
+    producer_id: int,
+    producer_epoch: int,
+    timestamp: int,
+    coordinator_epoch: int = 0,
+    leader_epoch: int = -1,
+) -> bytes:
+    """Build a transaction marker batch (COMMIT or ABORT) as the broker writes it."""
+    key = _CONTROL_KEY.pack(0, control_type)
+    value = _END_TXN_VALUE.pack(0, coordinator_epoch)
+    return encode_v2_batch(
+        [Record(base_offset, timestamp, key, value)],
+        leader_epoch=leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        is_transactional=True,
+        is_control=True,
+    )
+
+
+def parse_control_record(record: Record) -> ControlRecord:
+    """Read the type (and, for transaction markers, the coordinator epoch) of a control record."""
+    key = record.key
+    if key is None or len(key) < 4:
+        raise CorruptRecordError(f"control record at offset {record.offset} has a short key")
+    version, ctype = _CONTROL_KEY.unpack_from(key)
+    if version < 0:
+        raise CorruptRecordError(f"control record at offset {record.offset} has version {version}")
+    coordinator_epoch = -1
+    if ctype in (ControlType.ABORT, ControlType.COMMIT):
+        value = record.value
+        if value is None or len(value) < 6:
+            raise CorruptRecordError(f"transaction marker at offset {record.offset} has a short value")
+        _, coordinator_epoch = _END_TXN_VALUE.unpack_from(value)
+    return ControlRecord(version, ctype, coordinator_epoch)
+
+
+def with_leader_epoch(batch: bytes, epoch: int) -> bytes:
+    """Return ``batch`` with its partitionLeaderEpoch replaced (the CRC does not cover it)."""
+    buf = bytearray(batch)
+    struct.pack_into(">i", buf, 12, epoch)
+    return bytes(buf)
+
+
+def with_base_offset(batch: bytes, base_offset: int) -> bytes:
+    """Return ``batch`` with its baseOffset replaced (the CRC does not cover it)."""
+    buf = bytearray(batch)
+    struct.pack_into(">q", buf, 0, base_offset)
+    return bytes(buf)
