@@ -168,8 +168,8 @@ _LZ4_END_MARK = 0
 _LZ4_STORED = 0x80000000
 
 
-def _xxh32(data: bytes, seed: int = 0) -> int:
-    """XXH32 of ``data``; used for the frame header checksum, a handful of bytes."""
+def _xxh32(data: bytes) -> int:
+    """XXH32 (seed 0) of fewer than 16 bytes: a frame descriptor, with the magic at most 14."""
     p1, p2, p3, p4, p5, m = 2654435761, 2246822519, 3266489917, 668265263, 374761393, 0xFFFFFFFF
 
     def rotl(x: int, r: int) -> int:
@@ -177,16 +177,8 @@ def _xxh32(data: bytes, seed: int = 0) -> int:
 
     n, pos = len(data), 0
     if n >= 16:
-        lanes = [(seed + p1 + p2) & m, (seed + p2) & m, seed & m, (seed - p1) & m]
-        while pos + 16 <= n:
-            for i in range(4):
-                (word,) = _U32LE.unpack_from(data, pos + 4 * i)
-                lanes[i] = rotl((lanes[i] + word * p2) & m, 13) * p1 & m
-            pos += 16
-        acc = rotl(lanes[0], 1) + rotl(lanes[1], 7) + rotl(lanes[2], 12) + rotl(lanes[3], 18)
-    else:
-        acc = seed + p5
-    acc = (acc + n) & m
+        raise ValueError("_xxh32 covers inputs shorter than 16 bytes only")
+    acc = (p5 + n) & m
     while pos + 4 <= n:
         (word,) = _U32LE.unpack_from(data, pos)
         acc = rotl((acc + word * p3) & m, 17) * p4 & m

@@ -9,6 +9,7 @@ fsync the directory so the rename itself survives a crash.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 
@@ -72,10 +73,8 @@ def atomic_write(path: StrPath, data: bytes) -> None:
             os.fsync(out.fileno())
         os.replace(tmp, target)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     fsync_dir(os.path.dirname(os.path.abspath(target)))
 

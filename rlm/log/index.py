@@ -78,6 +78,13 @@ def _to_be(column: array[int]) -> bytes:
     return column.tobytes()
 
 
+def _first_negative(column: array[int]) -> int | None:
+    """Index of the first negative value, else None."""
+    if not column or min(column) >= 0:
+        return None
+    return next(i for i, value in enumerate(column) if value < 0)
+
+
 def _first_disorder(column: array[int], *, strict: bool) -> int | None:
     """Index of the first value not above (``strict``) or below its predecessor, else None."""
     ordered = lt if strict else le
@@ -328,18 +335,23 @@ class OffsetIndex(_SegmentIndex):
         if self._rel and self._rel[-1] < 0:
             last = self.base_offset + self._rel[-1]
             return (f"last offset {last} is less than the base offset", size * (len(self) - 1))
-        if self._rel and min(self._rel) < 0:
-            slot = next(i for i, rel in enumerate(self._rel) if rel < 0)
-            return (f"relative offset {self._rel[slot]} in slot {slot} is negative", size * slot)
-        slot = _first_disorder(self._rel, strict=True)
-        if slot is not None:
-            return (f"offset in slot {slot} is not above the previous entry's", size * slot)
-        if self._pos and min(self._pos) < 0:
-            slot = next(i for i, pos in enumerate(self._pos) if pos < 0)
-            return (f"position {self._pos[slot]} in slot {slot} is negative", size * slot + 4)
-        slot = _first_disorder(self._pos, strict=True)
-        if slot is not None:
-            return (f"position in slot {slot} is not above the previous entry's", size * slot + 4)
+        negative = _first_negative(self._rel)
+        if negative is not None:
+            rel = self._rel[negative]
+            return (f"relative offset {rel} in slot {negative} is negative", size * negative)
+        disorder = _first_disorder(self._rel, strict=True)
+        if disorder is not None:
+            return (f"offset in slot {disorder} is not above the previous entry's", size * disorder)
+        negative = _first_negative(self._pos)
+        if negative is not None:
+            pos = self._pos[negative]
+            return (f"position {pos} in slot {negative} is negative", size * negative + 4)
+        disorder = _first_disorder(self._pos, strict=True)
+        if disorder is not None:
+            return (
+                f"position in slot {disorder} is not above the previous entry's",
+                size * disorder + 4,
+            )
         return None
 
 
@@ -477,16 +489,14 @@ class TimeIndex(_SegmentIndex):
             return (f"last offset {last} is less than the base offset", last_slot + 8)
         if self._ts[0] < 0:
             return (f"timestamp {self._ts[0]} in slot 0 is negative", 0)
-        if min(self._rel) < 0:
-            slot = next(i for i, rel in enumerate(self._rel) if rel < 0)
-            return (
-                f"relative offset {self._rel[slot]} in slot {slot} is negative",
-                size * slot + 8,
-            )
-        slot = _first_disorder(self._ts, strict=True)
-        if slot is not None:
-            return (f"timestamp in slot {slot} is not above the previous entry's", size * slot)
-        slot = _first_disorder(self._rel, strict=False)
-        if slot is not None:
-            return (f"offset in slot {slot} is below the previous entry's", size * slot + 8)
+        negative = _first_negative(self._rel)
+        if negative is not None:
+            rel = self._rel[negative]
+            return (f"relative offset {rel} in slot {negative} is negative", size * negative + 8)
+        disorder = _first_disorder(self._ts, strict=True)
+        if disorder is not None:
+            return (f"timestamp in slot {disorder} is not above the previous entry's", size * disorder)
+        disorder = _first_disorder(self._rel, strict=False)
+        if disorder is not None:
+            return (f"offset in slot {disorder} is below the previous entry's", size * disorder + 8)
         return None

@@ -124,8 +124,8 @@ def iter_headers(
 ) -> Iterator[BatchHeader]:
     """Yield the header of every whole batch in ``[start, end)`` of ``source``.
 
-    Iteration ends cleanly at a torn tail (a last batch not yet completely written, or fewer than
-    17 bytes left), as Kafka's ``FileLogInputStream`` does. A size field that cannot be a batch,
+    Iteration ends cleanly at a torn tail (a last batch not yet completely written, or 17 bytes
+    or fewer left), as Kafka's ``FileLogInputStream`` does. A size field that cannot be a batch,
     an unknown magic or a malformed header raises :class:`CorruptRecordError` naming the source
     and the byte position.
     """
@@ -133,7 +133,8 @@ def iter_headers(
     buf = b""
     buf_start = start
     pos = start
-    while limit - pos > MAGIC_OFFSET:
+    # FileLogInputStream stops when position + HEADER_SIZE_UP_TO_MAGIC (17) >= end.
+    while limit - pos > MAGIC_OFFSET + 1:
         rel = pos - buf_start
         need = min(V2_HEADER_SIZE, limit - pos)
         if rel < 0 or rel + need > len(buf):

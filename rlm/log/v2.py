@@ -43,7 +43,7 @@ from rlm.log.model import (
     Record,
     TimestampType,
 )
-from rlm.log.varint import read_varint, read_varlong, write_varint, write_varlong
+from rlm.log.varint import read_uvarint, read_varint, write_varint, write_varlong
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC = struct.Struct(">I")
@@ -148,7 +148,7 @@ def decode_v2(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> l
             compressed=bool(codec),
         )
     except IndexError as exc:
-        raise CorruptRecordError("record data ends in the middle of a record") from exc
+        raise CorruptRecordError("a record runs past the end of the batch data") from exc
 
 
 def _decode_records(
@@ -162,72 +162,137 @@ def _decode_records(
     *,
     compressed: bool,
 ) -> list[Record]:
-    # The hot loop of every record read: single-byte varints (the common case) are decoded inline.
+    # The hot loop of every record read. Varints of one and two bytes (lengths up to 8191, i.e.
+    # nearly every field) are decoded inline: a function call per field would cost more than the
+    # rest of the loop. Longer ones take the general path.
     out: list[Record] = []
     append = out.append
     new = tuple.__new__
     for i in range(count):
         if pos >= end:
             raise CorruptRecordError(f"batch declares {count} records but its data ends after {i}")
-        b = data[pos]
-        if b < 0x80:
-            length = (b >> 1) ^ -(b & 1)
+        # length
+        u = data[pos]
+        if u < 0x80:
             pos += 1
+        elif data[pos + 1] < 0x80:
+            u = (u & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
         else:
-            length, pos = read_varint(data, pos)
+            u, pos = read_uvarint(data, pos, 5)
+        length = (u >> 1) ^ -(u & 1)
         rec_end = pos + length
         if length < 6 or rec_end > end:
-            raise CorruptRecordError(
-                f"record {i} declares {length} bytes but {end - pos} remain in the batch"
-            )
+            raise CorruptRecordError(f"record {i} declares {length} bytes but {end - pos} remain in the batch")
         pos += 1  # record attributes: unused
-        b = data[pos]
-        if b < 0x80:
-            ts_delta = (b >> 1) ^ -(b & 1)
+        # timestampDelta (varlong)
+        u = data[pos]
+        if u < 0x80:
             pos += 1
+        elif data[pos + 1] < 0x80:
+            u = (u & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
         else:
-            ts_delta, pos = read_varlong(data, pos)
-        b = data[pos]
-        if b < 0x80:
-            offset_delta = (b >> 1) ^ -(b & 1)
+            u, pos = read_uvarint(data, pos, 10)
+        ts_delta = (u >> 1) ^ -(u & 1)
+        # offsetDelta
+        u = data[pos]
+        if u < 0x80:
             pos += 1
+        elif data[pos + 1] < 0x80:
+            u = (u & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
         else:
-            offset_delta, pos = read_varint(data, pos)
-        b = data[pos]
-        if b < 0x80:
-            size = (b >> 1) ^ -(b & 1)
+            u, pos = read_uvarint(data, pos, 5)
+        offset_delta = (u >> 1) ^ -(u & 1)
+        # key
+        u = data[pos]
+        if u < 0x80:
             pos += 1
+        elif data[pos + 1] < 0x80:
+            u = (u & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
         else:
-            size, pos = read_varint(data, pos)
-        if size < 0:
-            if size != -1:
-                raise CorruptRecordError(f"record {i} has an invalid key length {size}")
+            u, pos = read_uvarint(data, pos, 5)
+        if u == 1:
             key = None
+        elif u & 1:
+            raise CorruptRecordError(f"record {i} has an invalid key length {(u >> 1) ^ -1}")
         else:
-            # Checked before slicing: a corrupt length must not copy the rest of a large buffer.
-            if size > rec_end - pos:
-                raise CorruptRecordError(f"record {i} has a key of {size} bytes past its end")
-            key = data[pos : pos + size]
-            pos += size
-        b = data[pos]
-        if b < 0x80:
-            size = (b >> 1) ^ -(b & 1)
+            u >>= 1
+            if pos + u > rec_end:
+                raise CorruptRecordError(f"record {i} has a key of {u} bytes, more than the record holds")
+            key = data[pos : pos + u]
+            pos += u
+        # value
+        u = data[pos]
+        if u < 0x80:
             pos += 1
+        elif data[pos + 1] < 0x80:
+            u = (u & 0x7F) | (data[pos + 1] << 7)
+            pos += 2
         else:
-            size, pos = read_varint(data, pos)
-        if size < 0:
-            if size != -1:
-                raise CorruptRecordError(f"record {i} has an invalid value length {size}")
+            u, pos = read_uvarint(data, pos, 5)
+        if u == 1:
             value = None
+        elif u & 1:
+            raise CorruptRecordError(f"record {i} has an invalid value length {(u >> 1) ^ -1}")
         else:
-            if size > rec_end - pos:
-                raise CorruptRecordError(f"record {i} has a value of {size} bytes past its end")
-            value = data[pos : pos + size]
-            pos += size
-        b = data[pos]
-        if b == 0:
+            u >>= 1
+            if pos + u > rec_end:
+                raise CorruptRecordError(f"record {i} has a value of {u} bytes, more than the record holds")
+            value = data[pos : pos + u]
+            pos += u
+        # headers
+        u = data[pos]
+        if u == 0:
             headers: tuple[Header, ...] = ()
             pos += 1
+        elif u < 0x80 and not u & 1 and u >> 1 <= (rec_end - pos) // 2:
+            pos += 1
+            found: list[Header] = []
+            for _ in range(u >> 1):
+                u = data[pos]
+                if u < 0x80 and not u & 1:
+                    pos += 1
+                    name_end = pos + (u >> 1)
+                else:
+                    klen, pos = read_varint(data, pos)
+                    if klen < 0:
+                        raise CorruptRecordError(f"record {i} has an invalid header key length {klen}")
+                    name_end = pos + klen
+                if name_end > rec_end:
+                    raise CorruptRecordError(
+                        f"record {i} has an invalid header key length {name_end - pos}: "
+                        "it runs past the record"
+                    )
+                try:
+                    name = data[pos:name_end].decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise CorruptRecordError(f"record {i} has a header key that is not UTF-8") from exc
+                pos = name_end
+                u = data[pos]
+                if u == 1:
+                    found.append((name, None))
+                    pos += 1
+                    continue
+                if u < 0x80 and not u & 1:
+                    pos += 1
+                    vlen = u >> 1
+                else:
+                    vlen, pos = read_varint(data, pos)
+                    if vlen < -1:
+                        raise CorruptRecordError(f"record {i} has an invalid header value length {vlen}")
+                    if vlen == -1:
+                        found.append((name, None))
+                        continue
+                if pos + vlen > rec_end:
+                    raise CorruptRecordError(
+                        f"record {i} has an invalid header value length {vlen}: it runs past the record"
+                    )
+                found.append((name, data[pos : pos + vlen]))
+                pos += vlen
+            headers = tuple(found)
         else:
             headers, pos = _decode_headers(data, pos, rec_end, i)
         if pos != rec_end:
@@ -258,7 +323,12 @@ def _decode_headers(data: bytes, pos: int, rec_end: int, index: int) -> tuple[tu
         raise CorruptRecordError(f"record {index} has an invalid header count {count}")
     headers: list[Header] = []
     for _ in range(count):
-        klen, pos = read_varint(data, pos)
+        klen = data[pos]
+        if klen < 0x80:
+            klen = (klen >> 1) ^ -(klen & 1)
+            pos += 1
+        else:
+            klen, pos = read_varint(data, pos)
         if klen < 0 or pos + klen > rec_end:
             raise CorruptRecordError(f"record {index} has an invalid header key length {klen}")
         try:
@@ -266,7 +336,12 @@ def _decode_headers(data: bytes, pos: int, rec_end: int, index: int) -> tuple[tu
         except UnicodeDecodeError as exc:
             raise CorruptRecordError(f"record {index} has a header key that is not UTF-8") from exc
         pos += klen
-        vlen, pos = read_varint(data, pos)
+        vlen = data[pos]
+        if vlen < 0x80:
+            vlen = (vlen >> 1) ^ -(vlen & 1)
+            pos += 1
+        else:
+            vlen, pos = read_varint(data, pos)
         if vlen < -1 or pos + vlen > rec_end:
             raise CorruptRecordError(f"record {index} has an invalid header value length {vlen}")
         if vlen == -1:
@@ -402,8 +477,12 @@ def encode_control_batch(
     timestamp: int,
     coordinator_epoch: int = 0,
     leader_epoch: int = -1,
+    log_append_time: int | None = None,
 ) -> bytes:
-    """Build a transaction marker batch (COMMIT or ABORT) as the broker writes it."""
+    """Build a transaction marker batch (COMMIT or ABORT) as the broker writes it.
+
+    On a LogAppendTime topic pass ``log_append_time``: the broker stamps markers like any batch.
+    """
     key = _CONTROL_KEY.pack(0, control_type)
     value = _END_TXN_VALUE.pack(0, coordinator_epoch)
     return encode_v2_batch(
@@ -413,6 +492,10 @@ def encode_control_batch(
         producer_epoch=producer_epoch,
         is_transactional=True,
         is_control=True,
+        timestamp_type=TimestampType.CREATE_TIME
+        if log_append_time is None
+        else TimestampType.LOG_APPEND_TIME,
+        log_append_time=log_append_time,
     )
 
 

@@ -207,6 +207,7 @@ class PartitionAppender:
             timestamp=timestamp,
             coordinator_epoch=coordinator_epoch,
             leader_epoch=self.leader_epoch,
+            log_append_time=log_append_time if log_append_time >= 0 else None,
         )
         result = self._append_batch(batch, offset, offset, timestamp, now, log_append_time)
         state = self._producers.get(producer_id)

@@ -63,6 +63,14 @@ BROKER_BATCHES = bytes.fromhex(
 BROKER_BATCH_LAYOUT = [(0, 71, 0x0318A270), (71, 76, 0xC85CBD23), (147, 71, 0x2E0B85B7),
                        (218, 81, 0x5CD8EF52)]  # fmt: skip
 
+# kafka-python test_records.record_batch_data_v1: four magic-1 messages, offsets 0-3.
+BROKER_V1_MESSAGES = [
+    bytes.fromhex("000000000000000000000019478628c201000000015e1867abaeffffffff00000003313233"),
+    bytes.fromhex("000000000000000100000016ef98c92001000000015e1867afc0ffffffff00000000"),
+    bytes.fromhex("0000000000000002000000165faffb5e01000000015e1867b072ffffffff00000000"),
+    bytes.fromhex("000000000000000300000019a812572001000000015e1867b803ffffffff00000003313233"),
+]
+
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 
 
@@ -121,9 +129,7 @@ HEADERS = st.lists(st.tuples(_HEADER_NAMES, _BLOBS), max_size=3).map(tuple)
 
 
 @st.composite
-def record_lists(
-    draw: st.DrawFn, *, max_records: int = 12, base_offset: int | None = None
-) -> list[Record]:
+def record_lists(draw: st.DrawFn, *, max_records: int = 12, base_offset: int | None = None) -> list[Record]:
     """Records with increasing offsets (gaps allowed) and CreateTime timestamps."""
     n = draw(st.integers(min_value=1, max_value=max_records))
     offset = draw(st.integers(0, 2**40)) if base_offset is None else base_offset

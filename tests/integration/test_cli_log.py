@@ -1,0 +1,185 @@
+"""The ``rlm log`` commands on a generated log directory, checked against kafka-python."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from kafka.record import MemoryRecords
+
+from rlm.cli import main
+from rlm.log.logdir import LogDir
+from rlm.log.produce import ProduceSummary
+
+RECORD_FIELDS = [
+    "offset",
+    "timestamp",
+    "timestamp_type",
+    "key",
+    "value",
+    "headers",
+    "leader_epoch",
+    "is_control",
+]
+
+
+@pytest.fixture
+def logs(sample_logdir: tuple[Path, ProduceSummary], tmp_path: Path) -> Path:
+    copy = tmp_path / "logs"
+    shutil.copytree(sample_logdir[0], copy)
+    return copy
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def test_dump_records_json_matches_kafka_python(logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    partition = LogDir(logs).partition("clicks", 0)
+    segment = partition.segments()[0]
+    code, out, _ = _run(capsys, "log", "dump", str(segment.log_path), "--records", "--json")
+    assert code == 0
+    rows = [json.loads(line) for line in out.splitlines()]
+    assert all(list(row) == RECORD_FIELDS for row in rows)
+    expected = []
+    records = MemoryRecords(segment.log_path.read_bytes())
+    while records.has_next():
+        batch = records.next_batch()
+        assert batch.validate_crc()
+        for r in batch:
+            if batch.is_control_batch:
+                continue
+            expected.append(
+                {
+                    "offset": r.offset,
+                    "timestamp": r.timestamp,
+                    "timestamp_type": "LogAppendTime" if r.timestamp_type == 1 else "CreateTime",
+                    "key": _b64(r.key),
+                    "value": _b64(r.value),
+                    "headers": [[k, _b64(v)] for k, v in r.headers],
+                }
+            )
+    data_rows = [{k: row[k] for k in RECORD_FIELDS[:6]} for row in rows if not row["is_control"]]
+    assert data_rows == expected
+    assert any(row["is_control"] for row in rows)
+    assert {row["timestamp_type"] for row in rows} == {"LogAppendTime"}
+
+
+def test_dump_batches_text_and_json(logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    partition_dir = logs / "orders-0"
+    code, out, _ = _run(capsys, "log", "dump", str(partition_dir))
+    assert code == 0
+    assert "crc_valid: true" in out and "magic: 1" in out and "magic: 2" in out
+    code, out, _ = _run(capsys, "log", "dump", str(partition_dir), "--json")
+    batches = [json.loads(line) for line in out.splitlines()]
+    assert {b["codec"] for b in batches} == {"none", "gzip", "snappy", "lz4", "zstd"}
+    assert all(b["crc_valid"] for b in batches)
+    assert any(b["is_transactional"] and b["is_control"] for b in batches)
+    index = sorted(partition_dir.glob("*.timeindex"))[0]
+    code, out, _ = _run(capsys, "log", "dump", str(index), "--json")
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert entries and all(set(e) == {"timestamp", "offset"} for e in entries)
+
+
+def test_verify_passes_then_names_file_and_position_of_corruption(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = _run(capsys, "log", "verify", str(logs))
+    assert code == 0 and "OK" in out
+    segment = LogDir(logs).partition("orders", 1).segments()[1]
+    batches = list(segment.headers())
+    target = batches[len(batches) // 2]
+    data = bytearray(segment.log_path.read_bytes())
+    data[target.position + 40] ^= 0x01  # inside the CRC-covered header
+    segment.log_path.write_bytes(bytes(data))
+    code, _, err = _run(capsys, "log", "verify", str(logs))
+    assert code == 1
+    assert f"{segment.log_path}: position {target.position}: CRC mismatch" in err
+
+
+def test_verify_reports_bad_index_and_reindex_repairs_it(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    partition = LogDir(logs).partition("clicks", 1)
+    segment = partition.segments()[0]
+    good = segment.time_index_path.read_bytes()
+    segment.time_index_path.write_bytes(good[:12] + b"\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x01")
+    segment.index_path.unlink()
+    code, _, err = _run(capsys, "log", "verify", str(partition.path))
+    assert code == 1
+    assert str(segment.index_path) in err and "missing" in err
+    assert str(segment.time_index_path) in err
+    code, out, _ = _run(capsys, "log", "reindex", str(partition.path))
+    assert code == 0 and "rebuilt" in out
+    assert segment.time_index_path.read_bytes() == good
+    code, _, _ = _run(capsys, "log", "verify", str(partition.path))
+    assert code == 0
+
+
+def test_find_offset_json_and_not_found(logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    partition = LogDir(logs).partition("orders", 0)
+    expected = partition.find_offset_by_timestamp(1_700_000_030_000)
+    assert expected is not None
+    code, out, _ = _run(
+        capsys, "log", "find-offset", str(partition.path), "--timestamp", "2023-11-14T22:13:50Z", "--json"
+    )
+    assert code == 0
+    assert json.loads(out) == {
+        "offset": expected.offset,
+        "timestamp": expected.timestamp,
+        "leader_epoch": expected.leader_epoch,
+    }
+    code, out, _ = _run(
+        capsys, "log", "find-offset", str(partition.path), "--timestamp", "4000000000000", "--json"
+    )
+    assert json.loads(out) == {"offset": -1, "timestamp": -1, "leader_epoch": -1}
+    code, _, err = _run(capsys, "log", "find-offset", str(partition.path), "--timestamp", "yesterday-ish")
+    assert code == 1 and "yesterday-ish" in err
+
+
+def test_unknown_path_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _run(capsys, "log", "verify", str(tmp_path / "nope"))
+    assert code == 1 and "does not exist" in err
+
+
+def test_console_script_produce_and_dump(tmp_path: Path) -> None:
+    out = tmp_path / "generated"
+    rlm = [sys.executable, "-m", "rlm"]
+    produced = subprocess.run(
+        [
+            *rlm,
+            "log",
+            "produce",
+            str(out),
+            "--topics",
+            "1",
+            "--partitions",
+            "1",
+            "--records",
+            "500",
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "wrote 500 records" in produced.stdout
+    dumped = subprocess.run(
+        [*rlm, "log", "dump", str(out / "orders-0"), "--records", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    offsets = [json.loads(line)["offset"] for line in dumped.stdout.splitlines()]
+    assert offsets == sorted(offsets) and len(offsets) >= 500
