@@ -15,10 +15,12 @@ $(STAMP): pyproject.toml requirements.lock
 
 run: $(STAMP)
 	rm -rf $(SAMPLE)
-	$(BIN)/rlm log produce $(SAMPLE) --topics 2 --partitions 2 --records 20000 --seed 7
-	$(BIN)/rlm log dump $(SAMPLE)/orders-0 | head -n 15
+	$(BIN)/rlm log produce $(SAMPLE) --topics 2 --partitions 2 --records 20000 --legacy-batches 5 --seed 7
+	$(BIN)/rlm log dump $(SAMPLE)/orders-0 | head -n 8
+	$(BIN)/rlm log dump $(SAMPLE)/clicks-0/00000000000000000000.log --records --json | head -n 3
 	$(BIN)/rlm log verify $(SAMPLE)
-	$(BIN)/rlm log find-offset $(SAMPLE)/orders-0 --timestamp $$($(BIN)/python -c "import sys; sys.path.insert(0,'.'); from rlm.log.produce import SAMPLE_BASE_TIMESTAMP as t; print(t + 60_000)") --json
+	$(BIN)/rlm log find-offset $(SAMPLE)/orders-0 --timestamp 2023-11-14T22:14:20Z --json
+	$(BIN)/rlm log find-offset $(SAMPLE)/clicks-0 --timestamp max-timestamp --json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -46,10 +46,8 @@ def _generate(directory: Path, total_bytes: int, codec: Codec, segment_bytes: in
     appender = PartitionAppender(
         directory, TopicConfig(segment_bytes=segment_bytes), clock=lambda: now[0] + 10_000
     )
-    words = [w.encode() for w in ["lorem", "ipsum", "dolor", "sit", "amet", "consectetur", "adipiscing", "elit", "sed", "do"]]
-    values = [
-        b" ".join(rng.choice(words) for _ in range(rng.randint(20, 80))) for _ in range(512)
-    ]
+    words = b"lorem ipsum dolor sit amet consectetur adipiscing elit sed do".split()
+    values = [b" ".join(rng.choice(words) for _ in range(rng.randint(20, 80))) for _ in range(512)]
     written = 0
     batches = 0
     while written < total_bytes:

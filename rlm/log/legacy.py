@@ -51,8 +51,8 @@ _ENTRY_V0 = struct.Struct(">qiIbB")
 _ENTRY_V1 = struct.Struct(">qiIbBq")
 
 # The fields after the CRC, which the CRC covers: magic, attributes (v1: timestamp), key length.
-_BODY_V0 = struct.Struct(">bbi")
-_BODY_V1 = struct.Struct(">bbqi")
+_BODY_V0 = struct.Struct(">bBi")
+_BODY_V1 = struct.Struct(">bBqi")
 _PREFIX = struct.Struct(">qiI")  # offset, message_size, crc
 _LENGTH = struct.Struct(">i")  # key_length, value_length
 _CRC = struct.Struct(">I")
@@ -89,7 +89,7 @@ def parse_legacy_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
         raise CorruptRecordError("legacy message is cut short: no room for its header")
     offset, size, crc, magic, attributes = _ENTRY_V0.unpack_from(buf, pos)
     _check_header(size, magic, attributes, len(buf) - pos - LOG_OVERHEAD)
-    timestamp = NO_TIMESTAMP if magic == 0 else _TIMESTAMP.unpack_from(buf, pos + _TIMESTAMP_OFFSET)[0]
+    timestamp = _timestamp(buf, pos, magic)
     compressed = attributes & _CODEC_MASK != Codec.NONE
     return BatchHeader(
         position=pos,
@@ -152,7 +152,7 @@ def _read_entry(view: memoryview, pos: int, limit: int, verify_crc: bool) -> _En
             raise CorruptRecordError(
                 f"legacy message CRC mismatch: stored 0x{crc:08x}, computed 0x{computed:08x}"
             )
-    timestamp = NO_TIMESTAMP if magic == 0 else _TIMESTAMP.unpack_from(view, pos + _TIMESTAMP_OFFSET)[0]
+    timestamp = _timestamp(view, pos, magic)
     key, at = _read_bytes(view, pos + _KEY_OFFSET[magic], end, "key")
     value, at = _read_bytes(view, at, end, "value")
     if at != end:

@@ -183,7 +183,9 @@ def _decode_records(
         length = (u >> 1) ^ -(u & 1)
         rec_end = pos + length
         if length < 6 or rec_end > end:
-            raise CorruptRecordError(f"record {i} declares {length} bytes but {end - pos} remain in the batch")
+            raise CorruptRecordError(
+                f"record {i} declares {length} bytes but {end - pos} remain in the batch"
+            )
         pos += 1  # record attributes: unused
         # timestampDelta (varlong)
         u = data[pos]

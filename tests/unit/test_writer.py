@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -95,7 +96,7 @@ def test_rolls_by_segment_bytes_and_trims_indexes(tmp_path: Path) -> None:
         assert segment.size() <= 10_000
         assert segment.index_path.stat().st_size % 8 == 0
         assert segment.index_path.stat().st_size == 8 * len(segment.offset_index())
-    for previous, current in zip(segments, segments[1:], strict=False):
+    for previous, current in itertools.pairwise(segments):
         assert (tmp_path / "t-0" / segment_file_name(current.base_offset, ".snapshot")).exists()
         last = list(previous.headers())[-1]
         assert current.base_offset == last.next_offset
