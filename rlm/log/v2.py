@@ -58,6 +58,9 @@ _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _DELETE_HORIZON = 0x40
 
+_INT32_BITS = 0xFFFFFFFF
+_INT64_BITS = 0xFFFFFFFFFFFFFFFF
+
 Buffer = bytes | bytearray | memoryview
 
 
@@ -164,7 +167,8 @@ def _decode_records(
 ) -> list[Record]:
     # The hot loop of every record read. Varints of one and two bytes (lengths up to 8191, i.e.
     # nearly every field) are decoded inline: a function call per field would cost more than the
-    # rest of the loop. Longer ones take the general path.
+    # rest of the loop. Longer ones take the general path, masked to 32/64 bits as ByteUtils
+    # reads them (the last byte of an overlong encoding may carry bits Java shifts out).
     out: list[Record] = []
     append = out.append
     new = tuple.__new__
@@ -180,6 +184,7 @@ def _decode_records(
             pos += 2
         else:
             u, pos = read_uvarint(data, pos, 5)
+            u &= _INT32_BITS
         length = (u >> 1) ^ -(u & 1)
         rec_end = pos + length
         if length < 6 or rec_end > end:
@@ -196,6 +201,7 @@ def _decode_records(
             pos += 2
         else:
             u, pos = read_uvarint(data, pos, 10)
+            u &= _INT64_BITS
         ts_delta = (u >> 1) ^ -(u & 1)
         # offsetDelta
         u = data[pos]
@@ -206,6 +212,7 @@ def _decode_records(
             pos += 2
         else:
             u, pos = read_uvarint(data, pos, 5)
+            u &= _INT32_BITS
         offset_delta = (u >> 1) ^ -(u & 1)
         # key
         u = data[pos]
@@ -216,6 +223,7 @@ def _decode_records(
             pos += 2
         else:
             u, pos = read_uvarint(data, pos, 5)
+            u &= _INT32_BITS
         if u == 1:
             key = None
         elif u & 1:
@@ -235,6 +243,7 @@ def _decode_records(
             pos += 2
         else:
             u, pos = read_uvarint(data, pos, 5)
+            u &= _INT32_BITS
         if u == 1:
             value = None
         elif u & 1:

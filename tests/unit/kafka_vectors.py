@@ -9,11 +9,31 @@ from __future__ import annotations
 import struct
 
 import crc32c
+import pytest
 from hypothesis import strategies as st
 
-from rlm.log.model import Header, Record
+from rlm.errors import CorruptRecordError
+from rlm.log.model import BatchHeader, Codec, Header, Record
+from rlm.log.v2 import decode_v2, encode_v2_batch, parse_v2_header
 
 TS = 1_700_000_000_000
+
+# Offsets of v2 header fields (DefaultRecordBatch.java).
+LENGTH_OFFSET = 8
+LEADER_EPOCH_OFFSET = 12
+MAGIC_OFFSET = 16
+CRC_OFFSET = 17
+ATTRIBUTES_OFFSET = 21
+LAST_OFFSET_DELTA_OFFSET = 23
+RECORDS_COUNT_OFFSET = 57
+
+#: How every Kafka-framed payload of each codec begins (spec §7.5).
+PAYLOAD_PREFIX = {
+    Codec.GZIP: bytes.fromhex("1f8b"),
+    Codec.SNAPPY: bytes.fromhex("82534e41505059000000000100000001"),
+    Codec.LZ4: bytes.fromhex("04224d18604082"),
+    Codec.ZSTD: bytes.fromhex("28b52ffd"),
+}
 
 # A. One record, CreateTime, baseOffset 0, leaderEpoch 0, key "key", value "value".
 VECTOR_A = bytes.fromhex(
@@ -116,6 +136,47 @@ def zigzag(v: int) -> bytes:
     return bytes(out)
 
 
+def record_bytes(body: bytes, length: int | None = None) -> bytes:
+    """A v2 record whose length prefix is ``length`` (default: the body's size)."""
+    return zigzag(len(body) if length is None else length) + body
+
+
+def padded_record(fields: bytes, size: int = 100) -> bytes:
+    """Record fields followed by zero bytes up to ``size``, as DefaultRecordTest writes them."""
+    return record_bytes(fields + bytes(size - len(fields)))
+
+
+#: Record attributes, timestampDelta 2 and offsetDelta 1: the start of DefaultRecordTest's records.
+ATTRS_TS_OFFSET = b"\x00" + zigzag(2) + zigzag(1)
+NULL_KEY_VALUE = ATTRS_TS_OFFSET + zigzag(-1) + zigzag(-1)
+
+
+# --- assertions ---------------------------------------------------------------------------------
+
+
+def decode(batch: bytes, *, verify_crc: bool = True) -> tuple[BatchHeader, list[Record]]:
+    """Parse and decode the v2 batch at the start of ``batch``."""
+    header = parse_v2_header(batch, 0)
+    return header, decode_v2(batch, header, verify_crc=verify_crc)
+
+
+def assert_corrupt(batch: bytes | bytearray, *, verify_crc: bool = True) -> None:
+    """Parsing or decoding ``batch`` raises CorruptRecordError (and nothing else)."""
+    with pytest.raises(CorruptRecordError):
+        header = parse_v2_header(batch, 0)
+        decode_v2(batch, header, verify_crc=verify_crc)
+
+
+def decode_or_corrupt(batch: bytes | bytearray, *, verify_crc: bool, pos: int = 0) -> None:
+    """Decoding either succeeds with the declared record count or raises CorruptRecordError."""
+    try:
+        header = parse_v2_header(batch, pos)
+        records = decode_v2(batch, header, verify_crc=verify_crc)
+    except CorruptRecordError:
+        return
+    assert len(records) == header.record_count
+
+
 # --- hypothesis strategies ----------------------------------------------------------------------
 
 _BLOBS = st.one_of(
@@ -147,3 +208,13 @@ def compressible_tail(records: list[Record]) -> list[Record]:
     """``records`` plus one record that compresses well, so a compressed batch stays compressed."""
     last = records[-1]
     return [*records, Record(last.offset + 1, last.timestamp, None, b"kafka-log " * 64, ())]
+
+
+@st.composite
+def v2_batches(draw: st.DrawFn) -> bytes:
+    """A valid v2 batch of a few records, of any codec."""
+    records = draw(record_lists(max_records=5))
+    codec = draw(st.sampled_from(list(Codec)))
+    if codec is not Codec.NONE:
+        records = compressible_tail(records)
+    return encode_v2_batch(records, codec=codec, leader_epoch=draw(st.integers(-1, 100)))

@@ -16,7 +16,18 @@ from rlm.log.batches import crc_valid, decode_batch
 from rlm.log.model import BatchHeader, Codec, Record
 from rlm.log.source import BytesSource, FileSource, iter_headers, read_batch_bytes
 from rlm.log.v2 import encode_v2_batch, parse_v2_header
-from tests.unit.kafka_vectors import BROKER_BATCHES, BROKER_V1_MESSAGES, TS, VECTOR_A, VECTOR_D, VECTOR_E
+from tests.unit.kafka_vectors import (
+    ATTRIBUTES_OFFSET,
+    BROKER_BATCHES,
+    BROKER_V1_MESSAGES,
+    LENGTH_OFFSET,
+    MAGIC_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    TS,
+    VECTOR_A,
+    VECTOR_D,
+    VECTOR_E,
+)
 
 WINDOWS = [1, 61, 100, 4096, 256 * 1024]
 
@@ -214,7 +225,7 @@ def _corrupt_at(data: bytes, index: int, offset: int, fmt: str, value: int) -> t
 
 @pytest.mark.parametrize("size", [-(2**31), -1, 0, 13])
 def test_size_field_below_14_names_the_file_and_position(tmp_path: Path, size: int) -> None:
-    data, position = _corrupt_at(LOG, 5, 8, ">i", size)
+    data, position = _corrupt_at(LOG, 5, LENGTH_OFFSET, ">i", size)
     path = tmp_path / "00000000000000000010.log"
     path.write_bytes(data)
     with FileSource(path) as source:
@@ -230,7 +241,7 @@ def test_size_field_below_14_names_the_file_and_position(tmp_path: Path, size: i
 
 @pytest.mark.parametrize("magic", [3, 7, 0x7F, 0xFF])
 def test_unknown_magic_names_the_position(log_file: Path, magic: int) -> None:
-    data, position = _corrupt_at(LOG, 3, 16, ">B", magic)
+    data, position = _corrupt_at(LOG, 3, MAGIC_OFFSET, ">B", magic)
     log_file.write_bytes(data)
     with FileSource(log_file) as source, pytest.raises(CorruptRecordError) as excinfo:
         list(iter_headers(source, window_bytes=61))
@@ -243,10 +254,10 @@ def test_unknown_magic_names_the_position(log_file: Path, magic: int) -> None:
 @pytest.mark.parametrize(
     ("offset", "fmt", "value", "message"),
     [
-        (8, ">i", 14, "smaller than its 61-byte header"),
-        (8, ">i", 48, "smaller than its 61-byte header"),
-        (21, ">h", 6, "unknown compression codec id 6"),
-        (57, ">i", -3, "negative record count"),
+        (LENGTH_OFFSET, ">i", 14, "smaller than its 61-byte header"),
+        (LENGTH_OFFSET, ">i", 48, "smaller than its 61-byte header"),
+        (ATTRIBUTES_OFFSET, ">h", 6, "unknown compression codec id 6"),
+        (RECORDS_COUNT_OFFSET, ">i", -3, "negative record count"),
     ],
 )
 def test_malformed_v2_header_names_the_position(offset: int, fmt: str, value: int, message: str) -> None:

@@ -10,6 +10,8 @@ from kafka.record.util import encode_varint as kp_encode_varint
 from kafka.record.util import size_of_varint as kp_size_of_varint
 
 from rlm.errors import CorruptRecordError
+from rlm.log.model import Record
+from rlm.log.v2 import decode_v2, parse_v2_header
 from rlm.log.varint import (
     read_uvarint,
     read_varint,
@@ -19,6 +21,7 @@ from rlm.log.varint import (
     write_varint,
     write_varlong,
 )
+from tests.unit.kafka_vectors import raw_batch
 
 INT32 = st.integers(min_value=-(2**31), max_value=2**31 - 1)
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -181,6 +184,25 @@ def test_overlong_fifth_byte_keeps_only_the_low_32_bits_like_kafka() -> None:
 def test_overlong_tenth_byte_keeps_only_the_low_64_bits_like_kafka() -> None:
     assert read_varlong(bytes.fromhex("feffffffffffffffff7f"), 0) == (2**63 - 1, 10)
     assert read_varlong(bytes.fromhex("ffffffffffffffffff7f"), 0) == (-(2**63), 10)
+
+
+def test_overlong_varints_inside_a_record_read_as_kafka_reads_them() -> None:
+    # Non-canonical encodings whose last byte carries bits past 32 (varint) or 64 (varlong):
+    # DefaultRecord.readFrom sees them through ByteUtils, which drops those bits.
+    body = (
+        b"\x00"  # attributes
+        + bytes.fromhex("8080808080808080807e")  # timestampDelta 0 (bits 64+ set)
+        + bytes.fromhex("8280808010")  # offsetDelta 1 (bit 32 set)
+        + bytes.fromhex("8280808010")  # key length 1
+        + b"k"
+        + b"\x01"  # null value
+        + bytes.fromhex("8080808010")  # header count 0
+    )
+    assert len(body) == 28
+    length = bytes.fromhex("b880808010")  # 28 (bit 32 set)
+    batch = raw_batch(length + body, 1, base_offset=100, base_timestamp=5000, max_timestamp=5000)
+    header = parse_v2_header(batch, 0)
+    assert decode_v2(batch, header) == [Record(101, 5000, b"k", None, ())]
 
 
 @pytest.mark.parametrize("value", [2**31, -(2**31) - 1, 2**40])
