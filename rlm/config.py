@@ -1,0 +1,223 @@
+"""Settings: Kafka-style keys from a YAML file and ``RLM_*`` environment variables.
+
+Every setting has a Kafka-style dotted key (``remote.log.offset.reader.threads``) and an
+environment name (``RLM_REMOTE_LOG_OFFSET_READER_THREADS``); the environment wins over the file,
+the file over the defaults. Topic settings (``retention.ms``, ...) have defaults under
+``topics.defaults`` and per-topic overrides under ``topics.<name>``.
+
+```yaml
+log.dirs: [/var/lib/kafka/data]
+broker.id: 1
+metadata.url: postgresql+psycopg://rlm@db/rlm
+remote.url: s3://tiered/prod
+topics:
+  defaults: {retention.ms: 604800000}
+  orders: {retention.ms: 2592000000, retention.bytes: 107374182400}
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlm.errors import ConfigError
+
+DEFAULT_METADATA_URL = "sqlite:///build/rlm/metadata.db"
+DEFAULT_REMOTE_URL = "file:///build/rlm/remote"
+
+
+def _key(name: str) -> str:
+    """Dataclass field ``retention_ms`` → Kafka-style key ``retention.ms``."""
+    return name.replace("_", ".")
+
+
+def _env(key: str) -> str:
+    """Kafka-style key ``retention.ms`` → environment variable ``RLM_RETENTION_MS``."""
+    return "RLM_" + key.replace(".", "_").replace("-", "_").upper()
+
+
+@dataclass(frozen=True)
+class TopicSettings:
+    """Per-topic settings of the remote tier (Kafka's topic configs of the same names)."""
+
+    remote_storage_enable: bool = True
+    """``remote.storage.enable``: tier this topic's rolled segments."""
+    retention_ms: int = 604_800_000
+    """``retention.ms``: delete remote segments whose max timestamp is older; -1 keeps forever."""
+    retention_bytes: int = -1
+    """``retention.bytes``: cap on the partition's total (remote + local-only) size; -1 is none."""
+    local_retention_ms: int = -2
+    """``local.retention.ms``: how long the broker keeps tiered segments locally (-2: retention.ms)."""
+    local_retention_bytes: int = -2
+    """``local.retention.bytes``: local size cap (-2: retention.bytes)."""
+
+    def __post_init__(self) -> None:
+        for name in ("retention_ms", "retention_bytes"):
+            if getattr(self, name) < -1:
+                raise ConfigError(f"{_key(name)} must be -1 or ≥ 0, not {getattr(self, name)}")
+        for name in ("local_retention_ms", "local_retention_bytes"):
+            if getattr(self, name) < -2:
+                raise ConfigError(f"{_key(name)} must be -2, -1 or ≥ 0, not {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything rlm is configured with. Built by :func:`load_settings`; immutable."""
+
+    log_dirs: tuple[Path, ...] = ()
+    """``log.dirs``: the broker's log directories (read-only for rlm)."""
+    broker_id: int = 0
+    """``broker.id``: the broker this sidecar runs beside; owner of its copy leases."""
+    metadata_url: str = DEFAULT_METADATA_URL
+    """``metadata.url``: SQLAlchemy URL of the metadata store (Postgres or SQLite)."""
+    remote_url: str = DEFAULT_REMOTE_URL
+    """``remote.url``: ``s3://bucket/prefix`` or ``file:///path``."""
+    s3_endpoint_url: str | None = None
+    """``s3.endpoint.url``: endpoint of an S3-compatible store."""
+    http_port: int = 8080
+    grpc_port: int = 9090
+    remote_log_manager_task_interval_ms: int = 30_000
+    """How often the copier and retention loops run."""
+    remote_log_manager_copier_thread_pool_size: int = 4
+    """Partitions copied in parallel."""
+    remote_log_manager_copy_max_bytes_per_second: int = -1
+    """Upload rate limit in bytes/s; -1 is unlimited."""
+    remote_log_manager_lease_ttl_ms: int = 60_000
+    """How long a copy lease lasts without renewal."""
+    remote_log_offset_reader_threads: int = 5
+    remote_log_offset_read_max_pending_tasks: int = 100
+    remote_list_offsets_request_timeout_ms: int = 30_000
+    remote_log_reader_threads: int = 10
+    remote_log_reader_max_pending_tasks: int = 100
+    remote_log_index_file_cache_total_size_bytes: int = 1_073_741_824
+    remote_log_index_cache_dir: Path = Path("build/rlm/index-cache")
+    topic_defaults: TopicSettings = field(default_factory=TopicSettings)
+    topic_overrides: Mapping[str, TopicSettings] = field(default_factory=dict)
+
+    def topic(self, name: str) -> TopicSettings:
+        """The settings of ``name``: its override, else the defaults."""
+        return self.topic_overrides.get(name, self.topic_defaults)
+
+    def replace(self, **changes: Any) -> Settings:
+        """A copy with ``changes`` applied (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def __post_init__(self) -> None:
+        positive = (
+            "remote_log_manager_task_interval_ms",
+            "remote_log_manager_copier_thread_pool_size",
+            "remote_log_manager_lease_ttl_ms",
+            "remote_log_offset_reader_threads",
+            "remote_log_offset_read_max_pending_tasks",
+            "remote_list_offsets_request_timeout_ms",
+            "remote_log_reader_threads",
+            "remote_log_reader_max_pending_tasks",
+            "remote_log_index_file_cache_total_size_bytes",
+        )
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{_key(name)} must be > 0, not {getattr(self, name)}")
+        rate = self.remote_log_manager_copy_max_bytes_per_second
+        if rate == 0 or rate < -1:
+            raise ConfigError(f"remote.log.manager.copy.max.bytes.per.second must be -1 or > 0, not {rate}")
+        for name in ("http_port", "grpc_port"):
+            if not 0 <= getattr(self, name) <= 65535:
+                raise ConfigError(f"{_key(name)} must be a port number, not {getattr(self, name)}")
+
+
+_TOPIC_FIELDS = {f.name: f for f in fields(TopicSettings)}
+_SETTINGS_FIELDS = {
+    f.name: f for f in fields(Settings) if f.name not in ("topic_defaults", "topic_overrides")
+}
+
+
+def _convert(name: str, kind: Any, raw: Any) -> Any:
+    text = str(raw).strip()
+    try:
+        if kind in (int, "int"):
+            return int(raw) if isinstance(raw, int) else int(text)
+        if kind in (bool, "bool"):
+            if isinstance(raw, bool):
+                return raw
+            if text.lower() in ("true", "1", "yes"):
+                return True
+            if text.lower() in ("false", "0", "no"):
+                return False
+            raise ValueError(text)
+        if kind in ("tuple[Path, ...]",):
+            items = raw if isinstance(raw, list) else [p for p in text.split(",") if p.strip()]
+            return tuple(Path(str(p).strip()) for p in items)
+        if kind in (Path, "Path"):
+            return Path(text)
+        if kind in ("str | None",):
+            return text or None
+        return text
+    except ValueError as exc:
+        raise ConfigError(f"{_key(name)}: {raw!r} is not a valid {kind}") from exc
+
+
+def _topic_settings(values: Mapping[str, Any], base: TopicSettings, where: str) -> TopicSettings:
+    changes = {}
+    for key, raw in values.items():
+        name = str(key).replace(".", "_")
+        if name not in _TOPIC_FIELDS:
+            raise ConfigError(f"{where}: unknown topic setting {key!r}")
+        changes[name] = _convert(name, _TOPIC_FIELDS[name].type, raw)
+    return dataclasses.replace(base, **changes)
+
+
+def load_settings(
+    path: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Build settings from defaults, then ``path`` (YAML), then ``env`` (``RLM_*``), then overrides.
+
+    Raises:
+        ConfigError: unreadable file, unknown key or a value out of range; the message names it.
+    """
+    env = os.environ if env is None else env
+    data: dict[str, Any] = {}
+    if path is None and env.get("RLM_CONFIG"):
+        path = env["RLM_CONFIG"]
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise ConfigError(f"cannot read settings file {path}: {exc}") from exc
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"settings file {path} must hold a mapping of settings")
+        data = loaded
+    topics = data.pop("topics", {}) or {}
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        name = str(key).replace(".", "_").replace("-", "_")
+        if name not in _SETTINGS_FIELDS:
+            raise ConfigError(f"{path}: unknown setting {key!r}")
+        values[name] = _convert(name, _SETTINGS_FIELDS[name].type, raw)
+    for name, f in _SETTINGS_FIELDS.items():
+        raw_env = env.get(_env(_key(name)))
+        if raw_env is not None:
+            values[name] = _convert(name, f.type, raw_env)
+    values.update(overrides)
+    defaults = _topic_settings(topics.get("defaults", {}) or {}, TopicSettings(), "topics.defaults")
+    for name, f in _TOPIC_FIELDS.items():
+        raw_env = env.get(_env(_key(name)))
+        if raw_env is not None:
+            defaults = dataclasses.replace(defaults, **{name: _convert(name, f.type, raw_env)})
+    per_topic = {
+        str(topic): _topic_settings(v or {}, defaults, f"topics.{topic}")
+        for topic, v in topics.items()
+        if topic != "defaults"
+    }
+    try:
+        return Settings(topic_defaults=defaults, topic_overrides=per_topic, **values)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from exc

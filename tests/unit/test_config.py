@@ -1,0 +1,73 @@
+"""Settings from YAML and the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rlm.config import Settings, TopicSettings, load_settings
+from rlm.errors import ConfigError
+
+
+def test_defaults_file_environment_and_overrides_layer(tmp_path: Path) -> None:
+    config = tmp_path / "rlm.yaml"
+    config.write_text(
+        "log.dirs: [/data/a, /data/b]\n"
+        "broker.id: 2\n"
+        "remote.url: s3://bucket/prefix\n"
+        "remote.log.offset.reader.threads: 8\n"
+        "topics:\n"
+        "  defaults: {retention.ms: 1000}\n"
+        "  orders: {retention.bytes: 5000, remote.storage.enable: false}\n"
+    )
+    env = {"RLM_BROKER_ID": "7", "RLM_REMOTE_LIST_OFFSETS_REQUEST_TIMEOUT_MS": "1500"}
+    settings = load_settings(config, env=env, http_port=0)
+    assert settings.log_dirs == (Path("/data/a"), Path("/data/b"))
+    assert settings.broker_id == 7  # the environment wins over the file
+    assert settings.remote_url == "s3://bucket/prefix"
+    assert settings.remote_log_offset_reader_threads == 8
+    assert settings.remote_list_offsets_request_timeout_ms == 1500
+    assert settings.http_port == 0
+    assert settings.topic("clicks") == TopicSettings(retention_ms=1000)
+    assert settings.topic("orders") == TopicSettings(
+        retention_ms=1000, retention_bytes=5000, remote_storage_enable=False
+    )
+
+
+def test_environment_names_a_config_file(tmp_path: Path) -> None:
+    config = tmp_path / "rlm.yaml"
+    config.write_text("broker.id: 4\n")
+    assert load_settings(env={"RLM_CONFIG": str(config)}).broker_id == 4
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RLM_BROKER_ID": "seven"}, "broker.id"),
+        ({"RLM_REMOTE_LOG_OFFSET_READER_THREADS": "0"}, "remote.log.offset.reader.threads must be > 0"),
+        ({"RLM_RETENTION_MS": "-5"}, "retention.ms must be -1"),
+        ({"RLM_REMOTE_STORAGE_ENABLE": "maybe"}, "remote.storage.enable"),
+        ({"RLM_HTTP_PORT": "70000"}, "http.port must be a port number"),
+    ],
+)
+def test_bad_values_name_the_setting(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        load_settings(env=env)
+
+
+def test_unknown_keys_and_bad_files_are_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("retention.msec: 5\n")
+    with pytest.raises(ConfigError, match="unknown setting 'retention.msec'"):
+        load_settings(bad, env={})
+    bad.write_text("topics:\n  orders: {retention.msec: 5}\n")
+    with pytest.raises(ConfigError, match="topics.orders: unknown topic setting"):
+        load_settings(bad, env={})
+    with pytest.raises(ConfigError, match="cannot read settings file"):
+        load_settings(tmp_path / "missing.yaml", env={})
+
+
+def test_replace_validates() -> None:
+    with pytest.raises(ConfigError, match="copy.max.bytes.per.second"):
+        Settings().replace(remote_log_manager_copy_max_bytes_per_second=0)
