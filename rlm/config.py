@@ -30,7 +30,7 @@ import yaml
 from rlm.errors import ConfigError
 
 DEFAULT_METADATA_URL = "sqlite:///build/rlm/metadata.db"
-DEFAULT_REMOTE_URL = "file:///build/rlm/remote"
+EMBEDDED_REMOTE_DIR = Path("build/rlm/remote")
 
 
 def _key(name: str) -> str:
@@ -77,12 +77,24 @@ class Settings:
     """``broker.id``: the broker this sidecar runs beside; owner of its copy leases."""
     metadata_url: str = DEFAULT_METADATA_URL
     """``metadata.url``: SQLAlchemy URL of the metadata store (Postgres or SQLite)."""
-    remote_url: str = DEFAULT_REMOTE_URL
-    """``remote.url``: ``s3://bucket/prefix`` or ``file:///path``."""
+    remote_url: str = ""
+    """``remote.url``: ``s3://bucket/prefix`` or ``file:///path``; empty means the embedded default,
+    ``build/rlm/remote`` under the working directory."""
     s3_endpoint_url: str | None = None
     """``s3.endpoint.url``: endpoint of an S3-compatible store."""
     http_port: int = 8080
     grpc_port: int = 9090
+    http_host: str = "0.0.0.0"
+    grpc_host: str = "0.0.0.0"
+    auth_enabled: bool = True
+    """``auth.enabled``: require bearer tokens on the APIs (everything but health checks)."""
+    auth_tokens: str = ""
+    """``auth.tokens``: ``scope:token`` pairs, comma-separated (scopes ``read``, ``admin``)."""
+    auth_tokens_file: Path | None = None
+    """``auth.tokens.file``: a secrets file with one ``scope token`` pair per line."""
+    tls_cert_file: Path | None = None
+    """``tls.cert.file``: PEM certificate; with ``tls.key.file`` both servers use TLS."""
+    tls_key_file: Path | None = None
     remote_log_manager_task_interval_ms: int = 30_000
     """How often the copier and retention loops run."""
     remote_log_manager_copier_thread_pool_size: int = 4
@@ -127,6 +139,8 @@ class Settings:
         rate = self.remote_log_manager_copy_max_bytes_per_second
         if rate == 0 or rate < -1:
             raise ConfigError(f"remote.log.manager.copy.max.bytes.per.second must be -1 or > 0, not {rate}")
+        if (self.tls_cert_file is None) != (self.tls_key_file is None):
+            raise ConfigError("tls.cert.file and tls.key.file must be set together")
         for name in ("http_port", "grpc_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ConfigError(f"{_key(name)} must be a port number, not {getattr(self, name)}")
@@ -158,6 +172,8 @@ def _convert(name: str, kind: Any, raw: Any) -> Any:
             return Path(text)
         if kind in ("str | None",):
             return text or None
+        if kind in ("Path | None",):
+            return Path(text) if text else None
         return text
     except ValueError as exc:
         raise ConfigError(f"{_key(name)}: {raw!r} is not a valid {kind}") from exc
@@ -217,6 +233,10 @@ def load_settings(
         for topic, v in topics.items()
         if topic != "defaults"
     }
+    defaults = values.pop("topic_defaults", defaults)
+    per_topic = {**per_topic, **values.pop("topic_overrides", {})}
+    if not values.get("remote_url"):
+        values["remote_url"] = EMBEDDED_REMOTE_DIR.resolve().as_uri()
     try:
         return Settings(topic_defaults=defaults, topic_overrides=per_topic, **values)
     except TypeError as exc:

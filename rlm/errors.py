@@ -10,14 +10,26 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     ├── InvalidRecordError          a record we were asked to write breaks a rule (e.g. timestamp)
     ├── OffsetOverflowError         an offset does not fit a segment's 32-bit relative offsets
     ├── NotFoundError               an unknown topic, partition, segment or file
+    │   └── OffsetOutOfRangeError   a fetch offset below the log start or above the high watermark
     ├── ConfigError                 a setting is missing or out of range
-    └── MetadataError               the remote-segment metadata store refused or failed a call
-        ├── MetadataUnavailableError     the database cannot be reached or gave up (retriable)
-        ├── SchemaMismatchError          the database schema is not the revision rlm needs
-        ├── StaleLeaseError              a write carried a lease epoch that is no longer current
-        ├── InvalidStateTransitionError  the state machine forbids going from one state to another
-        ├── StateConflictError           the row is not in the state the caller expected
-        └── DuplicateSegmentError        a segment id is already stored with other metadata
+    ├── InvalidTopicNameError       a topic name breaks Kafka's rule (characters, length, "." or "..")
+    ├── MetadataError               the remote-segment metadata store refused or failed a call
+    │   ├── MetadataUnavailableError     the database cannot be reached or gave up (retriable)
+    │   ├── SchemaMismatchError          the database schema is not the revision rlm needs
+    │   ├── StaleLeaseError              a write carried a lease epoch that is no longer current
+    │   ├── InvalidStateTransitionError  the state machine forbids going from one state to another
+    │   ├── StateConflictError           the row is not in the state the caller expected
+    │   └── DuplicateSegmentError        a segment id is already stored with other metadata
+    ├── PoolError                   a bounded task pool refused or dropped a task
+    │   ├── PoolFullError           the pool's queue holds its maximum of pending tasks (retriable)
+    │   ├── PoolClosedError         the pool was closed and takes no more tasks
+    │   └── TaskCancelledError      the task was cancelled before it finished (retriable)
+    ├── RequestTimedOutError        a request's deadline passed before its answer was ready
+    │                               (retriable; Kafka's REQUEST_TIMED_OUT, error code 7)
+    └── StorageError                remote storage (S3, filesystem) refused or failed a call
+        ├── StorageUnavailableError  throttled, 5xx, timed out or unreachable after retries (retriable)
+        ├── InvalidObjectKeyError    an object key that could escape its prefix or root directory
+        └── ChecksumMismatchError    the bytes stored or read are not the bytes expected
 """
 
 from __future__ import annotations
@@ -79,6 +91,10 @@ class NotFoundError(RlmError):
     """An unknown topic, partition, segment or file."""
 
 
+class OffsetOutOfRangeError(NotFoundError):
+    """A fetch asked for an offset below the log start offset or above the high watermark."""
+
+
 class ConfigError(RlmError):
     """A setting is missing, malformed or out of its allowed range."""
 
@@ -128,3 +144,93 @@ class StateConflictError(MetadataError):
 
 class DuplicateSegmentError(MetadataError):
     """A segment with this id is already stored, with different metadata."""
+
+
+class InvalidTopicNameError(RlmError):
+    """A topic name breaks Kafka's rule: 1 to 249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
+
+    def __init__(self, topic: str, reason: str):
+        self.topic = topic
+        self.reason = reason
+        super().__init__(f"invalid topic name {topic!r}: {reason}")
+
+
+class StorageError(RlmError):
+    """Remote storage refused or failed an operation.
+
+    ``retriable`` defaults to the class's value; the S3 adapter sets it per error from the
+    status code (a denied request is final, a throttled one is not).
+    """
+
+    def __init__(self, message: str, *, key: str | None = None, retriable: bool | None = None):
+        self.key = key
+        if retriable is not None:
+            self.retriable = retriable
+        super().__init__(message)
+
+
+class StorageUnavailableError(StorageError):
+    """The store throttled the call, answered 5xx, timed out or could not be reached.
+
+    Raised once the adapter's own retries are spent. Operations are idempotent, so the same call
+    may be retried later.
+    """
+
+    retriable = True
+
+
+class InvalidObjectKeyError(StorageError):
+    """An object key is empty, absolute, has ``.``/``..``/empty parts, backslashes or control characters.
+
+    Such a key could name an object or file outside the store's prefix or root directory.
+    """
+
+
+class ChecksumMismatchError(StorageError):
+    """The bytes stored (or read) are not the bytes expected; the object was not kept.
+
+    Retriable when the bytes were damaged on the way (a new upload may succeed); not retriable
+    when the source itself differs from the checksum the caller expected.
+    """
+
+    retriable = True
+
+
+class PoolError(RlmError):
+    """A bounded task pool (the remote offset reader or remote fetch pool) refused or dropped a task."""
+
+
+class PoolFullError(PoolError):
+    """The pool's queue already holds its maximum of pending tasks; the task was not queued.
+
+    Raised at once instead of waiting for room, so a request thread never blocks on a busy pool.
+    The same call may succeed once queued tasks have drained.
+    """
+
+    retriable = True
+
+
+class PoolClosedError(PoolError):
+    """The pool was closed and takes no more tasks."""
+
+
+class TaskCancelledError(PoolError):
+    """A pool task was cancelled before it finished: its request's deadline passed or the pool closed.
+
+    Raised by a task's result when the task was cancelled while queued, and by
+    ``CancelToken.raise_if_cancelled`` inside a running task. The work was not done, so asking again
+    may succeed.
+    """
+
+    retriable = True
+
+
+class RequestTimedOutError(RlmError):
+    """A request's deadline passed before its answer was ready.
+
+    A ListOffsets partition in this state answers Kafka's REQUEST_TIMED_OUT (``error_code`` 7);
+    the client may retry, possibly with a longer ``timeout_ms``.
+    """
+
+    retriable = True
+    error_code = 7

@@ -130,9 +130,13 @@ def _read_checkpoint(path: StrPath, parse: Callable[[list[str]], T]) -> list[T]:
     return entries
 
 
-def _write_checkpoint(path: StrPath, lines: list[str]) -> None:
+def _encode_checkpoint(lines: list[str]) -> bytes:
     body = "".join(f"{line}\n" for line in lines)
-    atomic_write(path, f"{CHECKPOINT_VERSION}\n{len(lines)}\n{body}".encode())
+    return f"{CHECKPOINT_VERSION}\n{len(lines)}\n{body}".encode()
+
+
+def _write_checkpoint(path: StrPath, lines: list[str]) -> None:
+    atomic_write(path, _encode_checkpoint(lines))
 
 
 def _parse_offset_entry(parts: list[str]) -> tuple[tuple[str, int], int]:
@@ -184,8 +188,8 @@ def read_leader_epoch_checkpoint(path: StrPath) -> list[EpochEntry]:
     return _read_checkpoint(path, _parse_epoch_entry)
 
 
-def write_leader_epoch_checkpoint(path: StrPath, entries: Iterable[EpochEntry]) -> None:
-    """Atomically write epoch entries (ascending epoch and start offset) as a checkpoint.
+def encode_leader_epoch_checkpoint(entries: Iterable[EpochEntry]) -> bytes:
+    """The bytes of a leader-epoch checkpoint holding ``entries`` (ascending epoch and offset).
 
     Raises:
         ValueError: an epoch or offset out of range.
@@ -195,7 +199,16 @@ def write_leader_epoch_checkpoint(path: StrPath, entries: Iterable[EpochEntry]) 
         if not 0 <= epoch < 2**31 or not 0 <= start_offset < 2**63:
             raise ValueError(f"epoch {epoch} or start offset {start_offset} is out of range")
         lines.append(f"{epoch} {start_offset}")
-    _write_checkpoint(path, lines)
+    return _encode_checkpoint(lines)
+
+
+def write_leader_epoch_checkpoint(path: StrPath, entries: Iterable[EpochEntry]) -> None:
+    """Atomically write epoch entries (ascending epoch and start offset) as a checkpoint.
+
+    Raises:
+        ValueError: an epoch or offset out of range.
+    """
+    atomic_write(path, encode_leader_epoch_checkpoint(entries))
 
 
 def epoch_for_offset(entries: Iterable[EpochEntry], offset: int) -> int:

@@ -111,6 +111,14 @@ class PartitionDir:
         """``leader-epoch-checkpoint`` entries (empty when the file does not exist)."""
         return read_leader_epoch_checkpoint(self.path / LEADER_EPOCH_CHECKPOINT)
 
+    def checkpointed_log_start_offset(self) -> int | None:
+        """The log start offset the broker checkpointed (after retention or DeleteRecords), or None.
+
+        Unlike :meth:`log_start_offset` this never falls back to the first local segment, whose
+        base offset is only the *local* log start once segments are tiered.
+        """
+        return self.log_dir.log_start_offsets().get(self.tp)
+
     def log_start_offset(self) -> int:
         """From ``log-start-offset-checkpoint``, else the first segment's base offset (else 0)."""
         checkpointed = self.log_dir.log_start_offsets().get(self.tp)
@@ -131,11 +139,8 @@ class PartitionDir:
         active = self.active_segment()
         if active is None:
             return 0
-        index = active.offset_index()
-        last = None
-        for header in active.headers(index.last_entry.position if len(index) else 0):
-            last = header
-        return last.next_offset if last is not None else active.base_offset
+        last = active.last_offset()
+        return last + 1 if last is not None else active.base_offset
 
     def find_offset_by_timestamp(
         self, timestamp: int, starting_offset: int | None = None

@@ -138,6 +138,14 @@ class Segment:
             return max_ts
         return os.stat(self.log_path).st_mtime_ns // 1_000_000
 
+    def last_offset(self) -> int | None:
+        """Last offset of the segment's last whole batch (scanned from the last index entry), or None."""
+        index = self.offset_index()
+        last = None
+        for header in self.headers(index.last_entry.position if len(index) else 0):
+            last = header
+        return last.last_offset if last is not None else None
+
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
         """First batch from ``start_position`` whose last offset is ≥ ``offset``, or None."""
         for header in self.headers(start_position):

@@ -1,0 +1,70 @@
+"""Alembic environment for rlm's metadata schema.
+
+The database URL comes from, in order: the ``url`` attribute set by ``metadata.schema``
+(``rlm db upgrade``), ``alembic -x url=...``, ``RLM_METADATA_URL``, or the embedded default.
+"""
+
+from __future__ import annotations
+
+import os
+
+from sqlalchemy import Connection
+
+from alembic import context
+from metadata.engine import DEFAULT_URL, WRITE_OPTION, create_engine_for_url
+from metadata.models import Base
+
+config = context.config
+
+
+def database_url() -> str:
+    """The URL of the database to migrate."""
+    given = config.attributes.get("url")
+    if given:
+        return str(given)
+    return str(
+        context.get_x_argument(as_dictionary=True).get("url")
+        or os.environ.get("RLM_METADATA_URL")
+        or DEFAULT_URL
+    )
+
+
+def run_migrations_offline() -> None:
+    """Print the migration SQL for the URL's dialect instead of running it."""
+    context.configure(
+        url=database_url(),
+        target_metadata=Base.metadata,
+        literal_binds=True,
+        dialect_opts={"paramstyle": "named"},
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def _run(connection: Connection) -> None:
+    connection.execution_options(**{WRITE_OPTION: True})
+    context.configure(
+        connection=connection,
+        target_metadata=Base.metadata,
+        # SQLite cannot ALTER most things in place: batch mode copies the table instead.
+        render_as_batch=connection.dialect.name == "sqlite",
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_migrations_online() -> None:
+    """Run the migrations against the database."""
+    engine = create_engine_for_url(database_url(), pooled=False)
+    try:
+        with engine.connect() as connection:
+            _run(connection)
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_migrations_offline()
+else:
+    run_migrations_online()

@@ -1,0 +1,104 @@
+"""Bearer-token authentication shared by the REST and gRPC servers.
+
+Tokens come from ``auth.tokens`` (``scope:token`` pairs) and/or ``auth.tokens.file`` (one
+``scope token`` pair per line, ``#`` comments). Only SHA-256 digests of the tokens are kept in
+memory, compared in constant time; a token is never logged or echoed in an error.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+from pathlib import Path
+
+from rlm.config import Settings
+from rlm.errors import ConfigError
+
+
+class Scope(enum.Enum):
+    """What a token may do: ``admin`` may also do everything ``read`` may."""
+
+    READ = "read"
+    ADMIN = "admin"
+
+    def allows(self, needed: Scope) -> bool:
+        return self is Scope.ADMIN or needed is Scope.READ
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+class TokenAuthenticator:
+    """Maps ``Authorization: Bearer <token>`` to a scope."""
+
+    def __init__(self, tokens: dict[str, Scope], *, enabled: bool = True) -> None:
+        if enabled and not tokens:
+            raise ConfigError(
+                "no API tokens configured: set auth.tokens (RLM_AUTH_TOKENS) or auth.tokens.file, "
+                "or switch authentication off with auth.enabled=false"
+            )
+        self.enabled = enabled
+        self._digests = [(_digest(token), scope) for token, scope in tokens.items()]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> TokenAuthenticator:
+        """Read the tokens the settings name.
+
+        Raises:
+            ConfigError: a malformed pair, an unknown scope, an unreadable file, or no token while
+                authentication is on. The message never contains a token.
+        """
+        tokens: dict[str, Scope] = {}
+        for n, pair in enumerate(p for p in settings.auth_tokens.split(",") if p.strip()):
+            scope, sep, token = pair.strip().partition(":")
+            if not sep or not token:
+                raise ConfigError(f"auth.tokens entry {n + 1} is not scope:token")
+            tokens[token] = _scope(scope, f"auth.tokens entry {n + 1}")
+        if settings.auth_tokens_file is not None:
+            tokens.update(_read_tokens_file(settings.auth_tokens_file))
+        return cls(tokens, enabled=settings.auth_enabled)
+
+    def authenticate(self, authorization: str | None) -> Scope | None:
+        """The scope of the bearer token in an ``Authorization`` value; None if missing or wrong.
+
+        With authentication off every caller is an admin.
+        """
+        if not self.enabled:
+            return Scope.ADMIN
+        if not authorization:
+            return None
+        kind, _, token = authorization.strip().partition(" ")
+        if kind.lower() != "bearer" or not token:
+            return None
+        offered = _digest(token.strip())
+        found = None
+        for digest, scope in self._digests:
+            if hmac.compare_digest(digest, offered):
+                found = scope
+        return found
+
+
+def _scope(text: str, where: str) -> Scope:
+    try:
+        return Scope(text.strip().lower())
+    except ValueError:
+        raise ConfigError(f"{where}: unknown scope {text.strip()!r} (use read or admin)") from None
+
+
+def _read_tokens_file(path: Path) -> dict[str, Scope]:
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read auth.tokens.file {path}: {exc.strerror}") from exc
+    tokens = {}
+    for number, raw in enumerate(lines, 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        parts = line.split()
+        if len(parts) != 2:
+            raise ConfigError(f"{path} line {number}: expected 'scope token'")
+        tokens[parts[1]] = _scope(parts[0], f"{path} line {number}")
+    return tokens

@@ -1,0 +1,119 @@
+"""Operator views: topics and partitions overview, remote segments (paged), dynamic settings."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query
+
+from api.auth import Scope
+from api.rest.deps import require, runtime
+from api.rest.offsets import ERRORS
+from api.rest.schemas import (
+    ConfigOut,
+    ConfigPatch,
+    PartitionOut,
+    SegmentOut,
+    SegmentsOut,
+    TopicOut,
+    TopicsOut,
+)
+from rlm.bootstrap import Runtime
+from rlm.dynamic_config import DynamicSettings
+from rlm.metastore.model import TopicPartition
+from rlm.storage.layout import validate_topic
+
+router = APIRouter(prefix="/v1", tags=["admin"])
+
+
+@router.get("/topics", response_model=TopicsOut, responses=ERRORS, summary="What is tiered, per partition")
+def topics(
+    rt: Annotated[Runtime, Depends(runtime)],
+    _: Annotated[Scope, Depends(require(Scope.READ))],
+    topic: Annotated[str | None, Query(min_length=1, max_length=249)] = None,
+) -> TopicsOut:
+    grouped: dict[str, list[PartitionOut]] = {}
+    for p in rt.overview.partitions(topic):
+        grouped.setdefault(p.topic, []).append(
+            PartitionOut(
+                partition=p.partition,
+                tiered_bytes=p.tiered_bytes,
+                tiered_segments=p.tiered_segments,
+                remote_log_start_offset=p.remote_log_start_offset,
+                highest_tiered_offset=p.highest_tiered_offset,
+                max_remote_timestamp=p.max_remote_timestamp,
+                copy_lag_segments=p.copy_lag_segments,
+                copy_lag_bytes=p.copy_lag_bytes,
+                local_log_start_offset=p.local_log_start_offset,
+                high_watermark=p.high_watermark,
+            )
+        )
+    return TopicsOut(topics=[TopicOut(name=name, partitions=parts) for name, parts in grouped.items()])
+
+
+@router.get(
+    "/topics/{topic}/partitions/{partition}/segments",
+    response_model=SegmentsOut,
+    responses=ERRORS,
+    summary="Remote segments of a partition, in offset order, paged",
+)
+def segments(
+    topic: Annotated[str, Path(min_length=1, max_length=249)],
+    partition: Annotated[int, Path(ge=0, le=2**31 - 1)],
+    rt: Annotated[Runtime, Depends(runtime)],
+    _: Annotated[Scope, Depends(require(Scope.READ))],
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    page_token: Annotated[str | None, Query(max_length=100)] = None,
+) -> SegmentsOut:
+    validate_topic(topic)
+    page = rt.overview.segments(TopicPartition(topic, partition), limit=limit, page_token=page_token)
+    return SegmentsOut(
+        topic=topic,
+        partition=partition,
+        segments=[
+            SegmentOut(
+                segment_id=str(s.segment_id),
+                start_offset=s.start_offset,
+                end_offset=s.end_offset,
+                max_timestamp=s.max_timestamp_ms,
+                size_bytes=s.size_bytes,
+                state=s.state.value,
+                broker_id=s.broker_id,
+                event_time_ms=s.event_time_ms,
+                leader_epochs=[(e.epoch, e.start_offset) for e in s.leader_epochs],
+                txn_index_empty=s.txn_index_empty,
+            )
+            for s in page.segments
+        ],
+        next_page_token=page.next_page_token,
+    )
+
+
+def _config(current: DynamicSettings) -> ConfigOut:
+    return ConfigOut(
+        remote_log_offset_reader_threads=current.remote_log_offset_reader_threads,
+        remote_list_offsets_request_timeout_ms=current.remote_list_offsets_request_timeout_ms,
+        remote_log_manager_copy_max_bytes_per_second=current.remote_log_manager_copy_max_bytes_per_second,
+    )
+
+
+@router.get("/config", response_model=ConfigOut, responses=ERRORS, summary="Settings changeable at run time")
+def get_config(
+    rt: Annotated[Runtime, Depends(runtime)], _: Annotated[Scope, Depends(require(Scope.READ))]
+) -> ConfigOut:
+    return _config(rt.dynamic_config.current())
+
+
+@router.patch("/config", response_model=ConfigOut, responses=ERRORS, summary="Change settings (admin)")
+def patch_config(
+    body: ConfigPatch,
+    rt: Annotated[Runtime, Depends(runtime)],
+    _: Annotated[Scope, Depends(require(Scope.ADMIN))],
+) -> ConfigOut:
+    return _config(
+        rt.dynamic_config.update(
+            reader_threads=body.remote_log_offset_reader_threads,
+            request_timeout_ms=body.remote_list_offsets_request_timeout_ms,
+            copy_max_bytes_per_second=body.remote_log_manager_copy_max_bytes_per_second,
+        )
+    )

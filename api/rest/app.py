@@ -1,0 +1,81 @@
+"""The FastAPI application: routes, errors, auth, health and metrics wired together."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from api.auth import Scope, TokenAuthenticator
+from api.rest import admin, errors, offsets, records
+from api.rest.deps import require, runtime
+from api.rest.schemas import Health
+from rlm import __version__
+from rlm.bootstrap import Runtime, build_runtime
+from rlm.config import Settings
+
+
+def create_app(
+    settings: Settings,
+    *,
+    runtime_: Runtime | None = None,
+    authenticator: TokenAuthenticator | None = None,
+) -> FastAPI:
+    """Build the REST app. Without ``runtime_`` the app builds one at start-up and closes it at
+    shutdown; with one (``rlm serve`` shares it with gRPC and the loops) the caller owns it."""
+    auth = authenticator if authenticator is not None else TokenAuthenticator.from_settings(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        owned = runtime_ is None
+        app.state.runtime = runtime_ if runtime_ is not None else build_runtime(settings)
+        try:
+            yield
+        finally:
+            if owned:
+                app.state.runtime.close()
+            app.state.runtime = None
+
+    app = FastAPI(
+        title="rlm",
+        version=__version__,
+        description="Tiered-storage remote log manager for Apache Kafka: offset-for-timestamp across "
+        "the remote and local tiers, records, remote segments, settings.",
+        lifespan=lifespan,
+    )
+    app.state.authenticator = auth
+    app.state.runtime = runtime_
+    errors.install(app)
+    app.include_router(offsets.router)
+    app.include_router(records.router)
+    app.include_router(admin.router)
+
+    @app.get("/healthz", response_model=Health, tags=["health"], summary="The process is alive")
+    def healthz() -> Health:
+        return Health(status="ok")
+
+    @app.get(
+        "/readyz",
+        response_model=Health,
+        tags=["health"],
+        responses={503: {"model": Health}},
+        summary="The metadata store (current schema) and the remote storage are reachable",
+    )
+    def readyz(request: Request) -> Response | Health:
+        rt: Runtime | None = request.app.state.runtime
+        problems = ["starting up"] if rt is None else rt.readiness_problems()
+        if problems:
+            return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
+        return Health(status="ready")
+
+    @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=Response)
+    def metrics(
+        rt: Annotated[Runtime, Depends(runtime)], _: Annotated[Scope, Depends(require(Scope.READ))]
+    ) -> Response:
+        return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    return app

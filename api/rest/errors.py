@@ -1,0 +1,101 @@
+"""Every error the REST API answers, mapped to an HTTP status in one place.
+
+Bodies are ``{"error": "<what was wrong, in words>", "status": <code>}``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from rlm.errors import (
+    ConfigError,
+    InvalidRecordError,
+    InvalidTopicNameError,
+    NotFoundError,
+    PoolFullError,
+    RequestTimedOutError,
+    RlmError,
+)
+from rlm.lookup.list_offsets import ErrorCode
+
+log = logging.getLogger(__name__)
+
+#: HTTP status for a Kafka error code of a single-partition answer.
+STATUS_FOR_CODE = {
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: 404,
+    ErrorCode.REQUEST_TIMED_OUT: 504,
+    ErrorCode.INVALID_REQUEST: 400,
+    ErrorCode.THROTTLING_QUOTA_EXCEEDED: 429,
+    ErrorCode.KAFKA_STORAGE_ERROR: 503,
+    ErrorCode.UNKNOWN_SERVER_ERROR: 500,
+}
+
+
+class ApiError(Exception):
+    """An error answer with a status and a message."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.headers = headers or {}
+
+
+def status_for(exc: BaseException) -> int:
+    """The HTTP status of an rlm error."""
+    if isinstance(exc, NotFoundError):
+        return 404
+    if isinstance(exc, InvalidTopicNameError | InvalidRecordError | ConfigError | ValueError):
+        return 400
+    if isinstance(exc, PoolFullError):
+        return 429
+    if isinstance(exc, RequestTimedOutError):
+        return 504
+    if isinstance(exc, RlmError) and exc.retriable:
+        return 503
+    return 500
+
+
+def problem(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
+
+
+def install(app: FastAPI) -> None:
+    """Register the handlers on ``app``."""
+
+    @app.exception_handler(ApiError)
+    async def api_error(request: Request, exc: ApiError) -> JSONResponse:
+        return problem(exc.status, exc.message, exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        parts = []
+        for err in exc.errors()[:5]:
+            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            parts.append(f"{where}: {err.get('msg', 'invalid')}")
+        return problem(400, "invalid request: " + "; ".join(parts))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return problem(exc.status_code, str(exc.detail), getattr(exc, "headers", None))
+
+    @app.exception_handler(RlmError)
+    async def rlm_error(request: Request, exc: RlmError) -> JSONResponse:
+        status = status_for(exc)
+        if status >= 500:
+            log.warning("%s %s failed: %s", request.method, request.url.path, exc)
+        return problem(status, str(exc), {"Retry-After": "1"} if status in (429, 503) else None)
+
+    @app.exception_handler(ValueError)
+    async def value_error(request: Request, exc: ValueError) -> JSONResponse:
+        return problem(400, str(exc))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("%s %s failed", request.method, request.url.path)
+        return problem(500, f"internal error: {type(exc).__name__}")

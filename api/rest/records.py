@@ -1,0 +1,89 @@
+"""Records from an offset, across both tiers: decoded JSON or raw Kafka record batches."""
+
+from __future__ import annotations
+
+import base64
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.responses import Response
+
+from api.auth import Scope
+from api.rest.deps import require, runtime
+from api.rest.errors import ApiError
+from api.rest.offsets import ERRORS
+from api.rest.schemas import RecordOut, RecordsOut
+from rlm.bootstrap import Runtime
+from rlm.errors import RequestTimedOutError
+from rlm.lookup.fetch import FetchResult
+from rlm.lookup.pool import CancelToken
+from rlm.metastore.model import TopicPartition
+from rlm.storage.layout import validate_topic
+
+router = APIRouter(prefix="/v1", tags=["records"])
+OCTET = "application/octet-stream"
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+@router.get(
+    "/topics/{topic}/partitions/{partition}/records",
+    response_model=RecordsOut,
+    responses={**ERRORS, 200: {"content": {OCTET: {}}, "description": "JSON, or raw batches"}},
+    summary="Records from an offset (Accept: application/octet-stream for raw Kafka batches)",
+)
+def get_records(
+    request: Request,
+    topic: Annotated[str, Path(min_length=1, max_length=249)],
+    partition: Annotated[int, Path(ge=0, le=2**31 - 1)],
+    offset: Annotated[int, Query(ge=0, le=2**63 - 1)],
+    rt: Annotated[Runtime, Depends(runtime)],
+    _: Annotated[Scope, Depends(require(Scope.READ))],
+    max_bytes: Annotated[int, Query(ge=1, le=64 * 1024 * 1024)] = 1024 * 1024,
+    timeout_ms: Annotated[int | None, Query(ge=1, le=3_600_000)] = None,
+) -> Response | RecordsOut:
+    validate_topic(topic)
+    tp = TopicPartition(topic, partition)
+
+    def read(token: CancelToken) -> FetchResult:
+        return rt.fetcher.fetch(tp, offset, max_bytes, checkpoint=token.raise_if_cancelled)
+
+    task = rt.fetch_pool.submit(read, label=tp)
+    try:
+        result = task.result(rt.request_timeout.seconds_for(timeout_ms))
+    except RequestTimedOutError as exc:
+        task.cancel()
+        raise ApiError(504, f"reading {tp} from offset {offset} did not finish in time") from exc
+    if OCTET in request.headers.get("accept", ""):
+        return Response(
+            result.raw,
+            media_type=OCTET,
+            headers={"X-Rlm-Tier": result.tier or "", "X-Rlm-High-Watermark": str(result.high_watermark)},
+        )
+    records = []
+    for batch in result.batches:
+        if batch.header.is_control:
+            continue
+        for r in batch.records:
+            if offset <= r.offset < result.high_watermark:
+                records.append(
+                    RecordOut(
+                        offset=r.offset,
+                        timestamp=r.timestamp,
+                        timestamp_type=batch.header.timestamp_type.label,
+                        key=_b64(r.key),
+                        value=_b64(r.value),
+                        headers=[(k, _b64(v)) for k, v in r.headers],
+                        leader_epoch=batch.header.leader_epoch,
+                    )
+                )
+    return RecordsOut(
+        topic=topic,
+        partition=partition,
+        tier=result.tier,
+        high_watermark=result.high_watermark,
+        next_offset=result.next_offset,
+        records=records,
+    )

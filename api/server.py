@@ -1,0 +1,146 @@
+"""``rlm serve``: one process running the copier loop, the retention loop (whose passes also clean
+up unfinished copies), the REST server and the gRPC server, sharing one runtime.
+
+SIGTERM or SIGINT stops it gracefully: the servers stop taking requests and finish the ones in
+flight, the loops finish the segment they are copying or deleting (anything cut short is left in a
+state the next start's cleanup handles), leases are released, connections closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Callable, Generator
+from typing import Any
+
+import uvicorn
+
+from api.auth import TokenAuthenticator
+from api.rest.app import create_app
+from rlm.bootstrap import Runtime, build_runtime
+from rlm.config import Settings
+
+log = logging.getLogger("rlm.serve")
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: ``serve`` owns the process's signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+class BackgroundLoop:
+    """Runs ``job`` every ``interval_s`` on its own thread until stopped (a pass is never cut)."""
+
+    def __init__(
+        self, name: str, job: Callable[[], Any], interval_s: float, on_error: Callable[[], None]
+    ) -> None:
+        self.name = name
+        self._job = job
+        self._interval_s = interval_s
+        self._on_error = on_error
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"rlm-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout_s: float) -> bool:
+        """Ask the loop to stop after its current pass; True when it did within ``timeout_s``."""
+        self._stop.set()
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._job()
+            except Exception:
+                self._on_error()
+                log.exception("%s pass failed; retrying in %.0f s", self.name, self._interval_s)
+            self._stop.wait(self._interval_s)
+
+
+async def serve(settings: Settings, *, ready: Callable[[Runtime], None] | None = None) -> int:
+    """Run everything until SIGTERM/SIGINT; returns the exit code."""
+    authenticator = TokenAuthenticator.from_settings(settings)
+    runtime = build_runtime(settings)
+    try:
+        return await _serve(settings, runtime, authenticator, ready)
+    finally:
+        runtime.close()
+        log.info("stopped")
+
+
+async def _serve(
+    settings: Settings,
+    runtime: Runtime,
+    authenticator: TokenAuthenticator,
+    ready: Callable[[Runtime], None] | None,
+) -> int:
+    from api.grpc_server import build_grpc_server
+
+    interval = settings.remote_log_manager_task_interval_ms / 1000
+
+    def count_error(loop: str) -> Callable[[], None]:
+        return lambda: runtime.metrics.loop_errors.labels(loop).inc()
+
+    loops = [
+        BackgroundLoop("copier", runtime.copier.run_once, interval, count_error("copier")),
+        BackgroundLoop("retention", runtime.retention.run_once, interval, count_error("retention")),
+    ]
+    tls = None
+    if settings.tls_cert_file is not None and settings.tls_key_file is not None:
+        tls = (settings.tls_cert_file.read_bytes(), settings.tls_key_file.read_bytes())
+    grpc_server = build_grpc_server(
+        runtime, authenticator, host=settings.grpc_host, port=settings.grpc_port, tls=tls
+    )
+    app = create_app(settings, runtime_=runtime, authenticator=authenticator)
+    http = _Uvicorn(
+        uvicorn.Config(
+            app,
+            host=settings.http_host,
+            port=settings.http_port,
+            log_config=None,
+            access_log=False,
+            ssl_certfile=str(settings.tls_cert_file) if settings.tls_cert_file else None,
+            ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
+        )
+    )
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    await grpc_server.start()
+    http_task = asyncio.create_task(http.serve(), name="rest")
+    for background in loops:
+        background.start()
+    log.info(
+        "serving",
+        extra={
+            "http_port": settings.http_port,
+            "grpc_port": settings.grpc_port,
+            "log_dirs": ",".join(str(d) for d in settings.log_dirs),
+        },
+    )
+    if ready is not None:
+        ready(runtime)
+    stop_wait = asyncio.create_task(stopping.wait())
+    await asyncio.wait({http_task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+    log.info("stopping")
+    runtime.copier.stopping.set()  # finish the segment in flight, start no other
+    http.should_exit = True
+    await grpc_server.stop(grace=10)
+    with contextlib.suppress(Exception):
+        await http_task
+    stop_wait.cancel()
+    clean = all(await asyncio.gather(*(asyncio.to_thread(b.stop, 60.0) for b in loops)))
+    if not clean:
+        log.warning("a background pass did not finish in time; its work is left for cleanup")
+    failed = not http_task.cancelled() and http_task.exception() is not None
+    return 1 if failed else 0

@@ -1,0 +1,124 @@
+"""Build a SQLAlchemy engine for the metadata store from a URL.
+
+* PostgreSQL (production): ``postgresql+psycopg://user@host:5432/db``; a bare ``postgresql://``
+  URL gets the psycopg 3 driver.
+* SQLite (embedded default): ``sqlite:///path/to/file.db``. The parent directory is created; the
+  database runs in WAL mode (readers never block the writer) with a busy timeout, and write
+  transactions start with ``BEGIN IMMEDIATE`` so that two writers queue up instead of failing
+  when one upgrades its read lock.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.pool import NullPool
+
+from rlm.errors import ConfigError
+
+#: Where the embedded store lives when ``RLM_METADATA_URL`` is not set.
+DEFAULT_URL = "sqlite:///build/rlm-metadata.db"
+#: Execution option that marks a connection's next transaction as a writing one.
+WRITE_OPTION = "rlm_write"
+
+
+def parse_url(url: str) -> URL:
+    """Parse and normalise a metadata URL.
+
+    Raises:
+        ConfigError: The URL is malformed, names an unsupported database, or an in-memory SQLite.
+    """
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise ConfigError(f"malformed metadata URL {url!r}: {exc}") from exc
+    backend = parsed.get_backend_name()
+    if backend == "postgresql":
+        if parsed.drivername == "postgresql":
+            parsed = parsed.set(drivername="postgresql+psycopg")
+        return parsed
+    if backend == "sqlite":
+        if not parsed.database or parsed.database == ":memory:":
+            raise ConfigError(f"metadata URL {url!r}: SQLite needs a file path, e.g. sqlite:///build/rlm.db")
+        return parsed
+    raise ConfigError(f"metadata URL {url!r}: only postgresql and sqlite are supported")
+
+
+def display_url(url: str) -> str:
+    """``url`` with its password masked, for messages."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def create_engine_for_url(
+    url: str,
+    *,
+    pool_size: int = 5,
+    pool_timeout_s: float = 30.0,
+    busy_timeout_s: float = 30.0,
+    pooled: bool = True,
+) -> Engine:
+    """Create an engine for ``url`` with rlm's connection settings.
+
+    Args:
+        url: A PostgreSQL or SQLite URL (see the module docstring).
+        pool_size: Most connections the engine holds open; never more are opened.
+        pool_timeout_s: How long a caller waits for a free pooled connection.
+        busy_timeout_s: SQLite only: how long a writer waits for another to finish.
+        pooled: ``False`` opens a connection per use (for one-shot commands and migrations).
+
+    Raises:
+        ConfigError: The URL is not usable (see :func:`parse_url`).
+    """
+    parsed = parse_url(url)
+    pool_args: dict[str, Any] = (
+        {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": pool_timeout_s}
+        if pooled
+        else {"poolclass": NullPool}
+    )
+    if parsed.get_backend_name() == "postgresql":
+        # No pre-ping: it would cost a round trip per transaction. A connection lost to a server
+        # restart fails one call with a retriable error, and the pool then reconnects.
+        # psycopg prepares a statement after its fifth run; generic plans then skip planning,
+        # which costs more than running these small indexed lookups (and PostgreSQL's own
+        # choice between custom and generic plans flips as the tables grow).
+        return create_engine(
+            parsed,
+            connect_args={"options": "-c plan_cache_mode=force_generic_plan"},
+            **pool_args,
+        )
+
+    assert parsed.database is not None  # parse_url guarantees a file path
+    Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(
+        parsed,
+        connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
+        **pool_args,
+    )
+    busy_ms = int(busy_timeout_s * 1000)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy's "begin" event, not the sqlite3 module, decide how transactions start.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Connection) -> None:
+        writing = connection.get_execution_options().get(WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if writing else "BEGIN")
+
+    return engine

@@ -1,0 +1,161 @@
+"""Tables of the metadata store (SQLAlchemy 2.0 declarative models).
+
+``rlm_partition``     one row per topic-partition: remote log start offset, highest copied
+                      offset, remote log size, deletion state and the copy lease.
+``rlm_segment``       one row per remote segment (Kafka's RemoteLogSegmentMetadata).
+``rlm_segment_epoch`` one row per (segment, leader epoch): lists a partition's segments by epoch.
+``rlm_epoch_offset``  highest offset copied per (partition, leader epoch); only grows.
+``rlm_offset_tree``   maxima of the COPY_SEGMENT_FINISHED segments per range of start offsets,
+                      which makes timestamp and offset lookups O(log n) (see ``metadata.tree``).
+
+Any change here needs an Alembic migration in ``alembic/versions``; the test suite runs
+``alembic check`` to catch a missing one.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    UniqueConstraint,
+    Uuid,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from rlm.metastore.model import PartitionState, SegmentState
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+#: Longest legal Kafka topic name.
+TOPIC_NAME_MAX = 249
+STATE_NAME_MAX = 32
+
+_SEGMENT_STATES = ", ".join(f"'{state.value}'" for state in SegmentState)
+_PARTITION_STATES = ", ".join(f"'{state.value}'" for state in PartitionState)
+
+
+class Base(DeclarativeBase):
+    """Declarative base whose metadata names constraints the same way on every database."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class PartitionRow(Base):
+    """A topic-partition known to the store, with its copy lease."""
+
+    __tablename__ = "rlm_partition"
+    __table_args__ = (
+        UniqueConstraint("topic", "partition"),
+        CheckConstraint(
+            f"deletion_state IS NULL OR deletion_state IN ({_PARTITION_STATES})",
+            name="deletion_state",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    topic: Mapped[str] = mapped_column(String(TOPIC_NAME_MAX))
+    partition: Mapped[int] = mapped_column(Integer)
+    remote_log_start_offset: Mapped[int] = mapped_column(BigInteger, server_default=text("-1"))
+    highest_copied_offset: Mapped[int] = mapped_column(BigInteger, server_default=text("-1"))
+    remote_log_size_bytes: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    deletion_state: Mapped[str | None] = mapped_column(String(STATE_NAME_MAX))
+    deletion_event_time_ms: Mapped[int | None] = mapped_column(BigInteger)
+    lease_owner: Mapped[int | None] = mapped_column(Integer)
+    lease_epoch: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    lease_expires_at_ms: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class SegmentRow(Base):
+    """One remote segment. ``leader_epochs`` and ``object_layout`` are JSON documents."""
+
+    __tablename__ = "rlm_segment"
+    __table_args__ = (
+        CheckConstraint(f"state IN ({_SEGMENT_STATES})", name="state"),
+        CheckConstraint("start_offset >= 0 AND end_offset >= start_offset", name="offsets"),
+        # Listing in offset order, all states.
+        Index("ix_rlm_segment_offset", "partition_id", "start_offset", "segment_id"),
+        # Listing in offset order by state, and the leaf level of the offset tree.
+        Index("ix_rlm_segment_state_offset", "partition_id", "state", "start_offset", "segment_id"),
+    )
+
+    segment_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    partition_id: Mapped[int] = mapped_column(ForeignKey("rlm_partition.id"))
+    topic_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    start_offset: Mapped[int] = mapped_column(BigInteger)
+    end_offset: Mapped[int] = mapped_column(BigInteger)
+    max_timestamp_ms: Mapped[int] = mapped_column(BigInteger)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    broker_id: Mapped[int] = mapped_column(Integer)
+    event_time_ms: Mapped[int] = mapped_column(BigInteger)
+    state: Mapped[str] = mapped_column(String(STATE_NAME_MAX))
+    leader_epochs: Mapped[Any] = mapped_column(JSON)
+    object_layout: Mapped[Any] = mapped_column(JSON)
+    txn_index_empty: Mapped[bool] = mapped_column(Boolean)
+
+
+class SegmentEpochRow(Base):
+    """That ``leader_epoch`` wrote records in a segment; the index behind per-epoch listings."""
+
+    __tablename__ = "rlm_segment_epoch"
+    __table_args__ = (
+        Index(
+            "ix_rlm_segment_epoch_listing",
+            "partition_id",
+            "leader_epoch",
+            "segment_start_offset",
+            "segment_id",
+        ),
+    )
+
+    segment_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("rlm_segment.segment_id", ondelete="CASCADE"), primary_key=True
+    )
+    leader_epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    partition_id: Mapped[int] = mapped_column(ForeignKey("rlm_partition.id"))
+    segment_start_offset: Mapped[int] = mapped_column(BigInteger)
+    last_offset: Mapped[int] = mapped_column(BigInteger)
+    """Last offset the epoch wrote in the segment."""
+
+
+class EpochOffsetRow(Base):
+    """Highest offset of ``leader_epoch`` that reached COPY_SEGMENT_FINISHED; never lowered."""
+
+    __tablename__ = "rlm_epoch_offset"
+
+    partition_id: Mapped[int] = mapped_column(ForeignKey("rlm_partition.id"), primary_key=True)
+    leader_epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    highest_offset: Mapped[int] = mapped_column(BigInteger)
+
+
+class OffsetTreeRow(Base):
+    """Maxima over the COPY_SEGMENT_FINISHED segments whose start offset lies in one range.
+
+    Node ``(level, bucket)`` covers start offsets ``[bucket << 8·level, (bucket + 1) << 8·level)``.
+    A node exists exactly when its range holds at least one such segment.
+    """
+
+    __tablename__ = "rlm_offset_tree"
+
+    partition_id: Mapped[int] = mapped_column(ForeignKey("rlm_partition.id"), primary_key=True)
+    level: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    max_timestamp_ms: Mapped[int] = mapped_column(BigInteger)
+    max_end_offset: Mapped[int] = mapped_column(BigInteger)

@@ -1,0 +1,135 @@
+"""Partition rows: finding and locking them, lease fencing, and the lease operations.
+
+Every write to a partition's metadata first locks its ``rlm_partition`` row (``SELECT … FOR
+UPDATE`` on PostgreSQL; SQLite write transactions are already serialized by ``BEGIN IMMEDIATE``).
+The lock serializes all state changes of one partition, so each one reads the state it changes
+and no update is lost; it is always the first lock a transaction takes, so there are no deadlocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Row, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+from metadata.models import PartitionRow
+from rlm.errors import StaleLeaseError
+from rlm.metastore.model import Lease, TopicPartition
+
+Partition = PartitionRow
+
+
+def find(conn: Connection, tp: TopicPartition) -> Row[Any] | None:
+    """The partition's row without locking it, or ``None``."""
+    return conn.execute(
+        select(Partition.__table__).where(Partition.topic == tp.topic, Partition.partition == tp.partition)
+    ).first()
+
+
+def find_id(conn: Connection, tp: TopicPartition) -> int | None:
+    """The partition's row id, or ``None``."""
+    value = conn.execute(
+        select(Partition.id).where(Partition.topic == tp.topic, Partition.partition == tp.partition)
+    ).scalar()
+    return None if value is None else int(value)
+
+
+def lock(conn: Connection, tp: TopicPartition) -> Row[Any]:
+    """Lock the partition's row for the rest of the transaction, creating it if needed."""
+    query = (
+        select(Partition.__table__)
+        .where(Partition.topic == tp.topic, Partition.partition == tp.partition)
+        .with_for_update()
+    )
+    row = conn.execute(query).first()
+    if row is None:
+        # Two writers may create the same partition at once: the loser's insert does nothing.
+        dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+        conn.execute(
+            dialect_insert(Partition)
+            .values(topic=tp.topic, partition=tp.partition)
+            .on_conflict_do_nothing(index_elements=["topic", "partition"])
+        )
+        row = conn.execute(query).one()
+    return row
+
+
+def lock_by_id(conn: Connection, partition_id: int) -> Row[Any]:
+    """Lock the row of partition ``partition_id`` (which exists) for the rest of the transaction."""
+    return conn.execute(
+        select(Partition.__table__).where(Partition.id == partition_id).with_for_update()
+    ).one()
+
+
+def topic_partition(row: Row[Any]) -> TopicPartition:
+    """The topic-partition of a partition row."""
+    return TopicPartition(row.topic, int(row.partition))
+
+
+def check_fence(row: Row[Any], lease_epoch: int | None) -> None:
+    """Refuse a write whose lease epoch is not the partition's current one.
+
+    Raises:
+        StaleLeaseError: ``lease_epoch`` is given and the lease was since taken over or released.
+    """
+    if lease_epoch is None:
+        return
+    if row.lease_owner is not None and int(row.lease_epoch) == lease_epoch:
+        return
+    raise StaleLeaseError(f"write to {topic_partition(row)} refused: {_stale(row, lease_epoch)}")
+
+
+def _stale(row: Row[Any], epoch: int) -> str:
+    holder = f"held by broker {row.lease_owner}" if row.lease_owner is not None else "not held by anyone"
+    return f"lease epoch {epoch} is stale, the lease is at epoch {row.lease_epoch} and {holder}"
+
+
+def acquire(conn: Connection, tp: TopicPartition, owner: int, ttl_ms: int, now_ms: int) -> Lease | None:
+    """Take the lease if it is free, expired or already ``owner``'s; bumps the epoch."""
+    row = lock(conn, tp)
+    unexpired = row.lease_owner is not None and int(row.lease_expires_at_ms) > now_ms
+    if unexpired and int(row.lease_owner) != owner:
+        return None
+    lease = Lease(tp, owner, int(row.lease_epoch) + 1, now_ms + ttl_ms)
+    conn.execute(
+        update(Partition)
+        .where(Partition.id == row.id)
+        .values(lease_owner=owner, lease_epoch=lease.epoch, lease_expires_at_ms=lease.expires_at_ms)
+    )
+    return lease
+
+
+def _is_current(row: Row[Any], lease: Lease) -> bool:
+    return (
+        row.lease_owner is not None
+        and int(row.lease_owner) == lease.owner
+        and int(row.lease_epoch) == lease.epoch
+    )
+
+
+def renew(conn: Connection, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
+    """Extend the still-current ``lease``; :class:`StaleLeaseError` when it is not current."""
+    row = lock(conn, lease.topic_partition)
+    if not _is_current(row, lease):
+        raise StaleLeaseError(
+            f"cannot renew the lease of {lease.topic_partition} for broker {lease.owner}: "
+            f"{_stale(row, lease.epoch)}"
+        )
+    renewed = Lease(lease.topic_partition, lease.owner, lease.epoch, now_ms + ttl_ms)
+    conn.execute(
+        update(Partition).where(Partition.id == row.id).values(lease_expires_at_ms=renewed.expires_at_ms)
+    )
+    return renewed
+
+
+def release(conn: Connection, lease: Lease) -> bool:
+    """Free the lease if ``lease`` is still current; the epoch stays, so it keeps growing."""
+    row = lock(conn, lease.topic_partition)
+    if not _is_current(row, lease):
+        return False
+    conn.execute(
+        update(Partition).where(Partition.id == row.id).values(lease_owner=None, lease_expires_at_ms=None)
+    )
+    return True

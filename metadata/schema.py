@@ -1,0 +1,114 @@
+"""Schema versions: apply the Alembic migrations, and refuse a database on another revision.
+
+The migrations live in ``alembic/`` at the top of the source tree (``[tool.alembic]`` in
+``pyproject.toml`` points the ``alembic`` command there too).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
+from alembic.util import CommandError
+from sqlalchemy import Engine
+from sqlalchemy import exc as sa_exc
+
+from alembic import command
+from metadata.engine import parse_url
+from metadata.transaction import translate_error
+from rlm.errors import SchemaMismatchError
+
+#: The Alembic script directory.
+SCRIPT_LOCATION = Path(__file__).resolve().parent.parent / "alembic"
+
+
+def alembic_config(url: str, script_location: Path = SCRIPT_LOCATION) -> Config:
+    """An Alembic configuration for the database at ``url`` (read by ``alembic/env.py``)."""
+    config = Config()
+    config.set_main_option("script_location", str(script_location))
+    config.attributes["url"] = url
+    return config
+
+
+def head_revision(script_location: Path = SCRIPT_LOCATION) -> str:
+    """The schema revision this rlm needs: the newest migration."""
+    head = ScriptDirectory.from_config(alembic_config("", script_location)).get_current_head()
+    if head is None:
+        raise SchemaMismatchError(f"no migrations found in {script_location}")
+    return head
+
+
+def current_revision(engine: Engine) -> str | None:
+    """The revision the database is at, ``None`` when no rlm schema was ever installed.
+
+    Raises:
+        MetadataUnavailableError: The database cannot be reached.
+    """
+    try:
+        with engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+    except sa_exc.SQLAlchemyError as exc:
+        raise translate_error(exc) from exc
+
+
+def check_schema(engine: Engine, script_location: Path = SCRIPT_LOCATION) -> None:
+    """Refuse to run against a database whose schema is not this rlm's revision.
+
+    Args:
+        engine: The metadata database.
+        script_location: The migrations this rlm ships (another set only in tests).
+
+    Raises:
+        SchemaMismatchError: Un-migrated or older (run ``rlm db upgrade``), or newer than this rlm
+            (upgrade rlm). The message gives both revisions.
+        MetadataUnavailableError: The database cannot be reached.
+    """
+    head = head_revision(script_location)
+    current = current_revision(engine)
+    if current == head:
+        return
+    where = engine.url.render_as_string(hide_password=True)
+    if current is None:
+        raise SchemaMismatchError(
+            f"metadata database {where} has no rlm schema, rlm needs revision {head}: run `rlm db upgrade`"
+        )
+    script = ScriptDirectory.from_config(alembic_config("", script_location))
+    try:
+        known = script.get_revision(current) is not None
+    except (CommandError, RevisionError):
+        known = False
+    if known:
+        raise SchemaMismatchError(
+            f"metadata database {where} schema is at revision {current}, rlm needs {head}: "
+            "run `rlm db upgrade`"
+        )
+    raise SchemaMismatchError(
+        f"metadata database {where} schema is at revision {current}, newer than this rlm "
+        f"(which knows up to {head}): upgrade rlm, or point RLM_METADATA_URL at another database"
+    )
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Apply the migrations to the database at ``url`` up to ``revision``.
+
+    Raises:
+        ConfigError: The URL is not usable.
+        MetadataUnavailableError: The database cannot be reached.
+    """
+    parse_url(url)
+    try:
+        command.upgrade(alembic_config(url), revision)
+    except sa_exc.SQLAlchemyError as exc:
+        raise translate_error(exc) from exc
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Revert the migrations of the database at ``url`` down to ``revision`` (``base``: all)."""
+    parse_url(url)
+    try:
+        command.downgrade(alembic_config(url), revision)
+    except sa_exc.SQLAlchemyError as exc:
+        raise translate_error(exc) from exc

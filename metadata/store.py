@@ -1,0 +1,480 @@
+"""``SqlMetadataStore``: rlm's :class:`~rlm.metastore.MetadataStore` over PostgreSQL or SQLite."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Collection, Iterator
+from types import TracebackType
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection, Engine, Row, Select, func, insert, select, tuple_, update
+
+from metadata import partitions, search, tree
+from metadata.engine import create_engine_for_url
+from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow
+from metadata.rows import (
+    epoch_values,
+    lease_from_row,
+    partition_from_row,
+    segment_from_row,
+    segment_values,
+)
+from metadata.schema import check_schema
+from metadata.transaction import transaction
+from rlm.errors import (
+    DuplicateSegmentError,
+    InvalidStateTransitionError,
+    NotFoundError,
+    StateConflictError,
+)
+from rlm.metastore.model import (
+    Lease,
+    PartitionRecord,
+    PartitionState,
+    RemoteSegment,
+    SegmentState,
+    StateUpdate,
+    TopicPartition,
+    check_transition,
+)
+
+Segment = SegmentRow
+FINISHED = SegmentState.COPY_SEGMENT_FINISHED
+END_OFFSET = tree.Measure.END_OFFSET
+MAX_TIMESTAMP = tree.Measure.MAX_TIMESTAMP
+#: Segments fetched per transaction by ``list_segments``.
+DEFAULT_LIST_PAGE_SIZE = 500
+
+
+def wall_clock_ms() -> int:
+    """Milliseconds since the epoch, from the system clock."""
+    return time.time_ns() // 1_000_000
+
+
+class SqlMetadataStore:
+    """The metadata store over a SQLAlchemy engine; see :class:`rlm.metastore.MetadataStore`.
+
+    Args:
+        engine: From :func:`metadata.engine.create_engine_for_url`; the store owns it and
+            disposes of it on :meth:`close`.
+        clock: Current time in milliseconds, for lease expiry.
+        list_page_size: Segments ``list_segments`` reads per transaction.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        list_page_size: int = DEFAULT_LIST_PAGE_SIZE,
+    ) -> None:
+        if list_page_size < 1:
+            raise ValueError(f"list page size must be positive, got {list_page_size}")
+        self._engine = engine
+        self._clock = clock
+        self._list_page_size = list_page_size
+
+    @classmethod
+    def open(
+        cls, url: str, *, clock: Callable[[], int] = wall_clock_ms, pool_size: int = 5
+    ) -> SqlMetadataStore:
+        """Connect to ``url`` and check that its schema is the one this rlm needs.
+
+        Raises:
+            SchemaMismatchError: The schema is missing, older or newer; the message says what to run.
+            MetadataUnavailableError: The database cannot be reached.
+            ConfigError: The URL is not usable.
+        """
+        engine = create_engine_for_url(url, pool_size=pool_size)
+        try:
+            check_schema(engine)
+        except BaseException:
+            engine.dispose()
+            raise
+        return cls(engine, clock=clock)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine the store runs on."""
+        return self._engine
+
+    def close(self) -> None:
+        """Close every pooled connection. Idempotent."""
+        self._engine.dispose()
+
+    def __enter__(self) -> SqlMetadataStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- segments: writes ---------------------------------------------------------------------
+
+    def add_segment(self, segment: RemoteSegment, *, lease_epoch: int | None = None) -> None:
+        """See :meth:`rlm.metastore.MetadataStore.add_segment`."""
+        tp = segment.topic_partition
+        what = f"segment {segment.segment_id} of {tp}"
+        if segment.state is not SegmentState.COPY_SEGMENT_STARTED:
+            # A segment enters the store as COPY_SEGMENT_STARTED, nothing else.
+            raise InvalidStateTransitionError("no state", segment.state.value, subject=what)
+        with transaction(self._engine, write=True) as conn:
+            part = partitions.lock(conn, tp)
+            partitions.check_fence(part, lease_epoch)
+            if part.deletion_state is not None:
+                raise StateConflictError(f"cannot add {what}: the partition is {part.deletion_state}")
+            stored = conn.execute(
+                select(Segment.__table__).where(Segment.segment_id == segment.segment_id)
+            ).first()
+            if stored is not None:
+                if stored.partition_id == part.id and _same_copy(segment_from_row(stored, tp), segment):
+                    return
+                raise DuplicateSegmentError(f"{what} is already stored with other metadata")
+            conn.execute(insert(Segment).values(segment_values(segment, part.id)))
+            conn.execute(insert(SegmentEpochRow), epoch_values(segment, part.id))
+
+    def update_segment_state(
+        self,
+        segment_id: UUID,
+        state: SegmentState,
+        *,
+        event_time_ms: int,
+        expected: SegmentState | None = None,
+        lease_epoch: int | None = None,
+    ) -> StateUpdate:
+        """See :meth:`rlm.metastore.MetadataStore.update_segment_state`."""
+        with transaction(self._engine, write=True) as conn:
+            partition_id = conn.execute(
+                select(Segment.partition_id).where(Segment.segment_id == segment_id)
+            ).scalar()
+            if partition_id is None:
+                raise NotFoundError(f"no remote segment {segment_id}")
+            # Lock first, then read: the state read below is the one this transaction changes.
+            part = partitions.lock_by_id(conn, partition_id)
+            partitions.check_fence(part, lease_epoch)
+            tp = partitions.topic_partition(part)
+            row = conn.execute(select(Segment.__table__).where(Segment.segment_id == segment_id)).one()
+            segment = segment_from_row(row, tp)
+            current = segment.state
+            if current is state:
+                return StateUpdate(segment, changed=False)
+            what = f"segment {segment_id} of {tp}"
+            if expected is not None and current is not expected:
+                raise StateConflictError(f"{what} is {current.value}, not {expected.value}")
+            check_transition(current, state, subject=what)
+            conn.execute(
+                update(Segment)
+                .where(Segment.segment_id == segment_id)
+                .values(state=state.value, event_time_ms=event_time_ms)
+            )
+            if state is FINISHED:
+                self._account_finished(conn, part, segment)
+            elif current is FINISHED:
+                self._account_unfinished(conn, part, segment)
+            return StateUpdate(segment.with_state(state, event_time_ms), changed=True)
+
+    @staticmethod
+    def _account_finished(conn: Connection, part: Row[Any], segment: RemoteSegment) -> None:
+        tree.add_segment(conn, part.id, segment.start_offset, segment.max_timestamp_ms, segment.end_offset)
+        conn.execute(
+            update(PartitionRow)
+            .where(PartitionRow.id == part.id)
+            .values(
+                remote_log_size_bytes=PartitionRow.remote_log_size_bytes + segment.size_bytes,
+                highest_copied_offset=max(int(part.highest_copied_offset), segment.end_offset),
+            )
+        )
+        _raise_epoch_offsets(
+            conn,
+            part.id,
+            {
+                entry.epoch: epoch_range[1]
+                for entry in segment.leader_epochs
+                if (epoch_range := segment.epoch_range(entry.epoch)) is not None
+            },
+        )
+
+    @staticmethod
+    def _account_unfinished(conn: Connection, part: Row[Any], segment: RemoteSegment) -> None:
+        tree.remove_segment(conn, part.id, segment.start_offset, segment.max_timestamp_ms, segment.end_offset)
+        conn.execute(
+            update(PartitionRow)
+            .where(PartitionRow.id == part.id)
+            .values(remote_log_size_bytes=PartitionRow.remote_log_size_bytes - segment.size_bytes)
+        )
+
+    # -- segments: reads ----------------------------------------------------------------------
+
+    def get_segment(self, segment_id: UUID) -> RemoteSegment | None:
+        """See :meth:`rlm.metastore.MetadataStore.get_segment`."""
+        with transaction(self._engine, write=False, snapshot=False) as conn:
+            row = conn.execute(
+                select(Segment.__table__, PartitionRow.topic, PartitionRow.partition)
+                .join(PartitionRow, PartitionRow.id == Segment.partition_id)
+                .where(Segment.segment_id == segment_id)
+            ).first()
+        if row is None:
+            return None
+        return segment_from_row(row, TopicPartition(row.topic, int(row.partition)))
+
+    def segment_for_offset(
+        self, tp: TopicPartition, offset: int, *, leader_epoch: int | None = None
+    ) -> RemoteSegment | None:
+        """See :meth:`rlm.metastore.MetadataStore.segment_for_offset`."""
+        if offset < 0:
+            return None
+        with transaction(self._engine, write=False, snapshot=leader_epoch is not None) as conn:
+            cursor: search.Cursor | None = search.through_offset(offset)
+            # Finished segments holding `offset`, last in offset order first: one search each.
+            while cursor is not None:
+                row = search.last_until(conn, tp, cursor, END_OFFSET, offset)
+                if row is None:
+                    return None
+                segment = segment_from_row(row, tp)
+                if leader_epoch is None:
+                    return segment
+                epoch_range = segment.epoch_range(leader_epoch)
+                if epoch_range is not None and epoch_range[0] <= offset <= epoch_range[1]:
+                    return segment
+                cursor = search.before(row)
+        return None
+
+    def first_segment_for_timestamp(
+        self, tp: TopicPartition, timestamp_ms: int, *, from_offset: int = 0
+    ) -> RemoteSegment | None:
+        """See :meth:`rlm.metastore.MetadataStore.first_segment_for_timestamp`."""
+        low = max(from_offset, 0)
+        with transaction(self._engine, write=False) as conn:
+            # Segments starting before `low` that reach it come first in offset order: walk them
+            # (as many as overlap at `low`, usually one or none) until one is recent enough.
+            cursor = search.at_offset(0)
+            while low > 0:
+                row = search.first_from(conn, tp, cursor, END_OFFSET, low)
+                if row is None or row.start_offset >= low:
+                    break
+                if row.max_timestamp_ms >= timestamp_ms:
+                    return segment_from_row(row, tp)
+                cursor = search.after(row)
+            # Every other candidate starts at or after `low`, so it ends there or later.
+            row = search.first_from(conn, tp, search.at_offset(low), MAX_TIMESTAMP, timestamp_ms)
+            return None if row is None else segment_from_row(row, tp)
+
+    def max_timestamp(self, tp: TopicPartition) -> int | None:
+        """See :meth:`rlm.metastore.MetadataStore.max_timestamp`."""
+        with transaction(self._engine, write=False, snapshot=False) as conn:
+            return tree.max_timestamp(conn, tp.topic, tp.partition)
+
+    def highest_copied_offset(self, tp: TopicPartition, *, leader_epoch: int | None = None) -> int:
+        """See :meth:`rlm.metastore.MetadataStore.highest_copied_offset`."""
+        with transaction(self._engine, write=False, snapshot=False) as conn:
+            if leader_epoch is None:
+                value = conn.execute(
+                    select(PartitionRow.highest_copied_offset).where(
+                        PartitionRow.topic == tp.topic, PartitionRow.partition == tp.partition
+                    )
+                ).scalar()
+            else:
+                value = conn.execute(
+                    select(EpochOffsetRow.highest_offset)
+                    .join(PartitionRow, PartitionRow.id == EpochOffsetRow.partition_id)
+                    .where(
+                        PartitionRow.topic == tp.topic,
+                        PartitionRow.partition == tp.partition,
+                        EpochOffsetRow.leader_epoch == leader_epoch,
+                    )
+                ).scalar()
+        return -1 if value is None else int(value)
+
+    def list_segments(
+        self,
+        tp: TopicPartition,
+        *,
+        states: Collection[SegmentState] | None = None,
+        leader_epoch: int | None = None,
+    ) -> Iterator[RemoteSegment]:
+        """See :meth:`rlm.metastore.MetadataStore.list_segments`."""
+        after: tuple[int, UUID] | None = None
+        while True:
+            with transaction(self._engine, write=False, snapshot=False) as conn:
+                query = _page_query(tp, states, leader_epoch, after)
+                rows = conn.execute(query.limit(self._list_page_size)).all()
+            for row in rows:
+                yield segment_from_row(row, tp)
+            if len(rows) < self._list_page_size:
+                return
+            after = (int(rows[-1].start_offset), rows[-1].segment_id)
+
+    def remote_log_size(self, tp: TopicPartition) -> int:
+        """See :meth:`rlm.metastore.MetadataStore.remote_log_size`."""
+        record = self.get_partition(tp)
+        return 0 if record is None else record.remote_log_size_bytes
+
+    # -- partitions ---------------------------------------------------------------------------
+
+    def get_partition(self, tp: TopicPartition) -> PartitionRecord | None:
+        """See :meth:`rlm.metastore.MetadataStore.get_partition`."""
+        with transaction(self._engine, write=False, snapshot=False) as conn:
+            row = partitions.find(conn, tp)
+        return None if row is None else partition_from_row(row)
+
+    def list_partitions(self, *, deletion_state: PartitionState | None = None) -> list[PartitionRecord]:
+        """See :meth:`rlm.metastore.MetadataStore.list_partitions`."""
+        query = select(PartitionRow.__table__).order_by(PartitionRow.topic, PartitionRow.partition)
+        if deletion_state is not None:
+            query = query.where(PartitionRow.deletion_state == deletion_state.value)
+        with transaction(self._engine, write=False, snapshot=False) as conn:
+            return [partition_from_row(row) for row in conn.execute(query)]
+
+    def advance_log_start_offset(
+        self, tp: TopicPartition, offset: int, *, lease_epoch: int | None = None
+    ) -> int:
+        """See :meth:`rlm.metastore.MetadataStore.advance_log_start_offset`."""
+        with transaction(self._engine, write=True) as conn:
+            part = partitions.lock(conn, tp)
+            partitions.check_fence(part, lease_epoch)
+            current = int(part.remote_log_start_offset)
+            if offset <= current:
+                return current
+            conn.execute(
+                update(PartitionRow).where(PartitionRow.id == part.id).values(remote_log_start_offset=offset)
+            )
+            return offset
+
+    def update_partition_state(
+        self,
+        tp: TopicPartition,
+        state: PartitionState,
+        *,
+        event_time_ms: int,
+        lease_epoch: int | None = None,
+    ) -> PartitionRecord:
+        """See :meth:`rlm.metastore.MetadataStore.update_partition_state`."""
+        with transaction(self._engine, write=True) as conn:
+            part = partitions.lock(conn, tp)
+            partitions.check_fence(part, lease_epoch)
+            current = None if part.deletion_state is None else PartitionState(part.deletion_state)
+            if check_transition(current, state, subject=f"partition {tp}"):
+                conn.execute(
+                    update(PartitionRow)
+                    .where(PartitionRow.id == part.id)
+                    .values(deletion_state=state.value, deletion_event_time_ms=event_time_ms)
+                )
+            row = partitions.find(conn, tp)
+            assert row is not None  # locked above
+            return partition_from_row(row)
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def acquire_lease(self, tp: TopicPartition, owner: int, ttl_ms: int) -> Lease | None:
+        """See :meth:`rlm.metastore.MetadataStore.acquire_lease`."""
+        _check_ttl(ttl_ms)
+        with transaction(self._engine, write=True) as conn:
+            return partitions.acquire(conn, tp, owner, ttl_ms, self._clock())
+
+    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease:
+        """See :meth:`rlm.metastore.MetadataStore.renew_lease`."""
+        _check_ttl(ttl_ms)
+        with transaction(self._engine, write=True) as conn:
+            return partitions.renew(conn, lease, ttl_ms, self._clock())
+
+    def release_lease(self, lease: Lease) -> bool:
+        """See :meth:`rlm.metastore.MetadataStore.release_lease`."""
+        with transaction(self._engine, write=True) as conn:
+            return partitions.release(conn, lease)
+
+    def get_lease(self, tp: TopicPartition) -> Lease | None:
+        """See :meth:`rlm.metastore.MetadataStore.get_lease`."""
+        with transaction(self._engine, write=False, snapshot=False) as conn:
+            row = partitions.find(conn, tp)
+        return None if row is None else lease_from_row(row)
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def rebuild_summaries(self, tp: TopicPartition) -> None:
+        """Recompute what is derived from the partition's segment rows: its offset tree, its
+        remote log size and its per-epoch highest offsets (which never fall). For bulk loads
+        that write segment rows directly, and for repair."""
+        with transaction(self._engine, write=True) as conn:
+            part = partitions.lock(conn, tp)
+            tree.rebuild(conn, part.id)
+            size, highest = conn.execute(
+                select(func.coalesce(func.sum(Segment.size_bytes), 0), func.max(Segment.end_offset)).where(
+                    Segment.partition_id == part.id, Segment.state == FINISHED.value
+                )
+            ).one()
+            conn.execute(
+                update(PartitionRow)
+                .where(PartitionRow.id == part.id)
+                .values(
+                    remote_log_size_bytes=int(size),
+                    highest_copied_offset=max(int(part.highest_copied_offset), highest or -1),
+                )
+            )
+            epoch_last = conn.execute(
+                select(SegmentEpochRow.leader_epoch, func.max(SegmentEpochRow.last_offset))
+                .join(Segment, Segment.segment_id == SegmentEpochRow.segment_id)
+                .where(SegmentEpochRow.partition_id == part.id, Segment.state == FINISHED.value)
+                .group_by(SegmentEpochRow.leader_epoch)
+            )
+            _raise_epoch_offsets(conn, part.id, {int(e): int(last) for e, last in epoch_last})
+
+
+def _raise_epoch_offsets(conn: Connection, partition_id: int, last_offsets: dict[int, int]) -> None:
+    """Raise each epoch's highest copied offset to at least ``last_offsets[epoch]``."""
+    for epoch, last in last_offsets.items():
+        key = (EpochOffsetRow.partition_id == partition_id, EpochOffsetRow.leader_epoch == epoch)
+        highest = conn.execute(select(EpochOffsetRow.highest_offset).where(*key)).scalar()
+        if highest is None:
+            conn.execute(
+                insert(EpochOffsetRow).values(
+                    partition_id=partition_id, leader_epoch=epoch, highest_offset=last
+                )
+            )
+        elif last > highest:
+            conn.execute(update(EpochOffsetRow).where(*key).values(highest_offset=last))
+
+
+def _check_ttl(ttl_ms: int) -> None:
+    if ttl_ms <= 0:
+        raise ValueError(f"lease time to live must be positive, got {ttl_ms} ms")
+
+
+def _same_copy(stored: RemoteSegment, offered: RemoteSegment) -> bool:
+    """Whether ``offered`` repeats the add of ``stored`` (state and event time aside)."""
+    return stored.with_state(offered.state, offered.event_time_ms) == offered
+
+
+def _page_query(
+    tp: TopicPartition,
+    states: Collection[SegmentState] | None,
+    leader_epoch: int | None,
+    after: tuple[int, UUID] | None,
+) -> Select[Any]:
+    partition_id = (
+        select(PartitionRow.id)
+        .where(PartitionRow.topic == tp.topic, PartitionRow.partition == tp.partition)
+        .scalar_subquery()
+    )
+    if leader_epoch is None:
+        query = select(Segment.__table__).where(Segment.partition_id == partition_id)
+        order = (Segment.start_offset, Segment.segment_id)
+    else:
+        query = (
+            select(Segment.__table__)
+            .join(SegmentEpochRow, SegmentEpochRow.segment_id == Segment.segment_id)
+            .where(
+                SegmentEpochRow.partition_id == partition_id,
+                SegmentEpochRow.leader_epoch == leader_epoch,
+            )
+        )
+        order = (SegmentEpochRow.segment_start_offset, SegmentEpochRow.segment_id)
+    if states is not None:
+        query = query.where(Segment.state.in_([state.value for state in states]))
+    if after is not None:
+        query = query.where(tuple_(*order) > tuple_(*after))
+    return query.order_by(*order)

@@ -1,0 +1,83 @@
+"""``rlm db ...``: the metadata database schema (``upgrade``, ``current``).
+
+The database is ``--url``, else ``RLM_METADATA_URL``, else the embedded SQLite default. This
+module is a composition root: it alone under ``rlm/`` reaches into ``metadata``, and only inside
+the commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from rlm.errors import SchemaMismatchError
+
+URL_ENV = "RLM_METADATA_URL"
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``db`` command group."""
+    parser = sub.add_parser("db", help="create and migrate the metadata database")
+    commands = parser.add_subparsers(dest="db_command", required=True, metavar="DB_COMMAND")
+
+    upgrade = commands.add_parser(
+        "upgrade", help="apply the schema migrations (creates the schema on an empty database)"
+    )
+    _add_url(upgrade)
+    upgrade.add_argument(
+        "--revision", default="head", help="migrate up to this revision (default: the newest)"
+    )
+    upgrade.set_defaults(func=_upgrade)
+
+    current = commands.add_parser(
+        "current", help="print the database's schema revision and the one this rlm needs"
+    )
+    _add_url(current)
+    current.set_defaults(func=_current)
+
+
+def _add_url(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--url",
+        help=f"database URL, e.g. postgresql+psycopg://rlm@db:5432/rlm or sqlite:///rlm.db "
+        f"(default: ${URL_ENV}, else the embedded SQLite file)",
+    )
+
+
+def _url(args: argparse.Namespace) -> str:
+    from metadata.engine import DEFAULT_URL
+
+    given: str | None = args.url or os.environ.get(URL_ENV)
+    return given or DEFAULT_URL
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    from metadata.engine import create_engine_for_url, display_url
+    from metadata.schema import current_revision, upgrade
+
+    url = _url(args)
+    upgrade(url, args.revision)
+    engine = create_engine_for_url(url, pooled=False)
+    try:
+        revision = current_revision(engine)
+    finally:
+        engine.dispose()
+    print(f"metadata database {display_url(url)} is at revision {revision}")
+    return 0
+
+
+def _current(args: argparse.Namespace) -> int:
+    from metadata.engine import create_engine_for_url, display_url
+    from metadata.schema import check_schema, head_revision
+
+    url = _url(args)
+    engine = create_engine_for_url(url, pooled=False)
+    try:
+        check_schema(engine)
+    except SchemaMismatchError as exc:
+        print(exc)
+        return 1
+    finally:
+        engine.dispose()
+    print(f"metadata database {display_url(url)} is at revision {head_revision()}: up to date")
+    return 0

@@ -1,0 +1,111 @@
+"""``rlm copy`` and ``rlm retention``: the sidecar's background jobs, once or in a loop."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from types import FrameType
+
+from rlm.cli.common import add_settings_options, settings_from_args
+from rlm.copier import CopyOutcome
+from rlm.retention import RetentionOutcome
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``copy`` and ``retention``."""
+    copy = sub.add_parser("copy", help="tier rolled segments to the remote store")
+    copy.add_argument("--once", action="store_true", help="one pass, then exit (default: loop)")
+    copy.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_settings_options(copy)
+    copy.set_defaults(func=_copy)
+    retention = sub.add_parser("retention", help="delete remote segments past retention")
+    retention.add_argument("--once", action="store_true", help="one pass, then exit (default: loop)")
+    add_settings_options(retention)
+    retention.set_defaults(func=_retention)
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handle)
+    signal.signal(signal.SIGINT, handle)
+    return stop
+
+
+def _describe_copy(o: CopyOutcome) -> str:
+    if o.error is not None:
+        return f"{o.topic_partition}: error: {o.error}"
+    if o.skipped is not None:
+        return f"{o.topic_partition}: skipped ({o.skipped})"
+    return (
+        f"{o.topic_partition}: copied {o.copied_segments} segments ({o.copied_bytes} bytes), "
+        f"cleaned {o.cleaned_segments}, lag {o.lag_segments} segments"
+    )
+
+
+def _copy(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from rlm.bootstrap import build_runtime
+
+    runtime = build_runtime(settings_from_args(args))
+    try:
+        if args.once:
+            partitions = runtime.copier.partitions()
+            with tqdm(total=len(partitions), unit="partition", disable=args.quiet, desc="copy") as bar:
+
+                def advance(outcome: CopyOutcome) -> None:
+                    bar.update(1)
+
+                outcomes = runtime.copier.run_once(partitions, progress=advance)
+            for outcome in outcomes:
+                print(_describe_copy(outcome))
+            return 1 if any(o.error is not None for o in outcomes) else 0
+        stop = _stop_event()
+        interval = runtime.settings.remote_log_manager_task_interval_ms / 1000
+        while not stop.is_set():
+            for outcome in runtime.copier.run_once():
+                if outcome.error is not None or outcome.copied_segments:
+                    print(_describe_copy(outcome), file=sys.stderr)
+            stop.wait(interval)
+        return 0
+    finally:
+        runtime.close()
+
+
+def _describe_retention(o: RetentionOutcome) -> str:
+    if o.error is not None:
+        return f"{o.topic_partition}: error: {o.error}"
+    if o.skipped is not None:
+        return f"{o.topic_partition}: skipped ({o.skipped})"
+    return (
+        f"{o.topic_partition}: deleted {o.deleted_segments} segments ({o.deleted_bytes} bytes), "
+        f"remote log start offset {o.log_start_offset}"
+    )
+
+
+def _retention(args: argparse.Namespace) -> int:
+    from rlm.bootstrap import build_runtime
+
+    runtime = build_runtime(settings_from_args(args))
+    try:
+        if args.once:
+            outcomes = runtime.retention.run_once()
+            for outcome in outcomes:
+                print(_describe_retention(outcome))
+            return 1 if any(o.error is not None for o in outcomes) else 0
+        stop = _stop_event()
+        interval = runtime.settings.remote_log_manager_task_interval_ms / 1000
+        while not stop.is_set():
+            for outcome in runtime.retention.run_once():
+                if outcome.error is not None or outcome.deleted_segments:
+                    print(_describe_retention(outcome), file=sys.stderr)
+            stop.wait(interval)
+        return 0
+    finally:
+        runtime.close()

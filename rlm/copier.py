@@ -1,0 +1,232 @@
+"""The copier: tiers the rolled segments of every partition this sidecar holds the lease for.
+
+Per partition and pass:
+
+1. take or renew the partition's copy lease (only one sidecar copies a partition; every write
+   below carries the lease epoch, so a sidecar that lost its lease cannot write);
+2. clean up copies a previous holder or incarnation left in ``COPY_SEGMENT_STARTED``;
+3. for each rolled segment ending below the high watermark and above the highest copied offset:
+   ``COPY_SEGMENT_STARTED`` → upload the ``.log`` and the index object →
+   ``COPY_SEGMENT_FINISHED``. A failure deletes what was uploaded and rolls the row forward to
+   ``DELETE_SEGMENT_FINISHED``; a crash leaves a STARTED row for step 2 of a later pass.
+
+Partitions are copied in parallel on a bounded pool; one partition's error (a corrupt segment, an
+unreachable store) is reported and the others carry on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from rlm.config import Settings
+from rlm.deletion import Step, delete_segment, no_step
+from rlm.errors import RlmError, StaleLeaseError
+from rlm.leases import LeaseKeeper
+from rlm.log.logdir import LogDir, PartitionDir
+from rlm.log.segment import Segment
+from rlm.metastore.model import Lease, RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.protocol import MetadataStore
+from rlm.metrics import Metrics
+from rlm.remote_segment import PreparedSegment, prepare_segment
+from rlm.storage.protocol import RemoteStorage
+from rlm.storage.ratelimit import RateLimiter
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], int]
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class CopyOutcome:
+    """What one pass did for one partition."""
+
+    topic_partition: TopicPartition
+    copied_segments: int = 0
+    copied_bytes: int = 0
+    cleaned_segments: int = 0
+    lag_segments: int = 0
+    lag_bytes: int = 0
+    skipped: str | None = None
+    """Why nothing was attempted (tiering disabled, lease held elsewhere)."""
+    error: RlmError | OSError | None = None
+
+
+class Copier:
+    """Copies rolled segments to the remote tier; safe to run in several sidecars at once."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: MetadataStore,
+        storage: RemoteStorage,
+        metrics: Metrics,
+        *,
+        clock: Clock = wall_clock_ms,
+        step: Step = no_step,
+        rate_limiter: RateLimiter | None = None,
+        leases: LeaseKeeper | None = None,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.storage = storage
+        self.metrics = metrics
+        self.clock = clock
+        self.step = step
+        rate = settings.remote_log_manager_copy_max_bytes_per_second
+        self.rate_limiter = rate_limiter or (RateLimiter(rate) if rate > 0 else None)
+        self.leases = leases or LeaseKeeper(
+            store, settings.broker_id, settings.remote_log_manager_lease_ttl_ms
+        )
+
+    # -- passes ----------------------------------------------------------------------------
+
+    def partitions(self) -> list[PartitionDir]:
+        """Every partition directory of the configured log directories."""
+        return [p for log_dir in self.settings.log_dirs for p in LogDir(log_dir).partitions()]
+
+    def run_once(
+        self,
+        partitions: Iterable[PartitionDir] | None = None,
+        progress: Callable[[CopyOutcome], None] | None = None,
+    ) -> list[CopyOutcome]:
+        """One pass over ``partitions`` (default: all), at most ``copier.thread.pool.size`` at once."""
+        todo = list(self.partitions() if partitions is None else partitions)
+        workers = max(1, min(self.settings.remote_log_manager_copier_thread_pool_size, len(todo)))
+        outcomes = []
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rlm-copier") as pool:
+            for outcome in pool.map(self.copy_partition, todo):
+                outcomes.append(outcome)
+                if progress is not None:
+                    progress(outcome)
+        return outcomes
+
+    def copy_partition(self, partition: PartitionDir) -> CopyOutcome:
+        """Tier every eligible segment of one partition; never raises for a partition's error."""
+        tp = TopicPartition(partition.topic, partition.partition)
+        if not self.settings.topic(tp.topic).remote_storage_enable:
+            return CopyOutcome(tp, skipped="remote.storage.enable is false")
+        try:
+            lease = self.leases.hold(tp)
+            if lease is None:
+                return CopyOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
+            cleaned = self._cleanup(tp, lease)
+            return self._copy_eligible(partition, tp, lease, cleaned)
+        except (RlmError, OSError) as exc:
+            if isinstance(exc, StaleLeaseError):
+                self.leases.forget(tp)
+            self.metrics.copy_errors.labels(tp.topic, str(tp.partition)).inc()
+            log.warning("copying %s failed: %s", tp, exc)
+            return CopyOutcome(tp, error=exc)
+
+    def _cleanup(self, tp: TopicPartition, lease: Lease) -> int:
+        """Delete copies left unfinished (and deletes left half done) by earlier holders."""
+        cleaned = 0
+        states = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED)
+        for segment in list(self.store.list_segments(tp, states=states)):
+            if delete_segment(
+                self.store,
+                self.storage,
+                segment,
+                now_ms=self.clock(),
+                lease_epoch=lease.epoch,
+                step=self.step,
+            ):
+                cleaned += 1
+                self.metrics.cleaned_segments.labels(tp.topic, str(tp.partition)).inc()
+        return cleaned
+
+    def _delete(self, segment: RemoteSegment, lease: Lease) -> bool:
+        return delete_segment(
+            self.store, self.storage, segment, now_ms=self.clock(), lease_epoch=lease.epoch, step=self.step
+        )
+
+    def _copy_eligible(
+        self, partition: PartitionDir, tp: TopicPartition, lease: Lease, cleaned: int
+    ) -> CopyOutcome:
+        hw = partition.high_watermark()
+        floor = max(self.store.highest_copied_offset(tp) + 1, partition.checkpointed_log_start_offset() or 0)
+        eligible: list[tuple[Segment, int]] = []
+        for segment in partition.rolled_segments():
+            end = segment.last_offset()
+            if end is None or end < floor:
+                continue
+            if hw is None or end >= hw:
+                break  # not fully replicated yet; later segments are even newer
+            eligible.append((segment, end))
+        labels = (tp.topic, str(tp.partition))
+        lag_bytes = sum(s.size() for s, _ in eligible)
+        self.metrics.copy_lag_segments.labels(*labels).set(len(eligible))
+        self.metrics.copy_lag_bytes.labels(*labels).set(lag_bytes)
+        copied = copied_bytes = 0
+        epochs = partition.leader_epochs()
+        for segment, _ in eligible:
+            lease = self.leases.hold(tp) or lease  # renew between segments: a backlog may take long
+            prepared = prepare_segment(
+                partition, segment, broker_id=self.settings.broker_id, now_ms=self.clock(), epochs=epochs
+            )
+            self._copy(prepared, lease)
+            copied += 1
+            copied_bytes += prepared.remote.size_bytes
+            self.metrics.copied_segments.labels(*labels).inc()
+            self.metrics.copied_bytes.labels(*labels).inc(prepared.remote.size_bytes)
+            self.metrics.copy_lag_segments.labels(*labels).set(len(eligible) - copied)
+            self.metrics.copy_lag_bytes.labels(*labels).set(lag_bytes - copied_bytes)
+        return CopyOutcome(
+            tp, copied, copied_bytes, cleaned, len(eligible) - copied, lag_bytes - copied_bytes
+        )
+
+    def _copy(self, prepared: PreparedSegment, lease: Lease) -> None:
+        remote = prepared.remote
+        layout = remote.layout
+        started = time.perf_counter()
+        self.store.add_segment(remote, lease_epoch=lease.epoch)
+        self.step("copy_started")
+        finishing = False
+        try:
+            self.storage.put_object(
+                layout.log_key, prepared.log_path, size=remote.size_bytes, rate_limiter=self.rate_limiter
+            )
+            self.step("log_uploaded")
+            self.storage.put_object(layout.index_key, prepared.index_blob.data)
+            self.step("indexes_uploaded")
+            finishing = True
+            self.store.update_segment_state(
+                remote.segment_id,
+                SegmentState.COPY_SEGMENT_FINISHED,
+                event_time_ms=self.clock(),
+                expected=SegmentState.COPY_SEGMENT_STARTED,
+                lease_epoch=lease.epoch,
+            )
+        except BaseException:
+            self._abandon(prepared, lease, outcome_unknown=finishing)
+            raise
+        self.step("copy_finished")
+        self.metrics.copy_seconds.observe(time.perf_counter() - started)
+
+    def _abandon(self, prepared: PreparedSegment, lease: Lease, *, outcome_unknown: bool) -> None:
+        """Remove a failed copy's objects and row; what fails here is left to the cleanup pass.
+
+        The objects belong to this copy attempt alone (the segment id is in their keys), so they
+        are deleted even when the lease was lost. When the FINISHED update itself failed its
+        outcome is unknown: the objects are kept unless the row says the copy did not finish.
+        """
+        remote = prepared.remote
+        try:
+            current = self.store.get_segment(remote.segment_id) if outcome_unknown else None
+            if current is not None and current.state is SegmentState.COPY_SEGMENT_FINISHED:
+                return
+            pass
+            current = current or self.store.get_segment(remote.segment_id)
+            if current is not None:
+                delete_segment(
+                    self.store, self.storage, current, now_ms=self.clock(), lease_epoch=lease.epoch
+                )
+        except (RlmError, OSError) as exc:
+            log.warning("rolling back the copy of %s failed (cleanup will retry): %s", prepared.log_path, exc)

@@ -1,0 +1,69 @@
+"""Deleting a remote segment: ``DELETE_SEGMENT_STARTED`` → delete its objects → ``DELETE_SEGMENT_FINISHED``.
+
+Shared by retention (finished segments that expired) and the copier's cleanup (copies that never
+finished). Every step is idempotent, so a pass that dies anywhere is simply run again: a row left
+in ``DELETE_SEGMENT_STARTED`` is retried, and deleting an object that is already gone succeeds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rlm.errors import StateConflictError
+from rlm.metastore.model import RemoteSegment, SegmentState
+from rlm.metastore.protocol import MetadataStore
+from rlm.storage.protocol import RemoteStorage
+
+Step = Callable[[str], None]
+"""Called with the name of each step done (a seam for crash tests); usually a no-op."""
+
+
+def no_step(name: str) -> None:
+    """The default step hook: does nothing."""
+
+
+def delete_segment(
+    store: MetadataStore,
+    storage: RemoteStorage,
+    segment: RemoteSegment,
+    *,
+    now_ms: int,
+    lease_epoch: int | None,
+    step: Step = no_step,
+) -> bool:
+    """Delete ``segment`` from the remote tier; returns False when another deleter got there first.
+
+    ``segment`` may be ``COPY_SEGMENT_STARTED`` (an abandoned copy), ``COPY_SEGMENT_FINISHED``
+    (expired) or already ``DELETE_SEGMENT_STARTED`` (a retry). The state moves first, so no reader
+    picks the segment once its objects start to disappear.
+
+    Raises:
+        StaleLeaseError: ``lease_epoch`` is no longer the partition's lease.
+        StorageError / MetadataError: the pass can be retried; the row stays ``DELETE_SEGMENT_STARTED``.
+    """
+    if segment.state is SegmentState.DELETE_SEGMENT_FINISHED:
+        return False
+    if segment.state is not SegmentState.DELETE_SEGMENT_STARTED:
+        try:
+            store.update_segment_state(
+                segment.segment_id,
+                SegmentState.DELETE_SEGMENT_STARTED,
+                event_time_ms=now_ms,
+                expected=segment.state,
+                lease_epoch=lease_epoch,
+            )
+        except StateConflictError:
+            return False  # it finished or was deleted meanwhile; its new state is someone else's
+        step("delete_started")
+    storage.delete_objects([segment.layout.log_key])
+    step("log_deleted")
+    storage.delete_objects([segment.layout.index_key])
+    step("indexes_deleted")
+    store.update_segment_state(
+        segment.segment_id,
+        SegmentState.DELETE_SEGMENT_FINISHED,
+        event_time_ms=now_ms,
+        lease_epoch=lease_epoch,
+    )
+    step("delete_finished")
+    return True

@@ -1,0 +1,272 @@
+"""Offset for timestamp across the remote and local tiers (Kafka ListOffsets semantics, KIP-1075).
+
+For a timestamp T ≥ 0 the answer is the smallest offset ≥ the log start offset whose record
+timestamp is ≥ T, with that record's timestamp and its batch's leader epoch; -1/-1/-1 when there is
+none. The tier is chosen by the max timestamp of the finished remote segments: above it only the
+local log can hold the answer; otherwise the search starts at the earliest offset, remote first,
+and a remote candidate whose range the broker still has locally is read locally.
+
+Special timestamps: -1 latest (high watermark), -2 earliest (remote tier included), -3 the record
+with the max timestamp across remote *and* local, -4 earliest local, -5 latest tiered.
+
+Every call here is synchronous and may do remote reads: the API runs it on the reader pool.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlm.errors import NotFoundError
+from rlm.log.checkpoints import epoch_for_offset
+from rlm.log.logdir import LogDir, PartitionDir
+from rlm.log.model import TimestampAndOffset
+from rlm.lookup.remote_search import Checkpoint, SegmentIndexes, _never, find_in_remote_segment
+from rlm.lookup.stats import FetchStats
+from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.protocol import MetadataStore
+from rlm.storage.protocol import RemoteStorage
+from rlm.timestamps import SpecialTimestamp
+
+
+@dataclass(frozen=True)
+class OffsetAnswer:
+    """One partition's answer. ``tier`` is ``"remote"``, ``"local"`` or None when nothing was found."""
+
+    offset: int
+    timestamp: int
+    leader_epoch: int
+    tier: str | None
+
+    @classmethod
+    def none(cls) -> OffsetAnswer:
+        return cls(-1, -1, -1, None)
+
+    @classmethod
+    def of(cls, found: TimestampAndOffset | None, tier: str) -> OffsetAnswer:
+        if found is None:
+            return cls.none()
+        return cls(found.offset, found.timestamp, found.leader_epoch, tier)
+
+
+class LookupService:
+    """Answers offset-for-timestamp for the partitions of this broker's log directories."""
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        storage: RemoteStorage,
+        indexes: SegmentIndexes,
+        log_dirs: tuple[Path, ...],
+    ) -> None:
+        self.store = store
+        self.storage = storage
+        self.indexes = indexes
+        self.log_dirs = tuple(LogDir(d) for d in log_dirs)
+        self._partitions: dict[TopicPartition, PartitionDir] = {}
+        self._lock = threading.Lock()
+
+    # -- partitions --------------------------------------------------------------------------
+
+    def local_partition(self, tp: TopicPartition) -> PartitionDir | None:
+        """The broker's directory of ``tp``, or None when it has none (cached; re-checked on miss)."""
+        with self._lock:
+            found = self._partitions.get(tp)
+        if found is not None and found.path.is_dir():
+            return found
+        for log_dir in self.log_dirs:
+            path = log_dir.path / f"{tp.topic}-{tp.partition}"
+            if path.is_dir():
+                found = PartitionDir(path, log_dir)
+                with self._lock:
+                    self._partitions[tp] = found
+                return found
+        with self._lock:
+            self._partitions.pop(tp, None)
+        return None
+
+    def _check_known(self, tp: TopicPartition, local: PartitionDir | None) -> None:
+        if local is None and self.store.get_partition(tp) is None:
+            raise NotFoundError(f"unknown topic-partition {tp}: no local log and no remote segments")
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    def earliest_offset(self, tp: TopicPartition, local: PartitionDir | None) -> int:
+        """The log start offset, remote tier included (-2)."""
+        starts = []
+        first_remote = next(
+            iter(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED])), None
+        )
+        if first_remote is not None:
+            starts.append(first_remote.start_offset)
+        local_segments = local.segments() if local is not None else []
+        if local_segments:
+            starts.append(local_segments[0].base_offset)
+        earliest = min(starts, default=0)
+        record = self.store.get_partition(tp)
+        if record is not None and record.remote_log_start_offset >= 0 and first_remote is not None:
+            earliest = max(earliest, record.remote_log_start_offset)
+        checkpointed = local.checkpointed_log_start_offset() if local is not None else None
+        return max(earliest, checkpointed or 0)
+
+    def needs_remote(self, tp: TopicPartition, timestamp: int) -> bool:
+        """Whether answering may read the remote tier (KIP-1075: then it runs on the reader pool).
+
+        Special values other than -3 need metadata only; a timestamp above the max remote timestamp
+        can only be in the local log.
+        """
+        if timestamp < 0 and timestamp != SpecialTimestamp.MAX_TIMESTAMP:
+            return False
+        max_remote = self.store.max_timestamp(tp)
+        return max_remote is not None and (timestamp < 0 or timestamp <= max_remote)
+
+    def find(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        *,
+        stats: FetchStats | None = None,
+        checkpoint: Checkpoint = _never,
+    ) -> OffsetAnswer:
+        """ListOffsets for one partition.
+
+        Raises:
+            NotFoundError: neither a local log nor remote segments exist for ``tp``.
+            ValueError: ``timestamp`` is below -5.
+        """
+        local = self.local_partition(tp)
+        self._check_known(tp, local)
+        if timestamp >= 0:
+            return self._by_timestamp(tp, local, timestamp, stats, checkpoint)
+        if timestamp == SpecialTimestamp.LATEST:
+            hw = self._last_fetchable(local)
+            epochs = local.leader_epochs() if local is not None else []
+            return OffsetAnswer(hw, -1, epochs[-1].epoch if epochs else -1, "local")
+        if timestamp == SpecialTimestamp.EARLIEST:
+            earliest = self.earliest_offset(tp, local)
+            return OffsetAnswer(
+                earliest, -1, self._epoch_at(tp, local, earliest), self._tier_of(tp, local, earliest)
+            )
+        if timestamp == SpecialTimestamp.EARLIEST_LOCAL:
+            if local is None or not local.segments():
+                return OffsetAnswer.none()
+            start = max(local.segments()[0].base_offset, self.earliest_offset(tp, local))
+            return OffsetAnswer(start, -1, self._epoch_at(tp, local, start), "local")
+        if timestamp == SpecialTimestamp.LATEST_TIERED:
+            highest = self.store.highest_copied_offset(tp)
+            if highest < 0:
+                return OffsetAnswer(-1, -1, -1, None)
+            return OffsetAnswer(highest, -1, self._epoch_at(tp, local, highest), "remote")
+        if timestamp == SpecialTimestamp.MAX_TIMESTAMP:
+            return self._max_timestamp(tp, local, stats, checkpoint)
+        raise ValueError(f"timestamp {timestamp} is not a timestamp (≥ 0) nor a special value (-1 to -5)")
+
+    def _last_fetchable(self, local: PartitionDir | None) -> int:
+        if local is None:
+            return -1
+        hw = local.high_watermark()
+        return local.log_end_offset() if hw is None else hw
+
+    def _by_timestamp(
+        self,
+        tp: TopicPartition,
+        local: PartitionDir | None,
+        timestamp: int,
+        stats: FetchStats | None,
+        checkpoint: Checkpoint,
+    ) -> OffsetAnswer:
+        earliest = self.earliest_offset(tp, local)
+        local_start = self._local_start(local, earliest)
+        max_remote = self.store.max_timestamp(tp)
+        answer = OffsetAnswer.none()
+        if max_remote is not None and timestamp <= max_remote:
+            answer = self._search_remote(tp, local, local_start, timestamp, earliest, stats, checkpoint)
+            if answer.tier is None and local is not None:
+                answer = OffsetAnswer.of(local.find_offset_by_timestamp(timestamp, earliest), "local")
+        elif local is not None:
+            answer = OffsetAnswer.of(
+                local.find_offset_by_timestamp(timestamp, max(earliest, local_start)), "local"
+            )
+        limit = self._last_fetchable(local)
+        if answer.tier is not None and 0 <= limit <= answer.offset:
+            return OffsetAnswer.none()  # not yet fully replicated: consumers may not see it
+        return answer
+
+    @staticmethod
+    def _local_start(local: PartitionDir | None, earliest: int) -> int:
+        segments = local.segments() if local is not None else []
+        return max(segments[0].base_offset, earliest) if segments else 2**63 - 1
+
+    def _search_remote(
+        self,
+        tp: TopicPartition,
+        local: PartitionDir | None,
+        local_start: int,
+        timestamp: int,
+        start: int,
+        stats: FetchStats | None,
+        checkpoint: Checkpoint,
+    ) -> OffsetAnswer:
+        from_offset = start
+        while True:
+            checkpoint()
+            segment = self.store.first_segment_for_timestamp(tp, timestamp, from_offset=from_offset)
+            if segment is None:
+                return OffsetAnswer.none()
+            begin = max(start, segment.start_offset, from_offset)
+            if local is not None and begin >= local_start:
+                # The broker still has this range: reading it locally costs no GET.
+                return OffsetAnswer.of(local.find_offset_by_timestamp(timestamp, begin), "local")
+            found = find_in_remote_segment(
+                segment,
+                timestamp,
+                begin,
+                storage=self.storage,
+                indexes=self.indexes,
+                stats=stats,
+                checkpoint=checkpoint,
+            )
+            if found is not None:
+                return OffsetAnswer.of(found, "remote")
+            from_offset = segment.end_offset + 1
+
+    def _max_timestamp(
+        self,
+        tp: TopicPartition,
+        local: PartitionDir | None,
+        stats: FetchStats | None,
+        checkpoint: Checkpoint,
+    ) -> OffsetAnswer:
+        earliest = self.earliest_offset(tp, local)
+        max_remote = self.store.max_timestamp(tp)
+        local_max = local.max_timestamp_offset() if local is not None else None
+        if local_max is not None and local_max.offset < earliest:
+            local_max = None
+        if max_remote is not None and (local_max is None or max_remote >= local_max.timestamp):
+            answer = self._search_remote(
+                tp, local, self._local_start(local, earliest), max_remote, earliest, stats, checkpoint
+            )
+            if answer.tier is not None and answer.timestamp == max_remote:
+                return answer
+        return OffsetAnswer.of(local_max, "local")
+
+    def _epoch_at(self, tp: TopicPartition, local: PartitionDir | None, offset: int) -> int:
+        epochs = local.leader_epochs() if local is not None else []
+        if epochs:
+            return epoch_for_offset(epochs, offset)
+        segment = self.store.segment_for_offset(tp, offset)
+        return _segment_epoch(segment, offset) if segment is not None else -1
+
+    def _tier_of(self, tp: TopicPartition, local: PartitionDir | None, offset: int) -> str | None:
+        if local is not None and local.segments() and local.segments()[0].base_offset <= offset:
+            return "local"
+        return "remote" if self.store.segment_for_offset(tp, offset) is not None else None
+
+
+def _segment_epoch(segment: RemoteSegment, offset: int) -> int:
+    epoch = -1
+    for entry in segment.leader_epochs:
+        if entry.start_offset <= offset:
+            epoch = entry.epoch
+    return epoch

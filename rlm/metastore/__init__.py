@@ -1,0 +1,38 @@
+"""The remote-segment metadata store: its records, state machines and contract.
+
+rlm's core uses :class:`MetadataStore`; ``metadata.SqlMetadataStore`` implements it.
+"""
+
+from rlm.metastore.model import (
+    NO_TIMESTAMP,
+    ByteRange,
+    IndexType,
+    LeaderEpochEntry,
+    Lease,
+    ObjectLayout,
+    PartitionRecord,
+    PartitionState,
+    RemoteSegment,
+    SegmentState,
+    StateUpdate,
+    TopicPartition,
+    check_transition,
+)
+from rlm.metastore.protocol import MetadataStore
+
+__all__ = [
+    "NO_TIMESTAMP",
+    "ByteRange",
+    "IndexType",
+    "LeaderEpochEntry",
+    "Lease",
+    "MetadataStore",
+    "ObjectLayout",
+    "PartitionRecord",
+    "PartitionState",
+    "RemoteSegment",
+    "SegmentState",
+    "StateUpdate",
+    "TopicPartition",
+    "check_transition",
+]

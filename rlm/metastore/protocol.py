@@ -1,0 +1,213 @@
+"""The metadata store contract: Kafka's ``RemoteLogMetadataManager`` plus leases.
+
+The store is the source of truth for what is on the remote tier. rlm's core depends only on this
+protocol; ``metadata.SqlMetadataStore`` implements it over PostgreSQL or SQLite.
+
+Conventions shared by every method:
+
+* Each call is one transaction: it happens entirely or not at all.
+* "Not found" is ``None`` (or Kafka's ``-1`` for offsets), never an exception.
+* Writes that take ``lease_epoch`` are fenced: when it is given and is not the partition's current
+  lease epoch (a newer holder exists, or the lease was released), the call changes nothing and
+  raises :class:`~rlm.errors.StaleLeaseError`. The copier passes its lease epoch on every write.
+* :class:`~rlm.errors.MetadataUnavailableError` (retriable) means the database could not be
+  reached or aborted the transaction; nothing was changed and the call may be retried.
+* "Offset order" sorts segments by start offset, then by segment id.
+* Segments may overlap (a new copier may start mid-segment after a takeover).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+from typing import Protocol
+from uuid import UUID
+
+from rlm.metastore.model import (
+    Lease,
+    PartitionRecord,
+    PartitionState,
+    RemoteSegment,
+    SegmentState,
+    StateUpdate,
+    TopicPartition,
+)
+
+
+class MetadataStore(Protocol):
+    """Remote segment metadata, per-partition state and copy leases."""
+
+    # -- segments: writes ---------------------------------------------------------------------
+
+    def add_segment(self, segment: RemoteSegment, *, lease_epoch: int | None = None) -> None:
+        """Record a segment whose copy is starting.
+
+        Idempotent: adding the same segment again (same id, same fields) is a no-op.
+
+        Raises:
+            InvalidStateTransitionError: ``segment.state`` is not ``COPY_SEGMENT_STARTED``.
+            DuplicateSegmentError: The id is already stored with different metadata.
+            StateConflictError: The partition is being deleted.
+            StaleLeaseError: ``lease_epoch`` is stale.
+        """
+        ...
+
+    def update_segment_state(
+        self,
+        segment_id: UUID,
+        state: SegmentState,
+        *,
+        event_time_ms: int,
+        expected: SegmentState | None = None,
+        lease_epoch: int | None = None,
+    ) -> StateUpdate:
+        """Move a segment to ``state``; concurrent callers are serialized, none is lost.
+
+        Idempotent: when the segment already is in ``state`` nothing changes and
+        ``changed`` is false, so retries and racing duplicates are safe. Otherwise ``expected``,
+        when given, must be the current state (compare-and-set), and the state machine must allow
+        the move.
+
+        Raises:
+            NotFoundError: No segment has this id.
+            StateConflictError: The segment is neither in ``state`` nor in ``expected``.
+            InvalidStateTransitionError: The move is not allowed; the message names both states.
+            StaleLeaseError: ``lease_epoch`` is stale.
+        """
+        ...
+
+    # -- segments: reads ----------------------------------------------------------------------
+
+    def get_segment(self, segment_id: UUID) -> RemoteSegment | None:
+        """The segment with this id, in any state, or ``None``."""
+        ...
+
+    def segment_for_offset(
+        self, tp: TopicPartition, offset: int, *, leader_epoch: int | None = None
+    ) -> RemoteSegment | None:
+        """The ``COPY_SEGMENT_FINISHED`` segment holding ``offset``, or ``None``.
+
+        With ``leader_epoch``, only a segment in which that epoch wrote ``offset`` qualifies.
+        When several overlapping segments qualify, the one last in offset order is returned.
+        O(log n) in the number of segments.
+        """
+        ...
+
+    def first_segment_for_timestamp(
+        self, tp: TopicPartition, timestamp_ms: int, *, from_offset: int = 0
+    ) -> RemoteSegment | None:
+        """The first ``COPY_SEGMENT_FINISHED`` segment, in offset order, that may hold a record
+        at or after ``from_offset`` with a timestamp ≥ ``timestamp_ms``.
+
+        That is: ``max_timestamp_ms >= timestamp_ms`` and ``end_offset >= from_offset``. ``None``
+        when there is none. O(log n) in the number of segments.
+        """
+        ...
+
+    def max_timestamp(self, tp: TopicPartition) -> int | None:
+        """KIP-1075's maxTimestamp: the largest max timestamp of the ``COPY_SEGMENT_FINISHED``
+        segments, or ``None`` when there are none. O(1) in the number of segments."""
+        ...
+
+    def highest_copied_offset(self, tp: TopicPartition, *, leader_epoch: int | None = None) -> int:
+        """The highest offset ever copied (of ``leader_epoch`` when given), or -1.
+
+        Counts segments that reached ``COPY_SEGMENT_FINISHED``, even if since deleted, so the
+        copier never copies an offset range twice. Never decreases.
+        """
+        ...
+
+    def list_segments(
+        self,
+        tp: TopicPartition,
+        *,
+        states: Collection[SegmentState] | None = None,
+        leader_epoch: int | None = None,
+    ) -> Iterator[RemoteSegment]:
+        """The partition's segments in offset order, fetched page by page as they are consumed.
+
+        Filters: ``states`` keeps segments in one of those states; ``leader_epoch`` keeps segments
+        that epoch wrote records in. Each page is read in its own transaction: a segment changing
+        state while the iteration runs appears at most once.
+        """
+        ...
+
+    def remote_log_size(self, tp: TopicPartition) -> int:
+        """Total ``size_bytes`` of the ``COPY_SEGMENT_FINISHED`` segments; 0 when none."""
+        ...
+
+    # -- partitions ---------------------------------------------------------------------------
+
+    def get_partition(self, tp: TopicPartition) -> PartitionRecord | None:
+        """The partition's record, or ``None`` if the store has never seen the partition."""
+        ...
+
+    def list_partitions(self, *, deletion_state: PartitionState | None = None) -> list[PartitionRecord]:
+        """Every known partition (in one deletion state when given), ordered by topic/partition."""
+        ...
+
+    def advance_log_start_offset(
+        self, tp: TopicPartition, offset: int, *, lease_epoch: int | None = None
+    ) -> int:
+        """Raise the remote log start offset to ``offset``; returns the stored value.
+
+        Never lowers it: an ``offset`` at or below the stored one is a no-op.
+
+        Raises:
+            StaleLeaseError: ``lease_epoch`` is stale.
+        """
+        ...
+
+    def update_partition_state(
+        self,
+        tp: TopicPartition,
+        state: PartitionState,
+        *,
+        event_time_ms: int,
+        lease_epoch: int | None = None,
+    ) -> PartitionRecord:
+        """Move the partition's deletion state; repeating the current state is a no-op.
+
+        Raises:
+            InvalidStateTransitionError: The move is not allowed; the message names both states.
+            StaleLeaseError: ``lease_epoch`` is stale.
+        """
+        ...
+
+    # -- leases -------------------------------------------------------------------------------
+
+    def acquire_lease(self, tp: TopicPartition, owner: int, ttl_ms: int) -> Lease | None:
+        """Take the copy lease of ``tp`` for broker ``owner`` for ``ttl_ms``.
+
+        Succeeds when the lease is free (never taken, or released), expired (a takeover), or
+        already held by ``owner`` (a restarted sidecar fences its previous incarnation). Every
+        success returns a lease with a higher epoch than any before. Returns ``None`` while
+        another broker holds an unexpired lease.
+        """
+        ...
+
+    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease:
+        """Extend a held lease to now + ``ttl_ms``, keeping its epoch.
+
+        A lease that expired but was not taken over may still be renewed.
+
+        Raises:
+            StaleLeaseError: The lease was taken over or released.
+        """
+        ...
+
+    def release_lease(self, lease: Lease) -> bool:
+        """Give the lease up so another broker may take it at once.
+
+        Idempotent: returns ``False`` (and changes nothing) when ``lease`` is no longer current.
+        """
+        ...
+
+    def get_lease(self, tp: TopicPartition) -> Lease | None:
+        """The current lease of ``tp``, expired or not, or ``None`` when nobody holds it."""
+        ...
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the store's connections. Idempotent."""
+        ...

@@ -1,0 +1,125 @@
+"""What the remote tier holds, per topic and partition, for operators (REST/gRPC read it)."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from uuid import UUID
+
+from rlm.log.logdir import LogDir
+from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.protocol import MetadataStore
+
+
+@dataclass(frozen=True)
+class PartitionOverview:
+    """One partition: what is tiered, what is still to copy."""
+
+    topic: str
+    partition: int
+    tiered_bytes: int
+    tiered_segments: int
+    remote_log_start_offset: int
+    highest_tiered_offset: int
+    max_remote_timestamp: int
+    copy_lag_segments: int
+    copy_lag_bytes: int
+    local_log_start_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True)
+class SegmentPage:
+    """A page of a partition's remote segments, in offset order."""
+
+    segments: tuple[RemoteSegment, ...]
+    next_page_token: str | None
+    """Pass back to get the next page; None on the last page."""
+
+
+class Overview:
+    """Reads the metadata store and the local log directories; changes nothing."""
+
+    def __init__(self, store: MetadataStore, log_dirs: tuple[LogDir, ...]) -> None:
+        self.store = store
+        self.log_dirs = log_dirs
+
+    def partitions(self, topic: str | None = None) -> list[PartitionOverview]:
+        """Every partition of the local log directories and of the store (one ``topic`` if given)."""
+        local = {
+            TopicPartition(p.topic, p.partition): p
+            for d in self.log_dirs
+            if d.path.is_dir()
+            for p in d.partitions()
+        }
+        known = set(local) | {r.topic_partition for r in self.store.list_partitions()}
+        result = []
+        for tp in sorted(known):
+            if topic is not None and tp.topic != topic:
+                continue
+            record = self.store.get_partition(tp)
+            highest = record.highest_copied_offset if record is not None else -1
+            lag_segments = lag_bytes = 0
+            local_start = hw = -1
+            partition = local.get(tp)
+            if partition is not None:
+                hw_value = partition.high_watermark()
+                hw = hw_value if hw_value is not None else -1
+                segments = partition.segments()
+                local_start = segments[0].base_offset if segments else -1
+                for i, segment in enumerate(segments[:-1]):
+                    end = segments[i + 1].base_offset - 1
+                    if highest < end < hw:
+                        lag_segments += 1
+                        lag_bytes += segment.size()
+            max_ts = self.store.max_timestamp(tp)
+            finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
+            result.append(
+                PartitionOverview(
+                    tp.topic,
+                    tp.partition,
+                    tiered_bytes=sum(s.size_bytes for s in finished),
+                    tiered_segments=len(finished),
+                    remote_log_start_offset=record.remote_log_start_offset if record is not None else -1,
+                    highest_tiered_offset=highest,
+                    max_remote_timestamp=max_ts if max_ts is not None else -1,
+                    copy_lag_segments=lag_segments,
+                    copy_lag_bytes=lag_bytes,
+                    local_log_start_offset=local_start,
+                    high_watermark=hw,
+                )
+            )
+        return result
+
+    def segments(
+        self,
+        tp: TopicPartition,
+        *,
+        limit: int = 100,
+        page_token: str | None = None,
+        states: tuple[SegmentState, ...] | None = None,
+    ) -> SegmentPage:
+        """A page of ``tp``'s remote segments; the token is the last segment's offset and id.
+
+        Raises:
+            ValueError: ``limit`` is not 1..1000 or the token is malformed.
+        """
+        if not 1 <= limit <= 1000:
+            raise ValueError(f"limit must be 1 to 1000, not {limit}")
+        after: tuple[int, UUID] | None = None
+        if page_token:
+            try:
+                offset_text, id_text = page_token.split(":", 1)
+                after = (int(offset_text), UUID(id_text))
+            except ValueError as exc:
+                raise ValueError(f"page token {page_token!r} is malformed") from exc
+        stream = self.store.list_segments(tp, states=states)
+        if after is not None:
+            stream = itertools.dropwhile(
+                lambda s: (s.start_offset, s.segment_id.int) <= (after[0], after[1].int), stream
+            )
+        page = tuple(itertools.islice(stream, limit + 1))
+        more = len(page) > limit
+        page = page[:limit]
+        token = f"{page[-1].start_offset}:{page[-1].segment_id}" if more and page else None
+        return SegmentPage(page, token)

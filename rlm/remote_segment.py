@@ -1,0 +1,130 @@
+"""Turning a rolled local segment into what the remote tier stores: the metadata row and the
+index object.
+
+The segment is validated first (every batch's size and CRC, as Kafka's recovery checks them), so a
+corrupt ``.log`` is never tiered; the error names the file and byte position. The offset and time
+indexes uploaded are the ones Kafka's recovery builds from the ``.log`` (identical to a healthy
+broker's), so a missing or damaged local index does not matter; the max timestamp is that time
+index's last entry.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlm.errors import CorruptDataError, CorruptRecordError
+from rlm.log.checkpoints import EpochEntry, encode_leader_epoch_checkpoint, topic_id_to_uuid
+from rlm.log.files import segment_file_name
+from rlm.log.logdir import PartitionDir
+from rlm.log.recovery import initial_tracker, rebuild_segment_indexes
+from rlm.log.segment import Segment
+from rlm.log.txnindex import TransactionIndex
+from rlm.metastore.model import (
+    IndexType,
+    LeaderEpochEntry,
+    RemoteSegment,
+    SegmentState,
+    TopicPartition,
+)
+from rlm.storage.layout import IndexBlob, segment_keys
+
+
+@dataclass(frozen=True)
+class PreparedSegment:
+    """A validated local segment ready for upload."""
+
+    remote: RemoteSegment
+    """The metadata row, in ``COPY_SEGMENT_STARTED``."""
+    log_path: Path
+    index_blob: IndexBlob
+
+
+def prepare_segment(
+    partition: PartitionDir,
+    segment: Segment,
+    *,
+    broker_id: int,
+    now_ms: int,
+    epochs: list[EpochEntry],
+) -> PreparedSegment:
+    """Validate ``segment`` and build its metadata row and index object.
+
+    Raises:
+        CorruptRecordError: a batch is corrupt or the file holds bytes after its last batch;
+            the message names the file and the position.
+        OSError: the broker deleted the segment meanwhile.
+    """
+    rebuilt = rebuild_segment_indexes(segment, tracker=initial_tracker(segment), stop_at_corruption=False)
+    size = segment.size()
+    if rebuilt.valid_bytes != size:
+        raise CorruptRecordError(
+            f"{size - rebuilt.valid_bytes} bytes after the last whole batch of a rolled segment",
+            path=str(segment.log_path),
+            position=rebuilt.valid_bytes,
+        )
+    if rebuilt.next_offset == segment.base_offset:
+        raise CorruptRecordError("rolled segment holds no batch", path=str(segment.log_path), position=0)
+    start, end = segment.base_offset, rebuilt.next_offset - 1
+    tp = TopicPartition(partition.topic, partition.partition)
+    topic_id_text = partition.topic_id()
+    topic_id = topic_id_to_uuid(topic_id_text) if topic_id_text else None
+    segment_id = uuid.uuid4()
+    keys = segment_keys(tp.topic, topic_id, tp.partition, start, segment_id)
+    segment_epochs = epochs_of_segment(epochs or rebuilt.epochs, start, end)
+    txn_index = _transaction_index(segment) or rebuilt.txn_index
+    # Kafka uploads the producer snapshot taken when the next segment was rolled.
+    snapshot = partition.path / segment_file_name(end + 1, ".snapshot")
+    blob = IndexBlob.build(
+        {
+            IndexType.OFFSET: rebuilt.offset_index.to_bytes(),
+            IndexType.TIMESTAMP: rebuilt.time_index.to_bytes(),
+            IndexType.TRANSACTION: txn_index.to_bytes() if len(txn_index) else None,
+            IndexType.PRODUCER_SNAPSHOT: snapshot.read_bytes() if snapshot.exists() else None,
+            IndexType.LEADER_EPOCH: encode_leader_epoch_checkpoint(
+                EpochEntry(e.epoch, e.start_offset) for e in segment_epochs
+            ),
+        }
+    )
+    remote = RemoteSegment(
+        segment_id=segment_id,
+        topic_partition=tp,
+        topic_id=topic_id,
+        start_offset=start,
+        end_offset=end,
+        max_timestamp_ms=rebuilt.max_timestamp,
+        size_bytes=size,
+        broker_id=broker_id,
+        event_time_ms=now_ms,
+        leader_epochs=segment_epochs,
+        layout=blob.layout(keys),
+        txn_index_empty=len(txn_index) == 0,
+        state=SegmentState.COPY_SEGMENT_STARTED,
+    )
+    return PreparedSegment(remote, segment.log_path, blob)
+
+
+def epochs_of_segment(entries: list[EpochEntry], start: int, end: int) -> tuple[LeaderEpochEntry, ...]:
+    """The leader epochs that wrote ``[start, end]``: the epoch in force at ``start`` (moved to
+    begin there) and every epoch that began inside the range. Epoch 0 when nothing is known."""
+    before = [e for e in entries if e.start_offset <= start and e.epoch >= 0]
+    inside = [e for e in entries if start < e.start_offset <= end and e.epoch >= 0]
+    first_epoch = before[-1].epoch if before else (inside[0].epoch if inside else 0)
+    result = [LeaderEpochEntry(first_epoch, start)]
+    for entry in inside:
+        if entry.epoch > result[-1].epoch:
+            result.append(LeaderEpochEntry(entry.epoch, entry.start_offset))
+    return tuple(result)
+
+
+def _transaction_index(segment: Segment) -> TransactionIndex | None:
+    # The broker's own transaction index knows transactions that began in deleted segments.
+    if not segment.txn_index_path.exists():
+        return None
+    try:
+        index = segment.transaction_index()
+        index.sanity_check()
+    except CorruptDataError:
+        return None  # rebuilt from the log instead
+    return index

@@ -1,0 +1,165 @@
+"""Retention of the remote tier, by time, by size and by log start offset (KIP-405 / KIP-32).
+
+Per partition, oldest segment first, a ``COPY_SEGMENT_FINISHED`` segment is deleted when
+
+* time: its max timestamp ≤ now - ``retention.ms`` (the largest record timestamp, never mtimes);
+* size: the partition (remote finished + local-only segments) is over ``retention.bytes`` and
+  stays at or over it without this segment;
+* log start offset: it lies wholly below the log start offset the broker checkpointed, or below
+  the remote log start offset (a pass that advanced it and then died or failed left it behind);
+
+and the pass stops at the first segment that breaches none. The remote log start offset advances
+past the deleted segments *before* anything is deleted, so readers never look for data that is
+going away; each segment then goes ``DELETE_SEGMENT_STARTED`` → objects deleted →
+``DELETE_SEGMENT_FINISHED``. Segments still being copied are never counted nor deleted; a delete
+left half done by a crash is finished by the next pass. Only the lease holder runs it.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from rlm.config import Settings, TopicSettings
+from rlm.copier import Clock, wall_clock_ms
+from rlm.deletion import Step, delete_segment, no_step
+from rlm.errors import RlmError, StaleLeaseError
+from rlm.leases import LeaseKeeper
+from rlm.log.logdir import LogDir, PartitionDir
+from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.protocol import MetadataStore
+from rlm.metrics import Metrics
+from rlm.storage.protocol import RemoteStorage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class RetentionOutcome:
+    """What one pass did for one partition."""
+
+    topic_partition: TopicPartition
+    deleted_segments: int = 0
+    deleted_bytes: int = 0
+    log_start_offset: int = -1
+    skipped: str | None = None
+    error: RlmError | OSError | None = None
+
+
+def breaching_segments(
+    finished: list[RemoteSegment],
+    topic: TopicSettings,
+    *,
+    now_ms: int,
+    local_only_bytes: int,
+    log_start_offset: int | None,
+) -> list[RemoteSegment]:
+    """The oldest segments, in offset order, that retention deletes (pure: no I/O)."""
+    over = -1
+    if topic.retention_bytes >= 0:
+        over = sum(s.size_bytes for s in finished) + local_only_bytes - topic.retention_bytes
+    expired_before = now_ms - topic.retention_ms if topic.retention_ms >= 0 else None
+    chosen = []
+    for segment in finished:
+        by_time = expired_before is not None and segment.max_timestamp_ms <= expired_before
+        by_size = over > 0 and over - segment.size_bytes >= 0
+        by_start = log_start_offset is not None and segment.end_offset < log_start_offset
+        if not (by_time or by_size or by_start):
+            break
+        over -= segment.size_bytes  # whatever the reason it goes, the partition shrinks by it
+        chosen.append(segment)
+    return chosen
+
+
+class Retention:
+    """Enforces retention on the remote tier for the partitions whose lease this sidecar holds."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: MetadataStore,
+        storage: RemoteStorage,
+        metrics: Metrics,
+        *,
+        leases: LeaseKeeper | None = None,
+        clock: Clock = wall_clock_ms,
+        step: Step = no_step,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.storage = storage
+        self.metrics = metrics
+        ttl = settings.remote_log_manager_lease_ttl_ms
+        self.leases = leases or LeaseKeeper(store, settings.broker_id, ttl)
+        self.clock = clock
+        self.step = step
+
+    def run_once(self, partitions: Iterable[PartitionDir] | None = None) -> list[RetentionOutcome]:
+        """One pass over ``partitions`` (default: every partition of the log directories)."""
+        if partitions is None:
+            partitions = [p for d in self.settings.log_dirs for p in LogDir(d).partitions()]
+        todo = list(partitions)
+        workers = max(1, min(self.settings.remote_log_manager_copier_thread_pool_size, len(todo)))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rlm-retention") as pool:
+            return list(pool.map(self.enforce, todo))
+
+    def enforce(self, partition: PartitionDir) -> RetentionOutcome:
+        """Apply retention to one partition; never raises for a partition's error."""
+        tp = TopicPartition(partition.topic, partition.partition)
+        try:
+            lease = self.leases.hold(tp)
+            if lease is None:
+                return RetentionOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
+            return self._enforce(partition, tp, lease.epoch)
+        except (RlmError, OSError) as exc:
+            if isinstance(exc, StaleLeaseError):
+                self.leases.forget(tp)
+            self.metrics.loop_errors.labels("retention").inc()
+            log.warning("retention of %s failed: %s", tp, exc)
+            return RetentionOutcome(tp, error=exc)
+
+    def _enforce(self, partition: PartitionDir, tp: TopicPartition, lease_epoch: int) -> RetentionOutcome:
+        now = self.clock()
+        for stuck in list(self.store.list_segments(tp, states=[SegmentState.DELETE_SEGMENT_STARTED])):
+            delete_segment(
+                self.store, self.storage, stuck, now_ms=now, lease_epoch=lease_epoch, step=self.step
+            )
+        finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
+        highest = max((s.end_offset for s in finished), default=-1)
+        local_only = sum(s.size() for s in partition.segments() if s.base_offset > highest)
+        record = self.store.get_partition(tp)
+        remote_start = record.remote_log_start_offset if record is not None else -1
+        # Finished segments below the remote log start offset are unreadable already (a pass
+        # advanced it, then died or failed a delete): they go whatever the settings say now.
+        log_start = max(partition.checkpointed_log_start_offset() or -1, remote_start)
+        doomed = breaching_segments(
+            finished,
+            self.settings.topic(tp.topic),
+            now_ms=now,
+            local_only_bytes=local_only,
+            log_start_offset=log_start if log_start >= 0 else None,
+        )
+        labels = (tp.topic, str(tp.partition))
+        if not doomed:
+            self.metrics.remote_log_size_bytes.labels(*labels).set(sum(s.size_bytes for s in finished))
+            return RetentionOutcome(tp, log_start_offset=remote_start)
+        new_start = max(s.end_offset for s in doomed) + 1
+        start = self.store.advance_log_start_offset(tp, new_start, lease_epoch=lease_epoch)
+        self.step("log_start_advanced")
+        deleted = deleted_bytes = 0
+        for segment in doomed:
+            if self._delete(segment, now, lease_epoch):
+                deleted += 1
+                deleted_bytes += segment.size_bytes
+                self.metrics.deleted_segments.labels(*labels).inc()
+                self.metrics.deleted_bytes.labels(*labels).inc(segment.size_bytes)
+        remaining = sum(s.size_bytes for s in finished) - sum(s.size_bytes for s in doomed)
+        self.metrics.remote_log_size_bytes.labels(*labels).set(remaining)
+        return RetentionOutcome(tp, deleted, deleted_bytes, start)
+
+    def _delete(self, segment: RemoteSegment, now: int, lease_epoch: int) -> bool:
+        return delete_segment(
+            self.store, self.storage, segment, now_ms=now, lease_epoch=lease_epoch, step=self.step
+        )

@@ -1,0 +1,187 @@
+"""Remote storage in a local directory (``file:///path``): the embedded default, and tests.
+
+Each key is a file under the root, ``/`` parts becoming directories. A put writes a hidden
+temporary file beside the target, fsyncs it, renames it over the target and fsyncs the
+directory, so readers see the old object or the new one, never a mix, even after a crash.
+Temporary files end with :data:`TMP_SUFFIX`; listings skip them and keys may not end with it.
+Directories are kept after their last object is deleted: there is one per partition, and
+removing them would race with a concurrent put into the same partition. Unlike S3, a key cannot
+name an object and also be the directory of other keys (``a`` and ``a/b``); rlm's key layout
+never needs both, and such a put fails with a :class:`~rlm.errors.StorageError`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import BinaryIO
+
+from rlm.errors import (
+    InvalidObjectKeyError,
+    NotFoundError,
+    StorageError,
+    StorageUnavailableError,
+)
+from rlm.log.files import fsync_dir
+from rlm.storage.layout import validate_key
+from rlm.storage.payload import Payload, check_expected_crc32c, crc32c_update
+from rlm.storage.protocol import PutResult, PutSource
+from rlm.storage.ratelimit import RateLimiter
+
+TMP_SUFFIX = ".rlm-tmp"
+#: Bytes copied at a time when putting a file.
+COPY_CHUNK_BYTES = 1024 * 1024
+#: ``errno`` values after which the same call may succeed later (space freed, load gone).
+_TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EINTR})
+
+
+class FilesystemStorage:
+    """A :class:`~rlm.storage.protocol.RemoteStorage` in a directory. Thread-safe."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        """Use ``root`` (created when missing) as the store's root directory."""
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._real_root = Path(os.path.realpath(self.root))
+
+    def __repr__(self) -> str:
+        return f"FilesystemStorage({str(self.root)!r})"
+
+    # -- keys -----------------------------------------------------------------------------
+
+    def _path(self, key: str) -> Path:
+        validate_key(key)
+        if key.endswith(TMP_SUFFIX):
+            raise InvalidObjectKeyError(f"invalid object key {key!r}: ends with {TMP_SUFFIX}", key=key)
+        path = self.root / key
+        # The parts are checked already; this catches a symlink inside the root pointing out of it.
+        if not Path(os.path.realpath(path)).is_relative_to(self._real_root):
+            raise InvalidObjectKeyError(f"invalid object key {key!r}: resolves outside {self.root}", key=key)
+        return path
+
+    # -- RemoteStorage --------------------------------------------------------------------
+
+    def put_object(
+        self,
+        key: str,
+        source: PutSource,
+        *,
+        size: int | None = None,
+        crc32c: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+    ) -> PutResult:
+        target = self._path(key)
+        with Payload(source, size) as payload:
+            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with open(tmp, "wb") as out:
+                    checksum = _copy(payload, out, rate_limiter)
+                    out.flush()
+                    os.fsync(out.fileno())
+                check_expected_crc32c(key, checksum, crc32c)
+                os.replace(tmp, target)
+                fsync_dir(target.parent)
+            except OSError as exc:
+                raise _os_error(exc, key, "store") from exc
+            finally:
+                tmp.unlink(missing_ok=True)
+            return PutResult(key, payload.size, checksum)
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        if start < 0 or length < 0:
+            raise ValueError(f"bad range: start {start}, length {length}")
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            raise NotFoundError(f"no object {key!r} in {self.root}") from exc
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory: a prefix, not an object
+                raise NotFoundError(f"no object {key!r} in {self.root}")
+            chunks: list[bytes] = []
+            position, remaining = start, length
+            while remaining > 0:
+                chunk = os.pread(fd, remaining, position)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                position += len(chunk)
+                remaining -= len(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def object_size(self, key: str) -> int | None:
+        path = self._path(key)
+        try:
+            found = path.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return found.st_size if stat.S_ISREG(found.st_mode) else None
+
+    def delete_objects(self, keys: Iterable[str]) -> None:
+        paths = {key: self._path(key) for key in keys}  # check every key before deleting any
+        for key, path in paths.items():
+            try:
+                path.unlink()
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                pass  # no object there (a directory is a prefix, not an object)
+            except OSError as exc:
+                raise _os_error(exc, key, "delete") from exc
+        for parent in {path.parent for path in paths.values()}:
+            if parent.is_dir():
+                fsync_dir(parent)
+
+    def list_keys(self, prefix: str = "") -> Iterator[str]:
+        validate_key(prefix, allow_prefix=True)
+        # Walk only the deepest directory the prefix names; the rest of the prefix filters names.
+        directory = prefix.rpartition("/")[0]
+        top = self.root / directory if directory else self.root
+        keys: list[str] = []
+        for dirpath, _, filenames in os.walk(top):
+            relative = Path(dirpath).relative_to(self.root).as_posix()
+            for filename in filenames:
+                if filename.endswith(TMP_SUFFIX):
+                    continue
+                key = filename if relative == "." else f"{relative}/{filename}"
+                if key.startswith(prefix):
+                    keys.append(key)
+        yield from sorted(keys, key=lambda k: k.encode("utf-8", "surrogatepass"))
+
+    def close(self) -> None:
+        """Nothing to release; idempotent."""
+
+    def __enter__(self) -> FilesystemStorage:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def _copy(payload: Payload, out: BinaryIO, limiter: RateLimiter | None) -> int:
+    """Copy the payload to ``out``; returns its CRC-32C."""
+    checksum = 0
+    for chunk in payload.chunks(COPY_CHUNK_BYTES):
+        if limiter is not None:
+            limiter.acquire(len(chunk))
+        out.write(chunk)
+        checksum = crc32c_update(chunk, checksum)
+    return checksum
+
+
+def _os_error(exc: OSError, key: str, action: str) -> StorageError:
+    message = f"cannot {action} {key!r}: {exc.strerror or exc}"
+    if exc.errno in _TRANSIENT_ERRNOS:
+        return StorageUnavailableError(message, key=key)
+    return StorageError(message, key=key)

@@ -1,0 +1,132 @@
+"""The remote storage contract: Kafka's ``RemoteStorageManager`` data movement, by object key.
+
+rlm's core moves bytes only through :class:`RemoteStorage`; ``rlm.storage.s3.S3Storage`` and
+``rlm.storage.filesystem.FilesystemStorage`` implement it, and one contract suite runs against both.
+
+Conventions shared by every method:
+
+* Keys are relative to the store's root (bucket and prefix, or directory) and must pass
+  :func:`rlm.storage.layout.validate_key`; any other key raises
+  :class:`~rlm.errors.InvalidObjectKeyError` before anything is sent.
+* Every operation is idempotent. Putting a key again replaces the object whole; deleting a
+  missing object succeeds. A reader never sees part of an object: a put is atomic.
+* :class:`~rlm.errors.StorageUnavailableError` (retriable) means the store throttled, failed or
+  could not be reached even after the backend's own retries; nothing half-done is left behind and
+  the same call may be made again later. Other :class:`~rlm.errors.StorageError` subclasses say
+  whether they are retriable in ``retriable``.
+* Checksums are CRC-32C (Castagnoli), as an unsigned 32-bit integer: the checksum S3 computes and
+  verifies natively (``x-amz-checksum-crc32c``), and the one Kafka's v2 batches already use.
+* Implementations are safe to use from many threads at once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Iterator
+from typing import NamedTuple, Protocol
+
+from rlm.storage.ratelimit import RateLimiter
+
+PutSource = bytes | os.PathLike[str]
+"""What :meth:`RemoteStorage.put_object` uploads: bytes in memory, or a local file's path."""
+
+
+class PutResult(NamedTuple):
+    """What was stored under a key."""
+
+    key: str
+    size: int
+    """Bytes stored."""
+    crc32c: int
+    """CRC-32C of the stored bytes."""
+
+
+class RemoteStorage(Protocol):
+    """Objects on the remote tier: whole puts, ranged reads, deletes and listings."""
+
+    def put_object(
+        self,
+        key: str,
+        source: PutSource,
+        *,
+        size: int | None = None,
+        crc32c: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+    ) -> PutResult:
+        """Store ``source`` under ``key``, replacing any object there.
+
+        Large sources go up in parts (S3 multipart upload); either the whole object is stored and
+        verified (size and CRC-32C), or nothing is: a failed put leaves neither a partial object
+        nor an unfinished multipart upload.
+
+        Args:
+            key: Where to store the bytes.
+            source: The bytes, or the path of a local file to read them from.
+            size: Bytes to store: the first ``size`` bytes of the file (a broker may preallocate
+                segment files beyond their data). Defaults to the whole source.
+            crc32c: The CRC-32C the caller expects the bytes to have, when known.
+            rate_limiter: Throttles the bytes sent (shared between concurrent uploads).
+
+        Returns:
+            The key, size and CRC-32C stored.
+
+        Raises:
+            InvalidObjectKeyError: The key is not allowed.
+            NotFoundError: ``source`` is a path that does not exist.
+            CorruptDataError: The file holds fewer than ``size`` bytes.
+            ChecksumMismatchError: The bytes do not have ``crc32c`` (not retriable), or the store
+                received other bytes than were sent (retriable). Nothing is stored.
+            StorageUnavailableError: Retries are spent (retriable).
+            StorageError: The store refused the put (access denied, no such bucket, ...).
+        """
+        ...
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        """Read ``length`` bytes of ``key`` from byte ``start``.
+
+        A range that runs past the end returns the bytes that exist (``b""`` from the end on),
+        so the result is shorter than ``length`` only at the end of the object.
+
+        Raises:
+            ValueError: ``start`` or ``length`` is negative.
+            NotFoundError: No object is stored under ``key``.
+            StorageUnavailableError: Retries are spent (retriable).
+            StorageError: The store refused the read.
+        """
+        ...
+
+    def object_size(self, key: str) -> int | None:
+        """Size in bytes of the object under ``key``; ``None`` when there is none.
+
+        Raises:
+            StorageUnavailableError: Retries are spent (retriable).
+            StorageError: The store refused the call.
+        """
+        ...
+
+    def delete_objects(self, keys: Iterable[str]) -> None:
+        """Delete every object in ``keys``; a key with no object counts as deleted.
+
+        Raises:
+            InvalidObjectKeyError: A key is not allowed (nothing is deleted).
+            StorageUnavailableError: Retries are spent (retriable); some keys may be deleted.
+            StorageError: The store refused a delete.
+        """
+        ...
+
+    def list_keys(self, prefix: str = "") -> Iterator[str]:
+        """Every key that starts with ``prefix``, in ascending (UTF-8 byte) order.
+
+        Used to find objects that no metadata row refers to. ``prefix`` is a plain string prefix:
+        ``"ab/t-0-"`` matches ``"ab/t-0-x/..."``; end it with ``/`` to list one "directory".
+
+        Raises:
+            InvalidObjectKeyError: The prefix contains ``.``/``..`` parts, backslashes or control
+                characters.
+            StorageUnavailableError: Retries are spent (retriable).
+        """
+        ...
+
+    def close(self) -> None:
+        """Release connections and owned threads; idempotent."""
+        ...

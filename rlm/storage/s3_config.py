@@ -1,0 +1,64 @@
+"""Settings of the S3 backend."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rlm.errors import ConfigError
+from rlm.storage.retry import RetryPolicy
+
+MIB = 1024 * 1024
+#: S3's smallest part (all parts but the last), largest part, and most parts per upload.
+MIN_PART_BYTES = 5 * MIB
+MAX_PART_BYTES = 5 * 1024 * MIB
+MAX_PARTS = 10_000
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """How :class:`~rlm.storage.s3.S3Storage` talks to S3."""
+
+    endpoint_url: str | None = None
+    """An S3-compatible store's URL (MinIO, Ceph, a test server); ``None`` for AWS."""
+    region: str | None = None
+    """AWS region; ``None`` takes it from the standard chain (``AWS_REGION``, config file)."""
+    addressing_style: Literal["auto", "path", "virtual"] = "auto"
+    """``path`` for stores that do not serve ``bucket.host`` names."""
+    multipart_threshold_bytes: int = 8 * MIB
+    """Objects larger than this are uploaded in parts."""
+    part_size_bytes: int = 8 * MIB
+    """Size of each part but the last; raised when an object would need more than 10,000 parts."""
+    max_concurrency: int = 4
+    """Parts of one object uploaded at once (the size of the owned upload pool)."""
+    max_pool_connections: int = 16
+    """HTTP connections kept open to the endpoint, across all threads using the store."""
+    connect_timeout_s: float = 5.0
+    """Time allowed to open a connection."""
+    read_timeout_s: float = 30.0
+    """Time allowed between two reads of a response (not for the whole response)."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """Attempts and backoff for every request."""
+    checksums: bool = True
+    """Send CRC-32C checksums; turn off only for stores that reject S3's checksum headers."""
+    verify_after_put: bool = True
+    """HEAD each object after putting it and compare its size and checksum."""
+
+    def __post_init__(self) -> None:
+        if not MIN_PART_BYTES <= self.part_size_bytes <= MAX_PART_BYTES:
+            raise ConfigError(
+                f"part_size_bytes must be between {MIN_PART_BYTES} and {MAX_PART_BYTES}, "
+                f"not {self.part_size_bytes}"
+            )
+        if self.multipart_threshold_bytes < 1:
+            raise ConfigError(
+                f"multipart_threshold_bytes must be positive, not {self.multipart_threshold_bytes}"
+            )
+        if self.max_concurrency < 1 or self.max_pool_connections < 1:
+            raise ConfigError("max_concurrency and max_pool_connections must be at least 1")
+        if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
+            raise ConfigError("timeouts must be positive")
+        if self.addressing_style not in ("auto", "path", "virtual"):
+            raise ConfigError(
+                f"addressing_style must be auto, path or virtual, not {self.addressing_style!r}"
+            )

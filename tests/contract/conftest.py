@@ -1,0 +1,37 @@
+"""Fixtures of the metadata store contract suite: every test runs on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from metadata.store import SqlMetadataStore
+from tests.metadata_support import (
+    BACKENDS,
+    FakeClock,
+    backend_url,
+    open_store,
+    postgres_url,  # noqa: F401  (fixture)
+    sqlite_template,  # noqa: F401  (fixture)
+)
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    """The clock the store reads lease expiry from."""
+    return FakeClock()
+
+
+@pytest.fixture(params=BACKENDS)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty, migrated database: a SQLite file, or the session's PostgreSQL database."""
+    return backend_url(request.param, request, tmp_path)
+
+
+@pytest.fixture
+def store(database_url: str, clock: FakeClock) -> Iterator[SqlMetadataStore]:
+    """A store over ``database_url`` that lists segments 3 at a time (to cross page ends)."""
+    with open_store(database_url, clock, list_page_size=3) as opened:
+        yield opened

@@ -1,0 +1,135 @@
+"""Migrations and the schema check, on SQLite and PostgreSQL, and the ``rlm db`` commands."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from alembic import command
+from metadata.engine import create_engine_for_url
+from metadata.schema import SCRIPT_LOCATION, alembic_config, check_schema, downgrade, upgrade
+from metadata.store import SqlMetadataStore
+from rlm.cli import db as db_cli
+from rlm.errors import MetadataUnavailableError, SchemaMismatchError
+from tests.metadata_support import (
+    BACKENDS,
+    TP,
+    create_postgres_database,
+    drop_postgres_database,
+    segment,
+)
+
+NEXT_REVISION = '''"""A later revision, known to a newer rlm only."""
+
+revision = "0002"
+down_revision = "0001"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    pass
+
+
+def downgrade() -> None:
+    pass
+'''
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with no schema at all, dropped after the test."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    url = create_postgres_database()
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)
+
+
+def test_models_and_migrations_do_not_drift(database_url: str) -> None:
+    # `alembic check`: autogenerate against the migrated database finds nothing to do.
+    command.check(alembic_config(database_url))
+
+
+def test_migrations_go_down_and_up_again(empty_url: str) -> None:
+    upgrade(empty_url)
+    downgrade(empty_url, "base")
+    upgrade(empty_url)
+    command.check(alembic_config(empty_url))
+
+
+def test_an_unmigrated_database_is_refused_with_the_command_to_run(empty_url: str) -> None:
+    with pytest.raises(SchemaMismatchError, match=r"has no rlm schema.*run `rlm db upgrade`"):
+        SqlMetadataStore.open(empty_url)
+    upgrade(empty_url)
+    with SqlMetadataStore.open(empty_url) as store:
+        store.add_segment(segment(0, 9))
+
+
+def test_an_older_schema_is_refused_until_upgraded(empty_url: str, tmp_path: Path) -> None:
+    upgrade(empty_url)
+    newer = tmp_path / "newer-alembic"
+    shutil.copytree(SCRIPT_LOCATION, newer)
+    (newer / "versions" / "0002_later.py").write_text(NEXT_REVISION)
+    engine = create_engine_for_url(empty_url, pooled=False)
+    try:
+        with pytest.raises(
+            SchemaMismatchError,
+            match=r"at revision 0001, rlm needs 0002: run `rlm db upgrade`",
+        ):
+            check_schema(engine, newer)
+        command.upgrade(alembic_config(empty_url, newer), "head")
+        check_schema(engine, newer)
+    finally:
+        engine.dispose()
+
+
+def test_a_newer_schema_is_refused(empty_url: str) -> None:
+    upgrade(empty_url)
+    engine = create_engine_for_url(empty_url, pooled=False)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '9f3e2a1b7c6d'"))
+        with pytest.raises(
+            SchemaMismatchError, match=r"at revision 9f3e2a1b7c6d, newer than this rlm.*upgrade rlm"
+        ):
+            check_schema(engine)
+    finally:
+        engine.dispose()
+
+
+def test_an_unreachable_database_is_a_retriable_error() -> None:
+    with pytest.raises(MetadataUnavailableError) as raised:
+        SqlMetadataStore.open("postgresql+psycopg://postgres@127.0.0.1:9/rlm")
+    assert raised.value.retriable
+
+
+def _run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="rlm")
+    db_cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+def test_rlm_db_upgrade_and_current(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'cli' / 'metadata.db'}"
+    assert _run("db", "current", "--url", url) == 1
+    assert "run `rlm db upgrade`" in capsys.readouterr().out
+    assert _run("db", "upgrade", "--url", url) == 0
+    assert "is at revision 0001" in capsys.readouterr().out
+    monkeypatch.setenv("RLM_METADATA_URL", url)
+    assert _run("db", "current") == 0
+    assert "up to date" in capsys.readouterr().out
+    with SqlMetadataStore.open(url) as store:
+        assert store.get_partition(TP) is None

@@ -1,0 +1,331 @@
+"""The RemoteStorage contract: every test runs on the filesystem backend and on S3 over HTTP (moto)."""
+
+from __future__ import annotations
+
+import os
+import random
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlm.errors import (
+    ChecksumMismatchError,
+    CorruptDataError,
+    InvalidObjectKeyError,
+    NotFoundError,
+    StorageError,
+)
+from rlm.log.files import segment_file_name
+from rlm.log.logdir import LEADER_EPOCH_CHECKPOINT
+from rlm.log.source import FileSource, iter_headers, read_batch_bytes
+from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
+from rlm.metastore.model import IndexType
+from rlm.storage.filesystem import FilesystemStorage
+from rlm.storage.layout import IndexBlob, partition_prefix, segment_keys
+from rlm.storage.payload import crc32c_update
+from rlm.storage.protocol import RemoteStorage
+from rlm.storage.ratelimit import RateLimiter
+from rlm.storage.s3_config import MIN_PART_BYTES
+from rlm.storage.source import RangeSource, read_index
+from tests.s3_support import MotoS3, moto_s3  # noqa: F401  (fixture)
+
+#: Bigger than the S3 store's multipart threshold: three parts of 5 MiB, 5 MiB and 1 MiB + 3.
+MULTIPART_SIZE = 2 * MIN_PART_BYTES + 1024 * 1024 + 3
+ESCAPING_KEYS = ["../x", "a/../../x", "/abs/x", "a\\b", "", "a//b", "./a", "a/.", "a/", "x\x00y", "a/\n"]
+
+
+@pytest.fixture(scope="module")
+def s3_bucket(moto_s3: MotoS3) -> str:  # noqa: F811
+    """One bucket for the module; each test gets its own prefix in it."""
+    return moto_s3.new_bucket()
+
+
+@pytest.fixture(params=["filesystem", "s3"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RemoteStorage]:
+    """An empty store of each backend."""
+    store: RemoteStorage
+    if request.param == "filesystem":
+        store = FilesystemStorage(tmp_path / "remote")
+    else:
+        server: MotoS3 = request.getfixturevalue("moto_s3")
+        store = server.storage(request.getfixturevalue("s3_bucket"), f"t/{uuid.uuid4().hex}")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def _bytes(size: int, seed: int = 0) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+# -- put and read --------------------------------------------------------------------------
+
+
+def test_put_bytes_then_read_them_back(storage: RemoteStorage) -> None:
+    data = _bytes(10_000)
+    result = storage.put_object("p/small.log", data)
+    assert result == (result.key, 10_000, crc32c_update(data))
+    assert result.key == "p/small.log"
+    assert storage.object_size("p/small.log") == 10_000
+    assert storage.read_range("p/small.log", 0, 10_000) == data
+
+
+def test_put_a_file_stores_only_the_first_size_bytes(storage: RemoteStorage, tmp_path: Path) -> None:
+    data = _bytes(5000, seed=1)
+    path = tmp_path / "00000000000000000000.log"
+    path.write_bytes(data + b"\0" * 3000)  # a preallocated segment: zeros after the data
+    result = storage.put_object("p/file.log", path, size=5000)
+    assert (result.size, result.crc32c) == (5000, crc32c_update(data))
+    assert storage.object_size("p/file.log") == 5000
+    assert storage.read_range("p/file.log", 0, 8000) == data
+
+
+def test_large_file_goes_up_in_parts_and_reads_back_at_any_range(
+    storage: RemoteStorage, tmp_path: Path
+) -> None:
+    data = _bytes(MULTIPART_SIZE, seed=2)
+    path = tmp_path / "big.log"
+    path.write_bytes(data)
+    result = storage.put_object("p/big.log", path)
+    assert (result.size, result.crc32c) == (MULTIPART_SIZE, crc32c_update(data))
+    assert storage.object_size("p/big.log") == MULTIPART_SIZE
+    for start, length in [
+        (0, 4096),  # start
+        (MIN_PART_BYTES - 100, 200),  # across the first part boundary
+        (MIN_PART_BYTES * 2 + 17, 65_536),  # middle of the last part
+        (MULTIPART_SIZE - 10, 10),  # end
+    ]:
+        assert storage.read_range("p/big.log", start, length) == data[start : start + length]
+
+
+def test_empty_object(storage: RemoteStorage) -> None:
+    assert storage.put_object("p/empty", b"").size == 0
+    assert storage.object_size("p/empty") == 0
+    assert storage.read_range("p/empty", 0, 100) == b""
+
+
+def test_a_range_past_the_end_returns_what_exists(storage: RemoteStorage) -> None:
+    data = _bytes(1000, seed=3)
+    storage.put_object("p/obj", data)
+    assert storage.read_range("p/obj", 900, 500) == data[900:]
+    assert storage.read_range("p/obj", 1000, 10) == b""
+    assert storage.read_range("p/obj", 5000, 10) == b""
+    assert storage.read_range("p/obj", 10, 0) == b""
+
+
+def test_negative_ranges_are_refused(storage: RemoteStorage) -> None:
+    storage.put_object("p/obj", b"abc")
+    with pytest.raises(ValueError, match="bad range"):
+        storage.read_range("p/obj", -1, 2)
+    with pytest.raises(ValueError, match="bad range"):
+        storage.read_range("p/obj", 0, -2)
+
+
+def test_putting_a_key_again_replaces_the_object(storage: RemoteStorage) -> None:
+    storage.put_object("p/obj", b"first version, longer")
+    storage.put_object("p/obj", b"second")
+    assert storage.object_size("p/obj") == 6
+    assert storage.read_range("p/obj", 0, 100) == b"second"
+
+
+def test_a_missing_object_is_not_found(storage: RemoteStorage) -> None:
+    assert storage.object_size("p/missing") is None
+    with pytest.raises(NotFoundError, match="p/missing"):
+        storage.read_range("p/missing", 0, 10)
+    with pytest.raises(NotFoundError):
+        storage.read_range("p/missing", 0, 0)
+
+
+def test_a_prefix_of_other_keys_is_not_an_object(storage: RemoteStorage) -> None:
+    storage.put_object("p/dir/x", b"x")
+    assert storage.object_size("p/dir") is None
+    with pytest.raises(NotFoundError):
+        storage.read_range("p/dir", 0, 1)
+    storage.delete_objects(["p/dir"])
+    assert storage.object_size("p/dir/x") == 1
+
+
+def test_a_checksum_the_source_does_not_have_stores_nothing(storage: RemoteStorage) -> None:
+    data = _bytes(3000, seed=4)
+    with pytest.raises(ChecksumMismatchError) as raised:
+        storage.put_object("p/obj", data, crc32c=crc32c_update(data) ^ 1)
+    assert raised.value.retriable is False
+    assert storage.object_size("p/obj") is None
+    assert storage.put_object("p/obj", data, crc32c=crc32c_update(data)).size == 3000
+
+
+def test_bad_sources_are_refused(storage: RemoteStorage, tmp_path: Path) -> None:
+    with pytest.raises(NotFoundError, match="nope.log"):
+        storage.put_object("p/obj", tmp_path / "nope.log")
+    short = tmp_path / "short.log"
+    short.write_bytes(b"12345")
+    with pytest.raises(CorruptDataError, match="holds 5 bytes, 6 expected"):
+        storage.put_object("p/obj", short, size=6)
+    assert storage.object_size("p/obj") is None
+
+
+def test_put_honours_the_rate_limiter(storage: RemoteStorage, tmp_path: Path) -> None:
+    granted: list[int] = []
+
+    class RecordingLimiter(RateLimiter):
+        def acquire(self, amount: int) -> None:
+            granted.append(amount)
+
+    path = tmp_path / "big.log"
+    path.write_bytes(_bytes(MULTIPART_SIZE, seed=5))
+    storage.put_object("p/big", path, rate_limiter=RecordingLimiter(1024))
+    storage.put_object("p/small", b"x" * 777, rate_limiter=RecordingLimiter(1024))
+    assert sum(granted) == MULTIPART_SIZE + 777
+    assert max(granted) <= max(MIN_PART_BYTES, 1024 * 1024)
+
+
+# -- delete and list -----------------------------------------------------------------------
+
+
+def test_delete_is_idempotent(storage: RemoteStorage) -> None:
+    storage.put_object("p/a", b"a")
+    storage.put_object("p/b", b"b")
+    storage.delete_objects(["p/a", "p/missing"])
+    assert storage.object_size("p/a") is None
+    assert storage.object_size("p/b") == 1
+    storage.delete_objects(["p/a"])  # again
+    storage.delete_objects([])
+    with pytest.raises(NotFoundError):
+        storage.read_range("p/a", 0, 1)
+    assert list(storage.list_keys()) == ["p/b"]
+
+
+def test_list_keys_by_prefix_in_order(storage: RemoteStorage) -> None:
+    keys = ["b/2", "a/x/1", "a/x/0", "a.b", "a/y", "ab/c"]
+    for key in keys:
+        storage.put_object(key, key.encode())
+    assert list(storage.list_keys()) == sorted(keys)
+    assert list(storage.list_keys("a/")) == ["a/x/0", "a/x/1", "a/y"]
+    assert list(storage.list_keys("a/x")) == ["a/x/0", "a/x/1"]
+    assert list(storage.list_keys("a")) == ["a.b", "a/x/0", "a/x/1", "a/y", "ab/c"]
+    assert list(storage.list_keys("zzz/")) == []
+
+
+def test_many_keys_are_deleted_and_listed(storage: RemoteStorage) -> None:
+    keys = [f"many/{i:04d}" for i in range(120)]
+    for key in keys:
+        storage.put_object(key, b"")
+    assert list(storage.list_keys("many/")) == keys
+    storage.delete_objects(keys[::2])
+    assert list(storage.list_keys("many/")) == keys[1::2]
+
+
+# -- keys that could escape -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", ESCAPING_KEYS)
+def test_keys_that_could_escape_are_refused(storage: RemoteStorage, key: str, tmp_path: Path) -> None:
+    with pytest.raises(InvalidObjectKeyError):
+        storage.put_object(key, b"data")
+    with pytest.raises(InvalidObjectKeyError):
+        storage.read_range(key, 0, 1)
+    with pytest.raises(InvalidObjectKeyError):
+        storage.object_size(key)
+    with pytest.raises(InvalidObjectKeyError):
+        storage.delete_objects(["p/fine", key])
+    assert list(storage.list_keys()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["remote"])
+
+
+@pytest.mark.parametrize("prefix", ["../", "a/../b", "/a", "a\\b"])
+def test_listing_prefixes_that_could_escape_are_refused(storage: RemoteStorage, prefix: str) -> None:
+    with pytest.raises(InvalidObjectKeyError):
+        list(storage.list_keys(prefix))
+
+
+def test_an_invalid_key_in_a_delete_deletes_nothing(storage: RemoteStorage) -> None:
+    storage.put_object("p/keep", b"k")
+    with pytest.raises(InvalidObjectKeyError):
+        storage.delete_objects(["p/keep", "../x"])
+    assert storage.object_size("p/keep") == 1
+
+
+# -- segments: the .log read as a byte source, the index object -------------------------------
+
+
+@pytest.fixture(scope="module")
+def rolled_segment(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A partition directory whose first segment (offset 0) is rolled, with all its files."""
+    directory = tmp_path_factory.mktemp("logs") / "orders-3"
+    appender = PartitionAppender(directory, config=TopicConfig(segment_bytes=48 * 1024), clock=lambda: 1_000)
+    rng = random.Random(9)
+    while appender.next_offset < 1200:
+        batch = [ProducerRecord(1_000, None, rng.randbytes(rng.randrange(10, 200))) for _ in range(10)]
+        appender.append(batch)
+    appender.close()
+    assert (directory / segment_file_name(0, ".log")).stat().st_size > 20 * 1024
+    return directory
+
+
+def test_range_source_reads_the_batches_of_a_remote_log(storage: RemoteStorage, rolled_segment: Path) -> None:
+    log = rolled_segment / segment_file_name(0, ".log")
+    keys = segment_keys("orders", uuid.uuid4(), 3, 0, uuid.uuid4())
+    storage.put_object(keys.log_key, log)
+    with FileSource(log) as local:
+        expected = list(iter_headers(local))
+        expected_bytes = [read_batch_bytes(local, h) for h in expected[::7]]
+    remote = RangeSource(storage, keys.log_key)
+    assert remote.size == log.stat().st_size
+    # A small window makes the scanner issue many ranged reads, crossing batch boundaries.
+    assert list(iter_headers(remote, window_bytes=1000)) == expected
+    assert [read_batch_bytes(remote, h) for h in expected[::7]] == expected_bytes
+    middle = expected[len(expected) // 2]
+    assert list(iter_headers(remote, middle.position)) == expected[len(expected) // 2 :]
+
+
+def test_range_source_of_a_missing_object(storage: RemoteStorage) -> None:
+    with pytest.raises(NotFoundError):
+        RangeSource(storage, "p/missing.log")
+
+
+def test_index_object_holds_each_index_at_its_range(storage: RemoteStorage, rolled_segment: Path) -> None:
+    files = {
+        IndexType.OFFSET: (rolled_segment / segment_file_name(0, ".index")).read_bytes(),
+        IndexType.TIMESTAMP: (rolled_segment / segment_file_name(0, ".timeindex")).read_bytes(),
+        IndexType.LEADER_EPOCH: (rolled_segment / LEADER_EPOCH_CHECKPOINT).read_bytes(),
+        IndexType.PRODUCER_SNAPSHOT: b"",
+    }
+    assert files[IndexType.OFFSET] and files[IndexType.TIMESTAMP]
+    keys = segment_keys("orders", None, 3, 0, uuid.uuid4())
+    blob = IndexBlob.build(files)
+    storage.put_object(keys.indexes_key, blob.data)
+    layout = blob.layout(keys)
+    for kind, content in files.items():
+        assert read_index(storage, layout, kind) == content
+    assert read_index(storage, layout, IndexType.TRANSACTION) is None
+    storage.put_object(keys.log_key, rolled_segment / segment_file_name(0, ".log"))
+    assert list(storage.list_keys(partition_prefix("orders", None, 3))) == sorted(keys)
+
+
+def test_s3_store_keeps_objects_under_its_prefix(moto_s3: MotoS3, s3_bucket: str) -> None:  # noqa: F811
+    prefix = f"cluster-{uuid.uuid4().hex[:8]}/tier"
+    with moto_s3.storage(s3_bucket, prefix + "/") as store:
+        store.put_object("ab/k.log", b"payload")
+        listing = moto_s3.client().list_objects_v2(Bucket=s3_bucket, Prefix=prefix)
+        assert [o.get("Key") for o in listing.get("Contents", [])] == [f"{prefix}/ab/k.log"]
+        assert list(store.list_keys()) == ["ab/k.log"]
+
+
+def test_s3_store_on_a_missing_bucket_fails_without_retrying(moto_s3: MotoS3) -> None:  # noqa: F811
+    with moto_s3.storage("rlm-no-such-bucket") as store:
+        with pytest.raises(StorageError, match="NoSuchBucket") as raised:
+            store.put_object("k", b"x")
+        assert raised.value.retriable is False
+
+
+def test_filesystem_store_refuses_a_symlink_out_of_its_root(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    store = FilesystemStorage(tmp_path / "root")
+    os.symlink(outside, tmp_path / "root" / "link")
+    with pytest.raises(InvalidObjectKeyError, match="outside"):
+        store.put_object("link/x", b"data")
+    assert list(outside.iterdir()) == []

@@ -1,0 +1,590 @@
+"""The copier and retention under faults: killed processes, a failing S3, a restarted PostgreSQL,
+a second sidecar, a corrupt segment.
+
+After every fault the same invariants must hold once a healthy pass has run
+(:func:`tests.tiering_support.invariant_problems`): finished segments have all their objects,
+intact; every replicated offset of a rolled segment is tiered; no object is left that no row
+points to; no offset is tiered twice by one copier.
+
+Kills are real: ``crash_child.py`` runs the pass in its own process and sends itself SIGKILL at
+the N-th report of a step (or the N-th S3 request of an operation), so nothing of the dying pass
+runs after that point: no ``except``, no ``finally``, no rollback of what it had done.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from _pytest.mark import ParameterSet
+
+from metadata import SqlMetadataStore, upgrade
+from rlm.config import Settings, TopicSettings
+from rlm.copier import Copier, CopyOutcome
+from rlm.deletion import Step, no_step
+from rlm.errors import CorruptRecordError, MetadataUnavailableError, StaleLeaseError
+from rlm.leases import LeaseKeeper
+from rlm.log.logdir import LogDir, PartitionDir
+from rlm.log.model import V2_HEADER_SIZE
+from rlm.log.produce import ProduceSpec, produce
+from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.metrics import Metrics
+from rlm.storage.filesystem import FilesystemStorage
+from tests.metadata_support import FakeClock
+from tests.storage_faults import SERVER_ERRORS, FaultInjector
+from tests.tiering_support import (
+    COPY_STEPS,
+    DELETE_STEPS,
+    RETENTION_STEPS,
+    Backend,
+    SegmentPlan,
+    Tiering,
+    all_rows,
+    assert_invariants,
+    eligible_segments,
+    make_backend,
+    moto_s3,  # noqa: F401  (fixture)
+    set_high_watermarks,
+    set_log_start_offsets,
+    tiering_factory,  # noqa: F401  (fixture)
+    tp_of,
+    write_scripted_log_dir,
+)
+
+CHILD = Path(__file__).with_name("crash_child.py")
+REPO = Path(__file__).resolve().parents[2]
+#: Two partitions (CreateTime with legacy batches, and LogAppendTime) of about six segments each.
+SPEC = ProduceSpec(
+    topics=2,
+    partitions=1,
+    records=1200,
+    segment_bytes=16 * 1024,
+    max_batch_records=30,
+    legacy_batches=3,
+    seed=23,
+)
+TieringFactory = Callable[..., Tiering]
+
+
+def _kills(steps: tuple[str, ...], on_postgres_s3: tuple[str, ...]) -> list[ParameterSet]:
+    """Every step on SQLite + filesystem; some on PostgreSQL + S3 too."""
+    return [pytest.param("sqlite-fs", step, id=f"sqlite-fs-{step}") for step in steps] + [
+        pytest.param("postgres-s3", step, id=f"postgres-s3-{step}", marks=pytest.mark.postgres)
+        for step in on_postgres_s3
+    ]
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "logs"
+    produce(path, SPEC)
+    return path
+
+
+def run_child(
+    backend: Backend,
+    log_dir: Path,
+    *,
+    job: str = "copy",
+    kill_at_step: str | None = None,
+    kill_at_request: str | None = None,
+    nth: int = 1,
+) -> subprocess.CompletedProcess[str]:
+    """Run one pass of ``job`` in a sidecar process of its own; it dies on the cue given."""
+    args = [
+        sys.executable,
+        str(CHILD),
+        "--log-dir",
+        str(log_dir),
+        "--metadata-url",
+        backend.metadata_url,
+        "--remote-url",
+        backend.remote_url,
+        "--job",
+        job,
+        "--nth",
+        str(nth),
+    ]
+    if backend.s3_endpoint_url is not None:
+        args += ["--s3-endpoint", backend.s3_endpoint_url]
+    if kill_at_step is not None:
+        args += ["--kill-at-step", kill_at_step]
+    if kill_at_request is not None:
+        args += ["--kill-at-request", kill_at_request]
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+
+
+def assert_killed(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == -signal.SIGKILL, (
+        f"the sidecar was not killed (exit {result.returncode}):\n{result.stdout}\n{result.stderr}"
+    )
+
+
+def _states(tiering: Tiering) -> set[SegmentState]:
+    return {row.state for row in all_rows(tiering.store, map(tp_of, tiering.partitions()))}
+
+
+def _recover(tiering: Tiering) -> list[CopyOutcome]:
+    """A healthy sidecar's pass (the same broker, restarted): it must succeed everywhere."""
+    outcomes = tiering.copier().run_once()
+    assert [o.error for o in outcomes] == [None] * len(outcomes)
+    return outcomes
+
+
+# -- killed at every step -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pair", "step"),
+    _kills(COPY_STEPS, ("log_uploaded", "copy_finished")),
+)
+def test_a_copy_killed_at_any_step_is_recovered(
+    pair: str,
+    step: str,
+    request: pytest.FixtureRequest,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+    log_dir: Path,
+) -> None:
+    backend = make_backend(pair, request, tmp_path)
+    tiering = tiering_factory(backend, log_dir)
+
+    assert_killed(run_child(backend, log_dir, kill_at_step=step, nth=3))
+
+    if step != "copy_finished":  # the kill left the copy under way
+        assert SegmentState.COPY_SEGMENT_STARTED in _states(tiering)
+    outcomes = _recover(tiering)
+    if step != "copy_finished":
+        assert sum(o.cleaned_segments for o in outcomes) >= 1
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def _tier_then_expire(tiering: Tiering, log_dir: Path) -> dict[TopicPartition, int]:
+    """Tier everything, then move each partition's log start offset into its fourth segment."""
+    _recover(tiering)
+    starts = {tp_of(p): p.rolled_segments()[3].base_offset + 1 for p in tiering.partitions()}
+    set_log_start_offsets(log_dir, starts)
+    return starts
+
+
+@pytest.mark.parametrize(
+    ("pair", "step"),
+    _kills(RETENTION_STEPS, ("log_start_advanced", "log_deleted")),
+)
+def test_a_retention_pass_killed_at_any_step_is_recovered(
+    pair: str,
+    step: str,
+    request: pytest.FixtureRequest,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+    log_dir: Path,
+) -> None:
+    backend = make_backend(pair, request, tmp_path)
+    tiering = tiering_factory(backend, log_dir)
+    starts = _tier_then_expire(tiering, log_dir)
+
+    assert_killed(run_child(backend, log_dir, job="retention", kill_at_step=step, nth=2))
+
+    outcomes = tiering.retention().run_once()
+    assert [o.error for o in outcomes] == [None, None]
+    _recover(tiering)
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+    for tp, start in starts.items():
+        expired = [r for r in tiering.segments(tp) if r.end_offset < start]
+        assert len(expired) == 3
+        assert {r.state for r in expired} == {SegmentState.DELETE_SEGMENT_FINISHED}
+
+
+@pytest.mark.parametrize("step", DELETE_STEPS)
+def test_a_cleanup_killed_at_any_step_is_recovered(
+    step: str,
+    request: pytest.FixtureRequest,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+    log_dir: Path,
+) -> None:
+    backend = make_backend("sqlite-fs", request, tmp_path)
+    tiering = tiering_factory(backend, log_dir)
+    assert_killed(run_child(backend, log_dir, kill_at_step="indexes_uploaded", nth=2))
+
+    # The restarted sidecar dies again while deleting what the first one left unfinished.
+    assert_killed(run_child(backend, log_dir, kill_at_step=step, nth=1))
+
+    _recover(tiering)
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+# -- killed in the middle of a multipart upload -------------------------------------------------
+
+
+def test_a_copy_killed_during_a_multipart_upload_is_recovered(
+    request: pytest.FixtureRequest,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    backend = make_backend("sqlite-s3", request, tmp_path)
+    assert backend.s3 is not None and backend.bucket is not None
+    log_dir = tmp_path / "logs"
+    tp = TopicPartition("orders", 0)
+    ts = 1_700_000_000_000
+    # Segment 1 is about 7 MiB: two parts of 5 MiB (the smallest S3 allows) or more.
+    plans = [
+        SegmentPlan(20, ts),
+        SegmentPlan(350, ts + 1, batch_records=5, value_bytes=40_000),
+        SegmentPlan(20, ts + 2),
+    ]
+    write_scripted_log_dir(log_dir, {tp: plans})
+    big = LogDir(log_dir).partition(tp.topic, tp.partition).rolled_segments()[1]
+    assert big.size() > 6 * 1024 * 1024
+    tiering = tiering_factory(backend, log_dir)
+
+    assert_killed(run_child(backend, log_dir, kill_at_request="UploadPart", nth=2))
+
+    (abandoned,) = tiering.segments(tp, SegmentState.COPY_SEGMENT_STARTED)
+    assert abandoned.start_offset == big.base_offset
+    assert backend.s3.unfinished_uploads(backend.bucket) == [f"tier/{abandoned.layout.log_key}"]
+    (outcome,) = _recover(tiering)
+    assert outcome.cleaned_segments == 1
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+    # S3 keeps the parts of an upload whose uploader died. The cleanup pass deletes objects, and
+    # an unfinished upload is none: it stays until a bucket lifecycle rule
+    # (AbortIncompleteMultipartUpload) removes it. It never becomes an object: its key belongs
+    # to the abandoned copy alone (the segment id is in it), and that copy is never completed.
+    assert backend.s3.unfinished_uploads(backend.bucket) == [f"tier/{abandoned.layout.log_key}"]
+
+
+# -- a fifth of S3 requests failing -------------------------------------------------------------
+
+
+def test_everything_is_tiered_and_intact_when_a_fifth_of_s3_requests_fail(
+    request: pytest.FixtureRequest,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    produce(log_dir, ProduceSpec(topics=2, partitions=2, records=1500, segment_bytes=16 * 1024, seed=3))
+    backend = make_backend("sqlite-s3", request, tmp_path)
+    tiering = tiering_factory(backend, log_dir)
+    assert backend.s3 is not None
+    faults = FaultInjector(rate=0.2, faults=SERVER_ERRORS, seed=20261121)
+    session = backend.s3.session()
+    faults.install(session)
+    tiering.storage.close()
+    tiering.storage = backend.open_storage(session=session)
+    try:
+        outcomes = tiering.copier().run_once()
+        assert [o.error for o in outcomes] == [None] * 4
+        starts = {tp_of(p): p.rolled_segments()[1].base_offset for p in tiering.partitions()}
+        set_log_start_offsets(log_dir, starts)
+        expired = tiering.retention().run_once()
+        assert [(o.error, o.deleted_segments) for o in expired] == [(None, 1)] * 4
+    finally:
+        faults.rate = 0.0
+        faults.close()
+    assert faults.total_injected >= 20
+    assert set(faults.injected) == set(SERVER_ERRORS)
+    assert {"PutObject", "HeadObject", "DeleteObjects"} <= set(faults.injected_by_operation)
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+    assert backend.s3.unfinished_uploads(backend.bucket or "") == []
+
+
+# -- PostgreSQL restarted -----------------------------------------------------------------------
+
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
+
+
+@dataclass
+class PrivateCluster:
+    """A PostgreSQL cluster of this test alone, run by the ``postgres`` user on a free port."""
+
+    data: Path
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, *command: str) -> None:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", *command], check=True, capture_output=True, timeout=120
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.data} -c listen_addresses=127.0.0.1 -c fsync=off"
+        log = str(self.data / "log")
+        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "-w", "start")
+
+    def stop(self) -> None:
+        self._run(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def private_postgres() -> Iterator[PrivateCluster]:
+    """A fresh cluster (not the shared server: this test stops and starts it)."""
+    if not (PG_BIN / "initdb").exists() or shutil.which("runuser") is None:
+        pytest.fail(f"a private PostgreSQL cluster needs {PG_BIN}/initdb and runuser")
+    root = Path(tempfile.mkdtemp(prefix="rlm-pg-"))
+    shutil.chown(root, "postgres", "postgres")
+    cluster = PrivateCluster(root / "data", _free_port())
+    subprocess.run(
+        ["runuser", "-u", "postgres", "--", str(PG_BIN / "initdb"), "-D", str(cluster.data), "-A", "trust",
+         "-U", "postgres", "--no-sync"],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )  # fmt: skip
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        subprocess.run(
+            ["runuser", "-u", "postgres", "--", str(PG_BIN / "pg_ctl"), "-D", str(cluster.data), "-m",
+             "immediate", "stop"],
+            capture_output=True,
+            timeout=120,
+            check=False,
+        )  # fmt: skip
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@dataclass
+class CopierLoop:
+    """Copier passes back to back on a thread, as ``rlm copy`` runs them; every pass is kept."""
+
+    copier: Copier
+    passes: list[list[CopyOutcome]] = field(default_factory=list)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    stopping: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="copier-loop")
+
+    def _run(self) -> None:
+        while not self.stopping.is_set():
+            outcomes = self.copier.run_once()
+            with self.changed:
+                self.passes.append(outcomes)
+                self.changed.notify_all()
+            self.stopping.wait(0.01)  # the loop's interval
+
+    def wait_for_pass(self, predicate: Callable[[list[CopyOutcome]], bool], *, after: int = 0) -> int:
+        """Wait for a pass, numbered from ``after`` on, that satisfies ``predicate``; its number."""
+
+        def found() -> int | None:
+            return next((i for i in range(after, len(self.passes)) if predicate(self.passes[i])), None)
+
+        with self.changed:
+            assert self.changed.wait_for(lambda: found() is not None, timeout=90), (
+                f"no such pass among {len(self.passes)}: last {self.passes[-1:]}"
+            )
+            number = found()
+            assert number is not None
+            return number
+
+
+@pytest.mark.postgres
+def test_the_copier_loop_recovers_by_itself_when_postgres_restarts(
+    private_postgres: PrivateCluster, tmp_path: Path, log_dir: Path
+) -> None:
+    upgrade(private_postgres.url)
+    store = SqlMetadataStore.open(private_postgres.url)
+    storage = FilesystemStorage(tmp_path / "remote")
+    config = Settings(
+        log_dirs=(log_dir,),
+        broker_id=1,
+        metadata_url=private_postgres.url,
+        remote_url=(tmp_path / "remote").as_uri(),
+        topic_defaults=TopicSettings(retention_ms=-1),
+    )
+    reached, resume = threading.Event(), threading.Event()
+    uploads = 0
+
+    def pause_mid_pass(name: str) -> None:
+        nonlocal uploads
+        if name == "log_uploaded":
+            uploads += 1
+            if uploads == 2:  # a .log is up, its copy not finished: the database goes away now
+                reached.set()
+                assert resume.wait(60)
+
+    loop = CopierLoop(Copier(config, store, storage, Metrics(), step=pause_mid_pass))
+    loop.thread.start()
+    try:
+        assert reached.wait(60)
+        private_postgres.stop()
+        interrupted = len(loop.passes)  # the pass under way: it cannot finish its copies either
+        resume.set()
+        down = loop.wait_for_pass(
+            lambda p: all(isinstance(o.error, MetadataUnavailableError) for o in p), after=interrupted + 1
+        )
+        private_postgres.start()
+        healthy = loop.wait_for_pass(lambda p: all(o.error is None for o in p), after=down + 1)
+    finally:
+        resume.set()
+        loop.stopping.set()
+        loop.thread.join(60)
+    assert all(o.error is not None for o in loop.passes[interrupted])
+    assert sum(o.cleaned_segments for o in loop.passes[healthy]) >= 1  # the copy the restart broke
+    assert_invariants(store, storage, [log_dir])
+    store.close()
+
+
+# -- two sidecars on one partition --------------------------------------------------------------
+
+
+@dataclass
+class Sidecar:
+    """One broker's copier, with its own connections to the shared store and storage."""
+
+    copier: Copier
+    store: SqlMetadataStore
+
+
+def _sidecar(
+    backend: Backend, log_dir: Path, broker_id: int, clock: FakeClock, step: Step = no_step
+) -> Sidecar:
+    store = backend.open_store(clock)
+    settings = backend.settings(log_dir, broker_id=broker_id)
+    copier = Copier(settings, store, backend.open_storage(), Metrics(), clock=clock, step=step)
+    return Sidecar(copier, store)
+
+
+@pytest.fixture
+def sqlite_fs(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return make_backend("sqlite-fs", request, tmp_path)
+
+
+def test_only_the_lease_holder_copies_and_another_takes_over_when_it_expires(
+    sqlite_fs: Backend, log_dir: Path
+) -> None:
+    clock = FakeClock()
+    partitions = LogDir(log_dir).partitions()
+    set_high_watermarks(log_dir, {tp_of(p): p.rolled_segments()[2].base_offset for p in partitions})
+    first, second = _sidecar(sqlite_fs, log_dir, 1, clock), _sidecar(sqlite_fs, log_dir, 2, clock)
+
+    assert [o.copied_segments for o in first.copier.run_once()] == [2, 2]
+    assert [o.skipped for o in second.copier.run_once()] == ["the copy lease is held by broker 1"] * 2
+    set_high_watermarks(log_dir, {tp_of(p): p.log_end_offset() for p in partitions})
+    clock.advance(60_001)  # broker 1 stopped renewing: its leases expire
+    taken = second.copier.run_once()
+    assert all(o.copied_segments >= 2 and o.error is None for o in taken)
+    assert [o.skipped for o in first.copier.run_once()] == ["the copy lease is held by broker 2"] * 2
+
+    for partition in partitions:
+        rows = first.store.list_segments(tp_of(partition), states=[SegmentState.COPY_SEGMENT_FINISHED])
+        assert [r.broker_id for r in rows] == [1, 1] + [2] * (len(eligible_segments(partition)) - 2)
+    assert_invariants(first.store, first.copier.storage, [log_dir])
+
+
+def test_a_stale_holder_cannot_finish_its_copy_and_leaves_no_objects(
+    sqlite_fs: Backend, log_dir: Path
+) -> None:
+    clock = FakeClock()
+    partition = LogDir(log_dir).partitions()[0]
+    second = _sidecar(sqlite_fs, log_dir, 2, clock)
+    taken: list[CopyOutcome] = []
+
+    def paused_too_long(name: str) -> None:
+        # Broker 1 stalls after uploading its first .log; its lease expires and broker 2 takes
+        # the partition over, cleans up broker 1's copy under way and copies everything itself.
+        if name == "log_uploaded" and not taken:
+            clock.advance(60_001)
+            taken.append(second.copier.copy_partition(partition))
+
+    first = _sidecar(sqlite_fs, log_dir, 1, clock, step=paused_too_long)
+
+    outcome = first.copier.copy_partition(partition)
+
+    assert isinstance(outcome.error, StaleLeaseError)
+    assert taken[0].error is None and taken[0].cleaned_segments == 1
+    rows = list(first.store.list_segments(tp_of(partition)))
+    assert {(r.broker_id, r.state) for r in rows} == {
+        (1, SegmentState.DELETE_SEGMENT_FINISHED),
+        (2, SegmentState.COPY_SEGMENT_FINISHED),
+    }
+    assert_invariants(first.store, first.copier.storage, [log_dir], untiered=_others(log_dir, partition))
+
+
+def test_a_stale_holder_cannot_add_segments(sqlite_fs: Backend, log_dir: Path) -> None:
+    clock = FakeClock()
+    partition = LogDir(log_dir).partitions()[0]
+    tp = tp_of(partition)
+    second = _sidecar(sqlite_fs, log_dir, 2, clock)
+    other = LeaseKeeper(second.store, 2, 60_000)
+
+    def lose_the_lease(name: str) -> None:
+        if name == "copy_finished" and other.holder(tp) == "broker 1":
+            clock.advance(60_001)
+            assert other.hold(tp) is not None  # broker 2 takes over, copies nothing yet
+
+    first = _sidecar(sqlite_fs, log_dir, 1, clock, step=lose_the_lease)
+
+    outcome = first.copier.copy_partition(partition)
+
+    assert isinstance(outcome.error, StaleLeaseError)
+    (only,) = first.store.list_segments(tp)
+    assert (only.broker_id, only.state) == (1, SegmentState.COPY_SEGMENT_FINISHED)
+    assert sorted(first.copier.storage.list_keys("")) == sorted([only.layout.log_key, only.layout.index_key])
+    # Broker 2's own pass carries on from broker 1's last copy.
+    other.release_all()
+    resumed = second.copier.copy_partition(partition)
+    assert resumed.copied_segments == len(eligible_segments(partition)) - 1
+    assert_invariants(first.store, first.copier.storage, [log_dir], untiered=_others(log_dir, partition))
+
+
+def _others(log_dir: Path, partition: PartitionDir) -> set[TopicPartition]:
+    return {tp_of(p) for p in LogDir(log_dir).partitions()} - {tp_of(partition)}
+
+
+# -- a corrupt segment --------------------------------------------------------------------------
+
+
+def test_a_corrupt_segment_is_not_tiered_and_the_other_partitions_carry_on(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    log_dir: Path,
+) -> None:
+    broken = LogDir(log_dir).partition("clicks", 0)  # v2 batches only
+    segment = broken.rolled_segments()[2]
+    headers = list(segment.headers())
+    batch = headers[len(headers) // 2]
+    flipped = batch.position + V2_HEADER_SIZE + (batch.size - V2_HEADER_SIZE) // 2
+    data = bytearray(segment.log_path.read_bytes())
+    data[flipped] ^= 0x40
+    segment.log_path.write_bytes(bytes(data))
+    tiering = tiering_factory(sqlite_fs, log_dir)
+
+    outcomes = {o.topic_partition: o for o in tiering.copier().run_once()}
+
+    error = outcomes[tp_of(broken)].error
+    assert isinstance(error, CorruptRecordError)
+    assert str(segment.log_path) in str(error)
+    assert f"position {batch.position}" in str(error)
+    tiered = [r.start_offset for r in tiering.finished(tp_of(broken))]
+    assert tiered == [s.base_offset for s in broken.rolled_segments()[:2]]
+    assert outcomes[TopicPartition("orders", 0)].error is None
+    assert_invariants(tiering.store, tiering.storage, [log_dir], untiered={tp_of(broken)})
+    labels = {"topic": "clicks", "partition": "0"}
+    assert tiering.registry.get_sample_value("rlm_copy_errors_total", labels) == 1
+
+    again = {o.topic_partition: o for o in tiering.copier().run_once()}
+
+    assert isinstance(again[tp_of(broken)].error, CorruptRecordError)
+    assert [r.start_offset for r in tiering.finished(tp_of(broken))] == tiered
+    assert all(r.state is SegmentState.COPY_SEGMENT_FINISHED for r in tiering.segments(tp_of(broken)))

@@ -1,0 +1,448 @@
+"""Retention of the remote tier: by time, by size and by log start offset (design: "Retention").
+
+Partitions are scripted segment by segment (record count, largest timestamp), copied by the
+copier, then retention runs with a fake clock. Pure rules (``breaching_segments``) are tested on
+their own at the end.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import pytest
+
+from rlm.config import Settings, TopicSettings
+from rlm.errors import StorageUnavailableError
+from rlm.leases import LeaseKeeper
+from rlm.log.logdir import LogDir, PartitionDir
+from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.remote_segment import prepare_segment
+from rlm.retention import breaching_segments
+from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
+from rlm.storage.ratelimit import RateLimiter
+from tests.metadata_support import FakeClock, segment
+from tests.tiering_support import (
+    BROKER_ID,
+    Backend,
+    SegmentPlan,
+    Tiering,
+    assert_invariants,
+    backend,  # noqa: F401  (fixture)
+    make_backend,
+    moto_s3,  # noqa: F401  (fixture)
+    set_high_watermarks,
+    set_log_start_offsets,
+    tiering_factory,  # noqa: F401  (fixture)
+    write_scripted_log_dir,
+)
+
+TP = TopicPartition("orders", 0)
+NOW = 1_700_000_000_000
+HOUR = 3_600_000
+#: Max timestamps of the six segments: one hour apart, the last one an hour before NOW.
+HOURLY = [NOW - (6 - i) * HOUR for i in range(6)]
+TieringFactory = Callable[..., Tiering]
+
+
+def _write(log_dir: Path, timestamps: list[int], records: int = 20) -> PartitionDir:
+    write_scripted_log_dir(log_dir, {TP: [SegmentPlan(records, ts) for ts in timestamps]})
+    return LogDir(log_dir).partition(TP.topic, TP.partition)
+
+
+@pytest.fixture
+def sqlite_fs(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return make_backend("sqlite-fs", request, tmp_path)
+
+
+def _tiered(factory: TieringFactory, pair: Backend, log_dir: Path) -> Tiering:
+    """A harness at NOW whose copier has tiered every eligible segment."""
+    tiering = factory(pair, log_dir, FakeClock(NOW))
+    assert all(o.error is None for o in tiering.copier().run_once())
+    return tiering
+
+
+def _with_topic(settings: Settings, *, retention_ms: int = -1, retention_bytes: int = -1) -> Settings:
+    """``settings`` with these retention settings for every topic."""
+    topic = TopicSettings(retention_ms=retention_ms, retention_bytes=retention_bytes)
+    return settings.replace(topic_defaults=topic)
+
+
+def _states(tiering: Tiering) -> list[SegmentState]:
+    return [r.state for r in tiering.segments(TP)]
+
+
+def _objects_of(row: RemoteSegment) -> list[str]:
+    return [row.layout.log_key, row.layout.index_key]
+
+
+def test_time_retention_deletes_segments_whose_max_timestamp_expired(
+    backend: Backend,  # noqa: F811
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, backend, log_dir)
+    rows = tiering.finished(TP)
+    # Segments 0-2 have a max timestamp ≤ NOW - 4h: 6h, 5h and exactly 4h old.
+    retention = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=4 * HOUR))
+
+    (outcome,) = retention.run_once()
+
+    assert (outcome.error, outcome.deleted_segments) == (None, 3)
+    assert outcome.deleted_bytes == sum(r.size_bytes for r in rows[:3])
+    assert (
+        _states(tiering)
+        == [SegmentState.DELETE_SEGMENT_FINISHED] * 3 + [SegmentState.COPY_SEGMENT_FINISHED] * 3
+    )
+    record = tiering.store.get_partition(TP)
+    assert (
+        record is not None
+        and record.remote_log_start_offset == rows[3].start_offset == outcome.log_start_offset
+    )
+    keys = set(tiering.storage.list_keys(""))
+    assert not keys & {k for r in rows[:3] for k in _objects_of(r)}
+    assert keys == {k for r in rows[3:] for k in _objects_of(r)}
+    labels = {"topic": "orders", "partition": "0"}
+    assert tiering.registry.get_sample_value("rlm_retention_deleted_segments_total", labels) == 3
+    assert tiering.registry.get_sample_value("rlm_remote_log_size_bytes", labels) == sum(
+        r.size_bytes for r in rows[3:]
+    )
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+    tiering.clock.advance(HOUR)  # segment 3 expires too
+    (later,) = retention.run_once()
+    assert later.deleted_segments == 1
+
+
+def test_retention_stops_at_the_first_segment_that_does_not_breach(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    # Segment 1 holds a late record (a timestamp an hour newer than its neighbours').
+    _write(log_dir, [NOW - 6 * HOUR, NOW - HOUR // 2, NOW - 5 * HOUR, NOW - 5 * HOUR])
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+
+    (outcome,) = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=HOUR)).run_once()
+
+    assert outcome.deleted_segments == 1
+    assert _states(tiering)[:2] == [SegmentState.DELETE_SEGMENT_FINISHED, SegmentState.COPY_SEGMENT_FINISHED]
+
+
+def test_size_retention_counts_local_only_bytes_and_never_started_copies(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    partition = _write(log_dir, [NOW - HOUR] * 5)
+    segments = partition.segments()
+    set_high_watermarks(log_dir, {TP: segments[4].base_offset})  # segment 4 is not replicated yet
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    rows = tiering.finished(TP)
+    assert len(rows) == 4
+    remote = sum(r.size_bytes for r in rows)
+    local_only = segments[4].size() + segments[5].size()
+    # Segment 4 is being copied: its STARTED row says it is huge, and must count for nothing.
+    lease = tiering.leases.hold(TP)
+    assert lease is not None
+    prepared = prepare_segment(partition, segments[4], broker_id=BROKER_ID, now_ms=NOW, epochs=[])
+    in_flight = dataclasses.replace(prepared.remote, size_bytes=10**12)
+    tiering.store.add_segment(in_flight, lease_epoch=lease.epoch)
+
+    exactly_full = _with_topic(tiering.settings, retention_bytes=remote + local_only)
+    (untouched,) = tiering.retention(settings=exactly_full).run_once()
+
+    assert untouched.deleted_segments == 0
+    # Over by segment 0 and 100 bytes: only segment 0 can go without going under the limit.
+    # Without the local-only bytes the partition would not be over at all.
+    over = rows[0].size_bytes + 100
+    assert local_only > over
+    (outcome,) = tiering.retention(
+        settings=_with_topic(tiering.settings, retention_bytes=remote + local_only - over)
+    ).run_once()
+
+    assert outcome.deleted_segments == 1
+    assert _states(tiering) == [
+        SegmentState.DELETE_SEGMENT_FINISHED,
+        *[SegmentState.COPY_SEGMENT_FINISHED] * 3,
+        SegmentState.COPY_SEGMENT_STARTED,
+    ]
+
+
+def test_log_start_offset_retention_deletes_segments_wholly_below_it(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    partition = _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    bases = [s.base_offset for s in partition.segments()]
+    set_log_start_offsets(log_dir, {TP: bases[3] + 2})  # DeleteRecords up to the middle of segment 3
+
+    (outcome,) = tiering.retention().run_once()
+
+    assert outcome.deleted_segments == 3
+    assert outcome.log_start_offset == bases[3]
+    assert _states(tiering)[3:] == [SegmentState.COPY_SEGMENT_FINISHED] * 3
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_remote_log_start_offset_advances_before_anything_is_deleted(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    partition = _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    rows = tiering.finished(TP)
+    set_log_start_offsets(log_dir, {TP: partition.segments()[2].base_offset})
+    steps: list[str] = []
+    at_advance: list[tuple[int, list[SegmentState], set[str]]] = []
+
+    def watch(name: str) -> None:
+        steps.append(name)
+        if name == "log_start_advanced":
+            record = tiering.store.get_partition(TP)
+            assert record is not None
+            at_advance.append(
+                (record.remote_log_start_offset, _states(tiering), set(tiering.storage.list_keys("")))
+            )
+
+    tiering.retention(step=watch).run_once()
+
+    assert at_advance == [
+        (
+            rows[2].start_offset,
+            [SegmentState.COPY_SEGMENT_FINISHED] * 6,
+            {k for r in rows for k in _objects_of(r)},
+        )
+    ]
+    assert steps == [
+        "log_start_advanced",
+        *["delete_started", "log_deleted", "indexes_deleted", "delete_finished"] * 2,
+    ]
+
+
+def test_segments_below_an_advanced_remote_log_start_are_deleted_even_if_retention_changed(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+
+    def die(name: str) -> None:
+        if name == "log_start_advanced":
+            raise SystemExit("the sidecar stopped here")
+
+    expiring = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=4 * HOUR), step=die)
+    with pytest.raises(SystemExit):
+        expiring.enforce(LogDir(log_dir).partition(TP.topic, TP.partition))
+    # Restarted with retention turned off: the segments below the remote log start offset are
+    # unreadable already, so they go anyway.
+    (outcome,) = tiering.retention().run_once()
+
+    assert outcome.deleted_segments == 3
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+class FailingDeletes:
+    """Remote storage whose deletes fail ``times`` times."""
+
+    def __init__(self, inner: RemoteStorage, times: int) -> None:
+        self.inner = inner
+        self.left = times
+
+    def put_object(
+        self,
+        key: str,
+        source: PutSource,
+        *,
+        size: int | None = None,
+        crc32c: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+    ) -> PutResult:
+        return self.inner.put_object(key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter)
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        return self.inner.read_range(key, start, length)
+
+    def object_size(self, key: str) -> int | None:
+        return self.inner.object_size(key)
+
+    def delete_objects(self, keys: Iterable[str]) -> None:
+        if self.left > 0:
+            self.left -= 1
+            raise StorageUnavailableError("delete: service unavailable")
+        self.inner.delete_objects(keys)
+
+    def list_keys(self, prefix: str = "") -> Iterator[str]:
+        return self.inner.list_keys(prefix)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_a_delete_left_started_is_retried(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    rows = tiering.finished(TP)
+    tiering.storage = FailingDeletes(tiering.storage, times=1)
+    expire_two = _with_topic(tiering.settings, retention_ms=5 * HOUR)
+
+    (failed,) = tiering.retention(settings=expire_two).run_once()
+
+    assert isinstance(failed.error, StorageUnavailableError)
+    assert _states(tiering)[0] is SegmentState.DELETE_SEGMENT_STARTED
+    assert set(_objects_of(rows[0])) <= set(tiering.storage.list_keys(""))
+
+    (retried,) = tiering.retention().run_once()  # retention is off now: only what was under way
+
+    assert retried.error is None
+    # Segment 0 is retried; segment 1 never started deleting, but it is below the remote log
+    # start offset that the failed pass had advanced, so it goes too.
+    assert _states(tiering)[:3] == [
+        SegmentState.DELETE_SEGMENT_FINISHED,
+        SegmentState.DELETE_SEGMENT_FINISHED,
+        SegmentState.COPY_SEGMENT_FINISHED,
+    ]
+    assert not set(_objects_of(rows[0])) & set(tiering.storage.list_keys(""))
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_a_segment_being_copied_is_never_deleted(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    partition = _write(log_dir, HOURLY)
+    tiering = tiering_factory(sqlite_fs, log_dir, FakeClock(NOW))
+    everything = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=0))
+    outcomes = []
+    last_base = partition.rolled_segments()[-1].base_offset
+
+    def retention_meanwhile(name: str) -> None:
+        # While the last segment's .log is up but its copy is not finished, retention runs.
+        if name == "log_uploaded" and tiering.segments(TP, SegmentState.COPY_SEGMENT_STARTED)[
+            0
+        ].start_offset == (last_base):
+            outcomes.extend(everything.run_once())
+
+    tiering.copier(step=retention_meanwhile).run_once()
+
+    assert [o.deleted_segments for o in outcomes] == [5]
+    assert _states(tiering) == [SegmentState.DELETE_SEGMENT_FINISHED] * 5 + [
+        SegmentState.COPY_SEGMENT_FINISHED
+    ]
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_only_the_lease_holder_enforces_retention(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    tiering.leases.release_all()
+    other = LeaseKeeper(tiering.store, BROKER_ID + 1, 60_000)
+    assert other.hold(TP) is not None
+
+    (outcome,) = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=0)).run_once()
+
+    assert outcome.skipped == f"the copy lease is held by broker {BROKER_ID + 1}"
+    assert set(_states(tiering)) == {SegmentState.COPY_SEGMENT_FINISHED}
+
+
+# -- breaching_segments: the rules alone --------------------------------------------------------
+
+
+def _finished(*spec: tuple[int, int, int]) -> list[RemoteSegment]:
+    """Finished segments of (start, end, max timestamp), 100 bytes each."""
+    return [
+        segment(start, end, ts, size_bytes=100, state=SegmentState.COPY_SEGMENT_FINISHED)
+        for start, end, ts in spec
+    ]
+
+
+SEGMENTS = _finished((0, 9, 1_000), (10, 19, 2_000), (20, 29, 3_000), (30, 39, 4_000))
+
+
+def _breaching(
+    segments: list[RemoteSegment] = SEGMENTS,
+    *,
+    retention_ms: int = -1,
+    retention_bytes: int = -1,
+    now_ms: int = 10_000,
+    local_only_bytes: int = 0,
+    log_start_offset: int | None = None,
+) -> list[int]:
+    chosen = breaching_segments(
+        segments,
+        TopicSettings(retention_ms=retention_ms, retention_bytes=retention_bytes),
+        now_ms=now_ms,
+        local_only_bytes=local_only_bytes,
+        log_start_offset=log_start_offset,
+    )
+    return [s.start_offset for s in chosen]
+
+
+def test_nothing_breaches_when_retention_is_off() -> None:
+    assert _breaching(now_ms=10**15, log_start_offset=None) == []
+    assert _breaching([]) == []
+
+
+def test_time_breach_includes_the_boundary() -> None:
+    assert _breaching(retention_ms=8_000, now_ms=10_000) == [0, 10]  # 2_000 ≤ 10_000 - 8_000
+    assert _breaching(retention_ms=8_001, now_ms=10_000) == [0]
+
+
+def test_time_breach_stops_at_the_first_segment_that_does_not_breach() -> None:
+    late = _finished((0, 9, 1_000), (10, 19, 9_000), (20, 29, 1_000))
+    assert _breaching(late, retention_ms=5_000, now_ms=10_000) == [0]
+
+
+def test_size_breach_deletes_oldest_while_the_rest_stays_at_or_over_the_limit() -> None:
+    assert _breaching(retention_bytes=400) == []
+    assert _breaching(retention_bytes=399) == []  # deleting 100 bytes would go under 399
+    assert _breaching(retention_bytes=300) == [0]
+    assert _breaching(retention_bytes=150) == [0, 10]
+    assert _breaching(retention_bytes=0) == [0, 10, 20, 30]
+
+
+def test_size_breach_counts_local_only_bytes() -> None:
+    assert _breaching(retention_bytes=400, local_only_bytes=250) == [0, 10]
+
+
+def test_segments_deleted_for_another_reason_count_toward_the_size_limit() -> None:
+    mixed = [
+        dataclasses.replace(SEGMENTS[0], size_bytes=150),
+        dataclasses.replace(SEGMENTS[1], size_bytes=50),
+        *SEGMENTS[2:],
+    ]
+    # 400 bytes against a limit of 340: 60 too many. Segment 0 (150 bytes) goes by time or by the
+    # log start offset; the partition is then under the limit, so segment 1 (50 bytes) must stay.
+    assert _breaching(mixed, retention_bytes=340, retention_ms=8_500, now_ms=10_000) == [0]
+    assert _breaching(mixed, retention_bytes=340, log_start_offset=10) == [0]
+    assert _breaching(mixed, retention_bytes=240) == [0]  # 160 too many: segment 0 goes, 10 remain
+
+
+def test_log_start_offset_breach_is_for_segments_wholly_below_it() -> None:
+    assert _breaching(log_start_offset=20) == [0, 10]
+    assert _breaching(log_start_offset=25) == [0, 10]  # segment 20-29 still holds 25-29
+    assert _breaching(log_start_offset=0) == []
