@@ -14,13 +14,7 @@ $(STAMP): pyproject.toml requirements.lock
 	touch $(STAMP)
 
 run: $(STAMP)
-	rm -rf $(SAMPLE)
-	$(BIN)/rlm log produce $(SAMPLE) --topics 2 --partitions 2 --records 20000 --legacy-batches 5 --seed 7
-	$(BIN)/rlm log dump $(SAMPLE)/orders-0 | head -n 8
-	$(BIN)/rlm log dump $(SAMPLE)/clicks-0/00000000000000000000.log --records --json | head -n 3
-	$(BIN)/rlm log verify $(SAMPLE)
-	$(BIN)/rlm log find-offset $(SAMPLE)/orders-0 --timestamp 2023-11-14T22:14:20Z --json
-	$(BIN)/rlm log find-offset $(SAMPLE)/clicks-0 --timestamp max-timestamp --json
+	bash examples/quickstart.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -28,6 +22,7 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
+	$(BIN)/python -m api.codegen --check
 
 postgres:
 	@bash .ci/ensure-postgres
@@ -37,8 +32,12 @@ pytest: $(STAMP) postgres
 
 test: lint typecheck pytest
 
-bench: $(STAMP)
+bench: $(STAMP) postgres
 	$(BIN)/python bench/log_format.py
+	$(BIN)/python bench/metadata.py
+	$(BIN)/python bench/copier.py
+	$(BIN)/python bench/lookup.py
+	$(BIN)/python bench/api.py
 
 lock:
 	$(BIN)/pip freeze --exclude-editable | grep -v '^rlm' > requirements.lock

@@ -2,8 +2,8 @@
 up unfinished copies), the REST server and the gRPC server, sharing one runtime.
 
 SIGTERM or SIGINT stops it gracefully: the servers stop taking requests and finish the ones in
-flight, the loops finish the segment they are copying or deleting (anything cut short is left in a
-state the next start's cleanup handles), leases are released, connections closed.
+flight, the loops finish the pass they are in (at most ``LOOP_STOP_TIMEOUT_S``; anything cut short
+is left in a state the next start's cleanup handles), leases are released, connections closed.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from rlm.bootstrap import Runtime, build_runtime
 from rlm.config import Settings
 
 log = logging.getLogger("rlm.serve")
+#: How long a stop waits for the copier and retention passes in flight.
+LOOP_STOP_TIMEOUT_S = 60.0
 
 
 class _Uvicorn(uvicorn.Server):
@@ -133,13 +135,12 @@ async def _serve(
     stop_wait = asyncio.create_task(stopping.wait())
     await asyncio.wait({http_task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
     log.info("stopping")
-    runtime.copier.stopping.set()  # finish the segment in flight, start no other
     http.should_exit = True
     await grpc_server.stop(grace=10)
     with contextlib.suppress(Exception):
         await http_task
     stop_wait.cancel()
-    clean = all(await asyncio.gather(*(asyncio.to_thread(b.stop, 60.0) for b in loops)))
+    clean = all(await asyncio.gather(*(asyncio.to_thread(b.stop, LOOP_STOP_TIMEOUT_S) for b in loops)))
     if not clean:
         log.warning("a background pass did not finish in time; its work is left for cleanup")
     failed = not http_task.cancelled() and http_task.exception() is not None

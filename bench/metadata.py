@@ -1,10 +1,12 @@
 """Benchmark of the metadata store on PostgreSQL; prints JSON.
 
 One partition grows to 10k, 100k and 1M remote segments. At each size it times, through the
-store's API, the three lookups of the read path (max timestamp, segment for offset, first segment
-for timestamp) and reports the 1M/10k latency ratios (target ≤ 2: the lookups are O(log n)). It
-also reports the bulk load rate (COPY) and the copier's write rate (add + finish, one
-transaction each).
+store's API (a transaction per call, as rlm makes them), the three lookups of the read path: max
+timestamp, segment for a random offset, and first segment for a random timestamp from the log
+start offset (ListOffsets' search), plus the last one from a random offset. It reports the
+1M/10k ratios of the medians (target ≤ 2: the lookups are O(log n)), the bulk load rate (COPY,
+then rebuilding the derived tables) and the copier's write rate (add + finish, one transaction
+each).
 
 The data looks like a real partition: segments of 500-1,500 offsets, CreateTime timestamps that
 are not monotonic (jitter of minutes and a rare producer clock hours ahead), a few overlapping
@@ -50,6 +52,10 @@ from rlm.metastore import (
 )
 
 SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+#: The lookups whose 1M/10k ratio must stay within the target. The fourth one timed, from a
+#: random offset, is bimodal: one tree search when the segment holding the offset is recent
+#: enough, three otherwise; its median flips between the two.
+REQUIRED = ("max_timestamp", "segment_for_offset", "first_segment_for_timestamp")
 TP = TopicPartition("bench", 0)
 BASE_TS = 1_700_000_000_000
 MINUTE = 60_000
@@ -154,6 +160,7 @@ def timed(call: Callable[[], object], samples: int) -> dict[str, float]:
     return {
         "p50_us": round(statistics.median(laps), 1),
         "p99_us": round(laps[int(len(laps) * 0.99) - 1], 1),
+        "mean_us": round(statistics.fmean(laps), 1),
     }
 
 
@@ -271,7 +278,7 @@ def run(url: str, sizes: list[int], samples: int, seed: int) -> dict[str, Any]:
     }
     report[f"p50_ratio_{high}_to_{low}"] = ratios
     report["target_ratio"] = 2.0
-    report["within_target"] = all(ratio <= 2.0 for ratio in ratios.values())
+    report["within_target"] = all(ratios[name] <= 2.0 for name in REQUIRED)
     store.close()
     engine.dispose()
     return report

@@ -87,10 +87,11 @@ def create_engine_for_url(
         # restart fails one call with a retriable error, and the pool then reconnects.
         # psycopg prepares a statement after its fifth run; generic plans then skip planning,
         # which costs more than running these small indexed lookups (and PostgreSQL's own
-        # choice between custom and generic plans flips as the tables grow).
+        # choice between custom and generic plans flips as the tables grow). JIT compilation
+        # only slows down statements this short.
         return create_engine(
             parsed,
-            connect_args={"options": "-c plan_cache_mode=force_generic_plan"},
+            connect_args={"options": "-c plan_cache_mode=force_generic_plan -c jit=off"},
             **pool_args,
         )
 

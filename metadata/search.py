@@ -1,17 +1,18 @@
-"""Searches of the offset tree (see :mod:`metadata.tree`): two statements each, O(log n).
+"""Searches of the offset tree (see :mod:`metadata.tree`): one statement each, O(log n).
 
 ``first_from`` finds the first finished segment, in offset order, at or after a cursor
 ``(start_offset, segment_id)`` whose measure (max timestamp or end offset) is ≥ a threshold;
-``last_until`` finds the last one at or before a cursor. Each runs:
+``last_until`` finds the last one at or before a cursor. The statement asks:
 
-1. a *locate* statement: does the cursor's own 256-offset leaf range hold an answer? If not,
-   which is the nearest sibling with a maximum ≥ the threshold of the cursor's ancestor at each
-   level (one index probe per level)? From the lowest level with one, a recursive CTE walks down
-   to the first (last) child ≥ the threshold at every level, ending on one leaf range;
-2. a *leaf* statement reading the answer from that range of the segment index.
+1. does the cursor's own 256-offset leaf range hold an answer?
+2. if not, at each level, which is the nearest sibling of the cursor's ancestor (to the right,
+   or left) whose maximum is ≥ the threshold? (one index probe per level);
+3. from the lowest level that has one, a recursive CTE walks down to the first (last) child
+   ≥ the threshold at every level, ending on one leaf range;
+4. the answer is the first (last) qualifying segment of that range.
 
 Every probe reads one range of at most 256 index entries, so the cost does not grow with the
-number of segments. The statements are built once and reused with new parameters.
+number of segments. The statements are built once per measure and direction and reused.
 """
 
 from __future__ import annotations
@@ -38,12 +39,24 @@ from sqlalchemy import (
 )
 
 from metadata.models import OffsetTreeRow, PartitionRow, SegmentRow
-from metadata.tree import BITS, FINISHED, LEVELS, Measure, inconsistent, node_column, segment_column
+from metadata.tree import (
+    BITS,
+    FINISHED,
+    LEVELS,
+    Measure,
+    const,
+    inconsistent,
+    node_column,
+    segment_column,
+)
 from rlm.metastore.model import TopicPartition
 
 Node = OffsetTreeRow
 Segment = SegmentRow
 _LOW = (1 << BITS) - 1
+# Constants written into the SQL rather than bound, so that prepared (generic) plans see them.
+_FANOUT = const(1 << BITS)
+_LAST_CHILD = const(_LOW)
 MIN_ID = UUID(int=0)
 MAX_ID = UUID(int=(1 << 128) - 1)
 Cursor = tuple[int, UUID]
@@ -141,52 +154,58 @@ def _statement(measure: Measure, last: bool) -> Select[Any]:
         )
         nearest = (
             select(literal_column(str(level)).label("rank"), Node.level, Node.bucket)
-            .where(Node.partition_id == pid, Node.level == level, *beyond, node_max >= threshold)
+            .where(Node.partition_id == pid, Node.level == const(level), *beyond, node_max >= threshold)
             .order_by(Node.bucket.desc() if last else Node.bucket)
-            .limit(1)
+            .limit(const(1))
             .subquery()
         )
         parts.append(select(nearest.c.rank, nearest.c.level, nearest.c.bucket))
     hits = union_all(*parts).cte("hits")
-    start = select(hits.c.level, hits.c.bucket).order_by(hits.c.rank).limit(1).cte("start")
+    start = select(hits.c.level, hits.c.bucket).order_by(hits.c.rank).limit(const(1)).cte("start")
     path = select(start.c.level, start.c.bucket).cte("path", recursive=True)
     child = (
         select(Node.bucket)
         .where(
             Node.partition_id == pid,
             Node.level == path.c.level - 1,
-            Node.bucket >= path.c.bucket * (1 << BITS),
-            Node.bucket <= path.c.bucket * (1 << BITS) + _LOW,
+            Node.bucket >= path.c.bucket * _FANOUT,
+            Node.bucket <= path.c.bucket * _FANOUT + _LAST_CHILD,
             node_max >= threshold,
         )
         .order_by(Node.bucket.desc() if last else Node.bucket)
-        .limit(1)
+        .limit(const(1))
         .scalar_subquery()
     )
     path = path.union_all(select(path.c.level - 1, child).where(path.c.level > 1))
     located = select(path.c.bucket).where(path.c.level == 1).cte("located")
 
-    # The answer is in the located leaf range. The outer join keeps the located bucket when the
-    # range holds no answer, which only a tree out of step with its segments can cause.
-    leaf_match = and_(
-        Segment.partition_id == pid,
-        Segment.state == FINISHED,
-        Segment.start_offset >= located.c.bucket * (1 << BITS),
-        Segment.start_offset <= located.c.bucket * (1 << BITS) + _LOW,
-        _cursor_condition(last),
-        segment_column(measure) >= threshold,
-    )
+    # The answer is the first (last) qualifying segment of the located leaf range. It is looked
+    # up as an ordered LIMIT 1 subquery, which every plan runs as one index range scan, and then
+    # fetched by its id. The outer join keeps the located bucket when the range holds no answer,
+    # which only a tree out of step with its segments can cause.
     order = (
         (Segment.start_offset.desc(), Segment.segment_id.desc())
         if last
         else (Segment.start_offset, Segment.segment_id)
     )
-    segments = SegmentRow.__table__
-    return (
-        select(located.c.bucket.label("located_bucket"), *segments.c)
-        .select_from(located.outerjoin(segments, leaf_match))
+    found = (
+        select(Segment.segment_id)
+        .where(
+            Segment.partition_id == pid,
+            Segment.state == FINISHED,
+            Segment.start_offset >= located.c.bucket * _FANOUT,
+            Segment.start_offset <= located.c.bucket * _FANOUT + _LAST_CHILD,
+            _cursor_condition(last),
+            segment_column(measure) >= threshold,
+        )
         .order_by(*order)
-        .limit(1)
+        .limit(const(1))
+        .scalar_subquery()
+    )
+    answer = select(located.c.bucket, found.label("found_id")).subquery("answer")
+    segments = SegmentRow.__table__
+    return select(answer.c.bucket.label("located_bucket"), *segments.c).select_from(
+        answer.outerjoin(segments, Segment.segment_id == answer.c.found_id)
     )
 
 

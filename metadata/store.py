@@ -5,12 +5,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Iterator
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, Row, Select, func, insert, select, tuple_, update
+from sqlalchemy import Engine, Select, insert, select, tuple_, update
 
-from metadata import partitions, search, tree
+from metadata import partitions, search, summaries, tree
 from metadata.engine import create_engine_for_url
 from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow
 from metadata.rows import (
@@ -38,6 +38,7 @@ from rlm.metastore.model import (
     TopicPartition,
     check_transition,
 )
+from rlm.metastore.protocol import MetadataStore
 
 Segment = SegmentRow
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED
@@ -173,40 +174,10 @@ class SqlMetadataStore:
                 .values(state=state.value, event_time_ms=event_time_ms)
             )
             if state is FINISHED:
-                self._account_finished(conn, part, segment)
+                summaries.segment_finished(conn, part, segment)
             elif current is FINISHED:
-                self._account_unfinished(conn, part, segment)
+                summaries.segment_unfinished(conn, part, segment)
             return StateUpdate(segment.with_state(state, event_time_ms), changed=True)
-
-    @staticmethod
-    def _account_finished(conn: Connection, part: Row[Any], segment: RemoteSegment) -> None:
-        tree.add_segment(conn, part.id, segment.start_offset, segment.max_timestamp_ms, segment.end_offset)
-        conn.execute(
-            update(PartitionRow)
-            .where(PartitionRow.id == part.id)
-            .values(
-                remote_log_size_bytes=PartitionRow.remote_log_size_bytes + segment.size_bytes,
-                highest_copied_offset=max(int(part.highest_copied_offset), segment.end_offset),
-            )
-        )
-        _raise_epoch_offsets(
-            conn,
-            part.id,
-            {
-                entry.epoch: epoch_range[1]
-                for entry in segment.leader_epochs
-                if (epoch_range := segment.epoch_range(entry.epoch)) is not None
-            },
-        )
-
-    @staticmethod
-    def _account_unfinished(conn: Connection, part: Row[Any], segment: RemoteSegment) -> None:
-        tree.remove_segment(conn, part.id, segment.start_offset, segment.max_timestamp_ms, segment.end_offset)
-        conn.execute(
-            update(PartitionRow)
-            .where(PartitionRow.id == part.id)
-            .values(remote_log_size_bytes=PartitionRow.remote_log_size_bytes - segment.size_bytes)
-        )
 
     # -- segments: reads ----------------------------------------------------------------------
 
@@ -280,11 +251,8 @@ class SqlMetadataStore:
                 ).scalar()
             else:
                 value = conn.execute(
-                    select(EpochOffsetRow.highest_offset)
-                    .join(PartitionRow, PartitionRow.id == EpochOffsetRow.partition_id)
-                    .where(
-                        PartitionRow.topic == tp.topic,
-                        PartitionRow.partition == tp.partition,
+                    select(EpochOffsetRow.highest_offset).where(
+                        EpochOffsetRow.partition_id == tree.partition_id_of(tp.topic, tp.partition),
                         EpochOffsetRow.leader_epoch == leader_epoch,
                     )
                 ).scalar()
@@ -302,7 +270,7 @@ class SqlMetadataStore:
         while True:
             with transaction(self._engine, write=False, snapshot=False) as conn:
                 query = _page_query(tp, states, leader_epoch, after)
-                rows = conn.execute(query.limit(self._list_page_size)).all()
+                rows = conn.execute(query.limit(tree.const(self._list_page_size))).all()
             for row in rows:
                 yield segment_from_row(row, tp)
             if len(rows) < self._list_page_size:
@@ -401,42 +369,7 @@ class SqlMetadataStore:
         that write segment rows directly, and for repair."""
         with transaction(self._engine, write=True) as conn:
             part = partitions.lock(conn, tp)
-            tree.rebuild(conn, part.id)
-            size, highest = conn.execute(
-                select(func.coalesce(func.sum(Segment.size_bytes), 0), func.max(Segment.end_offset)).where(
-                    Segment.partition_id == part.id, Segment.state == FINISHED.value
-                )
-            ).one()
-            conn.execute(
-                update(PartitionRow)
-                .where(PartitionRow.id == part.id)
-                .values(
-                    remote_log_size_bytes=int(size),
-                    highest_copied_offset=max(int(part.highest_copied_offset), highest or -1),
-                )
-            )
-            epoch_last = conn.execute(
-                select(SegmentEpochRow.leader_epoch, func.max(SegmentEpochRow.last_offset))
-                .join(Segment, Segment.segment_id == SegmentEpochRow.segment_id)
-                .where(SegmentEpochRow.partition_id == part.id, Segment.state == FINISHED.value)
-                .group_by(SegmentEpochRow.leader_epoch)
-            )
-            _raise_epoch_offsets(conn, part.id, {int(e): int(last) for e, last in epoch_last})
-
-
-def _raise_epoch_offsets(conn: Connection, partition_id: int, last_offsets: dict[int, int]) -> None:
-    """Raise each epoch's highest copied offset to at least ``last_offsets[epoch]``."""
-    for epoch, last in last_offsets.items():
-        key = (EpochOffsetRow.partition_id == partition_id, EpochOffsetRow.leader_epoch == epoch)
-        highest = conn.execute(select(EpochOffsetRow.highest_offset).where(*key)).scalar()
-        if highest is None:
-            conn.execute(
-                insert(EpochOffsetRow).values(
-                    partition_id=partition_id, leader_epoch=epoch, highest_offset=last
-                )
-            )
-        elif last > highest:
-            conn.execute(update(EpochOffsetRow).where(*key).values(highest_offset=last))
+            summaries.rebuild(conn, part)
 
 
 def _check_ttl(ttl_ms: int) -> None:
@@ -455,11 +388,7 @@ def _page_query(
     leader_epoch: int | None,
     after: tuple[int, UUID] | None,
 ) -> Select[Any]:
-    partition_id = (
-        select(PartitionRow.id)
-        .where(PartitionRow.topic == tp.topic, PartitionRow.partition == tp.partition)
-        .scalar_subquery()
-    )
+    partition_id = tree.partition_id_of(tp.topic, tp.partition)
     if leader_epoch is None:
         query = select(Segment.__table__).where(Segment.partition_id == partition_id)
         order = (Segment.start_offset, Segment.segment_id)
@@ -478,3 +407,10 @@ def _page_query(
     if after is not None:
         query = query.where(tuple_(*order) > tuple_(*after))
     return query.order_by(*order)
+
+
+if TYPE_CHECKING:
+
+    def _implements_the_protocol(store: SqlMetadataStore) -> MetadataStore:
+        """Checked by mypy: the adapter offers every method of rlm's store protocol."""
+        return store

@@ -24,18 +24,18 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
-    and_,
     delete,
     func,
     insert,
     literal,
     literal_column,
-    or_,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.orm import QueryableAttribute
 from sqlalchemy.sql.elements import ColumnClause
+from sqlalchemy.sql.selectable import ScalarSelect
 
 from metadata.models import OffsetTreeRow, PartitionRow, SegmentRow
 from rlm.errors import MetadataError
@@ -76,13 +76,30 @@ def _last_offset(bucket: int, level: int) -> int:
     return ((bucket + 1) << (BITS * level)) - 1
 
 
+def const(value: int) -> ColumnClause[Any]:
+    """An integer written into the SQL text instead of bound.
+
+    rlm runs PostgreSQL statements with generic (prepared) plans; a constant that the planner
+    can see (a tree level, a LIMIT) keeps those plans on the right index.
+    """
+    return literal_column(str(int(value)))
+
+
+def partition_id_of(topic: str, partition: int) -> ScalarSelect[int]:
+    """The row id of a partition, as a scalar subquery."""
+    return (
+        select(PartitionRow.id)
+        .where(PartitionRow.topic == topic, PartitionRow.partition == partition)
+        .scalar_subquery()
+    )
+
+
 def max_timestamp(conn: Connection, topic: str, partition: int) -> int | None:
     """Largest max timestamp of the partition's finished segments (the top level's maximum)."""
     value = conn.execute(
-        select(func.max(Node.max_timestamp_ms))
-        .join(PartitionRow, PartitionRow.id == Node.partition_id)
-        .where(PartitionRow.topic == topic, PartitionRow.partition == partition)
-        .where(Node.level == LEVELS)
+        select(func.max(Node.max_timestamp_ms)).where(
+            Node.partition_id == partition_id_of(topic, partition), Node.level == const(LEVELS)
+        )
     ).scalar()
     return None if value is None else int(value)
 
@@ -94,13 +111,13 @@ def _path(start_offset: int) -> list[tuple[int, int]]:
 def _read_path(
     conn: Connection, partition_id: int, start_offset: int
 ) -> dict[tuple[int, int], tuple[int, int]]:
-    keys = _path(start_offset)
-    rows = conn.execute(
+    lookups = [
         select(Node.level, Node.bucket, Node.max_timestamp_ms, Node.max_end_offset).where(
-            Node.partition_id == partition_id,
-            or_(*(and_(Node.level == level, Node.bucket == bucket) for level, bucket in keys)),
+            Node.partition_id == partition_id, Node.level == const(level), Node.bucket == bucket
         )
-    )
+        for level, bucket in _path(start_offset)
+    ]
+    rows = conn.execute(union_all(*lookups))
     return {(int(r[0]), int(r[1])): (int(r[2]), int(r[3])) for r in rows}
 
 

@@ -222,7 +222,7 @@ class Copier:
             current = self.store.get_segment(remote.segment_id) if outcome_unknown else None
             if current is not None and current.state is SegmentState.COPY_SEGMENT_FINISHED:
                 return
-            pass
+            self.storage.delete_objects([remote.layout.log_key, remote.layout.index_key])
             current = current or self.store.get_segment(remote.segment_id)
             if current is not None:
                 delete_segment(

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, delete
+from sqlalchemy import Engine, delete, select
 from sqlalchemy.engine import make_url
 
 from metadata.engine import create_engine_for_url
-from metadata.models import Base
+from metadata.models import Base, OffsetTreeRow, PartitionRow
 from metadata.schema import upgrade
 from metadata.store import SqlMetadataStore
 from rlm.metastore import (
@@ -174,3 +174,19 @@ def add_finished(store: SqlMetadataStore, *segments: RemoteSegment) -> None:
         store.update_segment_state(
             seg.segment_id, SegmentState.COPY_SEGMENT_FINISHED, event_time_ms=seg.event_time_ms + 1
         )
+
+
+def stored_tree(store: SqlMetadataStore, tp: TopicPartition = TP) -> dict[tuple[int, int], tuple[int, int]]:
+    """The partition's offset tree: ``(level, bucket) -> (max timestamp, max end offset)``."""
+    with store.engine.connect() as conn:
+        rows = conn.execute(
+            select(
+                OffsetTreeRow.level,
+                OffsetTreeRow.bucket,
+                OffsetTreeRow.max_timestamp_ms,
+                OffsetTreeRow.max_end_offset,
+            )
+            .join(PartitionRow, PartitionRow.id == OffsetTreeRow.partition_id)
+            .where(PartitionRow.topic == tp.topic, PartitionRow.partition == tp.partition)
+        )
+        return {(r[0], r[1]): (r[2], r[3]) for r in rows}

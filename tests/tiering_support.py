@@ -34,8 +34,8 @@ from rlm.log.logdir import (
     LogDir,
     PartitionDir,
 )
-from rlm.log.logdir import TopicPartition as LogTopicPartition
 from rlm.log.model import Codec
+from rlm.log.model import TopicPartition as LogTopicPartition
 from rlm.log.segment import Segment
 from rlm.log.writer import ProducerRecord, TopicConfig
 from rlm.metastore.model import IndexType, RemoteSegment, SegmentState, TopicPartition
@@ -83,6 +83,8 @@ class SegmentPlan:
     """Epochs that write the segment, each a contiguous share of its records, ascending."""
     batch_records: int = 10
     value_bytes: int = 200
+    legacy: bool = False
+    """Write v1 messages, which carry no leader epoch (a log from before the v2 format)."""
 
 
 def write_scripted_log_dir(
@@ -112,10 +114,11 @@ def write_scripted_log_dir(
                 todo = min(share, plan.records - written)
                 while todo > 0:
                     n = min(plan.batch_records, todo)
-                    appender.append(
-                        [_record(rng, plan, written + i) for i in range(n)],
-                        codec=rng.choice((Codec.NONE, Codec.ZSTD, Codec.LZ4)),
-                    )
+                    records = [_record(rng, plan, written + i) for i in range(n)]
+                    if plan.legacy:
+                        appender.append_legacy(records, magic=1, codec=rng.choice((Codec.NONE, Codec.GZIP)))
+                    else:
+                        appender.append(records, codec=rng.choice((Codec.NONE, Codec.ZSTD, Codec.LZ4)))
                     written += n
                     todo -= n
             appender.roll()

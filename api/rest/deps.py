@@ -7,7 +7,7 @@ from collections.abc import Callable
 from fastapi import Request
 
 from api.auth import Scope, TokenAuthenticator
-from api.rest.errors import ApiError
+from api.rest.errors import ApiError, unauthenticated
 from rlm.bootstrap import Runtime
 
 
@@ -26,11 +26,7 @@ def require(scope: Scope) -> Callable[[Request], Scope]:
         authenticator: TokenAuthenticator = request.app.state.authenticator
         granted = authenticator.authenticate(request.headers.get("authorization"))
         if granted is None:
-            raise ApiError(
-                401,
-                "a valid bearer token is required (Authorization: Bearer <token>)",
-                {"WWW-Authenticate": "Bearer"},
-            )
+            raise unauthenticated()
         if not granted.allows(scope):
             raise ApiError(403, f"this token's scope is {granted.value}; {scope.value} is required")
         return granted

@@ -46,6 +46,15 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+def unauthenticated() -> ApiError:
+    """The answer to a request without a valid bearer token."""
+    return ApiError(
+        401,
+        "a valid bearer token is required (Authorization: Bearer <token>)",
+        {"WWW-Authenticate": "Bearer"},
+    )
+
+
 def status_for(exc: BaseException) -> int:
     """The HTTP status of an rlm error."""
     if isinstance(exc, NotFoundError):
@@ -74,6 +83,11 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # FastAPI parses a JSON body before the token is checked; every route taking input needs
+        # a token, so a caller without one learns nothing about its input but that.
+        if request.app.state.authenticator.authenticate(request.headers.get("authorization")) is None:
+            refusal = unauthenticated()
+            return problem(refusal.status, refusal.message, refusal.headers)
         parts = []
         for err in exc.errors()[:5]:
             where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")

@@ -13,13 +13,14 @@ def build_parser() -> argparse.ArgumentParser:
     """Build the parser with every sub-command group registered."""
     from rlm.cli import db as db_cmd
     from rlm.cli import log as log_cmd
-    from rlm.cli import serve, tiering
+    from rlm.cli import lookup, serve, tiering
 
     parser = argparse.ArgumentParser(prog="rlm", description="Tiered-storage remote log manager for Kafka")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     log_cmd.register(sub)
     tiering.register(sub)
     serve.register(sub)
+    lookup.register(sub)
     db_cmd.register(sub)
     return parser
 

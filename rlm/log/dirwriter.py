@@ -12,8 +12,8 @@ from rlm.log.logdir import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
-    TopicPartition,
 )
+from rlm.log.model import TopicPartition
 from rlm.log.writer import Clock, PartitionAppender, TopicConfig, system_clock
 
 

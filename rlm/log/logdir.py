@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import NamedTuple
 
 from rlm.errors import NotFoundError
 from rlm.log.checkpoints import (
@@ -20,7 +19,7 @@ from rlm.log.checkpoints import (
     read_offset_checkpoint,
     read_partition_metadata,
 )
-from rlm.log.model import TimestampAndOffset
+from rlm.log.model import TimestampAndOffset, TopicPartition
 from rlm.log.segment import DEFAULT_MAX_INDEX_SIZE, Segment, segment_base_offsets
 
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -29,16 +28,6 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 _NOT_PARTITIONS = ("-delete", "-future", "-stray")
-
-
-class TopicPartition(NamedTuple):
-    """A topic name and partition number."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 def parse_partition_dir_name(name: str) -> TopicPartition | None:

@@ -67,6 +67,16 @@ class ControlType(IntEnum):
 Header = tuple[str, bytes | None]
 
 
+class TopicPartition(NamedTuple):
+    """A topic name and partition number."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+
 class Record(NamedTuple):
     """One decoded record. ``timestamp`` already follows the batch's timestamp type."""
 

@@ -114,7 +114,7 @@ class RecordFetcher:
                 for header in iter_headers(source, start):
                     if header.last_offset < offset:
                         continue
-                    if result.batches and taken + header.size > max_bytes:
+                    if _past_the_end(header, result, taken, max_bytes):
                         return
                     data = read_batch_bytes(source, header)
                     result.batches.append(FetchedBatch(header, data, _decode(header, data, source.name)))
@@ -139,10 +139,19 @@ class RecordFetcher:
         for header, data in reader.batches(position):
             if header.last_offset < offset:
                 continue
-            if result.batches and taken + header.size > max_bytes:
+            if _past_the_end(header, result, taken, max_bytes):
                 return
             result.batches.append(FetchedBatch(header, data, _decode(header, data, segment.layout.log_key)))
             taken += header.size
+
+
+def _past_the_end(header: BatchHeader, result: FetchResult, taken: int, max_bytes: int) -> bool:
+    """Whether the read stops before ``header``'s batch: it would exceed ``max_bytes`` (the first
+    batch is always taken), or it reaches the high watermark — as in Kafka, a fetch never returns
+    a batch consumers may not see yet."""
+    if 0 <= result.high_watermark <= header.last_offset:
+        return True
+    return bool(result.batches) and taken + header.size > max_bytes
 
 
 def _decode(header: BatchHeader, data: bytes, name: str) -> list[Record]:

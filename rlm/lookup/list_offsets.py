@@ -11,6 +11,7 @@ Kafka error codes in the answers:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -92,46 +93,68 @@ class ListOffsets:
         self.timeout = timeout
 
     def handle(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
-        """Answer every partition of ``request``; never raises for one partition's failure."""
+        """Answer every partition of ``request``; never raises for one partition's failure.
+
+        A partition asked for twice in one request answers INVALID_REQUEST both times, as Kafka does.
+        """
         timeout_s = self.timeout.seconds_for(request.timeout_ms)
+        counts = Counter((t.name, q.partition_index) for t in request.topics for q in t.partitions)
+        early: dict[Key, PartitionResult] = {}
         stats: dict[Key, FetchStats] = {}
         tasks: dict[Key, Callable[[CancelToken], OffsetAnswer]] = {}
-        early: dict[Key, PartitionResult] = {}
         for topic in request.topics:
             for query in topic.partitions:
                 key = (topic.name, query.partition_index)
-                if query.timestamp < -5:
+                if counts[key] > 1:
+                    early[key] = PartitionResult(
+                        query.partition_index,
+                        ErrorCode.INVALID_REQUEST,
+                        error_message=f"partition {topic.name}-{query.partition_index} is asked for twice",
+                    )
+                elif query.timestamp < -5:
                     early[key] = PartitionResult(
                         query.partition_index,
                         ErrorCode.INVALID_REQUEST,
                         error_message=f"timestamp {query.timestamp} is invalid (use ≥ 0 or -1 to -5)",
                     )
-                    continue
-                stats[key] = FetchStats()
-                tp = TopicPartition(*key)
-                try:
-                    remote = self.service.needs_remote(tp, query.timestamp)
-                    if not remote:
-                        # Local and metadata-only answers never wait behind remote reads.
-                        answer = self.service.find(tp, query.timestamp, stats=stats[key])
-                        early[key] = _result(query.partition_index, Outcome(value=answer), stats[key])
-                        continue
-                except Exception as exc:  # reported per partition, as Kafka does
-                    early[key] = _result(query.partition_index, Outcome(error=exc), stats[key])
-                    continue
-                tasks[key] = self._task(tp, query.timestamp, stats[key])
+                else:
+                    stats[key] = FetchStats()
+                    task = self._plan(TopicPartition(*key), query.timestamp, stats[key])
+                    if isinstance(task, PartitionResult):
+                        early[key] = task
+                    else:
+                        tasks[key] = task
         outcomes = run_all(self.pool, tasks, timeout_s, labels={k: k for k in tasks}) if tasks else {}
-        topics = []
-        for topic in request.topics:
-            results = []
-            for query in topic.partitions:
-                key = (topic.name, query.partition_index)
-                found = early.get(key)
-                results.append(
-                    found if found is not None else _result(query.partition_index, outcomes[key], stats[key])
+        return ListOffsetsResponse(
+            tuple(
+                TopicResult(
+                    topic.name,
+                    tuple(
+                        early.get((topic.name, q.partition_index))
+                        or _result(
+                            q.partition_index,
+                            outcomes[(topic.name, q.partition_index)],
+                            stats[(topic.name, q.partition_index)],
+                        )
+                        for q in topic.partitions
+                    ),
                 )
-            topics.append(TopicResult(topic.name, tuple(results)))
-        return ListOffsetsResponse(tuple(topics))
+                for topic in request.topics
+            )
+        )
+
+    def _plan(
+        self, tp: TopicPartition, timestamp: int, stats: FetchStats
+    ) -> PartitionResult | Callable[[CancelToken], OffsetAnswer]:
+        """Answer at once what needs no remote read; otherwise the task for the reader pool."""
+        try:
+            if not self.service.needs_remote(tp, timestamp):
+                # Local and metadata-only answers never wait behind remote reads.
+                answer = self.service.find(tp, timestamp, stats=stats)
+                return _result(tp.partition, Outcome(value=answer), stats)
+        except Exception as exc:  # reported per partition, as Kafka does
+            return _result(tp.partition, Outcome(error=exc), stats)
+        return self._task(tp, timestamp, stats)
 
     def _task(
         self, tp: TopicPartition, timestamp: int, stats: FetchStats

@@ -19,10 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.errors import NotFoundError
+from rlm.log.batches import decode_batch
 from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
-from rlm.log.model import TimestampAndOffset
-from rlm.lookup.remote_search import Checkpoint, SegmentIndexes, _never, find_in_remote_segment
+from rlm.log.model import BatchHeader, Record, TimestampAndOffset
+from rlm.log.source import iter_headers
+from rlm.lookup.remote_search import (
+    Checkpoint,
+    RemoteLogReader,
+    SegmentIndexes,
+    _never,
+    find_in_remote_segment,
+)
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
@@ -105,7 +113,9 @@ class LookupService:
             starts.append(local_segments[0].base_offset)
         earliest = min(starts, default=0)
         record = self.store.get_partition(tp)
-        if record is not None and record.remote_log_start_offset >= 0 and first_remote is not None:
+        if record is not None:
+            # Retention advanced it past what it deleted; it holds even when retention deleted every
+            # remote segment and the broker still has some of those offsets locally.
             earliest = max(earliest, record.remote_log_start_offset)
         checkpointed = local.checkpointed_log_start_offset() if local is not None else None
         return max(earliest, checkpointed or 0)
@@ -188,6 +198,9 @@ class LookupService:
             answer = OffsetAnswer.of(
                 local.find_offset_by_timestamp(timestamp, max(earliest, local_start)), "local"
             )
+        return self._below_high_watermark(answer, local)
+
+    def _below_high_watermark(self, answer: OffsetAnswer, local: PartitionDir | None) -> OffsetAnswer:
         limit = self._last_fetchable(local)
         if answer.tier is not None and 0 <= limit <= answer.offset:
             return OffsetAnswer.none()  # not yet fully replicated: consumers may not see it
@@ -238,18 +251,45 @@ class LookupService:
         stats: FetchStats | None,
         checkpoint: Checkpoint,
     ) -> OffsetAnswer:
+        """The first record with the largest timestamp at or after the log start offset, if it is
+        below the high watermark (Kafka filters MAX_TIMESTAMP by the last fetchable offset)."""
         earliest = self.earliest_offset(tp, local)
+        best = _local_max_timestamp(local, earliest) if local is not None else -1
         max_remote = self.store.max_timestamp(tp)
-        local_max = local.max_timestamp_offset() if local is not None else None
-        if local_max is not None and local_max.offset < earliest:
-            local_max = None
-        if max_remote is not None and (local_max is None or max_remote >= local_max.timestamp):
-            answer = self._search_remote(
-                tp, local, self._local_start(local, earliest), max_remote, earliest, stats, checkpoint
-            )
-            if answer.tier is not None and answer.timestamp == max_remote:
-                return answer
-        return OffsetAnswer.of(local_max, "local")
+        if max_remote is not None and max_remote > best:
+            local_start = self._local_start(local, earliest)
+            answer = self._search_remote(tp, local, local_start, max_remote, earliest, stats, checkpoint)
+            if answer.tier is not None:
+                return self._below_high_watermark(answer, local)
+            # The record holding the remote maximum lies below the log start offset.
+            best = max(best, self._remote_max_timestamp(tp, earliest, stats, checkpoint))
+        if best < 0:
+            return OffsetAnswer.none()
+        return self._by_timestamp(tp, local, best, stats, checkpoint)
+
+    def _remote_max_timestamp(
+        self, tp: TopicPartition, earliest: int, stats: FetchStats | None, checkpoint: Checkpoint
+    ) -> int:
+        """The largest timestamp of the remote records at or after ``earliest`` (-1 when none)."""
+        best = -1
+        straddling = []
+        for segment in self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]):
+            if segment.end_offset < earliest:
+                continue
+            if segment.start_offset >= earliest:
+                best = max(best, segment.max_timestamp_ms)
+            else:
+                straddling.append(segment)
+        for segment in straddling:
+            if segment.max_timestamp_ms <= best:
+                continue
+            position = self.indexes.offset_index(segment, stats).lookup(earliest).position
+            for header, data in RemoteLogReader(self.storage, segment, stats, checkpoint).batches(position):
+                found = _batch_max_timestamp(header, earliest)
+                if found is None:
+                    found = _records_max_timestamp(decode_batch(data, header._replace(position=0)), earliest)
+                best = max(best, found)
+        return best
 
     def _epoch_at(self, tp: TopicPartition, local: PartitionDir | None, offset: int) -> int:
         epochs = local.leader_epochs() if local is not None else []
@@ -262,6 +302,47 @@ class LookupService:
         if local is not None and local.segments() and local.segments()[0].base_offset <= offset:
             return "local"
         return "remote" if self.store.segment_for_offset(tp, offset) is not None else None
+
+
+def _local_max_timestamp(local: PartitionDir, earliest: int) -> int:
+    """The largest timestamp of the local records at or after ``earliest`` (-1 when none).
+
+    Whole segments give their time index's last entry; only a segment holding ``earliest`` past
+    its base offset is scanned, from the indexed position of ``earliest``.
+    """
+    segments = local.segments()
+    best = -1
+    straddling = None
+    for i, segment in enumerate(segments):
+        if i + 1 < len(segments) and segments[i + 1].base_offset <= earliest:
+            continue  # wholly below the log start offset
+        if segment.base_offset >= earliest:
+            best = max(best, segment.max_timestamp_and_offset().timestamp)
+        else:
+            straddling = segment
+    if straddling is not None and straddling.max_timestamp_and_offset().timestamp > best:
+        position = straddling.offset_index().lookup(earliest).position
+        with straddling.open() as source:
+            for header in iter_headers(source, position):
+                found = _batch_max_timestamp(header, earliest)
+                if found is None:
+                    found = _records_max_timestamp(straddling.read_records(header, source), earliest)
+                best = max(best, found)
+    return best
+
+
+def _batch_max_timestamp(header: BatchHeader, earliest: int) -> int | None:
+    """The largest timestamp of a batch's records at or after ``earliest`` (-1 when none), from its
+    header; None when the batch starts below ``earliest`` and its records must be decoded."""
+    if header.last_offset < earliest:
+        return -1
+    if 0 <= earliest <= header.base_offset:
+        return header.max_timestamp
+    return None
+
+
+def _records_max_timestamp(records: list[Record], earliest: int) -> int:
+    return max((r.timestamp for r in records if r.offset >= earliest), default=-1)
 
 
 def _segment_epoch(segment: RemoteSegment, offset: int) -> int:

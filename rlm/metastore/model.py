@@ -14,6 +14,7 @@ from typing import NamedTuple
 from uuid import UUID
 
 from rlm.errors import InvalidStateTransitionError
+from rlm.log.model import TopicPartition as TopicPartition  # noqa: PLC0414 (re-exported)
 
 #: Kafka's "no timestamp": a segment whose batches carry no timestamps (magic 0).
 NO_TIMESTAMP = -1
@@ -107,16 +108,6 @@ def check_transition(
     if requested in current.successors:
         return True
     raise InvalidStateTransitionError(current.value, requested.value, subject=subject)
-
-
-class TopicPartition(NamedTuple):
-    """A topic name and a partition number."""
-
-    topic: str
-    partition: int
-
-    def __str__(self) -> str:
-        return f"{self.topic}-{self.partition}"
 
 
 class LeaderEpochEntry(NamedTuple):

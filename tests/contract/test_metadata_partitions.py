@@ -34,8 +34,8 @@ def test_log_start_offset_only_advances(store: SqlMetadataStore) -> None:
 
 def test_partition_deletion_walks_marked_started_finished(store: SqlMetadataStore) -> None:
     for state, when in [(MARKED, 1), (MARKED, 2), (STARTED, 3), (FINISHED, 4), (FINISHED, 5)]:
-        record = store.update_partition_state(TP, state, event_time_ms=when)
-        assert record.deletion_state is state
+        updated = store.update_partition_state(TP, state, event_time_ms=when)
+        assert updated.deletion_state is state
     record = store.get_partition(TP)
     assert record is not None and record.deletion_event_time_ms == 4
 

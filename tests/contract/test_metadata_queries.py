@@ -12,13 +12,20 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select
 
-from metadata.models import OffsetTreeRow, PartitionRow
 from metadata.store import SqlMetadataStore
 from metadata.tree import BITS, LEVELS
 from rlm.metastore import RemoteSegment, SegmentState
-from tests.metadata_support import BACKENDS, TP, FakeClock, clear, open_store, segment, sqlite_copy
+from tests.metadata_support import (
+    BACKENDS,
+    TP,
+    FakeClock,
+    clear,
+    open_store,
+    segment,
+    sqlite_copy,
+    stored_tree,
+)
 
 STARTED = SegmentState.COPY_SEGMENT_STARTED
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED
@@ -108,21 +115,6 @@ def _expected_tree(finished: list[RemoteSegment]) -> dict[tuple[int, int], tuple
     return tree
 
 
-def _stored_tree(store: SqlMetadataStore) -> dict[tuple[int, int], tuple[int, int]]:
-    with store.engine.connect() as conn:
-        rows = conn.execute(
-            select(
-                OffsetTreeRow.level,
-                OffsetTreeRow.bucket,
-                OffsetTreeRow.max_timestamp_ms,
-                OffsetTreeRow.max_end_offset,
-            )
-            .join(PartitionRow, PartitionRow.id == OffsetTreeRow.partition_id)
-            .where(PartitionRow.topic == TP.topic, PartitionRow.partition == TP.partition)
-        )
-        return {(r[0], r[1]): (r[2], r[3]) for r in rows}
-
-
 @settings(
     max_examples=80,
     deadline=None,
@@ -152,7 +144,7 @@ def test_lookups_match_brute_force(
             ever_finished.append(seg)
 
     finished = sorted((s for s in segments if states[s.segment_id] is FINISHED), key=_key)
-    assert _stored_tree(store) == _expected_tree(finished)
+    assert stored_tree(store) == _expected_tree(finished)
     assert store.max_timestamp(TP) == max((s.max_timestamp_ms for s in finished), default=None)
     assert store.remote_log_size(TP) == sum(s.size_bytes for s in finished)
     assert store.highest_copied_offset(TP) == max((s.end_offset for s in ever_finished), default=-1)
@@ -195,7 +187,7 @@ def test_rebuilding_the_summaries_reproduces_them(database_url: str) -> None:
             store.update_segment_state(seg.segment_id, FINISHED, event_time_ms=1)
         for seg in segs[::6]:
             store.update_segment_state(seg.segment_id, DELETE_STARTED, event_time_ms=2)
-        tree, record = _stored_tree(store), store.get_partition(TP)
+        tree, record = stored_tree(store), store.get_partition(TP)
         store.rebuild_summaries(TP)
-        assert _stored_tree(store) == tree
+        assert stored_tree(store) == tree
         assert store.get_partition(TP) == record

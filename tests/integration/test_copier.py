@@ -167,22 +167,22 @@ def test_leader_epochs_of_each_segment_follow_the_checkpoint(
         log_dir,
         {
             tp: [
-                SegmentPlan(40, ts, (0,)),
-                SegmentPlan(40, ts + 1000, (0, 2)),  # epoch 2 takes over at offset 60
+                SegmentPlan(40, ts, (1,), legacy=True),  # v1 messages: only the checkpoint knows epoch 1
+                SegmentPlan(40, ts + 1000, (1, 2)),  # epoch 2 takes over at offset 60
                 SegmentPlan(40, ts + 2000, (2,)),
                 SegmentPlan(40, ts + 3000, (5, 7)),  # epoch 5 at the segment's first offset, 7 at 140
             ]
         },
     )
     partition = _partition(log_dir, "orders", 0)
-    assert [tuple(e) for e in partition.leader_epochs()] == [(0, 0), (2, 60), (5, 120), (7, 140)]
+    assert [tuple(e) for e in partition.leader_epochs()] == [(1, 0), (2, 60), (5, 120), (7, 140)]
     tiering = tiering_factory(sqlite_fs, log_dir)
 
     tiering.copier().run_once()
 
     assert [r.leader_epochs for r in tiering.finished(tp)] == [
-        (LeaderEpochEntry(0, 0),),
-        (LeaderEpochEntry(0, 40), LeaderEpochEntry(2, 60)),
+        (LeaderEpochEntry(1, 0),),
+        (LeaderEpochEntry(1, 40), LeaderEpochEntry(2, 60)),
         (LeaderEpochEntry(2, 80),),
         (LeaderEpochEntry(5, 120), LeaderEpochEntry(7, 140)),
     ]

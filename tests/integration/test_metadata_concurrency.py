@@ -3,6 +3,7 @@ sidecar processes would be: every race ends in exactly one valid state and loses
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ import pytest
 from metadata.store import SqlMetadataStore
 from rlm.errors import InvalidStateTransitionError, MetadataError, StateConflictError
 from rlm.metastore import RemoteSegment, SegmentState, StateUpdate
-from tests.metadata_support import TP, FakeClock, add_finished, open_store, segment
+from tests.metadata_support import TP, FakeClock, add_finished, open_store, segment, stored_tree
 
 STARTED = SegmentState.COPY_SEGMENT_STARTED
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED
@@ -56,10 +57,14 @@ def test_copier_finishing_while_cleanup_deletes_ends_in_one_state(
         seg = segment(round_ * 100, round_ * 100 + 99, size_bytes=round_)
         copier.add_segment(seg)
         finish, delete = race(
-            lambda s=seg: copier.update_segment_state(s.segment_id, FINISHED, event_time_ms=1),
+            functools.partial(copier.update_segment_state, seg.segment_id, FINISHED, event_time_ms=1),
             # The cleanup pass for abandoned copies deletes only what is still COPY_SEGMENT_STARTED.
-            lambda s=seg: cleanup.update_segment_state(
-                s.segment_id, DELETE_STARTED, event_time_ms=2, expected=STARTED
+            functools.partial(
+                cleanup.update_segment_state,
+                seg.segment_id,
+                DELETE_STARTED,
+                event_time_ms=2,
+                expected=STARTED,
             ),
         )
         stored = copier.get_segment(seg.segment_id)
@@ -134,9 +139,10 @@ def test_concurrent_finishes_and_deletes_lose_no_update(stores: list[SqlMetadata
     assert store.remote_log_size(TP) == sum(s.size_bytes for s in finished)
     assert store.max_timestamp(TP) == max(s.max_timestamp_ms for s in finished)
     assert store.highest_copied_offset(TP) == max(s.end_offset for s in segs)
-    record = store.get_partition(TP)
-    store.rebuild_summaries(TP)  # what the counters would be if written by one writer
+    record, tree = store.get_partition(TP), stored_tree(store)
+    store.rebuild_summaries(TP)  # what a single writer would have left
     assert store.get_partition(TP) == record
+    assert stored_tree(store) == tree
     for seg in segs:
         expected = None if seg.segment_id in deleted else seg.segment_id
         found = store.segment_for_offset(TP, seg.start_offset + 1)

@@ -1,0 +1,230 @@
+"""Translation between the ``rlm.v1`` protobuf messages and the values of rlm's services.
+
+Pure functions: requests are checked field by field (a bad one raises ``StatusError`` with
+INVALID_ARGUMENT naming the field) and answers are copied into messages. The limits are the REST
+API's.
+"""
+
+from __future__ import annotations
+
+from api.gen.rlm.v1 import rlm_pb2 as pb
+from api.grpc_errors import invalid
+from rlm.dynamic_config import DynamicSettings
+from rlm.log.model import TimestampType
+from rlm.lookup.fetch import FetchResult
+from rlm.lookup.list_offsets import (
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    PartitionQuery,
+    PartitionResult,
+    TopicQuery,
+)
+from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.overview import PartitionOverview, SegmentPage
+from rlm.storage.layout import validate_topic
+
+MAX_TOPICS = 1000
+MAX_PARTITIONS_PER_TOPIC = 10_000
+MAX_TIMEOUT_MS = 3_600_000
+DEFAULT_FETCH_BYTES = 1024 * 1024
+MAX_FETCH_BYTES = 64 * 1024 * 1024
+DEFAULT_PAGE_SIZE = 100
+
+TIERS = {None: pb.TIER_UNSPECIFIED, "local": pb.TIER_LOCAL, "remote": pb.TIER_REMOTE}
+TIMESTAMP_TYPES = {
+    TimestampType.NO_TIMESTAMP_TYPE: pb.TIMESTAMP_TYPE_NO_TIMESTAMP,
+    TimestampType.CREATE_TIME: pb.TIMESTAMP_TYPE_CREATE_TIME,
+    TimestampType.LOG_APPEND_TIME: pb.TIMESTAMP_TYPE_LOG_APPEND_TIME,
+}
+SEGMENT_STATES = {
+    SegmentState.COPY_SEGMENT_STARTED: pb.SEGMENT_STATE_COPY_SEGMENT_STARTED,
+    SegmentState.COPY_SEGMENT_FINISHED: pb.SEGMENT_STATE_COPY_SEGMENT_FINISHED,
+    SegmentState.DELETE_SEGMENT_STARTED: pb.SEGMENT_STATE_DELETE_SEGMENT_STARTED,
+    SegmentState.DELETE_SEGMENT_FINISHED: pb.SEGMENT_STATE_DELETE_SEGMENT_FINISHED,
+}
+
+
+def topic_partition(topic: str, partition: int) -> TopicPartition:
+    """A checked topic-partition (``InvalidTopicNameError`` for a bad name)."""
+    if partition < 0:
+        raise invalid(f"partition must be ≥ 0, not {partition}")
+    return TopicPartition(validate_topic(topic), partition)
+
+
+def list_offsets_request(request: pb.ListOffsetsRequest, deadline_ms: int | None) -> ListOffsetsRequest:
+    """The service's request; its timeout is the request's ``timeout_ms`` capped by the call deadline."""
+    if request.isolation_level not in (0, 1):
+        raise invalid(f"isolation_level must be 0 or 1, not {request.isolation_level}")
+    if len(request.topics) > MAX_TOPICS:
+        raise invalid(f"at most {MAX_TOPICS} topics per request, not {len(request.topics)}")
+    timeout_ms: int | None = None
+    if request.HasField("timeout_ms"):
+        if not -1 <= request.timeout_ms <= MAX_TIMEOUT_MS:
+            raise invalid(f"timeout_ms must be -1 to {MAX_TIMEOUT_MS}, not {request.timeout_ms}")
+        timeout_ms = request.timeout_ms if request.timeout_ms >= 0 else None
+    if deadline_ms is not None:
+        timeout_ms = deadline_ms if timeout_ms is None else min(timeout_ms, deadline_ms)
+    topics = []
+    for topic in request.topics:
+        if not 1 <= len(topic.name) <= 249:
+            raise invalid(f"topic name must be 1 to 249 characters, not {len(topic.name)}")
+        if len(topic.partitions) > MAX_PARTITIONS_PER_TOPIC:
+            raise invalid(
+                f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic, not {len(topic.partitions)}"
+            )
+        for p in topic.partitions:
+            if p.partition_index < 0:
+                raise invalid(f"partition_index must be ≥ 0, not {p.partition_index} (topic {topic.name!r})")
+        queries = tuple(PartitionQuery(p.partition_index, p.timestamp) for p in topic.partitions)
+        topics.append(TopicQuery(topic.name, queries))
+    return ListOffsetsRequest(tuple(topics), timeout_ms, request.isolation_level)
+
+
+def list_offsets_response(response: ListOffsetsResponse) -> pb.ListOffsetsResponse:
+    return pb.ListOffsetsResponse(
+        topics=[
+            pb.ListOffsetsTopicResponse(
+                name=t.name,
+                partitions=[
+                    pb.ListOffsetsPartitionResponse(
+                        partition_index=p.partition_index,
+                        error_code=int(p.error_code),
+                        timestamp=p.timestamp,
+                        offset=p.offset,
+                        leader_epoch=p.leader_epoch,
+                        error_message=p.error_message,
+                    )
+                    for p in t.partitions
+                ],
+            )
+            for t in response.topics
+        ]
+    )
+
+
+def offset_response(tp: TopicPartition, result: PartitionResult) -> pb.GetOffsetResponse:
+    return pb.GetOffsetResponse(
+        topic=tp.topic,
+        partition=tp.partition,
+        offset=result.offset,
+        timestamp=result.timestamp,
+        leader_epoch=result.leader_epoch,
+        tier=TIERS[result.tier],
+    )
+
+
+def fetch_bytes(request: pb.FetchRecordsRequest) -> int:
+    """The byte bound of a fetch: ``max_bytes``, checked, or the default."""
+    if not request.HasField("max_bytes"):
+        return DEFAULT_FETCH_BYTES
+    if not 1 <= request.max_bytes <= MAX_FETCH_BYTES:
+        raise invalid(f"max_bytes must be 1 to {MAX_FETCH_BYTES}, not {request.max_bytes}")
+    return request.max_bytes
+
+
+def fetch_response(tp: TopicPartition, offset: int, result: FetchResult) -> pb.FetchRecordsResponse:
+    """The records at or after ``offset`` and below the high watermark, and the batches as read."""
+    records = [
+        pb.Record(
+            offset=r.offset,
+            timestamp=r.timestamp,
+            timestamp_type=TIMESTAMP_TYPES[batch.header.timestamp_type],
+            key=r.key,
+            value=r.value,
+            headers=[pb.RecordHeader(key=k, value=v) for k, v in r.headers],
+            leader_epoch=batch.header.leader_epoch,
+        )
+        for batch in result.batches
+        if not batch.header.is_control
+        for r in batch.records
+        if offset <= r.offset < result.high_watermark
+    ]
+    return pb.FetchRecordsResponse(
+        topic=tp.topic,
+        partition=tp.partition,
+        tier=TIERS[result.tier],
+        high_watermark=result.high_watermark,
+        next_offset=result.next_offset,
+        records=records,
+        raw_batches=result.raw,
+    )
+
+
+def page_size(request: pb.ListSegmentsRequest) -> int:
+    return request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
+
+
+def segments_response(tp: TopicPartition, page: SegmentPage) -> pb.ListSegmentsResponse:
+    return pb.ListSegmentsResponse(
+        topic=tp.topic,
+        partition=tp.partition,
+        segments=[_segment(s) for s in page.segments],
+        next_page_token=page.next_page_token or "",
+    )
+
+
+def _segment(s: RemoteSegment) -> pb.RemoteSegment:
+    return pb.RemoteSegment(
+        segment_id=str(s.segment_id),
+        start_offset=s.start_offset,
+        end_offset=s.end_offset,
+        max_timestamp=s.max_timestamp_ms,
+        size_bytes=s.size_bytes,
+        state=SEGMENT_STATES[s.state],
+        broker_id=s.broker_id,
+        event_time_ms=s.event_time_ms,
+        leader_epochs=[
+            pb.LeaderEpochEntry(epoch=e.epoch, start_offset=e.start_offset) for e in s.leader_epochs
+        ],
+        txn_index_empty=s.txn_index_empty,
+    )
+
+
+def partitions_response(partitions: list[PartitionOverview]) -> pb.ListPartitionsResponse:
+    return pb.ListPartitionsResponse(
+        partitions=[
+            pb.PartitionOverview(
+                topic=p.topic,
+                partition=p.partition,
+                tiered_bytes=p.tiered_bytes,
+                tiered_segments=p.tiered_segments,
+                remote_log_start_offset=p.remote_log_start_offset,
+                highest_tiered_offset=p.highest_tiered_offset,
+                max_remote_timestamp=p.max_remote_timestamp,
+                copy_lag_segments=p.copy_lag_segments,
+                copy_lag_bytes=p.copy_lag_bytes,
+                local_log_start_offset=p.local_log_start_offset,
+                high_watermark=p.high_watermark,
+            )
+            for p in partitions
+        ]
+    )
+
+
+def config_changes(request: pb.UpdateConfigRequest) -> dict[str, int | None]:
+    """The keyword arguments of ``DynamicConfig.update``: None for the settings left as they are."""
+    return {
+        "reader_threads": (
+            request.remote_log_offset_reader_threads
+            if request.HasField("remote_log_offset_reader_threads")
+            else None
+        ),
+        "request_timeout_ms": (
+            request.remote_list_offsets_request_timeout_ms
+            if request.HasField("remote_list_offsets_request_timeout_ms")
+            else None
+        ),
+        "copy_max_bytes_per_second": (
+            request.remote_log_manager_copy_max_bytes_per_second
+            if request.HasField("remote_log_manager_copy_max_bytes_per_second")
+            else None
+        ),
+    }
+
+
+def config_response(current: DynamicSettings) -> pb.DynamicConfig:
+    return pb.DynamicConfig(
+        remote_log_offset_reader_threads=current.remote_log_offset_reader_threads,
+        remote_list_offsets_request_timeout_ms=current.remote_list_offsets_request_timeout_ms,
+        remote_log_manager_copy_max_bytes_per_second=current.remote_log_manager_copy_max_bytes_per_second,
+    )

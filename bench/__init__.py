@@ -1,0 +1,1 @@
+"""Benchmarks that print JSON (run them as scripts: ``python bench/<name>.py``)."""

@@ -1,0 +1,177 @@
+"""Offset for timestamp across both tiers against a brute-force oracle (design: "Offset for timestamp").
+
+Each example appends a random log (CreateTime out of order or LogAppendTime, every codec,
+transactions ending in commit or abort markers, legacy v1 batches, leader changes), tiers it with
+the copier, and then, as the plan says: keeps it local only, keeps both tiers, or deletes tiered
+segments locally; copies ranges again as another sidecar (overlapping remote segments); lets
+remote retention delete the oldest segments; moves the log start offset (DeleteRecords). Every
+answer of the lookup service must equal the oracle's, computed from the appended records alone:
+
+* T ≥ 0: the first record at or after the log start offset with a timestamp ≥ T, if it is below
+  the high watermark — its offset, timestamp and its batch's leader epoch; else -1/-1/-1.
+* -1: the high watermark; -2: the log start offset; -3: the first record with the largest
+  timestamp (nothing when it is at or past the high watermark); -4: the first local offset;
+  -5: the highest tiered offset. Epochs of these follow ``leader-epoch-checkpoint``.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from rlm.log.logdir import LogDir
+from rlm.lookup.list_offsets import ErrorCode
+from rlm.lookup.service import OffsetAnswer
+from rlm.lookup.stats import FetchStats
+from tests.lookup_support import (
+    NOTHING,
+    TOPIC,
+    Backend,
+    BatchPlan,
+    Expected,
+    PartitionPlan,
+    Tiered,
+    partition_plans,
+    runtime,
+    tier_partition,
+    write_partition,
+)
+from tests.metadata_support import postgres_url, sqlite_template  # noqa: F401  (fixtures)
+from tests.s3_support import MotoS3, moto_s3  # noqa: F401  (fixture)
+
+#: Timestamps asked per example, besides every special value.
+TARGETS_PER_EXAMPLE = 30
+#: No shrinking: the scenario is drawn from a seed mixed with the batches, so shrinking mostly
+#: wanders; a failure prints the whole plan and the tier state, which reproduce it.
+PHASES = (Phase.explicit, Phase.reuse, Phase.generate)
+
+
+def _got(answer: OffsetAnswer) -> Expected:
+    return Expected(answer.offset, answer.timestamp, answer.leader_epoch)
+
+
+def _targets(tiered: Tiered, rnd: random.Random) -> list[int]:
+    """Timestamps around the records near the edges (log start, local start, last tiered offset),
+    a sample of the others, and the extremes."""
+    truth = tiered.truth
+    stamps = sorted({r.record.timestamp for r in truth.records})
+    edges = (truth.log_start_offset, truth.local_start_offset, truth.highest_copied)
+    near_edges = {
+        r.record.timestamp + d
+        for r in truth.records
+        if any(abs(r.record.offset - edge) <= 3 for edge in edges)
+        for d in (0, 1)
+    }
+    others = sorted({t + d for t in stamps for d in (-1, 0, 1)} - near_edges)
+    chosen = rnd.sample(others, min(TARGETS_PER_EXAMPLE, len(others)))
+    return [0, stamps[0] - 1, stamps[-1], stamps[-1] + 1, *sorted(near_edges), *chosen]
+
+
+def check_against_oracle(tiered: Tiered, rnd: random.Random) -> None:
+    """Ask the lookup service for every target and every special value; compare with the oracle."""
+    truth, service, tp = tiered.truth, tiered.runtime.lookup, tiered.tp
+    context = "; ".join(tiered.notes)
+    for target in _targets(tiered, rnd):
+        stats = FetchStats()
+        answer = service.find(tp, target, stats=stats)
+        expected = truth.for_timestamp(target)
+        assert _got(answer) == expected, f"timestamp {target}: {answer} != {expected} ({context})"
+        if expected == NOTHING:
+            assert answer.tier is None
+        elif expected.offset < truth.local_start_offset:
+            assert answer.tier == "remote", f"offset {expected.offset} exists only remotely ({context})"
+            assert stats.gets >= 1
+        elif truth.highest_copied < 0:
+            assert answer.tier == "local" and stats.gets == 0
+    for special in (-1, -2, -3, -4, -5):
+        answer = service.find(tp, special)
+        expected = truth.special(special)
+        assert _got(answer) == expected, f"special {special}: {answer} != {expected} ({context})"
+    # The same answers come through ListOffsets, on the reader pool.
+    target = rnd.choice([-3, -2, *_targets(tiered, rnd)])
+    result = tiered.runtime.list_offsets.find_one(tp, target)
+    assert result.error_code is ErrorCode.NONE, result.error_message
+    expected = truth.special(target) if target < 0 else truth.for_timestamp(target)
+    assert Expected(result.offset, result.timestamp, result.leader_epoch) == expected
+
+
+def run_example(backend: Backend, plan: PartitionPlan, seed: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        log_dir = root / "logs"
+        truth = write_partition(log_dir, plan)
+        rt = runtime(backend, root, log_dir)
+        try:
+            tiered = tier_partition(rt, LogDir(log_dir).partition(TOPIC, 0), truth, plan)
+            check_against_oracle(tiered, random.Random(seed))
+        finally:
+            rt.close()
+
+
+@settings(max_examples=60, deadline=None, phases=PHASES, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=partition_plans(), seed=st.integers(0, 2**32))
+def test_sqlite_filesystem_answers_equal_the_oracle(
+    sqlite_template: Path,  # noqa: F811
+    plan: PartitionPlan,
+    seed: int,
+) -> None:
+    run_example(Backend("sqlite-fs", sqlite_template=sqlite_template), plan, seed)
+
+
+@pytest.mark.postgres
+@settings(max_examples=8, deadline=None, phases=PHASES, suppress_health_check=[HealthCheck.too_slow])
+@given(plan=partition_plans(), seed=st.integers(0, 2**32))
+def test_postgres_s3_answers_equal_the_oracle(
+    postgres_url: str,  # noqa: F811
+    moto_s3: MotoS3,  # noqa: F811
+    plan: PartitionPlan,
+    seed: int,
+) -> None:
+    run_example(Backend("postgres-s3", postgres_url=postgres_url, s3=moto_s3), plan, seed)
+
+
+def _spread(count: int, *, kind: str = "plain") -> tuple[BatchPlan, ...]:
+    # Out-of-order CreateTime: each batch holds an early and a late record.
+    return tuple(
+        BatchPlan(timestamps=(i * 100, i * 100 + 5_000, i * 100 + 50), kind=kind, advance_ms=100)  # type: ignore[arg-type]
+        for i in range(count)
+    )
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        pytest.param(PartitionPlan(_spread(20), tiering="local"), id="only-local"),
+        pytest.param(PartitionPlan(_spread(20), tiering="both"), id="both-tiers"),
+        pytest.param(PartitionPlan(_spread(20), tiering="remote", roll_at_end=True), id="only-remote"),
+        pytest.param(
+            PartitionPlan(_spread(20), tiering="remote", overlaps=((0.2, 0.5), (0.0, 1.0))), id="overlaps"
+        ),
+        pytest.param(
+            PartitionPlan(_spread(20), tiering="both", retention_bytes_share=0.0), id="all-remote-expired"
+        ),
+        pytest.param(
+            PartitionPlan(_spread(20), tiering="remote", local_deleted=0.3, retention_bytes_share=0.4),
+            id="expired-below-local",
+        ),
+        pytest.param(
+            PartitionPlan(_spread(20), tiering="both", log_start_at=0.37, high_watermark_at=0.8),
+            id="delete-records-mid-segment",
+        ),
+        pytest.param(
+            PartitionPlan(_spread(20), tiering="remote", log_start_at=0.37, local_deleted=1.0),
+            id="delete-records-mid-remote-batch",
+        ),
+        pytest.param(
+            PartitionPlan(_spread(12, kind="abort") + _spread(8, kind="commit"), log_append_time=True),
+            id="transactions-log-append-time",
+        ),
+    ],
+)
+def test_named_shapes_answer_as_the_oracle(sqlite_template: Path, plan: PartitionPlan) -> None:  # noqa: F811
+    run_example(Backend("sqlite-fs", sqlite_template=sqlite_template), plan, seed=7)
