@@ -5,11 +5,12 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import threading
+from collections.abc import Callable
 from types import FrameType
 
 from rlm.cli.common import add_settings_options, settings_from_args
 from rlm.copier import CopyOutcome
+from rlm.loops import BackgroundLoop
 from rlm.retention import RetentionOutcome
 
 
@@ -26,15 +27,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     retention.set_defaults(func=_retention)
 
 
-def _stop_event() -> threading.Event:
-    stop = threading.Event()
+def _loop(name: str, job: Callable[[], None], interval_s: float) -> int:
+    """Run ``job`` every interval until SIGTERM/SIGINT, letting the pass in flight finish."""
+    loop = BackgroundLoop(name, job, interval_s)
 
     def handle(signum: int, frame: FrameType | None) -> None:
-        stop.set()
+        loop.request_stop()
 
     signal.signal(signal.SIGTERM, handle)
     signal.signal(signal.SIGINT, handle)
-    return stop
+    loop.run()
+    return 0
 
 
 def _describe_copy(o: CopyOutcome) -> str:
@@ -66,14 +69,13 @@ def _copy(args: argparse.Namespace) -> int:
             for outcome in outcomes:
                 print(_describe_copy(outcome))
             return 1 if any(o.error is not None for o in outcomes) else 0
-        stop = _stop_event()
-        interval = runtime.settings.remote_log_manager_task_interval_ms / 1000
-        while not stop.is_set():
+
+        def copy_pass() -> None:
             for outcome in runtime.copier.run_once():
                 if outcome.error is not None or outcome.copied_segments:
                     print(_describe_copy(outcome), file=sys.stderr)
-            stop.wait(interval)
-        return 0
+
+        return _loop("copier", copy_pass, runtime.settings.remote_log_manager_task_interval_ms / 1000)
     finally:
         runtime.close()
 
@@ -99,13 +101,12 @@ def _retention(args: argparse.Namespace) -> int:
             for outcome in outcomes:
                 print(_describe_retention(outcome))
             return 1 if any(o.error is not None for o in outcomes) else 0
-        stop = _stop_event()
-        interval = runtime.settings.remote_log_manager_task_interval_ms / 1000
-        while not stop.is_set():
+
+        def retention_pass() -> None:
             for outcome in runtime.retention.run_once():
                 if outcome.error is not None or outcome.deleted_segments:
                     print(_describe_retention(outcome), file=sys.stderr)
-            stop.wait(interval)
-        return 0
+
+        return _loop("retention", retention_pass, runtime.settings.remote_log_manager_task_interval_ms / 1000)
     finally:
         runtime.close()
