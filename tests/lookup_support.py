@@ -131,7 +131,7 @@ def partition_plans(draw: st.DrawFn) -> PartitionPlan:
     failing plan is printed whole, so a failure is reproduced from its repr.
     """
     legacy = draw(st.lists(_batch_plans(legacy=True), max_size=2))
-    modern = draw(st.lists(_batch_plans(legacy=False), min_size=3, max_size=30))
+    modern = draw(st.lists(_batch_plans(legacy=False), min_size=6, max_size=40))
     rnd = random.Random(f"{draw(st.integers(0, 2**32 - 1))}-{legacy!r}-{modern!r}")
 
     def share() -> float:
@@ -144,7 +144,7 @@ def partition_plans(draw: st.DrawFn) -> PartitionPlan:
     return PartitionPlan(
         batches=(*legacy, *modern),
         log_append_time=rnd.random() < 0.4,
-        segment_bytes=rnd.randint(400, 3000),
+        segment_bytes=rnd.randint(300, 1500),
         index_interval_bytes=rnd.choice((1, 200, 1000)),
         roll_at_end=rnd.random() < 0.5,
         high_watermark_at=sometimes(0.3),
@@ -284,9 +284,9 @@ def _records(plan: BatchPlan, first_offset: int) -> list[ProducerRecord]:
     return out
 
 
-def write_partition(log_dir: Path, plan: PartitionPlan) -> Truth:
-    """Write ``plan`` as partition ``orders-0`` of a new log directory; returns its truth."""
-    return write_partitions(log_dir, {0: plan})[0]
+def write_partition(log_dir: Path, plan: PartitionPlan, partition: int = 0) -> Truth:
+    """Write ``plan`` as the only partition ``orders-<partition>`` of a new log directory."""
+    return write_partitions(log_dir, {partition: plan})[partition]
 
 
 def write_partitions(log_dir: Path, plans: Mapping[int, PartitionPlan]) -> dict[int, Truth]:

@@ -145,7 +145,8 @@ class PartitionDir:
         for i, segment in enumerate(segments):
             if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
                 continue  # wholly below the start offset
-            if segment.largest_timestamp() < timestamp:
+            # The active segment's time index lags the broker's appends: never skip it on it.
+            if i + 1 < len(segments) and segment.largest_timestamp() < timestamp:
                 continue
             found = segment.find_offset_by_timestamp(timestamp, start)
             if found is not None:
@@ -157,8 +158,9 @@ class PartitionDir:
         timestamp, or None when no record has a timestamp."""
         best: Segment | None = None
         best_ts = -1
-        for segment in self.segments():
-            ts = segment.max_timestamp_and_offset().timestamp
+        segments = self.segments()
+        for i, segment in enumerate(segments):
+            ts = segment.max_timestamp_and_offset(scan_tail=i + 1 == len(segments)).timestamp
             if ts > best_ts:
                 best, best_ts = segment, ts
         if best is None:

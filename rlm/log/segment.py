@@ -42,6 +42,7 @@ class Segment:
         self.max_index_size = max_index_size
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
+        self._stamp: tuple[int, ...] | None = None
 
     def __repr__(self) -> str:
         return f"Segment({str(self.directory)!r}, {self.base_offset})"
@@ -83,9 +84,30 @@ class Segment:
         """Forget loaded indexes so the next use reads them again."""
         self._offset_index = None
         self._time_index = None
+        self._stamp = None
+
+    def _file_stamp(self) -> tuple[int, ...]:
+        # Size and mtime of both index files: the broker trims and rewrites them when it rolls.
+        stamp: list[int] = []
+        for path in (self.index_path, self.time_index_path):
+            try:
+                st = os.stat(path)
+                stamp += (st.st_size, st.st_mtime_ns)
+            except FileNotFoundError:
+                stamp += (-1, -1)
+        return tuple(stamp)
+
+    def _current(self) -> None:
+        if self._stamp is not None and self._stamp != self._file_stamp():
+            self.invalidate()
 
     def offset_index(self) -> OffsetIndex:
-        """The offset index, from its file or, when missing or corrupt, rebuilt from the ``.log``."""
+        """The offset index, from its file or, when missing or corrupt, rebuilt from the ``.log``.
+
+        Reloaded when the index files changed (a roll trims them). The active segment's indexes
+        may lag the ``.log``: their entries stay valid lower bounds, and searches scan forward.
+        """
+        self._current()
         if self._offset_index is None:
             self._load_indexes()
         assert self._offset_index is not None
@@ -93,6 +115,7 @@ class Segment:
 
     def time_index(self) -> TimeIndex:
         """The time index, from its file or, when missing or corrupt, rebuilt from the ``.log``."""
+        self._current()
         if self._time_index is None:
             self._load_indexes()
         assert self._time_index is not None
@@ -120,20 +143,27 @@ class Segment:
             rebuilt = rebuild_segment_indexes(self, stop_at_corruption=True)
             offset_index, time_index = rebuilt.offset_index, rebuilt.time_index
         self._offset_index, self._time_index = offset_index, time_index
+        self._stamp = self._file_stamp()
 
-    def max_timestamp_and_offset(self) -> TimestampOffset:
+    def max_timestamp_and_offset(self, *, scan_tail: bool = False) -> TimestampOffset:
         """Largest timestamp in the segment and its batch's last offset (last time-index entry).
 
-        ``(-1, base_offset)`` when no batch has a timestamp.
+        ``(-1, base_offset)`` when no batch has a timestamp. With ``scan_tail`` (the active
+        segment, whose time index lags what the broker appended) the batches after that entry are
+        scanned too.
         """
         index = self.time_index()
-        if len(index) == 0:
-            return TimestampOffset(-1, self.base_offset)
-        return index.last_entry
+        best = index.last_entry if len(index) else TimestampOffset(-1, self.base_offset)
+        if scan_tail:
+            start = self.offset_index().lookup(best.offset).position
+            for header in self.headers(start):
+                if header.max_timestamp > best.timestamp:
+                    best = TimestampOffset(header.max_timestamp, header.last_offset)
+        return best
 
-    def largest_timestamp(self) -> int:
+    def largest_timestamp(self, *, scan_tail: bool = False) -> int:
         """Kafka's ``largestTimestamp``: the max timestamp, or the ``.log`` mtime when there is none."""
-        max_ts = self.max_timestamp_and_offset().timestamp
+        max_ts = self.max_timestamp_and_offset(scan_tail=scan_tail).timestamp
         if max_ts >= 0:
             return max_ts
         return os.stat(self.log_path).st_mtime_ns // 1_000_000

@@ -105,10 +105,10 @@ class RecordFetcher:
 
     def _read_local(self, partition: PartitionDir, offset: int, max_bytes: int, result: FetchResult) -> None:
         taken = 0
-        for segment in partition.segments():
-            following = [s for s in partition.segments() if s.base_offset > segment.base_offset]
-            if following and following[0].base_offset <= offset:
-                continue
+        segments = partition.segments()  # one listing: each is a directory read
+        for i, segment in enumerate(segments):
+            if i + 1 < len(segments) and segments[i + 1].base_offset <= offset:
+                continue  # wholly below the offset
             start = segment.offset_index().lookup(offset).position
             with segment.open() as source:
                 for header in iter_headers(source, start):

@@ -10,11 +10,25 @@ Special timestamps: -1 latest (high watermark), -2 earliest (remote tier include
 with the max timestamp across remote *and* local, -4 earliest local, -5 latest tiered.
 
 Every call here is synchronous and may do remote reads: the API runs it on the reader pool.
+
+Metadata reuse: each lookup needs a partition's remote-tier summary (known at all, first finished
+segment, remote log start offset, max remote timestamp), three queries of the metadata store. The
+summary of a partition is reused for ``metadata_ttl_s`` (default 1 s), and read again at once when
+the broker's first local segment changed since (local retention deleted segments) or on
+:meth:`LookupService.invalidate`. Answers stay exact under a stale summary but for the log start
+offset: segments copied meanwhile only raise the max remote timestamp, and a timestamp above the
+stale one is then in segments the broker still has (it deleted none since), where the local search
+finds it; a lower max (retention deleted the segment holding it) only sends a search to the remote
+tier, whose segments are always read from the store. A log start offset advanced by retention is
+seen up to ``metadata_ttl_s`` late, as Kafka's own log start offset propagates late; remote reads
+never touch deleted segments, since segments always come from the store.
 """
 
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +37,7 @@ from rlm.log.batches import decode_batch
 from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.model import BatchHeader, Record, TimestampAndOffset
+from rlm.log.segment import Segment
 from rlm.log.source import iter_headers
 from rlm.lookup.remote_search import (
     Checkpoint,
@@ -58,6 +73,27 @@ class OffsetAnswer:
         return cls(found.offset, found.timestamp, found.leader_epoch, tier)
 
 
+DEFAULT_METADATA_TTL_S = 1.0
+"""How long a partition's remote-tier summary is reused before the metadata store is asked again."""
+
+
+@dataclass(frozen=True)
+class RemoteTierView:
+    """What the metadata store said about one partition's remote tier, and when."""
+
+    known: bool
+    """The store has a record of the partition."""
+    first_offset: int | None
+    """Start offset of the first finished segment; None when there is none."""
+    log_start_offset: int
+    """The remote log start offset retention advanced; -1 before it ever did."""
+    max_timestamp: int | None
+    """The largest max timestamp of the finished segments; None when there are none."""
+    local_base: int | None
+    """Base offset of the broker's first local segment when the view was read."""
+    read_at: float
+
+
 class LookupService:
     """Answers offset-for-timestamp for the partitions of this broker's log directories."""
 
@@ -67,12 +103,18 @@ class LookupService:
         storage: RemoteStorage,
         indexes: SegmentIndexes,
         log_dirs: tuple[Path, ...],
+        *,
+        metadata_ttl_s: float = DEFAULT_METADATA_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.storage = storage
         self.indexes = indexes
         self.log_dirs = tuple(LogDir(d) for d in log_dirs)
+        self.metadata_ttl_s = metadata_ttl_s
+        self._clock = clock
         self._partitions: dict[TopicPartition, PartitionDir] = {}
+        self._views: dict[TopicPartition, RemoteTierView] = {}
         self._lock = threading.Lock()
 
     # -- partitions --------------------------------------------------------------------------
@@ -95,28 +137,52 @@ class LookupService:
         return None
 
     def _check_known(self, tp: TopicPartition, local: PartitionDir | None) -> None:
-        if local is None and self.store.get_partition(tp) is None:
+        if local is None and not self.remote_view(tp, local).known:
             raise NotFoundError(f"unknown topic-partition {tp}: no local log and no remote segments")
+
+    # -- the remote tier's summary -------------------------------------------------------------
+
+    def remote_view(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
+        """The partition's remote-tier summary, reused as the module docstring says."""
+        base = _first_base(local)
+        now = self._clock()
+        with self._lock:
+            view = self._views.get(tp)
+        if view is not None and view.local_base == base and now - view.read_at < self.metadata_ttl_s:
+            return view
+        record = self.store.get_partition(tp)
+        first = next(iter(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED])), None)
+        view = RemoteTierView(
+            known=record is not None,
+            first_offset=first.start_offset if first is not None else None,
+            log_start_offset=record.remote_log_start_offset if record is not None else -1,
+            max_timestamp=self.store.max_timestamp(tp) if first is not None else None,
+            local_base=base,
+            read_at=now,
+        )
+        with self._lock:
+            self._views[tp] = view
+        return view
+
+    def invalidate(self, tp: TopicPartition | None = None) -> None:
+        """Forget the remote-tier summary of ``tp`` (of every partition when None): the next
+        lookup asks the metadata store. For whoever changed the remote tier in this process."""
+        with self._lock:
+            if tp is None:
+                self._views.clear()
+            else:
+                self._views.pop(tp, None)
 
     # -- offsets -----------------------------------------------------------------------------
 
     def earliest_offset(self, tp: TopicPartition, local: PartitionDir | None) -> int:
         """The log start offset, remote tier included (-2)."""
-        starts = []
-        first_remote = next(
-            iter(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED])), None
-        )
-        if first_remote is not None:
-            starts.append(first_remote.start_offset)
-        local_segments = local.segments() if local is not None else []
-        if local_segments:
-            starts.append(local_segments[0].base_offset)
-        earliest = min(starts, default=0)
-        record = self.store.get_partition(tp)
-        if record is not None:
-            # Retention advanced it past what it deleted; it holds even when retention deleted every
-            # remote segment and the broker still has some of those offsets locally.
-            earliest = max(earliest, record.remote_log_start_offset)
+        view = self.remote_view(tp, local)
+        local_base = _first_base(local)
+        starts = [o for o in (view.first_offset, local_base) if o is not None]
+        # Retention advanced the remote log start offset past what it deleted; it holds even when
+        # retention deleted every remote segment and the broker still has some of those offsets.
+        earliest = max(min(starts, default=0), view.log_start_offset)
         checkpointed = local.checkpointed_log_start_offset() if local is not None else None
         return max(earliest, checkpointed or 0)
 
@@ -128,7 +194,8 @@ class LookupService:
         """
         if timestamp < 0 and timestamp != SpecialTimestamp.MAX_TIMESTAMP:
             return False
-        max_remote = self.store.max_timestamp(tp)
+        local = self.local_partition(tp)
+        max_remote = self.remote_view(tp, _OneLookup(local) if local is not None else None).max_timestamp
         return max_remote is not None and (timestamp < 0 or timestamp <= max_remote)
 
     def find(
@@ -146,6 +213,8 @@ class LookupService:
             ValueError: ``timestamp`` is below -5.
         """
         local = self.local_partition(tp)
+        if local is not None:
+            local = _OneLookup(local)
         self._check_known(tp, local)
         if timestamp >= 0:
             return self._by_timestamp(tp, local, timestamp, stats, checkpoint)
@@ -188,7 +257,7 @@ class LookupService:
     ) -> OffsetAnswer:
         earliest = self.earliest_offset(tp, local)
         local_start = self._local_start(local, earliest)
-        max_remote = self.store.max_timestamp(tp)
+        max_remote = self.remote_view(tp, local).max_timestamp
         answer = OffsetAnswer.none()
         if max_remote is not None and timestamp <= max_remote:
             answer = self._search_remote(tp, local, local_start, timestamp, earliest, stats, checkpoint)
@@ -255,7 +324,7 @@ class LookupService:
         below the high watermark (Kafka filters MAX_TIMESTAMP by the last fetchable offset)."""
         earliest = self.earliest_offset(tp, local)
         best = _local_max_timestamp(local, earliest) if local is not None else -1
-        max_remote = self.store.max_timestamp(tp)
+        max_remote = self.remote_view(tp, local).max_timestamp
         if max_remote is not None and max_remote > best:
             local_start = self._local_start(local, earliest)
             answer = self._search_remote(tp, local, local_start, max_remote, earliest, stats, checkpoint)
@@ -304,6 +373,41 @@ class LookupService:
         return "remote" if self.store.segment_for_offset(tp, offset) is not None else None
 
 
+class _OneLookup(PartitionDir):
+    """A partition directory as one lookup sees it: the segments are listed, and the broker's
+    checkpoints read, once (they are asked for several times per lookup). The segments are the
+    long-lived directory's own, so their loaded indexes are reused."""
+
+    def __init__(self, partition: PartitionDir) -> None:
+        super().__init__(partition.path, partition.log_dir, max_index_size=partition.max_index_size)
+        self._listed = partition.segments()
+        self._high_watermark: int | None = None
+        self._log_start: int | None = None
+        self._read = False
+
+    def segments(self) -> list[Segment]:
+        return list(self._listed)
+
+    def _read_checkpoints(self) -> None:
+        if not self._read:
+            self._high_watermark = super().high_watermark()
+            self._log_start = super().checkpointed_log_start_offset()
+            self._read = True
+
+    def high_watermark(self) -> int | None:
+        self._read_checkpoints()
+        return self._high_watermark
+
+    def checkpointed_log_start_offset(self) -> int | None:
+        self._read_checkpoints()
+        return self._log_start
+
+
+def _first_base(local: PartitionDir | None) -> int | None:
+    segments = local.segments() if local is not None else []
+    return segments[0].base_offset if segments else None
+
+
 def _local_max_timestamp(local: PartitionDir, earliest: int) -> int:
     """The largest timestamp of the local records at or after ``earliest`` (-1 when none).
 
@@ -317,10 +421,11 @@ def _local_max_timestamp(local: PartitionDir, earliest: int) -> int:
         if i + 1 < len(segments) and segments[i + 1].base_offset <= earliest:
             continue  # wholly below the log start offset
         if segment.base_offset >= earliest:
-            best = max(best, segment.max_timestamp_and_offset().timestamp)
+            active = i + 1 == len(segments)  # its time index lags the broker's appends
+            best = max(best, segment.max_timestamp_and_offset(scan_tail=active).timestamp)
         else:
             straddling = segment
-    if straddling is not None and straddling.max_timestamp_and_offset().timestamp > best:
+    if straddling is not None and straddling.max_timestamp_and_offset(scan_tail=True).timestamp > best:
         position = straddling.offset_index().lookup(earliest).position
         with straddling.open() as source:
             for header in iter_headers(source, position):

@@ -105,16 +105,21 @@ def _fetch(tiered: Tiered, offset: int, max_bytes: int = 1 << 20) -> tuple[Fetch
 
 
 def assert_consistent(tiered: Tiered, offset: int, result: FetchResult) -> None:
-    """The decoded records are the appended ones from ``offset`` on, with no gap; kafka-python reads
-    the raw bytes to the same batches and records; nothing at or past the high watermark is returned."""
+    """Every batch is whole and holds the appended records (markers too), as kafka-python reads the
+    raw bytes; the data records from ``offset`` on come with no gap; nothing at or past the high
+    watermark is returned."""
     truth = tiered.truth
+    appended = {r.record.offset: r for r in truth.records}
     parsed = parse_with_kafka_python(result.raw)
     assert [(p.base_offset, p.last_offset) for p in parsed] == [
         (b.header.base_offset, b.header.last_offset) for b in result.batches
     ]
     for theirs, ours in zip(parsed, result.batches, strict=True):
-        assert theirs.control == ours.header.is_control
-        assert theirs.leader_epoch == ours.header.leader_epoch
+        first, last = ours.header.base_offset, ours.header.last_offset
+        assert ours.records == [appended[o].record for o in range(first, last + 1)]
+        assert ours.header.leader_epoch == appended[first].leader_epoch
+        assert ours.header.is_control == appended[first].control
+        assert (theirs.control, theirs.leader_epoch) == (ours.header.is_control, ours.header.leader_epoch)
         if not theirs.control:
             assert theirs.records == ours.records
     assert result.batches, "a fetch below the high watermark returns at least one batch"
@@ -198,7 +203,9 @@ def test_offsets_outside_the_log_are_out_of_range(tiered: Tiered) -> None:
 
 
 def test_offsets_below_the_log_start_are_out_of_range(tmp_path: Path, sqlite_template: Path) -> None:  # noqa: F811
-    plan = PartitionPlan(PLAN.batches, segment_bytes=1500, tiering="remote", log_start_at=0.3)
+    plan = PartitionPlan(
+        PLAN.batches, segment_bytes=1500, tiering="remote", log_start_at=0.3, log_start_inside_batch=True
+    )
     truth = write_partition(tmp_path / "logs", plan)
     rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), tmp_path, tmp_path / "logs")
     try:
@@ -206,8 +213,11 @@ def test_offsets_below_the_log_start_are_out_of_range(tmp_path: Path, sqlite_tem
         start = truth.log_start_offset
         with pytest.raises(OffsetOutOfRangeError):
             _fetch(tiered, start - 1)
-        result, _ = _fetch(tiered, start)
+        assert truth.batch_holding(start)[0] < start, "DeleteRecords moved the log start into a batch"
+        result, stats = _fetch(tiered, start)
+        assert result.tier == "remote" and stats.gets >= 1
         assert_consistent(tiered, start, result)
-        assert result.records(start)[0].offset >= start
+        # The whole batch comes back, as Kafka returns it; its records below the log start do not.
+        assert result.batches[0].header.base_offset < start == result.records(start)[0].offset
     finally:
         rt.close()

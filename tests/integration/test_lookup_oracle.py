@@ -32,6 +32,7 @@ from tests.lookup_support import (
     NOTHING,
     TOPIC,
     Backend,
+    BatchKind,
     BatchPlan,
     Expected,
     PartitionPlan,
@@ -135,12 +136,30 @@ def test_postgres_s3_answers_equal_the_oracle(
     run_example(Backend("postgres-s3", postgres_url=postgres_url, s3=moto_s3), plan, seed)
 
 
-def _spread(count: int, *, kind: str = "plain") -> tuple[BatchPlan, ...]:
+def _spread(count: int, *, kind: BatchKind = "plain") -> tuple[BatchPlan, ...]:
     # Out-of-order CreateTime: each batch holds an early and a late record.
     return tuple(
-        BatchPlan(timestamps=(i * 100, i * 100 + 5_000, i * 100 + 50), kind=kind, advance_ms=100)  # type: ignore[arg-type]
+        BatchPlan(timestamps=(i * 100, i * 100 + 5_000, i * 100 + 50), kind=kind, advance_ms=100)
         for i in range(count)
     )
+
+
+def _falling(count: int) -> tuple[BatchPlan, ...]:
+    # The largest timestamps come first, each batch's first record the largest of the batch:
+    # MAX_TIMESTAMP moves with the log start offset, even inside a batch.
+    return tuple(BatchPlan(timestamps=(19_100 - i * 300, 19_000 - i * 300, 2_000 + i)) for i in range(count))
+
+
+def _peak_past_the_start(count: int) -> tuple[BatchPlan, ...]:
+    # The largest timestamp of all is the first record of batch 8, just below a log start offset
+    # moved into that batch; past it, timestamps rise to a peak in batch 15, then fall.
+    def stamps(i: int) -> tuple[int, ...]:
+        if i == 8:
+            return (19_050, 1_800, 1_790)
+        base = 19_000 + i if i < 8 else 1_000 + 100 * i if i <= 15 else 500 + i
+        return (base, base + 1, base - 50)
+
+    return tuple(BatchPlan(timestamps=stamps(i)) for i in range(count))
 
 
 @pytest.mark.parametrize(
@@ -170,6 +189,26 @@ def _spread(count: int, *, kind: str = "plain") -> tuple[BatchPlan, ...]:
         pytest.param(
             PartitionPlan(_spread(12, kind="abort") + _spread(8, kind="commit"), log_append_time=True),
             id="transactions-log-append-time",
+        ),
+        pytest.param(
+            PartitionPlan(_falling(20), tiering="both", log_start_at=0.41),
+            id="max-timestamp-below-the-log-start-locally",
+        ),
+        pytest.param(
+            PartitionPlan(_falling(20), tiering="remote", log_start_at=0.41, local_deleted=1.0),
+            id="max-timestamp-below-the-log-start-remotely",
+        ),
+        pytest.param(
+            PartitionPlan(_falling(20), tiering="remote", local_deleted=0.5, retention_bytes_share=0.6),
+            id="max-timestamp-expired",
+        ),
+        pytest.param(
+            PartitionPlan(_peak_past_the_start(20), tiering="remote", log_start_at=0.41, local_deleted=1.0),
+            id="max-timestamp-peak-past-the-log-start-remotely",
+        ),
+        pytest.param(
+            PartitionPlan(_peak_past_the_start(20), tiering="both", log_start_at=0.41),
+            id="max-timestamp-peak-past-the-log-start-locally",
         ),
     ],
 )

@@ -140,3 +140,20 @@ def test_corrupt_batch_stops_recovery_with_its_position(tmp_path: Path) -> None:
     assert str(segment.log_path) in str(rebuilt.error)
     with pytest.raises(CorruptRecordError, match="CRC"):
         rebuild_segment_indexes(segment, stop_at_corruption=False)
+
+
+def test_active_segment_appended_after_indexes_were_loaded(tmp_path: Path) -> None:
+    """A live broker keeps appending: lookups see data newer than the indexes they loaded."""
+    from rlm.log.logdir import PartitionDir
+
+    appender = PartitionAppender(
+        tmp_path / "t-0", TopicConfig(timestamp_after_max_ms=2**62), clock=lambda: TS, leader_epoch=1
+    )
+    appender.append([ProducerRecord(TS + i, None, b"x" * 100) for i in range(10)])
+    partition = PartitionDir(tmp_path / "t-0")
+    assert partition.find_offset_by_timestamp(TS + 5) == TimestampAndOffset(TS + 5, 5, 1)
+    assert partition.find_offset_by_timestamp(TS + 50) is None
+    appender.append([ProducerRecord(TS + 50 + i, None, b"y" * 100) for i in range(10)])
+    assert partition.find_offset_by_timestamp(TS + 50) == TimestampAndOffset(TS + 50, 10, 1)
+    latest = partition.max_timestamp_offset()
+    assert latest is not None and (latest.offset, latest.timestamp) == (19, TS + 59)
