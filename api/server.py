@@ -12,9 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
-import threading
 from collections.abc import Callable, Generator
-from typing import Any
 
 import uvicorn
 
@@ -22,6 +20,7 @@ from api.auth import TokenAuthenticator
 from api.rest.app import create_app
 from rlm.bootstrap import Runtime, build_runtime
 from rlm.config import Settings
+from rlm.loops import BackgroundLoop
 
 log = logging.getLogger("rlm.serve")
 #: How long a stop waits for the copier and retention passes in flight.
@@ -34,38 +33,6 @@ class _Uvicorn(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
-
-
-class BackgroundLoop:
-    """Runs ``job`` every ``interval_s`` on its own thread until stopped (a pass is never cut)."""
-
-    def __init__(
-        self, name: str, job: Callable[[], Any], interval_s: float, on_error: Callable[[], None]
-    ) -> None:
-        self.name = name
-        self._job = job
-        self._interval_s = interval_s
-        self._on_error = on_error
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"rlm-{name}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self, timeout_s: float) -> bool:
-        """Ask the loop to stop after its current pass; True when it did within ``timeout_s``."""
-        self._stop.set()
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self._job()
-            except Exception:
-                self._on_error()
-                log.exception("%s pass failed; retrying in %.0f s", self.name, self._interval_s)
-            self._stop.wait(self._interval_s)
 
 
 async def serve(settings: Settings, *, ready: Callable[[Runtime], None] | None = None) -> int:

@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.auth import Scope, TokenAuthenticator
 from api.rest import admin, errors, offsets, records
-from api.rest.deps import require, runtime
+from api.rest.deps import BearerAuthentication, require, runtime
 from api.rest.schemas import Health
 from rlm import __version__
 from rlm.bootstrap import Runtime, build_runtime
@@ -50,6 +50,11 @@ def create_app(
     app.state.authenticator = auth
     app.state.runtime = runtime_
     errors.install(app)
+    # Everything but the probes and the API's own documentation needs a token.
+    public = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
+    app.add_middleware(
+        BearerAuthentication, authenticator=auth, public={"/healthz", "/readyz", *filter(None, public)}
+    )
     app.include_router(offsets.router)
     app.include_router(records.router)
     app.include_router(admin.router)

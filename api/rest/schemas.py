@@ -131,7 +131,7 @@ class ConfigPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
     remote_log_offset_reader_threads: int | None = Field(default=None, ge=1, le=256)
     remote_list_offsets_request_timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
-    remote_log_manager_copy_max_bytes_per_second: int | None = Field(default=None, ge=-1)
+    remote_log_manager_copy_max_bytes_per_second: int | None = Field(default=None, ge=-1, le=2**63 - 1)
 
 
 class Health(BaseModel):

@@ -21,6 +21,7 @@ from rlm.log.checkpoints import (
 )
 from rlm.log.model import TimestampAndOffset, TopicPartition
 from rlm.log.segment import DEFAULT_MAX_INDEX_SIZE, Segment, segment_base_offsets
+from rlm.log.statcache import StatCache
 
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -61,6 +62,7 @@ class PartitionDir:
         self.log_dir = log_dir if log_dir is not None else LogDir(self.path.parent)
         self.max_index_size = max_index_size
         self._segments: dict[int, Segment] = {}
+        self._listing: StatCache[list[int]] = StatCache()
 
     def __repr__(self) -> str:
         return f"PartitionDir({str(self.path)!r})"
@@ -75,7 +77,7 @@ class PartitionDir:
 
     def segments(self) -> list[Segment]:
         """All segments in ascending base offset; Segment objects (and their indexes) are reused."""
-        bases = segment_base_offsets(self.path)
+        bases = self._listing.get(self.path, segment_base_offsets)
         known = self._segments
         current = {
             b: known.get(b) or Segment(self.path, b, max_index_size=self.max_index_size) for b in bases
@@ -173,6 +175,7 @@ class LogDir:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        self._checkpoints: StatCache[dict[TopicPartition, int]] = StatCache()
 
     def __repr__(self) -> str:
         return f"LogDir({str(self.path)!r})"
@@ -195,13 +198,13 @@ class LogDir:
         return PartitionDir(path, self)
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
-        return _checkpoint(self.path / REPLICATION_OFFSET_CHECKPOINT)
+        return self._checkpoints.get(self.path / REPLICATION_OFFSET_CHECKPOINT, _checkpoint)
 
     def recovery_points(self) -> dict[TopicPartition, int]:
-        return _checkpoint(self.path / RECOVERY_POINT_CHECKPOINT)
+        return self._checkpoints.get(self.path / RECOVERY_POINT_CHECKPOINT, _checkpoint)
 
     def log_start_offsets(self) -> dict[TopicPartition, int]:
-        return _checkpoint(self.path / LOG_START_OFFSET_CHECKPOINT)
+        return self._checkpoints.get(self.path / LOG_START_OFFSET_CHECKPOINT, _checkpoint)
 
 
 def _checkpoint(path: Path) -> dict[TopicPartition, int]:
