@@ -39,8 +39,10 @@ def crc_valid(buf: Buffer, header: BatchHeader) -> bool:
     return legacy.legacy_crc_valid(_legacy_view(buf), header.position, header.size)
 
 
-def decode_batch(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> list[Record]:
+def decode_batch(
+    buf: Buffer, header: BatchHeader, *, verify_crc: bool = True, until: tuple[int, int] | None = None
+) -> list[Record]:
     """Decode the records of one batch; ``header.position`` indexes ``buf``."""
     if header.magic >= 2:
-        return v2.decode_v2(buf, header, verify_crc=verify_crc)
+        return v2.decode_v2(buf, header, verify_crc=verify_crc, until=until)
     return legacy.decode_legacy(_legacy_view(buf), header, verify_crc=verify_crc)

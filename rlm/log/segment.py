@@ -8,6 +8,7 @@ finds the batch; only that batch is decoded.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from rlm.log.source import FileSource, iter_headers, read_batch_bytes
 from rlm.log.txnindex import TransactionIndex
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
+#: How often a segment looks whether its index files changed on disk.
+STAMP_CHECK_INTERVAL_S = 0.1
 
 
 class Segment:
@@ -43,6 +46,11 @@ class Segment:
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._stamp: tuple[int, ...] | None = None
+        self._checked_at = 0.0
+        self.log_path = self.path(".log")
+        self.index_path = self.path(".index")
+        self.time_index_path = self.path(".timeindex")
+        self.txn_index_path = self.path(".txnindex")
 
     def __repr__(self) -> str:
         return f"Segment({str(self.directory)!r}, {self.base_offset})"
@@ -50,22 +58,6 @@ class Segment:
     def path(self, suffix: str) -> Path:
         """Path of this segment's file with ``suffix`` (``.log``, ``.index``, ...)."""
         return self.directory / segment_file_name(self.base_offset, suffix)
-
-    @property
-    def log_path(self) -> Path:
-        return self.path(".log")
-
-    @property
-    def index_path(self) -> Path:
-        return self.path(".index")
-
-    @property
-    def time_index_path(self) -> Path:
-        return self.path(".timeindex")
-
-    @property
-    def txn_index_path(self) -> Path:
-        return self.path(".txnindex")
 
     def size(self) -> int:
         """Size of the ``.log`` in bytes."""
@@ -98,7 +90,15 @@ class Segment:
         return tuple(stamp)
 
     def _current(self) -> None:
-        if self._stamp is not None and self._stamp != self._file_stamp():
+        # Looked at most every STAMP_CHECK_INTERVAL_S: lookups ask for the indexes many times a
+        # second, and a trimmed index only needs to be noticed soon after the roll.
+        if self._stamp is None:
+            return
+        now = time.monotonic()
+        if now - self._checked_at < STAMP_CHECK_INTERVAL_S:
+            return
+        self._checked_at = now
+        if self._stamp != self._file_stamp():
             self.invalidate()
 
     def offset_index(self) -> OffsetIndex:
@@ -144,6 +144,7 @@ class Segment:
             offset_index, time_index = rebuilt.offset_index, rebuilt.time_index
         self._offset_index, self._time_index = offset_index, time_index
         self._stamp = self._file_stamp()
+        self._checked_at = time.monotonic()
 
     def max_timestamp_and_offset(self, *, scan_tail: bool = False) -> TimestampOffset:
         """Largest timestamp in the segment and its batch's last offset (last time-index entry).
@@ -187,14 +188,20 @@ class Segment:
         """The batch holding ``offset`` (or the first after it), found via the offset index."""
         return self.translate_offset(offset, self.offset_index().lookup(offset).position)
 
-    def read_records(self, header: BatchHeader, source: FileSource | None = None) -> list[Record]:
-        """Decode the records of the batch ``header`` describes."""
+    def read_records(
+        self,
+        header: BatchHeader,
+        source: FileSource | None = None,
+        *,
+        until: tuple[int, int] | None = None,
+    ) -> list[Record]:
+        """Decode the records of the batch ``header`` describes (see ``decode_batch`` for ``until``)."""
         own = source is None
         src = self.open() if source is None else source
         try:
             data = read_batch_bytes(src, header)
             try:
-                return decode_batch(data, header._replace(position=0))
+                return decode_batch(data, header._replace(position=0), until=until)
             except CorruptDataError as exc:
                 raise exc.at(str(self.log_path), header.position) from exc
         finally:
@@ -216,7 +223,7 @@ class Segment:
             for header in iter_headers(source, position):
                 if header.max_timestamp < timestamp or header.last_offset < start:
                     continue
-                for record in self.read_records(header, source):
+                for record in self.read_records(header, source, until=(timestamp, start)):
                     if record.timestamp >= timestamp and record.offset >= start:
                         epoch = header.leader_epoch if header.leader_epoch >= 0 else -1
                         return TimestampAndOffset(record.timestamp, record.offset, epoch)

@@ -112,8 +112,14 @@ def crc_valid(buf: Buffer, header: BatchHeader) -> bool:
     return compute_crc(buf, header.position, header.size) == header.crc
 
 
-def decode_v2(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> list[Record]:
+def decode_v2(
+    buf: Buffer, header: BatchHeader, *, verify_crc: bool = True, until: tuple[int, int] | None = None
+) -> list[Record]:
     """Decode every record of the v2 batch described by ``header`` (positions index ``buf``).
+
+    With ``until = (timestamp, offset)`` decoding stops after the first record whose timestamp
+    and offset are both at least those (a timestamp search needs no more); the checks of the
+    records after it are then skipped too.
 
     Raises:
         CorruptRecordError: bad CRC, a record that does not fit, a count that does not match,
@@ -149,6 +155,7 @@ def decode_v2(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> l
             header.base_timestamp,
             log_append,
             compressed=bool(codec),
+            until=until,
         )
     except IndexError as exc:
         raise CorruptRecordError("a record runs past the end of the batch data") from exc
@@ -164,6 +171,7 @@ def _decode_records(
     log_append: int | None,
     *,
     compressed: bool,
+    until: tuple[int, int] | None = None,
 ) -> list[Record]:
     # The hot loop of every record read. Varints of one and two bytes (lengths up to 8191, i.e.
     # nearly every field) are decoded inline: a function call per field would cost more than the
@@ -171,6 +179,7 @@ def _decode_records(
     # reads them (the last byte of an overlong encoding may carry bits Java shifts out).
     out: list[Record] = []
     append = out.append
+    stop_ts, stop_offset = until if until is not None else (2**63, 2**63)
     new = tuple.__new__
     for i in range(count):
         if pos >= end:
@@ -310,18 +319,11 @@ def _decode_records(
             raise CorruptRecordError(
                 f"record {i} declares {length} bytes but its fields take {length + pos - rec_end}"
             )
-        append(
-            new(
-                Record,
-                (
-                    base_offset + offset_delta,
-                    log_append if log_append is not None else base_ts + ts_delta,
-                    key,
-                    value,
-                    headers,
-                ),
-            )
-        )
+        offset = base_offset + offset_delta
+        timestamp = log_append if log_append is not None else base_ts + ts_delta
+        append(new(Record, (offset, timestamp, key, value, headers)))
+        if timestamp >= stop_ts and offset >= stop_offset:
+            return out
     if pos != end:
         where = "decompressed stream" if compressed else "batch"
         raise CorruptRecordError(f"{end - pos} bytes left in the {where} after its {count} records")

@@ -120,15 +120,17 @@ def find_in_remote_segment(
     for header, data in reader.batches(position):
         if header.max_timestamp < timestamp or header.last_offset < start_offset:
             continue
-        for record in _decode(header, data, segment):
+        for record in _decode(header, data, segment, (timestamp, start_offset)):
             if record.timestamp >= timestamp and record.offset >= start_offset:
                 epoch = header.leader_epoch if header.leader_epoch >= 0 else -1
                 return TimestampAndOffset(record.timestamp, record.offset, epoch)
     return None
 
 
-def _decode(header: BatchHeader, data: bytes, segment: RemoteSegment) -> list[Record]:
+def _decode(
+    header: BatchHeader, data: bytes, segment: RemoteSegment, until: tuple[int, int] | None = None
+) -> list[Record]:
     try:
-        return decode_batch(data, header._replace(position=0))
+        return decode_batch(data, header._replace(position=0), until=until)
     except CorruptDataError as exc:
         raise exc.at(segment.layout.log_key, header.position) from exc
