@@ -102,6 +102,7 @@ async def _serve(
     stop_wait = asyncio.create_task(stopping.wait())
     await asyncio.wait({http_task, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
     log.info("stopping")
+    runtime.copier.stopping.set()  # the segment in flight finishes, no other starts
     http.should_exit = True
     await grpc_server.stop(grace=10)
     with contextlib.suppress(Exception):

@@ -139,6 +139,9 @@ def build_runtime(
     )
     timeout = RequestTimeout(settings.remote_list_offsets_request_timeout_ms)
     lookup = LookupService(store, storage, cache, settings.log_dirs)
+    copier.on_change = lookup.invalidate
+    retention.on_change = lookup.invalidate
+    retention.on_deleted = lambda segment: cache.remove(segment.segment_id)
     overview = Overview(store, tuple(LogDir(d) for d in settings.log_dirs))
     dynamic = DynamicConfig(offset_pool, timeout, copier)
     return Runtime(

@@ -17,6 +17,7 @@ unreachable store) is reported and the others carry on.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -84,6 +85,10 @@ class Copier:
         self.leases = leases or LeaseKeeper(
             store, settings.broker_id, settings.remote_log_manager_lease_ttl_ms
         )
+        self.stopping = threading.Event()
+        """Set on shutdown: the segment in flight finishes, no other starts."""
+        self.on_change: Callable[[TopicPartition], None] = lambda tp: None
+        """Called after a segment of a partition finished copying (lookups refresh their view)."""
 
     # -- passes ----------------------------------------------------------------------------
 
@@ -167,6 +172,8 @@ class Copier:
         copied = copied_bytes = 0
         epochs = partition.leader_epochs()
         for segment, _ in eligible:
+            if self.stopping.is_set():
+                break
             lease = self.leases.hold(tp) or lease  # renew between segments: a backlog may take long
             prepared = prepare_segment(
                 partition, segment, broker_id=self.settings.broker_id, now_ms=self.clock(), epochs=epochs
@@ -174,6 +181,7 @@ class Copier:
             self._copy(prepared, lease)
             copied += 1
             copied_bytes += prepared.remote.size_bytes
+            self.on_change(tp)
             self.metrics.copied_segments.labels(*labels).inc()
             self.metrics.copied_bytes.labels(*labels).inc(prepared.remote.size_bytes)
             self.metrics.copy_lag_segments.labels(*labels).set(len(eligible) - copied)

@@ -18,7 +18,7 @@ left half done by a crash is finished by the next pass. Only the lease holder ru
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -95,6 +95,10 @@ class Retention:
         self.leases = leases or LeaseKeeper(store, settings.broker_id, ttl)
         self.clock = clock
         self.step = step
+        self.on_change: Callable[[TopicPartition], None] = lambda tp: None
+        """Called after retention moved a partition's log start or deleted its segments."""
+        self.on_deleted: Callable[[RemoteSegment], None] = lambda segment: None
+        """Called for each segment deleted (the index cache drops its entries)."""
 
     def run_once(self, partitions: Iterable[PartitionDir] | None = None) -> list[RetentionOutcome]:
         """One pass over ``partitions`` (default: every partition of the log directories)."""
@@ -151,10 +155,12 @@ class Retention:
         deleted = deleted_bytes = 0
         for segment in doomed:
             if self._delete(segment, now, lease_epoch):
+                self.on_deleted(segment)
                 deleted += 1
                 deleted_bytes += segment.size_bytes
                 self.metrics.deleted_segments.labels(*labels).inc()
                 self.metrics.deleted_bytes.labels(*labels).inc(segment.size_bytes)
+        self.on_change(tp)
         remaining = sum(s.size_bytes for s in finished) - sum(s.size_bytes for s in doomed)
         self.metrics.remote_log_size_bytes.labels(*labels).set(remaining)
         return RetentionOutcome(tp, deleted, deleted_bytes, start)
