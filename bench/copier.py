@@ -15,7 +15,7 @@ process, all threads included (``time.process_time``); for S3 also the server's 
 Metadata goes to a fresh SQLite file per round (the embedded default store). The data is
 generated once into ``--data`` and reused.
 
-Usage: ``python bench/copier.py [--gib 2] [--partitions 4] [--segment-mib 128] [--rounds 2]``
+Usage: ``python bench/copier.py [--gib 2] [--partitions 4] [--segment-mib 128] [--rounds 3]``
 (or ``python -m bench.copier ...`` from the repository's root)
 """
 
@@ -315,7 +315,7 @@ def main() -> None:
     parser.add_argument("--gib", type=float, default=2.0, help="backlog size over all partitions")
     parser.add_argument("--partitions", type=int, default=4)
     parser.add_argument("--segment-mib", type=int, default=128, help="segment.bytes")
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each side; the best counts")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each side; the best counts")
     parser.add_argument("--data", type=Path, default=Path("build/bench/copier"))
     parser.add_argument("--skip-s3", action="store_true")
     parser.add_argument("--skip-filesystem", action="store_true")

@@ -115,35 +115,40 @@ def build_runtime(
     except BaseException:
         store.close()
         raise
-    metrics = Metrics(registry)
-    leases = LeaseKeeper(store, settings.broker_id, settings.remote_log_manager_lease_ttl_ms)
-    copier = Copier(settings, store, storage, metrics, leases=leases)
-    retention = Retention(settings, store, storage, metrics, leases=leases)
-    cache = RemoteIndexCache(
-        settings.remote_log_index_cache_dir,
-        storage,
-        metrics,
-        max_bytes=settings.remote_log_index_file_cache_total_size_bytes,
-    )
-    offset_pool = BoundedPool(
-        "offset-reader",
-        settings.remote_log_offset_reader_threads,
-        settings.remote_log_offset_read_max_pending_tasks,
-        metrics,
-    )
-    fetch_pool = BoundedPool(
-        "remote-fetch",
-        settings.remote_log_reader_threads,
-        settings.remote_log_reader_max_pending_tasks,
-        metrics,
-    )
-    timeout = RequestTimeout(settings.remote_list_offsets_request_timeout_ms)
-    lookup = LookupService(store, storage, cache, settings.log_dirs)
-    copier.on_change = lookup.invalidate
-    retention.on_change = lookup.invalidate
-    retention.on_deleted = lambda segment: cache.remove(segment.segment_id)
-    overview = Overview(store, tuple(LogDir(d) for d in settings.log_dirs))
-    dynamic = DynamicConfig(offset_pool, timeout, copier)
+    try:
+        metrics = Metrics(registry)
+        leases = LeaseKeeper(store, settings.broker_id, settings.remote_log_manager_lease_ttl_ms)
+        copier = Copier(settings, store, storage, metrics, leases=leases)
+        retention = Retention(settings, store, storage, metrics, leases=leases)
+        cache = RemoteIndexCache(
+            settings.remote_log_index_cache_dir,
+            storage,
+            metrics,
+            max_bytes=settings.remote_log_index_file_cache_total_size_bytes,
+        )
+        offset_pool = BoundedPool(
+            "offset-reader",
+            settings.remote_log_offset_reader_threads,
+            settings.remote_log_offset_read_max_pending_tasks,
+            metrics,
+        )
+        fetch_pool = BoundedPool(
+            "remote-fetch",
+            settings.remote_log_reader_threads,
+            settings.remote_log_reader_max_pending_tasks,
+            metrics,
+        )
+        timeout = RequestTimeout(settings.remote_list_offsets_request_timeout_ms)
+        lookup = LookupService(store, storage, cache, settings.log_dirs)
+        copier.on_change = lookup.invalidate
+        retention.on_change = lookup.invalidate
+        retention.on_deleted = lambda segment: cache.remove(segment.segment_id)
+        overview = Overview(store, tuple(LogDir(d) for d in settings.log_dirs))
+        dynamic = DynamicConfig(offset_pool, timeout, copier)
+    except BaseException:
+        storage.close()
+        store.close()
+        raise
     return Runtime(
         settings,
         store,

@@ -123,7 +123,7 @@ def write_scripted_log_dir(
                     todo -= n
             appender.roll()
         if active_records:
-            last = replace(plans[-1], records=active_records, max_timestamp_ms=plans[-1].max_timestamp_ms)
+            last = replace(plans[-1], records=active_records)
             appender.append([_record(rng, last, i) for i in range(active_records)])
     writer.close(
         {LogTopicPartition(tp.topic, tp.partition): hw for tp, hw in (high_watermarks or {}).items()}

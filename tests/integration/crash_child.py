@@ -3,10 +3,11 @@
 Run as a script by the crash tests. The process builds its runtime from the arguments, as ``rlm
 copy --once`` does, then either completes the pass and prints its outcomes as JSON, or is killed
 for real (no exception, no ``finally``, no flush) at the N-th time the pass reports a named step,
-or at the N-th S3 request of a named operation (e.g. the 2nd ``UploadPart`` of a multipart upload).
+at the N-th S3 request of a named operation (e.g. the 2nd ``UploadPart`` of a multipart upload),
+or at the N-th chunk of ``.log`` bytes a put is about to send (in the middle of a put).
 
     python crash_child.py --log-dir DIR --metadata-url URL --remote-url URL [--s3-endpoint URL]
-        [--job copy|retention] [--kill-at-step NAME --nth N] [--kill-at-request OPERATION --nth N]
+        [--job copy|retention] [--kill-at-step NAME | --kill-at-request OPERATION | --kill-in-put] [--nth N]
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import boto3
 
 from rlm.bootstrap import build_runtime, open_remote_storage
 from rlm.config import Settings, TopicSettings
+from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.retry import RetryPolicy
 from rlm.storage.s3_config import MIN_PART_BYTES
 
@@ -46,6 +48,18 @@ class Killer:
                 os.kill(os.getpid(), signal.SIGKILL)
 
 
+class KillingRateLimiter(RateLimiter):
+    """Lets everything through, but kills this process when asked for its N-th chunk of bytes."""
+
+    def __init__(self, nth: int) -> None:
+        super().__init__(1e15)
+        self.killer = Killer("chunk", nth)
+
+    def acquire(self, amount: int) -> None:
+        self.killer("chunk")
+        super().acquire(amount)
+
+
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--log-dir", type=Path, required=True)
@@ -57,6 +71,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--job", choices=("copy", "retention"), default="copy")
     parser.add_argument("--kill-at-step", help="a step name the pass reports (copy_started, ...)")
     parser.add_argument("--kill-at-request", help="an S3 operation name (UploadPart, PutObject, ...)")
+    parser.add_argument("--kill-in-put", action="store_true", help="kill before a chunk of .log bytes goes")
     parser.add_argument("--nth", type=int, default=1, help="kill at this occurrence")
     return parser.parse_args(argv)
 
@@ -70,6 +85,8 @@ def main(argv: list[str]) -> int:
         remote_url=args.remote_url,
         s3_endpoint_url=args.s3_endpoint,
         remote_log_manager_copier_thread_pool_size=args.threads,
+        # The runtime locks its index cache directory: one of this test's own, not the default.
+        remote_log_index_cache_dir=args.log_dir.parent / "index-cache",
         topic_defaults=TopicSettings(retention_ms=-1),
     )
     storage = None
@@ -95,6 +112,8 @@ def main(argv: list[str]) -> int:
     step = Killer(args.kill_at_step, args.nth)
     runtime.copier.step = step
     runtime.retention.step = step
+    if args.kill_in_put:
+        runtime.copier.rate_limiter = KillingRateLimiter(args.nth)
     try:
         job = runtime.copier if args.job == "copy" else runtime.retention
         outcomes: list[Any] = list(job.run_once())

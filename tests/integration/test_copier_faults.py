@@ -13,6 +13,7 @@ runs after that point: no ``except``, no ``finally``, no rollback of what it had
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import signal
 import socket
@@ -97,7 +98,9 @@ def run_child(
     job: str = "copy",
     kill_at_step: str | None = None,
     kill_at_request: str | None = None,
+    kill_in_put: bool = False,
     nth: int = 1,
+    threads: int = 2,
 ) -> subprocess.CompletedProcess[str]:
     """Run one pass of ``job`` in a sidecar process of its own; it dies on the cue given."""
     args = [
@@ -113,6 +116,8 @@ def run_child(
         job,
         "--nth",
         str(nth),
+        "--threads",
+        str(threads),
     ]
     if backend.s3_endpoint_url is not None:
         args += ["--s3-endpoint", backend.s3_endpoint_url]
@@ -120,6 +125,8 @@ def run_child(
         args += ["--kill-at-step", kill_at_step]
     if kill_at_request is not None:
         args += ["--kill-at-request", kill_at_request]
+    if kill_in_put:
+        args.append("--kill-in-put")
     return subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
 
 
@@ -247,10 +254,15 @@ def test_a_copy_killed_during_a_multipart_upload_is_recovered(
     assert big.size() > 6 * 1024 * 1024
     tiering = tiering_factory(backend, log_dir)
 
-    assert_killed(run_child(backend, log_dir, kill_at_request="UploadPart", nth=2))
+    child = run_child(backend, log_dir, kill_at_request="UploadPart", nth=2)
+    assert_killed(child)
 
-    (abandoned,) = tiering.segments(tp, SegmentState.COPY_SEGMENT_STARTED)
-    assert abandoned.start_offset == big.base_offset
+    rows = tiering.segments(tp)
+    assert [(r.start_offset, r.state) for r in rows] == [
+        (0, SegmentState.COPY_SEGMENT_FINISHED),
+        (big.base_offset, SegmentState.COPY_SEGMENT_STARTED),
+    ], child.stderr
+    abandoned = rows[1]
     assert backend.s3.unfinished_uploads(backend.bucket) == [f"tier/{abandoned.layout.log_key}"]
     (outcome,) = _recover(tiering)
     assert outcome.cleaned_segments == 1
@@ -260,6 +272,35 @@ def test_a_copy_killed_during_a_multipart_upload_is_recovered(
     # (AbortIncompleteMultipartUpload) removes it. It never becomes an object: its key belongs
     # to the abandoned copy alone (the segment id is in it), and that copy is never completed.
     assert backend.s3.unfinished_uploads(backend.bucket) == [f"tier/{abandoned.layout.log_key}"]
+
+
+def test_a_copy_killed_in_the_middle_of_a_filesystem_put_is_recovered(
+    request: pytest.FixtureRequest,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+    log_dir: Path,
+) -> None:
+    backend = make_backend("sqlite-fs", request, tmp_path)
+    remote = Path(backend.remote_url.removeprefix("file://"))
+    tiering = tiering_factory(backend, log_dir)
+
+    # One partition at a time: the third .log put of the first partition dies half done.
+    assert_killed(run_child(backend, log_dir, kill_in_put=True, nth=3, threads=1))
+
+    (leftover,) = remote.rglob("*.rlm-tmp")  # the put's temporary file, never renamed into place
+    first = tp_of(LogDir(log_dir).partitions()[0])
+    assert [r.state for r in tiering.segments(first)] == [
+        SegmentState.COPY_SEGMENT_FINISHED,
+        SegmentState.COPY_SEGMENT_FINISHED,
+        SegmentState.COPY_SEGMENT_STARTED,
+    ]
+    assert tiering.storage.object_size(tiering.segments(first)[2].layout.log_key) is None
+    _recover(tiering)
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+    # Listings skip temporary files and the cleanup deletes objects by key, so the temporary file
+    # of a put that died stays behind. It never becomes an object: only its own put could have
+    # renamed it into place.
+    assert list(remote.rglob("*.rlm-tmp")) == [leftover]
 
 
 # -- a fifth of S3 requests failing -------------------------------------------------------------
@@ -413,15 +454,13 @@ def test_the_copier_loop_recovers_by_itself_when_postgres_restarts(
         topic_defaults=TopicSettings(retention_ms=-1),
     )
     reached, resume = threading.Event(), threading.Event()
-    uploads = 0
+    uploads = itertools.count(1)
 
     def pause_mid_pass(name: str) -> None:
-        nonlocal uploads
-        if name == "log_uploaded":
-            uploads += 1
-            if uploads == 2:  # a .log is up, its copy not finished: the database goes away now
-                reached.set()
-                assert resume.wait(60)
+        # At the second .log uploaded, its copy not finished yet, the database goes away.
+        if name == "log_uploaded" and next(uploads) == 2:
+            reached.set()
+            assert resume.wait(60)
 
     loop = CopierLoop(Copier(config, store, storage, Metrics(), step=pause_mid_pass))
     loop.thread.start()
@@ -440,7 +479,10 @@ def test_the_copier_loop_recovers_by_itself_when_postgres_restarts(
         loop.stopping.set()
         loop.thread.join(60)
     assert any(o.error is not None for o in loop.passes[interrupted])  # the paused copy failed
-    assert sum(o.cleaned_segments for o in loop.passes[healthy]) >= 1  # the copy the restart broke
+    summary = [[(o.copied_segments, o.cleaned_segments, repr(o.error)) for o in p] for p in loop.passes]
+    # The copy the stop interrupted was cleaned up once the database was back.
+    cleaned = sum(o.cleaned_segments for p in loop.passes[down + 1 : healthy + 1] for o in p)
+    assert cleaned >= 1, summary
     assert_invariants(store, storage, [log_dir])
     store.close()
 
