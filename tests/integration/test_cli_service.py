@@ -1,0 +1,64 @@
+"""The service commands end to end on the embedded defaults: db upgrade, copy, lookup, retention."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlm.cli import main
+from rlm.log.logdir import LogDir
+from rlm.log.produce import ProduceSpec, produce
+
+
+def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_copy_lookup_and_retention_from_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "logs"
+    produce(logs, ProduceSpec(topics=1, partitions=1, records=3000, segment_bytes=32 * 1024, seed=9))
+    url = f"sqlite:///{tmp_path / 'meta.db'}"
+    config = tmp_path / "rlm.yaml"
+    config.write_text(
+        f"log.dirs: [{logs}]\nmetadata.url: {url}\nremote.url: {(tmp_path / 'remote').as_uri()}\n"
+        "topics:\n  defaults: {retention.ms: -1}\n"
+    )
+
+    code, _, err = _run(capsys, "copy", "--once", "--quiet", "--config", str(config))
+    assert code == 1 and "rlm db upgrade" in err  # an un-migrated database is refused, saying why
+
+    assert _run(capsys, "db", "upgrade", "--url", url)[0] == 0
+    code, out, _ = _run(capsys, "copy", "--once", "--quiet", "--config", str(config))
+    segments = LogDir(logs).partition("orders", 0).segments()
+    assert code == 0
+    assert f"orders-0: copied {len(segments) - 1} segments" in out
+
+    first = segments[0]
+    target = next(iter(first.headers())).max_timestamp
+    expected = LogDir(logs).partition("orders", 0).find_offset_by_timestamp(target)
+    assert expected is not None
+    for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+        first.path(suffix).unlink(missing_ok=True)  # the broker's local retention
+    code, out, _ = _run(capsys, "lookup", "orders", "0", "--timestamp", str(target), "--config", str(config))
+    answer = json.loads(out)
+    assert code == 0
+    assert (answer["offset"], answer["timestamp"], answer["tier"]) == (
+        expected.offset,
+        expected.timestamp,
+        "remote",
+    )
+
+    code, _, err = _run(capsys, "lookup", "orders", "7", "--timestamp", "0", "--config", str(config))
+    assert code == 1 and "unknown topic-partition orders-7" in err
+
+    config.write_text(config.read_text().replace("retention.ms: -1", "retention.ms: 1000"))
+    code, out, _ = _run(capsys, "retention", "--once", "--config", str(config))
+    assert code == 0
+    assert f"orders-0: deleted {len(segments) - 1} segments" in out
