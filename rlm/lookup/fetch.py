@@ -15,7 +15,7 @@ from rlm.log.batches import decode_batch
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import BatchHeader, Record
 from rlm.log.source import iter_headers, read_batch_bytes
-from rlm.lookup.remote_search import Checkpoint, RemoteLogReader, SegmentIndexes, _never
+from rlm.lookup.remote_search import Checkpoint, RemoteLogReader, SegmentIndexes, never_cancelled
 from rlm.lookup.service import LookupService
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
@@ -75,7 +75,7 @@ class RecordFetcher:
         max_bytes: int,
         *,
         stats: FetchStats | None = None,
-        checkpoint: Checkpoint = _never,
+        checkpoint: Checkpoint = never_cancelled,
     ) -> FetchResult:
         """Batches from the one holding ``offset``, until ``max_bytes`` (at least one batch).
 
@@ -88,7 +88,7 @@ class RecordFetcher:
         local = self.service.local_partition(tp)
         self.service.find(tp, -2)  # raises NotFoundError for an unknown partition
         earliest = self.service.earliest_offset(tp, local)
-        hw = self.service._last_fetchable(local)
+        hw = self.service.last_fetchable(local)
         if offset < earliest or (hw >= 0 and offset > hw):
             raise OffsetOutOfRangeError(f"offset {offset} of {tp} is outside [{earliest}, {hw}]")
         result = FetchResult(None, hw)

@@ -27,7 +27,7 @@ Checkpoint = Callable[[], None]
 """Called between remote reads; raises to abandon the search (a cancelled or expired task)."""
 
 
-def _never() -> None:
+def never_cancelled() -> None:
     """The default checkpoint: never abandons."""
 
 
@@ -47,7 +47,7 @@ class RemoteLogReader:
         storage: RemoteStorage,
         segment: RemoteSegment,
         stats: FetchStats | None = None,
-        checkpoint: Checkpoint = _never,
+        checkpoint: Checkpoint = never_cancelled,
     ) -> None:
         self.storage = storage
         self.segment = segment
@@ -104,7 +104,7 @@ def find_in_remote_segment(
     storage: RemoteStorage,
     indexes: SegmentIndexes,
     stats: FetchStats | None = None,
-    checkpoint: Checkpoint = _never,
+    checkpoint: Checkpoint = never_cancelled,
 ) -> TimestampAndOffset | None:
     """Smallest offset ≥ ``start_offset`` in ``segment`` whose record timestamp is ≥ ``timestamp``.
 

@@ -43,8 +43,8 @@ from rlm.lookup.remote_search import (
     Checkpoint,
     RemoteLogReader,
     SegmentIndexes,
-    _never,
     find_in_remote_segment,
+    never_cancelled,
 )
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
@@ -204,7 +204,7 @@ class LookupService:
         timestamp: int,
         *,
         stats: FetchStats | None = None,
-        checkpoint: Checkpoint = _never,
+        checkpoint: Checkpoint = never_cancelled,
     ) -> OffsetAnswer:
         """ListOffsets for one partition.
 
@@ -219,7 +219,7 @@ class LookupService:
         if timestamp >= 0:
             return self._by_timestamp(tp, local, timestamp, stats, checkpoint)
         if timestamp == SpecialTimestamp.LATEST:
-            hw = self._last_fetchable(local)
+            hw = self.last_fetchable(local)
             epochs = local.leader_epochs() if local is not None else []
             return OffsetAnswer(hw, -1, epochs[-1].epoch if epochs else -1, "local")
         if timestamp == SpecialTimestamp.EARLIEST:
@@ -241,7 +241,8 @@ class LookupService:
             return self._max_timestamp(tp, local, stats, checkpoint)
         raise ValueError(f"timestamp {timestamp} is not a timestamp (≥ 0) nor a special value (-1 to -5)")
 
-    def _last_fetchable(self, local: PartitionDir | None) -> int:
+    def last_fetchable(self, local: PartitionDir | None) -> int:
+        """The high watermark (the log end offset when none is checkpointed); -1 with no local log."""
         if local is None:
             return -1
         hw = local.high_watermark()
@@ -270,7 +271,7 @@ class LookupService:
         return self._below_high_watermark(answer, local)
 
     def _below_high_watermark(self, answer: OffsetAnswer, local: PartitionDir | None) -> OffsetAnswer:
-        limit = self._last_fetchable(local)
+        limit = self.last_fetchable(local)
         if answer.tier is not None and 0 <= limit <= answer.offset:
             return OffsetAnswer.none()  # not yet fully replicated: consumers may not see it
         return answer
