@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,9 +63,9 @@ from rlm.lookup.service import LookupService
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
 from rlm.metrics import Metrics
+from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.filesystem import FilesystemStorage
-from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
-from rlm.storage.ratelimit import RateLimiter
+from rlm.storage.protocol import RemoteStorage
 from rlm.storage.s3 import S3Storage
 from rlm.storage.s3_config import S3Config
 
@@ -180,40 +180,17 @@ class MotoServer:
             self.process.wait()
 
 
-class SlowStorage:
+class SlowStorage(DelegatingStorage):
     """A :class:`RemoteStorage` whose ranged reads take ``delay_s`` longer (a degraded remote)."""
 
     def __init__(self, inner: RemoteStorage) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.delay_s = 0.0
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if self.delay_s:
             time.sleep(self.delay_s)
         return self.inner.read_range(key, start, length)
-
-    def put_object(
-        self,
-        key: str,
-        source: PutSource,
-        *,
-        size: int | None = None,
-        crc32c: int | None = None,
-        rate_limiter: RateLimiter | None = None,
-    ) -> PutResult:
-        return self.inner.put_object(key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter)
-
-    def object_size(self, key: str) -> int | None:
-        return self.inner.object_size(key)
-
-    def delete_objects(self, keys: Iterable[str]) -> None:
-        self.inner.delete_objects(keys)
-
-    def list_keys(self, prefix: str = "") -> Iterator[str]:
-        return self.inner.list_keys(prefix)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 # -- one backend ----------------------------------------------------------------------------------

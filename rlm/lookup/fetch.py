@@ -86,7 +86,7 @@ class RecordFetcher:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be > 0, not {max_bytes}")
         local = self.service.local_partition(tp)
-        self.service.find(tp, -2)  # raises NotFoundError for an unknown partition
+        self.service.require_known(tp, local)
         earliest = self.service.earliest_offset(tp, local)
         hw = self.service.last_fetchable(local)
         if offset < earliest or (hw >= 0 and offset > hw):

@@ -136,7 +136,8 @@ class LookupService:
             self._partitions.pop(tp, None)
         return None
 
-    def _check_known(self, tp: TopicPartition, local: PartitionDir | None) -> None:
+    def require_known(self, tp: TopicPartition, local: PartitionDir | None) -> None:
+        """Raise NotFoundError when ``tp`` has neither a local log nor remote segments."""
         if local is None and not self.remote_view(tp, local).known:
             raise NotFoundError(f"unknown topic-partition {tp}: no local log and no remote segments")
 
@@ -215,7 +216,7 @@ class LookupService:
         local = self.local_partition(tp)
         if local is not None:
             local = _OneLookup(local)
-        self._check_known(tp, local)
+        self.require_known(tp, local)
         if timestamp >= 0:
             return self._by_timestamp(tp, local, timestamp, stats, checkpoint)
         if timestamp == SpecialTimestamp.LATEST:

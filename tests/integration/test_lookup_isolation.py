@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,8 +37,8 @@ from rlm.lookup.list_offsets import (
     TopicQuery,
 )
 from rlm.metastore.model import TopicPartition
-from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
-from rlm.storage.ratelimit import RateLimiter
+from rlm.storage.delegate import DelegatingStorage
+from rlm.storage.protocol import RemoteStorage
 from tests.lookup_support import (
     TOPIC,
     Backend,
@@ -62,11 +62,11 @@ LOCAL = TopicPartition(TOPIC, 1)
 """Never tiered."""
 
 
-class GatedStorage:
+class GatedStorage(DelegatingStorage):
     """A :class:`RemoteStorage` seam: ranged reads wait while the gate is closed; the rest delegates."""
 
     def __init__(self, inner: RemoteStorage) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.gate = threading.Event()
         self.gate.set()
         self._lock = threading.Lock()
@@ -91,26 +91,6 @@ class GatedStorage:
             with self._lock:
                 self.waiting -= 1
         return self.inner.read_range(key, start, length)
-
-    def put_object(
-        self,
-        key: str,
-        source: PutSource,
-        *,
-        size: int | None = None,
-        crc32c: int | None = None,
-        rate_limiter: RateLimiter | None = None,
-    ) -> PutResult:
-        return self.inner.put_object(key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter)
-
-    def object_size(self, key: str) -> int | None:
-        return self.inner.object_size(key)
-
-    def delete_objects(self, keys: Iterable[str]) -> None:
-        self.inner.delete_objects(keys)
-
-    def list_keys(self, prefix: str = "") -> Iterator[str]:
-        return self.inner.list_keys(prefix)
 
     def close(self) -> None:
         self.gate.set()

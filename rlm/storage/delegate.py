@@ -1,0 +1,41 @@
+"""A RemoteStorage that forwards every call to another: subclass it to watch or slow one call."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
+from rlm.storage.ratelimit import RateLimiter
+
+
+class DelegatingStorage:
+    """Forwards each :class:`RemoteStorage` call to ``inner`` unchanged."""
+
+    def __init__(self, inner: RemoteStorage) -> None:
+        self.inner = inner
+
+    def put_object(
+        self,
+        key: str,
+        source: PutSource,
+        *,
+        size: int | None = None,
+        crc32c: int | None = None,
+        rate_limiter: RateLimiter | None = None,
+    ) -> PutResult:
+        return self.inner.put_object(key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter)
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        return self.inner.read_range(key, start, length)
+
+    def object_size(self, key: str) -> int | None:
+        return self.inner.object_size(key)
+
+    def delete_objects(self, keys: Iterable[str]) -> None:
+        self.inner.delete_objects(keys)
+
+    def list_keys(self, prefix: str = "") -> Iterator[str]:
+        return self.inner.list_keys(prefix)
+
+    def close(self) -> None:
+        self.inner.close()
