@@ -8,7 +8,9 @@ Per partition and pass:
 3. for each rolled segment ending below the high watermark and above the highest copied offset:
    ``COPY_SEGMENT_STARTED`` → upload the ``.log`` and the index object →
    ``COPY_SEGMENT_FINISHED``. A failure deletes what was uploaded and rolls the row forward to
-   ``DELETE_SEGMENT_FINISHED``; a crash leaves a STARTED row for step 2 of a later pass.
+   ``DELETE_SEGMENT_FINISHED``; a crash leaves a STARTED row for step 2 of a later pass, which
+   also aborts the unfinished puts (S3 multipart uploads, filesystem temporary files) a crash in
+   the middle of an upload leaves behind.
 
 Partitions are copied in parallel on a bounded pool; one partition's error (a corrupt segment, an
 unreachable store) is reported and the others carry on.
@@ -219,18 +221,21 @@ class Copier:
         self.metrics.copy_seconds.observe(time.perf_counter() - started)
 
     def _abandon(self, prepared: PreparedSegment, lease: Lease, *, outcome_unknown: bool) -> None:
-        """Remove a failed copy's objects and row; what fails here is left to the cleanup pass.
+        """Remove a failed copy's objects, unfinished puts and row; what fails is left to cleanup.
 
         The objects belong to this copy attempt alone (the segment id is in their keys), so they
-        are deleted even when the lease was lost. When the FINISHED update itself failed its
-        outcome is unknown: the objects are kept unless the row says the copy did not finish.
+        are deleted, and puts of them the failed put could not abort are aborted, even when the
+        lease was lost. When the FINISHED update itself failed its outcome is unknown: the objects
+        are kept unless the row says the copy did not finish.
         """
         remote = prepared.remote
+        keys = [remote.layout.log_key, remote.layout.index_key]
         try:
             current = self.store.get_segment(remote.segment_id) if outcome_unknown else None
             if current is not None and current.state is SegmentState.COPY_SEGMENT_FINISHED:
                 return
-            self.storage.delete_objects([remote.layout.log_key, remote.layout.index_key])
+            self.storage.abort_incomplete_puts(keys)
+            self.storage.delete_objects(keys)
             current = current or self.store.get_segment(remote.segment_id)
             if current is not None:
                 delete_segment(

@@ -1,8 +1,11 @@
 """Deleting a remote segment: ``DELETE_SEGMENT_STARTED`` → delete its objects → ``DELETE_SEGMENT_FINISHED``.
 
 Shared by retention (finished segments that expired) and the copier's cleanup (copies that never
-finished). Every step is idempotent, so a pass that dies anywhere is simply run again: a row left
-in ``DELETE_SEGMENT_STARTED`` is retried, and deleting an object that is already gone succeeds.
+finished). A copy that never finished may also have left unfinished puts of its keys (an S3
+multipart upload, a filesystem temporary file: its process was killed mid-put); those are
+removed before the objects. Every step is idempotent, so a pass that dies anywhere is simply run
+again: a row left in ``DELETE_SEGMENT_STARTED`` is retried, and deleting an object that is already
+gone succeeds.
 """
 
 from __future__ import annotations
@@ -35,7 +38,9 @@ def delete_segment(
 
     ``segment`` may be ``COPY_SEGMENT_STARTED`` (an abandoned copy), ``COPY_SEGMENT_FINISHED``
     (expired) or already ``DELETE_SEGMENT_STARTED`` (a retry). The state moves first, so no reader
-    picks the segment once its objects start to disappear.
+    picks the segment once its objects start to disappear. Unless the copy had finished, the
+    unfinished puts of its keys are aborted before its objects are deleted (a retry may be the
+    cleanup of an abandoned copy, so it aborts them too).
 
     Raises:
         StaleLeaseError: ``lease_epoch`` is no longer the partition's lease.
@@ -43,6 +48,7 @@ def delete_segment(
     """
     if segment.state is SegmentState.DELETE_SEGMENT_FINISHED:
         return False
+    copy_finished = segment.state is SegmentState.COPY_SEGMENT_FINISHED
     if segment.state is not SegmentState.DELETE_SEGMENT_STARTED:
         try:
             store.update_segment_state(
@@ -55,6 +61,8 @@ def delete_segment(
         except StateConflictError:
             return False  # it finished or was deleted meanwhile; its new state is someone else's
         step("delete_started")
+    if not copy_finished:
+        storage.abort_incomplete_puts([segment.layout.log_key, segment.layout.index_key])
     storage.delete_objects([segment.layout.log_key])
     step("log_deleted")
     storage.delete_objects([segment.layout.index_key])

@@ -72,6 +72,9 @@ class GatedStorage:
     def delete_objects(self, keys: Iterable[str]) -> None:
         self.inner.delete_objects(keys)
 
+    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
+        self.inner.abort_incomplete_puts(keys)
+
     def list_keys(self, prefix: str = "") -> Iterator[str]:
         return self.inner.list_keys(prefix)
 

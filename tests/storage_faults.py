@@ -144,9 +144,15 @@ class FaultInjector:
         if fault is Fault.LOST_RESPONSE:
             self._http.send(request)
         status, code, message = _ERROR_RESPONSES[fault]
-        body = b"" if request.method == "HEAD" else _error_xml(code, message)
-        headers = HTTPHeaders.from_dict({"Content-Type": "application/xml", "Content-Length": str(len(body))})
-        return AWSResponse(request.url, status, headers, _Body(body))
+        return made_up_response(
+            request.url, status, b"" if request.method == "HEAD" else _error_xml(code, message)
+        )
+
+
+def made_up_response(url: str, status: int, body: bytes) -> AWSResponse:
+    """An XML response to a request to ``url``, for a ``before-send`` handler to answer with."""
+    headers = HTTPHeaders.from_dict({"Content-Type": "application/xml", "Content-Length": str(len(body))})
+    return AWSResponse(url, status, headers, _Body(body))
 
 
 def _error_xml(code: str, message: str) -> bytes:

@@ -42,7 +42,7 @@ from rlm.metastore.model import IndexType, RemoteSegment, SegmentState, TopicPar
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.retention import Retention
-from rlm.storage.filesystem import FilesystemStorage
+from rlm.storage.filesystem import TMP_SUFFIX, FilesystemStorage
 from rlm.storage.payload import crc32c_update
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
@@ -220,6 +220,18 @@ class Backend:
             return FilesystemStorage(self.remote_url.removeprefix("file://"))
         assert self.bucket is not None
         return self.s3.storage(self.bucket, "tier", config, session=session)
+
+    def unfinished_puts(self) -> list[str]:
+        """What unfinished puts left in the remote store, seen behind its back, sorted.
+
+        The key of every S3 multipart upload neither completed nor aborted, or the path (from the
+        root) of every filesystem temporary file.
+        """
+        if self.s3 is not None:
+            assert self.bucket is not None
+            return sorted(self.s3.unfinished_uploads(self.bucket))
+        root = Path(self.remote_url.removeprefix("file://"))
+        return sorted(tmp.relative_to(root).as_posix() for tmp in root.rglob(f"*{TMP_SUFFIX}"))
 
     def open_store(self, clock: FakeClock) -> SqlMetadataStore:
         """A fresh connection to the metadata store; leases expire by ``clock``."""

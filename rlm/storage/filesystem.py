@@ -3,7 +3,9 @@
 Each key is a file under the root, ``/`` parts becoming directories. A put writes a hidden
 temporary file beside the target, fsyncs it, renames it over the target and fsyncs the
 directory, so readers see the old object or the new one, never a mix, even after a crash.
-Temporary files end with :data:`TMP_SUFFIX`; listings skip them and keys may not end with it.
+Temporary files are named ``.<name>.<32 hex digits>`` + :data:`TMP_SUFFIX`; listings skip them
+and keys may not end with the suffix. A put that fails removes its temporary file; one whose
+process is killed leaves it, for ``abort_incomplete_puts`` to remove.
 Directories are kept after their last object is deleted: there is one per partition, and
 removing them would race with a concurrent put into the same partition. Unlike S3, a key cannot
 name an object and also be the directory of other keys (``a`` and ``a/b``); rlm's key layout
@@ -36,6 +38,7 @@ from rlm.storage.ratelimit import RateLimiter
 TMP_SUFFIX = ".rlm-tmp"
 #: Bytes copied at a time when putting a file.
 COPY_CHUNK_BYTES = 1024 * 1024
+_HEX_DIGITS = "0123456789abcdef"
 #: ``errno`` values after which the same call may succeed later (space freed, load gone).
 _TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EINTR})
 
@@ -77,7 +80,7 @@ class FilesystemStorage:
     ) -> PutResult:
         target = self._path(key)
         with Payload(source, size) as payload:
-            tmp = target.with_name(f".{target.name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+            tmp = _tmp_path(target)
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with open(tmp, "wb") as out:
@@ -138,6 +141,34 @@ class FilesystemStorage:
             if parent.is_dir():
                 fsync_dir(parent)
 
+    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
+        paths = {key: self._path(key) for key in keys}  # check every key before removing anything
+        by_directory: dict[Path, dict[str, str]] = {}
+        for key, path in paths.items():
+            by_directory.setdefault(path.parent, {})[path.name] = key
+        for directory, names in by_directory.items():
+            try:
+                with os.scandir(directory) as entries:
+                    leftovers = [
+                        (names[target], Path(entry.path))
+                        for entry in entries
+                        if (target := _put_target(entry.name)) is not None and target in names
+                    ]
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # nothing was ever put there
+            except OSError as exc:
+                raise _os_error(exc, next(iter(names.values())), "list the unfinished puts of") from exc
+            for key, leftover in leftovers:
+                try:
+                    leftover.unlink(missing_ok=True)
+                except OSError as exc:
+                    raise _os_error(exc, key, f"remove {leftover.name}, an unfinished put of") from exc
+            if leftovers:
+                try:
+                    fsync_dir(directory)
+                except OSError as exc:
+                    raise _os_error(exc, leftovers[0][0], "remove the unfinished puts of") from exc
+
     def list_keys(self, prefix: str = "") -> Iterator[str]:
         validate_key(prefix, allow_prefix=True)
         # Walk only the deepest directory the prefix names; the rest of the prefix filters names.
@@ -167,6 +198,21 @@ class FilesystemStorage:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _tmp_path(target: Path) -> Path:
+    """A fresh temporary file for a put of ``target``: ``.<name>.<32 hex digits>.rlm-tmp`` beside it."""
+    return target.with_name(f".{target.name}.{uuid.uuid4().hex}{TMP_SUFFIX}")
+
+
+def _put_target(filename: str) -> str | None:
+    """The name of the object a temporary file of :func:`_tmp_path` is for; ``None`` for other files."""
+    if not filename.startswith(".") or not filename.endswith(TMP_SUFFIX):
+        return None
+    target, _, token = filename[1 : -len(TMP_SUFFIX)].rpartition(".")
+    if not target or len(token) != 32 or token.strip(_HEX_DIGITS):
+        return None
+    return target
 
 
 def _copy(payload: Payload, out: BinaryIO, limiter: RateLimiter | None) -> int:

@@ -57,7 +57,8 @@ class RemoteStorage(Protocol):
 
         Large sources go up in parts (S3 multipart upload); either the whole object is stored and
         verified (size and CRC-32C), or nothing is: a failed put leaves neither a partial object
-        nor an unfinished multipart upload.
+        nor an unfinished multipart upload. A put whose process is killed can leave one (or a
+        filesystem temporary file); :meth:`abort_incomplete_puts` removes it.
 
         Args:
             key: Where to store the bytes.
@@ -111,6 +112,22 @@ class RemoteStorage(Protocol):
             InvalidObjectKeyError: A key is not allowed (nothing is deleted).
             StorageUnavailableError: Retries are spent (retriable); some keys may be deleted.
             StorageError: The store refused a delete.
+        """
+        ...
+
+    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
+        """Remove what unfinished puts of ``keys`` left behind; stored objects are kept.
+
+        A put whose process was killed can leave an unfinished S3 multipart upload (parts S3
+        stores and bills, never listed as objects) or a filesystem temporary file. This aborts
+        every such upload, or removes every such file, of exactly these keys. A key with nothing
+        pending counts as done, so the call is idempotent. Call it only for keys no put is still
+        writing (a segment's keys after its copy was abandoned): such a put would fail.
+
+        Raises:
+            InvalidObjectKeyError: A key is not allowed (nothing is removed).
+            StorageUnavailableError: Retries are spent (retriable); some keys may be done.
+            StorageError: The store refused a listing or an abort.
         """
         ...
 

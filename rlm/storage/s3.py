@@ -2,7 +2,8 @@
 
 * Puts above ``multipart_threshold_bytes`` are multipart uploads
   (:class:`~rlm.storage.s3_multipart.MultipartUploader`): parts go up through a bounded pool and
-  any failure aborts the upload.
+  any failure aborts the upload. The upload of a process killed mid-put stays until
+  :meth:`S3Storage.abort_incomplete_puts` lists the key's uploads and aborts them.
 * Integrity: every PUT and part carries its CRC-32C (``x-amz-checksum-crc32c``), which S3 checks
   on receipt; a multipart upload is created as a ``FULL_OBJECT`` CRC-32C upload and completed with
   the whole object's CRC-32C, which S3 checks against the parts. After a put, a HEAD compares the
@@ -247,6 +248,12 @@ class S3Storage:
                 key = error.get("Key", "")[len(self._key_prefix) :]
                 message = f"S3 DeleteObjects {key!r}: {code} {error.get('Message', '')}".rstrip()
                 raise error_for_code(code, 0, message, key)
+
+    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
+        keys = list(keys)
+        full_keys = [self._full_key(key) for key in keys]  # check every key before aborting any
+        for key, full_key in zip(keys, full_keys, strict=True):
+            self._multipart.abort_unfinished(key, full_key)
 
     def list_keys(self, prefix: str = "") -> Iterator[str]:
         validate_key(prefix, allow_prefix=True)

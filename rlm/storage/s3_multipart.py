@@ -3,7 +3,9 @@
 The calling thread reads the source part by part, computing the whole object's CRC-32C in order,
 and hands each part to the pool; at most ``max_concurrency`` parts are in flight, so memory stays
 under ``(max_concurrency + 1) * part_size_bytes``. Any failure aborts the upload, so no unfinished
-upload (billed storage, invisible in listings) is left behind.
+upload (billed storage, invisible in listings) is left behind; only a process killed mid-upload
+leaves one, which :meth:`MultipartUploader.abort_unfinished` (the store's
+``abort_incomplete_puts``) finds by listing and aborts.
 
 Lost responses are expected. A retried CompleteMultipartUpload that finds its upload gone
 (``NoSuchUpload``) checks the stored object instead; uploads that a retried CreateMultipartUpload
@@ -17,10 +19,12 @@ import base64
 import logging
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
 
 from botocore.exceptions import ClientError
 
+from rlm.errors import StorageError
 from rlm.storage.payload import Payload, check_expected_crc32c, crc32c_update
 from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.s3_config import MAX_PARTS, S3Config
@@ -198,24 +202,60 @@ class MultipartUploader:
             return False
         return stored.crc32c is None or not self._config.checksums or stored.crc32c == s3_crc32c(checksum)
 
-    def _abort(self, key: str, full_key: str, upload_id: str) -> None:
-        def abort() -> None:
-            self._client.abort_multipart_upload(Bucket=self._bucket, Key=full_key, UploadId=upload_id)
+    def abort_unfinished(self, key: str, full_key: str) -> None:
+        """Abort every unfinished multipart upload of exactly ``full_key``; raises rlm errors.
 
+        An upload that is gone by the time it is aborted (``NoSuchUpload``) counts as aborted.
+        """
+        for upload_id in self.unfinished(key, full_key):
+            self._call("AbortMultipartUpload", key, partial(self._abort_upload, full_key, upload_id))
+
+    def unfinished(self, key: str, full_key: str) -> list[str]:
+        """Ids of the unfinished multipart uploads of exactly ``full_key``, from every listing page."""
+        upload_ids: list[str] = []
+        markers: dict[str, Any] = {}
+        while True:
+            page = self._call(
+                "ListMultipartUploads",
+                key,
+                partial(self._client.list_multipart_uploads, Bucket=self._bucket, Prefix=full_key, **markers),
+            )
+            upload_ids.extend(
+                upload["UploadId"]
+                for upload in page.get("Uploads", [])
+                if upload.get("Key") == full_key and "UploadId" in upload
+            )
+            if not page.get("IsTruncated"):
+                return upload_ids
+            following = {
+                "KeyMarker": page.get("NextKeyMarker", ""),
+                "UploadIdMarker": page.get("NextUploadIdMarker", ""),
+            }
+            if not following["KeyMarker"] or following == markers:
+                raise StorageError(
+                    f"S3 ListMultipartUploads {key!r}: the listing is truncated but names no next "
+                    f"page (NextKeyMarker {following['KeyMarker']!r}, "
+                    f"NextUploadIdMarker {following['UploadIdMarker']!r})",
+                    key=key,
+                )
+            markers = following
+
+    def _abort_upload(self, full_key: str, upload_id: str) -> None:
         try:
-            self._call("AbortMultipartUpload", key, abort)
-        except Exception as exc:  # the original error matters more; a lifecycle rule can clean up
-            if s3_error_code(exc) != "NoSuchUpload":
-                _log.warning("could not abort multipart upload of %s: %s", key, exc)
+            self._client.abort_multipart_upload(Bucket=self._bucket, Key=full_key, UploadId=upload_id)
+        except ClientError as exc:
+            if s3_error_code(exc) != "NoSuchUpload":  # already aborted (or completed): done
+                raise
+
+    def _abort(self, key: str, full_key: str, upload_id: str) -> None:
+        try:
+            self._call("AbortMultipartUpload", key, partial(self._abort_upload, full_key, upload_id))
+        except Exception as exc:  # the original error matters more; abort_incomplete_puts retries it
+            _log.warning("could not abort multipart upload of %s: %s", key, exc)
 
     def _abort_strays(self, key: str, full_key: str) -> None:
-        def list_uploads() -> list[str]:
-            listing = self._client.list_multipart_uploads(Bucket=self._bucket, Prefix=full_key)
-            uploads = listing.get("Uploads", [])
-            return [u["UploadId"] for u in uploads if u.get("Key") == full_key and "UploadId" in u]
-
         try:
-            strays = self._call("ListMultipartUploads", key, list_uploads)
+            strays = self.unfinished(key, full_key)
         except Exception as exc:
             _log.warning("could not list multipart uploads of %s: %s", key, exc)
             return

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import os
 import random
+import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, cast
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 
 from rlm.errors import (
     ChecksumMismatchError,
@@ -22,14 +27,16 @@ from rlm.log.logdir import LEADER_EPOCH_CHECKPOINT
 from rlm.log.source import FileSource, iter_headers, read_batch_bytes
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
 from rlm.metastore.model import IndexType
-from rlm.storage.filesystem import FilesystemStorage
+from rlm.storage.filesystem import TMP_SUFFIX, FilesystemStorage
 from rlm.storage.layout import IndexBlob, partition_prefix, segment_keys
 from rlm.storage.payload import crc32c_update
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
+from rlm.storage.s3 import S3Storage
 from rlm.storage.s3_config import MIN_PART_BYTES
 from rlm.storage.source import RangeSource, read_index
 from tests.s3_support import MotoS3, moto_s3  # noqa: F401  (fixture)
+from tests.storage_faults import Fault, FaultInjector, made_up_response
 
 #: Bigger than the S3 store's multipart threshold: three parts of 5 MiB, 5 MiB and 1 MiB + 3.
 MULTIPART_SIZE = 2 * MIN_PART_BYTES + 1024 * 1024 + 3
@@ -218,6 +225,115 @@ def test_many_keys_are_deleted_and_listed(storage: RemoteStorage) -> None:
     assert list(storage.list_keys("many/")) == keys[1::2]
 
 
+# -- unfinished puts -------------------------------------------------------------------------
+
+
+def _leave_unfinished_put(storage: RemoteStorage, key: str, moto: MotoS3 | None) -> None:
+    """Leave a put of ``key`` as a killed process does: S3 parts uploaded, or a temporary file."""
+    if isinstance(storage, FilesystemStorage):
+        target = storage.root / key
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (target.parent / f".{target.name}.{uuid.uuid4().hex}{TMP_SUFFIX}").write_bytes(b"first chunk")
+        return
+    assert isinstance(storage, S3Storage) and moto is not None
+    client, full_key = moto.client(), f"{storage.prefix}/{key}"
+    upload = client.create_multipart_upload(Bucket=storage.bucket, Key=full_key)
+    client.upload_part(
+        Bucket=storage.bucket, Key=full_key, UploadId=upload["UploadId"], PartNumber=1, Body=_bytes(1000)
+    )
+
+
+def _unfinished_puts(storage: RemoteStorage, moto: MotoS3 | None) -> list[str]:
+    """The key of every unfinished put (once per put), in order, seen behind the store's back."""
+    if isinstance(storage, FilesystemStorage):
+        return sorted(
+            (tmp.parent / tmp.name[1:].rsplit(".", 2)[0]).relative_to(storage.root).as_posix()
+            for tmp in storage.root.rglob(f"*{TMP_SUFFIX}")
+        )
+    assert isinstance(storage, S3Storage) and moto is not None
+    root = f"{storage.prefix}/"
+    listing = moto.client().list_multipart_uploads(Bucket=storage.bucket, Prefix=root)
+    return sorted(upload.get("Key", "").removeprefix(root) for upload in listing.get("Uploads", []))
+
+
+@pytest.fixture
+def moto(storage: RemoteStorage, request: pytest.FixtureRequest) -> MotoS3 | None:
+    """The S3 server behind ``storage``; ``None`` for the filesystem."""
+    return request.getfixturevalue("moto_s3") if isinstance(storage, S3Storage) else None
+
+
+def test_abort_incomplete_puts_removes_the_unfinished_puts_of_exactly_its_keys(
+    storage: RemoteStorage, moto: MotoS3 | None
+) -> None:
+    storage.put_object("p/seg.log", b"stored")
+    for key in ["p/seg.log", "p/seg.log", "p/seg.index", "p/seg.log.x", "p/seg", "q/seg.log"]:
+        _leave_unfinished_put(storage, key, moto)
+    assert _unfinished_puts(storage, moto) == sorted(
+        ["p/seg.log", "p/seg.log", "p/seg.index", "p/seg.log.x", "p/seg", "q/seg.log"]
+    )
+
+    storage.abort_incomplete_puts(["p/seg.log", "p/seg.index"])
+
+    assert _unfinished_puts(storage, moto) == ["p/seg", "p/seg.log.x", "q/seg.log"]
+    assert list(storage.list_keys()) == ["p/seg.log"]  # objects are not touched
+    assert storage.read_range("p/seg.log", 0, 100) == b"stored"
+    storage.abort_incomplete_puts(["p/seg.log", "p/seg.index"])  # again
+    storage.abort_incomplete_puts(["p/nothing-pending", "never/written/x.log"])
+    storage.abort_incomplete_puts([])
+    storage.abort_incomplete_puts(["p/seg.log.x", "p/seg", "q/seg.log"])
+    assert _unfinished_puts(storage, moto) == []
+    assert list(storage.list_keys()) == ["p/seg.log"]
+
+
+def test_an_invalid_key_aborts_no_put(storage: RemoteStorage, moto: MotoS3 | None) -> None:
+    _leave_unfinished_put(storage, "p/seg.log", moto)
+    with pytest.raises(InvalidObjectKeyError):
+        storage.abort_incomplete_puts(["p/seg.log", "../x"])
+    assert _unfinished_puts(storage, moto) == ["p/seg.log"]
+
+
+class PausingLimiter(RateLimiter):
+    """Lets bytes through at once, but holds the put at its ``nth`` chunk until ``resume`` is set."""
+
+    def __init__(self, nth: int) -> None:
+        super().__init__(1e15)
+        self.nth = nth
+        self.chunks = 0
+        self.paused = threading.Event()
+        self.resume = threading.Event()
+
+    def acquire(self, amount: int) -> None:
+        self.chunks += 1
+        if self.chunks == self.nth:
+            self.paused.set()
+            if not self.resume.wait(60):
+                raise AssertionError("the test never resumed the put")
+        super().acquire(amount)
+
+
+def test_the_leftovers_of_a_put_under_way_are_its_own_unfinished_put(
+    storage: RemoteStorage, moto: MotoS3 | None, tmp_path: Path
+) -> None:
+    path = tmp_path / "big.log"
+    path.write_bytes(_bytes(MULTIPART_SIZE, seed=6))
+    limiter = PausingLimiter(nth=2)  # the first part or chunk has gone; the put is under way
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        put = pool.submit(storage.put_object, "p/big.log", path, rate_limiter=limiter)
+        try:
+            assert limiter.paused.wait(60)
+            assert _unfinished_puts(storage, moto) == ["p/big.log"]
+
+            storage.abort_incomplete_puts(["p/big.log"])
+
+            assert _unfinished_puts(storage, moto) == []
+        finally:
+            limiter.resume.set()
+        with pytest.raises(StorageError, match="p/big.log"):  # its put fails: nothing to finish
+            put.result(timeout=120)
+    assert storage.object_size("p/big.log") is None
+    assert _unfinished_puts(storage, moto) == []
+
+
 # -- keys that could escape -----------------------------------------------------------------
 
 
@@ -231,6 +347,8 @@ def test_keys_that_could_escape_are_refused(storage: RemoteStorage, key: str, tm
         storage.object_size(key)
     with pytest.raises(InvalidObjectKeyError):
         storage.delete_objects(["p/fine", key])
+    with pytest.raises(InvalidObjectKeyError):
+        storage.abort_incomplete_puts(["p/fine", key])
     assert list(storage.list_keys()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) in ([], ["remote"])
 
@@ -329,3 +447,80 @@ def test_filesystem_store_refuses_a_symlink_out_of_its_root(tmp_path: Path) -> N
     with pytest.raises(InvalidObjectKeyError, match="outside"):
         store.put_object("link/x", b"data")
     assert list(outside.iterdir()) == []
+
+
+def test_s3_abort_of_an_upload_already_gone_succeeds(moto_s3: MotoS3, s3_bucket: str) -> None:  # noqa: F811
+    # The first abort reaches S3 but its answer is lost; the retry finds the upload gone.
+    faults = FaultInjector(
+        1.0, faults=[Fault.LOST_RESPONSE], operations={"AbortMultipartUpload"}, max_faults=1
+    )
+    session = moto_s3.session()
+    faults.install(session)
+    try:
+        with moto_s3.storage(s3_bucket, f"t/{uuid.uuid4().hex}", session=session) as store:
+            _leave_unfinished_put(store, "p/seg.log", moto_s3)
+            store.abort_incomplete_puts(["p/seg.log"])
+            assert _unfinished_puts(store, moto_s3) == []
+    finally:
+        faults.close()
+    assert faults.requests["AbortMultipartUpload"] == 2
+    assert faults.injected[Fault.LOST_RESPONSE] == 1
+
+
+def _listing_page(bucket: str, full_key: str, upload_id: str, next_markers: bool) -> bytes:
+    """A truncated ListMultipartUploads page holding one upload of ``full_key``."""
+    following = (
+        f"<NextKeyMarker>{full_key}</NextKeyMarker><NextUploadIdMarker>{upload_id}</NextUploadIdMarker>"
+        if next_markers
+        else ""
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<ListMultipartUploadsResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+        f"<Bucket>{bucket}</Bucket><KeyMarker></KeyMarker><UploadIdMarker></UploadIdMarker>{following}"
+        f"<Prefix>{full_key}</Prefix><MaxUploads>1</MaxUploads><IsTruncated>true</IsTruncated>"
+        f"<Upload><Key>{full_key}</Key><UploadId>{upload_id}</UploadId>"
+        "<Initiated>2026-01-01T00:00:00.000Z</Initiated></Upload>"
+        "</ListMultipartUploadsResult>"
+    ).encode()
+
+
+@pytest.mark.parametrize("next_markers", [True, False], ids=["next-page", "no-next-page"])
+def test_s3_abort_reads_every_page_of_the_upload_listing(
+    moto_s3: MotoS3,  # noqa: F811
+    s3_bucket: str,
+    next_markers: bool,
+) -> None:
+    # moto answers in one page; the first page here is S3's answer to a listing of one upload per
+    # page, and the second request goes to moto (which ignores the markers and lists all again).
+    prefix = f"t/{uuid.uuid4().hex}"
+    full_key = f"{prefix}/p/seg.log"
+    client = moto_s3.client()
+    first, second = (
+        client.create_multipart_upload(Bucket=s3_bucket, Key=full_key)["UploadId"] for _ in range(2)
+    )
+    queries: list[dict[str, list[str]]] = []
+
+    def first_page(request: AWSPreparedRequest, **_: Any) -> AWSResponse | None:
+        queries.append(parse_qs(urlsplit(request.url).query, keep_blank_values=True))
+        if len(queries) > 1:
+            return None
+        return made_up_response(request.url, 200, _listing_page(s3_bucket, full_key, first, next_markers))
+
+    session = moto_s3.session()
+    # botocore's stubs type handlers as returning None; a before-send handler may return a response.
+    session.events.register("before-send.s3.ListMultipartUploads", cast("Callable[..., None]", first_page))
+    with moto_s3.storage(s3_bucket, prefix, session=session) as store:
+        if next_markers:
+            store.abort_incomplete_puts(["p/seg.log"])
+        else:
+            with pytest.raises(StorageError, match="truncated but names no next page"):
+                store.abort_incomplete_puts(["p/seg.log"])
+    remaining = client.list_multipart_uploads(Bucket=s3_bucket, Prefix=full_key).get("Uploads", [])
+    if next_markers:
+        assert [q.get("key-marker") for q in queries] == [None, [full_key]]
+        assert [q.get("upload-id-marker") for q in queries] == [None, [first]]
+        assert remaining == []
+    else:
+        assert len(queries) == 1
+        assert sorted(u.get("UploadId", "") for u in remaining) == sorted([first, second])

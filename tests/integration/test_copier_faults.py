@@ -4,7 +4,8 @@ a second sidecar, a corrupt segment.
 After every fault the same invariants must hold once a healthy pass has run
 (:func:`tests.tiering_support.invariant_problems`): finished segments have all their objects,
 intact; every replicated offset of a rolled segment is tiered; no object is left that no row
-points to; no offset is tiered twice by one copier.
+points to; no offset is tiered twice by one copier. After a kill, no unfinished put is left
+either: no S3 multipart upload, no filesystem temporary file.
 
 Kills are real: ``crash_child.py`` runs the pass in its own process and sends itself SIGKILL at
 the N-th report of a step (or the N-th S3 request of an operation), so nothing of the dying pass
@@ -173,6 +174,7 @@ def test_a_copy_killed_at_any_step_is_recovered(
     if step != "copy_finished":
         assert sum(o.cleaned_segments for o in outcomes) >= 1
     assert_invariants(tiering.store, tiering.storage, [log_dir])
+    assert backend.unfinished_puts() == []
 
 
 def _tier_then_expire(tiering: Tiering, log_dir: Path) -> dict[TopicPartition, int]:
@@ -228,6 +230,7 @@ def test_a_cleanup_killed_at_any_step_is_recovered(
 
     _recover(tiering)
     assert_invariants(tiering.store, tiering.storage, [log_dir])
+    assert backend.unfinished_puts() == []
 
 
 # -- killed in the middle of a multipart upload -------------------------------------------------
@@ -263,15 +266,12 @@ def test_a_copy_killed_during_a_multipart_upload_is_recovered(
         (big.base_offset, SegmentState.COPY_SEGMENT_STARTED),
     ], child.stderr
     abandoned = rows[1]
-    assert backend.s3.unfinished_uploads(backend.bucket) == [f"tier/{abandoned.layout.log_key}"]
+    # S3 keeps the parts of an upload whose uploader died; the cleanup of the copy aborts it.
+    assert backend.unfinished_puts() == [f"tier/{abandoned.layout.log_key}"]
     (outcome,) = _recover(tiering)
     assert outcome.cleaned_segments == 1
     assert_invariants(tiering.store, tiering.storage, [log_dir])
-    # S3 keeps the parts of an upload whose uploader died. The cleanup pass deletes objects, and
-    # an unfinished upload is none: it stays until a bucket lifecycle rule
-    # (AbortIncompleteMultipartUpload) removes it. It never becomes an object: its key belongs
-    # to the abandoned copy alone (the segment id is in it), and that copy is never completed.
-    assert backend.s3.unfinished_uploads(backend.bucket) == [f"tier/{abandoned.layout.log_key}"]
+    assert backend.unfinished_puts() == []
 
 
 def test_a_copy_killed_in_the_middle_of_a_filesystem_put_is_recovered(
@@ -294,13 +294,14 @@ def test_a_copy_killed_in_the_middle_of_a_filesystem_put_is_recovered(
         SegmentState.COPY_SEGMENT_FINISHED,
         SegmentState.COPY_SEGMENT_STARTED,
     ]
-    assert tiering.storage.object_size(tiering.segments(first)[2].layout.log_key) is None
+    abandoned = tiering.segments(first)[2].layout.log_key
+    assert leftover.parent == remote / abandoned.rpartition("/")[0]
+    assert leftover.name.startswith(f".{abandoned.rpartition('/')[2]}.")
+    assert tiering.storage.object_size(abandoned) is None
     _recover(tiering)
     assert_invariants(tiering.store, tiering.storage, [log_dir])
-    # Listings skip temporary files and the cleanup deletes objects by key, so the temporary file
-    # of a put that died stays behind. It never becomes an object: only its own put could have
-    # renamed it into place.
-    assert list(remote.rglob("*.rlm-tmp")) == [leftover]
+    # Listings skip temporary files; the cleanup of the copy removes its put's.
+    assert backend.unfinished_puts() == []
 
 
 # -- a fifth of S3 requests failing -------------------------------------------------------------

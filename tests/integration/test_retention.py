@@ -284,6 +284,9 @@ class FailingDeletes:
             raise StorageUnavailableError("delete: service unavailable")
         self.inner.delete_objects(keys)
 
+    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
+        self.inner.abort_incomplete_puts(keys)
+
     def list_keys(self, prefix: str = "") -> Iterator[str]:
         return self.inner.list_keys(prefix)
 
