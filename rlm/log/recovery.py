@@ -9,6 +9,7 @@ transaction index and leader epochs to the epoch cache.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -135,7 +136,8 @@ def rebuild_segment_indexes(
                         not epoch_cache or header.leader_epoch > epoch_cache[-1].epoch
                     ):
                         epoch_cache.append(EpochEntry(header.leader_epoch, header.base_offset))
-                    _track_transactions(header, data, tracker, txn_index, source.name)
+                    for aborted in track_transactions(header, tracker, data, source.name):
+                        txn_index.append(aborted)
                 if header.max_timestamp > max_ts:
                     max_ts, max_ts_offset = header.max_timestamp, header.last_offset
                 if valid_bytes - last_index_entry > index_interval_bytes:
@@ -162,25 +164,50 @@ def rebuild_segment_indexes(
     )
 
 
-def _track_transactions(
+def track_transactions(
     header: BatchHeader,
-    data: bytes,
     tracker: TransactionTracker,
-    txn_index: TransactionIndex,
+    batch: bytes | Callable[[], bytes],
     name: str,
-) -> None:
-    if not header.is_transactional:
-        return
+    *,
+    verify_crc: bool = False,
+) -> list[AbortedTxn]:
+    """Apply one batch to ``tracker`` the way Kafka's producer state does.
+
+    A transactional data batch begins its producer's transaction unless one is open; each COMMIT
+    or ABORT record of a control batch ends it at the record's offset. Batches without a producer
+    id and non-transactional ones change nothing.
+
+    Args:
+        header: the batch's header.
+        tracker: the open transactions, updated in place.
+        batch: the whole batch's bytes, or a function returning them (called for control batches
+            only, so a header-only scan reads no data batch).
+        name: the file (or object) the batch is read from, for error messages.
+        verify_crc: check a control batch's CRC before decoding it.
+
+    Returns:
+        The aborted transactions the batch ended, as transaction-index entries.
+
+    Raises:
+        CorruptDataError: a control batch cannot be read or decoded; it names ``name`` and the
+            batch's position.
+    """
+    if not header.is_transactional or header.producer_id < 0:
+        return []
     if not header.is_control:
         tracker.begin(header.producer_id, header.base_offset)
-        return
+        return []
+    data = batch if isinstance(batch, bytes) else batch()
     try:
-        records = decode_batch(data, header._replace(position=0), verify_crc=False)
+        records = decode_batch(data, header._replace(position=0), verify_crc=verify_crc)
+        markers = [(record.offset, parse_control_record(record).type) for record in records]
     except CorruptDataError as exc:
         raise exc.at(name, header.position) from exc
-    for record in records:
-        marker = parse_control_record(record)
-        if marker.type in (ControlType.ABORT, ControlType.COMMIT):
-            aborted = tracker.end(header.producer_id, record.offset, marker.type == ControlType.ABORT)
-            if aborted is not None:
-                txn_index.append(aborted)
+    aborted: list[AbortedTxn] = []
+    for offset, control_type in markers:
+        if control_type in (ControlType.ABORT, ControlType.COMMIT):
+            entry = tracker.end(header.producer_id, offset, control_type == ControlType.ABORT)
+            if entry is not None:
+                aborted.append(entry)
+    return aborted
