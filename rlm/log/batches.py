@@ -39,10 +39,31 @@ def crc_valid(buf: Buffer, header: BatchHeader) -> bool:
     return legacy.legacy_crc_valid(_legacy_view(buf), header.position, header.size)
 
 
-def decode_batch(
-    buf: Buffer, header: BatchHeader, *, verify_crc: bool = True, until: tuple[int, int] | None = None
-) -> list[Record]:
+def decode_batch(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> list[Record]:
     """Decode the records of one batch; ``header.position`` indexes ``buf``."""
     if header.magic >= 2:
-        return v2.decode_v2(buf, header, verify_crc=verify_crc, until=until)
+        return v2.decode_v2(buf, header, verify_crc=verify_crc)
     return legacy.decode_legacy(_legacy_view(buf), header, verify_crc=verify_crc)
+
+
+def find_record(
+    buf: Buffer,
+    header: BatchHeader,
+    timestamp: int,
+    start_offset: int,
+    *,
+    verify_crc: bool = True,
+    at: int | None = None,
+) -> tuple[int, int] | None:
+    """``(timestamp, offset)`` of the first record of the batch with timestamp ≥ ``timestamp`` and
+    offset ≥ ``start_offset`` (a timestamp search's step), or None. The batch starts at ``at`` in
+    ``buf`` (default ``header.position``).
+    """
+    if header.magic >= 2:
+        return v2.find_v2(buf, header, timestamp, start_offset, verify_crc=verify_crc, at=at)
+    if at is not None and at != header.position:
+        header = header._replace(position=at)
+    for record in decode_batch(buf, header, verify_crc=verify_crc):
+        if record.timestamp >= timestamp and record.offset >= start_offset:
+            return record.timestamp, record.offset
+    return None

@@ -63,6 +63,7 @@ class PartitionDir:
         self.max_index_size = max_index_size
         self._segments: dict[int, Segment] = {}
         self._listing: StatCache[list[int]] = StatCache()
+        self._listed: tuple[list[int], list[Segment]] | None = None
 
     def __repr__(self) -> str:
         return f"PartitionDir({str(self.path)!r})"
@@ -78,12 +79,23 @@ class PartitionDir:
     def segments(self) -> list[Segment]:
         """All segments in ascending base offset; Segment objects (and their indexes) are reused."""
         bases = self._listing.get(self.path, segment_base_offsets)
+        listed = self._listed
+        if listed is not None and listed[0] is bases:
+            return list(listed[1])  # the listing did not change: the same objects
         known = self._segments
         current = {
             b: known.get(b) or Segment(self.path, b, max_index_size=self.max_index_size) for b in bases
         }
         self._segments = current
-        return [current[b] for b in bases]
+        segments = [current[b] for b in bases]
+        self._listed = (bases, segments)
+        return list(segments)
+
+    def pinned(self) -> PartitionDir:
+        """This directory as one reader sees it: its segments listed, and the broker's checkpoints
+        read, once, however often they are asked for. The segments (and their loaded indexes) are
+        this directory's own."""
+        return _PinnedPartitionDir(self)
 
     def active_segment(self) -> Segment | None:
         """The last segment, the one the broker appends to."""
@@ -170,12 +182,51 @@ class PartitionDir:
         return best.find_offset_by_timestamp(best_ts)
 
 
+class _PinnedPartitionDir(PartitionDir):
+    """See :meth:`PartitionDir.pinned`."""
+
+    def __init__(self, partition: PartitionDir) -> None:
+        # Not PartitionDir.__init__: the long-lived directory already parsed and checked its path.
+        self.path = partition.path
+        self.tp = partition.tp
+        self.log_dir = partition.log_dir
+        self.max_index_size = partition.max_index_size
+        self._pinned = partition.segments()
+        self._checkpoints_read = False
+        self._high_watermark: int | None = None
+        self._log_start: int | None = None
+
+    def segments(self) -> list[Segment]:
+        return list(self._pinned)
+
+    def pinned(self) -> PartitionDir:
+        return self
+
+    def _read_checkpoints(self) -> None:
+        if not self._checkpoints_read:
+            self._high_watermark = super().high_watermark()
+            self._log_start = super().checkpointed_log_start_offset()
+            self._checkpoints_read = True
+
+    def high_watermark(self) -> int | None:
+        self._read_checkpoints()
+        return self._high_watermark
+
+    def checkpointed_log_start_offset(self) -> int | None:
+        self._read_checkpoints()
+        return self._log_start
+
+
 class LogDir:
     """A broker log directory (one entry of ``log.dirs``)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self._checkpoints: StatCache[dict[TopicPartition, int]] = StatCache()
+        # Joined once: the lookups ask for the checkpoints on every call.
+        self._high_watermarks_path = self.path / REPLICATION_OFFSET_CHECKPOINT
+        self._recovery_points_path = self.path / RECOVERY_POINT_CHECKPOINT
+        self._log_start_offsets_path = self.path / LOG_START_OFFSET_CHECKPOINT
 
     def __repr__(self) -> str:
         return f"LogDir({str(self.path)!r})"
@@ -198,13 +249,13 @@ class LogDir:
         return PartitionDir(path, self)
 
     def high_watermarks(self) -> dict[TopicPartition, int]:
-        return self._checkpoints.get(self.path / REPLICATION_OFFSET_CHECKPOINT, _checkpoint)
+        return self._checkpoints.get(self._high_watermarks_path, _checkpoint)
 
     def recovery_points(self) -> dict[TopicPartition, int]:
-        return self._checkpoints.get(self.path / RECOVERY_POINT_CHECKPOINT, _checkpoint)
+        return self._checkpoints.get(self._recovery_points_path, _checkpoint)
 
     def log_start_offsets(self) -> dict[TopicPartition, int]:
-        return self._checkpoints.get(self.path / LOG_START_OFFSET_CHECKPOINT, _checkpoint)
+        return self._checkpoints.get(self._log_start_offsets_path, _checkpoint)
 
 
 def _checkpoint(path: Path) -> dict[TopicPartition, int]:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rlm.errors import CorruptDataError
-from rlm.log.batches import decode_batch
+from rlm.log.batches import decode_batch, find_record
 from rlm.log.files import parse_base_offset, segment_file_name
 from rlm.log.index import OffsetIndex, TimeIndex, TimestampOffset
 from rlm.log.model import BatchHeader, Record, TimestampAndOffset
@@ -23,6 +23,8 @@ from rlm.log.txnindex import TransactionIndex
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
 #: How often a segment looks whether its index files changed on disk.
 STAMP_CHECK_INTERVAL_S = 0.1
+#: What a timestamp search reads first from the indexed position (then twice as much each time).
+SEARCH_WINDOW_BYTES = 16 * 1024
 
 
 class Segment:
@@ -47,6 +49,8 @@ class Segment:
         self._time_index: TimeIndex | None = None
         self._stamp: tuple[int, ...] | None = None
         self._checked_at = 0.0
+        # The last time-index entry of the index it was read from: asked for on every lookup.
+        self._max_entry: tuple[TimeIndex, TimestampOffset] | None = None
         self.log_path = self.path(".log")
         self.index_path = self.path(".index")
         self.time_index_path = self.path(".timeindex")
@@ -154,7 +158,12 @@ class Segment:
         scanned too.
         """
         index = self.time_index()
-        best = index.last_entry if len(index) else TimestampOffset(-1, self.base_offset)
+        cached = self._max_entry
+        if cached is not None and cached[0] is index:
+            best = cached[1]
+        else:
+            best = index.last_entry if len(index) else TimestampOffset(-1, self.base_offset)
+            self._max_entry = (index, best)
         if scan_tail:
             start = self.offset_index().lookup(best.offset).position
             for header in self.headers(start):
@@ -164,6 +173,15 @@ class Segment:
 
     def largest_timestamp(self, *, scan_tail: bool = False) -> int:
         """Kafka's ``largestTimestamp``: the max timestamp, or the ``.log`` mtime when there is none."""
+        cached = self._max_entry
+        if (
+            not scan_tail
+            and cached is not None
+            and cached[0] is self._time_index
+            and cached[1].timestamp >= 0
+            and time.monotonic() - self._checked_at < STAMP_CHECK_INTERVAL_S
+        ):
+            return cached[1].timestamp  # asked for each segment on every lookup: kept short
         max_ts = self.max_timestamp_and_offset(scan_tail=scan_tail).timestamp
         if max_ts >= 0:
             return max_ts
@@ -192,16 +210,14 @@ class Segment:
         self,
         header: BatchHeader,
         source: FileSource | None = None,
-        *,
-        until: tuple[int, int] | None = None,
     ) -> list[Record]:
-        """Decode the records of the batch ``header`` describes (see ``decode_batch`` for ``until``)."""
+        """Decode the records of the batch ``header`` describes."""
         own = source is None
         src = self.open() if source is None else source
         try:
             data = read_batch_bytes(src, header)
             try:
-                return decode_batch(data, header._replace(position=0), until=until)
+                return decode_batch(data, header._replace(position=0))
             except CorruptDataError as exc:
                 raise exc.at(str(self.log_path), header.position) from exc
         finally:
@@ -220,13 +236,18 @@ class Segment:
         hint = self.time_index().lookup(timestamp)
         position = self.offset_index().lookup(max(hint.offset, start)).position
         with self.open() as source:
-            for header in iter_headers(source, position):
+            # The answer is usually within an index interval (4 KiB by default) of the position.
+            for header in iter_headers(source, position, first_window_bytes=SEARCH_WINDOW_BYTES):
                 if header.max_timestamp < timestamp or header.last_offset < start:
                     continue
-                for record in self.read_records(header, source, until=(timestamp, start)):
-                    if record.timestamp >= timestamp and record.offset >= start:
-                        epoch = header.leader_epoch if header.leader_epoch >= 0 else -1
-                        return TimestampAndOffset(record.timestamp, record.offset, epoch)
+                data = read_batch_bytes(source, header)
+                try:
+                    found = find_record(data, header, timestamp, start, at=0)
+                except CorruptDataError as exc:
+                    raise exc.at(str(self.log_path), header.position) from exc
+                if found is not None:
+                    epoch = header.leader_epoch if header.leader_epoch >= 0 else -1
+                    return TimestampAndOffset(found[0], found[1], epoch)
         return None
 
 

@@ -121,8 +121,13 @@ def iter_headers(
     end: int | None = None,
     *,
     window_bytes: int = DEFAULT_WINDOW_BYTES,
+    first_window_bytes: int | None = None,
 ) -> Iterator[BatchHeader]:
     """Yield the header of every whole batch in ``[start, end)`` of ``source``.
+
+    The source is read ``window_bytes`` at a time; with ``first_window_bytes`` the first read is
+    that small and each next one doubles up to ``window_bytes`` (a search that expects to stop
+    within a few batches of ``start`` then reads little).
 
     Iteration ends cleanly at a torn tail (a last batch not yet completely written, or 17 bytes
     or fewer left), as Kafka's ``FileLogInputStream`` does. A size field that cannot be a batch,
@@ -133,12 +138,14 @@ def iter_headers(
     buf = b""
     buf_start = start
     pos = start
+    window = window_bytes if first_window_bytes is None else min(first_window_bytes, window_bytes)
     # FileLogInputStream stops when position + HEADER_SIZE_UP_TO_MAGIC (17) >= end.
     while limit - pos > MAGIC_OFFSET + 1:
         rel = pos - buf_start
         need = min(V2_HEADER_SIZE, limit - pos)
         if rel < 0 or rel + need > len(buf):
-            buf = source.read(pos, max(window_bytes, V2_HEADER_SIZE))
+            buf = source.read(pos, max(window, V2_HEADER_SIZE))
+            window = min(window * 2, window_bytes)
             buf_start, rel = pos, 0
             if len(buf) < need:
                 return  # the source shrank under us

@@ -112,20 +112,33 @@ def crc_valid(buf: Buffer, header: BatchHeader) -> bool:
     return compute_crc(buf, header.position, header.size) == header.crc
 
 
-def decode_v2(
-    buf: Buffer, header: BatchHeader, *, verify_crc: bool = True, until: tuple[int, int] | None = None
-) -> list[Record]:
+def decode_v2(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> list[Record]:
     """Decode every record of the v2 batch described by ``header`` (positions index ``buf``).
-
-    With ``until = (timestamp, offset)`` decoding stops after the first record whose timestamp
-    and offset are both at least those (a timestamp search needs no more); the checks of the
-    records after it are then skipped too.
 
     Raises:
         CorruptRecordError: bad CRC, a record that does not fit, a count that does not match,
             bytes left over, or a payload the codec cannot decompress.
     """
-    pos = header.position
+    data, start, stop = _records_data(buf, header, verify_crc, header.position)
+    log_append = header.max_timestamp if header.attributes & _LOG_APPEND_TIME else None
+    try:
+        return _decode_records(
+            data,
+            start,
+            stop,
+            header.record_count,
+            header.base_offset,
+            header.base_timestamp,
+            log_append,
+            compressed=bool(header.attributes & _CODEC_MASK),
+        )
+    except IndexError as exc:
+        raise CorruptRecordError("a record runs past the end of the batch data") from exc
+
+
+def _records_data(buf: Buffer, header: BatchHeader, verify_crc: bool, pos: int) -> tuple[bytes, int, int]:
+    """The bytes holding the records of the batch at ``pos``, checked and decompressed:
+    ``(data, start, stop)``."""
     end = pos + header.size
     if end > len(buf):
         raise CorruptRecordError(f"v2 batch of {header.size} bytes runs past the end of its data")
@@ -138,27 +151,85 @@ def decode_v2(
     codec = header.attributes & _CODEC_MASK
     if codec:
         data = codecs.decompress(Codec(codec), memoryview(buf)[pos + V2_HEADER_SIZE : end])
-        start, stop = 0, len(data)
-    elif isinstance(buf, bytes):
-        data, start, stop = buf, pos + V2_HEADER_SIZE, end
-    else:
-        data = bytes(buf[pos + V2_HEADER_SIZE : end])
-        start, stop = 0, len(data)
-    log_append = header.max_timestamp if header.attributes & _LOG_APPEND_TIME else None
-    try:
-        return _decode_records(
-            data,
-            start,
-            stop,
-            header.record_count,
-            header.base_offset,
-            header.base_timestamp,
-            log_append,
-            compressed=bool(codec),
-            until=until,
-        )
-    except IndexError as exc:
-        raise CorruptRecordError("a record runs past the end of the batch data") from exc
+        return data, 0, len(data)
+    if isinstance(buf, bytes):
+        return buf, pos + V2_HEADER_SIZE, end
+    data = bytes(buf[pos + V2_HEADER_SIZE : end])
+    return data, 0, len(data)
+
+
+def find_v2(
+    buf: Buffer,
+    header: BatchHeader,
+    timestamp: int,
+    start_offset: int,
+    *,
+    verify_crc: bool = True,
+    at: int | None = None,
+) -> tuple[int, int] | None:
+    """``(timestamp, offset)`` of the batch's first record whose timestamp is ≥ ``timestamp`` and
+    whose offset is ≥ ``start_offset``; None when no record qualifies. The batch starts at ``at``
+    in ``buf`` (default ``header.position``).
+
+    What a timestamp search does with a batch, without decoding it: each record's length,
+    timestamp delta and offset delta are read, and its key, value and headers skipped.
+
+    Raises:
+        CorruptRecordError: as :func:`decode_v2` for the batch, or a record that does not fit.
+    """
+    if header.max_timestamp < timestamp or header.last_offset < start_offset:
+        return None
+    data, pos, end = _records_data(buf, header, verify_crc, header.position if at is None else at)
+    base_offset = header.base_offset
+    log_append = header.attributes & _LOG_APPEND_TIME
+    base_ts = header.max_timestamp if log_append else header.base_timestamp
+    count = header.record_count
+    for i in range(count):
+        if pos >= end:
+            raise CorruptRecordError(f"batch declares {count} records but its data ends after {i}")
+        try:
+            u = data[pos]
+            if u < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                u = (u & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            else:
+                u, pos = read_uvarint(data, pos, 5)
+                u &= _INT32_BITS
+            length = (u >> 1) ^ -(u & 1)
+            rec_end = pos + length
+            if length < 6 or rec_end > end:
+                raise CorruptRecordError(
+                    f"record {i} declares {length} bytes but {end - pos} remain in the batch"
+                )
+            pos += 1  # record attributes: unused
+            u = data[pos]
+            if u < 0x80:
+                pos += 1
+            elif data[pos + 1] < 0x80:
+                u = (u & 0x7F) | (data[pos + 1] << 7)
+                pos += 2
+            elif data[pos + 2] < 0x80:
+                u = (u & 0x7F) | ((data[pos + 1] & 0x7F) << 7) | (data[pos + 2] << 14)
+                pos += 3
+            else:
+                u, pos = read_uvarint(data, pos, 10)
+                u &= _INT64_BITS
+            ts = base_ts if log_append else base_ts + ((u >> 1) ^ -(u & 1))
+            u = data[pos]
+            if u >= 0x80:
+                if data[pos + 1] < 0x80:
+                    u = (u & 0x7F) | (data[pos + 1] << 7)
+                else:
+                    u = read_uvarint(data, pos, 5)[0] & _INT32_BITS
+        except IndexError as exc:
+            raise CorruptRecordError(f"record {i} runs past the end of the batch data") from exc
+        offset = base_offset + ((u >> 1) ^ -(u & 1))
+        if ts >= timestamp and offset >= start_offset:
+            return ts, offset
+        pos = rec_end
+    return None
 
 
 def _decode_records(
@@ -171,7 +242,6 @@ def _decode_records(
     log_append: int | None,
     *,
     compressed: bool,
-    until: tuple[int, int] | None = None,
 ) -> list[Record]:
     # The hot loop of every record read. Varints of one and two bytes (lengths up to 8191, i.e.
     # nearly every field) are decoded inline: a function call per field would cost more than the
@@ -179,7 +249,6 @@ def _decode_records(
     # reads them (the last byte of an overlong encoding may carry bits Java shifts out).
     out: list[Record] = []
     append = out.append
-    stop_ts, stop_offset = until if until is not None else (2**63, 2**63)
     new = tuple.__new__
     for i in range(count):
         if pos >= end:
@@ -322,8 +391,6 @@ def _decode_records(
         offset = base_offset + offset_delta
         timestamp = log_append if log_append is not None else base_ts + ts_delta
         append(new(Record, (offset, timestamp, key, value, headers)))
-        if timestamp >= stop_ts and offset >= stop_offset:
-            return out
     if pos != end:
         where = "decompressed stream" if compressed else "batch"
         raise CorruptRecordError(f"{end - pos} bytes left in the {where} after its {count} records")

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from rlm.errors import CorruptDataError, CorruptRecordError
-from rlm.log.batches import decode_batch
+from rlm.log.batches import find_record
 from rlm.log.index import OffsetIndex, TimeIndex
-from rlm.log.model import BatchHeader, Record, TimestampAndOffset
+from rlm.log.model import BatchHeader, TimestampAndOffset
 from rlm.log.source import BytesSource, iter_headers
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import RemoteSegment
@@ -120,17 +120,11 @@ def find_in_remote_segment(
     for header, data in reader.batches(position):
         if header.max_timestamp < timestamp or header.last_offset < start_offset:
             continue
-        for record in _decode(header, data, segment, (timestamp, start_offset)):
-            if record.timestamp >= timestamp and record.offset >= start_offset:
-                epoch = header.leader_epoch if header.leader_epoch >= 0 else -1
-                return TimestampAndOffset(record.timestamp, record.offset, epoch)
+        try:
+            found = find_record(data, header, timestamp, start_offset, at=0)
+        except CorruptDataError as exc:
+            raise exc.at(segment.layout.log_key, header.position) from exc
+        if found is not None:
+            epoch = header.leader_epoch if header.leader_epoch >= 0 else -1
+            return TimestampAndOffset(found[0], found[1], epoch)
     return None
-
-
-def _decode(
-    header: BatchHeader, data: bytes, segment: RemoteSegment, until: tuple[int, int] | None = None
-) -> list[Record]:
-    try:
-        return decode_batch(data, header._replace(position=0), until=until)
-    except CorruptDataError as exc:
-        raise exc.at(segment.layout.log_key, header.position) from exc
