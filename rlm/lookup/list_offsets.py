@@ -148,12 +148,12 @@ class ListOffsets:
     ) -> PartitionResult | Callable[[CancelToken], OffsetAnswer]:
         """Answer at once what needs no remote read; otherwise the task for the reader pool."""
         try:
-            if not self.service.needs_remote(tp, timestamp):
-                # Local and metadata-only answers never wait behind remote reads.
-                answer = self.service.find(tp, timestamp, stats=stats)
-                return _result(tp.partition, Outcome(value=answer), stats)
+            # Local and metadata-only answers never wait behind remote reads.
+            answer = self.service.find_local(tp, timestamp, stats=stats)
         except Exception as exc:  # reported per partition, as Kafka does
             return _result(tp.partition, Outcome(error=exc), stats)
+        if answer is not None:
+            return _result(tp.partition, Outcome(value=answer), stats)
         return self._task(tp, timestamp, stats)
 
     def _task(
@@ -163,6 +163,16 @@ class ListOffsets:
             return self.service.find(tp, timestamp, stats=stats, checkpoint=token.raise_if_cancelled)
 
         return run
+
+    def answer_now(self, tp: TopicPartition, timestamp: int) -> PartitionResult | None:
+        """One partition's answer if it needs no metadata query and no remote read (an event loop
+        may call this itself); None when :meth:`find_one` must be called, off the loop."""
+        answer = self.service.answer_now(tp, timestamp)
+        if answer is None:
+            return None
+        return PartitionResult(
+            tp.partition, ErrorCode.NONE, answer.timestamp, answer.offset, answer.leader_epoch, answer.tier
+        )
 
     def find_one(self, tp: TopicPartition, timestamp: int, timeout_ms: int | None = None) -> PartitionResult:
         """One partition, as a single call (REST's GET and gRPC's unary lookup)."""

@@ -37,7 +37,6 @@ from rlm.log.batches import decode_batch
 from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.model import BatchHeader, Record, TimestampAndOffset
-from rlm.log.segment import Segment
 from rlm.log.source import iter_headers
 from rlm.lookup.remote_search import (
     Checkpoint,
@@ -115,6 +114,8 @@ class LookupService:
         self._clock = clock
         self._partitions: dict[TopicPartition, PartitionDir] = {}
         self._views: dict[TopicPartition, RemoteTierView] = {}
+        self._refreshing: dict[TopicPartition, threading.Lock] = {}
+        self._refresh_claims: dict[TopicPartition, RemoteTierView] = {}
         self._lock = threading.Lock()
 
     # -- partitions --------------------------------------------------------------------------
@@ -136,6 +137,19 @@ class LookupService:
             self._partitions.pop(tp, None)
         return None
 
+    def pinned_partition(self, tp: TopicPartition) -> PartitionDir | None:
+        """The broker's directory of ``tp`` as one lookup sees it (:meth:`PartitionDir.pinned`), or
+        None. Listing the directory tells that it still exists, so no separate check is made."""
+        with self._lock:
+            known = self._partitions.get(tp)
+        if known is not None:
+            try:
+                return known.pinned()
+            except FileNotFoundError:  # deleted or moved to another log directory since
+                pass
+        local = self.local_partition(tp)
+        return local.pinned() if local is not None else None
+
     def require_known(self, tp: TopicPartition, local: PartitionDir | None) -> None:
         """Raise NotFoundError when ``tp`` has neither a local log nor remote segments."""
         if local is None and not self.remote_view(tp, local).known:
@@ -145,12 +159,20 @@ class LookupService:
 
     def remote_view(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
         """The partition's remote-tier summary, reused as the module docstring says."""
+        view = self.cached_remote_view(tp, local)
+        if view is not None:
+            return view
+        with self._lock:
+            refreshing = self._refreshing.setdefault(tp, threading.Lock())
+        with refreshing:  # one query at a time per partition; the others reuse its answer
+            view = self.cached_remote_view(tp, local)
+            if view is not None:
+                return view
+            return self._read_remote_view(tp, local)
+
+    def _read_remote_view(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
         base = _first_base(local)
         now = self._clock()
-        with self._lock:
-            view = self._views.get(tp)
-        if view is not None and view.local_base == base and now - view.read_at < self.metadata_ttl_s:
-            return view
         record = self.store.get_partition(tp)
         first = next(iter(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED])), None)
         view = RemoteTierView(
@@ -165,6 +187,33 @@ class LookupService:
             self._views[tp] = view
         return view
 
+    def cached_remote_view(
+        self, tp: TopicPartition, local: PartitionDir | None, *, while_refreshing: bool = False
+    ) -> RemoteTierView | None:
+        """The partition's remote-tier summary if the one at hand may be reused; None when the
+        metadata store must be asked.
+
+        With ``while_refreshing`` (callers that must not wait for the store), the first caller to
+        find the summary expired gets None and is expected to read the new one through
+        :meth:`remote_view`; until it has, the others reuse the expired summary, up to twice
+        ``metadata_ttl_s`` old, rather than all turning to the store at once.
+        """
+        base = _first_base(local)
+        now = self._clock()
+        with self._lock:
+            view = self._views.get(tp)
+            if view is None or view.local_base != base:
+                return None
+            age = now - view.read_at
+            if age < self.metadata_ttl_s:
+                return view
+            if not while_refreshing or age >= 2 * self.metadata_ttl_s:
+                return None
+            if self._refresh_claims.get(tp) is view:
+                return view  # another caller is reading the new summary
+            self._refresh_claims[tp] = view
+            return None
+
     def invalidate(self, tp: TopicPartition | None = None) -> None:
         """Forget the remote-tier summary of ``tp`` (of every partition when None): the next
         lookup asks the metadata store. For whoever changed the remote tier in this process."""
@@ -176,9 +225,11 @@ class LookupService:
 
     # -- offsets -----------------------------------------------------------------------------
 
-    def earliest_offset(self, tp: TopicPartition, local: PartitionDir | None) -> int:
+    def earliest_offset(
+        self, tp: TopicPartition, local: PartitionDir | None, view: RemoteTierView | None = None
+    ) -> int:
         """The log start offset, remote tier included (-2)."""
-        view = self.remote_view(tp, local)
+        view = view if view is not None else self.remote_view(tp, local)
         local_base = _first_base(local)
         starts = [o for o in (view.first_offset, local_base) if o is not None]
         # Retention advanced the remote log start offset past what it deleted; it holds even when
@@ -187,17 +238,46 @@ class LookupService:
         checkpointed = local.checkpointed_log_start_offset() if local is not None else None
         return max(earliest, checkpointed or 0)
 
-    def needs_remote(self, tp: TopicPartition, timestamp: int) -> bool:
-        """Whether answering may read the remote tier (KIP-1075: then it runs on the reader pool).
+    def find_local(
+        self, tp: TopicPartition, timestamp: int, *, stats: FetchStats | None = None
+    ) -> OffsetAnswer | None:
+        """The answer when finding it reads no remote data; None when it may (KIP-1075: it then
+        runs on the reader pool, and local answers never wait behind remote reads).
 
         Special values other than -3 need metadata only; a timestamp above the max remote timestamp
         can only be in the local log.
+
+        Raises:
+            as :meth:`find`.
         """
-        if timestamp < 0 and timestamp != SpecialTimestamp.MAX_TIMESTAMP:
-            return False
-        local = self.local_partition(tp)
-        max_remote = self.remote_view(tp, _OneLookup(local) if local is not None else None).max_timestamp
-        return max_remote is not None and (timestamp < 0 or timestamp <= max_remote)
+        pinned = self.pinned_partition(tp)
+        if timestamp >= 0 or timestamp == SpecialTimestamp.MAX_TIMESTAMP:
+            max_remote = self.remote_view(tp, pinned).max_timestamp
+            if max_remote is not None and (timestamp < 0 or timestamp <= max_remote):
+                return None
+        return self._find(tp, pinned, timestamp, stats, never_cancelled)
+
+    def answer_now(self, tp: TopicPartition, timestamp: int) -> OffsetAnswer | None:
+        """The answer when it needs nothing but the broker's local files and the partition's
+        reusable remote-tier summary (no metadata query, no remote read: what an event loop may
+        run itself); None otherwise, or when anything fails (the full path then reports it).
+
+        Only a timestamp ≥ 0 above the max remote timestamp, or LATEST, qualifies.
+        """
+        if timestamp < 0 and timestamp != SpecialTimestamp.LATEST:
+            return None
+        try:
+            pinned = self.pinned_partition(tp)
+            if pinned is None:
+                return None
+            view = self.cached_remote_view(tp, pinned, while_refreshing=True)
+            if view is None or (view.max_timestamp is not None and timestamp <= view.max_timestamp):
+                return None
+            if timestamp == SpecialTimestamp.LATEST:
+                return self._find(tp, pinned, timestamp, None, never_cancelled)
+            return self._by_timestamp(tp, pinned, timestamp, None, never_cancelled, view)
+        except Exception:  # the full path answers with the error
+            return None
 
     def find(
         self,
@@ -213,9 +293,16 @@ class LookupService:
             NotFoundError: neither a local log nor remote segments exist for ``tp``.
             ValueError: ``timestamp`` is below -5.
         """
-        local = self.local_partition(tp)
-        if local is not None:
-            local = _OneLookup(local)
+        return self._find(tp, self.pinned_partition(tp), timestamp, stats, checkpoint)
+
+    def _find(
+        self,
+        tp: TopicPartition,
+        local: PartitionDir | None,
+        timestamp: int,
+        stats: FetchStats | None,
+        checkpoint: Checkpoint,
+    ) -> OffsetAnswer:
         self.require_known(tp, local)
         if timestamp >= 0:
             return self._by_timestamp(tp, local, timestamp, stats, checkpoint)
@@ -256,10 +343,12 @@ class LookupService:
         timestamp: int,
         stats: FetchStats | None,
         checkpoint: Checkpoint,
+        view: RemoteTierView | None = None,
     ) -> OffsetAnswer:
-        earliest = self.earliest_offset(tp, local)
+        view = view if view is not None else self.remote_view(tp, local)
+        earliest = self.earliest_offset(tp, local, view)
         local_start = self._local_start(local, earliest)
-        max_remote = self.remote_view(tp, local).max_timestamp
+        max_remote = view.max_timestamp
         answer = OffsetAnswer.none()
         if max_remote is not None and timestamp <= max_remote:
             answer = self._search_remote(tp, local, local_start, timestamp, earliest, stats, checkpoint)
@@ -373,36 +462,6 @@ class LookupService:
         if local is not None and local.segments() and local.segments()[0].base_offset <= offset:
             return "local"
         return "remote" if self.store.segment_for_offset(tp, offset) is not None else None
-
-
-class _OneLookup(PartitionDir):
-    """A partition directory as one lookup sees it: the segments are listed, and the broker's
-    checkpoints read, once (they are asked for several times per lookup). The segments are the
-    long-lived directory's own, so their loaded indexes are reused."""
-
-    def __init__(self, partition: PartitionDir) -> None:
-        super().__init__(partition.path, partition.log_dir, max_index_size=partition.max_index_size)
-        self._listed = partition.segments()
-        self._high_watermark: int | None = None
-        self._log_start: int | None = None
-        self._read = False
-
-    def segments(self) -> list[Segment]:
-        return list(self._listed)
-
-    def _read_checkpoints(self) -> None:
-        if not self._read:
-            self._high_watermark = super().high_watermark()
-            self._log_start = super().checkpointed_log_start_offset()
-            self._read = True
-
-    def high_watermark(self) -> int | None:
-        self._read_checkpoints()
-        return self._high_watermark
-
-    def checkpointed_log_start_offset(self) -> int | None:
-        self._read_checkpoints()
-        return self._log_start
 
 
 def _first_base(local: PartitionDir | None) -> int | None:
