@@ -69,8 +69,11 @@ class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
     async def GetOffset(self, request: pb.GetOffsetRequest, context: Context) -> pb.GetOffsetResponse:
         tp = msg.topic_partition(request.topic, request.partition)
         timestamp = parse_timestamp(request.timestamp)
-        timeout_ms = _deadline_ms(context)
-        result = await asyncio.to_thread(self.runtime.list_offsets.find_one, tp, timestamp, timeout_ms)
+        # A local-tier answer is read on the event loop; anything else waits in a worker thread.
+        result = self.runtime.list_offsets.answer_now(tp, timestamp)
+        if result is None:
+            timeout_ms = _deadline_ms(context)
+            result = await asyncio.to_thread(self.runtime.list_offsets.find_one, tp, timestamp, timeout_ms)
         if result.error_code is not ErrorCode.NONE:
             raise for_error_code(result.error_code, result.error_message)
         return msg.offset_response(tp, result)

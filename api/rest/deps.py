@@ -17,6 +17,9 @@ from api.auth import Scope, TokenAuthenticator
 from api.rest.errors import ApiError, problem, unauthenticated
 from rlm.bootstrap import Runtime
 
+SCOPE_STATE = "rlm.scope"
+"""Where :class:`BearerAuthentication` leaves the token's scope in the request's state."""
+
 
 async def runtime(request: Request) -> Runtime:
     """The services of this app."""
@@ -26,17 +29,28 @@ async def runtime(request: Request) -> Runtime:
     return found
 
 
+def check_scope(request: Request, scope: Scope) -> Scope:
+    """The caller's scope when it allows ``scope``; raises 401 or 403 otherwise.
+
+    :class:`BearerAuthentication` has put the token's scope in the request's state; a request
+    that did not pass it (an app without the middleware) is authenticated here.
+    """
+    granted: Scope | None = request.scope.get("state", {}).get(SCOPE_STATE)
+    if granted is None:
+        authenticator: TokenAuthenticator = request.app.state.authenticator
+        granted = authenticator.authenticate(request.headers.get("authorization"))
+    if granted is None:
+        raise unauthenticated()
+    if not granted.allows(scope):
+        raise ApiError(403, f"this token's scope is {granted.value}; {scope.value} is required")
+    return granted
+
+
 def require(scope: Scope) -> Callable[[Request], Awaitable[Scope]]:
     """A dependency admitting callers whose bearer token has ``scope``."""
 
     async def check(request: Request) -> Scope:
-        authenticator: TokenAuthenticator = request.app.state.authenticator
-        granted = authenticator.authenticate(request.headers.get("authorization"))
-        if granted is None:
-            raise unauthenticated()
-        if not granted.allows(scope):
-            raise ApiError(403, f"this token's scope is {granted.value}; {scope.value} is required")
-        return granted
+        return check_scope(request, scope)
 
     return check
 
@@ -53,12 +67,11 @@ class BearerAuthentication:
         self.public = frozenset(public)
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] == "http"
-            and scope["path"] not in self.public
-            and self.authenticator.authenticate(Headers(scope=scope).get("authorization")) is None
-        ):
-            refusal = unauthenticated()
-            await problem(refusal.status, refusal.message, refusal.headers)(scope, receive, send)
-            return
+        if scope["type"] == "http" and scope["path"] not in self.public:
+            granted = self.authenticator.authenticate(Headers(scope=scope).get("authorization"))
+            if granted is None:
+                refusal = unauthenticated()
+                await problem(refusal.status, refusal.message, refusal.headers)(scope, receive, send)
+                return
+            scope.setdefault("state", {})[SCOPE_STATE] = granted
         await self.app(scope, receive, send)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Coroutine
+from typing import Any
 
 from rlm.cli.common import add_settings_options, settings_from_args
 
@@ -31,4 +33,14 @@ def _serve(args: argparse.Namespace) -> int:
         changes["grpc_port"] = args.grpc_port
     if changes:
         settings = settings.replace(**changes)
-    return asyncio.run(serve(settings))
+    return _run(serve(settings))
+
+
+def _run(main: Coroutine[Any, Any, int]) -> int:
+    """Run on uvloop when it is installed (uvicorn[standard] brings it; uvicorn picks it too):
+    it costs the HTTP server a good part less CPU per request than asyncio's own loop."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)

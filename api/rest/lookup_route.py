@@ -1,0 +1,138 @@
+"""``GET /v1/topics/{topic}/partitions/{partition}/offsets``: one partition's offset for a timestamp.
+
+The API's hottest route, so it is a plain Starlette route: it reads and checks its parameters
+itself, sparing FastAPI's per-request parameter and dependency machinery (which costs more than
+a local-tier lookup). Its OpenAPI entry is written here and added to the app's document by
+:func:`document`. A local-tier answer is read on the event loop; anything that may query the
+metadata store or read the remote tier runs in a worker thread, on the reader pool.
+"""
+
+from __future__ import annotations
+
+from http import HTTPStatus
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from api.auth import Scope
+from api.rest.deps import check_scope, runtime
+from api.rest.errors import STATUS_FOR_CODE, ApiError
+from api.rest.schemas import OffsetResponse, Problem
+from rlm.lookup.list_offsets import ErrorCode
+from rlm.metastore.model import TopicPartition
+from rlm.storage.layout import MAX_TOPIC_LENGTH, validate_topic
+from rlm.timestamps import parse_timestamp
+
+PATH = "/v1/topics/{topic}/partitions/{partition}/offsets"
+MAX_TIMESTAMP_CHARS = 64
+MAX_TIMEOUT_MS = 3_600_000
+MAX_PARTITION = 2**31 - 1
+ERROR_STATUSES = (400, 401, 403, 404, 429, 503, 504)
+
+PARAMETERS: list[dict[str, Any]] = [
+    {
+        "name": "topic",
+        "in": "path",
+        "required": True,
+        "description": "Kafka topic name",
+        "schema": {"type": "string", "minLength": 1, "maxLength": MAX_TOPIC_LENGTH},
+    },
+    {
+        "name": "partition",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "integer", "minimum": 0, "maximum": MAX_PARTITION},
+    },
+    {
+        "name": "timestamp",
+        "in": "query",
+        "required": True,
+        "description": "epoch ms, ISO-8601, or latest | earliest | max-timestamp | earliest-local | "
+        "latest-tiered (or -1 .. -5)",
+        "schema": {"type": "string", "maxLength": MAX_TIMESTAMP_CHARS},
+    },
+    {
+        "name": "timeout_ms",
+        "in": "query",
+        "required": False,
+        "description": "wait at most this long (default: remote.list.offsets.request.timeout.ms)",
+        "schema": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MS},
+    },
+]
+
+
+async def get_offset(request: Request) -> Response:
+    """The offset of the first record at or after a timestamp, as JSON (:class:`OffsetResponse`)."""
+    check_scope(request, Scope.READ)
+    rt = await runtime(request)
+    path, query = request.path_params, request.query_params
+    topic = validate_topic(path["topic"])
+    partition = _int_param("path.partition", path["partition"], 0, MAX_PARTITION)
+    text = query.get("timestamp")
+    if text is None:
+        raise ApiError(400, "invalid request: query.timestamp: field required")
+    if len(text) > MAX_TIMESTAMP_CHARS:
+        raise ApiError(400, f"invalid request: query.timestamp: at most {MAX_TIMESTAMP_CHARS} characters")
+    at = parse_timestamp(text)
+    raw_timeout = query.get("timeout_ms")
+    timeout_ms = (
+        None if raw_timeout is None else _int_param("query.timeout_ms", raw_timeout, 1, MAX_TIMEOUT_MS)
+    )
+    tp = TopicPartition(topic, partition)
+    result = rt.list_offsets.answer_now(tp, at)
+    if result is None:
+        result = await run_in_threadpool(rt.list_offsets.find_one, tp, at, timeout_ms)
+    if result.error_code is not ErrorCode.NONE:
+        raise ApiError(
+            STATUS_FOR_CODE.get(result.error_code, 500), result.error_message or result.error_code.name
+        )
+    # Formatted by hand (json.dumps costs several times more): a valid topic name and the tier
+    # need no escaping, the rest are integers.
+    tier = "null" if result.tier is None else f'"{result.tier}"'
+    body = (
+        f'{{"topic":"{topic}","partition":{partition},"offset":{result.offset},'
+        f'"timestamp":{result.timestamp},"leader_epoch":{result.leader_epoch},"tier":{tier}}}'
+    )
+    return Response(body.encode(), media_type="application/json")
+
+
+def _int_param(where: str, text: str, low: int, high: int) -> int:
+    if not text.isascii() or not text.removeprefix("-").isdigit():
+        raise ApiError(400, f"invalid request: {where}: {text!r} is not an integer")
+    value = int(text)
+    if not low <= value <= high:
+        raise ApiError(400, f"invalid request: {where}: must be from {low} to {high}")
+    return value
+
+
+route = Route(PATH, get_offset, methods=["GET"], name="get_offset")
+route.methods = {"GET"}  # Starlette adds HEAD to a GET route; the API's other routes have none
+
+
+def document(schema: dict[str, Any]) -> dict[str, Any]:
+    """Add this route's operation (and the models it names) to an OpenAPI document."""
+
+    def json_body(model: str) -> dict[str, Any]:
+        return {"application/json": {"schema": {"$ref": f"#/components/schemas/{model}"}}}
+
+    responses: dict[str, Any] = {
+        "200": {"description": "Successful Response", "content": json_body("OffsetResponse")}
+    }
+    for status in ERROR_STATUSES:
+        responses[str(status)] = {"description": HTTPStatus(status).phrase, "content": json_body("Problem")}
+    schema.setdefault("paths", {})[PATH] = {
+        "get": {
+            "tags": ["offsets"],
+            "summary": "Offset of the first record at or after a timestamp",
+            "operationId": "get_offset",
+            "parameters": PARAMETERS,
+            "responses": responses,
+        }
+    }
+    components = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in (OffsetResponse, Problem):
+        components[model.__name__] = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    return schema
