@@ -197,6 +197,19 @@ class Truth:
     local_start_offset: int = 0
     """Base offset of the first segment the broker still has."""
     highest_copied: int = -1
+    transactions: list[tuple[int, int]] = field(default_factory=list)
+    """``(first offset, marker offset)`` of every transaction."""
+
+    def last_fetchable(self, committed: bool = False) -> int:
+        """The high watermark, or with ``committed`` the last stable offset: the first offset of
+        the earliest transaction whose marker is not below the high watermark (raised to the log
+        start offset), if below the high watermark."""
+        if not committed:
+            return self.high_watermark
+        unstable = [first for first, marker in self.transactions if first < self.high_watermark <= marker]
+        if not unstable:
+            return self.high_watermark
+        return min(self.high_watermark, max(min(unstable), self.log_start_offset))
 
     def epoch_at(self, offset: int) -> int:
         """The leader epoch ``offset`` was written in, by ``leader-epoch-checkpoint``'s rule."""
@@ -210,17 +223,17 @@ class Truth:
         """Records from the log start offset on (any may be at or past the high watermark)."""
         return [r for r in self.records if r.record.offset >= self.log_start_offset]
 
-    def for_timestamp(self, timestamp: int) -> Expected:
+    def for_timestamp(self, timestamp: int, committed: bool = False) -> Expected:
         """The first record at or after the log start offset with a timestamp ≥ ``timestamp``,
-        if it is below the high watermark."""
+        if it is below the last fetchable offset."""
         for r in self.visible():
             if r.record.timestamp >= timestamp:
-                if r.record.offset >= self.high_watermark:
+                if r.record.offset >= self.last_fetchable(committed):
                     return NOTHING
                 return Expected(r.record.offset, r.record.timestamp, r.leader_epoch)
         return NOTHING
 
-    def max_timestamp(self) -> Expected:
+    def max_timestamp(self, committed: bool = False) -> Expected:
         """MAX_TIMESTAMP (-3): the first record with the largest timestamp from the log start
         offset on, if it is below the high watermark (Kafka filters it by the last fetchable offset)."""
         visible = self.visible()
@@ -228,18 +241,19 @@ class Truth:
             return NOTHING
         best = max(r.record.timestamp for r in visible)
         first = next(r for r in visible if r.record.timestamp == best)
-        if first.record.offset >= self.high_watermark:
+        if first.record.offset >= self.last_fetchable(committed):
             return NOTHING
         return Expected(first.record.offset, best, first.leader_epoch)
 
-    def special(self, timestamp: int) -> Expected:
+    def special(self, timestamp: int, committed: bool = False) -> Expected:
         """The answer to a special timestamp (-1 to -5)."""
         if timestamp == -1:
-            return Expected(self.high_watermark, -1, self.epochs[-1].epoch if self.epochs else -1)
+            latest = self.last_fetchable(committed)
+            return Expected(latest, -1, self.epochs[-1].epoch if self.epochs else -1)
         if timestamp == -2:
             return Expected(self.log_start_offset, -1, self.epoch_at(self.log_start_offset))
         if timestamp == -3:
-            return self.max_timestamp()
+            return self.max_timestamp(committed)
         if timestamp == -4:
             start = max(self.local_start_offset, self.log_start_offset)
             return Expected(start, -1, self.epoch_at(start))
@@ -315,6 +329,7 @@ def write_partitions(log_dir: Path, plans: Mapping[int, PartitionPlan]) -> dict[
 def _append(appender: PartitionAppender, clock: _Clock, plan: PartitionPlan) -> Truth:
     records: list[TruthRecord] = []
     batches: list[tuple[int, int]] = []
+    transactions: list[tuple[int, int]] = []
     producer_id = 1000
     for batch in plan.batches:
         clock.now += batch.advance_ms
@@ -349,6 +364,7 @@ def _append(appender: PartitionAppender, clock: _Clock, plan: PartitionPlan) -> 
             records.append(TruthRecord(record, epoch, control=False))
         if batch.kind in ("commit", "abort"):
             records.append(_marker(appender, clock, producer_id, batch.kind, batches))
+            transactions.append((result.base_offset, records[-1].record.offset))
     if plan.roll_at_end:
         appender.roll()
     end = appender.next_offset
@@ -358,7 +374,7 @@ def _append(appender: PartitionAppender, clock: _Clock, plan: PartitionPlan) -> 
     else:
         hw = boundaries[round(plan.high_watermark_at * (len(boundaries) - 1))]
     appender.close()
-    return Truth(records, batches, list(appender.epochs), end, hw)
+    return Truth(records, batches, list(appender.epochs), end, hw, transactions=transactions)
 
 
 def _marker(

@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import IntEnum
 from pathlib import Path
 
 from rlm.errors import NotFoundError
@@ -38,6 +39,7 @@ from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.model import BatchHeader, Record, TimestampAndOffset
 from rlm.log.source import iter_headers
+from rlm.log.stable import StableOffsetTracker
 from rlm.lookup.remote_search import (
     Checkpoint,
     RemoteLogReader,
@@ -50,6 +52,15 @@ from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.protocol import RemoteStorage
 from rlm.timestamps import SpecialTimestamp
+
+
+class IsolationLevel(IntEnum):
+    """ListOffsets' isolation level: which offsets a consumer may be told about."""
+
+    READ_UNCOMMITTED = 0
+    """Offsets below the high watermark."""
+    READ_COMMITTED = 1
+    """Offsets below the last stable offset (no open transaction's records)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +127,7 @@ class LookupService:
         self._views: dict[TopicPartition, RemoteTierView] = {}
         self._refreshing: dict[TopicPartition, threading.Lock] = {}
         self._refresh_claims: dict[TopicPartition, RemoteTierView] = {}
+        self._stable_offsets = StableOffsetTracker()
         self._lock = threading.Lock()
 
     # -- partitions --------------------------------------------------------------------------
@@ -239,7 +251,12 @@ class LookupService:
         return max(earliest, checkpointed or 0)
 
     def find_local(
-        self, tp: TopicPartition, timestamp: int, *, stats: FetchStats | None = None
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        *,
+        stats: FetchStats | None = None,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> OffsetAnswer | None:
         """The answer when finding it reads no remote data; None when it may (KIP-1075: it then
         runs on the reader pool, and local answers never wait behind remote reads).
@@ -255,7 +272,7 @@ class LookupService:
             max_remote = self.remote_view(tp, pinned).max_timestamp
             if max_remote is not None and (timestamp < 0 or timestamp <= max_remote):
                 return None
-        return self._find(tp, pinned, timestamp, stats, never_cancelled)
+        return self._find(tp, pinned, timestamp, stats, never_cancelled, isolation)
 
     def answer_now(self, tp: TopicPartition, timestamp: int) -> OffsetAnswer | None:
         """The answer when it needs nothing but the broker's local files and the partition's
@@ -274,8 +291,8 @@ class LookupService:
             if view is None or (view.max_timestamp is not None and timestamp <= view.max_timestamp):
                 return None
             if timestamp == SpecialTimestamp.LATEST:
-                return self._find(tp, pinned, timestamp, None, never_cancelled)
-            return self._by_timestamp(tp, pinned, timestamp, None, never_cancelled, view)
+                return self._find(tp, pinned, timestamp, None, never_cancelled, _UNCOMMITTED)
+            return self._by_timestamp(tp, pinned, timestamp, None, never_cancelled, _UNCOMMITTED, view)
         except Exception:  # the full path answers with the error
             return None
 
@@ -286,14 +303,18 @@ class LookupService:
         *,
         stats: FetchStats | None = None,
         checkpoint: Checkpoint = never_cancelled,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> OffsetAnswer:
         """ListOffsets for one partition.
+
+        With READ_COMMITTED, LATEST answers the last stable offset and answers at or above it are
+        dropped (-1), as Kafka does; with READ_UNCOMMITTED the same holds for the high watermark.
 
         Raises:
             NotFoundError: neither a local log nor remote segments exist for ``tp``.
             ValueError: ``timestamp`` is below -5.
         """
-        return self._find(tp, self.pinned_partition(tp), timestamp, stats, checkpoint)
+        return self._find(tp, self.pinned_partition(tp), timestamp, stats, checkpoint, isolation)
 
     def _find(
         self,
@@ -302,12 +323,13 @@ class LookupService:
         timestamp: int,
         stats: FetchStats | None,
         checkpoint: Checkpoint,
+        isolation: IsolationLevel,
     ) -> OffsetAnswer:
         self.require_known(tp, local)
         if timestamp >= 0:
-            return self._by_timestamp(tp, local, timestamp, stats, checkpoint)
+            return self._by_timestamp(tp, local, timestamp, stats, checkpoint, isolation)
         if timestamp == SpecialTimestamp.LATEST:
-            hw = self.last_fetchable(local)
+            hw = self.last_fetchable(local, isolation)
             epochs = local.leader_epochs() if local is not None else []
             return OffsetAnswer(hw, -1, epochs[-1].epoch if epochs else -1, "local")
         if timestamp == SpecialTimestamp.EARLIEST:
@@ -326,15 +348,21 @@ class LookupService:
                 return OffsetAnswer(-1, -1, -1, None)
             return OffsetAnswer(highest, -1, self._epoch_at(tp, local, highest), "remote")
         if timestamp == SpecialTimestamp.MAX_TIMESTAMP:
-            return self._max_timestamp(tp, local, stats, checkpoint)
+            return self._max_timestamp(tp, local, stats, checkpoint, isolation)
         raise ValueError(f"timestamp {timestamp} is not a timestamp (≥ 0) nor a special value (-1 to -5)")
 
-    def last_fetchable(self, local: PartitionDir | None) -> int:
-        """The high watermark (the log end offset when none is checkpointed); -1 with no local log."""
+    def last_fetchable(
+        self, local: PartitionDir | None, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    ) -> int:
+        """The high watermark (the log end offset when none is checkpointed), or for READ_COMMITTED
+        the last stable offset below it; -1 with no local log."""
         if local is None:
             return -1
-        hw = local.high_watermark()
-        return local.log_end_offset() if hw is None else hw
+        found = local.high_watermark()
+        hw = local.log_end_offset() if found is None else found
+        if isolation is IsolationLevel.READ_COMMITTED:
+            return self._stable_offsets.last_stable_offset(local, hw)
+        return hw
 
     def _by_timestamp(
         self,
@@ -343,6 +371,7 @@ class LookupService:
         timestamp: int,
         stats: FetchStats | None,
         checkpoint: Checkpoint,
+        isolation: IsolationLevel,
         view: RemoteTierView | None = None,
     ) -> OffsetAnswer:
         view = view if view is not None else self.remote_view(tp, local)
@@ -358,12 +387,14 @@ class LookupService:
             answer = OffsetAnswer.of(
                 local.find_offset_by_timestamp(timestamp, max(earliest, local_start)), "local"
             )
-        return self._below_high_watermark(answer, local)
+        return self._below_high_watermark(answer, local, isolation)
 
-    def _below_high_watermark(self, answer: OffsetAnswer, local: PartitionDir | None) -> OffsetAnswer:
-        limit = self.last_fetchable(local)
+    def _below_high_watermark(
+        self, answer: OffsetAnswer, local: PartitionDir | None, isolation: IsolationLevel
+    ) -> OffsetAnswer:
+        limit = self.last_fetchable(local, isolation)
         if answer.tier is not None and 0 <= limit <= answer.offset:
-            return OffsetAnswer.none()  # not yet fully replicated: consumers may not see it
+            return OffsetAnswer.none()  # beyond what consumers of this isolation level may read
         return answer
 
     @staticmethod
@@ -410,6 +441,7 @@ class LookupService:
         local: PartitionDir | None,
         stats: FetchStats | None,
         checkpoint: Checkpoint,
+        isolation: IsolationLevel,
     ) -> OffsetAnswer:
         """The first record with the largest timestamp at or after the log start offset, if it is
         below the high watermark (Kafka filters MAX_TIMESTAMP by the last fetchable offset)."""
@@ -420,12 +452,12 @@ class LookupService:
             local_start = self._local_start(local, earliest)
             answer = self._search_remote(tp, local, local_start, max_remote, earliest, stats, checkpoint)
             if answer.tier is not None:
-                return self._below_high_watermark(answer, local)
+                return self._below_high_watermark(answer, local, isolation)
             # The record holding the remote maximum lies below the log start offset.
             best = max(best, self._remote_max_timestamp(tp, earliest, stats, checkpoint))
         if best < 0:
             return OffsetAnswer.none()
-        return self._by_timestamp(tp, local, best, stats, checkpoint)
+        return self._by_timestamp(tp, local, best, stats, checkpoint, isolation)
 
     def _remote_max_timestamp(
         self, tp: TopicPartition, earliest: int, stats: FetchStats | None, checkpoint: Checkpoint
@@ -462,6 +494,9 @@ class LookupService:
         if local is not None and local.segments() and local.segments()[0].base_offset <= offset:
             return "local"
         return "remote" if self.store.segment_for_offset(tp, offset) is not None else None
+
+
+_UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
 
 
 def _first_base(local: PartitionDir | None) -> int | None:

@@ -9,6 +9,8 @@ answer of the lookup service must equal the oracle's, computed from the appended
 
 * T ≥ 0: the first record at or after the log start offset with a timestamp ≥ T, if it is below
   the high watermark — its offset, timestamp and its batch's leader epoch; else -1/-1/-1.
+* With READ_COMMITTED, the last stable offset stands for the high watermark above (the first
+  offset of a transaction whose marker is not below the high watermark).
 * -1: the high watermark; -2: the log start offset; -3: the first record with the largest
   timestamp (nothing when it is at or past the high watermark); -4: the first local offset;
   -5: the highest tiered offset. Epochs of these follow ``leader-epoch-checkpoint``.
@@ -25,8 +27,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from rlm.log.logdir import LogDir
-from rlm.lookup.list_offsets import ErrorCode
-from rlm.lookup.service import OffsetAnswer
+from rlm.lookup.list_offsets import ErrorCode, ListOffsetsRequest, PartitionQuery, TopicQuery
+from rlm.lookup.service import IsolationLevel, OffsetAnswer
 from rlm.lookup.stats import FetchStats
 from tests.lookup_support import (
     NOTHING,
@@ -93,6 +95,22 @@ def check_against_oracle(tiered: Tiered, rnd: random.Random) -> None:
         answer = service.find(tp, special)
         expected = truth.special(special)
         assert _got(answer) == expected, f"special {special}: {answer} != {expected} ({context})"
+    # READ_COMMITTED: the last stable offset instead of the high watermark.
+    for target in [-1, -3, *rnd.sample(_targets(tiered, rnd), 5)]:
+        answer = service.find(tp, target, isolation=IsolationLevel.READ_COMMITTED)
+        expected = truth.special(target, True) if target < 0 else truth.for_timestamp(target, True)
+        assert _got(answer) == expected, f"read committed {target}: {answer} != {expected} ({context})"
+    # ListOffsets passes the isolation level on.
+    committed = (
+        tiered.runtime.list_offsets.handle(
+            ListOffsetsRequest(
+                (TopicQuery(tp.topic, (PartitionQuery(tp.partition, -1),)),), isolation_level=1
+            )
+        )
+        .topics[0]
+        .partitions[0]
+    )
+    assert committed.offset == truth.last_fetchable(committed=True), (committed, context)
     # The same answers come through ListOffsets, on the reader pool.
     target = rnd.choice([-3, -2, *_targets(tiered, rnd)])
     result = tiered.runtime.list_offsets.find_one(tp, target)
@@ -214,3 +232,18 @@ def _peak_past_the_start(count: int) -> tuple[BatchPlan, ...]:
 )
 def test_named_shapes_answer_as_the_oracle(sqlite_template: Path, plan: PartitionPlan) -> None:  # noqa: F811
     run_example(Backend("sqlite-fs", sqlite_template=sqlite_template), plan, seed=7)
+
+
+def test_read_committed_stops_at_a_transaction_open_at_the_high_watermark(
+    sqlite_template: Path,  # noqa: F811
+) -> None:
+    # 10 plain batches, then 6 transactions (a batch and its marker each): 22 batches. The high
+    # watermark is the marker of the third transaction (boundary 15 of 22), so that transaction
+    # is still open to consumers: READ_COMMITTED must stop at its first offset.
+    plan = PartitionPlan(_spread(10) + _spread(6, kind="commit"), tiering="both", high_watermark_at=15 / 22)
+    with tempfile.TemporaryDirectory() as tmp:
+        truth = write_partition(Path(tmp) / "logs", plan)
+    open_first = truth.transactions[2][0]
+    assert truth.high_watermark == truth.transactions[2][1]
+    assert truth.last_fetchable(committed=True) == open_first < truth.high_watermark
+    run_example(Backend("sqlite-fs", sqlite_template=sqlite_template), plan, seed=11)
