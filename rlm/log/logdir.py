@@ -9,8 +9,11 @@ broker and are skipped. Everything here only reads.
 
 from __future__ import annotations
 
+import bisect
 import os
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 from rlm.errors import NotFoundError
 from rlm.log.checkpoints import (
@@ -20,7 +23,7 @@ from rlm.log.checkpoints import (
     read_partition_metadata,
 )
 from rlm.log.model import TimestampAndOffset, TopicPartition
-from rlm.log.segment import DEFAULT_MAX_INDEX_SIZE, Segment, segment_base_offsets
+from rlm.log.segment import DEFAULT_MAX_INDEX_SIZE, STAMP_CHECK_INTERVAL_S, Segment, segment_base_offsets
 from rlm.log.statcache import StatCache
 
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
@@ -64,6 +67,7 @@ class PartitionDir:
         self._segments: dict[int, Segment] = {}
         self._listing: StatCache[list[int]] = StatCache()
         self._listed: tuple[list[int], list[Segment]] | None = None
+        self._summary: _SegmentSummary | None = None
 
     def __repr__(self) -> str:
         return f"PartitionDir({str(self.path)!r})"
@@ -156,7 +160,8 @@ class PartitionDir:
         """
         start = self.log_start_offset() if starting_offset is None else starting_offset
         segments = self.segments()
-        for i, segment in enumerate(segments):
+        for i in range(self._first_candidate(segments, timestamp, start), len(segments)):
+            segment = segments[i]
             if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
                 continue  # wholly below the start offset
             # The active segment's time index lags the broker's appends: never skip it on it.
@@ -166,6 +171,31 @@ class PartitionDir:
             if found is not None:
                 return found
         return None
+
+    def _first_candidate(self, segments: list[Segment], timestamp: int, start: int) -> int:
+        """Index of the first segment the search must look at: every segment before it ends below
+        ``start`` or has a largest timestamp below ``timestamp``. O(log n) by bisection over base
+        offsets and running maxima of the largest timestamps (rebuilt at most every
+        ``STAMP_CHECK_INTERVAL_S``, as often as segments look for changed indexes)."""
+        owner, key = self._summary_key()
+        summary = owner._summary
+        now = time.monotonic()
+        if summary is None or summary.key is not key or now - summary.built_at >= STAMP_CHECK_INTERVAL_S:
+            running = -1
+            maxima = []
+            for segment in segments[:-1]:  # the active segment is never skipped
+                running = max(running, segment.largest_timestamp())
+                maxima.append(running)
+            summary = _SegmentSummary(key, [s.base_offset for s in segments], maxima, now)
+            if key is not None:
+                owner._summary = summary
+        by_offset = max(bisect.bisect_right(summary.bases, start) - 1, 0)
+        return max(by_offset, bisect.bisect_left(summary.running_max, timestamp))
+
+    def _summary_key(self) -> tuple[PartitionDir, object]:
+        """Where the segment summary is kept, and the listing it belongs to."""
+        listed = self._listed
+        return self, listed[0] if listed is not None else None
 
     def max_timestamp_offset(self) -> TimestampAndOffset | None:
         """Kafka's MAX_TIMESTAMP (-3) over the local segments: the first record with the largest
@@ -192,6 +222,9 @@ class _PinnedPartitionDir(PartitionDir):
         self.log_dir = partition.log_dir
         self.max_index_size = partition.max_index_size
         self._pinned = partition.segments()
+        self._owner = partition
+        listed = partition._listed
+        self._key = listed[0] if listed is not None else None
         self._checkpoints_read = False
         self._high_watermark: int | None = None
         self._log_start: int | None = None
@@ -201,6 +234,9 @@ class _PinnedPartitionDir(PartitionDir):
 
     def pinned(self) -> PartitionDir:
         return self
+
+    def _summary_key(self) -> tuple[PartitionDir, object]:
+        return self._owner, self._key
 
     def _read_checkpoints(self) -> None:
         if not self._checkpoints_read:
@@ -215,6 +251,15 @@ class _PinnedPartitionDir(PartitionDir):
     def checkpointed_log_start_offset(self) -> int | None:
         self._read_checkpoints()
         return self._log_start
+
+
+class _SegmentSummary(NamedTuple):
+    key: object
+    """The listing (``segment_base_offsets`` result) it was built from."""
+    bases: list[int]
+    running_max: list[int]
+    """For each rolled segment, the largest timestamp of it and every segment before it."""
+    built_at: float
 
 
 class LogDir:
