@@ -237,9 +237,12 @@ class Segment:
         position = self.offset_index().lookup(max(hint.offset, start)).position
         with self.open() as source:
             # The answer is usually within an index interval (4 KiB by default) of the position.
-            for header in iter_headers(source, position, first_window_bytes=SEARCH_WINDOW_BYTES):
+            headers = iter_headers(
+                source, position, first_window_bytes=SEARCH_WINDOW_BYTES, skip_below=(timestamp, start)
+            )
+            for header in headers:
                 if header.max_timestamp < timestamp or header.last_offset < start:
-                    continue
+                    continue  # a legacy batch
                 data = read_batch_bytes(source, header)
                 try:
                     found = find_record(data, header, timestamp, start, at=0)

@@ -20,6 +20,9 @@ from rlm.log.batches import parse_header
 from rlm.log.model import LOG_OVERHEAD, MAGIC_OFFSET, MIN_SIZE_FIELD, V2_HEADER_SIZE, BatchHeader
 
 _PREFIX = struct.Struct(">qi")
+#: lastOffsetDelta, baseTimestamp and maxTimestamp of a v2 batch header, from byte 23.
+_DELTA_AND_TIMES = struct.Struct(">iqq")
+_LAST_OFFSET_DELTA = 23
 #: Bytes read at a time while scanning headers. Bounds the scanner's memory.
 DEFAULT_WINDOW_BYTES = 256 * 1024
 
@@ -122,12 +125,17 @@ def iter_headers(
     *,
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     first_window_bytes: int | None = None,
+    skip_below: tuple[int, int] | None = None,
 ) -> Iterator[BatchHeader]:
     """Yield the header of every whole batch in ``[start, end)`` of ``source``.
 
     The source is read ``window_bytes`` at a time; with ``first_window_bytes`` the first read is
     that small and each next one doubles up to ``window_bytes`` (a search that expects to stop
     within a few batches of ``start`` then reads little).
+
+    With ``skip_below = (timestamp, offset)`` the v2 batches whose max timestamp is below
+    ``timestamp`` or whose last offset is below ``offset`` are stepped over without parsing their
+    headers (what a timestamp search skips).
 
     Iteration ends cleanly at a torn tail (a last batch not yet completely written, or 17 bytes
     or fewer left), as Kafka's ``FileLogInputStream`` does. A size field that cannot be a batch,
@@ -149,7 +157,7 @@ def iter_headers(
             buf_start, rel = pos, 0
             if len(buf) < need:
                 return  # the source shrank under us
-        _, size = _PREFIX.unpack_from(buf, rel)
+        base, size = _PREFIX.unpack_from(buf, rel)
         if size < MIN_SIZE_FIELD:
             raise CorruptRecordError(
                 f"batch size field {size} is smaller than the minimum {MIN_SIZE_FIELD}",
@@ -161,6 +169,11 @@ def iter_headers(
             return  # torn tail: the broker is still writing this batch
         try:
             if buf[rel + MAGIC_OFFSET] >= 2:
+                if skip_below is not None and total >= V2_HEADER_SIZE:
+                    last_delta, _, max_ts = _DELTA_AND_TIMES.unpack_from(buf, rel + _LAST_OFFSET_DELTA)
+                    if max_ts < skip_below[0] or base + last_delta < skip_below[1]:
+                        pos += total
+                        continue
                 header = parse_header(buf, rel, pos)
             else:
                 # A legacy entry is parsed whole (it holds its own inner set when compressed).
