@@ -5,9 +5,11 @@
   any failure aborts the upload. The upload of a process killed mid-put stays until
   :meth:`S3Storage.abort_incomplete_puts` lists the key's uploads and aborts them.
 * Integrity: every PUT and part carries its CRC-32C (``x-amz-checksum-crc32c``), which S3 checks
-  on receipt; a multipart upload is created as a ``FULL_OBJECT`` CRC-32C upload and completed with
-  the whole object's CRC-32C, which S3 checks against the parts. After a put, a HEAD compares the
-  stored size and checksum with what was sent; a mismatch deletes the object.
+  on receipt. A multipart upload is a CRC-32C upload of ``S3Config.multipart_checksum_type``:
+  ``COMPOSITE`` by default, completed with each part's CRC-32C, which S3 checks against the parts
+  it holds; or ``FULL_OBJECT``, completed with the whole object's CRC-32C as well. After a put, a
+  HEAD compares the stored size and CRC-32C (the whole object's, or the composite of the parts')
+  with what was sent; a mismatch deletes the object.
 * Retries: botocore's own retries are off; every request (each part included) goes through
   :func:`rlm.storage.retry.call_with_retry`: exponential backoff with full jitter on throttling,
   5xx, timeouts and connection errors, a bounded number of attempts.
@@ -36,7 +38,13 @@ from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.retry import call_with_retry
 from rlm.storage.s3_config import S3Config
 from rlm.storage.s3_errors import NOT_FOUND_CODES, error_for_code, s3_error_code, translate
-from rlm.storage.s3_multipart import MultipartUploader, s3_crc32c, stored_object
+from rlm.storage.s3_multipart import (
+    MultipartUploader,
+    Uploaded,
+    crc32c_matches,
+    s3_crc32c,
+    stored_object,
+)
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -152,15 +160,15 @@ class S3Storage:
         full_key = self._full_key(key)
         with Payload(source, size) as payload:
             if payload.size > self.config.multipart_threshold_bytes:
-                checksum = self._multipart.upload(key, full_key, payload, crc32c, rate_limiter)
+                sent = self._multipart.upload(key, full_key, payload, crc32c, rate_limiter)
             else:
-                checksum = self._put_single(key, full_key, payload, crc32c, rate_limiter)
-            self._verify(key, full_key, payload.size, checksum)
-            return PutResult(key, payload.size, checksum)
+                sent = self._put_single(key, full_key, payload, crc32c, rate_limiter)
+            self._verify(key, full_key, payload.size, sent.reported)
+            return PutResult(key, payload.size, sent.crc32c)
 
     def _put_single(
         self, key: str, full_key: str, payload: Payload, expected: int | None, limiter: RateLimiter | None
-    ) -> int:
+    ) -> Uploaded:
         data = payload.read(0, payload.size)
         checksum = crc32c_update(data)
         check_expected_crc32c(key, checksum, expected)
@@ -174,19 +182,19 @@ class S3Storage:
             self._client.put_object(Bucket=self.bucket, Key=full_key, Body=data, **args)
 
         self._call("PutObject", key, put)
-        return checksum
+        return Uploaded(checksum, s3_crc32c(checksum))
 
-    def _verify(self, key: str, full_key: str, size: int, checksum: int) -> None:
+    def _verify(self, key: str, full_key: str, size: int, sent: str) -> None:
+        """HEAD the object just put; delete it unless its size and CRC-32C are what was sent."""
         if not self.config.verify_after_put:
             return
         stored = self._call("HeadObject", key, partial(stored_object, self._client, self.bucket, full_key))
-        sent = s3_crc32c(checksum)
         problem = None
         if stored is None:
             problem = "the object is missing after the put"
         elif stored.size != size:
             problem = f"{stored.size} bytes stored, {size} sent"
-        elif self.config.checksums and stored.crc32c is not None and stored.crc32c != sent:
+        elif self.config.checksums and stored.crc32c is not None and not crc32c_matches(stored.crc32c, sent):
             problem = f"CRC-32C {stored.crc32c} stored, {sent} sent"
         if problem is None:
             return

@@ -41,6 +41,15 @@ class S3Config:
     """Attempts and backoff for every request."""
     checksums: bool = True
     """Send CRC-32C checksums; turn off only for stores that reject S3's checksum headers."""
+    multipart_checksum_type: Literal["COMPOSITE", "FULL_OBJECT"] = "COMPOSITE"
+    """What S3 checks and keeps for a multipart object, besides each part's CRC-32C.
+
+    ``COMPOSITE``: the CRC-32C of the parts' CRC-32Cs, with ``-<parts>`` (it depends on the part
+    size); the older kind, which more S3-compatible stores support, and one a store completes
+    without reading the object's bytes again. ``FULL_OBJECT``: the whole object's CRC-32C, the same
+    whatever the part size, which S3 combines from the parts'; some S3-compatible stores lack it,
+    and some (moto) compute it by reading the whole object again.
+    """
     verify_after_put: bool = True
     """HEAD each object after putting it and compare its size and checksum."""
 
@@ -58,6 +67,11 @@ class S3Config:
             raise ConfigError("max_concurrency and max_pool_connections must be at least 1")
         if self.connect_timeout_s <= 0 or self.read_timeout_s <= 0:
             raise ConfigError("timeouts must be positive")
+        if self.multipart_checksum_type not in ("COMPOSITE", "FULL_OBJECT"):
+            raise ConfigError(
+                "multipart_checksum_type must be COMPOSITE or FULL_OBJECT, "
+                f"not {self.multipart_checksum_type!r}"
+            )
         if self.addressing_style not in ("auto", "path", "virtual"):
             raise ConfigError(
                 f"addressing_style must be auto, path or virtual, not {self.addressing_style!r}"

@@ -7,6 +7,13 @@ upload (billed storage, invisible in listings) is left behind; only a process ki
 leaves one, which :meth:`MultipartUploader.abort_unfinished` (the store's
 ``abort_incomplete_puts``) finds by listing and aborts.
 
+Checksums: every part carries its CRC-32C, which S3 checks on receipt, and the completion lists
+each part's. The upload's checksum type is ``S3Config.multipart_checksum_type``: ``COMPOSITE``
+(the default) has S3 check the listed CRC-32Cs against the parts it holds and report the CRC-32C
+of the parts' CRC-32Cs; ``FULL_OBJECT`` has S3 also check the whole object's CRC-32C, sent with
+the completion, and report it. :func:`expected_crc32c` is what S3 should report; the store
+compares it with a HEAD after the put.
+
 Lost responses are expected. A retried CompleteMultipartUpload that finds its upload gone
 (``NoSuchUpload``) checks the stored object instead; uploads that a retried CreateMultipartUpload
 may have created unseen are found by listing and aborted. Both rely on one writer per key at a
@@ -17,7 +24,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
@@ -49,12 +56,52 @@ class StoredObject(NamedTuple):
 
     size: int
     crc32c: str | None
-    """Whole-object CRC-32C in S3's base64 form; ``None`` when S3 reports none (or only per part)."""
+    """The CRC-32C S3 reports, in its form (see :func:`expected_crc32c`); ``None`` when it reports none."""
+
+
+class Uploaded(NamedTuple):
+    """What a put sent."""
+
+    crc32c: int
+    """CRC-32C of the whole object."""
+    reported: str
+    """The CRC-32C S3 should report for the object (:func:`expected_crc32c`)."""
 
 
 def s3_crc32c(crc: int) -> str:
     """S3's form of a CRC-32C: base64 of its 4 big-endian bytes."""
     return base64.b64encode(crc.to_bytes(4, "big")).decode("ascii")
+
+
+def expected_crc32c(whole: int, part_crcs: Sequence[int] | None, checksum_type: str) -> str:
+    """The CRC-32C S3 reports for an object: the whole object's, or a composite of its parts'.
+
+    Args:
+        whole: CRC-32C of the whole object.
+        part_crcs: CRC-32C of each part, in part order; ``None`` for a single put.
+        checksum_type: The multipart upload's: ``COMPOSITE`` or ``FULL_OBJECT``.
+
+    Returns:
+        For a single put and a ``FULL_OBJECT`` upload, ``whole`` in base64. For a ``COMPOSITE``
+        upload, the CRC-32C of the parts' CRC-32Cs (4 big-endian bytes each, concatenated) in
+        base64, then ``-`` and the number of parts.
+    """
+    if part_crcs is None or checksum_type == "FULL_OBJECT":
+        return s3_crc32c(whole)
+    joined = b"".join(crc.to_bytes(4, "big") for crc in part_crcs)
+    return f"{s3_crc32c(crc32c_update(joined))}-{len(part_crcs)}"
+
+
+def crc32c_matches(reported: str, expected: str) -> bool:
+    """Whether the CRC-32C a store reports is the :func:`expected_crc32c` one.
+
+    A composite CRC-32C reported without its ``-<parts>`` suffix (moto's HEAD leaves it out) is
+    compared on its value.
+    """
+    if reported == expected:
+        return True
+    value, suffixed, _ = expected.partition("-")
+    return bool(suffixed) and reported == value
 
 
 def stored_object(client: S3Client, bucket: str, full_key: str) -> StoredObject | None:
@@ -65,9 +112,7 @@ def stored_object(client: S3Client, bucket: str, full_key: str) -> StoredObject 
         if s3_error_code(exc) in NOT_FOUND_CODES:
             return None
         raise
-    reported = head.get("ChecksumCRC32C")
-    whole = reported if reported and "-" not in reported else None  # "<crc>-<n>": composite of parts
-    return StoredObject(head["ContentLength"], whole)
+    return StoredObject(head["ContentLength"], head.get("ChecksumCRC32C") or None)
 
 
 class MultipartUploader:
@@ -84,9 +129,10 @@ class MultipartUploader:
 
     def upload(
         self, key: str, full_key: str, payload: Payload, expected: int | None, limiter: RateLimiter | None
-    ) -> int:
-        """Upload ``payload`` to ``full_key``; returns its CRC-32C. Aborts on any failure."""
+    ) -> Uploaded:
+        """Upload ``payload`` to ``full_key``; returns what was sent. Aborts on any failure."""
         creates = 0
+        checksum_type = self._config.multipart_checksum_type
 
         def create() -> str:
             nonlocal creates
@@ -94,7 +140,7 @@ class MultipartUploader:
             if not self._config.checksums:
                 return self._client.create_multipart_upload(Bucket=self._bucket, Key=full_key)["UploadId"]
             return self._client.create_multipart_upload(
-                Bucket=self._bucket, Key=full_key, ChecksumAlgorithm="CRC32C", ChecksumType="FULL_OBJECT"
+                Bucket=self._bucket, Key=full_key, ChecksumAlgorithm="CRC32C", ChecksumType=checksum_type
             )["UploadId"]
 
         try:
@@ -102,21 +148,24 @@ class MultipartUploader:
             try:
                 parts, checksum = self._upload_parts(key, full_key, upload_id, payload, limiter)
                 check_expected_crc32c(key, checksum, expected)
-                self._complete(key, full_key, upload_id, parts, payload.size, checksum)
+                part_crcs = [crc for _, crc in parts]
+                sent = Uploaded(checksum, expected_crc32c(checksum, part_crcs, checksum_type))
+                self._complete(key, full_key, upload_id, [part for part, _ in parts], payload.size, sent)
             except BaseException:
                 self._abort(key, full_key, upload_id)
                 raise
         finally:
             if creates > 1:  # an earlier CreateMultipartUpload may have succeeded unseen
                 self._abort_strays(key, full_key)
-        return checksum
+        return sent
 
     def _upload_parts(
         self, key: str, full_key: str, upload_id: str, payload: Payload, limiter: RateLimiter | None
-    ) -> tuple[list[CompletedPartTypeDef], int]:
+    ) -> tuple[list[tuple[CompletedPartTypeDef, int]], int]:
+        """Upload every part; returns each part with its CRC-32C, in order, and the whole CRC-32C."""
         part_size = max(self._config.part_size_bytes, -(-payload.size // MAX_PARTS))
-        in_flight: set[Future[CompletedPartTypeDef]] = set()
-        parts: list[CompletedPartTypeDef] = []
+        in_flight: set[Future[tuple[CompletedPartTypeDef, int]]] = set()
+        parts: list[tuple[CompletedPartTypeDef, int]] = []
         checksum = 0
         try:
             for number, position in enumerate(range(0, payload.size, part_size), start=1):
@@ -137,13 +186,14 @@ class MultipartUploader:
                 future.cancel()
             wait(in_flight)  # no part may land after the abort
             raise
-        parts.sort(key=lambda part: part["PartNumber"])
+        parts.sort(key=lambda part: part[0]["PartNumber"])
         return parts, checksum
 
     def _upload_part(
         self, key: str, full_key: str, upload_id: str, number: int, data: bytes
-    ) -> CompletedPartTypeDef:
-        crc = s3_crc32c(crc32c_update(data))
+    ) -> tuple[CompletedPartTypeDef, int]:
+        value = crc32c_update(data)
+        crc = s3_crc32c(value)
         args: dict[str, Any] = (
             {"ChecksumAlgorithm": "CRC32C", "ChecksumCRC32C": crc} if self._config.checksums else {}
         )
@@ -156,7 +206,7 @@ class MultipartUploader:
         part: CompletedPartTypeDef = {"PartNumber": number, "ETag": self._call("UploadPart", key, send)}
         if self._config.checksums:
             part["ChecksumCRC32C"] = crc
-        return part
+        return part, value
 
     def _complete(
         self,
@@ -165,12 +215,12 @@ class MultipartUploader:
         upload_id: str,
         parts: list[CompletedPartTypeDef],
         size: int,
-        checksum: int,
+        sent: Uploaded,
     ) -> None:
         attempts = 0
         extra: dict[str, Any] = {}
-        if self._config.checksums:
-            extra = {"ChecksumCRC32C": s3_crc32c(checksum), "ChecksumType": "FULL_OBJECT"}
+        if self._config.checksums and self._config.multipart_checksum_type == "FULL_OBJECT":
+            extra = {"ChecksumCRC32C": s3_crc32c(sent.crc32c), "ChecksumType": "FULL_OBJECT"}
 
         def complete() -> None:
             nonlocal attempts
@@ -188,19 +238,19 @@ class MultipartUploader:
                 if (
                     attempts > 1
                     and s3_error_code(exc) == "NoSuchUpload"
-                    and self._holds(full_key, size, checksum)
+                    and self._holds(full_key, size, sent.reported)
                 ):
                     return
                 raise
 
         self._call("CompleteMultipartUpload", key, complete)
 
-    def _holds(self, full_key: str, size: int, checksum: int) -> bool:
+    def _holds(self, full_key: str, size: int, reported: str) -> bool:
         """Whether the stored object has this size and, when S3 reports one, this CRC-32C."""
         stored = stored_object(self._client, self._bucket, full_key)
         if stored is None or stored.size != size:
             return False
-        return stored.crc32c is None or not self._config.checksums or stored.crc32c == s3_crc32c(checksum)
+        return stored.crc32c is None or not self._config.checksums or crc32c_matches(stored.crc32c, reported)
 
     def abort_unfinished(self, key: str, full_key: str) -> None:
         """Abort every unfinished multipart upload of exactly ``full_key``; raises rlm errors.

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import random
+import re
 import threading
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -34,8 +38,9 @@ from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.s3 import S3Storage
 from rlm.storage.s3_config import MIN_PART_BYTES
+from rlm.storage.s3_multipart import s3_crc32c
 from rlm.storage.source import RangeSource, read_index
-from tests.s3_support import MotoS3, moto_s3  # noqa: F401  (fixture)
+from tests.s3_support import TEST_S3_CONFIG, MotoS3, moto_s3  # noqa: F401  (fixture)
 from tests.storage_faults import Fault, FaultInjector, made_up_response
 
 #: Bigger than the S3 store's multipart threshold: three parts of 5 MiB, 5 MiB and 1 MiB + 3.
@@ -430,6 +435,73 @@ def test_s3_store_keeps_objects_under_its_prefix(moto_s3: MotoS3, s3_bucket: str
         listing = moto_s3.client().list_objects_v2(Bucket=s3_bucket, Prefix=prefix)
         assert [o.get("Key") for o in listing.get("Contents", [])] == [f"{prefix}/ab/k.log"]
         assert list(store.list_keys()) == ["ab/k.log"]
+
+
+def _request_body(request: AWSPreparedRequest) -> bytes:
+    body = request.body
+    if body is not None and not isinstance(body, str | bytes | bytearray):
+        position = body.tell()
+        data = body.read()
+        body.seek(position)
+        body = data
+    return body.encode() if isinstance(body, str) else bytes(body or b"")
+
+
+@pytest.mark.parametrize("checksum_type", ["COMPOSITE", "FULL_OBJECT"])
+def test_s3_multipart_put_is_checked_part_by_part_and_whole(
+    moto_s3: MotoS3,  # noqa: F811
+    s3_bucket: str,
+    checksum_type: Literal["COMPOSITE", "FULL_OBJECT"],
+) -> None:
+    data = _bytes(MULTIPART_SIZE, seed=8)
+    parts = [data[start : start + MIN_PART_BYTES] for start in range(0, MULTIPART_SIZE, MIN_PART_BYTES)]
+    part_crcs = [s3_crc32c(crc32c_update(part)) for part in parts]
+    composite = s3_crc32c(crc32c_update(b"".join(base64.b64decode(crc) for crc in part_crcs)))
+    whole = s3_crc32c(crc32c_update(data))
+    sent: dict[str, list[tuple[dict[str, str], bytes, str]]] = defaultdict(list)
+
+    def record(request: AWSPreparedRequest, event_name: str, **_: Any) -> None:
+        operation = event_name.rpartition(".")[2]
+        headers = {
+            name.lower(): value.decode() if isinstance(value, bytes) else value
+            for name, value in request.headers.items()
+        }
+        sent[operation].append((headers, _request_body(request), request.url))
+
+    session = moto_s3.session()
+    session.events.register("before-send.s3", record)
+    prefix = f"t/{uuid.uuid4().hex}"
+    config = replace(TEST_S3_CONFIG, multipart_checksum_type=checksum_type)
+    with moto_s3.storage(s3_bucket, prefix, config, session=session) as store:
+        result = store.put_object("p/big.log", data)
+    assert result.crc32c == crc32c_update(data)
+
+    ((create_headers, _, _),) = sent["CreateMultipartUpload"]
+    assert (create_headers["x-amz-checksum-algorithm"], create_headers["x-amz-checksum-type"]) == (
+        "CRC32C",
+        checksum_type,
+    )
+    carried = {
+        int(parse_qs(urlsplit(url).query)["partNumber"][0]): headers["x-amz-checksum-crc32c"]
+        for headers, _, url in sent["UploadPart"]
+    }
+    assert carried == dict(enumerate(part_crcs, start=1))  # S3 checks each part on receipt
+    ((complete_headers, complete_body, _),) = sent["CompleteMultipartUpload"]
+    listed = [crc.decode() for crc in re.findall(rb"<ChecksumCRC32C>([^<]+)</ChecksumCRC32C>", complete_body)]
+    assert listed == part_crcs  # S3 checks them against the parts it holds
+    if checksum_type == "FULL_OBJECT":
+        assert complete_headers["x-amz-checksum-crc32c"] == whole
+    else:
+        assert "x-amz-checksum-crc32c" not in complete_headers
+    assert len(sent["HeadObject"]) == 1  # the check after the put
+
+    head = moto_s3.client().head_object(Bucket=s3_bucket, Key=f"{prefix}/p/big.log", ChecksumMode="ENABLED")
+    assert head.get("ChecksumType") == checksum_type
+    reported = head.get("ChecksumCRC32C", "")
+    if checksum_type == "FULL_OBJECT":
+        assert reported == whole
+    else:
+        assert reported.partition("-")[0] == composite
 
 
 def test_s3_store_on_a_missing_bucket_fails_without_retrying(moto_s3: MotoS3) -> None:  # noqa: F811

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Iterator
+from typing import Any, Literal
 
 import pytest
 
@@ -42,10 +43,19 @@ def faults() -> Iterator[FaultInjector]:
         injector.close()
 
 
-def _store(moto_s3: MotoS3, bucket: str, faults: FaultInjector, impatient: bool = False) -> S3Storage:  # noqa: F811
+def _store(
+    moto_s3: MotoS3,  # noqa: F811
+    bucket: str,
+    faults: FaultInjector,
+    impatient: bool = False,
+    checksum_type: Literal["COMPOSITE", "FULL_OBJECT"] = "COMPOSITE",
+) -> S3Storage:
     session = moto_s3.session()
     faults.install(session)
-    return moto_s3.storage(bucket, "tier", IMPATIENT if impatient else TEST_S3_CONFIG, session=session)
+    config = dataclasses.replace(
+        IMPATIENT if impatient else TEST_S3_CONFIG, multipart_checksum_type=checksum_type
+    )
+    return moto_s3.storage(bucket, "tier", config, session=session)
 
 
 def _objects(count: int, multipart_every: int) -> dict[str, bytes]:
@@ -107,6 +117,7 @@ def test_timeouts_and_lost_responses_still_succeed_without_leftovers(
     store.close()
 
 
+@pytest.mark.parametrize("checksum_type", ["COMPOSITE", "FULL_OBJECT"])
 @pytest.mark.parametrize(
     "script",
     [(Fault.LOST_RESPONSE,), (Fault.LOST_RESPONSE, Fault.NO_SUCH_UPLOAD)],
@@ -117,8 +128,9 @@ def test_a_lost_complete_response_is_recognised_as_success(
     bucket: str,
     faults: FaultInjector,
     script: tuple[Fault, ...],
+    checksum_type: Literal["COMPOSITE", "FULL_OBJECT"],
 ) -> None:
-    store = _store(moto_s3, bucket, faults)
+    store = _store(moto_s3, bucket, faults, checksum_type=checksum_type)
     data = random.Random(1).randbytes(MULTIPART_SIZE)
     faults.faults, faults.operations, faults.rate = script, {"CompleteMultipartUpload"}, 1.0
     faults.in_order, faults.max_faults = True, len(script)
@@ -209,18 +221,50 @@ def test_a_failing_multipart_step_aborts_the_upload(
     store.close()
 
 
+@pytest.mark.parametrize("checksum_type", ["COMPOSITE", "FULL_OBJECT"])
 def test_parts_damaged_in_transit_are_caught_and_nothing_is_kept(
     moto_s3: MotoS3,  # noqa: F811
     bucket: str,
     faults: FaultInjector,
+    checksum_type: Literal["COMPOSITE", "FULL_OBJECT"],
 ) -> None:
-    store = _store(moto_s3, bucket, faults)
+    # S3 refuses a damaged part (BadDigest); moto keeps it, and the HEAD after the put finds the
+    # object's CRC-32C is not what was sent.
+    store = _store(moto_s3, bucket, faults, checksum_type=checksum_type)
     faults.faults, faults.operations, faults.rate = (Fault.CORRUPT_BODY,), {"UploadPart"}, 1.0
     with pytest.raises(ChecksumMismatchError, match="CRC-32C") as raised:
         store.put_object("k.log", random.Random(2).randbytes(MULTIPART_SIZE))
     assert raised.value.retriable is True
     faults.rate = 0.0
     assert store.object_size("k.log") is None
+    assert moto_s3.unfinished_uploads(bucket) == []
+    store.close()
+
+
+@pytest.mark.parametrize(("parts", "kept"), [(2, True), (3, False)], ids=["its-parts", "other-parts"])
+def test_a_composite_crc32c_reported_with_a_part_count_is_checked_with_it(
+    moto_s3: MotoS3,  # noqa: F811
+    bucket: str,
+    parts: int,
+    kept: bool,
+) -> None:
+    # S3 reports a composite CRC-32C as "<crc>-<parts>" where moto's HEAD gives "<crc>".
+    def s3_form(parsed: dict[str, Any], **_: Any) -> None:
+        reported = parsed.get("ChecksumCRC32C")
+        if parsed.get("ChecksumType") == "COMPOSITE" and reported and "-" not in reported:
+            parsed["ChecksumCRC32C"] = f"{reported}-{parts}"
+
+    session = moto_s3.session()
+    session.events.register("after-call.s3.HeadObject", s3_form)
+    store = moto_s3.storage(bucket, "tier", session=session)
+    data = random.Random(3).randbytes(MULTIPART_SIZE)  # two parts
+    if kept:
+        assert store.put_object("k.log", data).crc32c == crc32c_update(data)
+        assert store.read_range("k.log", 0, MULTIPART_SIZE) == data
+    else:
+        with pytest.raises(ChecksumMismatchError, match="CRC-32C .*-3 stored, .*-2 sent"):
+            store.put_object("k.log", data)
+        assert store.object_size("k.log") is None
     assert moto_s3.unfinished_uploads(bucket) == []
     store.close()
 
