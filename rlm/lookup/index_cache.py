@@ -70,6 +70,11 @@ DEFAULT_MAX_BYTES = 1 << 30
 DEFAULT_PARSED_MAX_BYTES = 64 << 20
 
 _Index = TypeVar("_Index", OffsetIndex, TimeIndex)
+_MemoKey = tuple[int, str]
+"""A parsed index's key in the memo: the segment id as an int and the index type's value (hashed
+without calling into Python, unlike :data:`EntryKey`)."""
+_OFFSET = IndexType.OFFSET.value
+_TIMESTAMP = IndexType.TIMESTAMP.value
 
 
 class _Entry:
@@ -147,7 +152,7 @@ class RemoteIndexCache:
         self._entries: OrderedDict[EntryKey, _Entry] = OrderedDict()  # least recently used first
         self._total = 0
         self._loads: dict[EntryKey, _Load] = {}
-        self._parsed: OrderedDict[EntryKey, tuple[OffsetIndex | TimeIndex, int]] = OrderedDict()
+        self._parsed: OrderedDict[_MemoKey, tuple[OffsetIndex | TimeIndex, int]] = OrderedDict()
         self._parsed_total = 0
         self._last_stamp_ns = 0
         self._closed = False
@@ -249,7 +254,7 @@ class RemoteIndexCache:
             NotFoundError: The segment has no offset index, or its index object is missing.
             Any error of :meth:`get`.
         """
-        return self._parsed_index(segment, IndexType.OFFSET, OffsetIndex, stats)
+        return self._parsed_index(segment, IndexType.OFFSET, _OFFSET, OffsetIndex, stats)
 
     def time_index(self, segment: RemoteSegment, stats: FetchStats | None = None) -> TimeIndex:
         """The parsed time index of ``segment``; do not modify it (it is shared).
@@ -258,26 +263,33 @@ class RemoteIndexCache:
             NotFoundError: The segment has no time index, or its index object is missing.
             Any error of :meth:`get`.
         """
-        return self._parsed_index(segment, IndexType.TIMESTAMP, TimeIndex, stats)
+        return self._parsed_index(segment, IndexType.TIMESTAMP, _TIMESTAMP, TimeIndex, stats)
 
     def _parsed_index(
-        self, segment: RemoteSegment, kind: IndexType, cls: type[_Index], stats: FetchStats | None
+        self,
+        segment: RemoteSegment,
+        kind: IndexType,
+        kind_value: str,
+        cls: type[_Index],
+        stats: FetchStats | None,
     ) -> _Index:
-        key = (segment.segment_id, kind)
+        memo_key = (segment.segment_id.int, kind_value)
         with self._lock:
-            self._check_open()
-            memo = self._parsed.get(key)
-            if memo is not None and isinstance(memo[0], cls):
-                self._parsed.move_to_end(key)
-                return memo[0]
+            memo = self._parsed.get(memo_key)
+            if memo is not None:
+                self._parsed.move_to_end(memo_key)
+        if memo is not None and isinstance(memo[0], cls):
+            return memo[0]
         data = self.get(segment, kind, stats)
         if data is None:
             raise NotFoundError(f"remote segment {segment.segment_id} has no {kind.value} index")
         index = cls.from_bytes(segment.start_offset, data, path=segment.layout.index_key)
+        key = (segment.segment_id, kind)
         with self._lock:
             # Only what is cached on disk is memoized, so a segment removed meanwhile stays out.
-            if key in self._entries and key not in self._parsed and len(data) <= self._parsed_max_bytes:
-                self._parsed[key] = (index, len(data))
+            fits = len(data) <= self._parsed_max_bytes
+            if fits and key in self._entries and memo_key not in self._parsed:
+                self._parsed[memo_key] = (index, len(data))
                 self._parsed_total += len(data)
                 while self._parsed_total > self._parsed_max_bytes:
                     _, (_, size) = self._parsed.popitem(last=False)
@@ -429,7 +441,7 @@ class RemoteIndexCache:
                 load = self._loads.get(key)
                 if load is not None:
                     load.discard = True
-                memo = self._parsed.pop(key, None)
+                memo = self._parsed.pop((segment_id.int, kind.value), None)
                 if memo is not None:
                     self._parsed_total -= memo[1]
             self._publish()

@@ -8,20 +8,34 @@ reaches the target; only that batch is decoded. A whole segment is never downloa
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from rlm.errors import CorruptDataError, CorruptRecordError
-from rlm.log.batches import find_record
+from rlm.log.batches import find_record, parse_header
 from rlm.log.index import OffsetIndex, TimeIndex
-from rlm.log.model import BatchHeader, TimestampAndOffset
-from rlm.log.source import BytesSource, iter_headers
+from rlm.log.model import (
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MIN_SIZE_FIELD,
+    V2_HEADER_SIZE,
+    BatchHeader,
+    TimestampAndOffset,
+)
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import RemoteSegment
 from rlm.storage.protocol import RemoteStorage
 
 FIRST_CHUNK_BYTES = 64 * 1024
 MAX_CHUNK_BYTES = 8 * 1024 * 1024
+
+_NO_BOUND = -(2**63)
+_PREFIX = struct.Struct(">qi")
+"""baseOffset and batchLength: the prefix of every batch."""
+_V2_LAST_DELTA_AT = 23
+_V2_LAST_DELTA_AND_MAX_TIMESTAMP = struct.Struct(">i8xq")
+"""From byte 23 of a v2 header: lastOffsetDelta, then (past baseTimestamp) maxTimestamp."""
 
 Checkpoint = Callable[[], None]
 """Called between remote reads; raises to abandon the search (a cancelled or expired task)."""
@@ -51,7 +65,7 @@ class RemoteLogReader:
     ) -> None:
         self.storage = storage
         self.segment = segment
-        self.stats = stats if stats is not None else FetchStats()
+        self.stats = stats
         self.checkpoint = checkpoint
 
     def _read(self, position: int, length: int) -> bytes:
@@ -60,24 +74,42 @@ class RemoteLogReader:
         if length == 0:
             return b""
         data = self.storage.read_range(self.segment.layout.log_key, position, length)
-        self.stats.add(len(data))
+        if self.stats is not None:
+            self.stats.add(len(data))
         return data
 
     def batches(self, position: int) -> Iterator[tuple[BatchHeader, bytes]]:
         """Yield ``(header, batch bytes)`` for each whole batch from ``position`` (header positions
         are positions in the object)."""
+        for header, chunk, at in self.headers(position):
+            yield header._replace(position=at + header.position), chunk[header.position : header.end_position]
+
+    def headers(
+        self, position: int, timestamp: int = _NO_BOUND, start_offset: int = _NO_BOUND
+    ) -> Iterator[tuple[BatchHeader, bytes, int]]:
+        """Yield ``(header, chunk, chunk position)`` for each whole batch from ``position`` whose
+        max timestamp is ≥ ``timestamp`` and whose last offset is ≥ ``start_offset`` (every batch
+        by default): the batch is ``chunk[header.position : header.end_position]``, the chunk
+        starting at ``chunk position`` in the object (nothing is copied).
+
+        A v2 batch left out is judged by its size, magic, last offset delta and max timestamp
+        alone; every batch yielded has had its whole header checked.
+
+        Raises:
+            CorruptDataError: a batch header is not valid (located in the object).
+        """
         chunk = FIRST_CHUNK_BYTES
         end = self.segment.size_bytes
+        key = self.segment.layout.log_key
         while position < end:
             data = self._read(position, chunk)
             consumed = 0
-            try:
-                for header in iter_headers(BytesSource(data, self.segment.layout.log_key)):
-                    batch = data[header.position : header.end_position]
-                    yield header._replace(position=position + header.position), batch
-                    consumed = header.end_position
-            except CorruptDataError as exc:
-                raise exc.at(self.segment.layout.log_key, position + (exc.position or 0)) from exc
+            while True:
+                header, consumed = _next_batch(data, consumed, key, position, timestamp, start_offset)
+                if header is None:
+                    break
+                yield header, data, position
+                consumed += header.size
             if consumed == 0:
                 # The next batch is bigger than the chunk: read exactly it.
                 prefix = data[:12] if len(data) >= 12 else self._read(position, 12)
@@ -87,13 +119,56 @@ class RemoteLogReader:
                 if size < 12 + 14 or position + size > end:
                     raise CorruptRecordError(
                         f"batch size {size} does not fit the segment object of {end} bytes",
-                        path=self.segment.layout.log_key,
+                        path=key,
                         position=position,
                     )
                 chunk = max(chunk, size)
                 continue
             position += consumed
             chunk = min(chunk * 2, MAX_CHUNK_BYTES)
+
+
+def _next_batch(
+    data: bytes, pos: int, key: str, at: int, timestamp: int, start_offset: int
+) -> tuple[BatchHeader | None, int]:
+    """The header of the first whole batch at or after ``pos`` in ``data`` whose max timestamp is
+    ≥ ``timestamp`` and whose last offset is ≥ ``start_offset``, and its position in ``data``;
+    ``(None, p)`` when there is none, ``p`` being where the batches whole in ``data`` end.
+
+    Scans as :func:`rlm.log.source.iter_headers` does, stopping at a batch cut by the end of
+    ``data``; ``data`` starts at ``at`` in the object named ``key``.
+    """
+    limit = len(data)
+    while limit - pos > MAGIC_OFFSET + 1:
+        base, size = _PREFIX.unpack_from(data, pos)
+        if size < MIN_SIZE_FIELD:
+            raise CorruptRecordError(
+                f"batch size field {size} is smaller than the minimum {MIN_SIZE_FIELD}",
+                path=key,
+                position=at + pos,
+            )
+        total = LOG_OVERHEAD + size
+        if pos + total > limit:
+            break
+        if data[pos + MAGIC_OFFSET] == 2 and total >= V2_HEADER_SIZE:
+            last_delta, max_timestamp = _V2_LAST_DELTA_AND_MAX_TIMESTAMP.unpack_from(
+                data, pos + _V2_LAST_DELTA_AT
+            )
+            if last_delta >= 0 and (max_timestamp < timestamp or base + last_delta < start_offset):
+                pos += total
+                continue
+        try:
+            header = parse_header(data, pos)
+        except CorruptDataError as exc:
+            raise exc.at(key, at + pos) from exc
+        except struct.error as exc:
+            raise CorruptRecordError(
+                f"batch header is truncated: {exc}", path=key, position=at + pos
+            ) from exc
+        if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
+            return header, pos
+        pos += total
+    return None, pos
 
 
 def find_in_remote_segment(
@@ -112,18 +187,15 @@ def find_in_remote_segment(
         CorruptDataError: the remote bytes are not valid; the message names the object key.
         StorageError / NotFoundError: the remote store failed or lost the object.
     """
-    stats = stats if stats is not None else FetchStats()
     hint = indexes.time_index(segment, stats).lookup(timestamp)
     checkpoint()
     position = indexes.offset_index(segment, stats).lookup(max(hint.offset, start_offset)).position
     reader = RemoteLogReader(storage, segment, stats, checkpoint)
-    for header, data in reader.batches(position):
-        if header.max_timestamp < timestamp or header.last_offset < start_offset:
-            continue
+    for header, chunk, at in reader.headers(position, timestamp, start_offset):
         try:
-            found = find_record(data, header, timestamp, start_offset, at=0)
+            found = find_record(chunk, header, timestamp, start_offset)
         except CorruptDataError as exc:
-            raise exc.at(segment.layout.log_key, header.position) from exc
+            raise exc.at(segment.layout.log_key, at + header.position) from exc
         if found is not None:
             epoch = header.leader_epoch if header.leader_epoch >= 0 else -1
             return TimestampAndOffset(found[0], found[1], epoch)

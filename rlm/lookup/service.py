@@ -19,9 +19,22 @@ the broker's first local segment changed since (local retention deleted segments
 offset: segments copied meanwhile only raise the max remote timestamp, and a timestamp above the
 stale one is then in segments the broker still has (it deleted none since), where the local search
 finds it; a lower max (retention deleted the segment holding it) only sends a search to the remote
-tier, whose segments are always read from the store. A log start offset advanced by retention is
-seen up to ``metadata_ttl_s`` late, as Kafka's own log start offset propagates late; remote reads
-never touch deleted segments, since segments always come from the store.
+tier, which finds the answer in the segments that remain. A log start offset advanced by retention
+is seen up to ``metadata_ttl_s`` late, as Kafka's own log start offset propagates late.
+
+Segment lists: a remote search takes its segments from the partition's finished segments held in
+memory (:mod:`rlm.lookup.remote_segments`), answering as the store's ``first_segment_for_timestamp``
+would, instead of querying the store for each. A list is read again at the first remote search
+after the summary shows finished segments came or went (its ``version``); a partition over the
+list's bound (``max_listed_segments``) is searched with the store's queries. Answers stay exact.
+A segment the list lacks either copies again offsets a listed segment holds (a takeover's copy),
+or holds offsets copied after the summary at hand was read (else its version would differ from
+the list's), which the broker had locally then and still has (its first local segment did not
+change, or the summary would have been read again): the local search finds those. A segment
+retention deleted after the summary was read may still be listed: reached below the stale log
+start offset, it answers as under a stale summary while its objects remain; once they are gone,
+reading them raises NotFoundError, and the list is dropped and the search done again with the
+store's queries. A stale list never fails a lookup, nor answers from a deleted object.
 """
 
 from __future__ import annotations
@@ -47,8 +60,9 @@ from rlm.lookup.remote_search import (
     find_in_remote_segment,
     never_cancelled,
 )
+from rlm.lookup.remote_segments import DEFAULT_MAX_SEGMENTS, SegmentList, SegmentLists
 from rlm.lookup.stats import FetchStats
-from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import PartitionRecord, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.protocol import RemoteStorage
 from rlm.timestamps import SpecialTimestamp
@@ -99,6 +113,9 @@ class RemoteTierView:
     """The remote log start offset retention advanced; -1 before it ever did."""
     max_timestamp: int | None
     """The largest max timestamp of the finished segments; None when there are none."""
+    version: tuple[int, int, int] | None
+    """The partition's highest copied offset, remote log start offset and remote size (what
+    changes when finished segments come or go); None when the store does not know it."""
     local_base: int | None
     """Base offset of the broker's first local segment when the view was read."""
     read_at: float
@@ -115,6 +132,7 @@ class LookupService:
         log_dirs: tuple[Path, ...],
         *,
         metadata_ttl_s: float = DEFAULT_METADATA_TTL_S,
+        max_listed_segments: int = DEFAULT_MAX_SEGMENTS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
@@ -128,6 +146,7 @@ class LookupService:
         self._refreshing: dict[TopicPartition, threading.Lock] = {}
         self._refresh_claims: dict[TopicPartition, RemoteTierView] = {}
         self._stable_offsets = StableOffsetTracker()
+        self._segment_lists = SegmentLists(store, max_segments=max_listed_segments)
         self._lock = threading.Lock()
 
     # -- partitions --------------------------------------------------------------------------
@@ -192,6 +211,7 @@ class LookupService:
             first_offset=first.start_offset if first is not None else None,
             log_start_offset=record.remote_log_start_offset if record is not None else -1,
             max_timestamp=self.store.max_timestamp(tp) if first is not None else None,
+            version=_version(record),
             local_base=base,
             read_at=now,
         )
@@ -234,6 +254,7 @@ class LookupService:
                 self._views.clear()
             else:
                 self._views.pop(tp, None)
+        self._segment_lists.drop(tp)
 
     # -- offsets -----------------------------------------------------------------------------
 
@@ -380,7 +401,7 @@ class LookupService:
         max_remote = view.max_timestamp
         answer = OffsetAnswer.none()
         if max_remote is not None and timestamp <= max_remote:
-            answer = self._search_remote(tp, local, local_start, timestamp, earliest, stats, checkpoint)
+            answer = self._search_remote(tp, view, local, local_start, timestamp, earliest, stats, checkpoint)
             if answer.tier is None and local is not None:
                 answer = OffsetAnswer.of(local.find_offset_by_timestamp(timestamp, earliest), "local")
         elif local is not None:
@@ -405,6 +426,7 @@ class LookupService:
     def _search_remote(
         self,
         tp: TopicPartition,
+        view: RemoteTierView,
         local: PartitionDir | None,
         local_start: int,
         timestamp: int,
@@ -412,10 +434,35 @@ class LookupService:
         stats: FetchStats | None,
         checkpoint: Checkpoint,
     ) -> OffsetAnswer:
+        listed = self._segment_lists.get(tp, view.version, view.log_start_offset)
+        if listed is None:
+            return self._search_segments(tp, None, local, local_start, timestamp, start, stats, checkpoint)
+        try:
+            return self._search_segments(tp, listed, local, local_start, timestamp, start, stats, checkpoint)
+        except NotFoundError:
+            # A listed segment was deleted since the list was read (module docstring).
+            self._segment_lists.drop(tp)
+            return self._search_segments(tp, None, local, local_start, timestamp, start, stats, checkpoint)
+
+    def _search_segments(
+        self,
+        tp: TopicPartition,
+        listed: SegmentList | None,
+        local: PartitionDir | None,
+        local_start: int,
+        timestamp: int,
+        start: int,
+        stats: FetchStats | None,
+        checkpoint: Checkpoint,
+    ) -> OffsetAnswer:
+        """The remote search over ``listed``, or over the store's answers when None."""
         from_offset = start
         while True:
             checkpoint()
-            segment = self.store.first_segment_for_timestamp(tp, timestamp, from_offset=from_offset)
+            if listed is not None:
+                segment = listed.first_for_timestamp(timestamp, from_offset=from_offset)
+            else:
+                segment = self.store.first_segment_for_timestamp(tp, timestamp, from_offset=from_offset)
             if segment is None:
                 return OffsetAnswer.none()
             begin = max(start, segment.start_offset, from_offset)
@@ -445,12 +492,15 @@ class LookupService:
     ) -> OffsetAnswer:
         """The first record with the largest timestamp at or after the log start offset, if it is
         below the high watermark (Kafka filters MAX_TIMESTAMP by the last fetchable offset)."""
-        earliest = self.earliest_offset(tp, local)
+        view = self.remote_view(tp, local)
+        earliest = self.earliest_offset(tp, local, view)
         best = _local_max_timestamp(local, earliest) if local is not None else -1
-        max_remote = self.remote_view(tp, local).max_timestamp
+        max_remote = view.max_timestamp
         if max_remote is not None and max_remote > best:
             local_start = self._local_start(local, earliest)
-            answer = self._search_remote(tp, local, local_start, max_remote, earliest, stats, checkpoint)
+            answer = self._search_remote(
+                tp, view, local, local_start, max_remote, earliest, stats, checkpoint
+            )
             if answer.tier is not None:
                 return self._below_high_watermark(answer, local, isolation)
             # The record holding the remote maximum lies below the log start offset.
@@ -497,6 +547,12 @@ class LookupService:
 
 
 _UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
+
+
+def _version(record: PartitionRecord | None) -> tuple[int, int, int] | None:
+    if record is None:
+        return None
+    return (record.highest_copied_offset, record.remote_log_start_offset, record.remote_log_size_bytes)
 
 
 def _first_base(local: PartitionDir | None) -> int | None:
