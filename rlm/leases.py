@@ -20,10 +20,21 @@ class LeaseKeeper:
         self.broker_id = broker_id
         self.ttl_ms = ttl_ms
         self._leases: dict[TopicPartition, Lease] = {}
+        self._taking: dict[TopicPartition, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def hold(self, tp: TopicPartition) -> Lease | None:
-        """Renew the lease of ``tp`` if held, else try to take it; None while another broker holds it."""
+        """Renew the lease of ``tp`` if held, else try to take it; None while another broker holds it.
+
+        Calls for one partition are serialized: the copier and retention loops ask at the same
+        time, and two takes would each start a new lease epoch, fencing the other's writes.
+        """
+        with self._lock:
+            taking = self._taking.setdefault(tp, threading.Lock())
+        with taking:
+            return self._hold(tp)
+
+    def _hold(self, tp: TopicPartition) -> Lease | None:
         with self._lock:
             held = self._leases.get(tp)
         lease = None

@@ -9,6 +9,7 @@ and its indexes beside it. Nothing at or above the high watermark is copied, not
 from __future__ import annotations
 
 import shutil
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -451,3 +452,32 @@ def test_cleanup_removes_copies_a_crashed_incarnation_left_started(
     }
     assert outcome.copied_segments == len(eligible_segments(partition))
     assert_invariants(tiering.store, tiering.storage, [log_dir], untiered=_all_but(log_dir, partition))
+
+
+def test_loops_taking_one_lease_at_once_share_one_epoch(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    log_dir: Path,
+) -> None:
+    # The copier and retention loops of one sidecar ask for a partition's lease at the same time
+    # (both start together): a second take would start a new epoch and fence the first's writes.
+    tiering = tiering_factory(sqlite_fs, log_dir)
+    keeper = LeaseKeeper(tiering.store, BROKER_ID, 60_000)
+    tp = TopicPartition("orders", 0)
+    start = threading.Barrier(8)
+    taken: list[int | None] = []
+
+    def take() -> None:
+        start.wait()
+        lease = keeper.hold(tp)
+        taken.append(lease.epoch if lease is not None else None)
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(taken) == 8 and None not in taken
+    assert len(set(taken)) == 1, taken
+    lease = tiering.store.get_lease(tp)
+    assert lease is not None and lease.epoch == taken[0]
