@@ -78,11 +78,6 @@ DEGRADED_GET_S = 2.0
 #: Each remote client's pause between lookups: busy clients, not a CPU-bound loop that would make
 #: the healthy baseline a measure of GIL contention.
 REMOTE_CLIENT_PAUSE_S = 0.01
-#: The log directory reader (``rlm.log.statcache``) does not reuse what it read of a listing or a
-#: checkpoint changed less than a second before: every lookup reads it again. The bench waits that
-#: out after its own local retention, so that the figures are those of a directory left alone, not
-#: of the second after a change.
-SETTLE_S = 1.1
 TARGETS = {
     "warm_gets_per_lookup": 1,
     "cold_gets_per_lookup_max": 3,
@@ -232,7 +227,6 @@ def tier(partition: Partition, root: Path, storage: RemoteStorage, seed: int) ->
     for segment in segments[: len(segments) // 2]:  # local retention
         for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             segment.path(suffix).unlink(missing_ok=True)
-    time.sleep(SETTLE_S)
     local_start = LogDir(log_dir).partition(TOPIC, 0).segments()[0].base_offset
     max_remote = runtime.store.max_timestamp(TP)
     assert max_remote is not None
@@ -475,8 +469,6 @@ def main() -> None:
             "healthy remote lookups run in this process and compete for the GIL with the local ones; "
             "degraded ones sleep in their GET, so local_p99_no_remote_load_ms is the fairer baseline",
             "all figures from a machine shared with other work: see load_average_1m",
-            f"measured {SETTLE_S} s after the bench's own local retention: the log directory reader "
-            "reads again at every lookup what changed within the last second",
         ],
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
