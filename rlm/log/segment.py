@@ -173,15 +173,6 @@ class Segment:
 
     def largest_timestamp(self, *, scan_tail: bool = False) -> int:
         """Kafka's ``largestTimestamp``: the max timestamp, or the ``.log`` mtime when there is none."""
-        cached = self._max_entry
-        if (
-            not scan_tail
-            and cached is not None
-            and cached[0] is self._time_index
-            and cached[1].timestamp >= 0
-            and time.monotonic() - self._checked_at < STAMP_CHECK_INTERVAL_S
-        ):
-            return cached[1].timestamp  # asked for each segment on every lookup: kept short
         max_ts = self.max_timestamp_and_offset(scan_tail=scan_tail).timestamp
         if max_ts >= 0:
             return max_ts

@@ -19,10 +19,10 @@ from rlm.log.model import (
     LOG_OVERHEAD,
     MAGIC_OFFSET,
     MIN_SIZE_FIELD,
-    V2_HEADER_SIZE,
     BatchHeader,
     TimestampAndOffset,
 )
+from rlm.log.source import v2_batch_below
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import RemoteSegment
 from rlm.storage.protocol import RemoteStorage
@@ -33,9 +33,6 @@ MAX_CHUNK_BYTES = 8 * 1024 * 1024
 _NO_BOUND = -(2**63)
 _PREFIX = struct.Struct(">qi")
 """baseOffset and batchLength: the prefix of every batch."""
-_V2_LAST_DELTA_AT = 23
-_V2_LAST_DELTA_AND_MAX_TIMESTAMP = struct.Struct(">i8xq")
-"""From byte 23 of a v2 header: lastOffsetDelta, then (past baseTimestamp) maxTimestamp."""
 
 Checkpoint = Callable[[], None]
 """Called between remote reads; raises to abandon the search (a cancelled or expired task)."""
@@ -150,13 +147,9 @@ def _next_batch(
         total = LOG_OVERHEAD + size
         if pos + total > limit:
             break
-        if data[pos + MAGIC_OFFSET] == 2 and total >= V2_HEADER_SIZE:
-            last_delta, max_timestamp = _V2_LAST_DELTA_AND_MAX_TIMESTAMP.unpack_from(
-                data, pos + _V2_LAST_DELTA_AT
-            )
-            if last_delta >= 0 and (max_timestamp < timestamp or base + last_delta < start_offset):
-                pos += total
-                continue
+        if data[pos + MAGIC_OFFSET] == 2 and v2_batch_below(data, pos, base, total, timestamp, start_offset):
+            pos += total
+            continue
         try:
             header = parse_header(data, pos)
         except CorruptDataError as exc:
