@@ -7,7 +7,8 @@ SAMPLE ?= build/sample-logs
 
 .PHONY: run test lint typecheck pytest postgres bench clean lock
 
-$(STAMP): pyproject.toml requirements.lock
+# The editable install also builds the C search loops (rlm/log/_scan.c) in place.
+$(STAMP): pyproject.toml requirements.lock rlm/log/_scan.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
@@ -43,4 +44,4 @@ lock:
 	$(BIN)/pip freeze --exclude-editable | grep -v '^rlm' > requirements.lock
 
 clean:
-	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache
+	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache rlm/log/_scan.*.so

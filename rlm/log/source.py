@@ -18,11 +18,9 @@ from typing import Protocol
 from rlm.errors import CorruptDataError, CorruptRecordError
 from rlm.log.batches import parse_header
 from rlm.log.model import LOG_OVERHEAD, MAGIC_OFFSET, MIN_SIZE_FIELD, V2_HEADER_SIZE, BatchHeader
+from rlm.log.scan import skip_below as skip_v2_below
 
 _PREFIX = struct.Struct(">qi")
-#: lastOffsetDelta, then (past baseTimestamp) maxTimestamp of a v2 batch header, from byte 23.
-_LAST_DELTA_AND_MAX_TIMESTAMP = struct.Struct(">i8xq")
-_LAST_OFFSET_DELTA = 23
 #: Bytes read at a time while scanning headers. Bounds the scanner's memory.
 DEFAULT_WINDOW_BYTES = 256 * 1024
 
@@ -157,7 +155,12 @@ def iter_headers(
             buf_start, rel = pos, 0
             if len(buf) < need:
                 return  # the source shrank under us
-        base, size = _PREFIX.unpack_from(buf, rel)
+        if skip_below is not None:
+            skipped = skip_v2_below(buf, rel, limit - buf_start, *skip_below)
+            if skipped != rel:
+                pos += skipped - rel
+                continue
+        _, size = _PREFIX.unpack_from(buf, rel)
         if size < MIN_SIZE_FIELD:
             raise CorruptRecordError(
                 f"batch size field {size} is smaller than the minimum {MIN_SIZE_FIELD}",
@@ -169,9 +172,6 @@ def iter_headers(
             return  # torn tail: the broker is still writing this batch
         try:
             if buf[rel + MAGIC_OFFSET] >= 2:
-                if skip_below is not None and v2_batch_below(buf, rel, base, total, *skip_below):
-                    pos += total
-                    continue
                 header = parse_header(buf, rel, pos)
             else:
                 # A legacy entry is parsed whole (it holds its own inner set when compressed).
@@ -185,19 +185,6 @@ def iter_headers(
             ) from exc
         yield header
         pos += total
-
-
-def v2_batch_below(buf: bytes, pos: int, base_offset: int, total: int, timestamp: int, offset: int) -> bool:
-    """Whether the v2 batch at ``pos`` (``total`` bytes, its 61-byte header in ``buf``) holds no
-    record a timestamp search for (``timestamp``, ``offset``) wants: its max timestamp is below
-    ``timestamp`` or its last offset below ``offset``. Read from two header fields alone, without
-    parsing the header; False when the batch is too small to be a v2 batch (let the parser say so)."""
-    if total < V2_HEADER_SIZE:
-        return False
-    last_delta: int
-    max_timestamp: int
-    last_delta, max_timestamp = _LAST_DELTA_AND_MAX_TIMESTAMP.unpack_from(buf, pos + _LAST_OFFSET_DELTA)
-    return last_delta >= 0 and (max_timestamp < timestamp or base_offset + last_delta < offset)
 
 
 def read_batch_bytes(source: ByteSource, header: BatchHeader) -> bytes:

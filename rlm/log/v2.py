@@ -32,7 +32,7 @@ from collections.abc import Sequence
 import crc32c
 
 from rlm.errors import CorruptRecordError
-from rlm.log import codecs
+from rlm.log import codecs, scan
 from rlm.log.model import (
     V2_HEADER_SIZE,
     BatchHeader,
@@ -180,56 +180,18 @@ def find_v2(
     if header.max_timestamp < timestamp or header.last_offset < start_offset:
         return None
     data, pos, end = _records_data(buf, header, verify_crc, header.position if at is None else at)
-    base_offset = header.base_offset
-    log_append = header.attributes & _LOG_APPEND_TIME
-    base_ts = header.max_timestamp if log_append else header.base_timestamp
-    count = header.record_count
-    for i in range(count):
-        if pos >= end:
-            raise CorruptRecordError(f"batch declares {count} records but its data ends after {i}")
-        try:
-            u = data[pos]
-            if u < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                u = (u & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            else:
-                u, pos = read_uvarint(data, pos, 5)
-                u &= _INT32_BITS
-            length = (u >> 1) ^ -(u & 1)
-            rec_end = pos + length
-            if length < 6 or rec_end > end:
-                raise CorruptRecordError(
-                    f"record {i} declares {length} bytes but {end - pos} remain in the batch"
-                )
-            pos += 1  # record attributes: unused
-            u = data[pos]
-            if u < 0x80:
-                pos += 1
-            elif data[pos + 1] < 0x80:
-                u = (u & 0x7F) | (data[pos + 1] << 7)
-                pos += 2
-            elif data[pos + 2] < 0x80:
-                u = (u & 0x7F) | ((data[pos + 1] & 0x7F) << 7) | (data[pos + 2] << 14)
-                pos += 3
-            else:
-                u, pos = read_uvarint(data, pos, 10)
-                u &= _INT64_BITS
-            ts = base_ts if log_append else base_ts + ((u >> 1) ^ -(u & 1))
-            u = data[pos]
-            if u >= 0x80:
-                if data[pos + 1] < 0x80:
-                    u = (u & 0x7F) | (data[pos + 1] << 7)
-                else:
-                    u = read_uvarint(data, pos, 5)[0] & _INT32_BITS
-        except IndexError as exc:
-            raise CorruptRecordError(f"record {i} runs past the end of the batch data") from exc
-        offset = base_offset + ((u >> 1) ^ -(u & 1))
-        if ts >= timestamp and offset >= start_offset:
-            return ts, offset
-        pos = rec_end
-    return None
+    log_append = bool(header.attributes & _LOG_APPEND_TIME)
+    return scan.find_record(
+        data,
+        pos,
+        end,
+        header.record_count,
+        header.base_offset,
+        header.max_timestamp if log_append else header.base_timestamp,
+        log_append,
+        timestamp,
+        start_offset,
+    )
 
 
 def _decode_records(

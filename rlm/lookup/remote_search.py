@@ -22,7 +22,7 @@ from rlm.log.model import (
     BatchHeader,
     TimestampAndOffset,
 )
-from rlm.log.source import v2_batch_below
+from rlm.log.scan import skip_below
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import RemoteSegment
 from rlm.storage.protocol import RemoteStorage
@@ -137,7 +137,10 @@ def _next_batch(
     """
     limit = len(data)
     while limit - pos > MAGIC_OFFSET + 1:
-        base, size = _PREFIX.unpack_from(data, pos)
+        pos = skip_below(data, pos, limit, timestamp, start_offset)
+        if limit - pos <= MAGIC_OFFSET + 1:
+            break
+        _, size = _PREFIX.unpack_from(data, pos)
         if size < MIN_SIZE_FIELD:
             raise CorruptRecordError(
                 f"batch size field {size} is smaller than the minimum {MIN_SIZE_FIELD}",
@@ -147,9 +150,6 @@ def _next_batch(
         total = LOG_OVERHEAD + size
         if pos + total > limit:
             break
-        if data[pos + MAGIC_OFFSET] == 2 and v2_batch_below(data, pos, base, total, timestamp, start_offset):
-            pos += total
-            continue
         try:
             header = parse_header(data, pos)
         except CorruptDataError as exc:
