@@ -15,6 +15,7 @@ from rlm.copier import Copier
 from rlm.dynamic_config import DynamicConfig
 from rlm.errors import ConfigError, RlmError
 from rlm.leases import LeaseKeeper
+from rlm.log import watch
 from rlm.log.logdir import LogDir
 from rlm.lookup.fetch import RecordFetcher
 from rlm.lookup.index_cache import RemoteIndexCache
@@ -109,6 +110,7 @@ def build_runtime(
     """Build every component from ``settings`` (``store``/``storage`` may be given ready-made)."""
     if not settings.log_dirs:
         raise ConfigError("no log directories configured: set log.dirs (RLM_LOG_DIRS)")
+    watch.set_enabled(settings.log_dirs_watch)
     store = store if store is not None else open_store(settings)
     try:
         storage = storage if storage is not None else open_remote_storage(settings)

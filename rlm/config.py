@@ -73,6 +73,9 @@ class Settings:
 
     log_dirs: tuple[Path, ...] = ()
     """``log.dirs``: the broker's log directories (read-only for rlm)."""
+    log_dirs_watch: bool = True
+    """``log.dirs.watch``: learn of the broker's changes to its segments and checkpoints from
+    inotify (Linux) rather than ``stat`` on every lookup; off for a filesystem another host writes."""
     broker_id: int = 0
     """``broker.id``: the broker this sidecar runs beside; owner of its copy leases."""
     metadata_url: str = DEFAULT_METADATA_URL

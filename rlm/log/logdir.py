@@ -65,7 +65,7 @@ class PartitionDir:
         self.log_dir = log_dir if log_dir is not None else LogDir(self.path.parent)
         self.max_index_size = max_index_size
         self._segments: dict[int, Segment] = {}
-        self._listing: StatCache[list[int]] = StatCache()
+        self._listing: StatCache[list[int]] = StatCache(listings=True)
         self._listed: tuple[list[int], list[Segment]] | None = None
         self._summary: _SegmentSummary | None = None
 

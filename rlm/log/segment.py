@@ -17,7 +17,7 @@ from rlm.log.batches import decode_batch, find_record
 from rlm.log.files import parse_base_offset, segment_file_name
 from rlm.log.index import OffsetIndex, TimeIndex, TimestampOffset
 from rlm.log.model import BatchHeader, Record, TimestampAndOffset
-from rlm.log.source import FileSource, iter_headers, read_batch_bytes
+from rlm.log.source import FileSource, iter_header_windows, iter_headers, read_batch_bytes
 from rlm.log.txnindex import TransactionIndex
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
@@ -228,15 +228,19 @@ class Segment:
         position = self.offset_index().lookup(max(hint.offset, start)).position
         with self.open() as source:
             # The answer is usually within an index interval (4 KiB by default) of the position.
-            headers = iter_headers(
+            headers = iter_header_windows(
                 source, position, first_window_bytes=SEARCH_WINDOW_BYTES, skip_below=(timestamp, start)
             )
-            for header in headers:
+            for header, window, window_start in headers:
                 if header.max_timestamp < timestamp or header.last_offset < start:
                     continue  # a legacy batch
-                data = read_batch_bytes(source, header)
+                at = header.position - window_start
+                if at + header.size <= len(window):
+                    data = window  # read with the headers already
+                else:
+                    data, at = read_batch_bytes(source, header), 0
                 try:
-                    found = find_record(data, header, timestamp, start, at=0)
+                    found = find_record(data, header, timestamp, start, at=at)
                 except CorruptDataError as exc:
                     raise exc.at(str(self.log_path), header.position) from exc
                 if found is not None:

@@ -127,6 +127,32 @@ def iter_headers(
 ) -> Iterator[BatchHeader]:
     """Yield the header of every whole batch in ``[start, end)`` of ``source``.
 
+    As :func:`iter_header_windows`, without the windows.
+    """
+    for header, _, _ in iter_header_windows(
+        source,
+        start,
+        end,
+        window_bytes=window_bytes,
+        first_window_bytes=first_window_bytes,
+        skip_below=skip_below,
+    ):
+        yield header
+
+
+def iter_header_windows(
+    source: ByteSource,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    window_bytes: int = DEFAULT_WINDOW_BYTES,
+    first_window_bytes: int | None = None,
+    skip_below: tuple[int, int] | None = None,
+) -> Iterator[tuple[BatchHeader, bytes, int]]:
+    """Yield ``(header, window, window position)`` for every whole batch in ``[start, end)`` of
+    ``source``: the bytes read last, starting at ``window position`` in the source, hold the
+    batch's header and, when it fits, the whole batch (no need to read it again).
+
     The source is read ``window_bytes`` at a time; with ``first_window_bytes`` the first read is
     that small and each next one doubles up to ``window_bytes`` (a search that expects to stop
     within a few batches of ``start`` then reads little).
@@ -183,7 +209,7 @@ def iter_headers(
             raise CorruptRecordError(
                 f"batch header is truncated: {exc}", path=source.name, position=pos
             ) from exc
-        yield header
+        yield header, buf, buf_start
         pos += total
 
 

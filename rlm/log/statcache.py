@@ -1,11 +1,14 @@
-"""Reading a file or directory again only when it changed (its size, mtime or inode).
+"""Reading a file or directory again only when it changed.
 
-The broker rewrites checkpoints by renaming a new file into place and adds or removes segment
-files; both change what ``stat`` says. A change within the same clock tick as the read it follows
-would not show in the mtime, though, so a result read within a second of the file's mtime is
-"racy": it is reused for at most ``RACY_REUSE_S`` and then read again (rather than at every call,
-which for a checkpoint the broker rewrites every few seconds would mean parsing it on every
-lookup for a second after each rewrite).
+A directory watcher (:mod:`rlm.log.watch`, inotify) says so without a system call per file: a
+cached result is reused while the token of the directory holding the file (of the directory
+itself, for a listing) is unchanged. Where no watch can be had, ``stat`` says so: its size, mtime
+or inode changed. The broker rewrites checkpoints by renaming a new file into place and adds or
+removes segment files; both change what ``stat`` says. A change within the same clock tick as the
+read it follows would not show in the mtime, though, so a result read within a second of the
+file's mtime is "racy": it is reused for at most ``RACY_REUSE_S`` and then read again (rather than
+at every call, which for a checkpoint the broker rewrites every few seconds would mean parsing it
+on every lookup for a second after each rewrite).
 """
 
 from __future__ import annotations
@@ -17,29 +20,67 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
+from rlm.log.watch import DirectoryWatcher, default_watcher
+
 T = TypeVar("T")
 _RACY_NS = 1_000_000_000
 RACY_REUSE_S = 0.05
 """How long a racy result is reused: the longest an in-place change within one mtime tick goes
-unseen."""
+unseen (when ``stat`` is the judge)."""
 
 
 class _Entry(NamedTuple, Generic[T]):
-    stamp: tuple[int, int, int]
+    stamp: tuple[int, int, int] | None
+    """From ``stat``; None when the watcher's token judges the entry."""
     value: T
     racy_until_ns: int
     """Monotonic deadline for a racy result; 0 for a settled one."""
+    token: int | None = None
+
+
+_DEFAULT = object()
 
 
 class StatCache(Generic[T]):
-    """``get(path, load)`` returns ``load(path)``, reusing the last result while ``path`` is unchanged."""
+    """``get(path, load)`` returns ``load(path)``, reusing the last result while ``path`` is unchanged.
 
-    def __init__(self, *, racy_reuse_s: float = RACY_REUSE_S) -> None:
+    ``listings`` caches say what is in directories (``path`` is the directory, and only entries
+    added, removed or renamed in it change it); the others, what is in files.
+    """
+
+    def __init__(
+        self,
+        *,
+        racy_reuse_s: float = RACY_REUSE_S,
+        listings: bool = False,
+        watcher: DirectoryWatcher | object | None = _DEFAULT,
+    ) -> None:
         self._entries: dict[Path, _Entry[T]] = {}
         self._lock = threading.Lock()
         self._racy_reuse_ns = int(racy_reuse_s * 1e9)
+        self._listings = listings
+        self._watcher = default_watcher() if watcher is _DEFAULT else watcher
+        self._watched: dict[Path, str] = {}
+        """Path → the directory whose token judges it."""
 
     def get(self, path: Path, load: Callable[[Path], T]) -> T:
+        watcher = self._watcher
+        if isinstance(watcher, DirectoryWatcher):
+            directory = self._watched.get(path)
+            if directory is None:
+                directory = self._watched[path] = str(path if self._listings else path.parent)
+            token = watcher.token(directory, contents=not self._listings)
+            if token is not None:
+                found = self._entries.get(path)
+                if found is not None and found.token == token:
+                    return found.value
+                value = load(path)  # the token was taken first: a change while loading shows next time
+                with self._lock:
+                    self._entries[path] = _Entry(None, value, 0, token)
+                return value
+        return self._get_by_stat(path, load)
+
+    def _get_by_stat(self, path: Path, load: Callable[[Path], T]) -> T:
         try:
             st = os.stat(path)
         except FileNotFoundError:
