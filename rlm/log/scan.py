@@ -60,8 +60,8 @@ def find_record(
             return _scan.find_record(
                 data, pos, end, count, base_offset, base_timestamp, log_append, timestamp, start_offset
             )
-        except (ValueError, OverflowError):
-            pass  # not plainly well-formed: the reference says what is wrong
+        except (ValueError, OverflowError, BufferError):
+            pass  # not plainly well-formed (or not a plain buffer): the reference says what is wrong
     return find_record_py(
         data, pos, end, count, base_offset, base_timestamp, log_append, timestamp, start_offset
     )
@@ -141,8 +141,8 @@ def skip_below(data: Buffer, pos: int, limit: int, timestamp: int, start_offset:
     if _scan is not None:
         try:
             return _scan.skip_below(data, pos, limit, timestamp, start_offset)
-        except OverflowError:
-            pass  # a bound beyond int64: no batch is below it in C's terms
+        except (OverflowError, BufferError):
+            pass  # a bound beyond int64, or not a plain buffer: the reference judges
     return skip_below_py(data, pos, limit, timestamp, start_offset)
 
 

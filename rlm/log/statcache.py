@@ -36,6 +36,9 @@ class _Entry(NamedTuple, Generic[T]):
     racy_until_ns: int
     """Monotonic deadline for a racy result; 0 for a settled one."""
     token: int | None = None
+    """The watcher's token for ``directory`` when the entry was read; None when judged by stat."""
+    directory: str = ""
+    """The directory whose token judges the entry."""
 
 
 _DEFAULT = object()
@@ -60,25 +63,24 @@ class StatCache(Generic[T]):
         self._racy_reuse_ns = int(racy_reuse_s * 1e9)
         self._listings = listings
         self._watcher = default_watcher() if watcher is _DEFAULT else watcher
-        self._watched: dict[Path, str] = {}
-        """Path → the directory whose token judges it."""
 
     def get(self, path: Path, load: Callable[[Path], T]) -> T:
         watcher = self._watcher
         if isinstance(watcher, DirectoryWatcher):
-            directory = self._watched.get(path)
-            if directory is None:
-                directory = self._watched[path] = str(path if self._listings else path.parent)
+            found = self._entries.get(path)
+            directory = found.directory if found is not None else self._directory_of(path)
             token = watcher.token(directory, contents=not self._listings)
             if token is not None:
-                found = self._entries.get(path)
                 if found is not None and found.token == token:
                     return found.value
                 value = load(path)  # the token was taken first: a change while loading shows next time
                 with self._lock:
-                    self._entries[path] = _Entry(None, value, 0, token)
+                    self._entries[path] = _Entry(None, value, 0, token, directory)
                 return value
         return self._get_by_stat(path, load)
+
+    def _directory_of(self, path: Path) -> str:
+        return str(path if self._listings else path.parent)
 
     def _get_by_stat(self, path: Path, load: Callable[[Path], T]) -> T:
         try:
@@ -100,5 +102,5 @@ class StatCache(Generic[T]):
         racy = time.time_ns() - st.st_mtime_ns <= _RACY_NS
         until = time.monotonic_ns() + self._racy_reuse_ns if racy else 0
         with self._lock:
-            self._entries[path] = _Entry(stamp, value, until)
+            self._entries[path] = _Entry(stamp, value, until, None, self._directory_of(path))
         return value
