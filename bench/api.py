@@ -48,6 +48,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: import rlm from the checkout
     sys.path.insert(0, str(ROOT))
 
+from rlm.log import scan  # noqa: E402
 from rlm.log.produce import ProduceSpec, produce  # noqa: E402
 
 READ_TOKEN = "bench-read-token"
@@ -499,6 +500,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "benchmark": "api",
         "machine": {
             "cpus": os.cpu_count(),
+            "c_search_loops": scan.ACCELERATED,
             "python": platform.python_version(),
             "platform": platform.platform(),
         },

@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from metadata.schema import upgrade
 from rlm.bootstrap import Runtime, build_runtime
 from rlm.config import Settings, TopicSettings
+from rlm.log import scan, watch
 from rlm.log.dirwriter import LogDirWriter
 from rlm.log.logdir import LogDir
 from rlm.log.model import Codec
@@ -472,6 +473,8 @@ def main() -> None:
         ],
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
+        "c_search_loops": scan.ACCELERATED,
+        "log_dirs_watched": watch.default_watcher() is not None,
         "backends": {},
     }
     with tempfile.TemporaryDirectory(prefix="rlm-bench-lookup-") as tmp:
