@@ -166,6 +166,9 @@ def tls_server(tmp_path_factory: pytest.TempPathFactory, sqlite_template: Path) 
         "auth.tokens.file": str(root / "tokens"),
         "tls.cert.file": str(root / "cert.pem"),
         "tls.key.file": str(root / "key.pem"),
+        # The sample's timestamps are from 2023: with a retention time, remote retention would
+        # soon delete the first tiered segments and move the earliest offset the tests ask for.
+        "topics": {"defaults": {"retention.ms": -1}},
     }
     served = start_serve(root, settings, log_level="debug", ca_file=root / "cert.pem")
     try:
