@@ -10,6 +10,9 @@ Directories are kept after their last object is deleted: there is one per partit
 removing them would race with a concurrent put into the same partition. Unlike S3, a key cannot
 name an object and also be the directory of other keys (``a`` and ``a/b``); rlm's key layout
 never needs both, and such a put fails with a :class:`~rlm.errors.StorageError`.
+No key may lead out of the root through a symlink inside it: reads (the hot path of remote
+lookups) and size queries have the kernel refuse that in the open itself
+(:mod:`rlm.storage.beneath`); puts and deletes check the resolved path first.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from rlm.errors import (
     StorageUnavailableError,
 )
 from rlm.log.files import fsync_dir
+from rlm.storage.beneath import Beneath, OutsideError
 from rlm.storage.layout import validate_key
 from rlm.storage.payload import Payload, check_expected_crc32c, crc32c_update
 from rlm.storage.protocol import PutResult, PutSource
@@ -50,22 +54,29 @@ class FilesystemStorage:
         """Use ``root`` (created when missing) as the store's root directory."""
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._real_root = Path(os.path.realpath(self.root))
+        self._beneath = Beneath(os.path.realpath(self.root))
 
     def __repr__(self) -> str:
         return f"FilesystemStorage({str(self.root)!r})"
 
     # -- keys -----------------------------------------------------------------------------
 
-    def _path(self, key: str) -> Path:
+    def _check_key(self, key: str) -> None:
         validate_key(key)
         if key.endswith(TMP_SUFFIX):
             raise InvalidObjectKeyError(f"invalid object key {key!r}: ends with {TMP_SUFFIX}", key=key)
-        path = self.root / key
+
+    def _outside(self, key: str) -> InvalidObjectKeyError:
+        return InvalidObjectKeyError(f"invalid object key {key!r}: resolves outside {self.root}", key=key)
+
+    def _path(self, key: str) -> Path:
+        self._check_key(key)
         # The parts are checked already; this catches a symlink inside the root pointing out of it.
-        if not Path(os.path.realpath(path)).is_relative_to(self._real_root):
-            raise InvalidObjectKeyError(f"invalid object key {key!r}: resolves outside {self.root}", key=key)
-        return path
+        try:
+            self._beneath.checked_path(key)
+        except OutsideError as exc:
+            raise self._outside(key) from exc
+        return self.root / key
 
     # -- RemoteStorage --------------------------------------------------------------------
 
@@ -99,11 +110,10 @@ class FilesystemStorage:
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if start < 0 or length < 0:
             raise ValueError(f"bad range: start {start}, length {length}")
-        path = self._path(key)
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except (FileNotFoundError, NotADirectoryError) as exc:
-            raise NotFoundError(f"no object {key!r} in {self.root}") from exc
+        # The hot path of every remote lookup: one system call checks and opens (beneath.py).
+        fd = self._open(key, os.O_RDONLY, "read")
+        if fd is None:
+            raise NotFoundError(f"no object {key!r} in {self.root}")
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory: a prefix, not an object
                 raise NotFoundError(f"no object {key!r} in {self.root}")
@@ -121,12 +131,26 @@ class FilesystemStorage:
             os.close(fd)
 
     def object_size(self, key: str) -> int | None:
-        path = self._path(key)
+        fd = self._open(key, os.O_PATH, "find the size of")
+        if fd is None:
+            return None
         try:
-            found = path.stat()
+            found = os.fstat(fd)
+        finally:
+            os.close(fd)
+        return found.st_size if stat.S_ISREG(found.st_mode) else None
+
+    def _open(self, key: str, flags: int, action: str) -> int | None:
+        """An fd of ``key``'s file (or directory), opened beneath the root; None when there is none."""
+        self._check_key(key)
+        try:
+            return self._beneath.open(key, flags)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        return found.st_size if stat.S_ISREG(found.st_mode) else None
+        except OutsideError as exc:
+            raise self._outside(key) from exc
+        except OSError as exc:
+            raise _os_error(exc, key, action) from exc
 
     def delete_objects(self, keys: Iterable[str]) -> None:
         paths = {key: self._path(key) for key in keys}  # check every key before deleting any
@@ -186,7 +210,8 @@ class FilesystemStorage:
         yield from sorted(keys, key=lambda k: k.encode("utf-8", "surrogatepass"))
 
     def close(self) -> None:
-        """Nothing to release; idempotent."""
+        """Let go of the root directory held open for reads (the next read takes it again); idempotent."""
+        self._beneath.close()
 
     def __enter__(self) -> FilesystemStorage:
         return self
