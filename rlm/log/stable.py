@@ -221,13 +221,15 @@ def _can_resume(state: _ScanState, segments: Sequence[Segment], high_watermark: 
     return _anchor_holds(state.anchor, anchor_segment)
 
 
-def last_stable_offset(partition: PartitionDir, high_watermark: int) -> int:
+def last_stable_offset(
+    partition: PartitionDir, high_watermark: int, log_start_offset: int | None = None
+) -> int:
     """The last stable offset of ``partition`` for ``high_watermark``, computed afresh.
 
     ``min(high watermark, first unstable offset)`` where the first unstable offset (raised to the
-    checkpointed log start offset, when there is one) is that of the earliest transaction open or
-    settled at or above the high watermark. Repeated calls should go through a
-    :class:`StableOffsetTracker` instead.
+    log start offset: ``log_start_offset`` or the checkpointed one, whichever is higher) is that
+    of the earliest transaction open or settled at or above the high watermark. Repeated calls
+    should go through a :class:`StableOffsetTracker` instead.
 
     Raises:
         CorruptDataError: a batch in the scanned range is corrupt; the error names the ``.log``
@@ -238,8 +240,14 @@ def last_stable_offset(partition: PartitionDir, high_watermark: int) -> int:
         return high_watermark
     state = _new_state(partition, segments, high_watermark)
     _advance(state, segments, high_watermark)
-    unstable = first_unstable_offset(state.tracker.ongoing, partition.checkpointed_log_start_offset())
+    unstable = first_unstable_offset(state.tracker.ongoing, _log_start(partition, log_start_offset))
     return stable_offset(high_watermark, unstable)
+
+
+def _log_start(partition: PartitionDir, given: int | None) -> int | None:
+    """The higher of ``given`` and the checkpointed log start offset; None if neither is known."""
+    known = [o for o in (given, partition.checkpointed_log_start_offset()) if o is not None]
+    return max(known, default=None)
 
 
 @dataclass
@@ -277,7 +285,9 @@ class StableOffsetTracker:
         self._lock = threading.Lock()
         self.stats = StableOffsetStats()
 
-    def last_stable_offset(self, partition: PartitionDir, high_watermark: int) -> int:
+    def last_stable_offset(
+        self, partition: PartitionDir, high_watermark: int, log_start_offset: int | None = None
+    ) -> int:
         """The last stable offset of ``partition`` for ``high_watermark`` (see :func:`last_stable_offset`).
 
         Raises:
@@ -288,7 +298,7 @@ class StableOffsetTracker:
         if not segments:
             self.forget(partition)
             return high_watermark
-        log_start = partition.checkpointed_log_start_offset()
+        log_start = _log_start(partition, log_start_offset)
         with self._lock:
             entry = self._entries.setdefault(partition.path, _Entry())
         with entry.lock:

@@ -350,7 +350,7 @@ class LookupService:
         if timestamp >= 0:
             return self._by_timestamp(tp, local, timestamp, stats, checkpoint, isolation)
         if timestamp == SpecialTimestamp.LATEST:
-            hw = self.last_fetchable(local, isolation)
+            hw = self.last_fetchable(local, isolation, log_start=self._committed_start(tp, local, isolation))
             epochs = local.leader_epochs() if local is not None else []
             return OffsetAnswer(hw, -1, epochs[-1].epoch if epochs else -1, "local")
         if timestamp == SpecialTimestamp.EARLIEST:
@@ -373,17 +373,34 @@ class LookupService:
         raise ValueError(f"timestamp {timestamp} is not a timestamp (≥ 0) nor a special value (-1 to -5)")
 
     def last_fetchable(
-        self, local: PartitionDir | None, isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+        self,
+        local: PartitionDir | None,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        *,
+        log_start: int | None = None,
     ) -> int:
         """The high watermark (the log end offset when none is checkpointed), or for READ_COMMITTED
-        the last stable offset below it; -1 with no local log."""
+        the last stable offset below it; -1 with no local log.
+
+        ``log_start`` is the partition's log start offset, remote tier included (see
+        :meth:`earliest_offset`): the first unstable offset is raised to it, as the broker does
+        when remote retention or DeleteRecords moves the log start past an open transaction.
+        """
         if local is None:
             return -1
         found = local.high_watermark()
         hw = local.log_end_offset() if found is None else found
         if isolation is IsolationLevel.READ_COMMITTED:
-            return self._stable_offsets.last_stable_offset(local, hw)
+            return self._stable_offsets.last_stable_offset(local, hw, log_start)
         return hw
+
+    def _committed_start(
+        self, tp: TopicPartition, local: PartitionDir | None, isolation: IsolationLevel
+    ) -> int | None:
+        """The log start offset when READ_COMMITTED needs it to bound the last stable offset."""
+        if isolation is IsolationLevel.READ_COMMITTED and local is not None:
+            return self.earliest_offset(tp, local)
+        return None
 
     def _by_timestamp(
         self,
@@ -408,12 +425,12 @@ class LookupService:
             answer = OffsetAnswer.of(
                 local.find_offset_by_timestamp(timestamp, max(earliest, local_start)), "local"
             )
-        return self._below_high_watermark(answer, local, isolation)
+        return self._below_high_watermark(answer, local, isolation, earliest)
 
     def _below_high_watermark(
-        self, answer: OffsetAnswer, local: PartitionDir | None, isolation: IsolationLevel
+        self, answer: OffsetAnswer, local: PartitionDir | None, isolation: IsolationLevel, earliest: int
     ) -> OffsetAnswer:
-        limit = self.last_fetchable(local, isolation)
+        limit = self.last_fetchable(local, isolation, log_start=earliest)
         if answer.tier is not None and 0 <= limit <= answer.offset:
             return OffsetAnswer.none()  # beyond what consumers of this isolation level may read
         return answer
@@ -502,7 +519,7 @@ class LookupService:
                 tp, view, local, local_start, max_remote, earliest, stats, checkpoint
             )
             if answer.tier is not None:
-                return self._below_high_watermark(answer, local, isolation)
+                return self._below_high_watermark(answer, local, isolation, earliest)
             # The record holding the remote maximum lies below the log start offset.
             best = max(best, self._remote_max_timestamp(tp, earliest, stats, checkpoint))
         if best < 0:

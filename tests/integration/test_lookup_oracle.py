@@ -247,3 +247,35 @@ def test_read_committed_stops_at_a_transaction_open_at_the_high_watermark(
     assert truth.high_watermark == truth.transactions[2][1]
     assert truth.last_fetchable(committed=True) == open_first < truth.high_watermark
     run_example(Backend("sqlite-fs", sqlite_template=sqlite_template), plan, seed=11)
+
+
+def test_read_committed_latest_is_raised_to_a_log_start_remote_retention_moved(
+    sqlite_template: Path,  # noqa: F811
+) -> None:
+    # One batch per segment. The high watermark is the marker of the fifth transaction (boundary
+    # 9 of 12), which is still open to consumers; its records are in a segment of their own below
+    # the high watermark, so they are tiered, and remote retention deleting every tiered segment
+    # moves the log start offset past the transaction's first offset. The broker raises the first
+    # unstable offset to the log start offset: READ_COMMITTED LATEST is the log start offset.
+    plan = PartitionPlan(
+        _spread(6, kind="commit"),
+        segment_bytes=1,
+        tiering="both",
+        high_watermark_at=9 / 12,
+        retention_bytes_share=0.0,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        truth = write_partition(root / "logs", plan)
+        open_first, marker = truth.transactions[4]
+        assert truth.high_watermark == marker
+        rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), root, root / "logs")
+        try:
+            tiered = tier_partition(rt, LogDir(root / "logs").partition(TOPIC, 0), truth, plan)
+            assert tiered.retention_deleted > 0, tiered.notes
+            assert open_first < truth.log_start_offset <= truth.high_watermark, tiered.notes
+            answer = rt.lookup.find(tiered.tp, -1, isolation=IsolationLevel.READ_COMMITTED)
+            assert answer.offset == truth.log_start_offset == truth.last_fetchable(committed=True)
+            check_against_oracle(tiered, random.Random(3))
+        finally:
+            rt.close()
