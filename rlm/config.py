@@ -5,6 +5,11 @@ environment name (``RLM_REMOTE_LOG_OFFSET_READER_THREADS``); the environment win
 the file over the defaults. Topic settings (``retention.ms``, ...) have defaults under
 ``topics.defaults`` and per-topic overrides under ``topics.<name>``.
 
+A secret need not sit in the environment: ``RLM_<NAME>_FILE`` names a file holding the value of
+``RLM_<NAME>`` (a Kubernetes Secret mounted as files), for every setting but ``auth.tokens``, whose
+``auth.tokens.file`` (``RLM_AUTH_TOKENS_FILE``) is a setting of its own. ``broker.id`` left unset is
+read from the ``meta.properties`` of the log directories (``node.id``, else ``broker.id``).
+
 ```yaml
 log.dirs: [/var/lib/kafka/data]
 broker.id: 1
@@ -28,6 +33,7 @@ from typing import Any
 import yaml
 
 from rlm.errors import ConfigError
+from rlm.log.identity import broker_id_from_log_dirs
 
 DEFAULT_METADATA_URL = "sqlite:///build/rlm/metadata.db"
 EMBEDDED_REMOTE_DIR = Path("build/rlm/remote")
@@ -77,7 +83,8 @@ class Settings:
     """``log.dirs.watch``: learn of the broker's changes to its segments and checkpoints from
     inotify (Linux) rather than ``stat`` on every lookup; off for a filesystem another host writes."""
     broker_id: int = 0
-    """``broker.id``: the broker this sidecar runs beside; owner of its copy leases."""
+    """``broker.id``: the broker this sidecar runs beside; owner of its copy leases. Unset, it is read
+    from the log directories' ``meta.properties``; without log directories (a query tier) it is 0."""
     metadata_url: str = DEFAULT_METADATA_URL
     """``metadata.url``: SQLAlchemy URL of the metadata store (Postgres or SQLite)."""
     remote_url: str = ""
@@ -153,6 +160,8 @@ _TOPIC_FIELDS = {f.name: f for f in fields(TopicSettings)}
 _SETTINGS_FIELDS = {
     f.name: f for f in fields(Settings) if f.name not in ("topic_defaults", "topic_overrides")
 }
+#: The variables that are settings themselves (``RLM_AUTH_TOKENS_FILE``): never read as ``<name>_FILE``.
+_OWN_VARIABLES = frozenset(_env(_key(name)) for name in (*_SETTINGS_FIELDS, *_TOPIC_FIELDS))
 
 
 def _convert(name: str, kind: Any, raw: Any) -> Any:
@@ -180,6 +189,24 @@ def _convert(name: str, kind: Any, raw: Any) -> Any:
         return text
     except ValueError as exc:
         raise ConfigError(f"{_key(name)}: {raw!r} is not a valid {kind}") from exc
+
+
+def _from_env(env: Mapping[str, str], name: str) -> str | None:
+    """The value of the variable ``name``, or the content of the file ``<name>_FILE`` names.
+
+    Raises:
+        ConfigError: both are set, or the file cannot be read (the message never holds its content).
+    """
+    file_var = name + "_FILE"
+    path = None if file_var in _OWN_VARIABLES else env.get(file_var)
+    if path is None:
+        return env.get(name)
+    if name in env:
+        raise ConfigError(f"{name} and {file_var} are both set: set one of them")
+    try:
+        return Path(path).read_text().rstrip("\r\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file_var}: cannot read {path}: {exc}") from exc
 
 
 def _topic_settings(values: Mapping[str, Any], base: TopicSettings, where: str) -> TopicSettings:
@@ -222,13 +249,15 @@ def load_settings(
             raise ConfigError(f"{path}: unknown setting {key!r}")
         values[name] = _convert(name, _SETTINGS_FIELDS[name].type, raw)
     for name, f in _SETTINGS_FIELDS.items():
-        raw_env = env.get(_env(_key(name)))
+        raw_env = _from_env(env, _env(_key(name)))
         if raw_env is not None:
             values[name] = _convert(name, f.type, raw_env)
     values.update(overrides)
+    if "broker_id" not in values and values.get("log_dirs"):
+        values["broker_id"] = broker_id_from_log_dirs(values["log_dirs"])
     defaults = _topic_settings(topics.get("defaults", {}) or {}, TopicSettings(), "topics.defaults")
     for name, f in _TOPIC_FIELDS.items():
-        raw_env = env.get(_env(_key(name)))
+        raw_env = _from_env(env, _env(_key(name)))
         if raw_env is not None:
             defaults = dataclasses.replace(defaults, **{name: _convert(name, f.type, raw_env)})
     per_topic = {

@@ -12,6 +12,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     ├── NotFoundError               an unknown topic, partition, segment or file
     │   └── OffsetOutOfRangeError   a fetch offset below the log start or above the high watermark
     ├── ConfigError                 a setting is missing or out of range
+    │   └── BrokerIdUnknownError    broker.id unset and no log dir has a meta.properties yet (retriable)
     ├── InvalidTopicNameError       a topic name breaks Kafka's rule (characters, length, "." or "..")
     ├── MetadataError               the remote-segment metadata store refused or failed a call
     │   ├── MetadataUnavailableError     the database cannot be reached or gave up (retriable)
@@ -97,6 +98,13 @@ class OffsetOutOfRangeError(NotFoundError):
 
 class ConfigError(RlmError):
     """A setting is missing, malformed or out of its allowed range."""
+
+
+class BrokerIdUnknownError(ConfigError):
+    """``broker.id`` is not set and no log directory has a ``meta.properties`` to read it from yet
+    (the broker formats its log directories when it first starts)."""
+
+    retriable = True
 
 
 class MetadataError(RlmError):

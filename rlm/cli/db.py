@@ -1,6 +1,8 @@
 """``rlm db ...``: the metadata database schema (``upgrade``, ``current``).
 
-The database is ``--url``, else ``RLM_METADATA_URL``, else the embedded SQLite default. This
+The database is ``--url``, else the ``metadata.url`` setting (``RLM_METADATA_URL``, the file
+``RLM_METADATA_URL_FILE`` names, or the settings file ``RLM_CONFIG`` names), else the embedded
+SQLite default ``rlm serve`` uses too. This
 module is a composition root: it alone under ``rlm/`` reaches into ``metadata``, and only inside
 the commands.
 """
@@ -8,7 +10,6 @@ the commands.
 from __future__ import annotations
 
 import argparse
-import os
 
 from rlm.errors import SchemaMismatchError
 
@@ -40,15 +41,16 @@ def _add_url(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--url",
         help=f"database URL, e.g. postgresql+psycopg://rlm@db:5432/rlm or sqlite:///rlm.db "
-        f"(default: ${URL_ENV}, else the embedded SQLite file)",
+        f"(default: the metadata.url setting: ${URL_ENV}, ${URL_ENV}_FILE or $RLM_CONFIG's file; "
+        "else the embedded SQLite file)",
     )
 
 
 def _url(args: argparse.Namespace) -> str:
-    from metadata.engine import DEFAULT_URL
+    from rlm.config import load_settings
 
-    given: str | None = args.url or os.environ.get(URL_ENV)
-    return given or DEFAULT_URL
+    given: str | None = args.url
+    return given or load_settings().metadata_url
 
 
 def _upgrade(args: argparse.Namespace) -> int:

@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import time
 from collections.abc import Coroutine
 from typing import Any
 
 from rlm.cli.common import add_settings_options, settings_from_args
+from rlm.config import Settings
+from rlm.errors import BrokerIdUnknownError
+
+log = logging.getLogger("rlm.serve")
+#: How often ``--wait-for-broker-id`` looks for the broker's meta.properties.
+BROKER_ID_POLL_S = 1.0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -17,6 +25,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument("--http-port", type=int, help="REST port (RLM_HTTP_PORT)")
     serve.add_argument("--grpc-port", type=int, help="gRPC port (RLM_GRPC_PORT)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    serve.add_argument(
+        "--wait-for-broker-id",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="with broker.id unset, wait up to this long for the broker to write meta.properties to "
+        "its log directories (a sidecar may start before the broker formats them; default: no wait)",
+    )
     serve.set_defaults(func=_serve)
 
 
@@ -25,7 +41,7 @@ def _serve(args: argparse.Namespace) -> int:
     from rlm.logs import configure_logging
 
     configure_logging(args.log_level)
-    settings = settings_from_args(args)
+    settings = _settings_once_known(args)
     changes = {}
     if args.http_port is not None:
         changes["http_port"] = args.http_port
@@ -34,6 +50,19 @@ def _serve(args: argparse.Namespace) -> int:
     if changes:
         settings = settings.replace(**changes)
     return _run(serve(settings))
+
+
+def _settings_once_known(args: argparse.Namespace) -> Settings:
+    """The settings, waiting up to ``--wait-for-broker-id`` for the broker id to be known."""
+    deadline = time.monotonic() + args.wait_for_broker_id
+    while True:
+        try:
+            return settings_from_args(args)
+        except BrokerIdUnknownError as exc:
+            if time.monotonic() >= deadline:
+                raise
+            log.info("waiting for the broker id: %s", exc)
+            time.sleep(BROKER_ID_POLL_S)
 
 
 def _run(main: Coroutine[Any, Any, int]) -> int:

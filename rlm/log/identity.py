@@ -1,0 +1,61 @@
+"""The broker's id, from the ``meta.properties`` Kafka writes to each of its log directories.
+
+A KRaft broker writes ``node.id``; a ZooKeeper-era broker wrote ``broker.id``. Reading it lets one
+sidecar spec serve every pod of a StatefulSet, whose brokers take their ids from the pod ordinal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlm.errors import BrokerIdUnknownError, ConfigError, CorruptCheckpointError
+from rlm.log.checkpoints import META_PROPERTIES, read_meta_properties
+
+#: The keys that name the broker, in the order they are looked for.
+ID_KEYS = ("node.id", "broker.id")
+
+
+def broker_id_from_log_dirs(log_dirs: Sequence[Path]) -> int:
+    """The id every log directory's ``meta.properties`` gives (``node.id``, else ``broker.id``).
+
+    Directories without a ``meta.properties`` are passed over (a log directory the broker has not
+    formatted yet); the others must agree.
+
+    Raises:
+        BrokerIdUnknownError: no log directory has a ``meta.properties`` (yet).
+        ConfigError: one names no id, a malformed one, or two directories disagree.
+    """
+    found: dict[Path, int] = {}
+    for log_dir in log_dirs:
+        path = log_dir / META_PROPERTIES
+        try:
+            props = read_meta_properties(path)
+        except FileNotFoundError:
+            continue
+        except (OSError, CorruptCheckpointError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from exc
+        found[path] = _id_of(props, path)
+    if not found:
+        where = ", ".join(str(d) for d in log_dirs)
+        raise BrokerIdUnknownError(
+            f"broker.id is not set and no log directory ({where}) has a {META_PROPERTIES} yet: "
+            "set broker.id (RLM_BROKER_ID), or start rlm once the broker has formatted its log directories"
+        )
+    ids = set(found.values())
+    if len(ids) > 1:
+        listed = ", ".join(f"{path} says {value}" for path, value in found.items())
+        raise ConfigError(f"the log directories belong to different brokers ({listed}): set broker.id")
+    return ids.pop()
+
+
+def _id_of(props: dict[str, str], path: Path) -> int:
+    for key in ID_KEYS:
+        text = props.get(key)
+        if text is None:
+            continue
+        try:
+            return int(text.strip())
+        except ValueError:
+            raise ConfigError(f"{path}: {key}={text!r} is not an integer") from None
+    raise ConfigError(f"{path} names no broker: it has neither node.id nor broker.id")
