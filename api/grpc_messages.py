@@ -137,7 +137,7 @@ def fetch_response(tp: TopicPartition, offset: int, result: FetchResult) -> pb.F
         for batch in result.batches
         if not batch.header.is_control
         for r in batch.records
-        if offset <= r.offset < result.high_watermark
+        if offset <= r.offset < result.visible_end
     ]
     return pb.FetchRecordsResponse(
         topic=tp.topic,

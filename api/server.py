@@ -1,6 +1,9 @@
 """``rlm serve``: one process running the copier loop, the retention loop (whose passes also clean
 up unfinished copies), the REST server and the gRPC server, sharing one runtime.
 
+Without log directories it is a query tier (standalone): lookups and fetches answer from the remote
+tier alone and neither the copier nor retention runs; the brokers' sidecars tier and expire.
+
 SIGTERM or SIGINT stops it gracefully: the servers stop taking requests and finish the ones in
 flight, the loops finish the pass they are in (at most ``LOOP_STOP_TIMEOUT_S``; anything cut short
 is left in a state the next start's cleanup handles), leases are released, connections closed.
@@ -59,10 +62,14 @@ async def _serve(
     def count_error(loop: str) -> Callable[[], None]:
         return lambda: runtime.metrics.loop_errors.labels(loop).inc()
 
-    loops = [
-        BackgroundLoop("copier", runtime.copier.run_once, interval, count_error("copier")),
-        BackgroundLoop("retention", runtime.retention.run_once, interval, count_error("retention")),
-    ]
+    loops: list[BackgroundLoop] = []
+    if settings.log_dirs:
+        loops = [
+            BackgroundLoop("copier", runtime.copier.run_once, interval, count_error("copier")),
+            BackgroundLoop("retention", runtime.retention.run_once, interval, count_error("retention")),
+        ]
+    else:
+        log.info("no log.dirs: a query tier over the remote tier; the copier and retention are off")
     tls = None
     if settings.tls_cert_file is not None and settings.tls_key_file is not None:
         tls = (settings.tls_cert_file.read_bytes(), settings.tls_key_file.read_bytes())

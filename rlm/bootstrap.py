@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from rlm.config import EMBEDDED_REMOTE_DIR, Settings
 from rlm.copier import Copier
 from rlm.dynamic_config import DynamicConfig
-from rlm.errors import ConfigError, RlmError
+from rlm.errors import RlmError
 from rlm.leases import LeaseKeeper
 from rlm.log import watch
 from rlm.log.logdir import LogDir
@@ -107,9 +107,11 @@ def build_runtime(
     store: MetadataStore | None = None,
     storage: RemoteStorage | None = None,
 ) -> Runtime:
-    """Build every component from ``settings`` (``store``/``storage`` may be given ready-made)."""
-    if not settings.log_dirs:
-        raise ConfigError("no log directories configured: set log.dirs (RLM_LOG_DIRS)")
+    """Build every component from ``settings`` (``store``/``storage`` may be given ready-made).
+
+    Without log directories (``log.dirs`` empty) the runtime is a query tier: lookups and fetches
+    answer from the remote tier alone, and the copier and retention find no partition to work on.
+    """
     watch.set_enabled(settings.log_dirs_watch)
     store = store if store is not None else open_store(settings)
     try:
@@ -164,8 +166,8 @@ def build_runtime(
         fetch_pool,
         timeout,
         lookup,
-        ListOffsets(lookup, offset_pool, timeout),
-        RecordFetcher(lookup, storage, cache),
+        ListOffsets(lookup, offset_pool, timeout, metrics),
+        RecordFetcher(lookup, storage, cache, metrics),
         overview,
         dynamic,
     )

@@ -67,7 +67,7 @@ def get_records(
         if batch.header.is_control:
             continue
         for r in batch.records:
-            if offset <= r.offset < result.high_watermark:
+            if offset <= r.offset < result.visible_end:
                 records.append(
                     RecordOut(
                         offset=r.offset,

@@ -9,7 +9,9 @@ from collections.abc import Callable
 from types import FrameType
 
 from rlm.cli.common import add_settings_options, settings_from_args
+from rlm.config import Settings
 from rlm.copier import CopyOutcome
+from rlm.errors import ConfigError
 from rlm.loops import BackgroundLoop
 from rlm.retention import RetentionOutcome
 
@@ -25,6 +27,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     retention.add_argument("--once", action="store_true", help="one pass, then exit (default: loop)")
     add_settings_options(retention)
     retention.set_defaults(func=_retention)
+
+
+def _broker_settings(args: argparse.Namespace) -> Settings:
+    """The settings of a job that works on the broker's partitions: without log.dirs it has none."""
+    settings = settings_from_args(args)
+    if not settings.log_dirs:
+        raise ConfigError(
+            f"rlm {args.command} works on the broker's log directories: set log.dirs (RLM_LOG_DIRS)"
+        )
+    return settings
 
 
 def _loop(name: str, job: Callable[[], None], interval_s: float) -> int:
@@ -56,7 +68,7 @@ def _copy(args: argparse.Namespace) -> int:
 
     from rlm.bootstrap import build_runtime
 
-    runtime = build_runtime(settings_from_args(args))
+    runtime = build_runtime(_broker_settings(args))
     try:
         if args.once:
             partitions = runtime.copier.partitions()
@@ -94,7 +106,7 @@ def _describe_retention(o: RetentionOutcome) -> str:
 def _retention(args: argparse.Namespace) -> int:
     from rlm.bootstrap import build_runtime
 
-    runtime = build_runtime(settings_from_args(args))
+    runtime = build_runtime(_broker_settings(args))
     try:
         if args.once:
             outcomes = runtime.retention.run_once()

@@ -8,6 +8,7 @@ holds them, with ranged GETs from the position its offset index gives.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from rlm.errors import CorruptDataError, OffsetOutOfRangeError
@@ -19,6 +20,7 @@ from rlm.lookup.remote_search import Checkpoint, RemoteLogReader, SegmentIndexes
 from rlm.lookup.service import LookupService
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
+from rlm.metrics import Metrics
 from rlm.storage.protocol import RemoteStorage
 
 
@@ -46,14 +48,20 @@ class FetchResult:
         return b"".join(b.data for b in self.batches)
 
     def records(self, from_offset: int) -> list[Record]:
-        """Decoded data records at or after ``from_offset`` and below the high watermark."""
+        """Decoded data records at or after ``from_offset`` and below :attr:`visible_end`."""
         return [
             r
             for b in self.batches
             if not b.header.is_control
             for r in b.records
-            if from_offset <= r.offset < self.high_watermark
+            if from_offset <= r.offset < self.visible_end
         ]
+
+    @property
+    def visible_end(self) -> int:
+        """The offset below which records may be returned: the high watermark when known (without
+        the broker's log, as in a query tier, it is -1 and every fetched record may be)."""
+        return self.high_watermark if self.high_watermark >= 0 else 2**63
 
     @property
     def next_offset(self) -> int:
@@ -63,10 +71,18 @@ class FetchResult:
 class RecordFetcher:
     """Reads record batches of a partition from either tier."""
 
-    def __init__(self, service: LookupService, storage: RemoteStorage, indexes: SegmentIndexes) -> None:
+    def __init__(
+        self,
+        service: LookupService,
+        storage: RemoteStorage,
+        indexes: SegmentIndexes,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.service = service
         self.storage = storage
         self.indexes = indexes
+        self.metrics = metrics
+        """Where each fetch's time is observed (``rlm_fetch_seconds``); None: nowhere."""
 
     def fetch(
         self,
@@ -83,6 +99,24 @@ class RecordFetcher:
             NotFoundError: unknown topic-partition.
             OffsetOutOfRangeError: ``offset`` is below the log start offset or above the high watermark.
         """
+        started = time.perf_counter()
+        tier = "none"
+        try:
+            result = self._fetch(tp, offset, max_bytes, stats, checkpoint)
+            tier = result.tier or "none"
+            return result
+        finally:
+            if self.metrics is not None:
+                self.metrics.fetch_seconds.labels(tier).observe(time.perf_counter() - started)
+
+    def _fetch(
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        stats: FetchStats | None,
+        checkpoint: Checkpoint,
+    ) -> FetchResult:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be > 0, not {max_bytes}")
         local = self.service.local_partition(tp)

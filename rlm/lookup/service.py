@@ -350,6 +350,8 @@ class LookupService:
         if timestamp >= 0:
             return self._by_timestamp(tp, local, timestamp, stats, checkpoint, isolation)
         if timestamp == SpecialTimestamp.LATEST:
+            if local is None:  # the high watermark is the broker's to know (a query tier has none)
+                return OffsetAnswer.none()
             hw = self.last_fetchable(local, isolation, log_start=self._committed_start(tp, local, isolation))
             epochs = local.leader_epochs() if local is not None else []
             return OffsetAnswer(hw, -1, epochs[-1].epoch if epochs else -1, "local")
