@@ -171,6 +171,7 @@ class Copier:
         lag_bytes = sum(s.size() for s, _ in eligible)
         self.metrics.copy_lag_segments.labels(*labels).set(len(eligible))
         self.metrics.copy_lag_bytes.labels(*labels).set(lag_bytes)
+        self.metrics.copy_lag_seconds.labels(*labels).set(self._waited_s(eligible, 0))
         copied = copied_bytes = 0
         epochs = partition.leader_epochs()
         for segment, _ in eligible:
@@ -188,9 +189,21 @@ class Copier:
             self.metrics.copied_bytes.labels(*labels).inc(prepared.remote.size_bytes)
             self.metrics.copy_lag_segments.labels(*labels).set(len(eligible) - copied)
             self.metrics.copy_lag_bytes.labels(*labels).set(lag_bytes - copied_bytes)
+            self.metrics.copy_lag_seconds.labels(*labels).set(self._waited_s(eligible, copied))
         return CopyOutcome(
             tp, copied, copied_bytes, cleaned, len(eligible) - copied, lag_bytes - copied_bytes
         )
+
+    def _waited_s(self, eligible: list[tuple[Segment, int]], first: int) -> float:
+        """How long ``eligible[first]``, the oldest segment still waiting, has waited since the broker
+        last wrote it (when it rolled, or soon before); 0 when none waits or it is gone."""
+        if first >= len(eligible):
+            return 0.0
+        try:
+            written = eligible[first][0].path(".log").stat().st_mtime
+        except OSError:  # deleted by the broker meanwhile: nothing left to wait for
+            return 0.0
+        return max(0.0, self.clock() / 1000 - written)
 
     def _copy(self, prepared: PreparedSegment, lease: Lease) -> None:
         remote = prepared.remote

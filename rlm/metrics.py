@@ -32,6 +32,11 @@ class Metrics:
             "rlm_copy_lag_segments", "Rolled segments below the high watermark not yet tiered", tp,
             registry=r,
         )  # fmt: skip
+        self.copy_lag_seconds = Gauge(
+            "rlm_copy_lag_seconds",
+            "Age of the oldest rolled segment below the high watermark not yet tiered (since its last "
+            "write); 0 when none waits", tp, registry=r,
+        )  # fmt: skip
         self.copy_seconds = Histogram(
             "rlm_copy_segment_seconds", "Time to copy one segment", registry=r,
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
@@ -74,6 +79,20 @@ class Metrics:
         self.list_offsets_expirations = Counter(
             "rlm_remote_list_offsets_expirations_total",
             "Partitions of remote ListOffsets requests that answered REQUEST_TIMED_OUT", tp, registry=r,
+        )  # fmt: skip
+        # answers, by the tier that gave them: "local", "remote", or "none"
+        tier = ("tier",)
+        latency = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+        self.lookup_seconds = Histogram(
+            "rlm_lookup_seconds",
+            "Time to answer one partition of an offset-for-timestamp request, reader-pool queueing "
+            "included, by tier (none: nothing found, an error or a timeout)", tier, registry=r,
+            buckets=latency,
+        )  # fmt: skip
+        self.fetch_seconds = Histogram(
+            "rlm_fetch_seconds",
+            "Time to read the record batches of one fetch, by tier (none: an error or nothing to read)",
+            tier, registry=r, buckets=latency,
         )  # fmt: skip
         # remote index cache
         self.index_cache_hits = Counter(

@@ -11,6 +11,7 @@ Kafka error codes in the answers:
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from rlm.lookup.pool import BoundedPool, CancelToken, Outcome, RequestTimeout, r
 from rlm.lookup.service import IsolationLevel, LookupService, OffsetAnswer
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
+from rlm.metrics import Metrics
 
 
 class ErrorCode(IntEnum):
@@ -88,22 +90,32 @@ Key = tuple[str, int]
 class ListOffsets:
     """Answers ListOffsets requests with the lookup service, on the offset-reader pool."""
 
-    def __init__(self, service: LookupService, pool: BoundedPool, timeout: RequestTimeout) -> None:
+    def __init__(
+        self,
+        service: LookupService,
+        pool: BoundedPool,
+        timeout: RequestTimeout,
+        metrics: Metrics | None = None,
+    ) -> None:
         self.service = service
         self.pool = pool
         self.timeout = timeout
+        self.metrics = metrics
+        """Where each partition's answer time is observed (``rlm_lookup_seconds``); None: nowhere."""
 
     def handle(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
         """Answer every partition of ``request``; never raises for one partition's failure.
 
         A partition asked for twice in one request answers INVALID_REQUEST both times, as Kafka does.
         """
+        started = time.perf_counter()
         timeout_s = self.timeout.seconds_for(request.timeout_ms)
         isolation = IsolationLevel(request.isolation_level)
         counts = Counter((t.name, q.partition_index) for t in request.topics for q in t.partitions)
         early: dict[Key, PartitionResult] = {}
         stats: dict[Key, FetchStats] = {}
         tasks: dict[Key, Callable[[CancelToken], OffsetAnswer]] = {}
+        done_at: dict[Key, float] = {}
         for topic in request.topics:
             for query in topic.partitions:
                 key = (topic.name, query.partition_index)
@@ -124,10 +136,11 @@ class ListOffsets:
                     task = self._plan(TopicPartition(*key), query.timestamp, stats[key], isolation)
                     if isinstance(task, PartitionResult):
                         early[key] = task
+                        done_at[key] = time.perf_counter()
                     else:
-                        tasks[key] = task
+                        tasks[key] = _timed(task, key, done_at)
         outcomes = run_all(self.pool, tasks, timeout_s, labels={k: k for k in tasks}) if tasks else {}
-        return ListOffsetsResponse(
+        response = ListOffsetsResponse(
             tuple(
                 TopicResult(
                     topic.name,
@@ -144,6 +157,19 @@ class ListOffsets:
                 for topic in request.topics
             )
         )
+        if self.metrics is not None:
+            self._observe(response, started, done_at)
+        return response
+
+    def _observe(self, response: ListOffsetsResponse, started: float, done_at: dict[Key, float]) -> None:
+        """Each partition's time from the request's start to its answer (the deadline, for one
+        that timed out), by the tier that answered."""
+        assert self.metrics is not None
+        ended = time.perf_counter()
+        for topic in response.topics:
+            for result in topic.partitions:
+                at = done_at.get((topic.name, result.partition_index), ended)
+                self.metrics.lookup_seconds.labels(result.tier or "none").observe(at - started)
 
     def _plan(
         self, tp: TopicPartition, timestamp: int, stats: FetchStats, isolation: IsolationLevel
@@ -171,9 +197,12 @@ class ListOffsets:
     def answer_now(self, tp: TopicPartition, timestamp: int) -> PartitionResult | None:
         """One partition's answer if it needs no metadata query and no remote read (an event loop
         may call this itself); None when :meth:`find_one` must be called, off the loop."""
+        started = time.perf_counter()
         answer = self.service.answer_now(tp, timestamp)
         if answer is None:
             return None
+        if self.metrics is not None:
+            self.metrics.lookup_seconds.labels(answer.tier or "none").observe(time.perf_counter() - started)
         return PartitionResult(
             tp.partition, ErrorCode.NONE, answer.timestamp, answer.offset, answer.leader_epoch, answer.tier
         )
@@ -184,6 +213,20 @@ class ListOffsets:
             (TopicQuery(tp.topic, (PartitionQuery(tp.partition, timestamp),)),), timeout_ms
         )
         return self.handle(request).topics[0].partitions[0]
+
+
+def _timed(
+    task: Callable[[CancelToken], OffsetAnswer], key: Key, done_at: dict[Key, float]
+) -> Callable[[CancelToken], OffsetAnswer]:
+    """``task``, noting in ``done_at[key]`` when it ended."""
+
+    def run(token: CancelToken) -> OffsetAnswer:
+        try:
+            return task(token)
+        finally:
+            done_at[key] = time.perf_counter()
+
+    return run
 
 
 def _result(partition: int, outcome: Outcome[OffsetAnswer], stats: FetchStats) -> PartitionResult:

@@ -8,6 +8,7 @@ and its indexes beside it. Nothing at or above the high watermark is copied, not
 
 from __future__ import annotations
 
+import os
 import shutil
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -332,6 +333,32 @@ class RecordingRateLimiter(RateLimiter):
     def acquire(self, amount: int) -> None:
         self.acquired.append(amount)
         super().acquire(amount)
+
+
+def test_copy_lag_seconds_is_the_wait_of_the_oldest_untiered_segment(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    log_dir: Path,
+) -> None:
+    partition = _partition(log_dir, "orders", 0)
+    rolled = partition.rolled_segments()[:4]
+    set_high_watermarks(log_dir, {tp_of(partition): partition.rolled_segments()[4].base_offset})
+    tiering = tiering_factory(sqlite_fs, log_dir)
+    now_s = tiering.clock() / 1000
+    for i, segment in enumerate(rolled):  # rolled 400, 300, 200 and 100 s before the clock's now
+        written = now_s - 100 * (4 - i)
+        os.utime(segment.path(".log"), (written, written))
+    labels = {"topic": "orders", "partition": "0"}
+    seen: list[float | None] = []
+
+    def watch(name: str) -> None:
+        if name == "copy_started":
+            seen.append(tiering.registry.get_sample_value("rlm_copy_lag_seconds", labels))
+
+    tiering.copier(step=watch).run_once([partition])
+
+    assert seen == [400, 300, 200, 100]
+    assert tiering.registry.get_sample_value("rlm_copy_lag_seconds", labels) == 0
 
 
 def test_upload_rate_limit_throttles_every_log_byte(
