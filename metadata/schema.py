@@ -1,11 +1,13 @@
 """Schema versions: apply the Alembic migrations, and refuse a database on another revision.
 
 The migrations live in ``alembic/`` at the top of the source tree (``[tool.alembic]`` in
-``pyproject.toml`` points the ``alembic`` command there too).
+``pyproject.toml`` points the ``alembic`` command there too); an installed wheel carries them in
+``<prefix>/share/rlm/alembic``.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from alembic.config import Config
@@ -21,8 +23,16 @@ from metadata.engine import parse_url
 from metadata.transaction import translate_error
 from rlm.errors import SchemaMismatchError
 
+
+def _script_location() -> Path:
+    source_tree = Path(__file__).resolve().parent.parent / "alembic"
+    if (source_tree / "env.py").is_file():
+        return source_tree
+    return Path(sys.prefix) / "share" / "rlm" / "alembic"  # installed from a wheel
+
+
 #: The Alembic script directory.
-SCRIPT_LOCATION = Path(__file__).resolve().parent.parent / "alembic"
+SCRIPT_LOCATION = _script_location()
 
 
 def alembic_config(url: str, script_location: Path = SCRIPT_LOCATION) -> Config:
