@@ -1,0 +1,137 @@
+"""The objects of each mode fit together: selectors select, names resolve, hooks come first."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+
+import yaml
+
+from tests.helm.chart import Manifest, rendered, sidecar_values
+
+
+def _selects(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_standalone_is_a_deployment_with_autoscaling_and_a_disruption_budget() -> None:
+    r = rendered("standalone-full")
+    deployment = r.one("Deployment")
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert "replicas" not in deployment["spec"]  # the autoscaler owns it
+    hpa = r.one("HorizontalPodAutoscaler")
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "rlm"}
+    assert [m["resource"]["name"] for m in hpa["spec"]["metrics"]] == ["cpu", "memory"]
+    pdb = r.one("PodDisruptionBudget")
+    assert pdb["spec"]["maxUnavailable"] == "25%"
+    job_labels = r.one("Job")["spec"]["template"]["metadata"]["labels"]
+    for selector in (
+        deployment["spec"]["selector"]["matchLabels"],
+        pdb["spec"]["selector"]["matchLabels"],
+        r.one("Service")["spec"]["selector"],
+        r.one("NetworkPolicy")["spec"]["podSelector"]["matchLabels"],
+    ):
+        assert _selects(selector, pod_labels) and not _selects(selector, job_labels)
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["serviceAccountName"] == r.one("ServiceAccount")["metadata"]["name"]
+    annotations = r.one("ServiceAccount")["metadata"]["annotations"]
+    assert annotations["eks.amazonaws.com/role-arn"].startswith("arn:aws:iam::")
+    settings = yaml.safe_load(r.one("ConfigMap", "rlm")["data"]["rlm.yaml"])
+    assert "log.dirs" not in settings and "broker.id" not in settings  # the query tier
+    assert settings["remote.log.offset.reader.threads"] == 8
+    assert settings["topics"]["orders"] == {"retention.bytes": 1073741824}
+
+
+def test_standalone_network_policy_admits_the_api_ports_from_labelled_clients() -> None:
+    r = rendered("standalone-full")
+    policy = r.one("NetworkPolicy")["spec"]
+    (ingress,) = policy["ingress"]
+    assert {p["port"] for p in ingress["ports"]} == {8080, 9090}
+    assert {"podSelector": {"matchLabels": {"rlm-client": "true"}}} in ingress["from"]
+    assert {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}} in ingress["from"]
+
+
+def test_the_sidecar_mode_renders_no_workload_of_its_own_and_a_headless_service_on_the_brokers() -> None:
+    r = rendered("sidecar")
+    assert {o["kind"] for o in r.objects} == {
+        "ConfigMap", "Secret", "Service", "Job", "ServiceMonitor", "PrometheusRule",
+    }  # fmt: skip
+    service = r.one("Service")["spec"]
+    assert service["clusterIP"] == "None"
+    broker_labels = {
+        "app.kubernetes.io/name": "kafka",
+        "app.kubernetes.io/instance": "kafka",
+        "app.kubernetes.io/component": "broker",
+    }
+    assert _selects(service["selector"], broker_labels)
+    (sidecar,) = sidecar_values(r.notes)["broker"]["sidecars"]
+    ports = {p["name"] for p in sidecar["ports"]}
+    assert {p["targetPort"] for p in service["ports"]} <= ports
+    assert "--wait-for-broker-id" in sidecar["args"]  # one spec for every broker pod
+
+
+def test_every_volume_the_sidecar_mounts_is_the_brokers_or_comes_with_it() -> None:
+    r = rendered("sidecar")
+    broker = sidecar_values(r.notes)["broker"]
+    (sidecar,) = broker["sidecars"]
+    given = {v["name"] for v in broker["extraVolumes"]}
+    assert {m["name"] for m in sidecar["volumeMounts"]} == given | {"data"}
+    names = {o["metadata"]["name"] for o in r.objects}
+    for volume in broker["extraVolumes"]:
+        ref = volume.get("configMap", {}).get("name") or volume.get("secret", {}).get("secretName")
+        assert ref is None or ref in names, volume
+
+
+def test_an_existing_secret_replaces_the_charts() -> None:
+    r = rendered("existing-secret")
+    assert r.of_kind("Secret") == []
+    referenced = yaml.safe_dump(sidecar_values(r.notes)) + yaml.safe_dump(r.objects)
+    assert "secretName: rlm-credentials" in referenced
+    monitor = r.one("ServiceMonitor")["spec"]["endpoints"][0]
+    assert monitor["authorization"]["credentials"] == {"name": "rlm-credentials", "key": "metrics-token"}
+
+
+def test_tls_serves_both_apis_from_the_certificate_secret() -> None:
+    for value_set in ("tls", "tls-standalone"):
+        r = rendered(value_set)
+        settings = yaml.safe_load(r.one("ConfigMap", "rlm")["data"]["rlm.yaml"])
+        workloads: list[tuple[Manifest, list[Manifest]]] = [
+            (c, s["volumes"]) for _, s in r.pod_specs() for c in s["containers"] if c["name"] == "rlm"
+        ]
+        if "# --- rlm sidecar values: begin ---" in r.notes:
+            broker = sidecar_values(r.notes)["broker"]
+            workloads += [(c, broker["extraVolumes"]) for c in broker["sidecars"]]
+        assert workloads
+        for container, volumes in workloads:
+            (mount,) = [m for m in container["volumeMounts"] if m["name"] == "rlm-tls"]
+            for key in ("tls.cert.file", "tls.key.file"):
+                assert PurePosixPath(settings[key]).parent == PurePosixPath(mount["mountPath"])
+            assert {"name": "rlm-tls", "secret": {"secretName": "rlm-tls"}} in volumes
+    monitor = rendered("tls").one("ServiceMonitor")["spec"]["endpoints"][0]
+    assert monitor["scheme"] == "https" and monitor["tlsConfig"] == {"insecureSkipVerify": True}
+
+
+def test_the_service_monitor_scrapes_the_service_with_the_read_token() -> None:
+    r = rendered("standalone-full")
+    monitor = r.one("ServiceMonitor")
+    service = r.one("Service")
+    assert _selects(monitor["spec"]["selector"]["matchLabels"], service["metadata"]["labels"])
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    credentials = endpoint["authorization"]["credentials"]
+    assert credentials["key"] in r.one("Secret", credentials["name"])["data"]
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+
+
+def test_the_dashboard_config_map_is_labelled_for_the_grafana_sidecar() -> None:
+    dashboard = rendered("standalone-full").one("ConfigMap", "rlm-dashboard")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["annotations"]["grafana_folder"] == "Kafka"
+    assert list(dashboard["data"]) == ["rlm.json"]
+
+
+def test_a_set_broker_id_is_written_and_nothing_waits_for_meta_properties() -> None:
+    r = rendered("tls")  # config.brokerId: 3
+    assert yaml.safe_load(r.one("ConfigMap", "rlm")["data"]["rlm.yaml"])["broker.id"] == 3
+    (sidecar,) = sidecar_values(r.notes)["broker"]["sidecars"]
+    assert "--wait-for-broker-id" not in sidecar["args"]

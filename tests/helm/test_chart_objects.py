@@ -1,0 +1,186 @@
+"""What the rendered objects must hold: real rlm settings, real routes and commands, secrets only
+in Secrets, the broker's log directories mounted read-only, a non-root pod writing only to its
+emptyDir volumes."""
+
+from __future__ import annotations
+
+import base64
+import re
+from dataclasses import fields
+from pathlib import PurePosixPath
+from typing import Any
+
+import pytest
+import yaml
+
+from api.rest.app import create_app
+from rlm.cli import build_parser
+from rlm.config import Settings, load_settings
+from tests.helm.chart import ROOT, Manifest, Rendered, rendered, sidecar_values
+from tests.helm.values import VALUE_SETS
+
+SETTINGS_VARIABLES = {"RLM_" + f.name.upper() for f in fields(Settings)} - {
+    "RLM_TOPIC_DEFAULTS",
+    "RLM_TOPIC_OVERRIDES",
+}
+#: Read by load_settings besides the settings themselves: the settings file.
+SETTINGS_FILE_VARIABLE = "RLM_CONFIG"
+
+
+def _containers(r: Rendered) -> list[tuple[str, Manifest, Manifest]]:
+    """(where, container, pod spec) of every rlm container: the workloads', and the sidecar the
+    NOTES print for the Kafka chart (with its pod's volumes)."""
+    found = [(name, c, spec) for name, spec in r.pod_specs() for c in spec["containers"]]
+    if "# --- rlm sidecar values: begin ---" in r.notes:
+        broker = sidecar_values(r.notes)["broker"]
+        found += [("kafka broker pod", c, {"volumes": broker["extraVolumes"]}) for c in broker["sidecars"]]
+    return found
+
+
+def _settings_file(r: Rendered) -> dict[str, Any]:
+    loaded: dict[str, Any] = yaml.safe_load(r.one("ConfigMap", "rlm")["data"]["rlm.yaml"])
+    return loaded
+
+
+ALL = sorted(VALUE_SETS)
+
+
+@pytest.mark.parametrize("value_set", ALL)
+def test_every_rlm_variable_is_a_real_setting(value_set: str) -> None:
+    names = [e["name"] for _, c, _ in _containers(rendered(value_set)) for e in c.get("env", [])]
+    rlm_names = [n for n in names if n.startswith("RLM_")]
+    assert "RLM_CONFIG" in rlm_names
+    for name in rlm_names:
+        setting = name.removesuffix("_FILE") if name not in SETTINGS_VARIABLES else name
+        assert name == SETTINGS_FILE_VARIABLE or setting in SETTINGS_VARIABLES, name
+
+
+@pytest.mark.parametrize("value_set", ALL)
+def test_the_settings_file_is_one_rlm_loads_and_holds_no_secret(value_set: str, tmp_path: Any) -> None:
+    r = rendered(value_set)
+    text = r.one("ConfigMap", "rlm")["data"]["rlm.yaml"]
+    path = tmp_path / "rlm.yaml"
+    path.write_text(text)
+    settings_file = _settings_file(r)
+    if "log.dirs" in settings_file:  # the broker id is read from meta.properties in the pod
+        settings_file.setdefault("broker.id", 0)
+        path.write_text(yaml.safe_dump(settings_file))
+    settings = load_settings(path, env={})
+    assert settings.remote_url == VALUE_SETS[value_set]["config"]["remoteUrl"]
+    assert "metadata.url" not in settings_file and "auth.tokens" not in settings_file
+
+
+@pytest.mark.parametrize("value_set", ALL)
+def test_secrets_are_never_in_a_config_map(value_set: str) -> None:
+    values = VALUE_SETS[value_set]
+    secret_values = [v for v in values.get("secrets", {}).values() if v]
+    r = rendered(value_set)
+    for config_map in r.of_kind("ConfigMap"):
+        text = yaml.safe_dump(config_map)
+        for secret in secret_values:
+            assert secret not in text, (config_map["metadata"]["name"], secret)
+    for _, container, _ in _containers(r):
+        plain = [e.get("value", "") for e in container.get("env", [])]
+        assert not any(secret in v for v in plain for secret in secret_values)
+    if not values.get("existingSecret"):
+        stored = {base64.b64decode(v).decode() for s in r.of_kind("Secret") for v in s["data"].values()}
+        words = {word for text in stored for word in [text, *text.split()]}
+        auth = values.get("auth", {}).get("enabled", True)
+        kept = [v for k, v in values["secrets"].items() if v and (auth or not k.endswith("Token"))]
+        assert set(kept) <= words
+
+
+@pytest.mark.parametrize("value_set", ALL)
+def test_probes_hit_real_routes_on_the_rest_port(value_set: str) -> None:
+    app = create_app(Settings(auth_enabled=False))
+    routes = set(app.openapi()["paths"])
+    r = rendered(value_set)
+    port = _settings_file(r)["http.port"]
+    tls = VALUE_SETS[value_set].get("tls", {}).get("enabled", False)
+    for where, container, _ in _containers(r):
+        if container["name"] != "rlm":
+            continue
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        probes = {
+            k: container[k] for k in ("livenessProbe", "readinessProbe", "startupProbe") if k in container
+        }
+        assert {"livenessProbe", "startupProbe"} <= set(probes), where
+        for kind, probe in probes.items():
+            get = probe["httpGet"]
+            assert get["path"] in routes, (where, kind)
+            assert get["path"] == ("/readyz" if kind == "readinessProbe" else "/healthz")
+            assert ports[get["port"]] == port
+            assert get["scheme"] == ("HTTPS" if tls else "HTTP")
+
+
+def test_readiness_is_probed_in_standalone_mode_and_in_the_sidecar_only_when_asked() -> None:
+    def probed(value_set: str) -> set[bool]:
+        return {"readinessProbe" in c for _, c, _ in _containers(rendered(value_set)) if c["name"] == "rlm"}
+
+    assert probed("standalone-full") == {True}
+    assert probed("sidecar") == {False}  # it would take the broker out of its Services
+    assert probed("tls") == {True}  # sidecar.readinessProbe: true
+
+
+@pytest.mark.parametrize("value_set", ALL)
+def test_every_command_is_one_rlm_takes(value_set: str) -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["rlm"]' in dockerfile
+    parser = build_parser()
+    for where, container, _ in _containers(rendered(value_set)):
+        assert "command" not in container, where  # the image's entrypoint, rlm
+        args = parser.parse_args(container["args"])
+        assert args.command in ("serve", "db"), where
+
+
+@pytest.mark.parametrize("value_set", ALL)
+def test_the_hook_job_runs_rlm_db_upgrade_before_install_and_upgrade(value_set: str) -> None:
+    r = rendered(value_set)
+    job = r.one("Job", "rlm-db-upgrade")
+    annotations = job["metadata"]["annotations"]
+    assert annotations["helm.sh/hook"] == "pre-install,pre-upgrade"
+    (container,) = job["spec"]["template"]["spec"]["containers"]
+    assert container["args"] == ["db", "upgrade"]
+    assert build_parser().parse_args(container["args"]).func.__name__ == "_upgrade"
+    assert [e["name"] for e in container["env"]] == ["RLM_METADATA_URL_FILE"]
+    # What the Job mounts exists before it runs: a hook Secret of a lower weight, or an existing one.
+    (volume,) = [v for v in job["spec"]["template"]["spec"]["volumes"] if "secret" in v]
+    secret_name = volume["secret"]["secretName"]
+    existing = VALUE_SETS[value_set].get("existingSecret")
+    if existing:
+        assert secret_name == existing
+    else:
+        hook_secret = r.one("Secret", secret_name)["metadata"]["annotations"]
+        assert hook_secret["helm.sh/hook"] == annotations["helm.sh/hook"]
+        assert int(hook_secret["helm.sh/hook-weight"]) < int(annotations["helm.sh/hook-weight"])
+    assert "serviceAccountName" not in job["spec"]["template"]["spec"]  # the chart's comes after hooks
+
+
+@pytest.mark.parametrize("value_set", ["defaults", "sidecar", "tls"])
+def test_the_log_dirs_are_mounted_read_only_in_the_sidecar(value_set: str) -> None:
+    r = rendered(value_set)
+    log_dirs = [PurePosixPath(d) for d in _settings_file(r)["log.dirs"]]
+    (sidecar,) = [c for where, c, _ in _containers(r) if where == "kafka broker pod"]
+    holding = [m for m in sidecar["volumeMounts"] if any(d.is_relative_to(m["mountPath"]) for d in log_dirs)]
+    assert holding and all(m.get("readOnly") is True for m in holding)
+
+
+@pytest.mark.parametrize("value_set", ALL)
+def test_the_pod_runs_non_root_and_writes_only_to_its_empty_dirs(value_set: str) -> None:
+    r = rendered(value_set)
+    user = int(re.findall(r"^USER (\d+):(\d+)$", (ROOT / "Dockerfile").read_text(), re.M)[-1][0])
+    writable = {"/tmp", "/var/cache/rlm"}
+    for where, container, spec in _containers(r):
+        security = container["securityContext"]
+        assert security["runAsNonRoot"] is True and security["runAsUser"] == user != 0, where
+        assert security["readOnlyRootFilesystem"] is True
+        assert security["allowPrivilegeEscalation"] is False and security["privileged"] is False
+        assert security["capabilities"]["drop"] == ["ALL"]
+        assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for mount in container["volumeMounts"]:
+            if not mount.get("readOnly"):
+                assert mount["mountPath"] in writable, (where, mount)
+                assert "emptyDir" in volumes[mount["name"]], (where, mount)
+    cache = PurePosixPath(_settings_file(r)["remote.log.index.cache.dir"])
+    assert cache.is_relative_to("/var/cache/rlm")

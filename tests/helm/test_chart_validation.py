@@ -1,0 +1,98 @@
+"""The chart renders, lints and validates offline for every value set: Helm SDK render and lint,
+kubernetes-validate --strict against Kubernetes 1.30 and the newest schemas it has, yamllint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import helm_python as helm
+import kubernetes_validate
+import pytest
+import yaml
+from yamllint import linter
+from yamllint.config import YamlLintConfig
+
+from tests.helm.chart import CHART, EXAMPLES, NOTES, ROOT, render, rendered, sidecar_values
+from tests.helm.crd_schemas import SCHEMAS, validate_custom
+from tests.helm.values import VALUE_SETS
+
+#: The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion) and the newest schemas
+#: kubernetes-validate ships.
+KUBERNETES = ("1.30.0", f"{kubernetes_validate.latest_version()}.0")
+YAMLLINT = YamlLintConfig(file=str(ROOT / ".yamllint.yaml"))
+
+
+def _lint_problems(text: str, path: str) -> list[str]:
+    return [f"{path}:{p.line}: {p.desc} ({p.rule})" for p in linter.run(text, YAMLLINT, path)]
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_helm_lint_is_clean(value_set: str) -> None:
+    report = helm.lint(CHART, VALUE_SETS[value_set], strict=True, kube_version=f"v{KUBERNETES[0]}")
+    problems = [m for m in report["messages"] if m["severity"] >= 2] + report["errors"]
+    assert problems == []
+    assert report["total_charts_linted"] == 1
+
+
+@pytest.mark.parametrize("version", KUBERNETES)
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_every_manifest_validates_strictly(value_set: str, version: str) -> None:
+    objects = rendered(value_set).objects
+    assert objects
+    for manifest in objects:
+        if manifest["kind"] in SCHEMAS:
+            validate_custom(manifest)
+        else:
+            kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def test_strict_validation_rejects_a_misspelt_field() -> None:
+    deployment = rendered("standalone-full").one("Deployment")
+    broken = yaml.safe_load(yaml.safe_dump(deployment))
+    broken["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES[0], strict=True)
+    monitor = yaml.safe_load(yaml.safe_dump(rendered("standalone-full").one("ServiceMonitor")))
+    monitor["spec"]["endpoints"][0]["intervall"] = "30s"
+    with pytest.raises(Exception, match="intervall"):
+        validate_custom(monitor)
+
+
+@pytest.mark.parametrize("value_set", sorted(VALUE_SETS))
+def test_rendered_manifests_pass_yamllint(value_set: str) -> None:
+    problems = []
+    for path, text in rendered(value_set).files.items():
+        if path != NOTES and text.strip():
+            # As `helm template` prints it: the template's text without its leading blank lines.
+            problems += _lint_problems(text.strip() + "\n", path)
+    assert problems == []
+
+
+def test_chart_and_example_files_pass_yamllint() -> None:
+    files = [CHART / "Chart.yaml", CHART / "values.yaml", *sorted(EXAMPLES.glob("*.yaml"))]
+    problems = [p for f in files for p in _lint_problems(f.read_text(), str(f.relative_to(ROOT)))]
+    assert problems == []
+
+
+def test_the_defaults_alone_stop_naming_every_required_value() -> None:
+    with pytest.raises(helm.HelmRenderError) as err:
+        render({})
+    message = str(err.value)
+    for needed in ("config.remoteUrl", "secrets.metadataUrl (or existingSecret)", "secrets.readToken"):
+        assert needed in message
+
+
+def test_tls_without_its_secret_stops() -> None:
+    with pytest.raises(helm.HelmRenderError, match="tls.existingSecret"):
+        render({**VALUE_SETS["defaults"], "tls": {"enabled": True}})
+
+
+def test_the_bitnami_example_is_what_the_chart_prints() -> None:
+    example: dict[str, Any] = yaml.safe_load((EXAMPLES / "bitnami-kafka-values.yaml").read_text())
+    printed = sidecar_values(rendered("sidecar").notes)
+    assert example["broker"] == printed["broker"]
+    # Bitnami Kafka 32.x: the broker's data volume and the log directory the sidecar reads.
+    sidecar = example["broker"]["sidecars"][0]
+    assert {"name": "data", "mountPath": "/bitnami/kafka", "readOnly": True} in sidecar["volumeMounts"]
+    rlm_ports = {p["containerPort"] for p in sidecar["ports"]}
+    assert rlm_ports == {p["port"] for p in example["networkPolicy"]["extraIngress"][0]["ports"]}
