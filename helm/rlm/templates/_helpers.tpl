@@ -263,7 +263,8 @@ Include it in a Kafka chart's sidecars with its volumes from "rlm.sidecarVolumes
     sizeLimit: 256Mi
 {{- end }}
 
-{{/* Exported for a Kafka chart's values (or an umbrella chart): the sidecar and its volumes. */}}
+{{/* The sidecar and its volumes for a Kafka chart's values (NOTES.txt prints them), from this
+chart's values: call them with this chart's context. */}}
 {{- define "rlm.sidecarContainer" -}}
 {{- include "rlm.container" . }}
 {{- end }}
