@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rlm.errors import CorruptDataError, CorruptRecordError
-from rlm.log.batches import crc_valid, decode_batch
+from rlm.log.batches import Buffer, crc_valid, decode_batch
 from rlm.log.checkpoints import EpochEntry
 from rlm.log.index import DEFAULT_MAX_INDEX_SIZE, OffsetIndex, TimeIndex
 from rlm.log.model import INT32_MAX, BatchHeader, ControlType
@@ -128,7 +128,7 @@ class IndexRebuilder:
         self.offset_of_max_timestamp = base_offset
         self._last_index_entry = 0
 
-    def add(self, header: BatchHeader, batch: bytes | Callable[[], bytes], name: str) -> None:
+    def add(self, header: BatchHeader, batch: Buffer | Callable[[], Buffer], name: str) -> None:
         """Apply the next batch of the segment.
 
         Args:
@@ -255,7 +255,7 @@ def rebuild_indexes(
 def track_transactions(
     header: BatchHeader,
     tracker: TransactionTracker,
-    batch: bytes | Callable[[], bytes],
+    batch: Buffer | Callable[[], Buffer],
     name: str,
     *,
     verify_crc: bool = False,
@@ -286,7 +286,7 @@ def track_transactions(
     if not header.is_control:
         tracker.begin(header.producer_id, header.base_offset)
         return []
-    data = batch if isinstance(batch, bytes) else batch()
+    data = batch() if callable(batch) else batch
     try:
         records = decode_batch(data, header._replace(position=0), verify_crc=verify_crc)
         markers = [(record.offset, parse_control_record(record).type) for record in records]

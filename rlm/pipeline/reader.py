@@ -1,36 +1,40 @@
 """Reading one remote segment on an executor: the ``.log`` object streamed, index files by range.
 
-The ``.log`` object is read front to back with ranged reads of ``chunk_bytes`` (8 MiB by default;
-the next chunk is fetched while the current one is worked on), so memory holds at most two chunks
-and one batch whatever the object's size, and each read is one request of a size object stores
-serve at full speed. :func:`iter_batches` cuts the stream into whole batches without decoding
-records. Index files are read by the byte ranges the metadata row records, one ranged read each.
+The ``.log`` object is read front to back in one streamed ranged read (one GET on S3), taken
+``chunk_bytes`` at a time (8 MiB by default), so memory holds a chunk and a batch whatever the
+object's size, and a segment costs one request. :func:`iter_batches` cuts the stream into whole
+batches without decoding records. Index files are read by the byte ranges the metadata row
+records, one ranged read each.
 """
 
 from __future__ import annotations
 
+import queue
 import struct
+import threading
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from typing import NamedTuple
 
 from rlm.errors import CorruptDataError, CorruptIndexError, CorruptRecordError
-from rlm.log.batches import parse_header
+from rlm.log.batches import Buffer, parse_header
 from rlm.log.model import LOG_OVERHEAD, MIN_SIZE_FIELD, BatchHeader
 from rlm.metastore.model import IndexType
 from rlm.pipeline.plan import IndexRef, SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024
+#: How long the read-ahead thread waits at a time to hand a chunk over (it checks for a stop).
+_HAND_OVER_WAIT_S = 0.1
 _PREFIX = struct.Struct(">qi")
 
 
 class RawBatch:
     """One whole batch as stored: its header (``position`` is its byte position in the object)
-    and its bytes."""
+    and its bytes (a view into the chunk it was read with: ``bytes(batch.data)`` to keep it)."""
 
     __slots__ = ("data", "header")
 
-    def __init__(self, header: BatchHeader, data: bytes) -> None:
+    def __init__(self, header: BatchHeader, data: Buffer) -> None:
         self.header = header
         self.data = data
 
@@ -43,40 +47,65 @@ class RawBatch:
 def read_chunks(
     storage: RemoteStorage, key: str, size: int, *, chunk_bytes: int = DEFAULT_CHUNK_BYTES
 ) -> Iterator[bytes]:
-    """Yield bytes ``[0, size)`` of ``key`` in order, ``chunk_bytes`` per ranged read.
+    """Yield bytes ``[0, size)`` of ``key`` in order, ``chunk_bytes`` at a time, from one streamed
+    read of the store (:meth:`~rlm.storage.protocol.RemoteStorage.stream_range`: one GET on S3).
 
-    The read of the next chunk runs on a thread while the caller works on the current one. The
-    stream ends early, without error, when the object is shorter than ``size`` (the caller
-    compares what it got with what it expected).
+    A thread reads the next chunk while the caller works on the current one, so at most three
+    chunks are in memory. The stream ends early, without error, when the object is shorter than
+    ``size`` (the caller compares what it got with what it expected).
 
     Raises:
         NotFoundError: The object is missing.
         StorageError: A read failed after the backend's retries.
     """
-    if chunk_bytes <= 0:
-        raise ValueError(f"chunk size must be positive, not {chunk_bytes}")
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlm-read-ahead") as pool:
+    return _read_ahead(storage.stream_range(key, 0, size, piece_bytes=chunk_bytes))
 
-        def fetch(position: int) -> tuple[Future[bytes], int] | None:
-            if position >= size:
-                return None
-            length = min(chunk_bytes, size - position)
-            return pool.submit(storage.read_range, key, position, length), length
 
-        position = 0
-        pending = fetch(position)
+class _End(NamedTuple):
+    error: BaseException | None
+
+
+def _read_ahead(pieces: Iterator[bytes]) -> Iterator[bytes]:
+    """``pieces``, produced one ahead of the consumer on a thread of their own."""
+    ready: queue.Queue[bytes | _End] = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def hand_over(item: bytes | _End) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=_HAND_OVER_WAIT_S)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def pump() -> None:
+        end = _End(None)
         try:
-            while pending is not None:
-                future, asked = pending
-                chunk = future.result()
-                position += len(chunk)
-                # A short read means the object ends here: nothing more to fetch.
-                pending = fetch(position) if len(chunk) == asked else None
-                if chunk:
-                    yield chunk
+            for piece in pieces:
+                if not hand_over(piece):
+                    return
+        except BaseException as exc:  # handed to the consumer, which raises it
+            end = _End(exc)
         finally:
-            if pending is not None:
-                pending[0].cancel()
+            close = getattr(pieces, "close", None)
+            if close is not None:
+                close()
+        hand_over(end)
+
+    thread = threading.Thread(target=pump, name="rlm-read-ahead", daemon=True)
+    thread.start()
+    try:
+        while True:
+            item = ready.get()
+            if isinstance(item, _End):
+                if item.error is not None:
+                    raise item.error
+                return
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def iter_batches(chunks: Iterable[bytes], name: str, total: int) -> Iterator[RawBatch]:
@@ -93,44 +122,69 @@ def iter_batches(chunks: Iterable[bytes], name: str, total: int) -> Iterator[Raw
             short, or bytes after the last whole batch; it names the object and the position.
             The batches before it have been yielded.
     """
-    buf = b""
-    at = 0
-    position = 0
+    carry = b""  # the start of a batch the previous chunk ended in
+    position = 0  # of the next batch in the object
     for chunk in chunks:
-        buf = buf[at:] + chunk if at < len(buf) else chunk
         at = 0
-        while len(buf) - at >= LOG_OVERHEAD:
-            _, size = _PREFIX.unpack_from(buf, at)
-            if size < MIN_SIZE_FIELD:
-                raise CorruptRecordError(
-                    f"batch size field {size} is smaller than the minimum {MIN_SIZE_FIELD}",
-                    path=name,
-                    position=position,
-                )
-            length = LOG_OVERHEAD + size
-            if position + length > total:
-                raise CorruptRecordError(
-                    f"batch of {length} bytes is cut short: the object ends {total - position} bytes on",
-                    path=name,
-                    position=position,
-                )
-            if len(buf) - at < length:
+        if carry:
+            if len(carry) < LOG_OVERHEAD:
+                at = min(len(chunk), LOG_OVERHEAD - len(carry))
+                carry += chunk[:at]
+                if len(carry) < LOG_OVERHEAD:
+                    continue
+            need = _batch_length(carry, 0, position, total, name) - len(carry)
+            if need > len(chunk) - at:
+                carry += chunk[at:]
+                continue
+            data = carry + chunk[at : at + need]
+            at += need
+            carry = b""
+            yield _batch(data, position, name)
+            position += len(data)
+        view = memoryview(chunk)
+        while len(chunk) - at >= LOG_OVERHEAD:
+            length = _batch_length(chunk, at, position, total, name)
+            if len(chunk) - at < length:
                 break
-            data = buf[at : at + length]
-            try:
-                header = parse_header(data, 0, position)
-            except CorruptDataError as exc:
-                raise exc.at(name, position) from exc
-            except struct.error as exc:
-                raise CorruptRecordError(
-                    f"batch header is truncated: {exc}", path=name, position=position
-                ) from exc
-            yield RawBatch(header, data)
+            yield _batch(view[at : at + length], position, name)
             at += length
             position += length
-    left = len(buf) - at
-    if left:
-        raise CorruptRecordError(f"{left} bytes after the last whole batch", path=name, position=position)
+        carry = chunk[at:]
+    if carry:
+        raise CorruptRecordError(
+            f"{len(carry)} bytes after the last whole batch", path=name, position=position
+        )
+
+
+def _batch_length(buf: bytes, at: int, position: int, total: int, name: str) -> int:
+    """The length of the batch whose 12-byte prefix is at ``at`` in ``buf`` (``position`` in the
+    object), checked against the smallest batch and the object's end."""
+    size: int = _PREFIX.unpack_from(buf, at)[1]
+    if size < MIN_SIZE_FIELD:
+        raise CorruptRecordError(
+            f"batch size field {size} is smaller than the minimum {MIN_SIZE_FIELD}",
+            path=name,
+            position=position,
+        )
+    length = LOG_OVERHEAD + size
+    if position + length > total:
+        raise CorruptRecordError(
+            f"batch of {length} bytes is cut short: the object ends {total - position} bytes on",
+            path=name,
+            position=position,
+        )
+    return length
+
+
+def _batch(data: Buffer, position: int, name: str) -> RawBatch:
+    """The batch of ``data`` (whole), which starts at ``position`` of the object."""
+    try:
+        header = parse_header(data, 0, position)
+    except CorruptDataError as exc:
+        raise exc.at(name, position) from exc
+    except struct.error as exc:
+        raise CorruptRecordError(f"batch header is truncated: {exc}", path=name, position=position) from exc
+    return RawBatch(header, data)
 
 
 class SegmentReader:
