@@ -65,19 +65,28 @@ def _under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
+def session_settings(options: SparkOptions, *, under_spark_submit: bool) -> tuple[str | None, dict[str, str]]:
+    """The master to set (``None``: leave spark-submit's) and the settings to give the builder.
+
+    Outside spark-submit rlm starts the JVM, so its quiet logging goes in the driver's Java
+    options; under spark-submit the JVM runs already and spark-submit's settings stand.
+    """
+    master = options.master or (None if under_spark_submit else DEFAULT_MASTER)
+    conf = dict(DEFAULT_CONF)
+    if options.quiet and not under_spark_submit:
+        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile={LOG4J2_PROPERTIES}"
+    conf.update(options.conf)
+    return master, conf
+
+
 def build_session(options: SparkOptions) -> SparkSession:
     """Start (or join spark-submit's) session with rlm's settings; the caller stops it."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    master, conf = session_settings(options, under_spark_submit=_under_spark_submit())
     builder = SparkSession.builder.appName(options.app_name)
-    if options.master:
-        builder = builder.master(options.master)
-    elif not _under_spark_submit():
-        builder = builder.master(DEFAULT_MASTER)
-    conf = dict(DEFAULT_CONF)
-    if options.quiet and not _under_spark_submit():
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile={LOG4J2_PROPERTIES}"
-    conf.update(options.conf)
+    if master is not None:
+        builder = builder.master(master)
     for key, value in conf.items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
