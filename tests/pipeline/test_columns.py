@@ -111,6 +111,7 @@ def test_records_are_kafka_pythons_with_aborted_flags_from_the_markers(healthy_t
     assert sum(r["aborted"] for r in got) > 0 and sum(r["is_control"] for r in got) > 0
 
 
+@pytest.mark.parametrize("healthy_tier", ["sqlite-fs"], indirect=True)  # S3 reads: the test above
 def test_spark_yields_the_same_rows(spark: SparkSession, healthy_tier: Tier) -> None:
     spec = StorageSpec.from_settings(healthy_tier.settings)
     plans = attach_aborted(_plans(healthy_tier), spec, lambda stage, s: collect_stage(spark, stage, s))

@@ -174,6 +174,7 @@ def test_the_table_counts_problems_by_kind_and_partition_of_those_asked_for(
     assert "knows no partition of topic 'nosuchtopic'" in err
 
 
+@pytest.mark.parametrize("healthy_tier", ["sqlite-fs"], indirect=True)
 def test_progress_line_counts_the_stage_tasks(spark: SparkSession, healthy_tier: Tier) -> None:
     with healthy_tier.open_store() as store:
         summaries = [s for r in select_partitions(store) for s in plan_partition(store, r).segments]
