@@ -200,7 +200,8 @@ def _free_port() -> int:
         return port
 
 
-def _start_moto() -> tuple[subprocess.Popen[bytes], str]:
+def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    """moto's S3 server in a process of its own on a free port; returns it and its endpoint."""
     port = _free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -218,7 +219,8 @@ def _start_moto() -> tuple[subprocess.Popen[bytes], str]:
     raise SystemExit("moto's server did not start")
 
 
-def _session() -> boto3.session.Session:
+def s3_session() -> boto3.session.Session:
+    """A boto3 session with the benchmark's credentials (moto takes any)."""
     return boto3.session.Session(
         aws_access_key_id="bench-key", aws_secret_access_key="bench-secret", region_name=REGION
     )
@@ -237,9 +239,9 @@ def _upload_files(client: Any, bucket: str, prefix: str, paths: list[Path]) -> N
 
 
 def bench_s3(logs: Path, paths: list[Path], total: int, rounds: int) -> dict[str, Any]:
-    process, endpoint = _start_moto()
+    process, endpoint = start_moto()
     try:
-        client = _session().client("s3", endpoint_url=endpoint)
+        client = s3_session().client("s3", endpoint_url=endpoint)
         bucket = "rlm-bench"
         client.create_bucket(Bucket=bucket)
         ours: list[dict[str, float]] = []
@@ -250,7 +252,7 @@ def bench_s3(logs: Path, paths: list[Path], total: int, rounds: int) -> dict[str
             _empty(client, bucket)
             with tempfile.TemporaryDirectory() as work:
                 url = f"s3://{bucket}/rlm-{number}"
-                storage = open_storage(url, endpoint_url=endpoint, region=REGION, session=_session())
+                storage = open_storage(url, endpoint_url=endpoint, region=REGION, session=s3_session())
                 try:
                     copy = partial(_copy_with_rlm, logs, storage, url, Path(work), total)
                     ours.append(_measure(copy, total, process.pid))

@@ -64,6 +64,11 @@ class GatedStorage:
             self.open.wait()
         return self.inner.read_range(key, start, length)
 
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int = 1 << 23
+    ) -> Iterator[bytes]:
+        return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
+
     def object_size(self, key: str) -> int | None:
         if self.unavailable:
             raise StorageUnavailableError("the store cannot be reached", key=key)

@@ -13,7 +13,7 @@ def build_parser() -> argparse.ArgumentParser:
     """Build the parser with every sub-command group registered."""
     from rlm.cli import db as db_cmd
     from rlm.cli import log as log_cmd
-    from rlm.cli import lookup, serve, tiering
+    from rlm.cli import lookup, serve, spark, tiering
 
     parser = argparse.ArgumentParser(prog="rlm", description="Tiered-storage remote log manager for Kafka")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.register(sub)
     lookup.register(sub)
     db_cmd.register(sub)
+    spark.register(sub)
     return parser
 
 

@@ -98,9 +98,11 @@ def _read_text(path: StrPath, encoding: str = "utf-8") -> str | None:
 
 
 def _read_checkpoint(path: StrPath, parse: Callable[[list[str]], T]) -> list[T]:
-    text = _read_text(path)
+    return _parse_checkpoint(_read_text(path), os.fspath(path), parse)
+
+
+def _parse_checkpoint(text: str | None, location: str | None, parse: Callable[[list[str]], T]) -> list[T]:
     lines = _java_lines(text) if text else []
-    location = os.fspath(path)
 
     def corrupt(lineno: int, reason: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(f"line {lineno}: {reason}", path=location)
@@ -186,6 +188,21 @@ def read_leader_epoch_checkpoint(path: StrPath) -> list[EpochEntry]:
         CorruptCheckpointError: naming the file and the line.
     """
     return _read_checkpoint(path, _parse_epoch_entry)
+
+
+def decode_leader_epoch_checkpoint(data: bytes, *, path: StrPath | None = None) -> list[EpochEntry]:
+    """The entries of a leader-epoch checkpoint's bytes (a remote segment keeps them in its index
+    object); empty bytes give ``[]``.
+
+    Raises:
+        CorruptCheckpointError: not UTF-8, or a malformed line; it names ``path`` when given.
+    """
+    location = None if path is None else os.fspath(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CorruptCheckpointError(f"not utf-8 text: {exc}", path=location) from exc
+    return _parse_checkpoint(text, location, _parse_epoch_entry)
 
 
 def encode_leader_epoch_checkpoint(entries: Iterable[EpochEntry]) -> bytes:

@@ -5,6 +5,10 @@ Per batch: validate it (size, CRC), keep the running maximum timestamp, add an o
 ``index.interval.bytes`` were read since the last entry, and finally append the time index's
 closing ``(max timestamp, its batch's last offset)`` entry. Aborted transactions go to the
 transaction index and leader epochs to the epoch cache.
+
+:class:`IndexRebuilder` does this one batch at a time for a ``.log`` read from anywhere (a remote
+object streamed in chunks); :func:`rebuild_indexes` runs it over any byte source and
+:func:`rebuild_segment_indexes` over a local segment's file.
 """
 
 from __future__ import annotations
@@ -14,12 +18,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rlm.errors import CorruptDataError, CorruptRecordError
-from rlm.log.batches import crc_valid, decode_batch
+from rlm.log.batches import Buffer, crc_valid, decode_batch
 from rlm.log.checkpoints import EpochEntry
-from rlm.log.index import OffsetIndex, TimeIndex
+from rlm.log.index import DEFAULT_MAX_INDEX_SIZE, OffsetIndex, TimeIndex
 from rlm.log.model import INT32_MAX, BatchHeader, ControlType
 from rlm.log.snapshot import ProducerStateEntry, read_snapshot
-from rlm.log.source import iter_headers, read_batch_bytes
+from rlm.log.source import ByteSource, iter_headers, read_batch_bytes
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.v2 import parse_control_record
 
@@ -84,6 +88,91 @@ class RebuiltIndexes:
     """The corruption recovery stopped at, if any (Kafka truncates the log there)."""
 
 
+class IndexRebuilder:
+    """Kafka's ``LogSegment.recover`` one batch at a time, for a ``.log`` read from anywhere.
+
+    Feed it every batch of a segment in file order with :meth:`add`, then call :meth:`finish`.
+    It builds the indexes exactly as :func:`rebuild_segment_indexes` does and validates nothing:
+    the caller decides what to do with a bad CRC or an offset out of place (recovery stops there,
+    a scrubber reports it and goes on).
+    """
+
+    def __init__(
+        self,
+        base_offset: int,
+        *,
+        max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+        index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+        tracker: TransactionTracker | None = None,
+        epochs: list[EpochEntry] | None = None,
+    ) -> None:
+        """Start a rebuild of the segment at ``base_offset``.
+
+        Args:
+            base_offset: The segment's base offset.
+            max_index_size: The topic's ``segment.index.bytes``.
+            index_interval_bytes: The topic's ``index.interval.bytes``.
+            tracker: Open transactions at the segment's start; updated in place.
+            epochs: The leader-epoch cache so far; new epochs are appended to a copy.
+        """
+        self.base_offset = base_offset
+        self.index_interval_bytes = index_interval_bytes
+        self.offset_index = OffsetIndex(base_offset, max_index_size=max_index_size)
+        self.time_index = TimeIndex(base_offset, max_index_size=max_index_size)
+        self.txn_index = TransactionIndex(base_offset)
+        self.tracker = tracker if tracker is not None else TransactionTracker()
+        self.epochs = list(epochs or [])
+        self.valid_bytes = 0
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self._last_index_entry = 0
+
+    def add(self, header: BatchHeader, batch: Buffer | Callable[[], Buffer], name: str) -> None:
+        """Apply the next batch of the segment.
+
+        Args:
+            header: The batch's header (its position is only used in error messages).
+            batch: The batch's bytes, or a function returning them (read for control batches only).
+            name: The file or object the batch is read from, for error messages.
+
+        Raises:
+            CorruptDataError: A control batch cannot be decoded (its leader epoch is applied
+                already, as in Kafka's recovery, which stops there).
+        """
+        if header.magic >= 2:
+            if header.leader_epoch >= 0 and (not self.epochs or header.leader_epoch > self.epochs[-1].epoch):
+                self.epochs.append(EpochEntry(header.leader_epoch, header.base_offset))
+            for aborted in track_transactions(header, self.tracker, batch, name):
+                self.txn_index.append(aborted)
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
+        if self.valid_bytes - self._last_index_entry > self.index_interval_bytes:
+            self.offset_index.append(header.last_offset, self.valid_bytes)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._last_index_entry = self.valid_bytes
+        self.valid_bytes += header.size
+        self.next_offset = header.last_offset + 1
+
+    def finish(self, error: CorruptDataError | None = None) -> RebuiltIndexes:
+        """Close the time index with the segment's max timestamp and return what was rebuilt.
+
+        ``error`` is the corruption the caller stopped at, if any; it is reported in the result.
+        """
+        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
+        return RebuiltIndexes(
+            self.offset_index,
+            self.time_index,
+            self.txn_index,
+            self.valid_bytes,
+            self.next_offset,
+            self.epochs,
+            self.max_timestamp,
+            self.offset_of_max_timestamp,
+            error,
+        )
+
+
 def rebuild_segment_indexes(
     segment: Segment,
     *,
@@ -103,71 +192,70 @@ def rebuild_segment_indexes(
         stop_at_corruption: stop at the first invalid batch and report it in ``error`` (Kafka's
             recovery); when False the error is raised.
     """
-    base = segment.base_offset
-    offset_index = OffsetIndex(base, max_index_size=segment.max_index_size)
-    time_index = TimeIndex(base, max_index_size=segment.max_index_size)
-    txn_index = TransactionIndex(base)
-    tracker = tracker if tracker is not None else TransactionTracker()
-    epoch_cache = list(epochs or [])
-    valid_bytes = 0
-    last_index_entry = 0
-    max_ts, max_ts_offset = -1, base
-    next_offset = base
-    error: CorruptDataError | None = None
     with segment.open() as source:
-        try:
-            for header in iter_headers(source):
-                data = read_batch_bytes(source, header)
-                local = header._replace(position=0)
-                if not crc_valid(data, local):
-                    raise CorruptRecordError(
-                        f"batch CRC mismatch (stored 0x{header.crc:08x})",
-                        path=source.name,
-                        position=header.position,
-                    )
-                if header.last_offset - base > INT32_MAX or header.last_offset < base:
-                    raise CorruptRecordError(
-                        f"batch last offset {header.last_offset} does not fit segment {base}",
-                        path=source.name,
-                        position=header.position,
-                    )
-                if header.magic >= 2:
-                    if header.leader_epoch >= 0 and (
-                        not epoch_cache or header.leader_epoch > epoch_cache[-1].epoch
-                    ):
-                        epoch_cache.append(EpochEntry(header.leader_epoch, header.base_offset))
-                    for aborted in track_transactions(header, tracker, data, source.name):
-                        txn_index.append(aborted)
-                if header.max_timestamp > max_ts:
-                    max_ts, max_ts_offset = header.max_timestamp, header.last_offset
-                if valid_bytes - last_index_entry > index_interval_bytes:
-                    offset_index.append(header.last_offset, valid_bytes)
-                    time_index.maybe_append(max_ts, max_ts_offset)
-                    last_index_entry = valid_bytes
-                valid_bytes += header.size
-                next_offset = header.last_offset + 1
-        except CorruptDataError as exc:
-            if not stop_at_corruption:
-                raise
-            error = exc
-    time_index.maybe_append(max_ts, max_ts_offset, skip_full_check=True)
-    return RebuiltIndexes(
-        offset_index,
-        time_index,
-        txn_index,
-        valid_bytes,
-        next_offset,
-        epoch_cache,
-        max_ts,
-        max_ts_offset,
-        error,
+        return rebuild_indexes(
+            source,
+            segment.base_offset,
+            max_index_size=segment.max_index_size,
+            index_interval_bytes=index_interval_bytes,
+            tracker=tracker,
+            epochs=epochs,
+            stop_at_corruption=stop_at_corruption,
+        )
+
+
+def rebuild_indexes(
+    source: ByteSource,
+    base_offset: int,
+    *,
+    max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    tracker: TransactionTracker | None = None,
+    epochs: list[EpochEntry] | None = None,
+    stop_at_corruption: bool = True,
+) -> RebuiltIndexes:
+    """Rebuild the indexes of the segment at ``base_offset`` whose ``.log`` bytes ``source`` holds.
+
+    The same as :func:`rebuild_segment_indexes` for a ``.log`` in memory (:class:`BytesSource`),
+    in a remote object (:class:`rlm.storage.source.RangeSource`) or any other byte source. Each
+    batch is validated (size, CRC, offsets that fit the segment) before it is applied.
+    """
+    rebuilder = IndexRebuilder(
+        base_offset,
+        max_index_size=max_index_size,
+        index_interval_bytes=index_interval_bytes,
+        tracker=tracker,
+        epochs=epochs,
     )
+    error: CorruptDataError | None = None
+    try:
+        for header in iter_headers(source):
+            data = read_batch_bytes(source, header)
+            local = header._replace(position=0)
+            if not crc_valid(data, local):
+                raise CorruptRecordError(
+                    f"batch CRC mismatch (stored 0x{header.crc:08x})",
+                    path=source.name,
+                    position=header.position,
+                )
+            if header.last_offset - base_offset > INT32_MAX or header.last_offset < base_offset:
+                raise CorruptRecordError(
+                    f"batch last offset {header.last_offset} does not fit segment {base_offset}",
+                    path=source.name,
+                    position=header.position,
+                )
+            rebuilder.add(header, data, source.name)
+    except CorruptDataError as exc:
+        if not stop_at_corruption:
+            raise
+        error = exc
+    return rebuilder.finish(error)
 
 
 def track_transactions(
     header: BatchHeader,
     tracker: TransactionTracker,
-    batch: bytes | Callable[[], bytes],
+    batch: Buffer | Callable[[], Buffer],
     name: str,
     *,
     verify_crc: bool = False,
@@ -198,7 +286,7 @@ def track_transactions(
     if not header.is_control:
         tracker.begin(header.producer_id, header.base_offset)
         return []
-    data = batch if isinstance(batch, bytes) else batch()
+    data = batch() if callable(batch) else batch
     try:
         records = decode_batch(data, header._replace(position=0), verify_crc=verify_crc)
         markers = [(record.offset, parse_control_record(record).type) for record in records]

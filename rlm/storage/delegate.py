@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
+from rlm.storage.protocol import STREAM_PIECE_BYTES, PutResult, PutSource, RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
 
 
@@ -27,6 +27,11 @@ class DelegatingStorage:
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         return self.inner.read_range(key, start, length)
+
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int = STREAM_PIECE_BYTES
+    ) -> Iterator[bytes]:
+        return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
 
     def object_size(self, key: str) -> int | None:
         return self.inner.object_size(key)

@@ -36,7 +36,7 @@ from rlm.log.files import fsync_dir
 from rlm.storage.beneath import Beneath, OutsideError
 from rlm.storage.layout import validate_key
 from rlm.storage.payload import Payload, check_expected_crc32c, crc32c_update
-from rlm.storage.protocol import PutResult, PutSource
+from rlm.storage.protocol import STREAM_PIECE_BYTES, PutResult, PutSource, check_stream_arguments
 from rlm.storage.ratelimit import RateLimiter
 
 TMP_SUFFIX = ".rlm-tmp"
@@ -127,6 +127,32 @@ class FilesystemStorage:
                 position += len(chunk)
                 remaining -= len(chunk)
             return b"".join(chunks)
+        finally:
+            os.close(fd)
+
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int = STREAM_PIECE_BYTES
+    ) -> Iterator[bytes]:
+        check_stream_arguments(start, length, piece_bytes)
+        self._check_key(key)
+        return self._stream(key, start, start + length, piece_bytes)
+
+    def _stream(self, key: str, position: int, end: int, piece_bytes: int) -> Iterator[bytes]:
+        fd = self._open(key, os.O_RDONLY, "read")
+        if fd is None:
+            raise NotFoundError(f"no object {key!r} in {self.root}")
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):  # a directory: a prefix, not an object
+                raise NotFoundError(f"no object {key!r} in {self.root}")
+            while position < end:
+                try:
+                    piece = os.pread(fd, min(piece_bytes, end - position), position)
+                except OSError as exc:
+                    raise _os_error(exc, key, "read") from exc
+                if not piece:
+                    return
+                position += len(piece)
+                yield piece
         finally:
             os.close(fd)
 

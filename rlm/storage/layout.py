@@ -152,6 +152,52 @@ def segment_keys(
     return SegmentKeys(stem + LOG_SUFFIX, stem + INDEXES_SUFFIX)
 
 
+class ParsedKey(NamedTuple):
+    """What a key made by :func:`segment_keys` says."""
+
+    topic: str
+    partition: int
+    topic_id: str
+    """Kafka's form of the topic id (:data:`ZERO_TOPIC_ID` when the broker wrote none)."""
+    start_offset: int
+    segment_id: UUID
+    suffix: str
+    """:data:`LOG_SUFFIX` or :data:`INDEXES_SUFFIX`."""
+
+
+_TOPIC_ID_CHARS = len(ZERO_TOPIC_ID)
+_SEGMENT_NAME = re.compile(
+    rf"(?P<offset>[0-9]{{{OFFSET_WIDTH}}})-(?P<id>[0-9a-f-]{{36}})(?P<suffix>{re.escape(LOG_SUFFIX)}|"
+    rf"{re.escape(INDEXES_SUFFIX)})"
+)
+
+
+def parse_segment_key(key: str) -> ParsedKey | None:
+    """The topic, partition, start offset and segment id in a key :func:`segment_keys` made.
+
+    ``None`` for any other key: another layout, a hash that is not the partition's, a topic name
+    Kafka would refuse.
+    """
+    parts = key.split("/")
+    if len(parts) != 3:
+        return None
+    digest, directory, name = parts
+    topic_id, dash = directory[-_TOPIC_ID_CHARS:], directory[-_TOPIC_ID_CHARS - 1 : -_TOPIC_ID_CHARS]
+    topic, _, number = directory[: -_TOPIC_ID_CHARS - 1].rpartition("-")
+    found = _SEGMENT_NAME.fullmatch(name)
+    if dash != "-" or not number.isdigit() or not number.isascii() or found is None:
+        return None
+    try:
+        validate_topic(topic)
+        segment_id = UUID(found["id"])
+    except (InvalidTopicNameError, ValueError):
+        return None
+    partition = int(number)
+    if digest != partition_hash(topic, partition) or str(segment_id) != found["id"]:
+        return None
+    return ParsedKey(topic, partition, topic_id, int(found["offset"]), segment_id, found["suffix"])
+
+
 @dataclass(frozen=True)
 class IndexBlob:
     """The bytes of a segment's index object and where each file lies in them.

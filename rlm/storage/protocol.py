@@ -29,6 +29,20 @@ from rlm.storage.ratelimit import RateLimiter
 
 PutSource = bytes | os.PathLike[str]
 """What :meth:`RemoteStorage.put_object` uploads: bytes in memory, or a local file's path."""
+#: Bytes per piece of :meth:`RemoteStorage.stream_range` unless the caller says otherwise.
+STREAM_PIECE_BYTES = 8 * 1024 * 1024
+
+
+def check_stream_arguments(start: int, length: int, piece_bytes: int) -> None:
+    """What every :meth:`RemoteStorage.stream_range` checks before reading.
+
+    Raises:
+        ValueError: ``start`` or ``length`` is negative, or ``piece_bytes`` is not positive.
+    """
+    if start < 0 or length < 0:
+        raise ValueError(f"bad range: start {start}, length {length}")
+    if piece_bytes <= 0:
+        raise ValueError(f"pieces must hold at least one byte, not {piece_bytes}")
 
 
 class PutResult(NamedTuple):
@@ -42,7 +56,7 @@ class PutResult(NamedTuple):
 
 
 class RemoteStorage(Protocol):
-    """Objects on the remote tier: whole puts, ranged reads, deletes and listings."""
+    """Objects on the remote tier: whole puts, ranged and streamed reads, deletes and listings."""
 
     def put_object(
         self,
@@ -90,6 +104,27 @@ class RemoteStorage(Protocol):
 
         Raises:
             ValueError: ``start`` or ``length`` is negative.
+            NotFoundError: No object is stored under ``key``.
+            StorageUnavailableError: Retries are spent (retriable).
+            StorageError: The store refused the read.
+        """
+        ...
+
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int = STREAM_PIECE_BYTES
+    ) -> Iterator[bytes]:
+        """Yield ``length`` bytes of ``key`` from byte ``start`` in order, at most ``piece_bytes``
+        at a time, from one read of the store (one GET on S3) rather than one per piece.
+
+        Memory holds one piece, whatever the range's size: for reading whole objects front to back
+        (a scrubber, a job that decodes every record). As :meth:`read_range`, the pieces add up to
+        fewer bytes only where the object ends. A read that fails part way is resumed from where it
+        stopped, within the backend's retries. The key and arguments are checked at the call; the
+        store is read (and its errors raised) as the pieces are taken.
+
+        Raises:
+            ValueError: ``start`` or ``length`` is negative, or ``piece_bytes`` is not positive.
+            InvalidObjectKeyError: The key is not allowed.
             NotFoundError: No object is stored under ``key``.
             StorageUnavailableError: Retries are spent (retriable).
             StorageError: The store refused the read.

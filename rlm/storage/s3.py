@@ -13,6 +13,8 @@
 * Retries: botocore's own retries are off; every request (each part included) goes through
   :func:`rlm.storage.retry.call_with_retry`: exponential backoff with full jitter on throttling,
   5xx, timeouts and connection errors, a bounded number of attempts.
+* Streamed reads (:meth:`S3Storage.stream_range`) are one ranged GET read piece by piece; a body
+  that breaks part way is resumed with a GET from where it stopped, within the retry policy.
 * Credentials come from the standard AWS chain through the boto3 session; they are never logged.
 """
 
@@ -29,11 +31,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, IncompleteReadError
+from botocore.response import StreamingBody
 
-from rlm.errors import ChecksumMismatchError, ConfigError, InvalidObjectKeyError, NotFoundError, RlmError
+from rlm.errors import (
+    ChecksumMismatchError,
+    ConfigError,
+    InvalidObjectKeyError,
+    NotFoundError,
+    RlmError,
+    StorageError,
+)
 from rlm.storage.layout import validate_key
 from rlm.storage.payload import Payload, check_expected_crc32c, crc32c_update
-from rlm.storage.protocol import PutResult, PutSource
+from rlm.storage.protocol import STREAM_PIECE_BYTES, PutResult, PutSource, check_stream_arguments
 from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.retry import call_with_retry
 from rlm.storage.s3_config import S3Config
@@ -233,6 +243,55 @@ class S3Storage:
             return data
 
         return self._call("GetObject", key, get)
+
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int = STREAM_PIECE_BYTES
+    ) -> Iterator[bytes]:
+        check_stream_arguments(start, length, piece_bytes)
+        return self._stream(key, self._full_key(key), start, start + length, piece_bytes)
+
+    def _stream(self, key: str, full_key: str, position: int, end: int, piece_bytes: int) -> Iterator[bytes]:
+        """One ranged GET read piece by piece; a read failing part way opens another GET from where
+        it stopped, at most ``retry.max_attempts`` times in a row."""
+        failures = 0
+        while position < end:
+            body = self._call("GetObject", key, partial(self._open_range, key, full_key, position, end))
+            if body is None:
+                return  # the object ends before ``position``
+            with body:
+                while position < end:
+                    try:
+                        piece = body.read(min(piece_bytes, end - position))
+                    except BotoCoreError as exc:
+                        failures += 1
+                        error = translate(exc, operation="GetObject", key=key)
+                        if not error.retriable or failures >= self.config.retry.max_attempts:
+                            raise error from exc
+                        self._sleep(self.config.retry.delay(failures, self._draw()))
+                        break  # open another GET from ``position``
+                    if not piece:
+                        return  # the object ends here
+                    failures = 0
+                    position += len(piece)
+                    yield piece
+
+    def _open_range(self, key: str, full_key: str, position: int, end: int) -> StreamingBody | None:
+        """The body of a GET of ``[position, end)``; ``None`` when the object ends before ``position``."""
+        try:
+            response = self._client.get_object(
+                Bucket=self.bucket, Key=full_key, Range=f"bytes={position}-{end - 1}"
+            )
+        except ClientError as exc:
+            if s3_error_code(exc) == "InvalidRange":
+                return None
+            raise
+        body: StreamingBody = response["Body"]
+        if not response.get("ContentRange", "").startswith(f"bytes {position}-"):
+            body.close()
+            raise StorageError(
+                f"S3 GetObject {key!r}: the store ignored the range from byte {position}", key=key
+            )
+        return body
 
     def object_size(self, key: str) -> int | None:
         full_key = self._full_key(key)

@@ -136,6 +136,33 @@ def test_negative_ranges_are_refused(storage: RemoteStorage) -> None:
         storage.read_range("p/obj", 0, -2)
 
 
+def test_a_stream_yields_the_range_in_pieces(storage: RemoteStorage) -> None:
+    data = _bytes(100_000, seed=4)
+    storage.put_object("p/obj", data)
+    pieces = list(storage.stream_range("p/obj", 0, len(data), piece_bytes=30_000))
+    assert [len(p) for p in pieces] == [30_000, 30_000, 30_000, 10_000]
+    assert b"".join(pieces) == data
+    assert b"".join(storage.stream_range("p/obj", 500, 1000, piece_bytes=64)) == data[500:1500]
+    assert b"".join(storage.stream_range("p/obj", 99_000, 5000)) == data[99_000:]
+    assert list(storage.stream_range("p/obj", 100_000, 10)) == []
+    assert list(storage.stream_range("p/obj", 200_000, 10)) == []
+    assert list(storage.stream_range("p/obj", 10, 0)) == []
+    storage.put_object("p/empty", b"")
+    assert list(storage.stream_range("p/empty", 0, 10)) == []
+
+
+def test_a_stream_checks_its_arguments_at_the_call_and_reads_as_it_goes(storage: RemoteStorage) -> None:
+    with pytest.raises(ValueError, match="bad range"):
+        storage.stream_range("p/obj", -1, 2)
+    with pytest.raises(ValueError, match="at least one byte"):
+        storage.stream_range("p/obj", 0, 2, piece_bytes=0)
+    with pytest.raises(InvalidObjectKeyError):
+        storage.stream_range("p/../x", 0, 2)
+    pieces = storage.stream_range("p/missing", 0, 10)
+    with pytest.raises(NotFoundError, match="p/missing"):
+        next(pieces)
+
+
 def test_putting_a_key_again_replaces_the_object(storage: RemoteStorage) -> None:
     storage.put_object("p/obj", b"first version, longer")
     storage.put_object("p/obj", b"second")

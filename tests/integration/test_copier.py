@@ -408,6 +408,11 @@ class FailingPuts:
     def read_range(self, key: str, start: int, length: int) -> bytes:
         return self.inner.read_range(key, start, length)
 
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int = 1 << 23
+    ) -> Iterator[bytes]:
+        return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
+
     def object_size(self, key: str) -> int | None:
         return self.inner.object_size(key)
 

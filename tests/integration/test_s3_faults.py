@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from typing import Any, Literal
 
 import pytest
+from botocore.exceptions import ResponseStreamingError
 
 from rlm.errors import ChecksumMismatchError, StorageError, StorageUnavailableError
 from rlm.storage.payload import crc32c_update
@@ -302,4 +303,68 @@ def test_a_denied_request_is_not_retried(
     assert raised.value.retriable is False
     assert not isinstance(raised.value, StorageUnavailableError)
     assert faults.requests["PutObject"] == 1
+    store.close()
+
+
+class BreakingBody:
+    """A GET's body whose connection drops after ``after`` bytes."""
+
+    def __init__(self, inner: Any, after: int) -> None:
+        self.inner = inner
+        self.after = after
+
+    def read(self, amt: int | None = None) -> bytes:
+        if self.after <= 0:
+            raise ResponseStreamingError(error=ConnectionResetError("connection reset by peer"))
+        data: bytes = self.inner.read(self.after if amt is None else min(amt, self.after))
+        self.after -= len(data)
+        return data
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __enter__(self) -> BreakingBody:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _breaking_store(moto_s3: MotoS3, bucket: str, breaks: list[int], ranges: list[str]) -> S3Storage:  # noqa: F811
+    """A store whose next GETs break after ``breaks`` bytes each; the ranges asked go in ``ranges``."""
+    session = moto_s3.session()
+
+    def record(params: dict[str, Any], **kwargs: Any) -> None:
+        ranges.append(params["Range"])
+
+    def wrap(parsed: dict[str, Any], **kwargs: Any) -> None:
+        if breaks:
+            parsed["Body"] = BreakingBody(parsed["Body"], breaks.pop(0))
+
+    session.events.register("before-parameter-build.s3.GetObject", record)
+    session.events.register("after-call.s3.GetObject", wrap)
+    return moto_s3.storage(bucket, "tier", IMPATIENT, session=session)
+
+
+def test_a_stream_broken_part_way_resumes_where_it_stopped(
+    moto_s3: MotoS3,  # noqa: F811
+    bucket: str,
+) -> None:
+    ranges: list[str] = []
+    store = _breaking_store(moto_s3, bucket, [30_000, 50_000], ranges)
+    data = random.Random(5).randbytes(200_000)
+    store.put_object("seg/a.log", data)
+    assert b"".join(store.stream_range("seg/a.log", 0, len(data), piece_bytes=7000)) == data
+    assert ranges == ["bytes=0-199999", "bytes=30000-199999", "bytes=80000-199999"]
+    store.close()
+
+
+def test_a_stream_that_keeps_breaking_gives_up(moto_s3: MotoS3, bucket: str) -> None:  # noqa: F811
+    ranges: list[str] = []
+    store = _breaking_store(moto_s3, bucket, [100, 0, 0, 0], ranges)
+    store.put_object("seg/a.log", b"x" * 1000)
+    pieces = store.stream_range("seg/a.log", 0, 1000, piece_bytes=64)
+    with pytest.raises(StorageUnavailableError, match="response stream"):
+        b"".join(pieces)
+    assert ranges == ["bytes=0-999", "bytes=100-999", "bytes=100-999"]  # IMPATIENT: 3 attempts in a row
     store.close()

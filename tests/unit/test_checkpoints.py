@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from rlm.errors import CorruptCheckpointError
 from rlm.log.checkpoints import (
     EpochEntry,
+    decode_leader_epoch_checkpoint,
+    encode_leader_epoch_checkpoint,
     epoch_for_offset,
     new_topic_id,
     read_leader_epoch_checkpoint,
@@ -143,6 +145,16 @@ def test_leader_epoch_checkpoint_corruption(tmp_path: Path, content: bytes, prob
     path.write_bytes(content)
     with pytest.raises(CorruptCheckpointError, match=problem):
         read_leader_epoch_checkpoint(path)
+    with pytest.raises(CorruptCheckpointError, match=f"^idx: .*{problem}"):
+        decode_leader_epoch_checkpoint(content, path="idx")
+
+
+def test_leader_epoch_checkpoint_from_bytes() -> None:
+    """What a remote segment keeps in its index object reads back as the file does."""
+    assert decode_leader_epoch_checkpoint(encode_leader_epoch_checkpoint(EPOCHS)) == EPOCHS
+    assert decode_leader_epoch_checkpoint(b"") == []
+    with pytest.raises(CorruptCheckpointError, match="not utf-8"):
+        decode_leader_epoch_checkpoint(b"0\n1\n\xff 0\n")
 
 
 def test_leader_epoch_writer_rejects_negative(tmp_path: Path) -> None:

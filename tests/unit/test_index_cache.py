@@ -79,6 +79,11 @@ class CountingStorage:
     ) -> PutResult:
         return self.inner.put_object(key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter)
 
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int = 1 << 23
+    ) -> Iterator[bytes]:
+        return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
+
     def object_size(self, key: str) -> int | None:
         return self.inner.object_size(key)
 

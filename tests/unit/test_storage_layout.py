@@ -15,6 +15,8 @@ from rlm.storage.layout import (
     INDEX_ORDER,
     ZERO_TOPIC_ID,
     IndexBlob,
+    ParsedKey,
+    parse_segment_key,
     partition_hash,
     partition_prefix,
     segment_keys,
@@ -113,6 +115,48 @@ def test_keys_sort_in_offset_order() -> None:
     offsets = [0, 9, 10, 1_000, 2**40, 2**63 - 1]
     keys = [segment_keys("t", None, 0, offset, uuid.uuid4()).log_key for offset in offsets]
     assert sorted(keys) == keys
+
+
+@pytest.mark.parametrize(("topic", "topic_id"), [("orders", TOPIC_ID), ("a-1", None), ("x_-.y", TOPIC_ID)])
+def test_keys_parse_back_into_what_built_them(topic: str, topic_id: uuid.UUID | None) -> None:
+    keys = segment_keys(topic, topic_id, 12, 345, SEGMENT_ID)
+    tid = ZERO_TOPIC_ID if topic_id is None else uuid_to_topic_id(topic_id)
+    assert parse_segment_key(keys.log_key) == ParsedKey(topic, 12, tid, 345, SEGMENT_ID, ".log")
+    assert parse_segment_key(keys.indexes_key) == ParsedKey(topic, 12, tid, 345, SEGMENT_ID, ".indexes")
+
+
+def test_topic_ids_with_dashes_parse() -> None:
+    topic_id = next(
+        u for u in (uuid.UUID(int=n * 7919 + 3) for n in range(1, 10**6)) if "-" in uuid_to_topic_id(u)
+    )
+    parsed = parse_segment_key(segment_keys("t-2", topic_id, 3, 0, SEGMENT_ID).log_key)
+    assert parsed is not None and (parsed.topic, parsed.partition) == ("t-2", 3)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "orders-0/00000000000000000000-00000000-0000-4000-8000-000000000001.log",  # no hash
+        "ffff/orders-0-AAAAAAAAAAAAAAAAAAAAAA/00000000000000000000-00000000-0000-4000-8000-000000000001.log",
+        "x/y/z",
+        "a/b",
+        "",
+    ],
+)
+def test_other_keys_do_not_parse(key: str) -> None:
+    """Keys of another layout, or whose hash is not the partition's (the second one)."""
+    assert parse_segment_key(key) is None
+
+
+def test_a_changed_part_does_not_parse() -> None:
+    good = segment_keys("orders", TOPIC_ID, 0, 7, SEGMENT_ID).log_key
+    for bad in (
+        good.replace(".log", ".txt"),
+        good.replace("-0-", "-x-"),
+        good.replace("0007", "000a"),
+        good + "/x",
+    ):
+        assert parse_segment_key(bad) is None
 
 
 def test_negative_partition_or_offset_is_refused() -> None:

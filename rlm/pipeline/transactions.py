@@ -1,0 +1,116 @@
+"""Aborted transactions on the remote tier: which batches a READ_COMMITTED reader leaves out.
+
+An aborted transaction is listed in the transaction index of the segment holding its ABORT
+marker, which may come after the segments holding its records. So a job that needs the aborted
+flag first collects every transaction index of the partitions it reads (:data:`ABORTED_STAGE` on
+executors, a few bytes per segment), then attaches to each segment the transactions touching it
+(:func:`attach_aborted`), then reads records. :class:`AbortedIndex` answers per batch.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator, Sequence
+
+import pyarrow as pa
+
+from rlm.log.model import BatchHeader
+from rlm.log.txnindex import AbortedTxn, TransactionIndex
+from rlm.metastore.model import IndexType, TopicPartition
+from rlm.pipeline.plan import PartitionPlan, SegmentSummary, with_aborted
+from rlm.pipeline.reader import SegmentReader
+from rlm.pipeline.stage import Collect, Stage, arrow_schema, batch_of
+from rlm.pipeline.storage import StorageSpec
+from rlm.storage.protocol import RemoteStorage
+
+ABORTED_SCHEMA = arrow_schema(
+    pa.field("topic", pa.string()),
+    pa.field("partition", pa.int32()),
+    pa.field("producer_id", pa.int64()),
+    pa.field("first_offset", pa.int64()),
+    pa.field("last_offset", pa.int64()),
+    pa.field("last_stable_offset", pa.int64()),
+)
+
+
+class AbortedIndex:
+    """The aborted transactions of one segment's range, looked up per batch."""
+
+    def __init__(self, entries: Iterable[AbortedTxn]) -> None:
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for txn in entries:
+            ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
+        self._firsts: dict[int, list[int]] = {}
+        self._lasts: dict[int, list[int]] = {}
+        for producer, spans in ranges.items():
+            spans.sort()
+            self._firsts[producer] = [first for first, _ in spans]
+            self._lasts[producer] = [last for _, last in spans]
+
+    def __bool__(self) -> bool:
+        return bool(self._firsts)
+
+    def is_aborted(self, header: BatchHeader) -> bool:
+        """Whether the batch's records belong to an aborted transaction.
+
+        A transactional data batch holds records of one transaction of one producer; it is aborted
+        when an aborted transaction of that producer spans its base offset. Control batches and
+        non-transactional batches are never aborted.
+        """
+        if header.is_control or not header.is_transactional:
+            return False
+        firsts = self._firsts.get(header.producer_id)
+        if firsts is None:
+            return False
+        at = bisect.bisect_right(firsts, header.base_offset) - 1
+        return at >= 0 and header.base_offset <= self._lasts[header.producer_id][at]
+
+
+def read_aborted(storage: RemoteStorage, summary: SegmentSummary) -> list[AbortedTxn]:
+    """The entries of the segment's own transaction index (none when it has no such file).
+
+    Raises:
+        NotFoundError: The index object is missing.
+        CorruptIndexError: The transaction index is cut short or holds an unknown version.
+    """
+    data = SegmentReader(storage, summary).read_index(IndexType.TRANSACTION)
+    if not data:
+        return []
+    index = TransactionIndex.from_bytes(summary.segment.start_offset, data, path=summary.index_key)
+    return list(index.entries())
+
+
+def aborted_task(storage: RemoteStorage, summary: SegmentSummary) -> Iterator[pa.RecordBatch]:
+    """The stage task: one row per entry of the segment's transaction index."""
+    tp = summary.topic_partition
+    rows = [
+        {"topic": tp.topic, "partition": tp.partition, **txn._asdict()}
+        for txn in read_aborted(storage, summary)
+    ]
+    yield batch_of(ABORTED_SCHEMA, rows)
+
+
+def aborted_stage(storage: StorageSpec) -> Stage:
+    """The stage that reads the transaction indexes of segments."""
+    return Stage("read transaction indexes", ABORTED_SCHEMA, aborted_task, storage)
+
+
+def attach_aborted(
+    plans: Sequence[PartitionPlan], storage: StorageSpec, collect: Collect
+) -> list[PartitionPlan]:
+    """``plans`` with each segment's aborted transactions attached.
+
+    Reads, with ``collect``, the transaction index of every segment whose row says it has one.
+    """
+    with_index = [s for plan in plans for s in plan.segments if not s.segment.txn_index_empty]
+    found: dict[TopicPartition, list[AbortedTxn]] = {}
+    if with_index:
+        table = collect(aborted_stage(storage), with_index)
+        for row in table.to_pylist():
+            tp = TopicPartition(row["topic"], row["partition"])
+            found.setdefault(tp, []).append(
+                AbortedTxn(
+                    row["producer_id"], row["first_offset"], row["last_offset"], row["last_stable_offset"]
+                )
+            )
+    return [with_aborted(plan, found.get(plan.topic_partition, ())) for plan in plans]

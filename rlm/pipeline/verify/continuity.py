@@ -1,0 +1,170 @@
+"""Across one partition's finished segments: every offset held, once, from the remote log start on.
+
+Judged from the metadata alone (no object is read):
+
+* Gaps: offsets after the first finished segment that no finished segment holds.
+  :func:`judge_gap` is the one place a gap is judged.
+* Overlaps: legal only as a takeover copy leaves them. The copier copies a segment only when it
+  ends above the highest copied offset, so the later copy (in offset order) ends past every copy
+  before it, and starts anywhere at or above their start: it may start inside the last copied
+  segment (the new leader rolled its segments elsewhere). Within the offsets both hold, the later
+  copy's leader epoch is never below the earlier one's: equal, they hold the same replicated
+  records; higher, the new leader's log diverged after an unclean election and its records are
+  the ones the log kept. A copy lying wholly inside earlier ones, or one whose epochs go back, is
+  an overlap no takeover explains.
+* The remote log start offset: no finished segment lies wholly below it (retention advances it
+  and then deletes them), the first one above it starts at or below it (else the offsets between
+  are a gap), and it is at most one past the highest offset ever copied.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+from rlm.metastore.model import PartitionRecord, RemoteSegment, TopicPartition
+from rlm.pipeline.plan import in_offset_order
+from rlm.pipeline.verify.problems import Problem, ProblemKind
+
+
+def _range(segment: RemoteSegment) -> str:
+    return f"[{segment.start_offset}, {segment.end_offset}]"
+
+
+def judge_gap(
+    tp: TopicPartition,
+    first: int,
+    last: int,
+    *,
+    before: RemoteSegment | None,
+    after: RemoteSegment,
+) -> Problem | None:
+    """Whether offsets ``first`` … ``last``, which no finished segment holds, are a problem.
+
+    The one place gaps are judged. Today every gap is a problem. An operator-marked skipped range
+    (offsets recorded as not copyable) will explain the gap it covers: judged here, such a gap
+    becomes a finding that is explained rather than a problem.
+
+    Args:
+        tp: The partition.
+        first: The gap's first offset.
+        last: The gap's last offset.
+        before: The segment holding the offsets just below (``None`` when the gap starts at the
+            remote log start offset).
+        after: The segment starting right after the gap.
+    """
+    if before is None:
+        where = f"between the remote log start offset {first} and segment {_range(after)}"
+    else:
+        where = f"between segments {_range(before)} and {_range(after)}"
+    return Problem(
+        ProblemKind.GAP,
+        tp.topic,
+        tp.partition,
+        f"offsets {first}..{last} ({last - first + 1}) {where} are in no finished segment",
+        segment_id=str(after.segment_id),
+        offset=first,
+    )
+
+
+def epoch_at(segment: RemoteSegment, offset: int) -> int:
+    """The leader epoch the row says wrote ``offset`` (the last epoch starting at or before it)."""
+    starts = [entry.start_offset for entry in segment.leader_epochs]
+    at = max(0, bisect.bisect_right(starts, offset) - 1)
+    return segment.leader_epochs[at].epoch
+
+
+def judge_overlap(tp: TopicPartition, earlier: RemoteSegment, later: RemoteSegment) -> Problem | None:
+    """Whether ``later``, which starts inside ``earlier`` and ends past it, overlaps legally: its
+    leader epoch is at least ``earlier``'s at every offset both hold (see the module's rule)."""
+    low, high = later.start_offset, min(earlier.end_offset, later.end_offset)
+    points = {low} | {
+        entry.start_offset
+        for entry in (*earlier.leader_epochs, *later.leader_epochs)
+        if low < entry.start_offset <= high
+    }
+    for point in sorted(points):
+        ours, theirs = epoch_at(later, point), epoch_at(earlier, point)
+        if ours < theirs:
+            return Problem(
+                ProblemKind.OVERLAP,
+                tp.topic,
+                tp.partition,
+                f"segment {_range(later)} overlaps {_range(earlier)} (segment {earlier.segment_id}) "
+                f"with leader epoch {ours} at offset {point} where the earlier copy has {theirs}: "
+                "a later copy never has an older epoch",
+                segment_id=str(later.segment_id),
+                offset=point,
+            )
+    return None
+
+
+def continuity_problems(
+    tp: TopicPartition, finished: Sequence[RemoteSegment], record: PartitionRecord | None
+) -> list[Problem]:
+    """Gaps, overlaps no takeover explains, and disagreements with the remote log start offset."""
+    problems: list[Problem] = []
+    ordered = in_offset_order(finished)
+    log_start = -1 if record is None else record.remote_log_start_offset
+    live = []
+    for segment in ordered:
+        if log_start >= 0 and segment.end_offset < log_start:
+            problems.append(
+                Problem(
+                    ProblemKind.LOG_START,
+                    tp.topic,
+                    tp.partition,
+                    f"finished segment {_range(segment)} lies wholly below the remote log start "
+                    f"offset {log_start}: no reader reaches it (retention should have deleted it)",
+                    segment_id=str(segment.segment_id),
+                    offset=segment.start_offset,
+                )
+            )
+        else:
+            live.append(segment)
+    if record is not None and log_start > record.highest_copied_offset + 1:
+        problems.append(
+            Problem(
+                ProblemKind.LOG_START,
+                tp.topic,
+                tp.partition,
+                f"the remote log start offset {log_start} is past the highest offset ever copied, "
+                f"{record.highest_copied_offset}",
+                offset=log_start,
+            )
+        )
+    if not live:
+        return problems
+    if log_start >= 0 and live[0].start_offset > log_start:
+        gap = judge_gap(tp, log_start, live[0].start_offset - 1, before=None, after=live[0])
+        if gap is not None:
+            problems.append(gap)
+    covering = [live[0]]
+    for segment in live[1:]:
+        reach = max(covering, key=lambda s: s.end_offset)
+        if segment.start_offset > reach.end_offset + 1:
+            gap = judge_gap(tp, reach.end_offset + 1, segment.start_offset - 1, before=reach, after=segment)
+            if gap is not None:
+                problems.append(gap)
+        elif segment.end_offset <= reach.end_offset:
+            problems.append(
+                Problem(
+                    ProblemKind.OVERLAP,
+                    tp.topic,
+                    tp.partition,
+                    f"segment {_range(segment)} lies wholly inside offsets {_range(reach)} already "
+                    f"held by segment {reach.segment_id}: a duplicate copy (a takeover copy ends "
+                    "past what was copied before it)",
+                    segment_id=str(segment.segment_id),
+                    offset=segment.start_offset,
+                )
+            )
+            continue
+        else:
+            for earlier in covering:
+                if earlier.end_offset >= segment.start_offset:
+                    overlap = judge_overlap(tp, earlier, segment)
+                    if overlap is not None:
+                        problems.append(overlap)
+        covering = [s for s in (*covering, segment) if s.end_offset >= segment.start_offset]
+    return problems

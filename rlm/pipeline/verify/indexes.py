@@ -1,0 +1,202 @@
+"""The files of a segment's index object against what the ``.log`` says they should hold.
+
+* Offset and time index: equal, entry for entry, to the ones Kafka's recovery builds from the log
+  (:class:`rlm.log.recovery.IndexRebuilder`), as the copier uploads them.
+* Transaction index: equal to the aborted transactions the log's markers imply. When the open
+  transactions at the segment's start are known (the previous segment's producer snapshot, or a
+  segment starting at offset 0) every field must match. Otherwise a transaction may have begun
+  in an earlier segment: the entries must still be the same markers (producer id and last
+  offset), and the stored first offset and last stable offset may only be lower than those
+  rebuilt without that knowledge.
+* Producer snapshot (where present): it must decode, and the transactions it records as open
+  must be the ones the log leaves open at the segment's end (exactly when the start state is
+  known; otherwise every transaction the log leaves open must be open in it, and every open one
+  that began in this segment must begin where the log says). Its other fields depend on producers
+  the broker expired, which the log does not show.
+* Leader-epoch checkpoint (where present): equal to the row's leader epochs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rlm.errors import CorruptDataError, RlmError
+from rlm.log.checkpoints import decode_leader_epoch_checkpoint
+from rlm.log.index import OffsetIndex, TimeIndex
+from rlm.log.recovery import RebuiltIndexes
+from rlm.log.snapshot import decode_snapshot
+from rlm.log.txnindex import TransactionIndex
+from rlm.metastore.model import IndexType
+from rlm.pipeline.reader import SegmentReader
+from rlm.pipeline.verify.findings import Findings
+from rlm.pipeline.verify.problems import ProblemKind
+
+
+def check_indexes(
+    reader: SegmentReader,
+    findings: Findings,
+    rebuilt: RebuiltIndexes,
+    open_at_end: dict[int, int],
+    *,
+    start_state_known: bool,
+) -> None:
+    """Compare every file of the segment's index object with what ``rebuilt`` says.
+
+    Args:
+        reader: The segment's reader (its index object is read by range).
+        findings: Where problems go.
+        rebuilt: What recovery rebuilt from the whole ``.log``.
+        open_at_end: Producer id → first offset of each transaction open at the segment's end.
+        start_state_known: Whether the transactions open at the segment's start were known.
+    """
+    summary = reader.summary
+    start = summary.segment.start_offset
+    files = _read_files(reader, findings)
+    if files is None:
+        return
+    for kind, stored_cls, built in (
+        (IndexType.OFFSET, OffsetIndex, rebuilt.offset_index),
+        (IndexType.TIMESTAMP, TimeIndex, rebuilt.time_index),
+    ):
+        data = files.get(kind)
+        if data is None:
+            findings.add(
+                ProblemKind.INDEX_MISMATCH,
+                f"the row lists no {kind.value} index in the index object",
+                key=summary.index_key,
+            )
+            continue
+        stored = stored_cls.from_bytes(start, data)
+        _compare(findings, f"{kind.value} index", list(stored.entries()), list(built.entries()), reader, kind)
+    _check_transactions(reader, findings, files.get(IndexType.TRANSACTION), rebuilt, start_state_known)
+    _check_snapshot(reader, findings, files.get(IndexType.PRODUCER_SNAPSHOT), open_at_end, start_state_known)
+    _check_epochs(reader, findings, files.get(IndexType.LEADER_EPOCH))
+
+
+def _read_files(reader: SegmentReader, findings: Findings) -> dict[IndexType, bytes] | None:
+    """Every file the row lists, read by range; ``None`` (and a problem) when one cannot be read."""
+    files: dict[IndexType, bytes] = {}
+    for kind, _ in reader.summary.segment.layout.index_ranges:
+        try:
+            data = reader.read_index(kind)
+        except CorruptDataError as exc:
+            findings.add(ProblemKind.INDEX_MISMATCH, f"{kind.value} index: {exc.reason}", key=exc.path)
+            return None
+        except RlmError as exc:
+            findings.add(ProblemKind.UNREADABLE, f"{kind.value} index: {exc}", key=reader.summary.index_key)
+            return None
+        assert data is not None  # listed in the layout
+        files[kind] = data
+    return files
+
+
+def _compare(
+    findings: Findings,
+    what: str,
+    stored: Sequence[Any],
+    expected: Sequence[Any],
+    reader: SegmentReader,
+    kind: IndexType,
+) -> None:
+    if list(stored) == list(expected):
+        return
+    ref = reader.summary.index_ref(kind)
+    position = None if ref is None else ref.byte_range.position
+    for i, (ours, theirs) in enumerate(zip(stored, expected, strict=False)):
+        if ours != theirs:
+            message = f"{what} entry {i} is {tuple(ours)}, the log gives {tuple(theirs)}"
+            break
+    else:
+        message = f"{what} holds {len(stored)} entries, the log gives {len(expected)}"
+    findings.add(ProblemKind.INDEX_MISMATCH, message, key=reader.summary.index_key, position=position)
+
+
+def _check_transactions(
+    reader: SegmentReader,
+    findings: Findings,
+    data: bytes | None,
+    rebuilt: RebuiltIndexes,
+    start_state_known: bool,
+) -> None:
+    summary = reader.summary
+    try:
+        stored = (
+            []
+            if data is None
+            else list(TransactionIndex.from_bytes(summary.segment.start_offset, data).entries())
+        )
+    except CorruptDataError as exc:
+        findings.add(ProblemKind.INDEX_MISMATCH, f"transaction index: {exc.reason}", key=summary.index_key)
+        return
+    expected = list(rebuilt.txn_index.entries())
+    if start_state_known:
+        _compare(findings, "transaction index", stored, expected, reader, IndexType.TRANSACTION)
+        return
+    markers = [(t.producer_id, t.last_offset) for t in stored]
+    if markers != [(t.producer_id, t.last_offset) for t in expected]:
+        rebuilt_markers = [(t.producer_id, t.last_offset) for t in expected]
+        _compare(
+            findings, "transaction index (markers)", markers, rebuilt_markers, reader, IndexType.TRANSACTION
+        )
+        return
+    for i, (ours, theirs) in enumerate(zip(stored, expected, strict=True)):
+        if ours.first_offset > theirs.first_offset or ours.last_stable_offset > theirs.last_stable_offset:
+            findings.add(
+                ProblemKind.INDEX_MISMATCH,
+                f"transaction index entry {i} is {tuple(ours)}: its first offset or last stable offset "
+                f"is above what the log allows ({theirs.first_offset}, {theirs.last_stable_offset})",
+                key=summary.index_key,
+            )
+
+
+def _check_snapshot(
+    reader: SegmentReader,
+    findings: Findings,
+    data: bytes | None,
+    open_at_end: dict[int, int],
+    start_state_known: bool,
+) -> None:
+    if data is None:
+        return
+    summary = reader.summary
+    try:
+        entries = decode_snapshot(data, path=summary.index_key)
+    except CorruptDataError as exc:
+        findings.add(ProblemKind.INDEX_MISMATCH, exc.reason, key=summary.index_key)
+        return
+    stored = {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
+    start = summary.segment.start_offset
+    if start_state_known:
+        wrong = stored != open_at_end
+    else:
+        wrong = any(pid not in stored for pid in open_at_end) or any(
+            first >= start and open_at_end.get(pid) != first for pid, first in stored.items()
+        )
+    if wrong:
+        findings.add(
+            ProblemKind.INDEX_MISMATCH,
+            "producer snapshot: open transactions (producer id: first offset) "
+            f"{dict(sorted(stored.items()))}, the log leaves open {dict(sorted(open_at_end.items()))}",
+            key=summary.index_key,
+        )
+
+
+def _check_epochs(reader: SegmentReader, findings: Findings, data: bytes | None) -> None:
+    if data is None:
+        return
+    summary = reader.summary
+    try:
+        entries = decode_leader_epoch_checkpoint(data, path=summary.index_key)
+    except CorruptDataError as exc:
+        findings.add(
+            ProblemKind.INDEX_MISMATCH, f"leader-epoch checkpoint: {exc.reason}", key=summary.index_key
+        )
+        return
+    row = [(e.epoch, e.start_offset) for e in summary.segment.leader_epochs]
+    if [(e.epoch, e.start_offset) for e in entries] != row:
+        findings.add(
+            ProblemKind.INDEX_MISMATCH,
+            f"leader-epoch checkpoint holds {[tuple(e) for e in entries]}, the row {row}",
+            key=summary.index_key,
+        )

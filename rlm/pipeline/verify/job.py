@@ -1,0 +1,173 @@
+"""``rlm spark verify``, the driver's side: plan, run the per-segment stage, judge the rest, report.
+
+The driver reads metadata (and lists object keys for the orphan check); the per-segment checks run
+as one stage, one task per finished segment, and come back as one small row each. The stage is run
+by whatever ``collect`` is given: Spark's, or :func:`rlm.pipeline.stage.run_in_process`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm.metastore.model import RemoteSegment, TopicPartition
+from rlm.metastore.protocol import MetadataStore
+from rlm.pipeline.plan import SegmentSummary, plan_partition, select_partitions
+from rlm.pipeline.reader import DEFAULT_CHUNK_BYTES
+from rlm.pipeline.stage import Collect
+from rlm.pipeline.storage import StorageSpec
+from rlm.pipeline.verify.continuity import continuity_problems
+from rlm.pipeline.verify.inventory import (
+    DEFAULT_CLEANUP_HORIZON_MS,
+    LIVE_STATES,
+    orphan_objects,
+    referenced_keys,
+    stale_rows,
+    stored_keys,
+)
+from rlm.pipeline.verify.problems import Problem, problem_from_row
+from rlm.pipeline.verify.segment import verify_stage
+from rlm.storage.protocol import RemoteStorage
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    """What ``rlm spark verify`` checks."""
+
+    deep: bool = False
+    """Read every byte (CRCs, offsets, indexes, epochs); otherwise HEADs and metadata only."""
+    topics: tuple[str, ...] = ()
+    """Only these topics (all when empty)."""
+    partitions: tuple[int, ...] = ()
+    """Only these partition numbers (all when empty)."""
+    cleanup_horizon_ms: int = DEFAULT_CLEANUP_HORIZON_MS
+    """A STARTED row older than this is reported."""
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    """Bytes per ranged read of a ``.log`` object."""
+
+    def __post_init__(self) -> None:
+        if self.cleanup_horizon_ms < 0:
+            raise ValueError(f"the cleanup horizon must not be negative, not {self.cleanup_horizon_ms}")
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What a verification found."""
+
+    deep: bool
+    partitions: int
+    segments: int
+    """Finished segments checked."""
+    bytes_read: int
+    batches: int
+    seconds: float
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        """Problems per (kind, partition), ordered by kind then partition."""
+        found = Counter((p.kind.value, p.partition_name) for p in self.problems)
+        return dict(sorted(found.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "deep": self.deep,
+            "partitions": self.partitions,
+            "segments": self.segments,
+            "batches": self.batches,
+            "bytes_read": self.bytes_read,
+            "seconds": round(self.seconds, 3),
+            "counts": [
+                {"kind": kind, "partition": partition, "problems": count}
+                for (kind, partition), count in self.counts().items()
+            ],
+            "problems": [p.to_json() for p in self.problems],
+        }
+
+
+def verify(
+    store: MetadataStore,
+    storage: RemoteStorage,
+    spec: StorageSpec,
+    collect: Collect,
+    options: VerifyOptions,
+    *,
+    now_ms: int | None = None,
+) -> VerifyReport:
+    """Verify the remote tier of the partitions ``options`` selects.
+
+    Args:
+        store: The metadata store (read only).
+        storage: The driver's storage client, for listing keys.
+        spec: How executors open the same storage.
+        collect: Runs the per-segment stage and brings its rows back.
+        options: What to check.
+        now_ms: The wall clock (tests pass one), for the age of STARTED rows.
+
+    Raises:
+        NotFoundError: A topic asked for is unknown to the store.
+        RlmError: The store or the listing failed.
+    """
+    started = time.monotonic()
+    now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    records = select_partitions(store, options.topics, options.partitions)
+    problems: list[Problem] = []
+    summaries: list[SegmentSummary] = []
+    rows: list[RemoteSegment] = []
+    for record in records:
+        plan = plan_partition(store, record, from_log_start=False)
+        summaries.extend(plan.segments)
+        problems += continuity_problems(plan.topic_partition, [s.segment for s in plan.segments], record)
+        rows += store.list_segments(plan.topic_partition, states=LIVE_STATES)
+    problems += stale_rows(rows, now_ms=now_ms, horizon_ms=options.cleanup_horizon_ms)
+    filtered = bool(options.topics or options.partitions)
+    chosen = {r.topic_partition for r in records} if filtered else None
+    problems += _orphans(store, storage, rows, chosen)
+    bytes_read = batches = 0
+    if summaries:
+        table = collect(verify_stage(spec, deep=options.deep, chunk_bytes=options.chunk_bytes), summaries)
+        for result in table.to_pylist():
+            bytes_read += result["bytes_read"]
+            batches += result["batches"]
+            problems += [problem_from_row(p) for p in result["problems"]]
+    problems.sort(
+        key=lambda p: (
+            p.kind.value,
+            p.partition_name,
+            -1 if p.offset is None else p.offset,
+            p.object_key or "",
+        )
+    )
+    return VerifyReport(
+        options.deep,
+        len(records),
+        len(summaries),
+        bytes_read,
+        batches,
+        time.monotonic() - started,
+        problems,
+    )
+
+
+def _orphans(
+    store: MetadataStore,
+    storage: RemoteStorage,
+    rows: list[RemoteSegment],
+    chosen: Collection[TopicPartition] | None,
+) -> list[Problem]:
+    """Orphan objects of the ``chosen`` partitions (``rows`` are theirs), or of the whole store
+    when ``None``: then the live rows of every partition, those being deleted included, count."""
+    if chosen is None:
+        rows = [
+            row
+            for record in store.list_partitions()
+            for row in store.list_segments(record.topic_partition, states=LIVE_STATES)
+        ]
+    return orphan_objects(stored_keys(storage, chosen), referenced_keys(rows))

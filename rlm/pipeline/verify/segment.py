@@ -1,0 +1,259 @@
+"""Checks of one finished segment, run on an executor (one task per segment).
+
+Without ``deep``: both objects exist and have the sizes the row records (two HEADs).
+
+With ``deep`` every byte of the ``.log`` object is read, streamed in chunks: each batch's CRC,
+offsets increasing from batch to batch, each batch's leader epoch the one the row says wrote its
+offsets, the first and last offsets and the largest timestamp equal to the row's; then every file
+of the index object against the one rebuilt from the log (:mod:`rlm.pipeline.verify.indexes`).
+A batch failing its CRC may have any header field damaged, so when one does the comparisons that
+trust the headers (offset range, max timestamp, indexes) are left out: the CRC problem is the
+finding. The same holds when the object cannot be cut into whole batches.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import NamedTuple
+
+import pyarrow as pa
+
+from rlm.errors import CorruptDataError, RlmError
+from rlm.log.batches import crc_valid, decode_batch
+from rlm.log.model import BatchHeader
+from rlm.log.recovery import IndexRebuilder, TransactionTracker
+from rlm.log.snapshot import decode_snapshot
+from rlm.metastore.model import RemoteSegment
+from rlm.pipeline.plan import SegmentSummary
+from rlm.pipeline.reader import DEFAULT_CHUNK_BYTES, RawBatch, SegmentReader
+from rlm.pipeline.stage import Stage, arrow_schema, batch_of
+from rlm.pipeline.storage import StorageSpec
+from rlm.pipeline.verify.findings import Findings
+from rlm.pipeline.verify.indexes import check_indexes
+from rlm.pipeline.verify.problems import PROBLEM_TYPE, Problem, ProblemKind, problem_row
+from rlm.storage.protocol import RemoteStorage
+
+#: One row per segment: what was read and what was found.
+RESULT_SCHEMA = arrow_schema(
+    pa.field("segment_id", pa.string()),
+    pa.field("bytes_read", pa.int64()),
+    pa.field("batches", pa.int64()),
+    pa.field("problems", pa.list_(PROBLEM_TYPE)),
+)
+
+
+class SegmentCheck(NamedTuple):
+    """What checking one segment found."""
+
+    segment_id: str
+    bytes_read: int
+    """Bytes read from the objects (0 without ``deep``)."""
+    batches: int
+    problems: list[Problem]
+
+
+@dataclass
+class _Scan:
+    """What a read of the ``.log`` learned."""
+
+    trusted: bool
+    """Every batch passed its CRC and the object was whole batches: the headers can be trusted."""
+    batches: int
+    first_offset: int | None
+    last_offset: int | None
+    rebuilder: IndexRebuilder
+    start_state_known: bool
+
+
+class _Epochs:
+    """The row's leader epochs, asked per offset."""
+
+    def __init__(self, row: RemoteSegment) -> None:
+        self._starts = [entry.start_offset for entry in row.leader_epochs]
+        self._epochs = [entry.epoch for entry in row.leader_epochs]
+
+    def at(self, offset: int) -> int:
+        return self._epochs[max(0, bisect.bisect_right(self._starts, offset) - 1)]
+
+
+def check_segment(
+    storage: RemoteStorage, summary: SegmentSummary, *, deep: bool, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> SegmentCheck:
+    """Check one segment (see the module's description); never raises for what it finds."""
+    findings = Findings(summary)
+    row = summary.segment
+    reader = SegmentReader(storage, summary, chunk_bytes=chunk_bytes)
+    try:
+        log_size = storage.object_size(summary.log_key)
+        index_size = storage.object_size(summary.index_key)
+    except RlmError as exc:
+        findings.add(ProblemKind.UNREADABLE, f"cannot look at the objects: {exc}", key=summary.log_key)
+        return SegmentCheck(summary.segment_id, 0, 0, findings.problems())
+    index_expected = max((r.end for _, r in row.layout.index_ranges), default=0)
+    for key, size, expected, what in (
+        (summary.log_key, log_size, row.size_bytes, ".log"),
+        (summary.index_key, index_size, index_expected, "index"),
+    ):
+        if size is None:
+            findings.add(ProblemKind.MISSING_OBJECT, f"the segment's {what} object is missing", key=key)
+        elif size != expected:
+            findings.add(
+                ProblemKind.SIZE_MISMATCH,
+                f"the {what} object holds {size} bytes, the row says {expected}",
+                key=key,
+            )
+    if not deep or log_size is None:
+        return SegmentCheck(summary.segment_id, reader.bytes_read, 0, findings.problems())
+    scan = _scan(reader, findings, log_size)
+    if scan.trusted:
+        _check_log(row, scan, findings, summary.log_key)
+        if index_size is not None:
+            check_indexes(
+                reader,
+                findings,
+                scan.rebuilder.finish(),
+                dict(scan.rebuilder.tracker.ongoing),
+                start_state_known=scan.start_state_known,
+            )
+    return SegmentCheck(summary.segment_id, reader.bytes_read, scan.batches, findings.problems())
+
+
+def _start_state(reader: SegmentReader) -> tuple[TransactionTracker, bool]:
+    """The transactions open at the segment's start, and whether they are known."""
+    summary = reader.summary
+    ref = summary.previous_snapshot
+    if ref is not None:
+        try:
+            return TransactionTracker.from_snapshot(decode_snapshot(reader.read_ref(ref), path=ref.key)), True
+        except RlmError:
+            pass  # the previous segment's own check reports its index object
+    return TransactionTracker(), summary.segment.start_offset == 0
+
+
+def _scan(reader: SegmentReader, findings: Findings, size: int) -> _Scan:
+    """Read every batch of the ``.log`` object (``size`` bytes, as the store reports it)."""
+    row = reader.summary.segment
+    key = reader.summary.log_key
+    tracker, known = _start_state(reader)
+    scan = _Scan(True, 0, None, None, IndexRebuilder(row.start_offset, tracker=tracker), known)
+    epochs = _Epochs(row)
+    previous = row.start_offset - 1
+    try:
+        for raw in reader.batches(size):
+            header = raw.header
+            scan.batches += 1
+            if not crc_valid(raw.data, raw.local_header):
+                scan.trusted = False
+                findings.add(
+                    ProblemKind.CORRUPT_BATCH,
+                    f"CRC mismatch: the batch's bytes do not match its stored checksum 0x{header.crc:08x}",
+                    key=key,
+                    position=header.position,
+                    offset=header.last_offset,
+                )
+                continue
+            first = _first_offset(raw)
+            if first <= previous:
+                findings.add(
+                    ProblemKind.OFFSET_ORDER,
+                    f"the batch starts at offset {first}, not above {previous}, the last offset before it",
+                    key=key,
+                    position=header.position,
+                    offset=first,
+                )
+            if scan.first_offset is None:
+                scan.first_offset = first
+            previous = max(previous, header.last_offset)
+            scan.last_offset = previous
+            _check_epoch(header, epochs, findings, key)
+            try:
+                scan.rebuilder.add(header, raw.data, key)
+            except CorruptDataError as exc:
+                scan.trusted = False
+                findings.add(ProblemKind.CORRUPT_BATCH, exc.reason, key=key, position=header.position)
+    except CorruptDataError as exc:
+        scan.trusted = False
+        findings.add(ProblemKind.CORRUPT_BATCH, exc.reason, key=key, position=exc.position)
+    except RlmError as exc:
+        scan.trusted = False
+        findings.add(ProblemKind.UNREADABLE, f"reading the .log object failed: {exc}", key=key)
+    return scan
+
+
+def _first_offset(raw: RawBatch) -> int:
+    """The batch's first offset; a legacy compressed wrapper says only its last, so its inner
+    messages are decoded (as Kafka's ``baseOffset()`` does)."""
+    if raw.header.base_offset >= 0:
+        return raw.header.base_offset
+    records = decode_batch(raw.data, raw.local_header, verify_crc=False)
+    return records[0].offset if records else raw.header.last_offset
+
+
+def _check_epoch(header: BatchHeader, epochs: _Epochs, findings: Findings, key: str) -> None:
+    if header.magic < 2 or header.leader_epoch < 0:
+        return  # legacy batches carry no leader epoch
+    for offset in (header.base_offset, header.last_offset):
+        expected = epochs.at(offset)
+        if header.leader_epoch != expected:
+            findings.add(
+                ProblemKind.LEADER_EPOCH,
+                f"the batch has leader epoch {header.leader_epoch}, the row says epoch {expected} "
+                f"wrote offset {offset}",
+                key=key,
+                position=header.position,
+                offset=offset,
+            )
+            return
+
+
+def _check_log(row: RemoteSegment, scan: _Scan, findings: Findings, key: str) -> None:
+    if scan.first_offset is None or scan.last_offset is None:
+        findings.add(ProblemKind.OFFSET_RANGE, "the .log object holds no batch", key=key)
+        return
+    if scan.first_offset != row.start_offset:
+        findings.add(
+            ProblemKind.OFFSET_RANGE,
+            f"the first batch starts at offset {scan.first_offset}, "
+            f"the row's start offset is {row.start_offset}",
+            key=key,
+            offset=scan.first_offset,
+        )
+    if scan.last_offset != row.end_offset:
+        findings.add(
+            ProblemKind.OFFSET_RANGE,
+            f"the last batch ends at offset {scan.last_offset}, the row's end offset is {row.end_offset}",
+            key=key,
+            offset=scan.last_offset,
+        )
+    largest = scan.rebuilder.max_timestamp
+    if largest != row.max_timestamp_ms:
+        findings.add(
+            ProblemKind.MAX_TIMESTAMP,
+            f"the largest batch timestamp is {largest} (offset {scan.rebuilder.offset_of_max_timestamp}), "
+            f"the row's max timestamp is {row.max_timestamp_ms}",
+            key=key,
+            offset=scan.rebuilder.offset_of_max_timestamp,
+        )
+
+
+def verify_task(
+    storage: RemoteStorage, summary: SegmentSummary, *, deep: bool, chunk_bytes: int = DEFAULT_CHUNK_BYTES
+) -> Iterator[pa.RecordBatch]:
+    """The stage task: one row of :data:`RESULT_SCHEMA` for the segment."""
+    found = check_segment(storage, summary, deep=deep, chunk_bytes=chunk_bytes)
+    row = {
+        "segment_id": found.segment_id,
+        "bytes_read": found.bytes_read,
+        "batches": found.batches,
+        "problems": [problem_row(p) for p in found.problems],
+    }
+    yield batch_of(RESULT_SCHEMA, [row])
+
+
+def verify_stage(storage: StorageSpec, *, deep: bool, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Stage:
+    """The per-segment stage of ``rlm spark verify``."""
+    name = "verify (deep)" if deep else "verify"
+    return Stage(name, RESULT_SCHEMA, partial(verify_task, deep=deep, chunk_bytes=chunk_bytes), storage)

@@ -1,0 +1,97 @@
+"""Offsets across a partition's finished segments: gaps, overlaps a takeover explains or not, and
+the remote log start offset."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlm.metastore.model import PartitionRecord, RemoteSegment, TopicPartition
+from rlm.pipeline.verify import continuity
+from rlm.pipeline.verify.continuity import continuity_problems
+from rlm.pipeline.verify.problems import Problem, ProblemKind
+from tests.metadata_support import TP, segment
+
+
+def _record(log_start: int = -1, highest: int = 10**9) -> PartitionRecord:
+    return PartitionRecord(TP, log_start, highest, 0, None, None)
+
+
+def _problems(*segments: RemoteSegment, record: PartitionRecord | None = None) -> list[Problem]:
+    return continuity_problems(TP, list(segments), record if record is not None else _record())
+
+
+def _kinds(problems: list[Problem]) -> list[ProblemKind]:
+    return [p.kind for p in problems]
+
+
+def test_contiguous_segments_are_fine() -> None:
+    assert _problems(segment(0, 9), segment(10, 19), segment(20, 29)) == []
+    assert continuity_problems(TP, [], None) == []
+
+
+def test_a_gap_names_its_offsets_and_both_neighbours() -> None:
+    before, after = segment(0, 9), segment(20, 29)
+    (gap,) = _problems(after, before)
+    assert gap.kind is ProblemKind.GAP
+    assert gap.offset == 10 and gap.segment_id == str(after.segment_id)
+    assert "offsets 10..19 (10) between segments [0, 9] and [20, 29]" in gap.message
+
+
+def test_gaps_are_judged_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[tuple[int, int]] = []
+
+    def explained(tp: TopicPartition, first: int, last: int, **neighbours: object) -> None:
+        seen.append((first, last))
+
+    monkeypatch.setattr(continuity, "judge_gap", explained)
+    assert _problems(segment(0, 9), segment(20, 29), segment(40, 49)) == []
+    assert seen == [(10, 19), (30, 39)]
+
+
+def test_a_takeover_copy_may_start_inside_the_last_one() -> None:
+    earlier = segment(0, 99, epochs=((0, 0), (1, 60)))
+    same_records = segment(50, 199, epochs=((0, 50), (1, 60), (2, 150)))
+    assert _problems(earlier, same_records) == []
+    diverged = segment(80, 199, epochs=((3, 80),))  # an unclean election: a newer epoch from 80 on
+    assert _problems(earlier, diverged) == []
+    longer_from_the_same_start = segment(0, 150, epochs=((0, 0), (1, 60)))
+    assert _problems(earlier, longer_from_the_same_start) == []
+
+
+def test_a_later_copy_with_an_older_epoch_is_not_explained() -> None:
+    earlier = segment(0, 99, epochs=((0, 0), (2, 60)))
+    later = segment(50, 199, epochs=((1, 50),))
+    (problem,) = _problems(earlier, later)
+    assert problem.kind is ProblemKind.OVERLAP and problem.offset == 60
+    assert "leader epoch 1 at offset 60 where the earlier copy has 2" in problem.message
+
+
+def test_a_copy_wholly_inside_others_is_not_explained() -> None:
+    inner = segment(10, 20)
+    (problem,) = _problems(segment(0, 99), inner, segment(100, 150))
+    assert problem.kind is ProblemKind.OVERLAP and problem.segment_id == str(inner.segment_id)
+    assert "wholly inside offsets [0, 99]" in problem.message
+    (duplicate,) = _problems(segment(0, 99), segment(0, 99))
+    assert duplicate.kind is ProblemKind.OVERLAP
+
+
+def test_segments_wholly_below_the_log_start_are_reported() -> None:
+    below = segment(0, 9)
+    (problem,) = _problems(below, segment(10, 19), record=_record(log_start=10))
+    assert problem.kind is ProblemKind.LOG_START and problem.segment_id == str(below.segment_id)
+    # The log start inside the first segment is what retention leaves after a takeover overlap.
+    assert _problems(segment(0, 9), segment(10, 19), record=_record(log_start=5)) == []
+
+
+def test_offsets_between_the_log_start_and_the_first_segment_are_a_gap() -> None:
+    (gap,) = _problems(segment(20, 29), record=_record(log_start=12))
+    assert gap.kind is ProblemKind.GAP
+    assert "offsets 12..19 (8) between the remote log start offset 12 and segment [20, 29]" in gap.message
+
+
+def test_the_log_start_cannot_pass_what_was_ever_copied() -> None:
+    (problem,) = _problems(record=_record(log_start=50, highest=29))
+    assert (
+        problem.kind is ProblemKind.LOG_START and "past the highest offset ever copied, 29" in problem.message
+    )
+    assert _problems(record=_record(log_start=30, highest=29)) == []  # everything was deleted
