@@ -24,6 +24,7 @@ import boto3
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 
+from rlm.errors import ConfigError
 from rlm.storage.s3_config import S3Config
 
 if TYPE_CHECKING:
@@ -35,8 +36,23 @@ SDK_CHECKSUM_ALGORITHM_HEADER = "x-amz-sdk-checksum-algorithm"
 
 
 def s3_client(session: boto3.session.Session, config: S3Config) -> S3Client:
-    """A client for ``config``'s endpoint whose requests follow its checksum settings."""
-    client: S3Client = session.client(
+    """A client for ``config``'s endpoint whose requests follow its checksum settings.
+
+    Raises:
+        ConfigError: The endpoint URL or the region is not usable.
+    """
+    try:
+        client = _client(session, config)
+    except ValueError as exc:  # botocore's "Invalid endpoint", "Provided region_name ... doesn't match"
+        raise ConfigError(
+            f"bad S3 endpoint URL {config.endpoint_url!r} or region {config.region!r}: {exc}"
+        ) from exc
+    client.meta.events.register("before-sign.s3", partial(_integrity_headers, config))
+    return client
+
+
+def _client(session: boto3.session.Session, config: S3Config) -> S3Client:
+    return session.client(
         "s3",
         endpoint_url=config.endpoint_url,
         region_name=config.region,
@@ -53,8 +69,6 @@ def s3_client(session: boto3.session.Session, config: S3Config) -> S3Client:
             response_checksum_validation="when_required",
         ),
     )
-    client.meta.events.register("before-sign.s3", partial(_integrity_headers, config))
-    return client
 
 
 def content_md5(body: bytes) -> str:
