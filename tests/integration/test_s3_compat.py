@@ -206,8 +206,7 @@ def _every_call(server: S3Server, store: S3Storage) -> None:
     assert list(store.list_keys("p/")) == []
 
 
-@pytest.mark.parametrize("checksums", ["md5", "off"])
-@pytest.mark.parametrize("verify", ["head", "read-back"])
+@pytest.mark.parametrize(("checksums", "verify"), [("md5", "head"), ("off", "read-back")])
 def test_with_checksums_md5_or_off_no_checksum_header_goes_on_any_call(
     moto_s3: S3Server,  # noqa: F811
     moto_proxy: S3Proxy,
