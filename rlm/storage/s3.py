@@ -88,7 +88,7 @@ class S3Storage:
             events: Receives what the metrics count (skipped optional calls, size-only checks).
 
         Raises:
-            ConfigError: The bucket or prefix is not usable.
+            ConfigError: The bucket, prefix, endpoint URL or region is not usable.
         """
         if not bucket or "/" in bucket:
             raise ConfigError(f"bad S3 bucket name {bucket!r}")
@@ -110,7 +110,7 @@ class S3Storage:
         self._executor = executor or ThreadPoolExecutor(
             max_workers=self.config.max_concurrency, thread_name_prefix="rlm-s3-part"
         )
-        events = events or NoEvents()
+        events = events if events is not None else NoEvents()
         self._cleanup = UploadCleanup(self._client, bucket, self._call, events)
         self._multipart = MultipartUploader(
             self._client, bucket, self.config, self._executor, self._call, self._cleanup
