@@ -8,15 +8,20 @@ Two independent implementations, one process each per test session:
   to ListMultipartUploads and 405 to AbortMultipartUpload, ignores checksums, and answers
   ``Range: bytes=0-0`` with the whole object — the kind of S3-compatible store rlm must work on.
 
-Import the fixtures into a test module (``from tests.s3_support import moto_s3  # noqa: F401``).
+Import ``moto_s3`` into a test module (``from tests.s3_support import moto_s3  # noqa: F401``);
+``s3rver`` and ``s3_server`` (each server in turn) are fixtures of ``tests/conftest.py``, so that
+the session runs one s3rver whatever the modules that use it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import shutil
 import subprocess
+import sys
 import threading
 import uuid
 from collections import Counter
@@ -169,17 +174,22 @@ def moto_s3() -> Iterator[S3Server]:
         server.stop()
 
 
-@pytest.fixture(scope="session")
-def s3rver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    """One s3rver process for the test session, on a free port of 127.0.0.1, files in a temp dir."""
+@contextlib.contextmanager
+def running_s3rver(directory: Path) -> Iterator[S3Server]:
+    """An s3rver process on a free port of 127.0.0.1 keeping its files in ``directory``.
+
+    The session's one is the ``s3rver`` fixture of ``tests/conftest.py``.
+    """
     if not S3RVER_BIN.exists():
         pytest.fail(f"s3rver is not installed at {S3RVER_BIN}: `make s3rver` installs it (make test does)")
-    directory = tmp_path_factory.mktemp("s3rver")
     # Node 20 needs the legacy OpenSSL provider for s3rver's paged listings (MD5-based tokens).
     env = {**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"}
     command = [str(S3RVER_BIN), "--directory", str(directory), "--address", "127.0.0.1", "--port", "0"]
+    # A killed test run leaves no server behind: Linux sends it SIGTERM when the test process dies.
+    setpriv = shutil.which("setpriv")
+    guard = [setpriv, "--pdeathsig", "TERM", "--"] if setpriv and sys.platform == "linux" else []
     process = subprocess.Popen(
-        [*command, "--silent", "--no-vhost-buckets"],
+        [*guard, *command, "--silent", "--no-vhost-buckets"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -228,10 +238,3 @@ def _listening_port(process: subprocess.Popen[str], timeout_s: float = 30) -> in
     if not ready.wait(timeout_s) or not found:
         raise RuntimeError(f"s3rver did not start (exit {process.poll()}): {''.join(seen)}")
     return found[0]
-
-
-@pytest.fixture(params=["moto", "s3rver"])
-def s3_server(request: pytest.FixtureRequest) -> S3Server:
-    """Each S3 server in turn."""
-    server: S3Server = request.getfixturevalue("moto_s3" if request.param == "moto" else "s3rver")
-    return server

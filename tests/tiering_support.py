@@ -49,9 +49,9 @@ from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.s3_config import S3Config
 from tests.metadata_support import FakeClock, backend_url, open_store
-from tests.s3_support import TEST_S3_CONFIG, S3Server, moto_s3, s3rver
+from tests.s3_support import TEST_S3_CONFIG, S3Server, moto_s3
 
-__all__ = ["moto_s3", "s3rver"]  # re-exported fixtures
+__all__ = ["moto_s3"]  # re-exported fixture
 
 BROKER_ID = 1
 #: Every step the copier reports, in the order of one copy.

@@ -49,7 +49,6 @@ from tests.s3_support import (
     RecordingEvents,
     S3Server,
     moto_s3,  # noqa: F401  (fixture)
-    s3rver,  # noqa: F401  (fixture)
 )
 from tests.storage_faults import Fault, FaultInjector, made_up_response
 
@@ -65,7 +64,7 @@ def s3_bucket(moto_s3: MotoS3) -> str:  # noqa: F811
 
 
 @pytest.fixture(scope="module")
-def s3rver_bucket(s3rver: S3Server) -> str:  # noqa: F811
+def s3rver_bucket(s3rver: S3Server) -> str:
     """One bucket of s3rver for the module."""
     return s3rver.new_bucket()
 

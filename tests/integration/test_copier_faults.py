@@ -58,7 +58,6 @@ from tests.tiering_support import (
     eligible_segments,
     make_backend,
     moto_s3,  # noqa: F401  (fixture)
-    s3rver,  # noqa: F401  (fixture)
     set_high_watermarks,
     set_log_start_offsets,
     tiering_factory,  # noqa: F401  (fixture)

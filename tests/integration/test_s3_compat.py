@@ -31,8 +31,6 @@ from tests.s3_support import (
     RecordingEvents,
     S3Server,
     moto_s3,  # noqa: F401  (fixture)
-    s3_server,  # noqa: F401  (fixture)
-    s3rver,  # noqa: F401  (fixture)
 )
 
 #: Two parts: 5 MiB and 4 KiB.
@@ -41,7 +39,7 @@ Checksums = Literal["crc32c", "md5", "off"]
 
 
 @pytest.fixture
-def proxy(s3_server: S3Server) -> Iterator[S3Proxy]:  # noqa: F811
+def proxy(s3_server: S3Server) -> Iterator[S3Proxy]:
     """A proxy in front of each S3 server."""
     with S3Proxy(s3_server.endpoint_url) as running:
         yield running
@@ -128,7 +126,7 @@ RANGES = [(0, 1), (0, 100), (100, 10), (990, 50), (999, 1), (1000, 10), (5000, 1
 
 
 def test_a_ranged_get_answered_with_the_whole_object_gives_the_asked_slice(
-    s3_server: S3Server,  # noqa: F811
+    s3_server: S3Server,
     proxy: S3Proxy,
 ) -> None:
     store = _store(s3_server, proxy)
@@ -144,7 +142,7 @@ def test_a_ranged_get_answered_with_the_whole_object_gives_the_asked_slice(
 
 
 def test_ranges_the_server_answers_with_more_bytes_are_sliced(
-    s3_server: S3Server,  # noqa: F811
+    s3_server: S3Server,
     proxy: S3Proxy,
 ) -> None:
     # s3rver answers "bytes=0-0" with the whole object (206, Content-Range bytes 0-999/1000).
@@ -286,7 +284,7 @@ def test_a_store_reporting_no_checksum_is_checked_by_size_said_once_and_counted(
 
 @pytest.mark.parametrize("size", [1000, MULTIPART_SIZE], ids=["single", "multipart"])
 def test_read_back_catches_bytes_a_store_ignoring_checksums_kept_damaged(
-    s3rver: S3Server,  # noqa: F811
+    s3rver: S3Server,
     size: int,
 ) -> None:
     # s3rver ignores x-amz-checksum-crc32c: bytes damaged on the way are stored as they arrive.
