@@ -4,8 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 SAMPLE ?= build/sample-logs
+# A second, independent S3 server (file-backed) for the storage and copier tests, from npm.
+S3RVER := build/s3rver/node_modules/.bin/s3rver
 
-.PHONY: run test lint typecheck pytest postgres bench clean lock
+.PHONY: run test lint typecheck pytest postgres s3rver bench clean lock
 
 # The editable install also builds the C search loops (rlm/log/_scan.c) in place.
 $(STAMP): pyproject.toml requirements.lock rlm/log/_scan.c
@@ -28,7 +30,12 @@ typecheck: $(STAMP)
 postgres:
 	@bash .ci/ensure-postgres
 
-pytest: $(STAMP) postgres
+s3rver: $(S3RVER)
+
+$(S3RVER):
+	npm install --prefix build/s3rver --no-audit --no-fund s3rver@3.7.1
+
+pytest: $(STAMP) postgres $(S3RVER)
 	$(BIN)/pytest -q
 
 test: lint typecheck pytest

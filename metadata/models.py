@@ -4,6 +4,8 @@
                       offset, remote log size, deletion state and the copy lease.
 ``rlm_segment``       one row per remote segment (Kafka's RemoteLogSegmentMetadata).
 ``rlm_segment_epoch`` one row per (segment, leader epoch): lists a partition's segments by epoch.
+``rlm_pending_upload`` one row per unfinished multipart upload of a segment being copied: what
+                      the cleanup of a killed copy aborts by id.
 ``rlm_epoch_offset``  highest offset copied per (partition, leader epoch); only grows.
 ``rlm_offset_tree``   maxima of the COPY_SEGMENT_FINISHED segments per range of start offsets,
                       which makes timestamp and offset lookups O(log n) (see ``metadata.tree``).
@@ -47,6 +49,9 @@ NAMING_CONVENTION = {
 #: Longest legal Kafka topic name.
 TOPIC_NAME_MAX = 249
 STATE_NAME_MAX = 32
+#: Longest S3 object key (bytes of UTF-8; rlm's keys are ASCII) and the room kept for an upload id.
+OBJECT_KEY_MAX = 1024
+UPLOAD_ID_MAX = 1024
 
 _SEGMENT_STATES = ", ".join(f"'{state.value}'" for state in SegmentState)
 _PARTITION_STATES = ", ".join(f"'{state.value}'" for state in PartitionState)
@@ -133,6 +138,22 @@ class SegmentEpochRow(Base):
     segment_start_offset: Mapped[int] = mapped_column(BigInteger)
     last_offset: Mapped[int] = mapped_column(BigInteger)
     """Last offset the epoch wrote in the segment."""
+
+
+class PendingUploadRow(Base):
+    """A multipart upload of one of a segment's objects, started by its copy and not yet known done.
+
+    Written before any part is sent; removed when the segment reaches ``COPY_SEGMENT_FINISHED`` or
+    ``DELETE_SEGMENT_FINISHED``.
+    """
+
+    __tablename__ = "rlm_pending_upload"
+
+    segment_id: Mapped[uuid.UUID] = mapped_column(
+        ForeignKey("rlm_segment.segment_id", ondelete="CASCADE"), primary_key=True
+    )
+    upload_id: Mapped[str] = mapped_column(String(UPLOAD_ID_MAX), primary_key=True)
+    object_key: Mapped[str] = mapped_column(String(OBJECT_KEY_MAX))
 
 
 class EpochOffsetRow(Base):

@@ -8,9 +8,9 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import Engine, Select, insert, select, tuple_, update
+from sqlalchemy import Connection, Engine, Row, Select, insert, select, tuple_, update
 
-from metadata import partitions, search, summaries, tree
+from metadata import partitions, search, summaries, tree, uploads
 from metadata.engine import create_engine_for_url
 from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow
 from metadata.rows import (
@@ -32,6 +32,7 @@ from rlm.metastore.model import (
     Lease,
     PartitionRecord,
     PartitionState,
+    PendingUpload,
     RemoteSegment,
     SegmentState,
     StateUpdate,
@@ -150,14 +151,8 @@ class SqlMetadataStore:
     ) -> StateUpdate:
         """See :meth:`rlm.metastore.MetadataStore.update_segment_state`."""
         with transaction(self._engine, write=True) as conn:
-            partition_id = conn.execute(
-                select(Segment.partition_id).where(Segment.segment_id == segment_id)
-            ).scalar()
-            if partition_id is None:
-                raise NotFoundError(f"no remote segment {segment_id}")
             # Lock first, then read: the state read below is the one this transaction changes.
-            part = partitions.lock_by_id(conn, partition_id)
-            partitions.check_fence(part, lease_epoch)
+            part = _lock_partition_of(conn, segment_id, lease_epoch)
             tp = partitions.topic_partition(part)
             row = conn.execute(select(Segment.__table__).where(Segment.segment_id == segment_id)).one()
             segment = segment_from_row(row, tp)
@@ -177,7 +172,26 @@ class SqlMetadataStore:
                 summaries.segment_finished(conn, part, segment)
             elif current is FINISHED:
                 summaries.segment_unfinished(conn, part, segment)
+            if state in (FINISHED, SegmentState.DELETE_SEGMENT_FINISHED):
+                uploads.forget(conn, segment_id)
             return StateUpdate(segment.with_state(state, event_time_ms), changed=True)
+
+    def add_pending_upload(
+        self, segment_id: UUID, upload: PendingUpload, *, lease_epoch: int | None = None
+    ) -> None:
+        """See :meth:`rlm.metastore.MetadataStore.add_pending_upload`."""
+        with transaction(self._engine, write=True) as conn:
+            # Under the partition's lock: a cleanup moving the segment on waits for this, or this
+            # sees the state it left.
+            part = _lock_partition_of(conn, segment_id, lease_epoch)
+            state = conn.execute(select(Segment.state).where(Segment.segment_id == segment_id)).scalar_one()
+            if state != SegmentState.COPY_SEGMENT_STARTED.value:
+                tp = partitions.topic_partition(part)
+                raise StateConflictError(
+                    f"cannot record an upload of {upload.key!r}: segment {segment_id} of {tp} is {state}, "
+                    f"not {SegmentState.COPY_SEGMENT_STARTED.value}"
+                )
+            uploads.add(conn, segment_id, upload)
 
     # -- segments: reads ----------------------------------------------------------------------
 
@@ -192,6 +206,11 @@ class SqlMetadataStore:
         if row is None:
             return None
         return segment_from_row(row, TopicPartition(row.topic, int(row.partition)))
+
+    def pending_uploads(self, segment_id: UUID) -> list[PendingUpload]:
+        """See :meth:`rlm.metastore.MetadataStore.pending_uploads`."""
+        with transaction(self._engine, write=False, snapshot=False) as conn:
+            return uploads.of_segment(conn, segment_id)
 
     def segment_for_offset(
         self, tp: TopicPartition, offset: int, *, leader_epoch: int | None = None
@@ -370,6 +389,21 @@ class SqlMetadataStore:
         with transaction(self._engine, write=True) as conn:
             part = partitions.lock(conn, tp)
             summaries.rebuild(conn, part)
+
+
+def _lock_partition_of(conn: Connection, segment_id: UUID, lease_epoch: int | None) -> Row[Any]:
+    """Lock the row of the segment's partition and check the writer's lease epoch.
+
+    Raises:
+        NotFoundError: No segment has this id.
+        StaleLeaseError: ``lease_epoch`` is stale.
+    """
+    partition_id = conn.execute(select(Segment.partition_id).where(Segment.segment_id == segment_id)).scalar()
+    if partition_id is None:
+        raise NotFoundError(f"no remote segment {segment_id}")
+    part = partitions.lock_by_id(conn, partition_id)
+    partitions.check_fence(part, lease_epoch)
+    return part
 
 
 def _check_ttl(ttl_ms: int) -> None:

@@ -27,6 +27,7 @@ from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.overview import Overview
 from rlm.retention import Retention
+from rlm.storage.events import StorageEvents
 from rlm.storage.protocol import RemoteStorage
 
 
@@ -37,17 +38,44 @@ def open_store(settings: Settings) -> MetadataStore:
     return SqlMetadataStore.open(settings.metadata_url)
 
 
-def open_remote_storage(settings: Settings, **options: Any) -> RemoteStorage:
-    """Open the remote tier named by ``remote.url``."""
+def open_remote_storage(
+    settings: Settings, *, events: StorageEvents | None = None, **options: Any
+) -> RemoteStorage:
+    """Open the remote tier named by ``remote.url``; an S3 store takes the ``s3.*`` settings.
+
+    Args:
+        settings: ``remote.url`` and the ``s3.*`` settings.
+        events: Receives an S3 store's events (the metrics).
+        options: S3 options that override the settings (``S3Config`` fields, ``session``...).
+    """
     from rlm.storage.url import open_storage
 
     embedded = EMBEDDED_REMOTE_DIR.resolve().as_uri()
     url = settings.remote_url or embedded
     if url == embedded:
         EMBEDDED_REMOTE_DIR.mkdir(parents=True, exist_ok=True)
-    elif url.startswith("s3:") and settings.s3_endpoint_url is not None:
-        options.setdefault("endpoint_url", settings.s3_endpoint_url)
+    elif url.startswith("s3:"):
+        for name, value in s3_options(settings).items():
+            options.setdefault(name, value)
+        if events is not None:
+            options.setdefault("events", events)
     return open_storage(url, **options)
+
+
+def s3_options(settings: Settings) -> dict[str, Any]:
+    """The ``S3Config`` fields the ``s3.*`` settings give."""
+    options: dict[str, Any] = {
+        "addressing_style": settings.s3_addressing_style,
+        "checksums": settings.s3_checksums,
+        "content_md5": {"auto": None, "on": True, "off": False}[settings.s3_content_md5],
+        "multipart_checksum_type": settings.s3_multipart_checksum_type,
+        "verify_after_put": settings.s3_verify_after_put,
+    }
+    if settings.s3_endpoint_url is not None:
+        options["endpoint_url"] = settings.s3_endpoint_url
+    if settings.s3_region is not None:
+        options["region"] = settings.s3_region
+    return options
 
 
 @dataclass
@@ -113,14 +141,14 @@ def build_runtime(
     answer from the remote tier alone, and the copier and retention find no partition to work on.
     """
     watch.set_enabled(settings.log_dirs_watch)
+    metrics = Metrics(registry)
     store = store if store is not None else open_store(settings)
     try:
-        storage = storage if storage is not None else open_remote_storage(settings)
+        storage = storage if storage is not None else open_remote_storage(settings, events=metrics)
     except BaseException:
         store.close()
         raise
     try:
-        metrics = Metrics(registry)
         leases = LeaseKeeper(store, settings.broker_id, settings.remote_log_manager_lease_ttl_ms)
         copier = Copier(settings, store, storage, metrics, leases=leases)
         retention = Retention(settings, store, storage, metrics, leases=leases)

@@ -92,6 +92,24 @@ class Settings:
     ``build/rlm/remote`` under the working directory."""
     s3_endpoint_url: str | None = None
     """``s3.endpoint.url``: endpoint of an S3-compatible store."""
+    s3_region: str | None = None
+    """``s3.region``: the bucket's region (for S3-compatible stores, the one their signatures
+    expect, often ``us-east-1`` or ``auto``); unset takes it from the AWS chain."""
+    s3_addressing_style: str = "auto"
+    """``s3.addressing.style``: ``auto``, ``path`` (``host/bucket/key``: stores that do not serve
+    ``bucket.host`` names) or ``virtual`` (``bucket.host/key``)."""
+    s3_checksums: str = "crc32c"
+    """``s3.checksums``: what each put carries for the store to check: ``crc32c`` (``on``), ``md5``
+    (``Content-MD5``) or ``off``. With ``md5`` and ``off`` no ``x-amz-checksum-*`` or
+    ``x-amz-sdk-checksum-algorithm`` header is sent on any call."""
+    s3_content_md5: str = "auto"
+    """``s3.content.md5``: ``Content-MD5`` on DeleteObjects: ``on``, ``off``, or ``auto`` (on unless
+    ``s3.checksums`` is ``crc32c``), for stores that answer ``MissingContentMD5``."""
+    s3_multipart_checksum_type: str = "COMPOSITE"
+    """``s3.multipart.checksum.type``: ``COMPOSITE`` or ``FULL_OBJECT`` (with ``crc32c`` checksums)."""
+    s3_verify_after_put: str = "head"
+    """``s3.verify.after.put``: ``head`` (size and reported CRC-32C), ``read-back`` (read the object
+    back and compare its CRC-32C: for stores that ignore checksums) or ``off``."""
     http_port: int = 8080
     grpc_port: int = 9090
     http_host: str = "0.0.0.0"
@@ -132,6 +150,9 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     def __post_init__(self) -> None:
+        for name, allowed in _CHOICES.items():
+            # Settings are frozen: the spelling read is replaced by the canonical one.
+            object.__setattr__(self, name, _choice(name, getattr(self, name), allowed))
         positive = (
             "remote_log_manager_task_interval_ms",
             "remote_log_manager_copier_thread_pool_size",
@@ -154,6 +175,30 @@ class Settings:
         for name in ("http_port", "grpc_port"):
             if not 0 <= getattr(self, name) <= 65535:
                 raise ConfigError(f"{_key(name)} must be a port number, not {getattr(self, name)}")
+
+
+#: Settings that take one of a few words (compared without regard to case; on/off also as
+#: true/false, yes/no or 1/0, the forms YAML turns them into).
+_CHOICES = {
+    "s3_addressing_style": ("auto", "path", "virtual"),
+    "s3_checksums": ("crc32c", "md5", "off"),
+    "s3_content_md5": ("auto", "on", "off"),
+    "s3_multipart_checksum_type": ("COMPOSITE", "FULL_OBJECT"),
+    "s3_verify_after_put": ("head", "read-back", "off"),
+}
+_SWITCH_WORDS = {"true": "on", "yes": "on", "1": "on", "false": "off", "no": "off", "0": "off"}
+
+
+def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
+    """The allowed word ``value`` spells, for setting ``name``."""
+    word = str(value).strip().lower()
+    word = _SWITCH_WORDS.get(word, word)
+    if name == "s3_checksums" and word == "on":
+        word = "crc32c"
+    for option in allowed:
+        if option.lower() == word:
+            return option
+    raise ConfigError(f"{_key(name)} must be one of {', '.join(allowed)}, not {value!r}")
 
 
 _TOPIC_FIELDS = {f.name: f for f in fields(TopicSettings)}

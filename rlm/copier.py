@@ -10,7 +10,8 @@ Per partition and pass:
    ``COPY_SEGMENT_FINISHED``. A failure deletes what was uploaded and rolls the row forward to
    ``DELETE_SEGMENT_FINISHED``; a crash leaves a STARTED row for step 2 of a later pass, which
    also aborts the unfinished puts (S3 multipart uploads, filesystem temporary files) a crash in
-   the middle of an upload leaves behind.
+   the middle of an upload leaves behind. Each multipart upload's id is recorded with the row
+   (under the lease) before its parts are sent, so it is aborted by id: no listing needed.
 
 Partitions are copied in parallel on a bounded pool; one partition's error (a corrupt segment, an
 unreachable store) is reported and the others carry on.
@@ -24,6 +25,8 @@ import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
+from uuid import UUID
 
 from rlm.config import Settings
 from rlm.deletion import Step, delete_segment, no_step
@@ -31,7 +34,7 @@ from rlm.errors import RlmError, StaleLeaseError
 from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.segment import Segment
-from rlm.metastore.model import Lease, RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import Lease, PendingUpload, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.remote_segment import PreparedSegment, prepare_segment
@@ -212,12 +215,17 @@ class Copier:
         self.store.add_segment(remote, lease_epoch=lease.epoch)
         self.step("copy_started")
         finishing = False
+        record = partial(self._record_upload, remote.segment_id, lease)
         try:
             self.storage.put_object(
-                layout.log_key, prepared.log_path, size=remote.size_bytes, rate_limiter=self.rate_limiter
+                layout.log_key,
+                prepared.log_path,
+                size=remote.size_bytes,
+                rate_limiter=self.rate_limiter,
+                on_upload=record,
             )
             self.step("log_uploaded")
-            self.storage.put_object(layout.index_key, prepared.index_blob.data)
+            self.storage.put_object(layout.index_key, prepared.index_blob.data, on_upload=record)
             self.step("indexes_uploaded")
             finishing = True
             self.store.update_segment_state(
@@ -233,6 +241,10 @@ class Copier:
         self.step("copy_finished")
         self.metrics.copy_seconds.observe(time.perf_counter() - started)
 
+    def _record_upload(self, segment_id: UUID, lease: Lease, upload: PendingUpload) -> None:
+        """Record an upload the copy started, before its bytes go (fenced: a stale holder aborts it)."""
+        self.store.add_pending_upload(segment_id, upload, lease_epoch=lease.epoch)
+
     def _abandon(self, prepared: PreparedSegment, lease: Lease, *, outcome_unknown: bool) -> None:
         """Remove a failed copy's objects, unfinished puts and row; what fails is left to cleanup.
 
@@ -247,7 +259,7 @@ class Copier:
             current = self.store.get_segment(remote.segment_id) if outcome_unknown else None
             if current is not None and current.state is SegmentState.COPY_SEGMENT_FINISHED:
                 return
-            self.storage.abort_incomplete_puts(keys)
+            self.storage.abort_incomplete_puts(keys, self.store.pending_uploads(remote.segment_id))
             self.storage.delete_objects(keys)
             current = current or self.store.get_segment(remote.segment_id)
             if current is not None:

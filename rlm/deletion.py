@@ -3,9 +3,11 @@
 Shared by retention (finished segments that expired) and the copier's cleanup (copies that never
 finished). A copy that never finished may also have left unfinished puts of its keys (an S3
 multipart upload, a filesystem temporary file: its process was killed mid-put); those are
-removed before the objects. Every step is idempotent, so a pass that dies anywhere is simply run
-again: a row left in ``DELETE_SEGMENT_STARTED`` is retried, and deleting an object that is already
-gone succeeds.
+removed before the objects: the uploads the copy recorded by their ids, the others as far as the
+store can list them. A store that refuses those optional calls does not stop the deletion
+(``RemoteStorage.abort_incomplete_puts``). Every step is idempotent, so a pass that dies anywhere
+is simply run again: a row left in ``DELETE_SEGMENT_STARTED`` is retried, and deleting an object
+that is already gone succeeds.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ def delete_segment(
             return False  # it finished or was deleted meanwhile; its new state is someone else's
         step("delete_started")
     if not copy_finished:
-        storage.abort_incomplete_puts([segment.layout.log_key, segment.layout.index_key])
+        keys = [segment.layout.log_key, segment.layout.index_key]
+        storage.abort_incomplete_puts(keys, store.pending_uploads(segment.segment_id))
     storage.delete_objects([segment.layout.log_key])
     step("log_deleted")
     storage.delete_objects([segment.layout.index_key])

@@ -10,7 +10,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 
 class Metrics:
-    """The metric objects, registered in ``registry``."""
+    """The metric objects, registered in ``registry``.
+
+    Also the remote store's :class:`~rlm.storage.events.StorageEvents`: the composition root hands
+    it to the store, whose events it counts.
+    """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
@@ -44,6 +48,18 @@ class Metrics:
         self.cleaned_segments = Counter(
             "rlm_cleanup_segments_total", "Unfinished copies removed by the cleanup pass", tp, registry=r
         )
+        # remote storage
+        self.storage_optional_call_failures = Counter(
+            "rlm_storage_optional_call_failures_total",
+            "Optional S3 cleanup calls the store refused and rlm skipped (ListMultipartUploads, "
+            "AbortMultipartUpload); the uploads they would have aborted are left to the bucket's "
+            "lifecycle rule", ("operation",), registry=r,
+        )  # fmt: skip
+        self.storage_size_only_verifications = Counter(
+            "rlm_storage_size_only_verifications_total",
+            "Puts checked by size only because the store reported no CRC-32C for them "
+            "(s3.verify.after.put: read-back checks the bytes)", registry=r,
+        )  # fmt: skip
         # retention
         self.deleted_segments = Counter(
             "rlm_retention_deleted_segments_total", "Remote segments deleted by retention", tp, registry=r
@@ -126,3 +142,13 @@ class Metrics:
         self.index_cache_entries = Gauge(
             "rlm_index_cache_entries", "Entries in the on-disk index cache", registry=r
         )
+
+    # -- rlm.storage.events.StorageEvents --------------------------------------------------------
+
+    def optional_call_failed(self, operation: str) -> None:
+        """Count an optional storage call the store refused."""
+        self.storage_optional_call_failures.labels(operation).inc()
+
+    def checksum_unreported(self) -> None:
+        """Count a put checked by size only."""
+        self.storage_size_only_verifications.inc()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from rlm.log.model import Codec
 from rlm.log.produce import ProduceSpec, ProduceSummary, produce
+
+if TYPE_CHECKING:
+    from tests.s3_support import S3Server
 
 SAMPLE_SPEC = ProduceSpec(
     topics=2,
@@ -27,3 +32,19 @@ def sample_logdir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Produ
     out = tmp_path_factory.mktemp("sample") / "logs"
     summary = produce(out, SAMPLE_SPEC)
     return out, summary
+
+
+@pytest.fixture(scope="session")
+def s3rver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    """One s3rver process for the whole session (a second S3 server: see ``tests/s3_support.py``)."""
+    from tests.s3_support import running_s3rver  # boto3 and moto load only for tests that use S3
+
+    with running_s3rver(tmp_path_factory.mktemp("s3rver")) as server:
+        yield server
+
+
+@pytest.fixture(params=["moto", "s3rver"])
+def s3_server(request: pytest.FixtureRequest) -> S3Server:
+    """Each S3 server in turn: moto's (close to AWS; the module imports ``moto_s3``) and s3rver."""
+    server: S3Server = request.getfixturevalue("moto_s3" if request.param == "moto" else "s3rver")
+    return server

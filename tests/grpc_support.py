@@ -10,7 +10,7 @@ import ipaddress
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -23,15 +23,15 @@ from grpc_health.v1 import health_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
 from rlm.errors import StorageUnavailableError
-from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
-from rlm.storage.ratelimit import RateLimiter
+from rlm.storage.delegate import DelegatingStorage
+from rlm.storage.protocol import RemoteStorage
 
 
-class GatedStorage:
+class GatedStorage(DelegatingStorage):
     """The filesystem store, with ranged reads that can be held at a gate and a probe that can fail."""
 
     def __init__(self, inner: RemoteStorage) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.open = threading.Event()
         self.open.set()
         self._arrivals = threading.Semaphore(0)
@@ -46,17 +46,6 @@ class GatedStorage:
             yield self._arrivals
         finally:
             self.open.set()
-
-    def put_object(
-        self,
-        key: str,
-        source: PutSource,
-        *,
-        size: int | None = None,
-        crc32c: int | None = None,
-        rate_limiter: RateLimiter | None = None,
-    ) -> PutResult:
-        return self.inner.put_object(key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter)
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if not self.open.is_set():
@@ -73,18 +62,6 @@ class GatedStorage:
         if self.unavailable:
             raise StorageUnavailableError("the store cannot be reached", key=key)
         return self.inner.object_size(key)
-
-    def delete_objects(self, keys: Iterable[str]) -> None:
-        self.inner.delete_objects(keys)
-
-    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
-        self.inner.abort_incomplete_puts(keys)
-
-    def list_keys(self, prefix: str = "") -> Iterator[str]:
-        return self.inner.list_keys(prefix)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class ServerThread:

@@ -1,8 +1,8 @@
 """Shared pieces of the copier and retention tests: log directories, a wired copier and retention
 on either backend pair, and the checker of the remote tier's invariants.
 
-Backend pairs: SQLite + the filesystem store (the embedded default), and PostgreSQL + an S3 server
-over HTTP (moto's server mode). Import the fixtures into a test module::
+Backend pairs: SQLite + the filesystem store (the embedded default), and PostgreSQL or SQLite + an
+S3 server over HTTP (moto's server mode, or s3rver). Import the fixtures into a test module::
 
     from tests.tiering_support import backend, moto_s3  # noqa: F401  (fixtures)
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,13 +42,14 @@ from rlm.metastore.model import IndexType, RemoteSegment, SegmentState, TopicPar
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.retention import Retention
+from rlm.storage.events import StorageEvents
 from rlm.storage.filesystem import TMP_SUFFIX, FilesystemStorage
 from rlm.storage.payload import crc32c_update
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.s3_config import S3Config
 from tests.metadata_support import FakeClock, backend_url, open_store
-from tests.s3_support import TEST_S3_CONFIG, MotoS3, moto_s3
+from tests.s3_support import TEST_S3_CONFIG, S3Server, moto_s3
 
 __all__ = ["moto_s3"]  # re-exported fixture
 
@@ -205,7 +206,7 @@ class Backend:
     name: str
     metadata_url: str
     remote_url: str
-    s3: MotoS3 | None = None
+    s3: S3Server | None = None
     bucket: str | None = None
 
     @property
@@ -213,13 +214,17 @@ class Backend:
         return None if self.s3 is None else self.s3.endpoint_url
 
     def open_storage(
-        self, *, session: boto3.session.Session | None = None, config: S3Config = TEST_S3_CONFIG
+        self,
+        *,
+        session: boto3.session.Session | None = None,
+        config: S3Config = TEST_S3_CONFIG,
+        events: StorageEvents | None = None,
     ) -> RemoteStorage:
-        """A fresh connection to the remote store."""
+        """A fresh connection to the remote store (an S3 store reports to ``events``)."""
         if self.s3 is None:
             return FilesystemStorage(self.remote_url.removeprefix("file://"))
         assert self.bucket is not None
-        return self.s3.storage(self.bucket, "tier", config, session=session)
+        return self.s3.storage(self.bucket, "tier", config, session=session, events=events)
 
     def unfinished_puts(self) -> list[str]:
         """What unfinished puts left in the remote store, seen behind its back, sorted.
@@ -245,6 +250,7 @@ class Backend:
             metadata_url=self.metadata_url,
             remote_url=self.remote_url,
             s3_endpoint_url=self.s3_endpoint_url,
+            s3_addressing_style="auto" if self.s3 is None else self.s3.addressing_style,
             remote_log_manager_copier_thread_pool_size=2,
             topic_defaults=TopicSettings(retention_ms=-1),
         )
@@ -252,14 +258,15 @@ class Backend:
 
 
 def make_backend(kind: str, request: pytest.FixtureRequest, directory: Path) -> Backend:
-    """A fresh, empty backend pair of ``kind``: ``sqlite-fs``, ``postgres-s3`` or ``sqlite-s3``."""
+    """A fresh, empty backend pair of ``kind``: ``sqlite-fs``, ``postgres-s3`` or ``sqlite-s3``
+    (moto), ``sqlite-s3rver`` or ``postgres-s3rver``."""
     database, _, objects = kind.partition("-")
     url = backend_url(database, request, directory)
     if objects == "fs":
         remote = directory / "remote"
         remote.mkdir()
         return Backend(kind, url, remote.as_uri())
-    s3: MotoS3 = request.getfixturevalue("moto_s3")
+    s3: S3Server = request.getfixturevalue("s3rver" if objects == "s3rver" else "moto_s3")
     bucket = s3.new_bucket()
     return Backend(kind, url, f"s3://{bucket}/tier", s3, bucket)
 
@@ -280,9 +287,11 @@ class Tiering:
     storage: RemoteStorage
     clock: FakeClock = field(default_factory=FakeClock)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    given_metrics: InitVar[Metrics | None] = None
+    """The metrics the storage reports to, on ``registry``; new ones when not given."""
 
-    def __post_init__(self) -> None:
-        self.metrics = Metrics(self.registry)
+    def __post_init__(self, given_metrics: Metrics | None) -> None:
+        self.metrics = given_metrics or Metrics(self.registry)
         self.leases = LeaseKeeper(
             self.store, self.settings.broker_id, self.settings.remote_log_manager_lease_ttl_ms
         )
@@ -293,12 +302,16 @@ class Tiering:
     ) -> Tiering:
         """Connect to ``backend`` with settings for ``log_dir`` (``changes`` applied to them)."""
         clock = clock or FakeClock()
+        registry = CollectorRegistry()
+        metrics = Metrics(registry)
         return cls(
             backend,
             backend.settings(log_dir, **changes),
             backend.open_store(clock),
-            backend.open_storage(),
+            backend.open_storage(events=metrics),
             clock,
+            registry,
+            metrics,
         )
 
     def copier(self, *, step: Step = no_step, rate_limiter: RateLimiter | None = None) -> Copier:

@@ -237,6 +237,19 @@ class RemoteSegment:
         return dataclasses.replace(self, state=state, event_time_ms=event_time_ms)
 
 
+class PendingUpload(NamedTuple):
+    """An unfinished upload of one object, as the store names it: an S3 multipart upload.
+
+    A copy records it before sending any of its bytes, so that a copy killed mid-upload leaves
+    nothing the cleanup cannot name: the upload is aborted by its id, without listing uploads.
+    """
+
+    key: str
+    """Object key (relative to the store's root) the upload writes."""
+    upload_id: str
+    """The store's id of the upload."""
+
+
 class StateUpdate(NamedTuple):
     """The result of a state change: the segment as stored, and whether anything changed."""
 

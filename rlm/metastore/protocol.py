@@ -26,6 +26,7 @@ from rlm.metastore.model import (
     Lease,
     PartitionRecord,
     PartitionState,
+    PendingUpload,
     RemoteSegment,
     SegmentState,
     StateUpdate,
@@ -75,7 +76,30 @@ class MetadataStore(Protocol):
         """
         ...
 
+    def add_pending_upload(
+        self, segment_id: UUID, upload: PendingUpload, *, lease_epoch: int | None = None
+    ) -> None:
+        """Record an unfinished upload of one of a segment's objects, whose copy is under way.
+
+        The copier records each multipart upload as soon as the store created it, before any of
+        its bytes are sent, so a copy killed mid-upload leaves no upload the cleanup cannot name.
+        Idempotent: recording the same upload again is a no-op. Moving the segment to
+        ``COPY_SEGMENT_FINISHED`` or ``DELETE_SEGMENT_FINISHED`` forgets its uploads (they were
+        completed, or aborted as far as the store allows).
+
+        Raises:
+            NotFoundError: No segment has this id.
+            StateConflictError: The segment is no longer ``COPY_SEGMENT_STARTED``: its cleanup may
+                have run already, so the upload must be aborted rather than recorded.
+            StaleLeaseError: ``lease_epoch`` is stale.
+        """
+        ...
+
     # -- segments: reads ----------------------------------------------------------------------
+
+    def pending_uploads(self, segment_id: UUID) -> list[PendingUpload]:
+        """The uploads recorded for the segment, in the order recorded; empty when there are none."""
+        ...
 
     def get_segment(self, segment_id: UUID) -> RemoteSegment | None:
         """The segment with this id, in any state, or ``None``."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
+from rlm.metastore.model import PendingUpload
 from rlm.storage.protocol import STREAM_PIECE_BYTES, PutResult, PutSource, RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
 
@@ -22,8 +23,11 @@ class DelegatingStorage:
         size: int | None = None,
         crc32c: int | None = None,
         rate_limiter: RateLimiter | None = None,
+        on_upload: Callable[[PendingUpload], None] | None = None,
     ) -> PutResult:
-        return self.inner.put_object(key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter)
+        return self.inner.put_object(
+            key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter, on_upload=on_upload
+        )
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         return self.inner.read_range(key, start, length)
@@ -39,8 +43,8 @@ class DelegatingStorage:
     def delete_objects(self, keys: Iterable[str]) -> None:
         self.inner.delete_objects(keys)
 
-    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
-        self.inner.abort_incomplete_puts(keys)
+    def abort_incomplete_puts(self, keys: Iterable[str], uploads: Iterable[PendingUpload] = ()) -> None:
+        self.inner.abort_incomplete_puts(keys, uploads)
 
     def list_keys(self, prefix: str = "") -> Iterator[str]:
         return self.inner.list_keys(prefix)

@@ -21,7 +21,7 @@ import errno
 import os
 import stat
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -33,6 +33,7 @@ from rlm.errors import (
     StorageUnavailableError,
 )
 from rlm.log.files import fsync_dir
+from rlm.metastore.model import PendingUpload
 from rlm.storage.beneath import Beneath, OutsideError
 from rlm.storage.layout import validate_key
 from rlm.storage.payload import Payload, check_expected_crc32c, crc32c_update
@@ -88,7 +89,10 @@ class FilesystemStorage:
         size: int | None = None,
         crc32c: int | None = None,
         rate_limiter: RateLimiter | None = None,
+        on_upload: Callable[[PendingUpload], None] | None = None,
     ) -> PutResult:
+        # A killed put leaves a temporary file that abort_incomplete_puts finds by its name, so
+        # there is no upload to name: on_upload is never called.
         target = self._path(key)
         with Payload(source, size) as payload:
             tmp = _tmp_path(target)
@@ -191,7 +195,10 @@ class FilesystemStorage:
             if parent.is_dir():
                 fsync_dir(parent)
 
-    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
+    def abort_incomplete_puts(self, keys: Iterable[str], uploads: Iterable[PendingUpload] = ()) -> None:
+        # Temporary files are found by name, so only the keys matter; the keys of ``uploads``
+        # (there are none: puts here name no upload) are handled like the others.
+        keys = [*keys, *(upload.key for upload in uploads)]
         paths = {key: self._path(key) for key in keys}  # check every key before removing anything
         by_directory: dict[Path, dict[str, str]] = {}
         for key, path in paths.items():

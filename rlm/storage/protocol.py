@@ -22,9 +22,10 @@ Conventions shared by every method:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple, Protocol
 
+from rlm.metastore.model import PendingUpload
 from rlm.storage.ratelimit import RateLimiter
 
 PutSource = bytes | os.PathLike[str]
@@ -66,6 +67,7 @@ class RemoteStorage(Protocol):
         size: int | None = None,
         crc32c: int | None = None,
         rate_limiter: RateLimiter | None = None,
+        on_upload: Callable[[PendingUpload], None] | None = None,
     ) -> PutResult:
         """Store ``source`` under ``key``, replacing any object there.
 
@@ -81,6 +83,10 @@ class RemoteStorage(Protocol):
                 segment files beyond their data). Defaults to the whole source.
             crc32c: The CRC-32C the caller expects the bytes to have, when known.
             rate_limiter: Throttles the bytes sent (shared between concurrent uploads).
+            on_upload: Called with each multipart upload the put starts, once the store created it
+                and before any of its bytes are sent, so the caller can record it for the cleanup
+                of a killed put. When it raises, the upload is aborted and the put fails with its
+                error. Stores whose leftovers need no name (the filesystem) never call it.
 
         Returns:
             The key, size and CRC-32C stored.
@@ -150,27 +156,37 @@ class RemoteStorage(Protocol):
         """
         ...
 
-    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
+    def abort_incomplete_puts(self, keys: Iterable[str], uploads: Iterable[PendingUpload] = ()) -> None:
         """Remove what unfinished puts of ``keys`` left behind; stored objects are kept.
 
         A put whose process was killed can leave an unfinished S3 multipart upload (parts S3
         stores and bills, never listed as objects) or a filesystem temporary file. This aborts
-        every such upload, or removes every such file, of exactly these keys. A key with nothing
-        pending counts as done, so the call is idempotent. Call it only for keys no put is still
-        writing (a segment's keys after its copy was abandoned): such a put would fail.
+        ``uploads`` by their ids (as ``on_upload`` of :meth:`put_object` named them), then every
+        other such upload the store lists, or removes every such file, of exactly these keys. A
+        key with nothing pending counts as done, so the call is idempotent. Call it only for keys
+        no put is still writing (a segment's keys after its copy was abandoned): such a put would
+        fail.
+
+        The S3 calls this makes (AbortMultipartUpload, ListMultipartUploads) are optional: some
+        S3-compatible stores do not implement them or deny them. Such a refusal is logged as a
+        warning and counted (``StorageEvents.optional_call_failed``), not raised; what was not
+        aborted is left to the bucket's lifecycle rule (AbortIncompleteMultipartUpload).
 
         Raises:
             InvalidObjectKeyError: A key is not allowed (nothing is removed).
             StorageUnavailableError: Retries are spent (retriable); some keys may be done.
-            StorageError: The store refused a listing or an abort.
+            StorageError: The filesystem store could not remove a file.
         """
         ...
 
     def list_keys(self, prefix: str = "") -> Iterator[str]:
-        """Every key that starts with ``prefix``, in ascending (UTF-8 byte) order.
+        """Every key that starts with ``prefix``, each once.
 
         Used to find objects that no metadata row refers to. ``prefix`` is a plain string prefix:
-        ``"ab/t-0-"`` matches ``"ab/t-0-x/..."``; end it with ``/`` to list one "directory".
+        ``"ab/t-0-"`` matches ``"ab/t-0-x/..."``; end it with ``/`` to list one "directory". The
+        filesystem and AWS S3 list in ascending (UTF-8 byte) order; some S3-compatible stores do
+        not (s3rver lists directory by directory: ``a/x`` before ``a.b``), so callers that need an
+        order sort.
 
         Raises:
             InvalidObjectKeyError: The prefix contains ``.``/``..`` parts, backslashes or control

@@ -2,14 +2,18 @@
 
 * Puts above ``multipart_threshold_bytes`` are multipart uploads
   (:class:`~rlm.storage.s3_multipart.MultipartUploader`): parts go up through a bounded pool and
-  any failure aborts the upload. The upload of a process killed mid-put stays until
-  :meth:`S3Storage.abort_incomplete_puts` lists the key's uploads and aborts them.
-* Integrity: every PUT and part carries its CRC-32C (``x-amz-checksum-crc32c``), which S3 checks
-  on receipt. A multipart upload is a CRC-32C upload of ``S3Config.multipart_checksum_type``:
-  ``COMPOSITE`` by default, completed with each part's CRC-32C, which S3 checks against the parts
-  it holds; or ``FULL_OBJECT``, completed with the whole object's CRC-32C as well. After a put, a
-  HEAD compares the stored size and CRC-32C (the whole object's, or the composite of the parts')
-  with what was sent; a mismatch deletes the object.
+  any failure aborts the upload. The caller's ``on_upload`` records each upload's id before its
+  parts are sent; :meth:`S3Storage.abort_incomplete_puts` aborts the upload of a process killed
+  mid-put by that id, then lists the key's uploads for any other
+  (:class:`~rlm.storage.s3_cleanup.UploadCleanup`: both calls optional, as some stores lack them).
+* Integrity (``S3Config.checksums``): by default every PUT and part carries its CRC-32C
+  (``x-amz-checksum-crc32c``), which S3 checks on receipt. A multipart upload is a CRC-32C upload
+  of ``S3Config.multipart_checksum_type``: ``COMPOSITE`` by default, completed with each part's
+  CRC-32C, which S3 checks against the parts it holds; or ``FULL_OBJECT``, completed with the
+  whole object's CRC-32C as well. After a put, :class:`~rlm.storage.s3_verify.PutVerifier` checks
+  what is stored (``S3Config.verify_after_put``); a mismatch deletes the object. Stores that reject
+  the checksum headers get ``Content-MD5`` or nothing (:mod:`rlm.storage.s3_client`).
+* Ranged reads use only answers that provably hold the asked-for bytes (:mod:`rlm.storage.s3_range`).
 * Retries: botocore's own retries are off; every request (each part included) goes through
   :func:`rlm.storage.retry.call_with_retry`: exponential backoff with full jitter on throttling,
   5xx, timeouts and connection errors, a bounded number of attempts.
@@ -29,32 +33,24 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
-from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, IncompleteReadError
+from botocore.exceptions import BotoCoreError, ClientError
 from botocore.response import StreamingBody
 
-from rlm.errors import (
-    ChecksumMismatchError,
-    ConfigError,
-    InvalidObjectKeyError,
-    NotFoundError,
-    RlmError,
-    StorageError,
-)
+from rlm.errors import ConfigError, InvalidObjectKeyError, NotFoundError, StorageError
+from rlm.metastore.model import PendingUpload
+from rlm.storage.events import NoEvents, StorageEvents
 from rlm.storage.layout import validate_key
 from rlm.storage.payload import Payload, check_expected_crc32c, crc32c_update
 from rlm.storage.protocol import STREAM_PIECE_BYTES, PutResult, PutSource, check_stream_arguments
 from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.retry import call_with_retry
+from rlm.storage.s3_cleanup import UploadCleanup
+from rlm.storage.s3_client import s3_client
 from rlm.storage.s3_config import S3Config
 from rlm.storage.s3_errors import NOT_FOUND_CODES, error_for_code, s3_error_code, translate
-from rlm.storage.s3_multipart import (
-    MultipartUploader,
-    Uploaded,
-    crc32c_matches,
-    s3_crc32c,
-    stored_object,
-)
+from rlm.storage.s3_multipart import MultipartUploader, Uploaded, body_checksum, s3_crc32c, stored_object
+from rlm.storage.s3_range import parse_content_range, ranged_answer, skip
+from rlm.storage.s3_verify import PutVerifier
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -77,6 +73,7 @@ class S3Storage:
         executor: Executor | None = None,
         sleep: Callable[[float], None] = time.sleep,
         draw: Callable[[], float] = random.random,
+        events: StorageEvents | None = None,
     ) -> None:
         """Create the client; no request is sent until the first call.
 
@@ -91,9 +88,10 @@ class S3Storage:
                 ``max_concurrency`` threads.
             sleep: Waits between retries.
             draw: Uniform random numbers in ``[0, 1)`` for the retry jitter.
+            events: Receives what the metrics count (skipped optional calls, size-only checks).
 
         Raises:
-            ConfigError: The bucket or prefix is not usable.
+            ConfigError: The bucket, prefix, endpoint URL or region is not usable.
         """
         if not bucket or "/" in bucket:
             raise ConfigError(f"bad S3 bucket name {bucket!r}")
@@ -110,28 +108,19 @@ class S3Storage:
         self._sleep = sleep
         self._draw = draw
         session = session or boto3.session.Session()
-        self._client: S3Client = session.client(
-            "s3",
-            endpoint_url=self.config.endpoint_url,
-            region_name=self.config.region,
-            config=Config(
-                connect_timeout=self.config.connect_timeout_s,
-                read_timeout=self.config.read_timeout_s,
-                max_pool_connections=self.config.max_pool_connections,
-                retries={"mode": "standard", "total_max_attempts": 1},
-                # Every body carries rlm's CRC-32C, checked by the store, so botocore need not
-                # also SHA-256 the payload for the signature over plain HTTP (HTTPS never does).
-                s3={"addressing_style": self.config.addressing_style, "payload_signing_enabled": False},
-                # rlm sends its own CRC-32C; by default botocore would add a CRC32 to every request.
-                request_checksum_calculation="when_required",
-                response_checksum_validation="when_required",
-            ),
-        )
+        self._client: S3Client = s3_client(session, self.config)
         self._owned_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(
             max_workers=self.config.max_concurrency, thread_name_prefix="rlm-s3-part"
         )
-        self._multipart = MultipartUploader(self._client, bucket, self.config, self._executor, self._call)
+        events = events if events is not None else NoEvents()
+        self._cleanup = UploadCleanup(self._client, bucket, self._call, events)
+        self._multipart = MultipartUploader(
+            self._client, bucket, self.config, self._executor, self._call, self._cleanup
+        )
+        self._verifier = PutVerifier(
+            self._client, bucket, self.config, self._call, events, self.delete_objects
+        )
         self._closed = False
 
     def __repr__(self) -> str:
@@ -166,14 +155,15 @@ class S3Storage:
         size: int | None = None,
         crc32c: int | None = None,
         rate_limiter: RateLimiter | None = None,
+        on_upload: Callable[[PendingUpload], None] | None = None,
     ) -> PutResult:
         full_key = self._full_key(key)
         with Payload(source, size) as payload:
             if payload.size > self.config.multipart_threshold_bytes:
-                sent = self._multipart.upload(key, full_key, payload, crc32c, rate_limiter)
+                sent = self._multipart.upload(key, full_key, payload, crc32c, rate_limiter, on_upload)
             else:
                 sent = self._put_single(key, full_key, payload, crc32c, rate_limiter)
-            self._verify(key, full_key, payload.size, sent.reported)
+            self._verifier.verify(key, full_key, payload.size, sent)
             return PutResult(key, payload.size, sent.crc32c)
 
     def _put_single(
@@ -184,36 +174,13 @@ class S3Storage:
         check_expected_crc32c(key, checksum, expected)
         if limiter is not None:
             limiter.acquire(len(data))
-        args: dict[str, Any] = {}
-        if self.config.checksums:
-            args = {"ChecksumAlgorithm": "CRC32C", "ChecksumCRC32C": s3_crc32c(checksum)}
+        args = body_checksum(self.config, data, s3_crc32c(checksum))
 
         def put() -> None:
             self._client.put_object(Bucket=self.bucket, Key=full_key, Body=data, **args)
 
         self._call("PutObject", key, put)
         return Uploaded(checksum, s3_crc32c(checksum))
-
-    def _verify(self, key: str, full_key: str, size: int, sent: str) -> None:
-        """HEAD the object just put; delete it unless its size and CRC-32C are what was sent."""
-        if not self.config.verify_after_put:
-            return
-        stored = self._call("HeadObject", key, partial(stored_object, self._client, self.bucket, full_key))
-        problem = None
-        if stored is None:
-            problem = "the object is missing after the put"
-        elif stored.size != size:
-            problem = f"{stored.size} bytes stored, {size} sent"
-        elif self.config.checksums and stored.crc32c is not None and not crc32c_matches(stored.crc32c, sent):
-            problem = f"CRC-32C {stored.crc32c} stored, {sent} sent"
-        if problem is None:
-            return
-        error = ChecksumMismatchError(f"S3 put {key!r}: {problem}; the object was deleted", key=key)
-        try:
-            self.delete_objects([key])
-        except RlmError as exc:  # the copier's cleanup deletes it later; the mismatch is what matters
-            error = ChecksumMismatchError(f"S3 put {key!r}: {problem}; deleting it failed: {exc}", key=key)
-        raise error
 
     # -- RemoteStorage: reads, deletes, listings --------------------------------------------
 
@@ -235,12 +202,11 @@ class S3Storage:
                 if s3_error_code(exc) == "InvalidRange":  # the object exists but ends before start
                     return b""
                 raise
+            status = response["ResponseMetadata"]["HTTPStatusCode"]
             with response["Body"] as body:
-                data = body.read()
-            expected = _range_length(response.get("ContentRange"), len(data))
-            if len(data) != expected:
-                raise IncompleteReadError(actual_bytes=len(data), expected_bytes=expected)
-            return data
+                return ranged_answer(
+                    body, status, response.get("ContentRange"), start, length, f"S3 GetObject {key!r}"
+                )
 
         return self._call("GetObject", key, get)
 
@@ -276,7 +242,10 @@ class S3Storage:
                     yield piece
 
     def _open_range(self, key: str, full_key: str, position: int, end: int) -> StreamingBody | None:
-        """The body of a GET of ``[position, end)``; ``None`` when the object ends before ``position``."""
+        """The body of a GET of ``[position, end)``, read up to ``position``; ``None`` when the
+        object ends before ``position``. The answer is held to the rules of
+        :mod:`rlm.storage.s3_range`: a 200 (the store ignored ``Range``) is read past its head; a
+        206 must cover the range up to the object's end."""
         try:
             response = self._client.get_object(
                 Bucket=self.bucket, Key=full_key, Range=f"bytes={position}-{end - 1}"
@@ -286,16 +255,34 @@ class S3Storage:
                 return None
             raise
         body: StreamingBody = response["Body"]
-        if not response.get("ContentRange", "").startswith(f"bytes {position}-"):
+        status = response["ResponseMetadata"]["HTTPStatusCode"]
+        if status == 200:
+            skip(body, position)
+            return body
+        announced = parse_content_range(response.get("ContentRange"))
+        wanted_last = end - 1
+        if announced is not None and announced.total is not None:
+            if position >= announced.total:
+                body.close()
+                return None
+            wanted_last = min(wanted_last, announced.total - 1)
+        covered = announced is not None and announced.first <= position <= wanted_last <= announced.last
+        if status != 206 or announced is None or not covered:
             body.close()
             raise StorageError(
-                f"S3 GetObject {key!r}: the store ignored the range from byte {position}", key=key
+                f"S3 GetObject {key!r}: asked for bytes={position}-{end - 1}, the store answered "
+                f"{status} with Content-Range {response.get('ContentRange')!r}",
+                key=key,
+                retriable=False,
             )
+        skip(body, position - announced.first)
         return body
 
     def object_size(self, key: str) -> int | None:
         full_key = self._full_key(key)
-        stored = self._call("HeadObject", key, partial(stored_object, self._client, self.bucket, full_key))
+        stored = self._call(
+            "HeadObject", key, partial(stored_object, self._client, self.bucket, full_key, False)
+        )
         return None if stored is None else stored.size
 
     def delete_objects(self, keys: Iterable[str]) -> None:
@@ -316,11 +303,15 @@ class S3Storage:
                 message = f"S3 DeleteObjects {key!r}: {code} {error.get('Message', '')}".rstrip()
                 raise error_for_code(code, 0, message, key)
 
-    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
-        keys = list(keys)
-        full_keys = [self._full_key(key) for key in keys]  # check every key before aborting any
+    def abort_incomplete_puts(self, keys: Iterable[str], uploads: Iterable[PendingUpload] = ()) -> None:
+        keys, uploads = list(keys), list(uploads)
+        # Check every key before aborting anything.
+        full_keys = [self._full_key(key) for key in keys]
+        recorded = [(upload, self._full_key(upload.key)) for upload in uploads]
+        for upload, full_key in recorded:
+            self._cleanup.abort(upload.key, full_key, upload.upload_id)
         for key, full_key in zip(keys, full_keys, strict=True):
-            self._multipart.abort_unfinished(key, full_key)
+            self._cleanup.abort_listed(key, full_key)
 
     def list_keys(self, prefix: str = "") -> Iterator[str]:
         validate_key(prefix, allow_prefix=True)
@@ -356,15 +347,3 @@ class S3Storage:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def _range_length(content_range: str | None, default: int) -> int:
-    """Length announced by a ``Content-Range: bytes a-b/total`` header."""
-    if not content_range or not content_range.startswith("bytes "):
-        return default
-    span = content_range[len("bytes ") :].partition("/")[0]
-    first, _, last = span.partition("-")
-    try:
-        return int(last) - int(first) + 1
-    except ValueError:
-        return default

@@ -39,8 +39,20 @@ class S3Config:
     """Time allowed between two reads of a response (not for the whole response)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     """Attempts and backoff for every request."""
-    checksums: bool = True
-    """Send CRC-32C checksums; turn off only for stores that reject S3's checksum headers."""
+    checksums: Literal["crc32c", "md5", "off"] = "crc32c"
+    """How the bytes of each put are checked on the way (``s3.checksums``).
+
+    ``crc32c``: every PutObject and UploadPart carries ``x-amz-checksum-crc32c``, which the store
+    checks on receipt, and the HEAD after a put compares the CRC-32C it reports. ``md5``: they carry
+    ``Content-MD5`` instead, which every S3 implementation checks; no ``x-amz-checksum-*`` or
+    ``x-amz-sdk-checksum-algorithm`` header is sent on any call. ``off``: neither; for stores that
+    reject both. With ``md5`` and ``off`` the HEAD compares sizes only (``read-back`` verification
+    checks the bytes).
+    """
+    content_md5: bool | None = None
+    """Send ``Content-MD5`` on DeleteObjects instead of the ``x-amz-checksum-crc32`` botocore sends
+    (``s3.content.md5``), for stores that answer ``MissingContentMD5``. ``None``: only when
+    ``checksums`` is not ``crc32c``."""
     multipart_checksum_type: Literal["COMPOSITE", "FULL_OBJECT"] = "COMPOSITE"
     """What S3 checks and keeps for a multipart object, besides each part's CRC-32C.
 
@@ -50,8 +62,14 @@ class S3Config:
     whatever the part size, which S3 combines from the parts'; some S3-compatible stores lack it,
     and some (moto) compute it by reading the whole object again.
     """
-    verify_after_put: bool = True
-    """HEAD each object after putting it and compare its size and checksum."""
+    verify_after_put: Literal["head", "read-back", "off"] = "head"
+    """How each put is checked once stored (``s3.verify.after.put``).
+
+    ``head``: a HEAD compares the stored size and, with ``crc32c`` checksums, the CRC-32C the store
+    reports; a store that reports none (it ignored the checksum) is compared by size, which is
+    logged once and counted. ``read-back``: the object is read back whole and its CRC-32C compared:
+    a second download of every object, for stores that ignore checksums. ``off``: no check.
+    """
 
     def __post_init__(self) -> None:
         if not MIN_PART_BYTES <= self.part_size_bytes <= MAX_PART_BYTES:
@@ -72,7 +90,18 @@ class S3Config:
                 "multipart_checksum_type must be COMPOSITE or FULL_OBJECT, "
                 f"not {self.multipart_checksum_type!r}"
             )
+        if self.checksums not in ("crc32c", "md5", "off"):
+            raise ConfigError(f"checksums must be crc32c, md5 or off, not {self.checksums!r}")
+        if self.verify_after_put not in ("head", "read-back", "off"):
+            raise ConfigError(
+                f"verify_after_put must be head, read-back or off, not {self.verify_after_put!r}"
+            )
         if self.addressing_style not in ("auto", "path", "virtual"):
             raise ConfigError(
                 f"addressing_style must be auto, path or virtual, not {self.addressing_style!r}"
             )
+
+    @property
+    def delete_content_md5(self) -> bool:
+        """Whether DeleteObjects carries ``Content-MD5`` (``content_md5``, or its default)."""
+        return self.checksums != "crc32c" if self.content_md5 is None else self.content_md5

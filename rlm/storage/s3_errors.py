@@ -49,6 +49,10 @@ RETRIABLE_CODES = frozenset(
 )
 #: Codes that mean the bytes S3 received are not the bytes sent: damaged in transit, send again.
 DIGEST_CODES = frozenset({"BadDigest", "XAmzContentSHA256Mismatch"})
+#: Answers of a store that does not implement a call: asking again cannot help. They are 5xx
+#: and 4xx statuses, so they are told apart from server faults (500, 502, 503, 504: retried).
+UNSUPPORTED_CODES = frozenset({"NotImplemented", "MethodNotAllowed"})
+UNSUPPORTED_STATUSES = frozenset({501, 405, 505})
 
 
 def s3_error_code(exc: BaseException) -> str | None:
@@ -86,11 +90,23 @@ def _client_error(exc: ClientError, operation: str, key: str) -> RlmError:
 
 
 def error_for_code(code: str, status: int, message: str, key: str) -> RlmError:
-    """The rlm error for S3 error ``code`` (HTTP ``status``, 0 when unknown) on ``key``."""
+    """The rlm error for S3 error ``code`` (HTTP ``status``, 0 when unknown) on ``key``.
+
+    Throttling (429, ``SlowDown``...) and server faults (5xx) are retriable; a call the store does
+    not implement (501, 405, ``NotImplemented``) and any other 4xx (a header the store refuses
+    among them) are not: the same request would get the same answer.
+    """
     if code in NOT_FOUND_CODES:
         return NotFoundError(message)
     if code in DIGEST_CODES:
         return ChecksumMismatchError(message, key=key)
+    if code in UNSUPPORTED_CODES or status in UNSUPPORTED_STATUSES:
+        return StorageError(f"{message} (the store does not implement this call)", key=key, retriable=False)
     if code in RETRIABLE_CODES or status >= 500 or status == 429:
         return StorageUnavailableError(message, key=key)
+    if status == 400 and "checksum" in message.lower():
+        message += (
+            " (a store that rejects S3's checksum headers needs s3.checksums: md5 or off, "
+            "one without FULL_OBJECT checksums s3.multipart.checksum.type: COMPOSITE)"
+        )
     return StorageError(message, key=key, retriable=False)

@@ -2,17 +2,19 @@
 
 The calling thread reads the source part by part, computing the whole object's CRC-32C in order,
 and hands each part to the pool; at most ``max_concurrency`` parts are in flight, so memory stays
-under ``(max_concurrency + 1) * part_size_bytes``. Any failure aborts the upload, so no unfinished
-upload (billed storage, invisible in listings) is left behind; only a process killed mid-upload
-leaves one, which :meth:`MultipartUploader.abort_unfinished` (the store's
-``abort_incomplete_puts``) finds by listing and aborts.
+under ``(max_concurrency + 1) * part_size_bytes``. Once the store created the upload, the caller's
+``on_upload`` records its id before any part is sent. Any failure aborts the upload, so no
+unfinished upload (billed storage, invisible in listings) is left behind; only a process killed
+mid-upload leaves one, which the cleanup of its copy aborts by the recorded id
+(:class:`~rlm.storage.s3_cleanup.UploadCleanup`).
 
-Checksums: every part carries its CRC-32C, which S3 checks on receipt, and the completion lists
-each part's. The upload's checksum type is ``S3Config.multipart_checksum_type``: ``COMPOSITE``
-(the default) has S3 check the listed CRC-32Cs against the parts it holds and report the CRC-32C
-of the parts' CRC-32Cs; ``FULL_OBJECT`` has S3 also check the whole object's CRC-32C, sent with
-the completion, and report it. :func:`expected_crc32c` is what S3 should report; the store
-compares it with a HEAD after the put.
+Checksums (``S3Config.checksums``): with ``crc32c``, every part carries its CRC-32C, which S3 checks
+on receipt, and the completion lists each part's. The upload's checksum type is
+``S3Config.multipart_checksum_type``: ``COMPOSITE`` (the default) has S3 check the listed CRC-32Cs
+against the parts it holds and report the CRC-32C of the parts' CRC-32Cs; ``FULL_OBJECT`` has S3
+also check the whole object's CRC-32C, sent with the completion, and report it.
+:func:`expected_crc32c` is what S3 should report; the store compares it with a HEAD after the put.
+With ``md5`` each part carries its ``Content-MD5`` instead; with ``off``, nothing.
 
 Lost responses are expected. A retried CompleteMultipartUpload that finds its upload gone
 (``NoSuchUpload``) checks the stored object instead; uploads that a retried CreateMultipartUpload
@@ -26,14 +28,15 @@ import base64
 import logging
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
-from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
-from rlm.errors import StorageError
+from rlm.metastore.model import PendingUpload
 from rlm.storage.payload import Payload, check_expected_crc32c, crc32c_update
 from rlm.storage.ratelimit import RateLimiter
+from rlm.storage.s3_cleanup import Caller, UploadCleanup
+from rlm.storage.s3_client import content_md5
 from rlm.storage.s3_config import MAX_PARTS, S3Config
 from rlm.storage.s3_errors import NOT_FOUND_CODES, s3_error_code
 
@@ -42,13 +45,6 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef
 
 _log = logging.getLogger(__name__)
-T = TypeVar("T")
-
-
-class Caller(Protocol):
-    """Runs one S3 request with error translation and retries (``S3Storage._call``)."""
-
-    def __call__(self, operation: str, key: str, request: Callable[[], T], /) -> T: ...
 
 
 class StoredObject(NamedTuple):
@@ -104,10 +100,16 @@ def crc32c_matches(reported: str, expected: str) -> bool:
     return bool(suffixed) and reported == value
 
 
-def stored_object(client: S3Client, bucket: str, full_key: str) -> StoredObject | None:
-    """HEAD an object; ``None`` when there is none. botocore errors propagate."""
+def stored_object(client: S3Client, bucket: str, full_key: str, crc32c: bool) -> StoredObject | None:
+    """HEAD an object (asking for its CRC-32C when ``crc32c``); ``None`` when there is none.
+
+    botocore errors propagate.
+    """
     try:
-        head = client.head_object(Bucket=bucket, Key=full_key, ChecksumMode="ENABLED")
+        if crc32c:
+            head = client.head_object(Bucket=bucket, Key=full_key, ChecksumMode="ENABLED")
+        else:  # x-amz-checksum-mode is one of the headers some stores refuse
+            head = client.head_object(Bucket=bucket, Key=full_key)
     except ClientError as exc:
         if s3_error_code(exc) in NOT_FOUND_CODES:
             return None
@@ -119,25 +121,43 @@ class MultipartUploader:
     """Uploads objects in parts for one store. Thread-safe: each upload keeps its own state."""
 
     def __init__(
-        self, client: S3Client, bucket: str, config: S3Config, executor: Executor, call: Caller
+        self,
+        client: S3Client,
+        bucket: str,
+        config: S3Config,
+        executor: Executor,
+        call: Caller,
+        cleanup: UploadCleanup,
     ) -> None:
         self._client = client
         self._bucket = bucket
         self._config = config
         self._executor = executor
         self._call = call
+        self._cleanup = cleanup
+        self._crc32c = config.checksums == "crc32c"
 
     def upload(
-        self, key: str, full_key: str, payload: Payload, expected: int | None, limiter: RateLimiter | None
+        self,
+        key: str,
+        full_key: str,
+        payload: Payload,
+        expected: int | None,
+        limiter: RateLimiter | None,
+        on_upload: Callable[[PendingUpload], None] | None = None,
     ) -> Uploaded:
-        """Upload ``payload`` to ``full_key``; returns what was sent. Aborts on any failure."""
+        """Upload ``payload`` to ``full_key``; returns what was sent. Aborts on any failure.
+
+        ``on_upload`` is called with the upload once created, before any part is sent; when it
+        raises, the upload is aborted and its error propagates.
+        """
         creates = 0
         checksum_type = self._config.multipart_checksum_type
 
         def create() -> str:
             nonlocal creates
             creates += 1
-            if not self._config.checksums:
+            if not self._crc32c:
                 return self._client.create_multipart_upload(Bucket=self._bucket, Key=full_key)["UploadId"]
             return self._client.create_multipart_upload(
                 Bucket=self._bucket, Key=full_key, ChecksumAlgorithm="CRC32C", ChecksumType=checksum_type
@@ -146,6 +166,8 @@ class MultipartUploader:
         try:
             upload_id = self._call("CreateMultipartUpload", key, create)
             try:
+                if on_upload is not None:
+                    on_upload(PendingUpload(key, upload_id))
                 parts, checksum = self._upload_parts(key, full_key, upload_id, payload, limiter)
                 check_expected_crc32c(key, checksum, expected)
                 part_crcs = [crc for _, crc in parts]
@@ -194,9 +216,7 @@ class MultipartUploader:
     ) -> tuple[CompletedPartTypeDef, int]:
         value = crc32c_update(data)
         crc = s3_crc32c(value)
-        args: dict[str, Any] = (
-            {"ChecksumAlgorithm": "CRC32C", "ChecksumCRC32C": crc} if self._config.checksums else {}
-        )
+        args = body_checksum(self._config, data, crc)
 
         def send() -> str:
             return self._client.upload_part(
@@ -204,7 +224,7 @@ class MultipartUploader:
             )["ETag"]
 
         part: CompletedPartTypeDef = {"PartNumber": number, "ETag": self._call("UploadPart", key, send)}
-        if self._config.checksums:
+        if self._crc32c:
             part["ChecksumCRC32C"] = crc
         return part, value
 
@@ -219,7 +239,7 @@ class MultipartUploader:
     ) -> None:
         attempts = 0
         extra: dict[str, Any] = {}
-        if self._config.checksums and self._config.multipart_checksum_type == "FULL_OBJECT":
+        if self._crc32c and self._config.multipart_checksum_type == "FULL_OBJECT":
             extra = {"ChecksumCRC32C": s3_crc32c(sent.crc32c), "ChecksumType": "FULL_OBJECT"}
 
         def complete() -> None:
@@ -247,67 +267,28 @@ class MultipartUploader:
 
     def _holds(self, full_key: str, size: int, reported: str) -> bool:
         """Whether the stored object has this size and, when S3 reports one, this CRC-32C."""
-        stored = stored_object(self._client, self._bucket, full_key)
+        stored = stored_object(self._client, self._bucket, full_key, self._crc32c)
         if stored is None or stored.size != size:
             return False
-        return stored.crc32c is None or not self._config.checksums or crc32c_matches(stored.crc32c, reported)
-
-    def abort_unfinished(self, key: str, full_key: str) -> None:
-        """Abort every unfinished multipart upload of exactly ``full_key``; raises rlm errors.
-
-        An upload that is gone by the time it is aborted (``NoSuchUpload``) counts as aborted.
-        """
-        for upload_id in self.unfinished(key, full_key):
-            self._call("AbortMultipartUpload", key, partial(self._abort_upload, full_key, upload_id))
-
-    def unfinished(self, key: str, full_key: str) -> list[str]:
-        """Ids of the unfinished multipart uploads of exactly ``full_key``, from every listing page."""
-        upload_ids: list[str] = []
-        markers: dict[str, Any] = {}
-        while True:
-            page = self._call(
-                "ListMultipartUploads",
-                key,
-                partial(self._client.list_multipart_uploads, Bucket=self._bucket, Prefix=full_key, **markers),
-            )
-            upload_ids.extend(
-                upload["UploadId"]
-                for upload in page.get("Uploads", [])
-                if upload.get("Key") == full_key and "UploadId" in upload
-            )
-            if not page.get("IsTruncated"):
-                return upload_ids
-            following = {
-                "KeyMarker": page.get("NextKeyMarker", ""),
-                "UploadIdMarker": page.get("NextUploadIdMarker", ""),
-            }
-            if not following["KeyMarker"] or following == markers:
-                raise StorageError(
-                    f"S3 ListMultipartUploads {key!r}: the listing is truncated but names no next "
-                    f"page (NextKeyMarker {following['KeyMarker']!r}, "
-                    f"NextUploadIdMarker {following['UploadIdMarker']!r})",
-                    key=key,
-                )
-            markers = following
-
-    def _abort_upload(self, full_key: str, upload_id: str) -> None:
-        try:
-            self._client.abort_multipart_upload(Bucket=self._bucket, Key=full_key, UploadId=upload_id)
-        except ClientError as exc:
-            if s3_error_code(exc) != "NoSuchUpload":  # already aborted (or completed): done
-                raise
+        return stored.crc32c is None or not self._crc32c or crc32c_matches(stored.crc32c, reported)
 
     def _abort(self, key: str, full_key: str, upload_id: str) -> None:
         try:
-            self._call("AbortMultipartUpload", key, partial(self._abort_upload, full_key, upload_id))
-        except Exception as exc:  # the original error matters more; abort_incomplete_puts retries it
+            self._cleanup.abort(key, full_key, upload_id)
+        except Exception as exc:  # the original error matters more; the copy's cleanup retries it
             _log.warning("could not abort multipart upload of %s: %s", key, exc)
 
     def _abort_strays(self, key: str, full_key: str) -> None:
         try:
-            strays = self.unfinished(key, full_key)
+            self._cleanup.abort_listed(key, full_key)
         except Exception as exc:
-            _log.warning("could not list multipart uploads of %s: %s", key, exc)
-            return
-        for upload_id in strays:
-            self._abort(key, full_key, upload_id)
+            _log.warning("could not abort the stray multipart uploads of %s: %s", key, exc)
+
+
+def body_checksum(config: S3Config, data: bytes, crc32c: str) -> dict[str, Any]:
+    """The checksum arguments of a PutObject or UploadPart of ``data`` (its CRC-32C in S3's form)."""
+    if config.checksums == "crc32c":
+        return {"ChecksumAlgorithm": "CRC32C", "ChecksumCRC32C": crc32c}
+    if config.checksums == "md5":
+        return {"ContentMD5": content_md5(data)}
+    return {}

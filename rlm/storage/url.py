@@ -13,7 +13,7 @@ from rlm.storage.s3 import S3Storage
 from rlm.storage.s3_config import S3Config
 
 _S3_CONFIG_FIELDS = frozenset(f.name for f in dataclasses.fields(S3Config))
-_S3_ARGUMENTS = frozenset({"session", "executor", "sleep", "draw"})
+_S3_ARGUMENTS = frozenset({"session", "executor", "sleep", "draw", "events"})
 
 
 def open_storage(url: str, **options: Any) -> RemoteStorage:
@@ -23,7 +23,7 @@ def open_storage(url: str, **options: Any) -> RemoteStorage:
         url: ``s3://bucket`` or ``s3://bucket/prefix`` for S3 (or an S3-compatible store given
             ``endpoint_url``); ``file:///absolute/path`` for a local directory.
         options: For S3, fields of :class:`~rlm.storage.s3_config.S3Config` (``endpoint_url``,
-            ``region``, ``part_size_bytes``, ...) and the ``session`` / ``executor`` arguments of
+            ``region``, ``part_size_bytes``, ...) and the ``session`` / ``executor`` / ``events`` arguments of
             :class:`~rlm.storage.s3.S3Storage`. The filesystem takes none.
 
     Raises:
@@ -32,7 +32,10 @@ def open_storage(url: str, **options: Any) -> RemoteStorage:
     """
     parts = urlsplit(url)
     if parts.query or parts.fragment:
-        raise ConfigError(f"remote storage URL {url!r} must not have a query or fragment")
+        raise ConfigError(
+            f"remote storage URL {url!r} must not have a query or fragment: S3 options are "
+            "settings (s3.endpoint.url, s3.region, s3.checksums, ...; see the README)"
+        )
     if parts.scheme == "s3":
         if not parts.netloc:
             raise ConfigError(f"remote storage URL {url!r} names no bucket (expected s3://bucket/prefix)")

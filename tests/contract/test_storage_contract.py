@@ -1,8 +1,11 @@
-"""The RemoteStorage contract: every test runs on the filesystem backend and on S3 over HTTP (moto)."""
+"""The RemoteStorage contract: every test runs on the filesystem backend and on S3 over HTTP, on two
+independent servers: moto (close to AWS) and s3rver (no ListMultipartUploads nor
+AbortMultipartUpload, checksums ignored, ``Range: bytes=0-0`` answered with the whole object)."""
 
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import random
 import re
@@ -30,7 +33,7 @@ from rlm.log.files import segment_file_name
 from rlm.log.logdir import LEADER_EPOCH_CHECKPOINT
 from rlm.log.source import FileSource, iter_headers, read_batch_bytes
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
-from rlm.metastore.model import IndexType
+from rlm.metastore.model import IndexType, PendingUpload
 from rlm.storage.filesystem import TMP_SUFFIX, FilesystemStorage
 from rlm.storage.layout import IndexBlob, partition_prefix, segment_keys
 from rlm.storage.payload import crc32c_update
@@ -40,7 +43,13 @@ from rlm.storage.s3 import S3Storage
 from rlm.storage.s3_config import MIN_PART_BYTES
 from rlm.storage.s3_multipart import s3_crc32c
 from rlm.storage.source import RangeSource, read_index
-from tests.s3_support import TEST_S3_CONFIG, MotoS3, moto_s3  # noqa: F401  (fixture)
+from tests.s3_support import (
+    TEST_S3_CONFIG,
+    MotoS3,
+    RecordingEvents,
+    S3Server,
+    moto_s3,  # noqa: F401  (fixture)
+)
 from tests.storage_faults import Fault, FaultInjector, made_up_response
 
 #: Bigger than the S3 store's multipart threshold: three parts of 5 MiB, 5 MiB and 1 MiB + 3.
@@ -54,19 +63,39 @@ def s3_bucket(moto_s3: MotoS3) -> str:  # noqa: F811
     return moto_s3.new_bucket()
 
 
-@pytest.fixture(params=["filesystem", "s3"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[RemoteStorage]:
+@pytest.fixture(scope="module")
+def s3rver_bucket(s3rver: S3Server) -> str:
+    """One bucket of s3rver for the module."""
+    return s3rver.new_bucket()
+
+
+@pytest.fixture
+def events() -> RecordingEvents:
+    """What the S3 stores report (skipped optional calls, size-only checks)."""
+    return RecordingEvents()
+
+
+@pytest.fixture(params=["filesystem", "moto", "s3rver"])
+def storage(
+    request: pytest.FixtureRequest, tmp_path: Path, events: RecordingEvents
+) -> Iterator[RemoteStorage]:
     """An empty store of each backend."""
     store: RemoteStorage
     if request.param == "filesystem":
         store = FilesystemStorage(tmp_path / "remote")
     else:
-        server: MotoS3 = request.getfixturevalue("moto_s3")
-        store = server.storage(request.getfixturevalue("s3_bucket"), f"t/{uuid.uuid4().hex}")
+        server = _server(request, request.param)
+        bucket = request.getfixturevalue("s3_bucket" if request.param == "moto" else "s3rver_bucket")
+        store = server.storage(bucket, f"t/{uuid.uuid4().hex}", events=events)
     try:
         yield store
     finally:
         store.close()
+
+
+def _server(request: pytest.FixtureRequest, name: str) -> S3Server:
+    server: S3Server = request.getfixturevalue("moto_s3" if name == "moto" else "s3rver")
+    return server
 
 
 def _bytes(size: int, seed: int = 0) -> bytes:
@@ -237,14 +266,17 @@ def test_delete_is_idempotent(storage: RemoteStorage) -> None:
     assert list(storage.list_keys()) == ["p/b"]
 
 
-def test_list_keys_by_prefix_in_order(storage: RemoteStorage) -> None:
+def test_list_keys_by_prefix(storage: RemoteStorage, server: S3Server | None) -> None:
     keys = ["b/2", "a/x/1", "a/x/0", "a.b", "a/y", "ab/c"]
     for key in keys:
         storage.put_object(key, key.encode())
-    assert list(storage.list_keys()) == sorted(keys)
-    assert list(storage.list_keys("a/")) == ["a/x/0", "a/x/1", "a/y"]
-    assert list(storage.list_keys("a/x")) == ["a/x/0", "a/x/1"]
-    assert list(storage.list_keys("a")) == ["a.b", "a/x/0", "a/x/1", "a/y", "ab/c"]
+    listed = list(storage.list_keys())
+    assert sorted(listed) == sorted(keys)
+    if server is None or server.lists_in_order:  # s3rver lists "a/x/..." before "a.b"
+        assert listed == sorted(keys)
+    assert sorted(storage.list_keys("a/")) == ["a/x/0", "a/x/1", "a/y"]
+    assert sorted(storage.list_keys("a/x")) == ["a/x/0", "a/x/1"]
+    assert sorted(storage.list_keys("a")) == ["a.b", "a/x/0", "a/x/1", "a/y", "ab/c"]
     assert list(storage.list_keys("zzz/")) == []
 
 
@@ -260,68 +292,114 @@ def test_many_keys_are_deleted_and_listed(storage: RemoteStorage) -> None:
 # -- unfinished puts -------------------------------------------------------------------------
 
 
-def _leave_unfinished_put(storage: RemoteStorage, key: str, moto: MotoS3 | None) -> None:
-    """Leave a put of ``key`` as a killed process does: S3 parts uploaded, or a temporary file."""
+def _leave_unfinished_put(storage: RemoteStorage, key: str, server: S3Server | None) -> PendingUpload | None:
+    """Leave a put of ``key`` as a killed process does: S3 parts uploaded, or a temporary file.
+
+    Returns the S3 upload, as ``on_upload`` would have named it.
+    """
     if isinstance(storage, FilesystemStorage):
         target = storage.root / key
         target.parent.mkdir(parents=True, exist_ok=True)
         (target.parent / f".{target.name}.{uuid.uuid4().hex}{TMP_SUFFIX}").write_bytes(b"first chunk")
-        return
-    assert isinstance(storage, S3Storage) and moto is not None
-    client, full_key = moto.client(), f"{storage.prefix}/{key}"
+        return None
+    assert isinstance(storage, S3Storage) and server is not None
+    client, full_key = server.client(), f"{storage.prefix}/{key}"
     upload = client.create_multipart_upload(Bucket=storage.bucket, Key=full_key)
     client.upload_part(
         Bucket=storage.bucket, Key=full_key, UploadId=upload["UploadId"], PartNumber=1, Body=_bytes(1000)
     )
+    return PendingUpload(key, upload["UploadId"])
 
 
-def _unfinished_puts(storage: RemoteStorage, moto: MotoS3 | None) -> list[str]:
+def _unfinished_puts(storage: RemoteStorage, server: S3Server | None) -> list[str]:
     """The key of every unfinished put (once per put), in order, seen behind the store's back."""
     if isinstance(storage, FilesystemStorage):
         return sorted(
             (tmp.parent / tmp.name[1:].rsplit(".", 2)[0]).relative_to(storage.root).as_posix()
             for tmp in storage.root.rglob(f"*{TMP_SUFFIX}")
         )
-    assert isinstance(storage, S3Storage) and moto is not None
+    assert isinstance(storage, S3Storage) and server is not None
     root = f"{storage.prefix}/"
-    listing = moto.client().list_multipart_uploads(Bucket=storage.bucket, Prefix=root)
-    return sorted(upload.get("Key", "").removeprefix(root) for upload in listing.get("Uploads", []))
+    return sorted(
+        key.removeprefix(root) for key in server.unfinished_uploads(storage.bucket) if key.startswith(root)
+    )
 
 
 @pytest.fixture
-def moto(storage: RemoteStorage, request: pytest.FixtureRequest) -> MotoS3 | None:
+def server(storage: RemoteStorage, request: pytest.FixtureRequest) -> S3Server | None:
     """The S3 server behind ``storage``; ``None`` for the filesystem."""
-    return request.getfixturevalue("moto_s3") if isinstance(storage, S3Storage) else None
+    return (
+        None
+        if isinstance(storage, FilesystemStorage)
+        else _server(request, request.node.callspec.params["storage"])
+    )
+
+
+def _aborts(server: S3Server | None) -> bool:
+    """Whether the store can abort an unfinished put (the filesystem and moto can, s3rver cannot)."""
+    return server is None or server.aborts_uploads
 
 
 def test_abort_incomplete_puts_removes_the_unfinished_puts_of_exactly_its_keys(
-    storage: RemoteStorage, moto: MotoS3 | None
+    storage: RemoteStorage, server: S3Server | None, events: RecordingEvents
 ) -> None:
     storage.put_object("p/seg.log", b"stored")
-    for key in ["p/seg.log", "p/seg.log", "p/seg.index", "p/seg.log.x", "p/seg", "q/seg.log"]:
-        _leave_unfinished_put(storage, key, moto)
-    assert _unfinished_puts(storage, moto) == sorted(
-        ["p/seg.log", "p/seg.log", "p/seg.index", "p/seg.log.x", "p/seg", "q/seg.log"]
-    )
+    keys = ["p/seg.log", "p/seg.log", "p/seg.index", "p/seg.log.x", "p/seg", "q/seg.log"]
+    recorded = [_leave_unfinished_put(storage, key, server) for key in keys]
+    assert _unfinished_puts(storage, server) == sorted(keys)
 
-    storage.abort_incomplete_puts(["p/seg.log", "p/seg.index"])
+    # Aborted by the ids recorded (one of p/seg.log's two uploads), and by listing for the rest.
+    storage.abort_incomplete_puts(["p/seg.log", "p/seg.index"], [u for u in recorded[:1] if u])
 
-    assert _unfinished_puts(storage, moto) == ["p/seg", "p/seg.log.x", "q/seg.log"]
+    if _aborts(server):
+        assert _unfinished_puts(storage, server) == ["p/seg", "p/seg.log.x", "q/seg.log"]
+        assert events.failed == {}
+    else:  # refused, logged and counted: left to the bucket's lifecycle rule
+        assert _unfinished_puts(storage, server) == sorted(keys)
+        assert events.failed == {"AbortMultipartUpload": 1, "ListMultipartUploads": 2}
     assert list(storage.list_keys()) == ["p/seg.log"]  # objects are not touched
     assert storage.read_range("p/seg.log", 0, 100) == b"stored"
-    storage.abort_incomplete_puts(["p/seg.log", "p/seg.index"])  # again
+    storage.abort_incomplete_puts(["p/seg.log", "p/seg.index"], [u for u in recorded[:1] if u])  # again
     storage.abort_incomplete_puts(["p/nothing-pending", "never/written/x.log"])
     storage.abort_incomplete_puts([])
     storage.abort_incomplete_puts(["p/seg.log.x", "p/seg", "q/seg.log"])
-    assert _unfinished_puts(storage, moto) == []
+    assert _unfinished_puts(storage, server) == ([] if _aborts(server) else sorted(keys))
     assert list(storage.list_keys()) == ["p/seg.log"]
 
 
-def test_an_invalid_key_aborts_no_put(storage: RemoteStorage, moto: MotoS3 | None) -> None:
-    _leave_unfinished_put(storage, "p/seg.log", moto)
+def test_an_upload_named_by_its_id_is_aborted_without_listing(
+    storage: RemoteStorage, server: S3Server | None, events: RecordingEvents
+) -> None:
+    upload = _leave_unfinished_put(storage, "p/seg.log", server)
+    other = _leave_unfinished_put(storage, "p/seg.log", server)
+    storage.abort_incomplete_puts([], [upload] if upload else [])
+    if server is None:  # nothing to name: a filesystem put leaves a file found by its name
+        assert _unfinished_puts(storage, server) == ["p/seg.log", "p/seg.log"]
+    elif server.aborts_uploads:
+        assert other is not None and upload is not None
+        remaining = server.client().list_multipart_uploads(Bucket=server_bucket(storage))
+        assert [u.get("UploadId") for u in remaining.get("Uploads", [])] == [other.upload_id]
+    else:
+        assert _unfinished_puts(storage, server) == ["p/seg.log", "p/seg.log"]
+        assert events.failed == {"AbortMultipartUpload": 1}
+    assert events.failed["ListMultipartUploads"] == 0
+
+
+def server_bucket(storage: RemoteStorage) -> str:
+    """The bucket of an S3 store."""
+    assert isinstance(storage, S3Storage)
+    return storage.bucket
+
+
+def test_an_invalid_key_aborts_no_put(storage: RemoteStorage, server: S3Server | None) -> None:
+    upload = _leave_unfinished_put(storage, "p/seg.log", server)
     with pytest.raises(InvalidObjectKeyError):
         storage.abort_incomplete_puts(["p/seg.log", "../x"])
-    assert _unfinished_puts(storage, moto) == ["p/seg.log"]
+    with pytest.raises(InvalidObjectKeyError):
+        storage.abort_incomplete_puts(
+            ["p/seg.log"], [PendingUpload("../x", upload.upload_id if upload else "u")]
+        )
+    assert _unfinished_puts(storage, server) == ["p/seg.log"]
 
 
 class PausingLimiter(RateLimiter):
@@ -344,26 +422,35 @@ class PausingLimiter(RateLimiter):
 
 
 def test_the_leftovers_of_a_put_under_way_are_its_own_unfinished_put(
-    storage: RemoteStorage, moto: MotoS3 | None, tmp_path: Path
+    storage: RemoteStorage, server: S3Server | None, tmp_path: Path, events: RecordingEvents
 ) -> None:
+    data = _bytes(MULTIPART_SIZE, seed=6)
     path = tmp_path / "big.log"
-    path.write_bytes(_bytes(MULTIPART_SIZE, seed=6))
+    path.write_bytes(data)
     limiter = PausingLimiter(nth=2)  # the first part or chunk has gone; the put is under way
+    named: list[PendingUpload] = []
     with ThreadPoolExecutor(max_workers=1) as pool:
-        put = pool.submit(storage.put_object, "p/big.log", path, rate_limiter=limiter)
+        put = pool.submit(storage.put_object, "p/big.log", path, rate_limiter=limiter, on_upload=named.append)
         try:
             assert limiter.paused.wait(60)
-            assert _unfinished_puts(storage, moto) == ["p/big.log"]
+            assert _unfinished_puts(storage, server) == ["p/big.log"]
+            # The upload was named before its first part went; a filesystem put names none.
+            assert [u.key for u in named] == ([] if server is None else ["p/big.log"])
 
-            storage.abort_incomplete_puts(["p/big.log"])
+            storage.abort_incomplete_puts(["p/big.log"], named)
 
-            assert _unfinished_puts(storage, moto) == []
+            assert _unfinished_puts(storage, server) == ([] if _aborts(server) else ["p/big.log"])
         finally:
             limiter.resume.set()
+        if not _aborts(server):  # the store refused the abort: the put under way completes
+            assert put.result(timeout=120).size == MULTIPART_SIZE
+            assert storage.read_range("p/big.log", 0, MULTIPART_SIZE) == data
+            assert events.failed["AbortMultipartUpload"] == 1
+            return
         with pytest.raises(StorageError, match="p/big.log"):  # its put fails: nothing to finish
             put.result(timeout=120)
     assert storage.object_size("p/big.log") is None
-    assert _unfinished_puts(storage, moto) == []
+    assert _unfinished_puts(storage, server) == []
 
 
 # -- keys that could escape -----------------------------------------------------------------
@@ -452,7 +539,7 @@ def test_index_object_holds_each_index_at_its_range(storage: RemoteStorage, roll
         assert read_index(storage, layout, kind) == content
     assert read_index(storage, layout, IndexType.TRANSACTION) is None
     storage.put_object(keys.log_key, rolled_segment / segment_file_name(0, ".log"))
-    assert list(storage.list_keys(partition_prefix("orders", None, 3))) == sorted(keys)
+    assert sorted(storage.list_keys(partition_prefix("orders", None, 3))) == sorted(keys)
 
 
 def test_s3_store_keeps_objects_under_its_prefix(moto_s3: MotoS3, s3_bucket: str) -> None:  # noqa: F811
@@ -589,6 +676,7 @@ def test_s3_abort_reads_every_page_of_the_upload_listing(
     moto_s3: MotoS3,  # noqa: F811
     s3_bucket: str,
     next_markers: bool,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # moto answers in one page; the first page here is S3's answer to a listing of one upload per
     # page, and the second request goes to moto (which ignores the markers and lists all again).
@@ -609,17 +697,21 @@ def test_s3_abort_reads_every_page_of_the_upload_listing(
     session = moto_s3.session()
     # botocore's stubs type handlers as returning None; a before-send handler may return a response.
     session.events.register("before-send.s3.ListMultipartUploads", cast("Callable[..., None]", first_page))
-    with moto_s3.storage(s3_bucket, prefix, session=session) as store:
-        if next_markers:
-            store.abort_incomplete_puts(["p/seg.log"])
-        else:
-            with pytest.raises(StorageError, match="truncated but names no next page"):
-                store.abort_incomplete_puts(["p/seg.log"])
+    events = RecordingEvents()
+    with (
+        moto_s3.storage(s3_bucket, prefix, session=session, events=events) as store,
+        caplog.at_level(logging.WARNING, "rlm.storage"),
+    ):
+        store.abort_incomplete_puts(["p/seg.log"])
     remaining = client.list_multipart_uploads(Bucket=s3_bucket, Prefix=full_key).get("Uploads", [])
     if next_markers:
         assert [q.get("key-marker") for q in queries] == [None, [full_key]]
         assert [q.get("upload-id-marker") for q in queries] == [None, [first]]
         assert remaining == []
-    else:
+        assert events.failed == {}
+    else:  # a listing that cannot be followed is skipped like a refused one, and said so
         assert len(queries) == 1
         assert sorted(u.get("UploadId", "") for u in remaining) == sorted([first, second])
+        assert events.failed == {"ListMultipartUploads": 1}
+        assert "truncated but names no next page" in caplog.text
+        assert "lifecycle rule" in caplog.text

@@ -7,7 +7,8 @@ at the N-th S3 request of a named operation (e.g. the 2nd ``UploadPart`` of a mu
 or at the N-th chunk of ``.log`` bytes a put is about to send (in the middle of a put).
 
     python crash_child.py --log-dir DIR --metadata-url URL --remote-url URL [--s3-endpoint URL]
-        [--job copy|retention] [--kill-at-step NAME | --kill-at-request OPERATION | --kill-in-put] [--nth N]
+        [--s3-access-key KEY] [--s3-addressing-style path] [--job copy|retention]
+        [--kill-at-step NAME | --kill-at-request OPERATION | --kill-in-put] [--nth N]
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--metadata-url", required=True)
     parser.add_argument("--remote-url", required=True)
     parser.add_argument("--s3-endpoint")
+    parser.add_argument("--s3-access-key", default="rlm-test-key", help="moto takes any, s3rver S3RVER")
+    parser.add_argument("--s3-addressing-style", default="auto")
     parser.add_argument("--broker-id", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--job", choices=("copy", "retention"), default="copy")
@@ -84,6 +87,7 @@ def main(argv: list[str]) -> int:
         metadata_url=args.metadata_url,
         remote_url=args.remote_url,
         s3_endpoint_url=args.s3_endpoint,
+        s3_addressing_style=args.s3_addressing_style,
         remote_log_manager_copier_thread_pool_size=args.threads,
         # The runtime locks its index cache directory: one of this test's own, not the default.
         remote_log_index_cache_dir=args.log_dir.parent / "index-cache",
@@ -92,7 +96,9 @@ def main(argv: list[str]) -> int:
     storage = None
     if args.remote_url.startswith("s3:"):
         session = boto3.session.Session(
-            aws_access_key_id="rlm-test-key", aws_secret_access_key="rlm-test-secret", region_name="us-east-1"
+            aws_access_key_id=args.s3_access_key,
+            aws_secret_access_key="rlm-test-secret",
+            region_name="us-east-1",
         )
         if args.kill_at_request:
             killer = Killer(args.kill_at_request, args.nth)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,8 +24,15 @@ from rlm.log.checkpoints import epoch_for_offset, topic_id_to_uuid
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.produce import ProduceSpec, produce
 from rlm.log.segment import Segment
-from rlm.metastore.model import LeaderEpochEntry, RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import (
+    LeaderEpochEntry,
+    PendingUpload,
+    RemoteSegment,
+    SegmentState,
+    TopicPartition,
+)
 from rlm.remote_segment import prepare_segment
+from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
 from tests.tiering_support import (
@@ -383,11 +390,11 @@ def test_upload_rate_limit_throttles_every_log_byte(
     assert sum(limiter.slept) == pytest.approx((logs - rate) / rate)
 
 
-class FailingPuts:
+class FailingPuts(DelegatingStorage):
     """Remote storage whose puts of keys ending with ``suffix`` fail ``times`` times."""
 
     def __init__(self, inner: RemoteStorage, suffix: str, times: int) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.suffix = suffix
         self.left = times
 
@@ -399,34 +406,14 @@ class FailingPuts:
         size: int | None = None,
         crc32c: int | None = None,
         rate_limiter: RateLimiter | None = None,
+        on_upload: Callable[[PendingUpload], None] | None = None,
     ) -> PutResult:
         if key.endswith(self.suffix) and self.left > 0:
             self.left -= 1
             raise StorageUnavailableError(f"put {key}: throttled", key=key)
-        return self.inner.put_object(key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter)
-
-    def read_range(self, key: str, start: int, length: int) -> bytes:
-        return self.inner.read_range(key, start, length)
-
-    def stream_range(
-        self, key: str, start: int, length: int, *, piece_bytes: int = 1 << 23
-    ) -> Iterator[bytes]:
-        return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
-
-    def object_size(self, key: str) -> int | None:
-        return self.inner.object_size(key)
-
-    def delete_objects(self, keys: Iterable[str]) -> None:
-        self.inner.delete_objects(keys)
-
-    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
-        self.inner.abort_incomplete_puts(keys)
-
-    def list_keys(self, prefix: str = "") -> Iterator[str]:
-        return self.inner.list_keys(prefix)
-
-    def close(self) -> None:
-        self.inner.close()
+        return super().put_object(
+            key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter, on_upload=on_upload
+        )
 
 
 def test_a_failed_copy_deletes_its_upload_and_is_retried(

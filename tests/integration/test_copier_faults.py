@@ -14,6 +14,7 @@ runs after that point: no ``except``, no ``finally``, no rollback of what it had
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import shutil
 import signal
@@ -38,10 +39,12 @@ from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.model import V2_HEADER_SIZE
 from rlm.log.produce import ProduceSpec, produce
-from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.metastore.model import Lease, SegmentState, TopicPartition
 from rlm.metrics import Metrics
 from rlm.storage.filesystem import FilesystemStorage
 from tests.metadata_support import FakeClock
+from tests.s3_proxy import ProxyFault, S3Proxy
+from tests.s3_support import TEST_S3_CONFIG
 from tests.storage_faults import SERVER_ERRORS, FaultInjector
 from tests.tiering_support import (
     COPY_STEPS,
@@ -77,12 +80,18 @@ SPEC = ProduceSpec(
 TieringFactory = Callable[..., Tiering]
 
 
-def _kills(steps: tuple[str, ...], on_postgres_s3: tuple[str, ...]) -> list[ParameterSet]:
-    """Every step on SQLite + filesystem; some on PostgreSQL + S3 too."""
-    return [pytest.param("sqlite-fs", step, id=f"sqlite-fs-{step}") for step in steps] + [
-        pytest.param("postgres-s3", step, id=f"postgres-s3-{step}", marks=pytest.mark.postgres)
-        for step in on_postgres_s3
-    ]
+def _kills(
+    steps: tuple[str, ...], on_postgres_s3: tuple[str, ...], on_s3rver: tuple[str, ...] = ()
+) -> list[ParameterSet]:
+    """Every step on SQLite + filesystem; some on PostgreSQL + S3 (moto), and on SQLite + s3rver."""
+    return (
+        [pytest.param("sqlite-fs", step, id=f"sqlite-fs-{step}") for step in steps]
+        + [
+            pytest.param("postgres-s3", step, id=f"postgres-s3-{step}", marks=pytest.mark.postgres)
+            for step in on_postgres_s3
+        ]
+        + [pytest.param("sqlite-s3rver", step, id=f"sqlite-s3rver-{step}") for step in on_s3rver]
+    )
 
 
 @pytest.fixture
@@ -120,8 +129,9 @@ def run_child(
         "--threads",
         str(threads),
     ]
-    if backend.s3_endpoint_url is not None:
-        args += ["--s3-endpoint", backend.s3_endpoint_url]
+    if backend.s3 is not None:
+        args += ["--s3-endpoint", backend.s3.endpoint_url, "--s3-access-key", backend.s3.access_key_id]
+        args += ["--s3-addressing-style", backend.s3.addressing_style]
     if kill_at_step is not None:
         args += ["--kill-at-step", kill_at_step]
     if kill_at_request is not None:
@@ -153,7 +163,7 @@ def _recover(tiering: Tiering) -> list[CopyOutcome]:
 
 @pytest.mark.parametrize(
     ("pair", "step"),
-    _kills(COPY_STEPS, ("log_uploaded", "copy_finished")),
+    _kills(COPY_STEPS, ("log_uploaded", "copy_finished"), ("indexes_uploaded",)),
 )
 def test_a_copy_killed_at_any_step_is_recovered(
     pair: str,
@@ -236,12 +246,14 @@ def test_a_cleanup_killed_at_any_step_is_recovered(
 # -- killed in the middle of a multipart upload -------------------------------------------------
 
 
+@pytest.mark.parametrize("pair", ["sqlite-s3", "sqlite-s3rver"])
 def test_a_copy_killed_during_a_multipart_upload_is_recovered(
+    pair: str,
     request: pytest.FixtureRequest,
     tiering_factory: TieringFactory,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    backend = make_backend("sqlite-s3", request, tmp_path)
+    backend = make_backend(pair, request, tmp_path)
     assert backend.s3 is not None and backend.bucket is not None
     log_dir = tmp_path / "logs"
     tp = TopicPartition("orders", 0)
@@ -266,12 +278,38 @@ def test_a_copy_killed_during_a_multipart_upload_is_recovered(
         (big.base_offset, SegmentState.COPY_SEGMENT_STARTED),
     ], child.stderr
     abandoned = rows[1]
-    # S3 keeps the parts of an upload whose uploader died; the cleanup of the copy aborts it.
+    # S3 keeps the parts of an upload whose uploader died; its id was recorded before any part.
     assert backend.unfinished_puts() == [f"tier/{abandoned.layout.log_key}"]
-    (outcome,) = _recover(tiering)
+    (recorded,) = tiering.store.pending_uploads(abandoned.segment_id)
+    assert recorded.key == abandoned.layout.log_key
+    # Neither server lists uploads here: the cleanup aborts the recorded one by its id.
+    with S3Proxy(backend.s3.endpoint_url) as proxy:
+        proxy.inject(ProxyFault.NOT_IMPLEMENTED, "ListMultipartUploads")
+        tiering.storage.close()
+        tiering.storage = backend.s3.storage(
+            backend.bucket, "tier", events=tiering.metrics, endpoint_url=proxy.endpoint_url
+        )
+        (outcome,) = _recover(tiering)
+        aborts = proxy.exchanges_of("AbortMultipartUpload")
+
     assert outcome.cleaned_segments == 1
-    assert_invariants(tiering.store, tiering.storage, [log_dir])
-    assert backend.unfinished_puts() == []
+    assert outcome.copied_segments == 2
+    assert_invariants(tiering.store, tiering.storage, [log_dir])  # each segment finished once, no orphan
+    assert tiering.store.pending_uploads(abandoned.segment_id) == []
+    assert aborts[0].query["uploadId"] == [recorded.upload_id]
+
+    def refused(operation: str) -> float:
+        labels = {"operation": operation}
+        return tiering.registry.get_sample_value("rlm_storage_optional_call_failures_total", labels) or 0
+
+    assert refused("ListMultipartUploads") >= 1  # warned and counted, never in the way
+    if backend.s3.aborts_uploads:
+        assert backend.unfinished_puts() == []
+        assert refused("AbortMultipartUpload") == 0
+    else:  # s3rver refuses the abort too: the upload is left to the bucket's lifecycle rule
+        assert backend.unfinished_puts() == [f"tier/{abandoned.layout.log_key}"]
+        assert refused("AbortMultipartUpload") >= 1
+    assert [(o.error, o.copied_segments) for o in tiering.copier().run_once()] == [(None, 0)]
 
 
 def test_a_copy_killed_in_the_middle_of_a_filesystem_put_is_recovered(
@@ -629,6 +667,39 @@ def test_a_stale_holder_cannot_add_segments(sidecars: Sidecars, log_dir: Path) -
     resumed = second.copier.copy_partition(partition)
     assert resumed.copied_segments == len(eligible_segments(partition)) - 1
     assert_invariants(first.store, first.copier.storage, [log_dir], untiered=_others(log_dir, partition))
+
+
+def test_a_holder_that_lost_its_lease_cannot_record_an_upload_and_aborts_it(
+    request: pytest.FixtureRequest,
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+    log_dir: Path,
+) -> None:
+    backend = make_backend("sqlite-s3", request, tmp_path)
+    tiering = tiering_factory(backend, log_dir)
+    tiering.storage.close()  # every put a multipart upload (of one part)
+    tiering.storage = backend.open_storage(
+        config=dataclasses.replace(TEST_S3_CONFIG, multipart_threshold_bytes=1), events=tiering.metrics
+    )
+    partition = LogDir(log_dir).partitions()[0]
+    other = LeaseKeeper(tiering.store, 2, 60_000)
+    taken: list[Lease | None] = []
+
+    def lose_the_lease(name: str) -> None:
+        # Broker 1 recorded its copy, then stalls: broker 2 takes the partition before any upload.
+        if name == "copy_started" and not taken:
+            tiering.clock.advance(60_001)
+            taken.append(other.hold(tp_of(partition)))
+
+    outcome = tiering.copier(step=lose_the_lease).copy_partition(partition)
+
+    assert isinstance(outcome.error, StaleLeaseError)
+    assert taken[0] is not None
+    (row,) = tiering.segments(tp_of(partition))
+    assert row.state is SegmentState.COPY_SEGMENT_STARTED  # for broker 2's cleanup
+    assert tiering.store.pending_uploads(row.segment_id) == []  # the record was refused...
+    assert backend.unfinished_puts() == []  # ...so the uploader aborted its upload itself
+    assert list(tiering.storage.list_keys()) == []
 
 
 def _others(log_dir: Path, partition: PartitionDir) -> set[TopicPartition]:

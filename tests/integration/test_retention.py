@@ -8,7 +8,7 @@ their own at the end.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -20,8 +20,8 @@ from rlm.log.logdir import LogDir, PartitionDir
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.remote_segment import prepare_segment
 from rlm.retention import breaching_segments
-from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
-from rlm.storage.ratelimit import RateLimiter
+from rlm.storage.delegate import DelegatingStorage
+from rlm.storage.protocol import RemoteStorage
 from tests.metadata_support import FakeClock, segment
 from tests.tiering_support import (
     BROKER_ID,
@@ -254,49 +254,18 @@ def test_segments_below_an_advanced_remote_log_start_are_deleted_even_if_retenti
     assert_invariants(tiering.store, tiering.storage, [log_dir])
 
 
-class FailingDeletes:
+class FailingDeletes(DelegatingStorage):
     """Remote storage whose deletes fail ``times`` times."""
 
     def __init__(self, inner: RemoteStorage, times: int) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.left = times
-
-    def put_object(
-        self,
-        key: str,
-        source: PutSource,
-        *,
-        size: int | None = None,
-        crc32c: int | None = None,
-        rate_limiter: RateLimiter | None = None,
-    ) -> PutResult:
-        return self.inner.put_object(key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter)
-
-    def read_range(self, key: str, start: int, length: int) -> bytes:
-        return self.inner.read_range(key, start, length)
-
-    def stream_range(
-        self, key: str, start: int, length: int, *, piece_bytes: int = 1 << 23
-    ) -> Iterator[bytes]:
-        return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
-
-    def object_size(self, key: str) -> int | None:
-        return self.inner.object_size(key)
 
     def delete_objects(self, keys: Iterable[str]) -> None:
         if self.left > 0:
             self.left -= 1
             raise StorageUnavailableError("delete: service unavailable")
-        self.inner.delete_objects(keys)
-
-    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
-        self.inner.abort_incomplete_puts(keys)
-
-    def list_keys(self, prefix: str = "") -> Iterator[str]:
-        return self.inner.list_keys(prefix)
-
-    def close(self) -> None:
-        self.inner.close()
+        super().delete_objects(keys)
 
 
 def test_a_delete_left_started_is_retried(

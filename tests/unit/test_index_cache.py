@@ -6,7 +6,7 @@ import os
 import random
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,10 +26,9 @@ from rlm.metastore.model import (
     TopicPartition,
 )
 from rlm.metrics import Metrics
+from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.filesystem import FilesystemStorage
 from rlm.storage.layout import IndexBlob, segment_keys
-from rlm.storage.protocol import PutResult, PutSource
-from rlm.storage.ratelimit import RateLimiter
 
 #: Longest a test waits for another thread before failing instead of hanging (never reached when
 #: the code works; no assertion depends on it).
@@ -40,11 +39,11 @@ SNAPSHOT = IndexType.PRODUCER_SNAPSHOT
 TS = 1_700_000_000_000
 
 
-class CountingStorage:
+class CountingStorage(DelegatingStorage):
     """A RemoteStorage over a FilesystemStorage that records ranged reads and can hold them."""
 
     def __init__(self, inner: FilesystemStorage) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.reads: list[tuple[str, int, int]] = []
         self.entered = threading.Event()
         """Set when a read starts."""
@@ -67,37 +66,6 @@ class CountingStorage:
         if self.error is not None:
             raise self.error
         return self.inner.read_range(key, start, length)
-
-    def put_object(
-        self,
-        key: str,
-        source: PutSource,
-        *,
-        size: int | None = None,
-        crc32c: int | None = None,
-        rate_limiter: RateLimiter | None = None,
-    ) -> PutResult:
-        return self.inner.put_object(key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter)
-
-    def stream_range(
-        self, key: str, start: int, length: int, *, piece_bytes: int = 1 << 23
-    ) -> Iterator[bytes]:
-        return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
-
-    def object_size(self, key: str) -> int | None:
-        return self.inner.object_size(key)
-
-    def delete_objects(self, keys: Iterable[str]) -> None:
-        self.inner.delete_objects(keys)
-
-    def abort_incomplete_puts(self, keys: Iterable[str]) -> None:
-        self.inner.abort_incomplete_puts(keys)
-
-    def list_keys(self, prefix: str = "") -> Iterator[str]:
-        return self.inner.list_keys(prefix)
-
-    def close(self) -> None:
-        self.inner.close()
 
 
 class SignallingCounter(Counter):

@@ -1,0 +1,125 @@
+"""Checking the answer to a ranged GET against the range asked for.
+
+A store or a proxy may not honour ``Range``: it can answer 200 with the whole object, or 206
+with more than was asked (``s3rver`` answers ``bytes=0-0`` with the whole object). Only the
+``Content-Range`` header says which bytes a 206 holds, so an answer is used only when it
+provably holds the asked-for bytes:
+
+* 206 whose ``Content-Range`` covers the asked-for range (up to the object's end): the asked-for
+  slice of it (normally all of it);
+* 200 (the whole object): the asked-for slice, read without keeping what comes before it;
+* anything else (a 206 without a usable ``Content-Range``, or one that does not cover the range):
+  :class:`~rlm.errors.StorageError`, not retriable: the same request gets the same answer.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple, Protocol
+
+from botocore.exceptions import IncompleteReadError
+
+from rlm.errors import StorageError
+
+#: Bytes read at a time while skipping the head of a longer answer.
+_SKIP_CHUNK = 1024 * 1024
+_CONTENT_RANGE = re.compile(r"^bytes (\d+)-(\d+)/(\d+|\*)$")
+
+
+class Readable(Protocol):
+    """A response body (botocore's ``StreamingBody``)."""
+
+    def read(self, amt: int | None = None) -> bytes: ...
+
+
+class ContentRange(NamedTuple):
+    """A ``Content-Range: bytes first-last/total`` header."""
+
+    first: int
+    last: int
+    total: int | None
+    """``None`` for ``*`` (length unknown)."""
+
+
+def parse_content_range(header: str | None) -> ContentRange | None:
+    """The header's values; ``None`` when it is missing or not of the ``bytes a-b/n`` form."""
+    match = _CONTENT_RANGE.match((header or "").strip())
+    if match is None:
+        return None
+    first, last, total = match.groups()
+    announced = ContentRange(int(first), int(last), None if total == "*" else int(total))
+    if announced.last < announced.first:
+        return None
+    return announced
+
+
+def ranged_answer(
+    body: Readable, status: int, content_range: str | None, start: int, length: int, what: str
+) -> bytes:
+    """The bytes ``[start, start + length)`` from the answer to a GET with that ``Range``.
+
+    Args:
+        body: The answer's body, read no further than needed.
+        status: The answer's HTTP status.
+        content_range: Its ``Content-Range`` header.
+        start: First byte asked for.
+        length: Bytes asked for (at least 1).
+        what: Names the request in errors (operation and key).
+
+    Returns:
+        The asked-for bytes; fewer only where the object ends.
+
+    Raises:
+        StorageError: The answer does not provably hold the asked-for bytes (not retriable).
+        IncompleteReadError: A 206 body ended before its ``Content-Range`` said (botocore's
+            error, retriable like any broken connection).
+    """
+    asked = f"bytes={start}-{start + length - 1}"
+    if status == 200:
+        skip(body, start)
+        return read_up_to(body, length)
+    if status != 206:
+        raise StorageError(f"{what}: asked for {asked}, the store answered {status}", retriable=False)
+    announced = parse_content_range(content_range)
+    if announced is None:
+        raise StorageError(
+            f"{what}: asked for {asked}, the store answered 206 without a usable Content-Range "
+            f"({content_range!r})",
+            retriable=False,
+        )
+    if announced.total is not None and start >= announced.total:
+        return b""  # an empty object: s3rver answers "bytes 0-0/0" and sends no byte
+    wanted_last = start + length - 1
+    if announced.total is not None:
+        wanted_last = min(wanted_last, announced.total - 1)
+    if announced.first > start or announced.last < wanted_last:
+        raise StorageError(
+            f"{what}: asked for {asked}, the store answered 206 with Content-Range {content_range!r}",
+            retriable=False,
+        )
+    skip(body, start - announced.first)
+    data = read_up_to(body, wanted_last - start + 1)
+    if len(data) != wanted_last - start + 1:
+        raise IncompleteReadError(actual_bytes=len(data), expected_bytes=wanted_last - start + 1)
+    return data
+
+
+def skip(body: Readable, count: int) -> None:
+    """Read and drop up to ``count`` bytes (fewer when the body ends first)."""
+    while count > 0:
+        chunk = body.read(min(count, _SKIP_CHUNK))
+        if not chunk:
+            return
+        count -= len(chunk)
+
+
+def read_up_to(body: Readable, count: int) -> bytes:
+    """Up to ``count`` bytes: fewer only when the body ends first."""
+    chunks: list[bytes] = []
+    while count > 0:
+        chunk = body.read(count)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,292 @@
+"""A fault-injecting HTTP proxy in front of an S3 server, for what neither test server does.
+
+The proxy forwards each path-style request unchanged to the upstream server (moto or s3rver) and
+relays the answer, recording both (:class:`Exchange`: what went over the wire, headers included).
+A store pointed at the proxy's ``endpoint_url`` runs exactly as in production: botocore signs,
+sends and parses real HTTP. Faults are injected per S3 operation:
+
+* ``NOT_IMPLEMENTED``: answer 501 ``NotImplemented`` (a store without the call);
+* ``IGNORE_RANGE``: drop the ``Range`` header, so the server answers 200 with the whole object;
+* ``WRONG_CONTENT_RANGE``: relay a 206 whose ``Content-Range`` says other bytes than asked;
+* ``REJECT_CHECKSUM_HEADERS``: answer 400 ``InvalidArgument`` to any request carrying an
+  ``x-amz-checksum-*`` or ``x-amz-sdk-checksum-algorithm`` header (as Backblaze B2 does);
+* ``NO_CHECKSUM_ON_HEAD``: remove the ``x-amz-checksum-*`` headers from HEAD answers (a store that
+  keeps no checksum);
+* ``CORRUPT_BODY``: flip the first byte of the request body before forwarding it (damage in
+  transit, after the client computed its checksums).
+
+Usage::
+
+    with S3Proxy(server.endpoint_url) as proxy:
+        proxy.inject(ProxyFault.NOT_IMPLEMENTED, "ListMultipartUploads")
+        store = server.storage(bucket, endpoint_url=proxy.endpoint_url)
+        ...
+        proxy.exchanges_of("ListMultipartUploads")
+"""
+
+from __future__ import annotations
+
+import enum
+import http.client
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+#: Headers that belong to one connection, not to the request or answer.
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "expect", "content-length"})
+
+
+class ProxyFault(enum.Enum):
+    """What the proxy does to the requests of an operation."""
+
+    NOT_IMPLEMENTED = "501 NotImplemented"
+    IGNORE_RANGE = "Range dropped: 200 with the whole object"
+    WRONG_CONTENT_RANGE = "206 whose Content-Range is one byte further than asked"
+    REJECT_CHECKSUM_HEADERS = "400 InvalidArgument to checksum headers"
+    NO_CHECKSUM_ON_HEAD = "x-amz-checksum-* removed from HEAD answers"
+    CORRUPT_BODY = "first byte of the request body flipped"
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One request as it went over the wire, and the status it was answered with."""
+
+    operation: str
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    """Request headers, names in lower case."""
+    body: bytes
+    status: int
+    response_headers: dict[str, str]
+    """Answer headers as relayed, names in lower case."""
+
+
+def operation_of(method: str, path: str, query: dict[str, list[str]]) -> str:
+    """The S3 operation a path-style request is (``GetObject``, ``ListMultipartUploads``...)."""
+    key = path.lstrip("/").partition("/")[2]
+    if not key:
+        if method == "GET":
+            if "uploads" in query:
+                return "ListMultipartUploads"
+            return "ListObjectsV2" if query.get("list-type") == ["2"] else "ListObjects"
+        if method == "POST" and "delete" in query:
+            return "DeleteObjects"
+        return {"PUT": "CreateBucket", "HEAD": "HeadBucket", "DELETE": "DeleteBucket"}.get(method, method)
+    if method == "POST":
+        return "CreateMultipartUpload" if "uploads" in query else "CompleteMultipartUpload"
+    if method == "PUT":
+        return "UploadPart" if "uploadId" in query else "PutObject"
+    if method == "DELETE":
+        return "AbortMultipartUpload" if "uploadId" in query else "DeleteObject"
+    if method == "HEAD":
+        return "HeadObject"
+    return "ListParts" if "uploadId" in query else "GetObject"
+
+
+def is_checksum_header(name: str) -> bool:
+    """Whether a header is one of those ``s3.checksums: md5|off`` never sends."""
+    lowered = name.lower()
+    return lowered.startswith("x-amz-checksum-") or lowered == "x-amz-sdk-checksum-algorithm"
+
+
+def error_xml(code: str, message: str) -> bytes:
+    """An S3 error body."""
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{code}</Code><Message>{message}</Message><RequestId>rlm-proxy</RequestId></Error>"
+    ).encode()
+
+
+class S3Proxy:
+    """A proxy on a free port of 127.0.0.1 in front of ``upstream``. Thread-safe."""
+
+    def __init__(self, upstream: str) -> None:
+        parts = urlsplit(upstream)
+        assert parts.hostname is not None and parts.port is not None, upstream
+        self._upstream = (parts.hostname, parts.port)
+        self._faults: dict[ProxyFault, frozenset[str] | None] = {}
+        self._exchanges: list[Exchange] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="s3-proxy", daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint_url(self) -> str:
+        """Where clients send their requests."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def inject(self, fault: ProxyFault, *operations: str) -> None:
+        """Apply ``fault`` to the requests of ``operations`` (of every operation when none given)."""
+        with self._lock:
+            self._faults[fault] = frozenset(operations) if operations else None
+
+    def clear(self) -> None:
+        """Inject no fault from now on."""
+        with self._lock:
+            self._faults.clear()
+
+    @property
+    def exchanges(self) -> list[Exchange]:
+        """Every request so far, in the order they were answered."""
+        with self._lock:
+            return list(self._exchanges)
+
+    def exchanges_of(self, *operations: str) -> list[Exchange]:
+        """The requests of ``operations``."""
+        return [e for e in self.exchanges if e.operation in operations]
+
+    def close(self) -> None:
+        """Stop serving."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(10)
+
+    def __enter__(self) -> S3Proxy:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- the work of one request ----------------------------------------------------------
+
+    def _applies(self, fault: ProxyFault, operation: str) -> bool:
+        with self._lock:
+            if fault not in self._faults:
+                return False
+            operations = self._faults[fault]
+            return operations is None or operation in operations
+
+    def _record(self, exchange: Exchange) -> None:
+        with self._lock:
+            self._exchanges.append(exchange)
+
+    def answer(
+        self, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes, str]:
+        """The answer to one request: status, headers, body and the operation's name."""
+        parts = urlsplit(target)
+        query = parse_qs(parts.query, keep_blank_values=True)
+        operation = operation_of(method, parts.path, query)
+        lowered = {name.lower(): value for name, value in headers.items()}
+        status, answer_headers, answer = self._forward_or_fail(operation, method, target, headers, body)
+        self._record(
+            Exchange(
+                operation,
+                method,
+                parts.path,
+                query,
+                lowered,
+                body,
+                status,
+                {name.lower(): value for name, value in answer_headers},
+            )
+        )
+        return status, answer_headers, answer, operation
+
+    def _forward_or_fail(
+        self, operation: str, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        if self._applies(ProxyFault.REJECT_CHECKSUM_HEADERS, operation):
+            refused = sorted(name.lower() for name in headers if is_checksum_header(name))
+            if refused:
+                message = f"Unsupported header '{refused[0]}' received for this API call."
+                return _error(400, "InvalidArgument", message, method)
+        if self._applies(ProxyFault.NOT_IMPLEMENTED, operation):
+            message = "A header you provided implies functionality that is not implemented"
+            return _error(501, "NotImplemented", message, method)
+        forwarded = {name: value for name, value in headers.items() if name.lower() not in _HOP_BY_HOP}
+        if operation == "GetObject" and self._applies(ProxyFault.IGNORE_RANGE, operation):
+            forwarded = {name: value for name, value in forwarded.items() if name.lower() != "range"}
+        if body and self._applies(ProxyFault.CORRUPT_BODY, operation):
+            body = bytes([body[0] ^ 0xFF]) + body[1:]
+        status, answer_headers, answer = self._send(method, target, forwarded, body)
+        if status == 206 and self._applies(ProxyFault.WRONG_CONTENT_RANGE, operation):
+            answer_headers = [
+                (name, _shifted(value) if name.lower() == "content-range" else value)
+                for name, value in answer_headers
+            ]
+        if method == "HEAD" and self._applies(ProxyFault.NO_CHECKSUM_ON_HEAD, operation):
+            answer_headers = [
+                (n, v) for n, v in answer_headers if not n.lower().startswith("x-amz-checksum-")
+            ]
+        return status, answer_headers, answer
+
+    def _send(
+        self, method: str, target: str, headers: dict[str, str], body: bytes
+    ) -> tuple[int, list[tuple[str, str]], bytes]:
+        connection = http.client.HTTPConnection(*self._upstream, timeout=60)
+        try:
+            connection.putrequest(method, target, skip_host=True, skip_accept_encoding=True)
+            for name, value in headers.items():
+                connection.putheader(name, value)
+            connection.putheader("Content-Length", str(len(body)))
+            connection.endheaders(body)
+            response = connection.getresponse()
+            answer = b"" if method == "HEAD" else response.read()
+            answer_headers = [(n, v) for n, v in response.getheaders() if n.lower() not in _HOP_BY_HOP]
+            if method == "HEAD":
+                length = response.getheader("Content-Length")
+                if length is not None:
+                    answer_headers.append(("Content-Length", length))
+            return response.status, answer_headers, answer
+        finally:
+            connection.close()
+
+
+def _error(status: int, code: str, message: str, method: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    body = b"" if method == "HEAD" else error_xml(code, message)
+    return status, [("Content-Type", "application/xml")], body
+
+
+def _shifted(content_range: str) -> str:
+    """``bytes a-b/n`` one byte further on: ``bytes a+1-b+1/n``."""
+    span, _, total = content_range.removeprefix("bytes ").partition("/")
+    first, _, last = span.partition("-")
+    return f"bytes {int(first) + 1}-{int(last) + 1}/{total}"
+
+
+def _handler(proxy: S3Proxy) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as botocore's pool expects
+
+        def _relay(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            headers = {name: value for name, value in self.headers.items()}
+            status, answer_headers, answer, _ = proxy.answer(self.command, self.path, headers, body)
+            self.send_response(status)
+            has_length = False
+            for name, value in answer_headers:
+                if name.lower() in ("server", "date"):
+                    continue
+                has_length = has_length or name.lower() == "content-length"
+                self.send_header(name, value)
+            if not has_length:
+                self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(answer)
+
+        # http.server's names for the handlers of each method.
+        do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _relay  # noqa: N815
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: the exchanges are recorded instead."""
+
+    return Handler
+
+
+def wire_headers(exchanges: Iterable[Exchange]) -> set[str]:
+    """Every request header name sent in ``exchanges``, in lower case."""
+    return {name for exchange in exchanges for name in exchange.headers}
