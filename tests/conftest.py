@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from rlm.log.model import Codec
 from rlm.log.produce import ProduceSpec, ProduceSummary, produce
 
 if TYPE_CHECKING:
     from tests.s3_support import S3Server
+
+# Property tests are a gate, so the suite draws the same examples on every run (a failure is
+# reproducible from a fresh clone) and never judges a test by its speed on a loaded machine.
+# `HYPOTHESIS_PROFILE=explore` draws new examples on every run, to look for new failures.
+settings.register_profile(
+    "rlm", derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("explore", parent=settings.get_profile("rlm"), derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "rlm"))
 
 SAMPLE_SPEC = ProduceSpec(
     topics=2,
