@@ -1,6 +1,8 @@
 """Offset lookups for many partitions at once: POST /v1/list-offsets (Kafka's v10 shape).
 
-One partition's lookup by GET is :mod:`api.rest.lookup_route`.
+One partition's lookup by GET is :mod:`api.rest.lookup_route`. The request's deadline starts
+when it arrives; the service checks its size and topic names (as for every API), then answers in
+a worker thread.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Scope
 from api.rest.deps import require, runtime
@@ -33,11 +36,13 @@ ERRORS: dict[int | str, dict[str, object]] = {
     responses=ERRORS,
     summary="Kafka ListOffsets (v10 shape): per-partition error codes",
 )
-def list_offsets(
+async def list_offsets(
     body: ListOffsetsIn,
     rt: Annotated[Runtime, Depends(runtime)],
     _: Annotated[Scope, Depends(require(Scope.READ))],
 ) -> ListOffsetsOut:
+    # The deadline starts now: waiting for a worker thread counts against the request's time.
+    deadline = rt.list_offsets.deadline(body.timeout_ms)
     request = ListOffsetsRequest(
         tuple(
             TopicQuery(t.name, tuple(PartitionQuery(p.partition_index, p.timestamp) for p in t.partitions))
@@ -46,7 +51,7 @@ def list_offsets(
         timeout_ms=body.timeout_ms,
         isolation_level=body.isolation_level,
     )
-    response = rt.list_offsets.handle(request)
+    response = await run_in_threadpool(rt.list_offsets.handle, request, deadline=deadline)
     return ListOffsetsOut(
         topics=[
             ListOffsetsTopicOut(
