@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from api.auth import Scope
-from api.rest.deps import check_scope, runtime
+from api.rest.deps import arrived, check_scope, runtime
 from api.rest.errors import RETRIABLE_STATUSES, STATUS_FOR_CODE, ApiError
 from api.rest.schemas import MAX_TIMEOUT_MS, OffsetResponse, Problem
 from rlm.arguments import INT32_MAX, parse_int
@@ -81,7 +81,7 @@ async def get_offset(request: Request) -> Response:
     timeout_ms = None
     if raw_timeout is not None:
         timeout_ms = parse_int(raw_timeout, "query.timeout_ms", 1, MAX_TIMEOUT_MS)
-    deadline = rt.list_offsets.deadline(timeout_ms)
+    deadline = rt.list_offsets.deadline(timeout_ms, arrived=arrived(request))
     tp = TopicPartition(topic, partition)
     result = rt.list_offsets.answer_now(tp, at)
     if result is None:

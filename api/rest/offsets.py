@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Scope
-from api.rest.deps import require, runtime
+from api.rest.deps import arrived, require, runtime
 from api.rest.schemas import (
     ListOffsetsIn,
     ListOffsetsOut,
@@ -38,12 +38,14 @@ ERRORS: dict[int | str, dict[str, object]] = {
     summary="Kafka ListOffsets (v10 shape): per-partition error codes",
 )
 async def list_offsets(
+    incoming: Request,
     body: ListOffsetsIn,
     rt: Annotated[Runtime, Depends(runtime)],
     _: Annotated[Scope, Depends(require(Scope.READ))],
 ) -> Response:
-    # The deadline starts now: waiting for a worker thread counts against the request's time.
-    deadline = rt.list_offsets.deadline(body.timeout_ms)
+    # The deadline started when the request arrived: reading its body and waiting for a worker
+    # thread count against the request's time.
+    deadline = rt.list_offsets.deadline(body.timeout_ms, arrived=arrived(incoming))
     request = ListOffsetsRequest(
         tuple(
             TopicQuery(t.name, tuple(PartitionQuery(p.partition_index, p.timestamp) for p in t.partitions))

@@ -148,10 +148,11 @@ class ListOffsets:
         self.max_partitions = max_partitions
         self._clock = clock
 
-    def deadline(self, timeout_ms: int | None) -> float:
-        """The deadline of a request arriving now with ``timeout_ms`` (a ``time.monotonic`` time):
-        transports take it when the request arrives, so that waiting for a thread counts too."""
-        return self._clock() + self.timeout.seconds_for(timeout_ms)
+    def deadline(self, timeout_ms: int | None, *, arrived: float | None = None) -> float:
+        """The deadline of a request with ``timeout_ms`` that arrived at ``arrived`` (now when
+        None), a ``time.monotonic`` time: transports take it when the request arrives, so that
+        reading it and waiting for a thread count too."""
+        return (self._clock() if arrived is None else arrived) + self.timeout.seconds_for(timeout_ms)
 
     def check_size(self, request: ListOffsetsRequest) -> None:
         """Refuse a request naming more than ``max_partitions`` partitions.
