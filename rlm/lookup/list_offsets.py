@@ -54,8 +54,6 @@ from rlm.storage.layout import validate_topic
 
 DEFAULT_MAX_PARTITIONS = 10_000
 """``list.offsets.max.partitions``: partitions one request may name, in all."""
-#: Partitions planned between two looks at the clock.
-CLOCK_EVERY = 64
 
 
 class ErrorCode(IntEnum):

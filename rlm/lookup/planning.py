@@ -54,7 +54,7 @@ class Planner:
     ) -> None:
         self.service = service
         self.metadata_pool = metadata_pool
-        self._clock = clock
+        self.clock = clock
 
     def plan(
         self,
@@ -68,7 +68,7 @@ class Planner:
         held: dict[Key, tuple[PartitionDir | None, RemoteTierView]] = {}
         missing: dict[Key, PartitionDir | None] = {}
         for i, key in enumerate(wanted):
-            if i % CLOCK_EVERY == 0 and self._clock() >= deadline:
+            if i % CLOCK_EVERY == 0 and self.clock() >= deadline:
                 return plan
             tp = TopicPartition(*key)
             try:
@@ -114,7 +114,7 @@ class Planner:
         """The views read; the error that kept them from being read; None at the deadline."""
         if isinstance(read, BaseException):
             return read
-        if not read.wait(max(0.0, deadline - self._clock())):
+        if not read.wait(max(0.0, deadline - self.clock())):
             read.cancel()
             return None
         try:
@@ -148,7 +148,7 @@ class _Step:
         """Answer each ``(key, (local, view))``; ``store_error``: the views are fallbacks (or
         None where there is none) because the store could not be asked. False at the deadline."""
         for i, (key, (local, view)) in enumerate(partitions):
-            if i % CLOCK_EVERY == 0 and self.planner._clock() >= deadline:
+            if i % CLOCK_EVERY == 0 and self.planner.clock() >= deadline:
                 return False
             self._answer(key, local, view, store_error)
         return True

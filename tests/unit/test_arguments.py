@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rlm import cli
 from rlm.arguments import INT32_MAX, INT64_MAX, INT64_MIN, check_int, check_range, parse_int
 from rlm.config import load_settings
 from rlm.errors import ConfigError, InvalidArgumentError
@@ -146,3 +147,23 @@ def test_a_yaml_true_is_not_one_thread(tmp_path: Path) -> None:
     config.write_text("remote.log.offset.reader.threads: true\n")
     with pytest.raises(ConfigError, match="remote.log.offset.reader.threads: true is not an integer"):
         load_settings(config, env={})
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["lookup", "orders", "+5", "--timestamp", "0"], "argument partition: '+5' is not an integer"),
+        (["lookup", "orders", "2147483648", "--timestamp", "0"], "must be from 0 to 2147483647"),
+        (
+            ["lookup", "orders", "0", "--timestamp", "0", "--timeout-ms", "\uff15"],
+            "--timeout-ms: '\uff15' is not",
+        ),
+    ],
+)
+def test_rlm_lookup_parses_its_integers_as_the_apis_do(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    assert words in capsys.readouterr().err
