@@ -70,13 +70,14 @@ class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
     @override
     @answers_errors
     async def GetOffset(self, request: pb.GetOffsetRequest, context: Context) -> pb.GetOffsetResponse:
+        arrived = time.monotonic()
         tp = msg.topic_partition(request.topic, request.partition)
         timestamp = parse_timestamp(request.timestamp)
-        timeout_ms = _deadline_ms(context)
-        deadline = self.runtime.list_offsets.deadline(timeout_ms)
         # A local-tier answer is read on the event loop; anything else waits in a worker thread.
         result = self.runtime.list_offsets.answer_now(tp, timestamp)
         if result is None:
+            timeout_ms = _deadline_ms(context)
+            deadline = self.runtime.list_offsets.deadline(timeout_ms, arrived=arrived)
             result = await asyncio.to_thread(
                 functools.partial(self.runtime.list_offsets.find_one, deadline=deadline), tp, timestamp
             )

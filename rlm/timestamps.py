@@ -19,6 +19,9 @@ class SpecialTimestamp(IntEnum):
     LATEST_TIERED = -5
 
 
+#: The lowest special timestamp (LATEST_TIERED): anything lower is no timestamp.
+LOWEST_SPECIAL = min(SpecialTimestamp)
+
 SPECIAL_NAMES = {
     "latest": SpecialTimestamp.LATEST,
     "earliest": SpecialTimestamp.EARLIEST,
@@ -58,7 +61,7 @@ def parse_timestamp(text: str, name: str = "timestamp") -> int:
             number = parse_int(text, name)
         except InvalidArgumentError as exc:
             raise InvalidTimestampError(name, exc.reason) from None
-        if number < min(SpecialTimestamp):
+        if number < LOWEST_SPECIAL:
             raise InvalidTimestampError(
                 name, f"{number} is invalid: use milliseconds ≥ 0 or a special value -1 to -5"
             )

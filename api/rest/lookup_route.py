@@ -81,10 +81,10 @@ async def get_offset(request: Request) -> Response:
     timeout_ms = None
     if raw_timeout is not None:
         timeout_ms = parse_int(raw_timeout, "query.timeout_ms", 1, MAX_TIMEOUT_MS)
-    deadline = rt.list_offsets.deadline(timeout_ms, arrived=arrived(request))
     tp = TopicPartition(topic, partition)
     result = rt.list_offsets.answer_now(tp, at)
     if result is None:
+        deadline = rt.list_offsets.deadline(timeout_ms, arrived=arrived(request))
         result = await run_in_threadpool(rt.list_offsets.find_one, tp, at, timeout_ms, deadline=deadline)
     if result.error_code is not ErrorCode.NONE:
         status = STATUS_FOR_CODE.get(result.error_code, 500)

@@ -40,6 +40,9 @@ from rlm.metastore.protocol import MetadataStore
 
 DEFAULT_TTL_S = 1.0
 """How long a partition's view is reused before the metadata store is asked again."""
+#: Reads of one partition's view wait for each other (the others reuse its answer); partitions
+#: share these locks by hash, so that their number stays bounded whatever partitions are asked.
+REFRESH_LOCKS = 64
 
 
 @dataclass(frozen=True)
@@ -84,14 +87,17 @@ class RemoteViews:
         self.availability = availability
         self.ttl_s = ttl_s
         self._clock = clock
+        # Views of partitions the store or the broker knows: a request may name any number of
+        # partitions that neither does, and those are read again rather than kept.
         self._views: dict[TopicPartition, RemoteTierView] = {}
-        self._refreshing: dict[TopicPartition, threading.Lock] = {}
+        self._refreshing = tuple(threading.Lock() for _ in range(REFRESH_LOCKS))
         self._refresh_claims: dict[TopicPartition, RemoteTierView] = {}
         self._lock = threading.Lock()
 
     def get(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
         """The partition's view: the one at hand if it may be reused, else read from the store
-        (one read at a time per partition; the others reuse its answer).
+        (one read at a time per partition, or per partitions sharing its lock; the others reuse
+        its answer).
 
         Raises:
             MetadataUnavailableError: the store is down or did not answer.
@@ -99,9 +105,7 @@ class RemoteViews:
         view = self.cached(tp, local)
         if view is not None:
             return view
-        with self._lock:
-            refreshing = self._refreshing.setdefault(tp, threading.Lock())
-        with refreshing:
+        with self._refreshing[hash(tp) % REFRESH_LOCKS]:
             view = self.cached(tp, local)
             if view is not None:
                 return view
@@ -119,8 +123,9 @@ class RemoteViews:
         now = self._clock()
         summaries = self.availability.call(lambda: self.store.remote_tier_summaries(list(partitions)))
         views = {tp: _view(summaries.get(tp), base, now) for tp, base in bases.items()}
+        kept = {tp: v for tp, v in views.items() if v.known or partitions[tp] is not None}
         with self._lock:
-            self._views.update(views)
+            self._views.update(kept)
         return views
 
     def cached(
@@ -162,6 +167,11 @@ class RemoteViews:
         if base <= (log_start if log_start is not None else 0):
             return RemoteTierView(False, None, -1, None, None, base, self._clock())
         return None
+
+    def __len__(self) -> int:
+        """How many views are kept."""
+        with self._lock:
+            return len(self._views)
 
     def invalidate(self, tp: TopicPartition | None = None) -> None:
         """Forget the view of ``tp`` (of every partition when None): the next lookup asks the store."""

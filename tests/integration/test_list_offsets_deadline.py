@@ -103,13 +103,15 @@ def sidecar(tmp_path: Path, sqlite_template: Path) -> Iterator[Sidecar]:  # noqa
 
 
 def test_planning_asks_the_store_once_for_many_partitions(sidecar: Sidecar) -> None:
-    asked = [("never-produced", p, 0) for p in range(9_999)] + [(TOPIC, 0, 250)]
+    # Above every remote timestamp: answered while planning, from the broker's log.
+    local = sidecar.truths[0].records[-1].record.timestamp
+    asked = [("never-produced", p, 0) for p in range(9_999)] + [(TOPIC, 0, local)]
     before = sidecar.store.single_reads
     response = sidecar.runtime.list_offsets.handle(sidecar.request(asked, timeout_ms=30_000))
     unknown, known = response.topics
     assert {p.error_code for p in unknown.partitions} == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
     [answer] = known.partitions
-    want = sidecar.truths[0].for_timestamp(250)
+    want = sidecar.truths[0].for_timestamp(local)
     assert (answer.error_code, answer.offset, answer.timestamp) == (
         ErrorCode.NONE,
         want.offset,
@@ -119,6 +121,8 @@ def test_planning_asks_the_store_once_for_many_partitions(sidecar: Sidecar) -> N
     # contract test), no per-partition read of the partition, its first segment or max timestamp.
     assert sidecar.store.batches == [10_000]
     assert sidecar.store.single_reads == before
+    # Views are kept of the partitions the store or the broker knows, not of any a request names.
+    assert len(sidecar.runtime.lookup.views) == 1
 
 
 def test_the_deadline_covers_planning_and_unread_partitions_time_out(sidecar: Sidecar) -> None:
