@@ -47,6 +47,7 @@ bench: $(STAMP) postgres
 	$(BIN)/python bench/lookup.py
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/pipeline.py
+	$(BIN)/python bench/list_offsets.py
 
 lock:
 	$(BIN)/pip freeze --exclude-editable | grep -v '^rlm' > requirements.lock

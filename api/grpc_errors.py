@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 STATUS_FOR_CODE: dict[ErrorCode, grpc.StatusCode] = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: grpc.StatusCode.NOT_FOUND,
     ErrorCode.REQUEST_TIMED_OUT: grpc.StatusCode.DEADLINE_EXCEEDED,
+    ErrorCode.INVALID_TOPIC_EXCEPTION: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.INVALID_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.THROTTLING_QUOTA_EXCEEDED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.KAFKA_STORAGE_ERROR: grpc.StatusCode.UNAVAILABLE,
@@ -49,11 +50,6 @@ class StatusError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
-
-
-def invalid(message: str) -> StatusError:
-    """INVALID_ARGUMENT: the request is malformed; ``message`` says which field and why."""
-    return StatusError(grpc.StatusCode.INVALID_ARGUMENT, message)
 
 
 def for_error_code(code: ErrorCode, message: str | None) -> StatusError:

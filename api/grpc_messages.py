@@ -1,14 +1,15 @@
 """Translation between the ``rlm.v1`` protobuf messages and the values of rlm's services.
 
-Pure functions: requests are checked field by field (a bad one raises ``StatusError`` with
-INVALID_ARGUMENT naming the field) and answers are copied into messages. The limits are the REST
-API's.
+Pure functions: requests are checked field by field with the parser every API shares
+(:mod:`rlm.arguments`: a bad field raises ``InvalidArgumentError``, INVALID_ARGUMENT naming the
+field) and answers are copied into messages. The limits are the REST API's; topic names and the
+size of a ListOffsets request are checked by the services, for every API.
 """
 
 from __future__ import annotations
 
 from api.gen.rlm.v1 import rlm_pb2 as pb
-from api.grpc_errors import invalid
+from rlm.arguments import INT32_MAX, check_range
 from rlm.dynamic_config import DynamicSettings
 from rlm.log.model import TimestampType
 from rlm.lookup.fetch import FetchResult
@@ -21,10 +22,7 @@ from rlm.lookup.list_offsets import (
 )
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.overview import PartitionOverview, SegmentPage
-from rlm.storage.layout import validate_topic
 
-MAX_TOPICS = 1000
-MAX_PARTITIONS_PER_TOPIC = 10_000
 MAX_TIMEOUT_MS = 3_600_000
 DEFAULT_FETCH_BYTES = 1024 * 1024
 MAX_FETCH_BYTES = 64 * 1024 * 1024
@@ -45,36 +43,23 @@ SEGMENT_STATES = {
 
 
 def topic_partition(topic: str, partition: int) -> TopicPartition:
-    """A checked topic-partition (``InvalidTopicNameError`` for a bad name)."""
-    if partition < 0:
-        raise invalid(f"partition must be ≥ 0, not {partition}")
-    return TopicPartition(validate_topic(topic), partition)
+    """The topic-partition of a request (the services check the topic name)."""
+    return TopicPartition(topic, check_range(partition, "partition", 0, INT32_MAX))
 
 
 def list_offsets_request(request: pb.ListOffsetsRequest, deadline_ms: int | None) -> ListOffsetsRequest:
     """The service's request; its timeout is the request's ``timeout_ms`` capped by the call deadline."""
-    if request.isolation_level not in (0, 1):
-        raise invalid(f"isolation_level must be 0 or 1, not {request.isolation_level}")
-    if len(request.topics) > MAX_TOPICS:
-        raise invalid(f"at most {MAX_TOPICS} topics per request, not {len(request.topics)}")
+    check_range(request.isolation_level, "isolation_level", 0, 1)
     timeout_ms: int | None = None
     if request.HasField("timeout_ms"):
-        if not -1 <= request.timeout_ms <= MAX_TIMEOUT_MS:
-            raise invalid(f"timeout_ms must be -1 to {MAX_TIMEOUT_MS}, not {request.timeout_ms}")
+        check_range(request.timeout_ms, "timeout_ms", -1, MAX_TIMEOUT_MS)
         timeout_ms = request.timeout_ms if request.timeout_ms >= 0 else None
     if deadline_ms is not None:
         timeout_ms = deadline_ms if timeout_ms is None else min(timeout_ms, deadline_ms)
     topics = []
-    for topic in request.topics:
-        if not 1 <= len(topic.name) <= 249:
-            raise invalid(f"topic name must be 1 to 249 characters, not {len(topic.name)}")
-        if len(topic.partitions) > MAX_PARTITIONS_PER_TOPIC:
-            raise invalid(
-                f"at most {MAX_PARTITIONS_PER_TOPIC} partitions per topic, not {len(topic.partitions)}"
-            )
-        for p in topic.partitions:
-            if p.partition_index < 0:
-                raise invalid(f"partition_index must be ≥ 0, not {p.partition_index} (topic {topic.name!r})")
+    for i, topic in enumerate(request.topics):
+        for j, p in enumerate(topic.partitions):
+            check_range(p.partition_index, f"topics[{i}].partitions[{j}].partition_index", 0, INT32_MAX)
         queries = tuple(PartitionQuery(p.partition_index, p.timestamp) for p in topic.partitions)
         topics.append(TopicQuery(topic.name, queries))
     return ListOffsetsRequest(tuple(topics), timeout_ms, request.isolation_level)
@@ -117,9 +102,7 @@ def fetch_bytes(request: pb.FetchRecordsRequest) -> int:
     """The byte bound of a fetch: ``max_bytes``, checked, or the default."""
     if not request.HasField("max_bytes"):
         return DEFAULT_FETCH_BYTES
-    if not 1 <= request.max_bytes <= MAX_FETCH_BYTES:
-        raise invalid(f"max_bytes must be 1 to {MAX_FETCH_BYTES}, not {request.max_bytes}")
-    return request.max_bytes
+    return check_range(request.max_bytes, "max_bytes", 1, MAX_FETCH_BYTES)
 
 
 def fetch_response(tp: TopicPartition, offset: int, result: FetchResult) -> pb.FetchRecordsResponse:

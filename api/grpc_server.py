@@ -9,6 +9,10 @@ turns away calls beyond that with RESOURCE_EXHAUSTED).
 
 The call deadline is the lookup timeout: a lookup gets the time the caller has left, less a little
 to send the answer back; without a deadline, ``remote.list.offsets.request.timeout.ms`` applies.
+The lookup's deadline is taken when the call arrives, so waiting for a worker thread counts too.
+Arguments are checked as the REST API checks them: by the services (topic names, the size of a
+ListOffsets, settings) and by the parsers every API shares (:mod:`rlm.arguments`,
+:mod:`rlm.timestamps`).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import functools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import grpc
@@ -39,7 +43,6 @@ from rlm.errors import ConfigError, RequestTimedOutError
 from rlm.lookup.fetch import FetchResult
 from rlm.lookup.list_offsets import ErrorCode
 from rlm.lookup.pool import BoundedPool, CancelToken
-from rlm.storage.layout import validate_topic
 from rlm.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
@@ -67,13 +70,17 @@ class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
     @override
     @answers_errors
     async def GetOffset(self, request: pb.GetOffsetRequest, context: Context) -> pb.GetOffsetResponse:
+        arrived = time.monotonic()
         tp = msg.topic_partition(request.topic, request.partition)
         timestamp = parse_timestamp(request.timestamp)
         # A local-tier answer is read on the event loop; anything else waits in a worker thread.
         result = self.runtime.list_offsets.answer_now(tp, timestamp)
         if result is None:
             timeout_ms = _deadline_ms(context)
-            result = await asyncio.to_thread(self.runtime.list_offsets.find_one, tp, timestamp, timeout_ms)
+            deadline = self.runtime.list_offsets.deadline(timeout_ms, arrived=arrived)
+            result = await asyncio.to_thread(
+                functools.partial(self.runtime.list_offsets.find_one, deadline=deadline), tp, timestamp
+            )
         if result.error_code is not ErrorCode.NONE:
             raise for_error_code(result.error_code, result.error_message)
         return msg.offset_response(tp, result)
@@ -82,7 +89,9 @@ class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
     @answers_errors
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Context) -> pb.ListOffsetsResponse:
         query = msg.list_offsets_request(request, _deadline_ms(context))
-        return msg.list_offsets_response(await asyncio.to_thread(self.runtime.list_offsets.handle, query))
+        deadline = self.runtime.list_offsets.deadline(query.timeout_ms)
+        handle = functools.partial(self.runtime.list_offsets.handle, deadline=deadline)
+        return msg.list_offsets_response(await asyncio.to_thread(handle, query))
 
     @override
     @answers_errors
@@ -123,7 +132,7 @@ class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
     async def ListPartitions(
         self, request: pb.ListPartitionsRequest, context: Context
     ) -> pb.ListPartitionsResponse:
-        topic = validate_topic(request.topic) if request.topic else None
+        topic = request.topic or None
         return msg.partitions_response(await asyncio.to_thread(self.runtime.overview.partitions, topic))
 
     @override
@@ -205,10 +214,11 @@ class ReadinessHealthServicer(health_aio.HealthServicer):
     runtime is ready (metadata store and remote storage reachable), NOT_SERVING otherwise.
 
     Readiness is probed when asked (Check) or every ``refresh_s`` while someone watches (Watch);
-    at most one probe runs at a time, and at most one per ``refresh_s``.
+    at most one probe runs at a time, and at most one per ``refresh_s``. A probe answers within
+    its own deadline (``readiness.timeout.ms``) and holds no worker thread while it waits.
     """
 
-    def __init__(self, probe: Callable[[], list[str]], *, refresh_s: float = 1.0) -> None:
+    def __init__(self, probe: Callable[[], Awaitable[list[str]]], *, refresh_s: float = 1.0) -> None:
         super().__init__()
         self._probe = probe
         self._refresh_s = refresh_s
@@ -224,7 +234,7 @@ class ReadinessHealthServicer(health_aio.HealthServicer):
             if time.monotonic() - self._probed_at < self._refresh_s:
                 return
             try:
-                problems = await asyncio.to_thread(self._probe)
+                problems = await self._probe()
             except Exception as exc:  # a probe that fails is a problem to report, not a failed Check
                 problems = [f"readiness probe failed: {type(exc).__name__}: {exc}"]
             self._probed_at = time.monotonic()
@@ -302,7 +312,7 @@ def build_grpc_server(
     )
     rlm_pb2_grpc.add_RemoteLogManagerServicer_to_server(RemoteLogManagerServicer(runtime), server)
     health_pb2_grpc.add_HealthServicer_to_server(
-        ReadinessHealthServicer(runtime.readiness_problems, refresh_s=readiness_refresh_s), server
+        ReadinessHealthServicer(runtime.readiness_problems_async, refresh_s=readiness_refresh_s), server
     )
     health_service = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
     reflection.enable_server_reflection((SERVICE_NAME, health_service, reflection.SERVICE_NAME), server)

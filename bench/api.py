@@ -107,16 +107,21 @@ class Served:
     grpc: str
 
 
-def start_rlm(work: Path, log_dir: Path) -> Served:
+def start_rlm(
+    work: Path, log_dir: Path, *, database: str | None = None, extra: dict[str, Any] | None = None
+) -> Served:
+    """``rlm serve`` over ``log_dir`` and ``database`` (default: a new SQLite file), with the
+    ``extra`` settings; ready when this returns."""
     from metadata.schema import upgrade
 
-    database = f"sqlite:///{work / 'metadata.db'}"
+    database = database or f"sqlite:///{work / 'metadata.db'}"
     upgrade(database)
     http_port, grpc_port = free_port(), free_port()
     config = work / "rlm.yaml"
     config.write_text(
         yaml.safe_dump(
             {
+                **(extra or {}),
                 "log.dirs": [str(log_dir)],
                 "metadata.url": database,
                 "remote.url": (work / "remote").as_uri(),
@@ -527,6 +532,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         },
         "cpu_us_per_call_in_process": costs,
         **stopped,
+        "load_average": [round(x, 2) for x in os.getloadavg()],
     }
 
 

@@ -6,10 +6,19 @@
   database runs in WAL mode (readers never block the writer) with a busy timeout, and write
   transactions start with ``BEGIN IMMEDIATE`` so that two writers queue up instead of failing
   when one upgrades its read lock.
+
+Every call can be given a deadline (:class:`Deadlines`): waiting for a pooled connection
+(``pool_timeout``), opening one (libpq's ``connect_timeout``), and each statement — PostgreSQL
+cancels a statement that runs longer (``statement_timeout``, which also bounds lock waits), and
+rlm gives up on a server that does not answer at all a second later
+(:mod:`metadata.pg_connection`); on SQLite, a writer waits that long for another's lock. TCP
+keepalives find a connection whose peer vanished while it sat in the pool.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +27,30 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool
 
+from metadata.pg_connection import AnsweringConnection
 from rlm.errors import ConfigError
 
 #: Where the embedded store lives when ``RLM_METADATA_URL`` is not set.
 DEFAULT_URL = "sqlite:///build/rlm-metadata.db"
 #: Execution option that marks a connection's next transaction as a writing one.
 WRITE_OPTION = "rlm_write"
+#: How much longer than ``statement_timeout`` rlm waits for a server's answer before it closes the
+#: connection: a server that is only slow says it cancelled the statement first.
+ANSWER_MARGIN_S = 1.0
+#: TCP keepalives (libpq's): a pooled connection whose peer vanished fails within about a minute.
+KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """How long one metadata call may wait, at each step; None waits as long as it takes."""
+
+    pool_timeout_s: float = 30.0
+    """Waiting for a free pooled connection."""
+    connect_timeout_s: float | None = None
+    """Opening a connection (PostgreSQL counts whole seconds, at least 2, as libpq does)."""
+    statement_timeout_s: float | None = None
+    """One statement (PostgreSQL), a writer's wait for the lock (SQLite; 30 s when None)."""
 
 
 def parse_url(url: str) -> URL:
@@ -60,8 +87,7 @@ def create_engine_for_url(
     url: str,
     *,
     pool_size: int = 5,
-    pool_timeout_s: float = 30.0,
-    busy_timeout_s: float = 30.0,
+    deadlines: Deadlines | None = None,
     pooled: bool = True,
 ) -> Engine:
     """Create an engine for ``url`` with rlm's connection settings.
@@ -69,34 +95,25 @@ def create_engine_for_url(
     Args:
         url: A PostgreSQL or SQLite URL (see the module docstring).
         pool_size: Most connections the engine holds open; never more are opened.
-        pool_timeout_s: How long a caller waits for a free pooled connection.
-        busy_timeout_s: SQLite only: how long a writer waits for another to finish.
+        deadlines: How long a call may wait for a pooled connection, a new one, a statement.
         pooled: ``False`` opens a connection per use (for one-shot commands and migrations).
 
     Raises:
         ConfigError: The URL is not usable (see :func:`parse_url`).
     """
     parsed = parse_url(url)
+    deadlines = deadlines if deadlines is not None else Deadlines()
     pool_args: dict[str, Any] = (
-        {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": pool_timeout_s}
+        {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": deadlines.pool_timeout_s}
         if pooled
         else {"poolclass": NullPool}
     )
     if parsed.get_backend_name() == "postgresql":
-        # No pre-ping: it would cost a round trip per transaction. A connection lost to a server
-        # restart fails one call with a retriable error, and the pool then reconnects.
-        # psycopg prepares a statement after its fifth run; generic plans then skip planning,
-        # which costs more than running these small indexed lookups (and PostgreSQL's own
-        # choice between custom and generic plans flips as the tables grow). JIT compilation
-        # only slows down statements this short.
-        return create_engine(
-            parsed,
-            connect_args={"options": "-c plan_cache_mode=force_generic_plan -c jit=off"},
-            **pool_args,
-        )
+        return _postgres_engine(parsed, deadlines, pool_args)
 
     assert parsed.database is not None  # parse_url guarantees a file path
     Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    busy_timeout_s = deadlines.statement_timeout_s if deadlines.statement_timeout_s is not None else 30.0
     engine = create_engine(
         parsed,
         connect_args={"timeout": busy_timeout_s, "check_same_thread": False},
@@ -121,5 +138,32 @@ def create_engine_for_url(
     def _on_begin(connection: Connection) -> None:
         writing = connection.get_execution_options().get(WRITE_OPTION, False)
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writing else "BEGIN")
+
+    return engine
+
+
+def _postgres_engine(parsed: URL, deadlines: Deadlines, pool_args: dict[str, Any]) -> Engine:
+    # No pre-ping: it would cost a round trip per transaction. A connection lost to a server
+    # restart fails one call with a retriable error, and the pool then reconnects.
+    # psycopg prepares a statement after its fifth run; generic plans then skip planning,
+    # which costs more than running these small indexed lookups (and PostgreSQL's own
+    # choice between custom and generic plans flips as the tables grow). JIT compilation
+    # only slows down statements this short.
+    options = "-c plan_cache_mode=force_generic_plan -c jit=off"
+    connect_args: dict[str, Any] = dict(KEEPALIVES)
+    answer_timeout_s = None
+    if deadlines.statement_timeout_s is not None:
+        options += f" -c statement_timeout={math.ceil(deadlines.statement_timeout_s * 1000)}"
+        answer_timeout_s = deadlines.statement_timeout_s + ANSWER_MARGIN_S
+    if deadlines.connect_timeout_s is not None:
+        connect_args["connect_timeout"] = max(2, math.ceil(deadlines.connect_timeout_s))
+    connect_args["options"] = options
+    engine = create_engine(parsed, connect_args=connect_args, **pool_args)
+
+    @event.listens_for(engine, "do_connect")
+    def _connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> AnsweringConnection:
+        connection = AnsweringConnection.connect(*cargs, **cparams)
+        connection.answer_timeout_s = answer_timeout_s
+        return connection
 
     return engine

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterator
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from sqlalchemy import Connection, Engine, Row, Select, insert, select, tuple_, update
 
-from metadata import partitions, search, summaries, tree, uploads
-from metadata.engine import create_engine_for_url
+from metadata import partitions, search, summaries, tier_summaries, tree, uploads
+from metadata.engine import Deadlines, create_engine_for_url
 from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow
 from metadata.rows import (
     epoch_values,
@@ -21,7 +22,7 @@ from metadata.rows import (
     segment_values,
 )
 from metadata.schema import check_schema
-from metadata.transaction import transaction
+from metadata.transaction import ErrorListener, transaction
 from rlm.errors import (
     DuplicateSegmentError,
     InvalidStateTransitionError,
@@ -34,6 +35,7 @@ from rlm.metastore.model import (
     PartitionState,
     PendingUpload,
     RemoteSegment,
+    RemoteTierSummary,
     SegmentState,
     StateUpdate,
     TopicPartition,
@@ -62,6 +64,7 @@ class SqlMetadataStore:
             disposes of it on :meth:`close`.
         clock: Current time in milliseconds, for lease expiry.
         list_page_size: Segments ``list_segments`` reads per transaction.
+        on_error: Told of every call that fails for want of an answer (to count them).
     """
 
     def __init__(
@@ -70,16 +73,24 @@ class SqlMetadataStore:
         *,
         clock: Callable[[], int] = wall_clock_ms,
         list_page_size: int = DEFAULT_LIST_PAGE_SIZE,
+        on_error: ErrorListener | None = None,
     ) -> None:
         if list_page_size < 1:
             raise ValueError(f"list page size must be positive, got {list_page_size}")
         self._engine = engine
         self._clock = clock
         self._list_page_size = list_page_size
+        self._on_error = on_error
 
     @classmethod
     def open(
-        cls, url: str, *, clock: Callable[[], int] = wall_clock_ms, pool_size: int = 5
+        cls,
+        url: str,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        pool_size: int = 5,
+        deadlines: Deadlines | None = None,
+        on_error: ErrorListener | None = None,
     ) -> SqlMetadataStore:
         """Connect to ``url`` and check that its schema is the one this rlm needs.
 
@@ -88,13 +99,13 @@ class SqlMetadataStore:
             MetadataUnavailableError: The database cannot be reached.
             ConfigError: The URL is not usable.
         """
-        engine = create_engine_for_url(url, pool_size=pool_size)
+        engine = create_engine_for_url(url, pool_size=pool_size, deadlines=deadlines)
         try:
             check_schema(engine)
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine, clock=clock)
+        return cls(engine, clock=clock, on_error=on_error)
 
     @property
     def engine(self) -> Engine:
@@ -104,6 +115,9 @@ class SqlMetadataStore:
     def close(self) -> None:
         """Close every pooled connection. Idempotent."""
         self._engine.dispose()
+
+    def _transaction(self, *, write: bool, snapshot: bool = True) -> AbstractContextManager[Connection]:
+        return transaction(self._engine, write=write, snapshot=snapshot, on_error=self._on_error)
 
     def __enter__(self) -> SqlMetadataStore:
         return self
@@ -125,7 +139,7 @@ class SqlMetadataStore:
         if segment.state is not SegmentState.COPY_SEGMENT_STARTED:
             # A segment enters the store as COPY_SEGMENT_STARTED, nothing else.
             raise InvalidStateTransitionError("no state", segment.state.value, subject=what)
-        with transaction(self._engine, write=True) as conn:
+        with self._transaction(write=True) as conn:
             part = partitions.lock(conn, tp)
             partitions.check_fence(part, lease_epoch)
             if part.deletion_state is not None:
@@ -150,7 +164,7 @@ class SqlMetadataStore:
         lease_epoch: int | None = None,
     ) -> StateUpdate:
         """See :meth:`rlm.metastore.MetadataStore.update_segment_state`."""
-        with transaction(self._engine, write=True) as conn:
+        with self._transaction(write=True) as conn:
             # Lock first, then read: the state read below is the one this transaction changes.
             part = _lock_partition_of(conn, segment_id, lease_epoch)
             tp = partitions.topic_partition(part)
@@ -180,7 +194,7 @@ class SqlMetadataStore:
         self, segment_id: UUID, upload: PendingUpload, *, lease_epoch: int | None = None
     ) -> None:
         """See :meth:`rlm.metastore.MetadataStore.add_pending_upload`."""
-        with transaction(self._engine, write=True) as conn:
+        with self._transaction(write=True) as conn:
             # Under the partition's lock: a cleanup moving the segment on waits for this, or this
             # sees the state it left.
             part = _lock_partition_of(conn, segment_id, lease_epoch)
@@ -197,7 +211,7 @@ class SqlMetadataStore:
 
     def get_segment(self, segment_id: UUID) -> RemoteSegment | None:
         """See :meth:`rlm.metastore.MetadataStore.get_segment`."""
-        with transaction(self._engine, write=False, snapshot=False) as conn:
+        with self._transaction(write=False, snapshot=False) as conn:
             row = conn.execute(
                 select(Segment.__table__, PartitionRow.topic, PartitionRow.partition)
                 .join(PartitionRow, PartitionRow.id == Segment.partition_id)
@@ -209,7 +223,7 @@ class SqlMetadataStore:
 
     def pending_uploads(self, segment_id: UUID) -> list[PendingUpload]:
         """See :meth:`rlm.metastore.MetadataStore.pending_uploads`."""
-        with transaction(self._engine, write=False, snapshot=False) as conn:
+        with self._transaction(write=False, snapshot=False) as conn:
             return uploads.of_segment(conn, segment_id)
 
     def segment_for_offset(
@@ -218,7 +232,7 @@ class SqlMetadataStore:
         """See :meth:`rlm.metastore.MetadataStore.segment_for_offset`."""
         if offset < 0:
             return None
-        with transaction(self._engine, write=False, snapshot=leader_epoch is not None) as conn:
+        with self._transaction(write=False, snapshot=leader_epoch is not None) as conn:
             cursor: search.Cursor | None = search.through_offset(offset)
             # Finished segments holding `offset`, last in offset order first: one search each.
             while cursor is not None:
@@ -239,7 +253,7 @@ class SqlMetadataStore:
     ) -> RemoteSegment | None:
         """See :meth:`rlm.metastore.MetadataStore.first_segment_for_timestamp`."""
         low = max(from_offset, 0)
-        with transaction(self._engine, write=False) as conn:
+        with self._transaction(write=False) as conn:
             # Segments starting before `low` that reach it come first in offset order: walk them
             # (as many as overlap at `low`, usually one or none) until one is recent enough.
             cursor = search.at_offset(0)
@@ -256,12 +270,22 @@ class SqlMetadataStore:
 
     def max_timestamp(self, tp: TopicPartition) -> int | None:
         """See :meth:`rlm.metastore.MetadataStore.max_timestamp`."""
-        with transaction(self._engine, write=False, snapshot=False) as conn:
+        with self._transaction(write=False, snapshot=False) as conn:
             return tree.max_timestamp(conn, tp.topic, tp.partition)
+
+    def remote_tier_summaries(
+        self, tps: Collection[TopicPartition]
+    ) -> dict[TopicPartition, RemoteTierSummary]:
+        """See :meth:`rlm.metastore.MetadataStore.remote_tier_summaries`."""
+        if not tps:
+            return {}
+        ordered = sorted(set(tps))
+        with self._transaction(write=False, snapshot=len(ordered) > tier_summaries.CHUNK) as conn:
+            return tier_summaries.read(conn, ordered)
 
     def highest_copied_offset(self, tp: TopicPartition, *, leader_epoch: int | None = None) -> int:
         """See :meth:`rlm.metastore.MetadataStore.highest_copied_offset`."""
-        with transaction(self._engine, write=False, snapshot=False) as conn:
+        with self._transaction(write=False, snapshot=False) as conn:
             if leader_epoch is None:
                 value = conn.execute(
                     select(PartitionRow.highest_copied_offset).where(
@@ -287,7 +311,7 @@ class SqlMetadataStore:
         """See :meth:`rlm.metastore.MetadataStore.list_segments`."""
         after: tuple[int, UUID] | None = None
         while True:
-            with transaction(self._engine, write=False, snapshot=False) as conn:
+            with self._transaction(write=False, snapshot=False) as conn:
                 query = _page_query(tp, states, leader_epoch, after)
                 rows = conn.execute(query.limit(tree.const(self._list_page_size))).all()
             for row in rows:
@@ -305,7 +329,7 @@ class SqlMetadataStore:
 
     def get_partition(self, tp: TopicPartition) -> PartitionRecord | None:
         """See :meth:`rlm.metastore.MetadataStore.get_partition`."""
-        with transaction(self._engine, write=False, snapshot=False) as conn:
+        with self._transaction(write=False, snapshot=False) as conn:
             row = partitions.find(conn, tp)
         return None if row is None else partition_from_row(row)
 
@@ -314,14 +338,14 @@ class SqlMetadataStore:
         query = select(PartitionRow.__table__).order_by(PartitionRow.topic, PartitionRow.partition)
         if deletion_state is not None:
             query = query.where(PartitionRow.deletion_state == deletion_state.value)
-        with transaction(self._engine, write=False, snapshot=False) as conn:
+        with self._transaction(write=False, snapshot=False) as conn:
             return [partition_from_row(row) for row in conn.execute(query)]
 
     def advance_log_start_offset(
         self, tp: TopicPartition, offset: int, *, lease_epoch: int | None = None
     ) -> int:
         """See :meth:`rlm.metastore.MetadataStore.advance_log_start_offset`."""
-        with transaction(self._engine, write=True) as conn:
+        with self._transaction(write=True) as conn:
             part = partitions.lock(conn, tp)
             partitions.check_fence(part, lease_epoch)
             current = int(part.remote_log_start_offset)
@@ -341,7 +365,7 @@ class SqlMetadataStore:
         lease_epoch: int | None = None,
     ) -> PartitionRecord:
         """See :meth:`rlm.metastore.MetadataStore.update_partition_state`."""
-        with transaction(self._engine, write=True) as conn:
+        with self._transaction(write=True) as conn:
             part = partitions.lock(conn, tp)
             partitions.check_fence(part, lease_epoch)
             current = None if part.deletion_state is None else PartitionState(part.deletion_state)
@@ -360,23 +384,23 @@ class SqlMetadataStore:
     def acquire_lease(self, tp: TopicPartition, owner: int, ttl_ms: int) -> Lease | None:
         """See :meth:`rlm.metastore.MetadataStore.acquire_lease`."""
         _check_ttl(ttl_ms)
-        with transaction(self._engine, write=True) as conn:
+        with self._transaction(write=True) as conn:
             return partitions.acquire(conn, tp, owner, ttl_ms, self._clock())
 
     def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease:
         """See :meth:`rlm.metastore.MetadataStore.renew_lease`."""
         _check_ttl(ttl_ms)
-        with transaction(self._engine, write=True) as conn:
+        with self._transaction(write=True) as conn:
             return partitions.renew(conn, lease, ttl_ms, self._clock())
 
     def release_lease(self, lease: Lease) -> bool:
         """See :meth:`rlm.metastore.MetadataStore.release_lease`."""
-        with transaction(self._engine, write=True) as conn:
+        with self._transaction(write=True) as conn:
             return partitions.release(conn, lease)
 
     def get_lease(self, tp: TopicPartition) -> Lease | None:
         """See :meth:`rlm.metastore.MetadataStore.get_lease`."""
-        with transaction(self._engine, write=False, snapshot=False) as conn:
+        with self._transaction(write=False, snapshot=False) as conn:
             row = partitions.find(conn, tp)
         return None if row is None else lease_from_row(row)
 
@@ -386,7 +410,7 @@ class SqlMetadataStore:
         """Recompute what is derived from the partition's segment rows: its offset tree, its
         remote log size and its per-epoch highest offsets (which never fall). For bulk loads
         that write segment rows directly, and for repair."""
-        with transaction(self._engine, write=True) as conn:
+        with self._transaction(write=True) as conn:
             part = partitions.lock(conn, tp)
             summaries.rebuild(conn, part)
 

@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry
 from rlm.config import EMBEDDED_REMOTE_DIR, Settings
 from rlm.copier import Copier
 from rlm.dynamic_config import DynamicConfig
-from rlm.errors import RlmError
+from rlm.errors import MetadataUnavailableError
 from rlm.leases import LeaseKeeper
 from rlm.log import watch
 from rlm.log.logdir import LogDir
@@ -22,20 +22,39 @@ from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.list_offsets import ListOffsets
 from rlm.lookup.pool import BoundedPool, RequestTimeout
 from rlm.lookup.service import LookupService
+from rlm.metastore.availability import StoreAvailability
 from rlm.metastore.model import TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.overview import Overview
+from rlm.readiness import Outcome, ReadinessProbe
 from rlm.retention import Retention
 from rlm.storage.events import StorageEvents
 from rlm.storage.protocol import RemoteStorage
 
+#: What readiness asks the metadata store and the remote storage about (nothing has these names).
+READINESS_PARTITION = TopicPartition("__rlm_readiness", 0)
+READINESS_KEY = "rlm-readiness-probe"
 
-def open_store(settings: Settings) -> MetadataStore:
-    """Connect to the metadata store (checks its schema; see ``rlm db upgrade``)."""
+
+def open_store(settings: Settings, metrics: Metrics | None = None) -> MetadataStore:
+    """Connect to the metadata store (checks its schema; see ``rlm db upgrade``), with the
+    deadlines of the ``metadata.*`` settings; ``metrics`` counts the calls that get no answer."""
     from metadata import SqlMetadataStore
+    from metadata.engine import Deadlines
 
-    return SqlMetadataStore.open(settings.metadata_url)
+    deadlines = Deadlines(
+        pool_timeout_s=settings.metadata_pool_timeout_ms / 1000,
+        connect_timeout_s=settings.metadata_connect_timeout_ms / 1000,
+        statement_timeout_s=settings.metadata_statement_timeout_ms / 1000,
+    )
+    on_error = None
+    if metrics is not None:
+        errors = metrics.metadata_errors
+        on_error = lambda error: errors.labels(kind=error.kind).inc()  # noqa: E731
+    return SqlMetadataStore.open(
+        settings.metadata_url, pool_size=settings.metadata_pool_size, deadlines=deadlines, on_error=on_error
+    )
 
 
 def open_remote_storage(
@@ -92,26 +111,24 @@ class Runtime:
     index_cache: RemoteIndexCache
     offset_pool: BoundedPool
     fetch_pool: BoundedPool
+    metadata_pool: BoundedPool
     request_timeout: RequestTimeout
     lookup: LookupService
     list_offsets: ListOffsets
     fetcher: RecordFetcher
     overview: Overview
     dynamic_config: DynamicConfig
+    readiness: ReadinessProbe
     closed: bool = field(default=False)
 
     def readiness_problems(self) -> list[str]:
-        """Why this rlm cannot serve (empty when ready): the metadata store or the remote tier."""
-        problems = []
-        try:
-            self.store.get_partition(TopicPartition("__rlm_readiness", 0))
-        except RlmError as exc:
-            problems.append(f"metadata store: {exc}")
-        try:
-            self.storage.object_size("rlm-readiness-probe")
-        except RlmError as exc:
-            problems.append(f"remote storage: {exc}")
-        return problems
+        """Why this rlm cannot serve (empty when ready): the metadata store or the remote tier
+        does not answer. Returns within ``readiness.timeout.ms``, whatever they do."""
+        return self.readiness.problems()
+
+    async def readiness_problems_async(self) -> list[str]:
+        """:meth:`readiness_problems` for an event loop (holds no thread while it waits)."""
+        return await self.readiness.problems_async()
 
     def close(self) -> None:
         """Release leases and connections; idempotent."""
@@ -123,6 +140,7 @@ class Runtime:
         finally:
             self.offset_pool.close(wait=False)
             self.fetch_pool.close(wait=False)
+            self.metadata_pool.close(wait=False)
             self.index_cache.close()
             self.storage.close()
             self.store.close()
@@ -142,7 +160,7 @@ def build_runtime(
     """
     watch.set_enabled(settings.log_dirs_watch)
     metrics = Metrics(registry)
-    store = store if store is not None else open_store(settings)
+    store = store if store is not None else open_store(settings, metrics)
     try:
         storage = storage if storage is not None else open_remote_storage(settings, events=metrics)
     except BaseException:
@@ -170,13 +188,25 @@ def build_runtime(
             settings.remote_log_reader_max_pending_tasks,
             metrics,
         )
+        # Lookups read partitions' remote-tier views here, in batches: never on the reader pool,
+        # so that local answers never wait behind remote reads (KIP-1075), and never on a request's
+        # own thread, so that a request waits for the store no longer than its deadline. More
+        # threads than pooled connections would only wait for one.
+        metadata_pool = BoundedPool(
+            "metadata-reader",
+            settings.metadata_pool_size,
+            settings.remote_log_offset_read_max_pending_tasks,
+            metrics,
+        )
         timeout = RequestTimeout(settings.remote_list_offsets_request_timeout_ms)
-        lookup = LookupService(store, storage, cache, settings.log_dirs)
+        availability = StoreAvailability(settings.metadata_retry_backoff_ms / 1000)
+        lookup = LookupService(store, storage, cache, settings.log_dirs, availability=availability)
         copier.on_change = lookup.invalidate
         retention.on_change = lookup.invalidate
         retention.on_deleted = lambda segment: cache.remove(segment.segment_id)
         overview = Overview(store, tuple(LogDir(d) for d in settings.log_dirs))
         dynamic = DynamicConfig(offset_pool, timeout, copier)
+        readiness = _readiness_probe(store, storage, availability, settings.readiness_timeout_ms / 1000)
     except BaseException:
         storage.close()
         store.close()
@@ -192,10 +222,47 @@ def build_runtime(
         cache,
         offset_pool,
         fetch_pool,
+        metadata_pool,
         timeout,
         lookup,
-        ListOffsets(lookup, offset_pool, timeout, metrics),
+        ListOffsets(
+            lookup,
+            offset_pool,
+            timeout,
+            metadata_pool=metadata_pool,
+            max_partitions=settings.list_offsets_max_partitions,
+            metrics=metrics,
+        ),
         RecordFetcher(lookup, storage, cache, metrics),
         overview,
         dynamic,
+        readiness,
     )
+
+
+def _readiness_probe(
+    store: MetadataStore, storage: RemoteStorage, availability: StoreAvailability, timeout_s: float
+) -> ReadinessProbe:
+    """Readiness asks each dependency something cheap; what it learns of the metadata store also
+    tells the lookups whether to ask the store (:class:`StoreAvailability`)."""
+    metadata = "metadata store"
+
+    def noted(outcome: Outcome) -> None:
+        if outcome.name != metadata:
+            return
+        if outcome.error is None and outcome.answered:
+            availability.succeeded()
+        elif isinstance(outcome.error, MetadataUnavailableError):
+            availability.failed(outcome.error)
+        elif not outcome.answered:
+            availability.failed(
+                MetadataUnavailableError(
+                    f"no answer to the readiness probe within {timeout_s * 1000:.0f} ms", kind="timeout"
+                )
+            )
+
+    checks = {
+        metadata: lambda: store.get_partition(READINESS_PARTITION),
+        "remote storage": lambda: storage.object_size(READINESS_KEY),
+    }
+    return ReadinessProbe(checks, timeout_s, on_outcome=noted)

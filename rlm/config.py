@@ -32,7 +32,8 @@ from typing import Any
 
 import yaml
 
-from rlm.errors import ConfigError
+from rlm.arguments import check_int, parse_int
+from rlm.errors import ConfigError, InvalidArgumentError
 from rlm.log.identity import broker_id_from_log_dirs
 
 DEFAULT_METADATA_URL = "sqlite:///build/rlm/metadata.db"
@@ -87,6 +88,27 @@ class Settings:
     from the log directories' ``meta.properties``; without log directories (a query tier) it is 0."""
     metadata_url: str = DEFAULT_METADATA_URL
     """``metadata.url``: SQLAlchemy URL of the metadata store (Postgres or SQLite)."""
+    metadata_pool_size: int = 10
+    """``metadata.pool.size``: connections to the metadata database held open, at most."""
+    metadata_pool_timeout_ms: int = 5_000
+    """``metadata.pool.timeout.ms``: how long a metadata call waits for a free pooled connection."""
+    metadata_connect_timeout_ms: int = 5_000
+    """``metadata.connect.timeout.ms``: how long opening a connection may take (PostgreSQL counts
+    whole seconds, at least 2, as libpq does)."""
+    metadata_statement_timeout_ms: int = 10_000
+    """``metadata.statement.timeout.ms``: PostgreSQL cancels a statement (lock waits included) that
+    runs longer, and rlm closes a connection whose server has not answered a second after that;
+    on SQLite, how long a writer waits for another's lock."""
+    metadata_retry_backoff_ms: int = 1_000
+    """``metadata.retry.backoff.ms``: after the metadata store failed to answer, lookups answer
+    without it (from the broker's log where that is exact, else at once with a retriable error)
+    for this long before one of them asks it again."""
+    readiness_timeout_ms: int = 2_000
+    """``readiness.timeout.ms``: how long ``/readyz`` and the gRPC health service wait for the
+    metadata store and the remote storage to answer before reporting them unreachable."""
+    list_offsets_max_partitions: int = 10_000
+    """``list.offsets.max.partitions``: partitions one ListOffsets request may name, in all (a
+    topic without partitions counts as one); a bigger request is refused (400, INVALID_ARGUMENT)."""
     remote_url: str = ""
     """``remote.url``: ``s3://bucket/prefix`` or ``file:///path``; empty means the embedded default,
     ``build/rlm/remote`` under the working directory."""
@@ -163,6 +185,13 @@ class Settings:
             "remote_log_reader_threads",
             "remote_log_reader_max_pending_tasks",
             "remote_log_index_file_cache_total_size_bytes",
+            "metadata_pool_size",
+            "metadata_pool_timeout_ms",
+            "metadata_connect_timeout_ms",
+            "metadata_statement_timeout_ms",
+            "metadata_retry_backoff_ms",
+            "readiness_timeout_ms",
+            "list_offsets_max_partitions",
         )
         for name in positive:
             if getattr(self, name) <= 0:
@@ -213,7 +242,8 @@ def _convert(name: str, kind: Any, raw: Any) -> Any:
     text = str(raw).strip()
     try:
         if kind in (int, "int"):
-            return int(raw) if isinstance(raw, int) else int(text)
+            # Strictly (rlm.arguments): YAML's `true` is not 1, nor "+5" five.
+            return parse_int(text, _key(name)) if isinstance(raw, str) else check_int(raw, _key(name))
         if kind in (bool, "bool"):
             if isinstance(raw, bool):
                 return raw
@@ -232,6 +262,8 @@ def _convert(name: str, kind: Any, raw: Any) -> Any:
         if kind in ("Path | None",):
             return Path(text) if text else None
         return text
+    except InvalidArgumentError as exc:
+        raise ConfigError(str(exc)) from None
     except ValueError as exc:
         raise ConfigError(f"{_key(name)}: {raw!r} is not a valid {kind}") from exc
 

@@ -13,6 +13,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     │   └── OffsetOutOfRangeError   a fetch offset below the log start or above the high watermark
     ├── ConfigError                 a setting is missing or out of range
     │   └── BrokerIdUnknownError    broker.id unset and no log dir has a meta.properties yet (retriable)
+    ├── InvalidArgumentError        a request's argument is malformed or out of range (also a ValueError)
     ├── InvalidTopicNameError       a topic name breaks Kafka's rule (characters, length, "." or "..")
     ├── MetadataError               the remote-segment metadata store refused or failed a call
     │   ├── MetadataUnavailableError     the database cannot be reached or gave up (retriable)
@@ -115,9 +116,22 @@ class MetadataUnavailableError(MetadataError):
     """The metadata database cannot be reached, timed out, or aborted the transaction.
 
     Nothing was changed: the transaction was rolled back, so the same call may be retried.
+    ``kind`` says how the call failed, one of :data:`METADATA_ERROR_KINDS` (the label of the
+    ``rlm_metadata_errors_total`` metric).
     """
 
     retriable = True
+
+    def __init__(self, message: str, *, kind: str = "unavailable"):
+        self.kind = kind
+        super().__init__(message)
+
+
+#: How a metadata call can fail without an answer: ``connect`` (no connection could be opened in
+#: time), ``pool_timeout`` (no pooled connection came free in time), ``timeout`` (a statement got no
+#: answer in time, or waited too long for a lock), ``disconnect`` (the connection broke during the
+#: call), ``unavailable`` (anything else the database refused to do now).
+METADATA_ERROR_KINDS = ("connect", "pool_timeout", "timeout", "disconnect", "unavailable")
 
 
 class SchemaMismatchError(MetadataError):
@@ -154,13 +168,28 @@ class DuplicateSegmentError(MetadataError):
     """A segment with this id is already stored, with different metadata."""
 
 
+class InvalidArgumentError(RlmError, ValueError):
+    """An argument of a request (a partition, a timestamp, a timeout, a setting's new value, the
+    size of the request) is malformed or out of range.
+
+    ``name`` says which argument, ``reason`` what was wrong with it, in words. Also a ``ValueError``,
+    so that validation libraries (pydantic) report it as a bad value of the field it was found in.
+    """
+
+    def __init__(self, name: str, reason: str):
+        self.name = name
+        self.reason = reason
+        super().__init__(f"{name}: {reason}")
+
+
 class InvalidTopicNameError(RlmError):
     """A topic name breaks Kafka's rule: 1 to 249 characters of ``[a-zA-Z0-9._-]``, not ``.`` or ``..``."""
 
     def __init__(self, topic: str, reason: str):
         self.topic = topic
         self.reason = reason
-        super().__init__(f"invalid topic name {topic!r}: {reason}")
+        shown = repr(topic) if len(topic) <= 300 else f"{topic[:60]!r}… ({len(topic)} characters)"
+        super().__init__(f"invalid topic name {shown}: {reason}")
 
 
 class StorageError(RlmError):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from rlm.errors import METADATA_ERROR_KINDS
+
 
 class Metrics:
     """The metric objects, registered in ``registry``.
@@ -74,6 +76,15 @@ class Metrics:
         self.loop_errors = Counter(
             "rlm_loop_errors_total", "Errors that ended a pass of a background loop", ("loop",), registry=r
         )
+        # metadata store
+        self.metadata_errors = Counter(
+            "rlm_metadata_errors_total",
+            "Metadata store calls that failed for want of an answer, by kind: connect, pool_timeout, "
+            "timeout, disconnect, unavailable",
+            ("kind",), registry=r,
+        )  # fmt: skip
+        for kind in METADATA_ERROR_KINDS:
+            self.metadata_errors.labels(kind=kind)  # every kind is exported, at 0 until it happens
         # bounded task pools (KIP-1075): "offset-reader" and "remote-fetch"
         pool = ("pool",)
         self.pool_task_queue_size = Gauge(

@@ -6,9 +6,11 @@ import itertools
 from dataclasses import dataclass
 from uuid import UUID
 
+from rlm.arguments import parse_int, shown
 from rlm.log.logdir import LogDir
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
+from rlm.storage.layout import validate_topic
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,13 @@ class Overview:
         self.log_dirs = log_dirs
 
     def partitions(self, topic: str | None = None) -> list[PartitionOverview]:
-        """Every partition of the local log directories and of the store (one ``topic`` if given)."""
+        """Every partition of the local log directories and of the store (one ``topic`` if given).
+
+        Raises:
+            InvalidTopicNameError: ``topic`` breaks Kafka's rule.
+        """
+        if topic is not None:
+            validate_topic(topic)
         local = {
             TopicPartition(p.topic, p.partition): p
             for d in self.log_dirs
@@ -102,17 +110,19 @@ class Overview:
         """A page of ``tp``'s remote segments; the token is the last segment's offset and id.
 
         Raises:
+            InvalidTopicNameError: the topic name breaks Kafka's rule.
             ValueError: ``limit`` is not 1..1000 or the token is malformed.
         """
+        validate_topic(tp.topic)
         if not 1 <= limit <= 1000:
             raise ValueError(f"limit must be 1 to 1000, not {limit}")
         after: tuple[int, UUID] | None = None
         if page_token:
             try:
                 offset_text, id_text = page_token.split(":", 1)
-                after = (int(offset_text), UUID(id_text))
-            except ValueError as exc:
-                raise ValueError(f"page token {page_token!r} is malformed") from exc
+                after = (parse_int(offset_text, "page_token", 0), UUID(id_text))
+            except ValueError:
+                raise ValueError(f"page token {shown(page_token)} is malformed") from None
         stream = self.store.list_segments(tp, states=states)
         if after is not None:
             stream = itertools.dropwhile(

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from enum import IntEnum
 
-from rlm.errors import InvalidRecordError
+from rlm.arguments import parse_int, shown
+from rlm.errors import InvalidArgumentError
 
 
 class SpecialTimestamp(IntEnum):
@@ -18,6 +19,9 @@ class SpecialTimestamp(IntEnum):
     LATEST_TIERED = -5
 
 
+#: The lowest special timestamp (LATEST_TIERED): anything lower is no timestamp.
+LOWEST_SPECIAL = min(SpecialTimestamp)
+
 SPECIAL_NAMES = {
     "latest": SpecialTimestamp.LATEST,
     "earliest": SpecialTimestamp.EARLIEST,
@@ -27,39 +31,53 @@ SPECIAL_NAMES = {
 }
 
 
-class InvalidTimestampError(InvalidRecordError):
+#: The longest timestamp argument read (ISO-8601 with a zone and microseconds has 32 characters).
+MAX_TIMESTAMP_CHARS = 64
+
+
+class InvalidTimestampError(InvalidArgumentError):
     """A timestamp argument that is neither milliseconds, ISO-8601 nor a special name."""
 
 
-def parse_timestamp(text: str) -> int:
-    """Parse ``1700000000000``, ``2023-11-14T22:13:20Z``, ``-3`` or ``max-timestamp``.
+def parse_timestamp(text: str, name: str = "timestamp") -> int:
+    """Parse ``1700000000000``, ``2023-11-14T22:13:20Z``, ``-3`` or ``max-timestamp``, strictly:
+    nothing around the value, ASCII only, milliseconds within int64 (:mod:`rlm.arguments`).
 
     Returns epoch milliseconds (≥ 0) or a :class:`SpecialTimestamp` value (-1 to -5).
     ISO-8601 without a zone is taken as UTC.
+
+    Raises:
+        InvalidTimestampError: ``text`` is none of those; the message says why, naming ``name``.
     """
-    value = text.strip()
-    special = SPECIAL_NAMES.get(value.lower())
+    if len(text) > MAX_TIMESTAMP_CHARS:
+        raise InvalidTimestampError(name, f"{shown(text)} is longer than {MAX_TIMESTAMP_CHARS} characters")
+    if not text.isascii():
+        raise InvalidTimestampError(name, f"{shown(text)} holds characters other than ASCII")
+    special = SPECIAL_NAMES.get(text.lower())
     if special is not None:
         return int(special)
-    try:
-        number = int(value)
-    except ValueError:
-        pass
-    else:
-        if number < min(SpecialTimestamp):
+    if (text[1:] if text.startswith("-") else text).isdigit():
+        try:
+            number = parse_int(text, name)
+        except InvalidArgumentError as exc:
+            raise InvalidTimestampError(name, exc.reason) from None
+        if number < LOWEST_SPECIAL:
             raise InvalidTimestampError(
-                f"timestamp {number} is invalid: use milliseconds ≥ 0 or a special value -1 to -5"
+                name, f"{number} is invalid: use milliseconds ≥ 0 or a special value -1 to -5"
             )
         return number
+    if text != text.strip():
+        raise InvalidTimestampError(name, f"{shown(text)} has spaces around the value")
     try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
+        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
         raise InvalidTimestampError(
-            f"timestamp {text!r} is not epoch milliseconds, ISO-8601, or one of {', '.join(SPECIAL_NAMES)}"
-        ) from exc
+            name,
+            f"{shown(text)} is not epoch milliseconds, ISO-8601, or one of {', '.join(SPECIAL_NAMES)}",
+        ) from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     millis = int(parsed.timestamp() * 1000)
     if millis < 0:
-        raise InvalidTimestampError(f"timestamp {text!r} is before 1970")
+        raise InvalidTimestampError(name, f"{shown(text)} is before 1970")
     return millis

@@ -17,11 +17,13 @@ from api.rest.schemas import (
     SegmentsOut,
     TopicOut,
     TopicsOut,
+    text_int,
 )
+from rlm.arguments import INT32_MAX
 from rlm.bootstrap import Runtime
 from rlm.dynamic_config import DynamicSettings
 from rlm.metastore.model import TopicPartition
-from rlm.storage.layout import validate_topic
+from rlm.storage.layout import MAX_TOPIC_LENGTH
 
 router = APIRouter(prefix="/v1", tags=["admin"])
 
@@ -30,7 +32,7 @@ router = APIRouter(prefix="/v1", tags=["admin"])
 def topics(
     rt: Annotated[Runtime, Depends(runtime)],
     _: Annotated[Scope, Depends(require(Scope.READ))],
-    topic: Annotated[str | None, Query(min_length=1, max_length=249)] = None,
+    topic: Annotated[str | None, Query(min_length=1, max_length=MAX_TOPIC_LENGTH)] = None,
 ) -> TopicsOut:
     grouped: dict[str, list[PartitionOut]] = {}
     for p in rt.overview.partitions(topic):
@@ -58,14 +60,13 @@ def topics(
     summary="Remote segments of a partition, in offset order, paged",
 )
 def segments(
-    topic: Annotated[str, Path(min_length=1, max_length=249)],
-    partition: Annotated[int, Path(ge=0, le=2**31 - 1)],
+    topic: Annotated[str, Path(min_length=1, max_length=MAX_TOPIC_LENGTH)],
+    partition: Annotated[int, Path(ge=0, le=INT32_MAX), text_int(0, INT32_MAX)],
     rt: Annotated[Runtime, Depends(runtime)],
     _: Annotated[Scope, Depends(require(Scope.READ))],
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    limit: Annotated[int, Query(ge=1, le=1000), text_int(1, 1000)] = 100,
     page_token: Annotated[str | None, Query(max_length=100)] = None,
 ) -> SegmentsOut:
-    validate_topic(topic)
     page = rt.overview.segments(TopicPartition(topic, partition), limit=limit, page_token=page_token)
     return SegmentsOut(
         topic=topic,

@@ -60,8 +60,11 @@ def create_app(
     app.include_router(records.router)
     app.include_router(admin.router)
 
+    # The probes and /metrics are coroutines: the worker threads that plain routes run on can all
+    # be taken by requests waiting for a dependency, and these must answer even then. They touch
+    # no dependency (readiness asks them on threads of its own, within its own deadline).
     @app.get("/healthz", response_model=Health, tags=["health"], summary="The process is alive")
-    def healthz() -> Health:
+    async def healthz() -> Health:
         return Health(status="ok")
 
     @app.get(
@@ -69,17 +72,18 @@ def create_app(
         response_model=Health,
         tags=["health"],
         responses={503: {"model": Health}},
-        summary="The metadata store (current schema) and the remote storage are reachable",
+        summary="The metadata store (current schema) and the remote storage answer within "
+        "readiness.timeout.ms",
     )
-    def readyz(request: Request) -> Response | Health:
+    async def readyz(request: Request) -> Response | Health:
         rt: Runtime | None = request.app.state.runtime
-        problems = ["starting up"] if rt is None else rt.readiness_problems()
+        problems = ["starting up"] if rt is None else await rt.readiness_problems_async()
         if problems:
             return JSONResponse({"status": "unavailable", "problems": problems}, status_code=503)
         return Health(status="ready")
 
     @app.get("/metrics", tags=["health"], summary="Prometheus metrics", response_class=Response)
-    def metrics(
+    async def metrics(
         rt: Annotated[Runtime, Depends(runtime)], _: Annotated[Scope, Depends(require(Scope.READ))]
     ) -> Response:
         return Response(generate_latest(rt.metrics.registry), media_type=CONTENT_TYPE_LATEST)

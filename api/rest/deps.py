@@ -6,6 +6,7 @@ round trip per request.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Collection
 
 from fastapi import Request
@@ -19,6 +20,15 @@ from rlm.bootstrap import Runtime
 
 SCOPE_STATE = "rlm.scope"
 """Where :class:`BearerAuthentication` leaves the token's scope in the request's state."""
+ARRIVED_STATE = "rlm.arrived"
+"""Where :class:`BearerAuthentication` leaves when the request arrived (``time.monotonic``), before
+its body was read: where request deadlines start."""
+
+
+def arrived(request: Request) -> float | None:
+    """When the request arrived (``time.monotonic``), if the app noted it."""
+    found: float | None = request.scope.get("state", {}).get(ARRIVED_STATE)
+    return found
 
 
 async def runtime(request: Request) -> Runtime:
@@ -59,6 +69,7 @@ class BearerAuthentication:
     """ASGI middleware refusing a request without a valid bearer token (401) before anything reads
     it: FastAPI parses a body before dependencies run, so without this a caller without a token
     would learn how its input parses. ``public`` paths pass; :func:`require` checks each route's scope.
+    Being first to see every request, it also notes when the request arrived (``ARRIVED_STATE``).
     """
 
     def __init__(self, app: ASGIApp, authenticator: TokenAuthenticator, public: Collection[str]) -> None:
@@ -67,6 +78,8 @@ class BearerAuthentication:
         self.public = frozenset(public)
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            scope.setdefault("state", {})[ARRIVED_STATE] = time.monotonic()
         if scope["type"] == "http" and scope["path"] not in self.public:
             granted = self.authenticator.authenticate(Headers(scope=scope).get("authorization"))
             if granted is None:

@@ -14,6 +14,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rlm.errors import (
     ConfigError,
+    InvalidArgumentError,
     InvalidRecordError,
     InvalidTopicNameError,
     NotFoundError,
@@ -29,11 +30,14 @@ log = logging.getLogger(__name__)
 STATUS_FOR_CODE = {
     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: 404,
     ErrorCode.REQUEST_TIMED_OUT: 504,
+    ErrorCode.INVALID_TOPIC_EXCEPTION: 400,
     ErrorCode.INVALID_REQUEST: 400,
     ErrorCode.THROTTLING_QUOTA_EXCEEDED: 429,
     ErrorCode.KAFKA_STORAGE_ERROR: 503,
     ErrorCode.UNKNOWN_SERVER_ERROR: 500,
 }
+#: Statuses whose answers say when to try again (``Retry-After``).
+RETRIABLE_STATUSES = (429, 503)
 
 
 class ApiError(Exception):
@@ -86,7 +90,10 @@ def install(app: FastAPI) -> None:
         parts = []
         for err in exc.errors()[:5]:
             where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-            parts.append(f"{where}: {err.get('msg', 'invalid')}")
+            found = err.get("ctx", {}).get("error")
+            # The shared parser's words (rlm.arguments) rather than pydantic's wrapping of them.
+            what = found.reason if isinstance(found, InvalidArgumentError) else err.get("msg", "invalid")
+            parts.append(f"{where}: {what}")
         return problem(400, "invalid request: " + "; ".join(parts))
 
     @app.exception_handler(StarletteHTTPException)
@@ -98,7 +105,7 @@ def install(app: FastAPI) -> None:
         status = status_for(exc)
         if status >= 500:
             log.warning("%s %s failed: %s", request.method, request.url.path, exc)
-        return problem(status, str(exc), {"Retry-After": "1"} if status in (429, 503) else None)
+        return problem(status, str(exc), {"Retry-After": "1"} if status in RETRIABLE_STATUSES else None)
 
     @app.exception_handler(ValueError)
     async def value_error(request: Request, exc: ValueError) -> JSONResponse:

@@ -4,7 +4,10 @@ The API's hottest route, so it is a plain Starlette route: it reads and checks i
 itself, sparing FastAPI's per-request parameter and dependency machinery (which costs more than
 a local-tier lookup). Its OpenAPI entry is written here and added to the app's document by
 :func:`document`. A local-tier answer is read on the event loop; anything that may query the
-metadata store or read the remote tier runs in a worker thread, on the reader pool.
+metadata store or read the remote tier runs in a worker thread, on the reader pool, within the
+request's deadline, which is taken when the request arrives (waiting for a thread counts too).
+Parameters are parsed by the parsers every API shares (:mod:`rlm.arguments`, :mod:`rlm.timestamps`);
+the topic name is checked by the service, as for every API.
 """
 
 from __future__ import annotations
@@ -18,18 +21,17 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from api.auth import Scope
-from api.rest.deps import check_scope, runtime
-from api.rest.errors import STATUS_FOR_CODE, ApiError
-from api.rest.schemas import OffsetResponse, Problem
+from api.rest.deps import arrived, check_scope, runtime
+from api.rest.errors import RETRIABLE_STATUSES, STATUS_FOR_CODE, ApiError
+from api.rest.schemas import MAX_TIMEOUT_MS, OffsetResponse, Problem
+from rlm.arguments import INT32_MAX, parse_int
 from rlm.lookup.list_offsets import ErrorCode
 from rlm.metastore.model import TopicPartition
-from rlm.storage.layout import MAX_TOPIC_LENGTH, validate_topic
-from rlm.timestamps import parse_timestamp
+from rlm.storage.layout import MAX_TOPIC_LENGTH
+from rlm.timestamps import MAX_TIMESTAMP_CHARS, parse_timestamp
 
 PATH = "/v1/topics/{topic}/partitions/{partition}/offsets"
-MAX_TIMESTAMP_CHARS = 64
-MAX_TIMEOUT_MS = 3_600_000
-MAX_PARTITION = 2**31 - 1
+MAX_PARTITION = INT32_MAX
 ERROR_STATUSES = (400, 401, 403, 404, 429, 503, 504)
 
 PARAMETERS: list[dict[str, Any]] = [
@@ -69,26 +71,25 @@ async def get_offset(request: Request) -> Response:
     check_scope(request, Scope.READ)
     rt = await runtime(request)
     path, query = request.path_params, request.query_params
-    topic = validate_topic(path["topic"])
-    partition = _int_param("path.partition", path["partition"], 0, MAX_PARTITION)
+    topic = path["topic"]
+    partition = parse_int(path["partition"], "path.partition", 0, MAX_PARTITION)
     text = query.get("timestamp")
     if text is None:
         raise ApiError(400, "invalid request: query.timestamp: field required")
-    if len(text) > MAX_TIMESTAMP_CHARS:
-        raise ApiError(400, f"invalid request: query.timestamp: at most {MAX_TIMESTAMP_CHARS} characters")
-    at = parse_timestamp(text)
+    at = parse_timestamp(text, "query.timestamp")
     raw_timeout = query.get("timeout_ms")
-    timeout_ms = (
-        None if raw_timeout is None else _int_param("query.timeout_ms", raw_timeout, 1, MAX_TIMEOUT_MS)
-    )
+    timeout_ms = None
+    if raw_timeout is not None:
+        timeout_ms = parse_int(raw_timeout, "query.timeout_ms", 1, MAX_TIMEOUT_MS)
     tp = TopicPartition(topic, partition)
     result = rt.list_offsets.answer_now(tp, at)
     if result is None:
-        result = await run_in_threadpool(rt.list_offsets.find_one, tp, at, timeout_ms)
+        deadline = rt.list_offsets.deadline(timeout_ms, arrived=arrived(request))
+        result = await run_in_threadpool(rt.list_offsets.find_one, tp, at, timeout_ms, deadline=deadline)
     if result.error_code is not ErrorCode.NONE:
-        raise ApiError(
-            STATUS_FOR_CODE.get(result.error_code, 500), result.error_message or result.error_code.name
-        )
+        status = STATUS_FOR_CODE.get(result.error_code, 500)
+        retry = {"Retry-After": "1"} if status in RETRIABLE_STATUSES else None
+        raise ApiError(status, result.error_message or result.error_code.name, retry)
     # Formatted by hand (json.dumps costs several times more): a valid topic name and the tier
     # need no escaping, the rest are integers.
     tier = "null" if result.tier is None else f'"{result.tier}"'
@@ -97,15 +98,6 @@ async def get_offset(request: Request) -> Response:
         f'"timestamp":{result.timestamp},"leader_epoch":{result.leader_epoch},"tier":{tier}}}'
     )
     return Response(body.encode(), media_type="application/json")
-
-
-def _int_param(where: str, text: str, low: int, high: int) -> int:
-    if not text.isascii() or not text.removeprefix("-").isdigit():
-        raise ApiError(400, f"invalid request: {where}: {text!r} is not an integer")
-    value = int(text)
-    if not low <= value <= high:
-        raise ApiError(400, f"invalid request: {where}: must be from {low} to {high}")
-    return value
 
 
 route = Route(PATH, get_offset, methods=["GET"], name="get_offset")

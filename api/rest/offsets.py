@@ -1,16 +1,20 @@
 """Offset lookups for many partitions at once: POST /v1/list-offsets (Kafka's v10 shape).
 
-One partition's lookup by GET is :mod:`api.rest.lookup_route`.
+One partition's lookup by GET is :mod:`api.rest.lookup_route`. The request's deadline starts
+when it arrives; the service checks its size and topic names (as for every API), then answers in
+a worker thread.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Scope
-from api.rest.deps import require, runtime
+from api.rest.deps import arrived, require, runtime
 from api.rest.schemas import (
     ListOffsetsIn,
     ListOffsetsOut,
@@ -19,7 +23,7 @@ from api.rest.schemas import (
     Problem,
 )
 from rlm.bootstrap import Runtime
-from rlm.lookup.list_offsets import ListOffsetsRequest, PartitionQuery, TopicQuery
+from rlm.lookup.list_offsets import ListOffsetsRequest, ListOffsetsResponse, PartitionQuery, TopicQuery
 
 router = APIRouter(prefix="/v1", tags=["offsets"])
 ERRORS: dict[int | str, dict[str, object]] = {
@@ -33,11 +37,15 @@ ERRORS: dict[int | str, dict[str, object]] = {
     responses=ERRORS,
     summary="Kafka ListOffsets (v10 shape): per-partition error codes",
 )
-def list_offsets(
+async def list_offsets(
+    incoming: Request,
     body: ListOffsetsIn,
     rt: Annotated[Runtime, Depends(runtime)],
     _: Annotated[Scope, Depends(require(Scope.READ))],
-) -> ListOffsetsOut:
+) -> Response:
+    # The deadline started when the request arrived: reading its body and waiting for a worker
+    # thread count against the request's time.
+    deadline = rt.list_offsets.deadline(body.timeout_ms, arrived=arrived(incoming))
     request = ListOffsetsRequest(
         tuple(
             TopicQuery(t.name, tuple(PartitionQuery(p.partition_index, p.timestamp) for p in t.partitions))
@@ -46,7 +54,17 @@ def list_offsets(
         timeout_ms=body.timeout_ms,
         isolation_level=body.isolation_level,
     )
-    response = rt.list_offsets.handle(request)
+
+    def answer() -> Response:
+        # The answer is serialized here too: tens of thousands of objects, off the event loop,
+        # and once (the model is built from trusted values, not validated again on the way out).
+        response = rt.list_offsets.handle(request, deadline=deadline)
+        return Response(_answer(response).model_dump_json(), media_type="application/json")
+
+    return await run_in_threadpool(answer)
+
+
+def _answer(response: ListOffsetsResponse) -> ListOffsetsOut:
     return ListOffsetsOut(
         topics=[
             ListOffsetsTopicOut(

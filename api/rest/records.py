@@ -12,16 +12,18 @@ from api.auth import Scope
 from api.rest.deps import require, runtime
 from api.rest.errors import ApiError
 from api.rest.offsets import ERRORS
-from api.rest.schemas import RecordOut, RecordsOut
+from api.rest.schemas import MAX_TIMEOUT_MS, RecordOut, RecordsOut, text_int
+from rlm.arguments import INT32_MAX, INT64_MAX
 from rlm.bootstrap import Runtime
 from rlm.errors import RequestTimedOutError
 from rlm.lookup.fetch import FetchResult
 from rlm.lookup.pool import CancelToken
 from rlm.metastore.model import TopicPartition
-from rlm.storage.layout import validate_topic
+from rlm.storage.layout import MAX_TOPIC_LENGTH
 
 router = APIRouter(prefix="/v1", tags=["records"])
 OCTET = "application/octet-stream"
+MAX_FETCH_BYTES = 64 * 1024 * 1024
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -36,15 +38,14 @@ def _b64(data: bytes | None) -> str | None:
 )
 def get_records(
     request: Request,
-    topic: Annotated[str, Path(min_length=1, max_length=249)],
-    partition: Annotated[int, Path(ge=0, le=2**31 - 1)],
-    offset: Annotated[int, Query(ge=0, le=2**63 - 1)],
+    topic: Annotated[str, Path(min_length=1, max_length=MAX_TOPIC_LENGTH)],
+    partition: Annotated[int, Path(ge=0, le=INT32_MAX), text_int(0, INT32_MAX)],
+    offset: Annotated[int, Query(ge=0, le=INT64_MAX), text_int(0, INT64_MAX)],
     rt: Annotated[Runtime, Depends(runtime)],
     _: Annotated[Scope, Depends(require(Scope.READ))],
-    max_bytes: Annotated[int, Query(ge=1, le=64 * 1024 * 1024)] = 1024 * 1024,
-    timeout_ms: Annotated[int | None, Query(ge=1, le=3_600_000)] = None,
+    max_bytes: Annotated[int, Query(ge=1, le=MAX_FETCH_BYTES), text_int(1, MAX_FETCH_BYTES)] = 1024 * 1024,
+    timeout_ms: Annotated[int | None, Query(ge=1, le=MAX_TIMEOUT_MS), text_int(1, MAX_TIMEOUT_MS)] = None,
 ) -> Response | RecordsOut:
-    validate_topic(topic)
     tp = TopicPartition(topic, partition)
 
     def read(token: CancelToken) -> FetchResult:

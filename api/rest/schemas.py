@@ -1,8 +1,56 @@
-"""Request and response bodies of the REST API (pydantic; table models live in ``metadata``)."""
+"""Request and response bodies of the REST API (pydantic; table models live in ``metadata``).
+
+Integers of requests (bodies, paths, queries) are checked by the parser every API shares
+(:mod:`rlm.arguments`): a JSON integer, not ``true``, ``5.0`` or ``"5"``; in a path or a query,
+ASCII digits only. Their ranges are also written into the OpenAPI document.
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from collections.abc import Callable
+from typing import Annotated, Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from rlm.arguments import INT32_MAX, INT64_MAX, INT64_MIN, check_int, parse_int
+
+MAX_TIMEOUT_MS = 3_600_000
+
+
+def json_int(low: int = INT64_MIN, high: int = INT64_MAX) -> BeforeValidator:
+    """A field's check: an integer of a JSON body (null passes, for optional fields)."""
+
+    def check(value: object) -> object:
+        return value if value is None else check_int(value, "value", low, high)
+
+    return BeforeValidator(check)
+
+
+def text_int(low: int = INT64_MIN, high: int = INT64_MAX) -> BeforeValidator:
+    """A parameter's check: an integer written in a path or a query (null passes)."""
+
+    def check(value: object) -> object:
+        if value is None:
+            return value
+        return (
+            parse_int(value, "value", low, high)
+            if isinstance(value, str)
+            else check_int(value, "value", low, high)
+        )
+
+    return BeforeValidator(check)
+
+
+def documented(low: int, high: int) -> Callable[[dict[str, Any]], None]:
+    """Writes a range into the OpenAPI document only (the check is the shared parser's)."""
+
+    def extra(schema: dict[str, Any]) -> None:
+        schema.update(minimum=low, maximum=high)
+
+    return extra
+
+
+PartitionIndex = Annotated[int, json_int(0, INT32_MAX), Field(ge=0, le=INT32_MAX)]
 
 
 class Problem(BaseModel):
@@ -23,23 +71,26 @@ class OffsetResponse(BaseModel):
 
 class ListOffsetsPartitionIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    partition_index: int = Field(ge=0, le=2**31 - 1)
-    timestamp: int = Field(ge=-(2**63), le=2**63 - 1)
+    partition_index: PartitionIndex
+    timestamp: Annotated[int, json_int(), Field(description="epoch ms, or -1 latest … -5 latest tiered")]
 
 
 class ListOffsetsTopicIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: str = Field(min_length=1, max_length=249)
-    partitions: list[ListOffsetsPartitionIn] = Field(max_length=10_000)
+    name: str = Field(description="checked by the service: a bad name answers error code 17")
+    partitions: list[ListOffsetsPartitionIn]
 
 
 class ListOffsetsIn(BaseModel):
-    """Kafka's ListOffsetsRequest v10 in snake_case."""
+    """Kafka's ListOffsetsRequest v10 in snake_case. At most ``list.offsets.max.partitions``
+    partitions in all (a topic without any counts as one); a bigger request answers 400."""
 
     model_config = ConfigDict(extra="forbid")
-    timeout_ms: int | None = Field(default=None, ge=-1, le=3_600_000)
-    isolation_level: int = Field(default=0, ge=0, le=1)
-    topics: list[ListOffsetsTopicIn] = Field(max_length=1000)
+    timeout_ms: Annotated[
+        Annotated[int, Field(ge=-1, le=MAX_TIMEOUT_MS)] | None, json_int(-1, MAX_TIMEOUT_MS)
+    ] = None
+    isolation_level: Annotated[int, json_int(0, 1), Field(ge=0, le=1)] = 0
+    topics: list[ListOffsetsTopicIn]
 
 
 class ListOffsetsPartitionOut(BaseModel):
@@ -128,10 +179,19 @@ class ConfigOut(BaseModel):
 
 
 class ConfigPatch(BaseModel):
+    """New values of the run-time settings; their ranges are checked where they are applied
+    (``DynamicConfig.update``, for every API), all or none."""
+
     model_config = ConfigDict(extra="forbid")
-    remote_log_offset_reader_threads: int | None = Field(default=None, ge=1, le=256)
-    remote_list_offsets_request_timeout_ms: int | None = Field(default=None, ge=1, le=3_600_000)
-    remote_log_manager_copy_max_bytes_per_second: int | None = Field(default=None, ge=-1, le=2**63 - 1)
+    remote_log_offset_reader_threads: Annotated[
+        Annotated[int, Field(json_schema_extra=documented(1, 256))] | None, json_int()
+    ] = None
+    remote_list_offsets_request_timeout_ms: Annotated[
+        Annotated[int, Field(json_schema_extra=documented(1, MAX_TIMEOUT_MS))] | None, json_int()
+    ] = None
+    remote_log_manager_copy_max_bytes_per_second: Annotated[
+        Annotated[int, Field(json_schema_extra=documented(-1, INT64_MAX))] | None, json_int()
+    ] = None
 
 
 class Health(BaseModel):

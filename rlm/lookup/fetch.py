@@ -21,6 +21,7 @@ from rlm.lookup.service import LookupService
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
 from rlm.metrics import Metrics
+from rlm.storage.layout import validate_topic
 from rlm.storage.protocol import RemoteStorage
 
 
@@ -96,7 +97,10 @@ class RecordFetcher:
         """Batches from the one holding ``offset``, until ``max_bytes`` (at least one batch).
 
         Raises:
+            InvalidTopicNameError: the topic name breaks Kafka's rule.
             NotFoundError: unknown topic-partition.
+            MetadataUnavailableError: the metadata store does not answer, and the offset is not
+                in the broker's log or its log start offset is unknown without the store.
             OffsetOutOfRangeError: ``offset`` is below the log start offset or above the high watermark.
         """
         started = time.perf_counter()
@@ -119,9 +123,12 @@ class RecordFetcher:
     ) -> FetchResult:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be > 0, not {max_bytes}")
+        validate_topic(tp.topic)
         local = self.service.local_partition(tp)
-        self.service.require_known(tp, local)
-        earliest = self.service.earliest_offset(tp, local)
+        # Offsets the broker still has are read without the metadata store while it is down.
+        view = self.service.usable_view(tp, local)
+        self.service.require_known(tp, local, view)
+        earliest = self.service.earliest_offset(tp, local, view)
         hw = self.service.last_fetchable(local)
         if offset < earliest or (hw >= 0 and offset > hw):
             raise OffsetOutOfRangeError(f"offset {offset} of {tp} is outside [{earliest}, {hw}]")
@@ -164,7 +171,7 @@ class RecordFetcher:
         stats: FetchStats | None,
         checkpoint: Checkpoint,
     ) -> None:
-        segment = self.service.store.segment_for_offset(tp, offset)
+        segment = self.service.ask_store(lambda: self.service.store.segment_for_offset(tp, offset))
         if segment is None:
             raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}")
         position = self.indexes.offset_index(segment, stats).lookup(offset).position

@@ -1,12 +1,33 @@
-"""ListOffsets (v10 shape) over the reader pool: one task per partition, one deadline per request.
+"""ListOffsets (v10 shape) over the reader pool: one deadline per request, covering all of it.
+
+A request is answered in three steps, all within its deadline (its ``timeout_ms``, else
+``remote.list.offsets.request.timeout.ms``, counted from when the request arrived); the first two
+are :mod:`rlm.lookup.planning`'s:
+
+1. Planning: the partitions' remote-tier views the lookup service does not hold are read from the
+   metadata store in one batch (one query for many partitions) on the metadata pool (not the
+   reader pool: local answers never wait behind remote reads), waited for until the deadline; if
+   the store cannot be asked, partitions whose answer is exact without it use a fallback view
+   (:mod:`rlm.lookup.views`). Then every partition whose answer needs no store query and no
+   remote read (:meth:`~rlm.lookup.service.LookupService.answer_from_view`) is answered on the
+   request's thread.
+2. The other partitions become one task each: on the reader pool when the answer may need a remote
+   read (KIP-1075), else on the metadata pool, so that answers from metadata never wait behind
+   remote reads either.
+3. Partitions not answered by the deadline answer REQUEST_TIMED_OUT; their tasks are cancelled.
+
+A request names at most ``list.offsets.max.partitions`` partitions (a topic without any counts as
+one); a bigger one is refused whole (``InvalidArgumentError``).
 
 Kafka error codes in the answers:
 
 * ``NONE`` (0); ``UNKNOWN_TOPIC_OR_PARTITION`` (3) for a partition with no local log and no
-  remote segments; ``REQUEST_TIMED_OUT`` (7) for a partition not answered by the deadline (its task
-  is cancelled); ``INVALID_REQUEST`` (42) for a timestamp below -5; ``KAFKA_STORAGE_ERROR`` (56,
-  retriable) when the remote store or the metadata store failed or data was corrupt;
-  ``THROTTLING_QUOTA_EXCEEDED`` (89, retriable) when the reader pool's queue was full.
+  remote segments; ``REQUEST_TIMED_OUT`` (7) for a partition not answered by the deadline;
+  ``INVALID_TOPIC_EXCEPTION`` (17) for a topic name that breaks Kafka's rule (checked here, once,
+  for every API); ``INVALID_REQUEST`` (42) for a timestamp below -5 or a partition asked twice;
+  ``KAFKA_STORAGE_ERROR`` (56, retriable) when the remote store or the metadata store failed or
+  data was corrupt; ``THROTTLING_QUOTA_EXCEEDED`` (89, retriable) when the reader pool's queue
+  was full.
 """
 
 from __future__ import annotations
@@ -17,12 +38,23 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 
-from rlm.errors import NotFoundError, PoolError, RlmError
-from rlm.lookup.pool import BoundedPool, CancelToken, Outcome, RequestTimeout, run_all
+from rlm.errors import (
+    InvalidArgumentError,
+    InvalidTopicNameError,
+    NotFoundError,
+    PoolError,
+    RlmError,
+)
+from rlm.lookup.planning import Key, Planner
+from rlm.lookup.pool import BoundedPool, CancelToken, Outcome, RequestTimeout, run_all_on
 from rlm.lookup.service import IsolationLevel, LookupService, OffsetAnswer
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
 from rlm.metrics import Metrics
+from rlm.storage.layout import validate_topic
+
+DEFAULT_MAX_PARTITIONS = 10_000
+"""``list.offsets.max.partitions``: partitions one request may name, in all."""
 
 
 class ErrorCode(IntEnum):
@@ -31,6 +63,7 @@ class ErrorCode(IntEnum):
     NONE = 0
     UNKNOWN_TOPIC_OR_PARTITION = 3
     REQUEST_TIMED_OUT = 7
+    INVALID_TOPIC_EXCEPTION = 17
     INVALID_REQUEST = 42
     KAFKA_STORAGE_ERROR = 56
     THROTTLING_QUOTA_EXCEEDED = 89
@@ -84,73 +117,95 @@ class ListOffsetsResponse:
     topics: tuple[TopicResult, ...]
 
 
-Key = tuple[str, int]
-
-
 class ListOffsets:
-    """Answers ListOffsets requests with the lookup service, on the offset-reader pool."""
+    """Answers ListOffsets requests with the lookup service, on the offset-reader pool.
+
+    Args:
+        service: the lookups.
+        pool: the offset-reader pool (KIP-1075).
+        timeout: the default request timeout.
+        metadata_pool: where views are read from the metadata store.
+        max_partitions: ``list.offsets.max.partitions``.
+        metrics: where each partition's answer time is observed (``rlm_lookup_seconds``, by the
+            tier that answered); None: nowhere.
+        clock: monotonic seconds, the clock of deadlines.
+    """
 
     def __init__(
         self,
         service: LookupService,
         pool: BoundedPool,
         timeout: RequestTimeout,
+        *,
+        metadata_pool: BoundedPool,
+        max_partitions: int = DEFAULT_MAX_PARTITIONS,
         metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.service = service
         self.pool = pool
+        self.metadata_pool = metadata_pool
+        self.planner = Planner(service, metadata_pool, clock)
         self.timeout = timeout
+        self.max_partitions = max_partitions
         self.metrics = metrics
-        """Where each partition's answer time is observed (``rlm_lookup_seconds``); None: nowhere."""
+        self._clock = clock
 
-    def handle(self, request: ListOffsetsRequest) -> ListOffsetsResponse:
-        """Answer every partition of ``request``; never raises for one partition's failure.
+    def deadline(self, timeout_ms: int | None, *, arrived: float | None = None) -> float:
+        """The deadline of a request with ``timeout_ms`` that arrived at ``arrived`` (now when
+        None), a ``time.monotonic`` time: transports take it when the request arrives, so that
+        reading it and waiting for a thread count too."""
+        return (self._clock() if arrived is None else arrived) + self.timeout.seconds_for(timeout_ms)
+
+    def check_size(self, request: ListOffsetsRequest) -> None:
+        """Refuse a request naming more than ``max_partitions`` partitions.
+
+        Raises:
+            InvalidArgumentError: it does; the message gives both numbers and the setting.
+        """
+        named = sum(max(1, len(t.partitions)) for t in request.topics)
+        if named > self.max_partitions:
+            raise InvalidArgumentError(
+                "topics",
+                f"the request names {named} partitions; at most {self.max_partitions} are allowed "
+                "(list.offsets.max.partitions)",
+            )
+
+    def handle(self, request: ListOffsetsRequest, *, deadline: float | None = None) -> ListOffsetsResponse:
+        """Answer every partition of ``request`` by ``deadline`` (:meth:`deadline`; by default
+        from now); never raises for one partition's failure.
 
         A partition asked for twice in one request answers INVALID_REQUEST both times, as Kafka does.
+
+        Raises:
+            InvalidArgumentError: the request names too many partitions (:meth:`check_size`).
         """
+        self.check_size(request)
         started = time.perf_counter()
-        timeout_s = self.timeout.seconds_for(request.timeout_ms)
-        isolation = IsolationLevel(request.isolation_level)
-        counts = Counter((t.name, q.partition_index) for t in request.topics for q in t.partitions)
-        early: dict[Key, PartitionResult] = {}
-        stats: dict[Key, FetchStats] = {}
-        tasks: dict[Key, Callable[[CancelToken], OffsetAnswer]] = {}
-        done_at: dict[Key, float] = {}
-        for topic in request.topics:
-            for query in topic.partitions:
-                key = (topic.name, query.partition_index)
-                if counts[key] > 1:
-                    early[key] = PartitionResult(
-                        query.partition_index,
-                        ErrorCode.INVALID_REQUEST,
-                        error_message=f"partition {topic.name}-{query.partition_index} is asked for twice",
-                    )
-                elif query.timestamp < -5:
-                    early[key] = PartitionResult(
-                        query.partition_index,
-                        ErrorCode.INVALID_REQUEST,
-                        error_message=f"timestamp {query.timestamp} is invalid (use ≥ 0 or -1 to -5)",
-                    )
-                else:
-                    stats[key] = FetchStats()
-                    task = self._plan(TopicPartition(*key), query.timestamp, stats[key], isolation)
-                    if isinstance(task, PartitionResult):
-                        early[key] = task
-                        done_at[key] = time.perf_counter()
-                    else:
-                        tasks[key] = _timed(task, key, done_at)
-        outcomes = run_all(self.pool, tasks, timeout_s, labels={k: k for k in tasks}) if tasks else {}
+        if deadline is None:
+            deadline = self.deadline(request.timeout_ms)
+        results, wanted = _checked(request)
+        stats = {key: FetchStats() for key in wanted}
+        plan = self.planner.plan(wanted, IsolationLevel(request.isolation_level), deadline, stats)
+        outcomes = plan.answered
+        done_at = dict.fromkeys(outcomes, time.perf_counter())
+        plan.metadata_tasks = {k: _timed(f, k, done_at) for k, f in plan.metadata_tasks.items()}
+        plan.remote_tasks = {k: _timed(f, k, done_at) for k, f in plan.remote_tasks.items()}
+        tasks = [*plan.metadata_tasks, *plan.remote_tasks]
+        remaining = deadline - self._clock()
+        if tasks and remaining <= 0:
+            outcomes.update((key, Outcome(timed_out=True)) for key in tasks)
+        elif tasks:
+            work = [(self.metadata_pool, plan.metadata_tasks), (self.pool, plan.remote_tasks)]
+            outcomes.update(run_all_on(work, remaining, labels={k: k for k in tasks}))
+        for key, outcome in outcomes.items():
+            results[key] = _result(key[1], outcome, stats[key])
         response = ListOffsetsResponse(
             tuple(
                 TopicResult(
                     topic.name,
                     tuple(
-                        early.get((topic.name, q.partition_index))
-                        or _result(
-                            q.partition_index,
-                            outcomes[(topic.name, q.partition_index)],
-                            stats[(topic.name, q.partition_index)],
-                        )
+                        results.get((topic.name, q.partition_index)) or _timed_out(q.partition_index)
                         for q in topic.partitions
                     ),
                 )
@@ -162,8 +217,8 @@ class ListOffsets:
         return response
 
     def _observe(self, response: ListOffsetsResponse, started: float, done_at: dict[Key, float]) -> None:
-        """Each partition's time from the request's start to its answer (the deadline, for one
-        that timed out), by the tier that answered."""
+        """Each partition's time from the request's start to its answer (the end, for one that
+        timed out), by the tier that answered."""
         assert self.metrics is not None
         ended = time.perf_counter()
         for topic in response.topics:
@@ -171,33 +226,14 @@ class ListOffsets:
                 at = done_at.get((topic.name, result.partition_index), ended)
                 self.metrics.lookup_seconds.labels(result.tier or "none").observe(at - started)
 
-    def _plan(
-        self, tp: TopicPartition, timestamp: int, stats: FetchStats, isolation: IsolationLevel
-    ) -> PartitionResult | Callable[[CancelToken], OffsetAnswer]:
-        """Answer at once what needs no remote read; otherwise the task for the reader pool."""
-        try:
-            # Local and metadata-only answers never wait behind remote reads.
-            answer = self.service.find_local(tp, timestamp, stats=stats, isolation=isolation)
-        except Exception as exc:  # reported per partition, as Kafka does
-            return _result(tp.partition, Outcome(error=exc), stats)
-        if answer is not None:
-            return _result(tp.partition, Outcome(value=answer), stats)
-        return self._task(tp, timestamp, stats, isolation)
-
-    def _task(
-        self, tp: TopicPartition, timestamp: int, stats: FetchStats, isolation: IsolationLevel
-    ) -> Callable[[CancelToken], OffsetAnswer]:
-        def run(token: CancelToken) -> OffsetAnswer:
-            return self.service.find(
-                tp, timestamp, stats=stats, checkpoint=token.raise_if_cancelled, isolation=isolation
-            )
-
-        return run
-
     def answer_now(self, tp: TopicPartition, timestamp: int) -> PartitionResult | None:
         """One partition's answer if it needs no metadata query and no remote read (an event loop
         may call this itself); None when :meth:`find_one` must be called, off the loop."""
         started = time.perf_counter()
+        try:
+            validate_topic(tp.topic)
+        except InvalidTopicNameError as exc:
+            return _result(tp.partition, Outcome(error=exc), FetchStats())
         answer = self.service.answer_now(tp, timestamp)
         if answer is None:
             return None
@@ -207,12 +243,60 @@ class ListOffsets:
             tp.partition, ErrorCode.NONE, answer.timestamp, answer.offset, answer.leader_epoch, answer.tier
         )
 
-    def find_one(self, tp: TopicPartition, timestamp: int, timeout_ms: int | None = None) -> PartitionResult:
+    def find_one(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        timeout_ms: int | None = None,
+        *,
+        deadline: float | None = None,
+    ) -> PartitionResult:
         """One partition, as a single call (REST's GET and gRPC's unary lookup)."""
         request = ListOffsetsRequest(
             (TopicQuery(tp.topic, (PartitionQuery(tp.partition, timestamp),)),), timeout_ms
         )
-        return self.handle(request).topics[0].partitions[0]
+        return self.handle(request, deadline=deadline).topics[0].partitions[0]
+
+
+def _checked(request: ListOffsetsRequest) -> tuple[dict[Key, PartitionResult], dict[Key, int]]:
+    """The answers of the partitions the request itself gets wrong, and the timestamp of each of
+    the others. Topic names are checked here, once, whichever API the request came from."""
+    counts = Counter((t.name, q.partition_index) for t in request.topics for q in t.partitions)
+    results: dict[Key, PartitionResult] = {}
+    wanted: dict[Key, int] = {}
+    for topic in request.topics:
+        try:
+            validate_topic(topic.name)
+            bad_topic = None
+        except InvalidTopicNameError as exc:
+            bad_topic = exc
+        for query in topic.partitions:
+            key = (topic.name, query.partition_index)
+            if bad_topic is not None:
+                results[key] = PartitionResult(
+                    query.partition_index, ErrorCode.INVALID_TOPIC_EXCEPTION, error_message=str(bad_topic)
+                )
+            elif counts[key] > 1:
+                results[key] = PartitionResult(
+                    query.partition_index,
+                    ErrorCode.INVALID_REQUEST,
+                    error_message=f"partition {topic.name}-{query.partition_index} is asked for twice",
+                )
+            elif query.timestamp < -5:
+                results[key] = PartitionResult(
+                    query.partition_index,
+                    ErrorCode.INVALID_REQUEST,
+                    error_message=f"timestamp {query.timestamp} is invalid (use ≥ 0 or -1 to -5)",
+                )
+            else:
+                wanted[key] = query.timestamp
+    return results, wanted
+
+
+def _timed_out(partition: int) -> PartitionResult:
+    return PartitionResult(
+        partition, ErrorCode.REQUEST_TIMED_OUT, error_message="no answer before the request timeout"
+    )
 
 
 def _timed(
@@ -262,6 +346,8 @@ def _result(partition: int, outcome: Outcome[OffsetAnswer], stats: FetchStats) -
 
 
 def _error_code(error: BaseException) -> ErrorCode:
+    if isinstance(error, InvalidTopicNameError):
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
     if isinstance(error, NotFoundError):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     if isinstance(error, PoolError):

@@ -20,7 +20,7 @@ import enum
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -459,28 +459,39 @@ def run_all(
         when it was not done by the deadline; such a task is cancelled and counted as an expiration
         of its topic-partition.
     """
+    return run_all_on([(pool, tasks)], timeout_s, labels=labels)
+
+
+def run_all_on(
+    work: Sequence[tuple[BoundedPool, Mapping[K, Callable[[CancelToken], T]]]],
+    timeout_s: float,
+    *,
+    labels: Mapping[K, tuple[str, int]],
+) -> dict[K, Outcome[T]]:
+    """:func:`run_all` for tasks spread over several pools (each key in one of them), with one
+    deadline for all."""
     deadline = time.monotonic() + timeout_s
     outcomes: dict[K, Outcome[T]] = {}
-    submitted: dict[K, Task[T]] = {}
-    for key, fn in tasks.items():
-        try:
-            submitted[key] = pool.submit(fn, label=labels.get(key))
-        except RlmError as exc:
-            outcomes[key] = Outcome(error=exc)
-    for task in submitted.values():
+    submitted: dict[K, tuple[BoundedPool, Task[T]]] = {}
+    for pool, tasks in work:
+        for key, fn in tasks.items():
+            try:
+                submitted[key] = (pool, pool.submit(fn, label=labels.get(key)))
+            except RlmError as exc:
+                outcomes[key] = Outcome(error=exc)
+    for _, task in submitted.values():
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not task.wait(remaining):
             break
-    expirations = pool._metrics.list_offsets_expirations
-    for key, task in submitted.items():
+    for key, (pool, task) in submitted.items():
         if task.done() or not task.cancel():
             outcomes[key] = task._outcome()
             continue
         outcomes[key] = Outcome(timed_out=True)
         if task.label is not None:
             topic, partition = task.label
-            expirations.labels(topic=topic, partition=str(partition)).inc()
-    return {key: outcomes[key] for key in tasks}
+            pool._metrics.list_offsets_expirations.labels(topic=topic, partition=str(partition)).inc()
+    return {key: outcomes[key] for _, tasks in work for key in tasks}
 
 
 def _check_positive(name: str, value: int) -> None:

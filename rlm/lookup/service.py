@@ -9,18 +9,25 @@ and a remote candidate whose range the broker still has locally is read locally.
 Special timestamps: -1 latest (high watermark), -2 earliest (remote tier included), -3 the record
 with the max timestamp across remote *and* local, -4 earliest local, -5 latest tiered.
 
-Every call here is synchronous and may do remote reads: the API runs it on the reader pool.
+Every call here is synchronous and may do remote reads: the API runs it on the reader pool, but
+for :meth:`LookupService.answer_from_view`, which reads only the broker's files.
 
-Metadata reuse: each lookup needs a partition's remote-tier summary (known at all, first finished
-segment, remote log start offset, max remote timestamp), three queries of the metadata store. The
-summary of a partition is reused for ``metadata_ttl_s`` (default 1 s), and read again at once when
-the broker's first local segment changed since (local retention deleted segments) or on
+Metadata reuse: each lookup needs a partition's remote-tier summary, its *view*
+(:mod:`rlm.lookup.views`: known at all, first finished segment, remote log start offset, max remote
+timestamp), read for many partitions in one query of the metadata store. The view of a partition
+is reused for ``metadata_ttl_s`` (default 1 s), and read again at once when the broker's first
+local segment changed since (local retention deleted segments) or on
 :meth:`LookupService.invalidate`. Answers stay exact under a stale summary but for the log start
 offset: segments copied meanwhile only raise the max remote timestamp, and a timestamp above the
 stale one is then in segments the broker still has (it deleted none since), where the local search
 finds it; a lower max (retention deleted the segment holding it) only sends a search to the remote
 tier, which finds the answer in the segments that remain. A log start offset advanced by retention
 is seen up to ``metadata_ttl_s`` late, as Kafka's own log start offset propagates late.
+
+The metadata store down: every call of the store goes through a
+:class:`~rlm.metastore.availability.StoreAvailability`, so that during an outage a lookup does not
+wait for it: answers in the broker's local log come from a fallback view where those stay exact
+(:meth:`RemoteViews.fallback`), the others fail at once with ``MetadataUnavailableError``.
 
 Segment lists: a remote search takes its segments from the partition's finished segments held in
 memory (:mod:`rlm.lookup.remote_segments`), answering as the store's ``first_segment_for_timestamp``
@@ -39,14 +46,16 @@ store's queries. A stale list never fails a lookup, nor answers from a deleted o
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
+from typing import TypeVar
 
-from rlm.errors import NotFoundError
+from rlm.errors import MetadataUnavailableError, NotFoundError
 from rlm.log.batches import decode_batch
 from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
@@ -62,7 +71,9 @@ from rlm.lookup.remote_search import (
 )
 from rlm.lookup.remote_segments import DEFAULT_MAX_SEGMENTS, SegmentList, SegmentLists
 from rlm.lookup.stats import FetchStats
-from rlm.metastore.model import PartitionRecord, RemoteSegment, SegmentState, TopicPartition
+from rlm.lookup.views import DEFAULT_TTL_S, RemoteTierView, RemoteViews
+from rlm.metastore.availability import StoreAvailability
+from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.protocol import RemoteStorage
 from rlm.timestamps import SpecialTimestamp
@@ -97,28 +108,12 @@ class OffsetAnswer:
         return cls(found.offset, found.timestamp, found.leader_epoch, tier)
 
 
-DEFAULT_METADATA_TTL_S = 1.0
-"""How long a partition's remote-tier summary is reused before the metadata store is asked again."""
+DEFAULT_METADATA_TTL_S = DEFAULT_TTL_S
+"""How long a partition's remote-tier view is reused before the metadata store is asked again."""
+DEFAULT_RETRY_S = 1.0
+"""After the metadata store failed to answer, how long lookups do without it (by default)."""
 
-
-@dataclass(frozen=True)
-class RemoteTierView:
-    """What the metadata store said about one partition's remote tier, and when."""
-
-    known: bool
-    """The store has a record of the partition."""
-    first_offset: int | None
-    """Start offset of the first finished segment; None when there is none."""
-    log_start_offset: int
-    """The remote log start offset retention advanced; -1 before it ever did."""
-    max_timestamp: int | None
-    """The largest max timestamp of the finished segments; None when there are none."""
-    version: tuple[int, int, int] | None
-    """The partition's highest copied offset, remote log start offset and remote size (what
-    changes when finished segments come or go); None when the store does not know it."""
-    local_base: int | None
-    """Base offset of the broker's first local segment when the view was read."""
-    read_at: float
+T = TypeVar("T")
 
 
 class LookupService:
@@ -133,18 +128,16 @@ class LookupService:
         *,
         metadata_ttl_s: float = DEFAULT_METADATA_TTL_S,
         max_listed_segments: int = DEFAULT_MAX_SEGMENTS,
+        availability: StoreAvailability | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.storage = storage
         self.indexes = indexes
         self.log_dirs = tuple(LogDir(d) for d in log_dirs)
-        self.metadata_ttl_s = metadata_ttl_s
-        self._clock = clock
+        self.availability = availability if availability is not None else StoreAvailability(DEFAULT_RETRY_S)
+        self.views = RemoteViews(store, self.availability, ttl_s=metadata_ttl_s, clock=clock)
         self._partitions: dict[TopicPartition, PartitionDir] = {}
-        self._views: dict[TopicPartition, RemoteTierView] = {}
-        self._refreshing: dict[TopicPartition, threading.Lock] = {}
-        self._refresh_claims: dict[TopicPartition, RemoteTierView] = {}
         self._stable_offsets = StableOffsetTracker()
         self._segment_lists = SegmentLists(store, max_segments=max_listed_segments)
         self._lock = threading.Lock()
@@ -181,79 +174,43 @@ class LookupService:
         local = self.local_partition(tp)
         return local.pinned() if local is not None else None
 
-    def require_known(self, tp: TopicPartition, local: PartitionDir | None) -> None:
+    def require_known(
+        self, tp: TopicPartition, local: PartitionDir | None, view: RemoteTierView | None = None
+    ) -> None:
         """Raise NotFoundError when ``tp`` has neither a local log nor remote segments."""
-        if local is None and not self.remote_view(tp, local).known:
+        if local is None and not (view if view is not None else self.remote_view(tp, local)).known:
             raise NotFoundError(f"unknown topic-partition {tp}: no local log and no remote segments")
 
     # -- the remote tier's summary -------------------------------------------------------------
 
     def remote_view(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
-        """The partition's remote-tier summary, reused as the module docstring says."""
-        view = self.cached_remote_view(tp, local)
-        if view is not None:
-            return view
-        with self._lock:
-            refreshing = self._refreshing.setdefault(tp, threading.Lock())
-        with refreshing:  # one query at a time per partition; the others reuse its answer
-            view = self.cached_remote_view(tp, local)
-            if view is not None:
-                return view
-            return self._read_remote_view(tp, local)
+        """The partition's remote-tier view, reused as the module docstring says."""
+        return self.views.get(tp, local)
 
-    def _read_remote_view(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
-        base = _first_base(local)
-        now = self._clock()
-        record = self.store.get_partition(tp)
-        first = next(iter(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED])), None)
-        view = RemoteTierView(
-            known=record is not None,
-            first_offset=first.start_offset if first is not None else None,
-            log_start_offset=record.remote_log_start_offset if record is not None else -1,
-            max_timestamp=self.store.max_timestamp(tp) if first is not None else None,
-            version=_version(record),
-            local_base=base,
-            read_at=now,
-        )
-        with self._lock:
-            self._views[tp] = view
-        return view
+    def usable_view(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
+        """:meth:`remote_view`, or while the store does not answer its fallback (for reads of the
+        broker's log only: :meth:`RemoteViews.fallback`).
 
-    def cached_remote_view(
-        self, tp: TopicPartition, local: PartitionDir | None, *, while_refreshing: bool = False
-    ) -> RemoteTierView | None:
-        """The partition's remote-tier summary if the one at hand may be reused; None when the
-        metadata store must be asked.
-
-        With ``while_refreshing`` (callers that must not wait for the store), the first caller to
-        find the summary expired gets None and is expected to read the new one through
-        :meth:`remote_view`; until it has, the others reuse the expired summary, up to twice
-        ``metadata_ttl_s`` old, rather than all turning to the store at once.
+        Raises:
+            MetadataUnavailableError: the store does not answer and there is no fallback.
         """
-        base = _first_base(local)
-        now = self._clock()
-        with self._lock:
-            view = self._views.get(tp)
-            if view is None or view.local_base != base:
-                return None
-            age = now - view.read_at
-            if age < self.metadata_ttl_s:
-                return view
-            if not while_refreshing or age >= 2 * self.metadata_ttl_s:
-                return None
-            if self._refresh_claims.get(tp) is view:
-                return view  # another caller is reading the new summary
-            self._refresh_claims[tp] = view
-            return None
+        try:
+            return self.remote_view(tp, local)
+        except MetadataUnavailableError:
+            fallback = self.views.fallback(tp, local)
+            if fallback is None:
+                raise
+            return fallback
+
+    def ask_store(self, ask: Callable[[], T]) -> T:
+        """``ask()``, a call of the metadata store, unless the store is down (then this raises
+        ``MetadataUnavailableError`` at once); noting how it went."""
+        return self.availability.call(ask)
 
     def invalidate(self, tp: TopicPartition | None = None) -> None:
-        """Forget the remote-tier summary of ``tp`` (of every partition when None): the next
+        """Forget the remote-tier view of ``tp`` (of every partition when None): the next
         lookup asks the metadata store. For whoever changed the remote tier in this process."""
-        with self._lock:
-            if tp is None:
-                self._views.clear()
-            else:
-                self._views.pop(tp, None)
+        self.views.invalidate(tp)
         self._segment_lists.drop(tp)
 
     # -- offsets -----------------------------------------------------------------------------
@@ -271,36 +228,68 @@ class LookupService:
         checkpointed = local.checkpointed_log_start_offset() if local is not None else None
         return max(earliest, checkpointed or 0)
 
-    def find_local(
+    def answer_from_view(
         self,
         tp: TopicPartition,
+        local: PartitionDir | None,
         timestamp: int,
+        view: RemoteTierView,
         *,
         stats: FetchStats | None = None,
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> OffsetAnswer | None:
-        """The answer when finding it reads no remote data; None when it may (KIP-1075: it then
-        runs on the reader pool, and local answers never wait behind remote reads).
+        """The answer when the partition's ``view`` and the broker's files are enough: no query of
+        the metadata store, no remote read (what a request's own thread may do, even an event
+        loop's); None when finding it needs either: :meth:`find` it on the reader pool then.
 
-        Special values other than -3 need metadata only; a timestamp above the max remote timestamp
-        can only be in the local log.
+        That is: a timestamp ≥ 0 above the max remote timestamp (only the local log can hold it),
+        LATEST, MAX_TIMESTAMP without finished remote segments, EARLIEST and EARLIEST_LOCAL when
+        the answer is in the local log and its leader epoch in the broker's checkpoint.
 
         Raises:
             as :meth:`find`.
         """
-        pinned = self.pinned_partition(tp)
-        if timestamp >= 0 or timestamp == SpecialTimestamp.MAX_TIMESTAMP:
-            max_remote = self.remote_view(tp, pinned).max_timestamp
-            if max_remote is not None and (timestamp < 0 or timestamp <= max_remote):
+        self.require_known(tp, local, view)
+        if timestamp >= 0:
+            if view.max_timestamp is not None and timestamp <= view.max_timestamp:
                 return None
-        return self._find(tp, pinned, timestamp, stats, never_cancelled, isolation)
+            return self._by_timestamp(tp, local, timestamp, stats, never_cancelled, isolation, view)
+        if timestamp == SpecialTimestamp.LATEST:
+            return self._latest(tp, local, isolation, view)
+        if timestamp == SpecialTimestamp.MAX_TIMESTAMP:
+            if view.max_timestamp is not None:
+                return None
+            return self._max_timestamp(tp, local, stats, never_cancelled, isolation, view)
+        if timestamp in (SpecialTimestamp.EARLIEST, SpecialTimestamp.EARLIEST_LOCAL):
+            segments = local.segments() if local is not None else []
+            if timestamp == SpecialTimestamp.EARLIEST_LOCAL and not segments:
+                return OffsetAnswer.none()
+            epochs = local.leader_epochs() if local is not None else []
+            earliest = self.earliest_offset(tp, local, view)
+            if not (segments and epochs) or earliest < segments[0].base_offset:
+                return None  # the epoch or the tier is the store's to tell
+            start = max(segments[0].base_offset, earliest)
+            return OffsetAnswer(start, -1, epoch_for_offset(epochs, start), "local")
+        if timestamp == SpecialTimestamp.LATEST_TIERED:
+            return None
+        raise ValueError(f"timestamp {timestamp} is not a timestamp (≥ 0) nor a special value (-1 to -5)")
+
+    @staticmethod
+    def reads_remote(timestamp: int, view: RemoteTierView) -> bool:
+        """Whether finding the answer for ``timestamp`` may read the remote tier (KIP-1075: it
+        then runs on the reader pool; the others need the metadata store at most)."""
+        max_remote = view.max_timestamp
+        if max_remote is None:
+            return False
+        return 0 <= timestamp <= max_remote or timestamp == SpecialTimestamp.MAX_TIMESTAMP
 
     def answer_now(self, tp: TopicPartition, timestamp: int) -> OffsetAnswer | None:
         """The answer when it needs nothing but the broker's local files and the partition's
-        reusable remote-tier summary (no metadata query, no remote read: what an event loop may
-        run itself); None otherwise, or when anything fails (the full path then reports it).
+        reusable remote-tier view (no metadata query, no remote read: what an event loop may run
+        itself); None otherwise, or when anything fails (the full path then reports it).
 
-        Only a timestamp ≥ 0 above the max remote timestamp, or LATEST, qualifies.
+        Only a timestamp ≥ 0 above the max remote timestamp, or LATEST, qualifies. While the
+        metadata store is down, a fallback view serves (:meth:`RemoteViews.fallback`).
         """
         if timestamp < 0 and timestamp != SpecialTimestamp.LATEST:
             return None
@@ -308,12 +297,12 @@ class LookupService:
             pinned = self.pinned_partition(tp)
             if pinned is None:
                 return None
-            view = self.cached_remote_view(tp, pinned, while_refreshing=True)
-            if view is None or (view.max_timestamp is not None and timestamp <= view.max_timestamp):
+            view = self.views.cached(tp, pinned, while_refreshing=True)
+            if view is None and self.availability.down:
+                view = self.views.fallback(tp, pinned)
+            if view is None:
                 return None
-            if timestamp == SpecialTimestamp.LATEST:
-                return self._find(tp, pinned, timestamp, None, never_cancelled, _UNCOMMITTED)
-            return self._by_timestamp(tp, pinned, timestamp, None, never_cancelled, _UNCOMMITTED, view)
+            return self.answer_from_view(tp, pinned, timestamp, view, isolation=_UNCOMMITTED)
         except Exception:  # the full path answers with the error
             return None
 
@@ -350,11 +339,7 @@ class LookupService:
         if timestamp >= 0:
             return self._by_timestamp(tp, local, timestamp, stats, checkpoint, isolation)
         if timestamp == SpecialTimestamp.LATEST:
-            if local is None:  # the high watermark is the broker's to know (a query tier has none)
-                return OffsetAnswer.none()
-            hw = self.last_fetchable(local, isolation, log_start=self._committed_start(tp, local, isolation))
-            epochs = local.leader_epochs() if local is not None else []
-            return OffsetAnswer(hw, -1, epochs[-1].epoch if epochs else -1, "local")
+            return self._latest(tp, local, isolation)
         if timestamp == SpecialTimestamp.EARLIEST:
             earliest = self.earliest_offset(tp, local)
             return OffsetAnswer(
@@ -366,13 +351,27 @@ class LookupService:
             start = max(local.segments()[0].base_offset, self.earliest_offset(tp, local))
             return OffsetAnswer(start, -1, self._epoch_at(tp, local, start), "local")
         if timestamp == SpecialTimestamp.LATEST_TIERED:
-            highest = self.store.highest_copied_offset(tp)
+            highest = self.ask_store(lambda: self.store.highest_copied_offset(tp))
             if highest < 0:
                 return OffsetAnswer(-1, -1, -1, None)
             return OffsetAnswer(highest, -1, self._epoch_at(tp, local, highest), "remote")
         if timestamp == SpecialTimestamp.MAX_TIMESTAMP:
             return self._max_timestamp(tp, local, stats, checkpoint, isolation)
         raise ValueError(f"timestamp {timestamp} is not a timestamp (≥ 0) nor a special value (-1 to -5)")
+
+    def _latest(
+        self,
+        tp: TopicPartition,
+        local: PartitionDir | None,
+        isolation: IsolationLevel,
+        view: RemoteTierView | None = None,
+    ) -> OffsetAnswer:
+        if local is None:  # the high watermark is the broker's to know (a query tier has none)
+            return OffsetAnswer.none()
+        log_start = self._committed_start(tp, local, isolation, view)
+        epochs = local.leader_epochs() if local is not None else []
+        hw = self.last_fetchable(local, isolation, log_start=log_start)
+        return OffsetAnswer(hw, -1, epochs[-1].epoch if epochs else -1, "local")
 
     def last_fetchable(
         self,
@@ -397,11 +396,15 @@ class LookupService:
         return hw
 
     def _committed_start(
-        self, tp: TopicPartition, local: PartitionDir | None, isolation: IsolationLevel
+        self,
+        tp: TopicPartition,
+        local: PartitionDir | None,
+        isolation: IsolationLevel,
+        view: RemoteTierView | None = None,
     ) -> int | None:
         """The log start offset when READ_COMMITTED needs it to bound the last stable offset."""
         if isolation is IsolationLevel.READ_COMMITTED and local is not None:
-            return self.earliest_offset(tp, local)
+            return self.earliest_offset(tp, local, view)
         return None
 
     def _by_timestamp(
@@ -453,7 +456,7 @@ class LookupService:
         stats: FetchStats | None,
         checkpoint: Checkpoint,
     ) -> OffsetAnswer:
-        listed = self._segment_lists.get(tp, view.version, view.log_start_offset)
+        listed = self.ask_store(lambda: self._segment_lists.get(tp, view.version, view.log_start_offset))
         if listed is None:
             return self._search_segments(tp, None, local, local_start, timestamp, start, stats, checkpoint)
         try:
@@ -481,7 +484,10 @@ class LookupService:
             if listed is not None:
                 segment = listed.first_for_timestamp(timestamp, from_offset=from_offset)
             else:
-                segment = self.store.first_segment_for_timestamp(tp, timestamp, from_offset=from_offset)
+                ask = functools.partial(
+                    self.store.first_segment_for_timestamp, tp, timestamp, from_offset=from_offset
+                )
+                segment = self.ask_store(ask)
             if segment is None:
                 return OffsetAnswer.none()
             begin = max(start, segment.start_offset, from_offset)
@@ -508,10 +514,11 @@ class LookupService:
         stats: FetchStats | None,
         checkpoint: Checkpoint,
         isolation: IsolationLevel,
+        view: RemoteTierView | None = None,
     ) -> OffsetAnswer:
         """The first record with the largest timestamp at or after the log start offset, if it is
         below the high watermark (Kafka filters MAX_TIMESTAMP by the last fetchable offset)."""
-        view = self.remote_view(tp, local)
+        view = view if view is not None else self.remote_view(tp, local)
         earliest = self.earliest_offset(tp, local, view)
         best = _local_max_timestamp(local, earliest) if local is not None else -1
         max_remote = view.max_timestamp
@@ -526,7 +533,7 @@ class LookupService:
             best = max(best, self._remote_max_timestamp(tp, earliest, stats, checkpoint))
         if best < 0:
             return OffsetAnswer.none()
-        return self._by_timestamp(tp, local, best, stats, checkpoint, isolation)
+        return self._by_timestamp(tp, local, best, stats, checkpoint, isolation, view)
 
     def _remote_max_timestamp(
         self, tp: TopicPartition, earliest: int, stats: FetchStats | None, checkpoint: Checkpoint
@@ -534,7 +541,10 @@ class LookupService:
         """The largest timestamp of the remote records at or after ``earliest`` (-1 when none)."""
         best = -1
         straddling = []
-        for segment in self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]):
+        finished = self.ask_store(
+            lambda: list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
+        )
+        for segment in finished:
             if segment.end_offset < earliest:
                 continue
             if segment.start_offset >= earliest:
@@ -556,22 +566,17 @@ class LookupService:
         epochs = local.leader_epochs() if local is not None else []
         if epochs:
             return epoch_for_offset(epochs, offset)
-        segment = self.store.segment_for_offset(tp, offset)
+        segment = self.ask_store(lambda: self.store.segment_for_offset(tp, offset))
         return _segment_epoch(segment, offset) if segment is not None else -1
 
     def _tier_of(self, tp: TopicPartition, local: PartitionDir | None, offset: int) -> str | None:
         if local is not None and local.segments() and local.segments()[0].base_offset <= offset:
             return "local"
-        return "remote" if self.store.segment_for_offset(tp, offset) is not None else None
+        segment = self.ask_store(lambda: self.store.segment_for_offset(tp, offset))
+        return "remote" if segment is not None else None
 
 
 _UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
-
-
-def _version(record: PartitionRecord | None) -> tuple[int, int, int] | None:
-    if record is None:
-        return None
-    return (record.highest_copied_offset, record.remote_log_start_offset, record.remote_log_size_bytes)
 
 
 def _first_base(local: PartitionDir | None) -> int | None:

@@ -274,6 +274,17 @@ class PartitionRecord:
 
 
 @dataclass(frozen=True)
+class RemoteTierSummary:
+    """What a lookup needs to know of one partition's remote tier, read in one snapshot."""
+
+    record: PartitionRecord
+    first_offset: int | None
+    """Start offset of the first ``COPY_SEGMENT_FINISHED`` segment; None when there is none."""
+    max_timestamp: int | None
+    """KIP-1075's maxTimestamp: the largest max timestamp of the finished segments; None when none."""
+
+
+@dataclass(frozen=True)
 class Lease:
     """The right to copy one partition, held by one broker's sidecar until ``expires_at_ms``.
 

@@ -14,6 +14,8 @@ Conventions shared by every method:
   reached or aborted the transaction; nothing was changed and the call may be retried.
 * "Offset order" sorts segments by start offset, then by segment id.
 * Segments may overlap (a new copier may start mid-segment after a takeover).
+* Every call has a deadline (the adapter's settings): a database that does not answer in time
+  fails the call with :class:`~rlm.errors.MetadataUnavailableError`, it never hangs.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rlm.metastore.model import (
     PartitionState,
     PendingUpload,
     RemoteSegment,
+    RemoteTierSummary,
     SegmentState,
     StateUpdate,
     TopicPartition,
@@ -130,6 +133,18 @@ class MetadataStore(Protocol):
     def max_timestamp(self, tp: TopicPartition) -> int | None:
         """KIP-1075's maxTimestamp: the largest max timestamp of the ``COPY_SEGMENT_FINISHED``
         segments, or ``None`` when there are none. O(1) in the number of segments."""
+        ...
+
+    def remote_tier_summaries(
+        self, tps: Collection[TopicPartition]
+    ) -> dict[TopicPartition, RemoteTierSummary]:
+        """The remote-tier summary of each partition of ``tps`` the store has a record of
+        (partitions it never saw are left out): its record, the start offset of its first
+        ``COPY_SEGMENT_FINISHED`` segment and :meth:`max_timestamp`, as those calls would answer.
+
+        For many partitions at once (a ListOffsets request's): all are read in one snapshot, with
+        one query per up to a thousand partitions, never one per partition.
+        """
         ...
 
     def highest_copied_offset(self, tp: TopicPartition, *, leader_epoch: int | None = None) -> int:

@@ -153,6 +153,10 @@ def test_lookups_match_brute_force(
         assert store.highest_copied_offset(TP, leader_epoch=epoch) == max(lasts, default=-1)
     listed = [(s.segment_id, s.state) for s in store.list_segments(TP, states=[FINISHED])]
     assert listed == [(s.segment_id, FINISHED) for s in finished]
+    summary = store.remote_tier_summaries([TP])[TP]
+    assert summary.record == store.get_partition(TP)
+    assert summary.first_offset == (finished[0].start_offset if finished else None)
+    assert summary.max_timestamp == store.max_timestamp(TP)
 
     offsets = data.draw(st.lists(st.sampled_from(_interesting_offsets(segments)), max_size=12))
     for offset in offsets:

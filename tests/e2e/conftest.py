@@ -18,18 +18,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import httpx
 import pytest
 import yaml
 from fastapi import FastAPI
+from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
+from api.auth import TokenAuthenticator
+from api.gen.rlm.v1 import rlm_pb2_grpc
+from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
 from rlm.bootstrap import Runtime, build_runtime
 from rlm.config import Settings
 from rlm.log.logdir import LogDir
 from rlm.log.model import Codec
-from tests.grpc_support import free_port
+from tests.grpc_support import ServerThread, free_port
 from tests.lookup_support import (
     TOPIC,
     Backend,
@@ -233,3 +238,24 @@ def in_process(
         yield InProcess(runtime, settings, tokens_file)
     finally:
         runtime.close()
+
+
+@pytest.fixture(scope="module")
+def api_client(in_process: InProcess) -> Iterator[TestClient]:
+    """A REST client of the in-process app, with an admin token."""
+    with TestClient(in_process.app(), headers=bearer(ADMIN_TOKEN)) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def api_stub(in_process: InProcess) -> Iterator[rlm_pb2_grpc.RemoteLogManagerStub]:
+    """A gRPC stub of a server on the in-process runtime (send the admin token's metadata)."""
+    port = free_port()
+    authenticator = TokenAuthenticator.from_settings(in_process.settings)
+    server = ServerThread(lambda: build_grpc_server(in_process.runtime, authenticator, port=port))
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield rlm_pb2_grpc.RemoteLogManagerStub(channel)
+    finally:
+        channel.close()
+        server.stop()

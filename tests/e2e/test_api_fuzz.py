@@ -5,25 +5,33 @@ from the spec, against the app over a tiered partition whose answers span both t
 
 * with an admin token, so that authentication passes and the input reaches the handlers, no
   answer is a server error (5xx) — but a 504 when the caller itself asked for less than a second;
-* without a token, every protected operation answers 401 whatever the input, before reading it.
+* without a token, every protected operation answers 401 whatever the input, before reading it;
+* integers in paths and queries are taken exactly when they are plain ASCII digits in range, and
+  timestamps answer alike on REST and gRPC (one parser for both), never accepting what is not ASCII
+  or has spaces around it.
 
 Examples are derandomized: a failure repeats on the next run.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pytest
 from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from schemathesis import Case, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.result import Ok
 from schemathesis.openapi import from_asgi
 from schemathesis.schemas import BaseSchema
 
+from api.gen.rlm.v1 import rlm_pb2 as pb
+from api.gen.rlm.v1 import rlm_pb2_grpc
 from tests.e2e.conftest import ADMIN_TOKEN, InProcess, bearer
 
 #: Operations anyone may call: the probes.
@@ -136,3 +144,86 @@ def test_a_rate_limit_beyond_int64_is_refused_as_both_apis_store_int64(in_proces
         response = client.patch("/v1/config", json=patch, headers=bearer(ADMIN_TOKEN))
     assert response.status_code == 400, response.text
     assert in_process.runtime.dynamic_config.current().remote_log_manager_copy_max_bytes_per_second == -1
+
+
+# -- integers and timestamps, strictly, everywhere ----------------------------------------------
+
+#: Text a lax parser reads as a number: digits of other scripts, signs, spaces, "_", exponents.
+_NUMBER_CHARS = [
+    *"0123456789",
+    "+",
+    "-",
+    " ",
+    "\t",
+    "_",
+    ".",
+    "e",
+    "x",
+    "\uff15",
+    "\u0665",
+    "\u00b2",
+    "\u2212",
+]
+_number_like = st.one_of(
+    st.text(alphabet=st.sampled_from(_NUMBER_CHARS), max_size=24),
+    st.integers(-(2**70), 2**70).map(str),
+    st.integers(1, 6000).map(lambda n: "9" * n),
+)
+_timestamp_like = st.one_of(
+    _number_like,
+    st.sampled_from(["latest", "earliest", "max-timestamp", "2023-11-14T22:13:20Z", "2023-11-14"]).flatmap(
+        lambda word: st.tuples(st.sampled_from(["", " ", "\n", "+"]), st.sampled_from(["", " ", "\t"])).map(
+            lambda around: around[0] + word + around[1]
+        )
+    ),
+)
+MAX_TIMEOUT_MS = 3_600_000
+ADMIN_METADATA = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
+
+
+def _plain(text: str, low: int, high: int) -> bool:
+    if re.fullmatch(r"-?[0-9]+", text) is None or len(text.lstrip("-").lstrip("0")) > 30:
+        return False
+    return low <= int(text) <= high
+
+
+@fuzz_settings(EXAMPLES_PER_OPERATION * 4)
+@given(text=_number_like)
+def test_integers_are_taken_exactly_when_plain_ascii_digits_in_range(
+    api_client: TestClient, text: str
+) -> None:
+    offsets = "/v1/topics/orders/partitions/0/offsets"
+    timeout = api_client.get(offsets, params={"timestamp": "latest", "timeout_ms": text})
+    limit = api_client.get("/v1/topics/orders/partitions/0/segments", params={"limit": text})
+    for response, ok, name in (
+        (timeout, _plain(text, 1, MAX_TIMEOUT_MS), "timeout_ms"),
+        (limit, _plain(text, 1, 1000), "limit"),
+    ):
+        if ok:  # answered (a timeout of a few ms may run out: 504), not refused
+            assert response.status_code in (200, 504), (text, response.text)
+        else:
+            assert response.status_code == 400, (text, response.text)
+            error = response.json()["error"]
+            assert name in error and "Exceeds the limit" not in error and len(error) < 400, error
+
+
+@fuzz_settings(EXAMPLES_PER_OPERATION * 4)
+@given(text=_timestamp_like)
+def test_timestamps_answer_alike_on_rest_and_grpc(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub, text: str
+) -> None:
+    rest = api_client.get("/v1/topics/orders/partitions/0/offsets", params={"timestamp": text})
+    request = pb.GetOffsetRequest(topic="orders", partition=0, timestamp=text)
+    try:
+        answer = api_stub.GetOffset(
+            request, metadata=(("authorization", f"Bearer {ADMIN_TOKEN}"),), timeout=30
+        )
+    except grpc.RpcError as exc:
+        error: Any = exc
+        assert error.code() is grpc.StatusCode.INVALID_ARGUMENT, error.details()
+        assert rest.status_code == 400, (text, rest.text)
+        assert rest.json()["error"].removeprefix("query.") == error.details(), (rest.text, error.details())
+        return
+    assert rest.status_code == 200, (text, rest.text)
+    assert (rest.json()["offset"], rest.json()["timestamp"]) == (answer.offset, answer.timestamp)
+    assert text.isascii() and text == text.strip() and not text.startswith("+"), text

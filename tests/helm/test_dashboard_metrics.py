@@ -19,11 +19,6 @@ from prometheus_client import CollectorRegistry
 from rlm.metrics import Metrics
 from tests.helm.chart import CHART, rendered
 
-#: Metrics the dashboard and alerts may query before rlm's registry has them. Each entry must be
-#: absent from the registry: the test fails once it is there, and the entry is to be removed.
-#:   rlm_metadata_errors_total{kind}: failed calls to the metadata store, added beside this chart.
-NOT_YET_REGISTERED = frozenset({"rlm_metadata_errors_total"})
-
 #: Grafana's variables, replaced by what Grafana substitutes before the query reaches Prometheus.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$namespace": "kafka", "$topic": "orders"}
 LABEL_VALUES = re.compile(r"^label_values\((.+),\s*\w+\)$")
@@ -94,16 +89,8 @@ def test_every_queried_metric_is_exported(where: str, expr: str) -> None:
     exposed = _exposed_names()
     names = _metric_names(expr)
     assert names, f"{where}: no metric in {expr}"
-    unknown = names - exposed - NOT_YET_REGISTERED
+    unknown = names - exposed
     assert unknown == set(), f"{where} queries metrics rlm does not export: {unknown}"
-
-
-def test_the_allow_list_names_only_metrics_still_missing() -> None:
-    assert NOT_YET_REGISTERED.isdisjoint(_exposed_names()), (
-        "registered now: remove it from NOT_YET_REGISTERED"
-    )
-    queried = {name for _, expr in QUERIES for name in _metric_names(expr)}
-    assert queried >= NOT_YET_REGISTERED
 
 
 def test_the_dashboard_covers_what_operators_watch() -> None:

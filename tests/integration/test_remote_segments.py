@@ -27,7 +27,7 @@ from rlm.config import TopicSettings
 from rlm.log.logdir import LogDir
 from rlm.lookup.remote_segments import DEFAULT_MAX_SEGMENTS, SegmentList, SegmentLists
 from rlm.lookup.service import LookupService
-from rlm.metastore import RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore import RemoteSegment, RemoteTierSummary, SegmentState, TopicPartition
 from rlm.retention import Retention
 from tests.lookup_support import (
     TOPIC,
@@ -59,10 +59,18 @@ DELETE_FINISHED = SegmentState.DELETE_SEGMENT_FINISHED
 
 
 class CountingStore(SqlMetadataStore):
-    """The SQL store, counting the segment searches and the listings of finished segments."""
+    """The SQL store, counting the segment searches, the listings of finished segments and the
+    reads of remote-tier summaries."""
 
     searches = 0
     listings = 0
+    summaries = 0
+
+    def remote_tier_summaries(
+        self, tps: Collection[TopicPartition]
+    ) -> dict[TopicPartition, RemoteTierSummary]:
+        self.summaries += 1
+        return super().remote_tier_summaries(tps)
 
     def first_segment_for_timestamp(
         self, tp: TopicPartition, timestamp_ms: int, *, from_offset: int = 0
@@ -335,7 +343,7 @@ def test_lookups_answer_from_the_list_without_searching_the_store(sidecar_of: Si
             assert sidecar.answer(target) == truth.for_timestamp(target), target
             assert sidecar.service.find(sidecar.tiered.tp, target).tier == "remote"
     assert sidecar.store.searches == 0
-    assert sidecar.store.listings == 2  # the summary's first segment, then the list
+    assert (sidecar.store.summaries, sidecar.store.listings) == (1, 1)  # the summary, then the list
 
 
 def test_the_list_outlives_the_summaries_of_its_version(sidecar_of: SidecarOf) -> None:
@@ -343,16 +351,16 @@ def test_the_list_outlives_the_summaries_of_its_version(sidecar_of: SidecarOf) -
     truth, tp = sidecar.tiered.truth, sidecar.tiered.tp
     timestamps = _remote_timestamps(sidecar)
     assert sidecar.answer(timestamps[0]) == truth.for_timestamp(timestamps[0])
-    assert sidecar.store.listings == 2  # the summary's first segment, then the list
+    assert (sidecar.store.summaries, sidecar.store.listings) == (1, 1)  # the summary, then the list
     sidecar.now += 7200  # the summary expires; the store's record of the partition is the same
     assert sidecar.answer(timestamps[1]) == truth.for_timestamp(timestamps[1])
-    assert sidecar.store.listings == 3  # the summary only
+    assert (sidecar.store.summaries, sidecar.store.listings) == (2, 1)  # the summary only
     # The remote log start offset moves (to the first offset: the answers stay the same).
     first = sidecar.finished()[0]
     sidecar.tiered.runtime.store.advance_log_start_offset(tp, first.start_offset)
     sidecar.now += 7200
     assert sidecar.answer(timestamps[2]) == truth.for_timestamp(timestamps[2])
-    assert sidecar.store.listings == 5  # the summary and a new list
+    assert (sidecar.store.summaries, sidecar.store.listings) == (3, 2)  # the summary and a new list
     assert sidecar.store.searches == 0
 
 
@@ -364,7 +372,7 @@ def test_over_the_bound_lookups_search_the_store_and_answer_the_same(sidecar_of:
     for timestamp in timestamps:
         assert sidecar.answer(timestamp) == truth.for_timestamp(timestamp), timestamp
     assert sidecar.store.searches >= len(timestamps)
-    assert sidecar.store.listings == 2  # over the bound once, never listed again
+    assert sidecar.store.listings == 1  # over the bound once, never listed again
 
 
 def test_a_lookup_after_retention_deleted_a_listed_segment_answers_as_the_store(
@@ -376,7 +384,7 @@ def test_a_lookup_after_retention_deleted_a_listed_segment_answers_as_the_store(
     doomed = [r.record for r in truth.records if first.start_offset <= r.record.offset <= first.end_offset]
     target = doomed[len(doomed) // 2].timestamp
     assert sidecar.answer(target) == truth.for_timestamp(target)
-    assert sidecar.store.listings == 2 and sidecar.store.searches == 0
+    assert sidecar.store.listings == 1 and sidecar.store.searches == 0
 
     # Another sidecar's retention deletes the first segment: nothing tells this service.
     rt = tiered.runtime
@@ -403,7 +411,7 @@ def test_a_lookup_after_retention_deleted_a_listed_segment_answers_as_the_store(
     # The next lookup reads a new list, without the deleted segment, and needs the store no more.
     searches = sidecar.store.searches
     assert sidecar.answer(target) == expected
-    assert sidecar.store.listings == 3 and sidecar.store.searches == searches
+    assert sidecar.store.listings == 2 and sidecar.store.searches == searches
     later = [r.record.timestamp for r in truth.records if second.start_offset <= r.record.offset][:5]
     for timestamp in later:
         assert sidecar.answer(timestamp) == truth.for_timestamp(timestamp), timestamp

@@ -12,6 +12,7 @@ from rlm.errors import (
     ChecksumMismatchError,
     ConfigError,
     CorruptRecordError,
+    InvalidArgumentError,
     InvalidTopicNameError,
     MetadataUnavailableError,
     NotFoundError,
@@ -34,7 +35,8 @@ S = grpc.StatusCode
     [
         (NotFoundError("no partition orders-9"), S.NOT_FOUND),
         (OffsetOutOfRangeError("offset 9 is outside [0, 5]"), S.OUT_OF_RANGE),
-        (InvalidTimestampError("timestamp 'x' is not ..."), S.INVALID_ARGUMENT),
+        (InvalidTimestampError("timestamp", "'x' is not ..."), S.INVALID_ARGUMENT),
+        (InvalidArgumentError("partition", "must be from 0 to 2147483647, not -1"), S.INVALID_ARGUMENT),
         (InvalidTopicNameError("a/b", "bad character"), S.INVALID_ARGUMENT),
         (ConfigError("out of range"), S.INVALID_ARGUMENT),
         (ValueError("limit must be 1 to 1000"), S.INVALID_ARGUMENT),

@@ -1,0 +1,205 @@
+"""Partitions' remote-tier summaries (*views*) as lookups use them: read in batches, reused, and
+what a lookup may use instead when the metadata store does not answer.
+
+A lookup needs four facts of a partition's remote tier: whether the store knows it, its first
+finished segment, its remote log start offset and its max remote timestamp. The store answers them
+for many partitions in one query (``remote_tier_summaries``: all the partitions of a ListOffsets
+request at once). A view is reused for ``ttl_s`` (default 1 s), and read again at once when the
+broker's first local segment changed since (local retention deleted segments) or on
+:meth:`RemoteViews.invalidate`; :mod:`rlm.lookup.service` says why answers stay exact meanwhile.
+
+Without the store (it is down, see :class:`~rlm.metastore.availability.StoreAvailability`, or its
+read failed), :meth:`RemoteViews.fallback` gives the view a lookup may still use, if any:
+
+* the last view read, however old, while the broker's first local segment is still the one it was
+  read with. The argument for a view ``ttl_s`` old holds at any age: segments finished since hold
+  offsets the broker still has (it deleted none), so they cannot hold an earlier match than its
+  local log; deleted ones only lower the max remote timestamp, and a search then goes remote.
+* no view read, but the broker's local log starts at or below its log start offset (from offset
+  0, or at its ``log-start-offset-checkpoint``): every offset a consumer may read is still local,
+  so an answer found locally has no earlier match in the remote tier. The view of an empty remote
+  tier then answers exactly.
+
+Either way only the log start offset may be stale: one advanced by remote retention since is not
+known until the store answers again (as Kafka's own log start offset propagates late). Without
+such a view, the remote tier may hold an earlier match than anything local: no fallback, and the
+lookup fails with a retriable error at once rather than answer wrongly.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from rlm.log.logdir import PartitionDir
+from rlm.metastore.availability import StoreAvailability
+from rlm.metastore.model import PartitionRecord, RemoteTierSummary, TopicPartition
+from rlm.metastore.protocol import MetadataStore
+
+DEFAULT_TTL_S = 1.0
+"""How long a partition's view is reused before the metadata store is asked again."""
+#: Reads of one partition's view wait for each other (the others reuse its answer); partitions
+#: share these locks by hash, so that their number stays bounded whatever partitions are asked.
+REFRESH_LOCKS = 64
+
+
+@dataclass(frozen=True)
+class RemoteTierView:
+    """What the metadata store said about one partition's remote tier, and when."""
+
+    known: bool
+    """The store has a record of the partition."""
+    first_offset: int | None
+    """Start offset of the first finished segment; None when there is none."""
+    log_start_offset: int
+    """The remote log start offset retention advanced; -1 before it ever did."""
+    max_timestamp: int | None
+    """The largest max timestamp of the finished segments; None when there are none."""
+    version: tuple[int, int, int] | None
+    """The partition's highest copied offset, remote log start offset and remote size (what
+    changes when finished segments come or go); None when the store does not know it."""
+    local_base: int | None
+    """Base offset of the broker's first local segment when the view was read."""
+    read_at: float
+
+
+class RemoteViews:
+    """The views of the partitions a process looks up (one per partition, bounded by them).
+
+    Args:
+        store: where views are read.
+        availability: whether the store answers lately; every read goes through it.
+        ttl_s: how long a view is reused.
+        clock: monotonic seconds.
+    """
+
+    def __init__(
+        self,
+        store: MetadataStore,
+        availability: StoreAvailability,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.availability = availability
+        self.ttl_s = ttl_s
+        self._clock = clock
+        # Views of partitions the store or the broker knows: a request may name any number of
+        # partitions that neither does, and those are read again rather than kept.
+        self._views: dict[TopicPartition, RemoteTierView] = {}
+        self._refreshing = tuple(threading.Lock() for _ in range(REFRESH_LOCKS))
+        self._refresh_claims: dict[TopicPartition, RemoteTierView] = {}
+        self._lock = threading.Lock()
+
+    def get(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
+        """The partition's view: the one at hand if it may be reused, else read from the store
+        (one read at a time per partition, or per partitions sharing its lock; the others reuse
+        its answer).
+
+        Raises:
+            MetadataUnavailableError: the store is down or did not answer.
+        """
+        view = self.cached(tp, local)
+        if view is not None:
+            return view
+        with self._refreshing[hash(tp) % REFRESH_LOCKS]:
+            view = self.cached(tp, local)
+            if view is not None:
+                return view
+            return self.read({tp: local})[tp]
+
+    def read(
+        self, partitions: Mapping[TopicPartition, PartitionDir | None]
+    ) -> dict[TopicPartition, RemoteTierView]:
+        """Read the views of ``partitions`` (each with its broker directory, or None) in one batch.
+
+        Raises:
+            MetadataUnavailableError: the store is down or did not answer.
+        """
+        bases = {tp: _first_base(local) for tp, local in partitions.items()}
+        now = self._clock()
+        summaries = self.availability.call(lambda: self.store.remote_tier_summaries(list(partitions)))
+        views = {tp: _view(summaries.get(tp), base, now) for tp, base in bases.items()}
+        kept = {tp: v for tp, v in views.items() if v.known or partitions[tp] is not None}
+        with self._lock:
+            self._views.update(kept)
+        return views
+
+    def cached(
+        self, tp: TopicPartition, local: PartitionDir | None, *, while_refreshing: bool = False
+    ) -> RemoteTierView | None:
+        """The partition's view if the one at hand may be reused; None when the store must be asked.
+
+        With ``while_refreshing`` (callers that must not wait for the store), the first caller to
+        find the view expired gets None and is expected to read the new one through :meth:`get`;
+        until it has, the others reuse the expired view, up to twice ``ttl_s`` old, rather than
+        all turning to the store at once.
+        """
+        base = _first_base(local)
+        now = self._clock()
+        with self._lock:
+            view = self._views.get(tp)
+            if view is None or view.local_base != base:
+                return None
+            age = now - view.read_at
+            if age < self.ttl_s:
+                return view
+            if not while_refreshing or age >= 2 * self.ttl_s:
+                return None
+            if self._refresh_claims.get(tp) is view:
+                return view  # another caller is reading the new view
+            self._refresh_claims[tp] = view
+            return None
+
+    def fallback(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView | None:
+        """A view to use while the store does not answer (module docstring), or None."""
+        base = _first_base(local)
+        if local is None or base is None:
+            return None
+        with self._lock:
+            last = self._views.get(tp)
+        if last is not None and last.local_base == base:
+            return last
+        log_start = local.checkpointed_log_start_offset()
+        if base <= (log_start if log_start is not None else 0):
+            return RemoteTierView(False, None, -1, None, None, base, self._clock())
+        return None
+
+    def __len__(self) -> int:
+        """How many views are kept."""
+        with self._lock:
+            return len(self._views)
+
+    def invalidate(self, tp: TopicPartition | None = None) -> None:
+        """Forget the view of ``tp`` (of every partition when None): the next lookup asks the store."""
+        with self._lock:
+            if tp is None:
+                self._views.clear()
+            else:
+                self._views.pop(tp, None)
+
+
+def _view(summary: RemoteTierSummary | None, local_base: int | None, now: float) -> RemoteTierView:
+    if summary is None:
+        return RemoteTierView(False, None, -1, None, None, local_base, now)
+    return RemoteTierView(
+        known=True,
+        first_offset=summary.first_offset,
+        log_start_offset=summary.record.remote_log_start_offset,
+        max_timestamp=summary.max_timestamp if summary.first_offset is not None else None,
+        version=_version(summary.record),
+        local_base=local_base,
+        read_at=now,
+    )
+
+
+def _version(record: PartitionRecord) -> tuple[int, int, int]:
+    return (record.highest_copied_offset, record.remote_log_start_offset, record.remote_log_size_bytes)
+
+
+def _first_base(local: PartitionDir | None) -> int | None:
+    segments = local.segments() if local is not None else []
+    return segments[0].base_offset if segments else None
