@@ -1,9 +1,9 @@
 """Rebuilding a segment's indexes from its ``.log`` exactly as Kafka's ``LogSegment.recover`` does.
 
-Per batch: validate it (size, CRC), keep the running maximum timestamp, add an offset-index entry
-(keyed by the batch's last offset) and a time-index entry whenever more than
-``index.interval.bytes`` were read since the last entry, and finally append the time index's
-closing ``(max timestamp, its batch's last offset)`` entry. Aborted transactions go to the
+Per batch: validate it (size, CRC, offsets: :mod:`rlm.log.validate`), keep the running maximum
+timestamp, add an offset-index entry (keyed by the batch's last offset) and a time-index entry
+whenever more than ``index.interval.bytes`` were read since the last entry, and finally append the
+time index's closing ``(max timestamp, its batch's last offset)`` entry. Aborted transactions go to the
 transaction index and leader epochs to the epoch cache.
 """
 
@@ -13,15 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rlm.errors import CorruptDataError, CorruptRecordError
-from rlm.log.batches import crc_valid, decode_batch
+from rlm.errors import CorruptDataError
+from rlm.log.batches import decode_batch
 from rlm.log.checkpoints import EpochEntry
 from rlm.log.index import OffsetIndex, TimeIndex
-from rlm.log.model import INT32_MAX, BatchHeader, ControlType
+from rlm.log.model import BatchHeader, ControlType
 from rlm.log.snapshot import ProducerStateEntry, read_snapshot
-from rlm.log.source import iter_headers, read_batch_bytes
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.v2 import parse_control_record
+from rlm.log.validate import BatchChecker
 
 if TYPE_CHECKING:
     from rlm.log.segment import Segment
@@ -91,6 +91,7 @@ def rebuild_segment_indexes(
     tracker: TransactionTracker | None = None,
     epochs: list[EpochEntry] | None = None,
     stop_at_corruption: bool = True,
+    checker: BatchChecker | None = None,
 ) -> RebuiltIndexes:
     """Rebuild ``segment``'s indexes from its ``.log``; nothing is written to disk.
 
@@ -102,6 +103,9 @@ def rebuild_segment_indexes(
         epochs: the leader-epoch cache so far; new epochs are appended to a copy.
         stop_at_corruption: stop at the first invalid batch and report it in ``error`` (Kafka's
             recovery); when False the error is raised.
+        checker: the checks each batch must pass (see :mod:`rlm.log.validate`); by default
+            Kafka's recovery checks, without decoding records. It is left holding the end of the
+            scan, for :meth:`~rlm.log.validate.BatchChecker.finish`.
     """
     base = segment.base_offset
     offset_index = OffsetIndex(base, max_index_size=segment.max_index_size)
@@ -115,22 +119,11 @@ def rebuild_segment_indexes(
     next_offset = base
     error: CorruptDataError | None = None
     with segment.open() as source:
+        checker = checker if checker is not None else BatchChecker(source.name, base)
         try:
-            for header in iter_headers(source):
-                data = read_batch_bytes(source, header)
-                local = header._replace(position=0)
-                if not crc_valid(data, local):
-                    raise CorruptRecordError(
-                        f"batch CRC mismatch (stored 0x{header.crc:08x})",
-                        path=source.name,
-                        position=header.position,
-                    )
-                if header.last_offset - base > INT32_MAX or header.last_offset < base:
-                    raise CorruptRecordError(
-                        f"batch last offset {header.last_offset} does not fit segment {base}",
-                        path=source.name,
-                        position=header.position,
-                    )
+            for header, data, problems in checker.batches_of(source):
+                if problems:
+                    raise problems[0].error()
                 if header.magic >= 2:
                     if header.leader_epoch >= 0 and (
                         not epoch_cache or header.leader_epoch > epoch_cache[-1].epoch
@@ -146,6 +139,8 @@ def rebuild_segment_indexes(
                     last_index_entry = valid_bytes
                 valid_bytes += header.size
                 next_offset = header.last_offset + 1
+            if checker.framing_error:
+                raise checker.problems[-1].error()
         except CorruptDataError as exc:
             if not stop_at_corruption:
                 raise
