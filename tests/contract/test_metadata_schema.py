@@ -12,7 +12,14 @@ from sqlalchemy import text
 
 from alembic import command
 from metadata.engine import create_engine_for_url
-from metadata.schema import SCRIPT_LOCATION, alembic_config, check_schema, downgrade, upgrade
+from metadata.schema import (
+    SCRIPT_LOCATION,
+    alembic_config,
+    check_schema,
+    downgrade,
+    head_revision,
+    upgrade,
+)
 from metadata.store import SqlMetadataStore
 from rlm.cli import db as db_cli
 from rlm.errors import MetadataUnavailableError, SchemaMismatchError
@@ -24,10 +31,11 @@ from tests.metadata_support import (
     segment,
 )
 
-NEXT_REVISION = '''"""A later revision, known to a newer rlm only."""
+HEAD = head_revision()
+NEXT_REVISION = f'''"""A later revision, known to a newer rlm only."""
 
-revision = "0002"
-down_revision = "0001"
+revision = "9000"
+down_revision = "{HEAD}"
 branch_labels = None
 depends_on = None
 
@@ -78,12 +86,12 @@ def test_an_older_schema_is_refused_until_upgraded(empty_url: str, tmp_path: Pat
     upgrade(empty_url)
     newer = tmp_path / "newer-alembic"
     shutil.copytree(SCRIPT_LOCATION, newer)
-    (newer / "versions" / "0002_later.py").write_text(NEXT_REVISION)
+    (newer / "versions" / "9000_later.py").write_text(NEXT_REVISION)
     engine = create_engine_for_url(empty_url, pooled=False)
     try:
         with pytest.raises(
             SchemaMismatchError,
-            match=r"at revision 0001, rlm needs 0002: run `rlm db upgrade`",
+            match=rf"at revision {HEAD}, rlm needs 9000: run `rlm db upgrade`",
         ):
             check_schema(engine, newer)
         command.upgrade(alembic_config(empty_url, newer), "head")
@@ -127,7 +135,7 @@ def test_rlm_db_upgrade_and_current(
     assert _run("db", "current", "--url", url) == 1
     assert "run `rlm db upgrade`" in capsys.readouterr().out
     assert _run("db", "upgrade", "--url", url) == 0
-    assert "is at revision 0001" in capsys.readouterr().out
+    assert f"is at revision {HEAD}" in capsys.readouterr().out
     monkeypatch.setenv("RLM_METADATA_URL", url)
     assert _run("db", "current") == 0
     assert "up to date" in capsys.readouterr().out
