@@ -106,8 +106,14 @@ def build_runtime(
     registry: CollectorRegistry | None = None,
     store: MetadataStore | None = None,
     storage: RemoteStorage | None = None,
+    index_cache_on_demand: bool = False,
 ) -> Runtime:
-    """Build every component from ``settings`` (``store``/``storage`` may be given ready-made)."""
+    """Build every component from ``settings`` (``store``/``storage`` may be given ready-made).
+
+    ``index_cache_on_demand``: open the remote index cache's directory (and take its lock) only
+    when a lookup first needs a remote index, for commands that may never read one (``rlm copy``,
+    ``rlm retention``, ``rlm lookup``) and may run beside an ``rlm serve`` using the directory.
+    """
     if not settings.log_dirs:
         raise ConfigError("no log directories configured: set log.dirs (RLM_LOG_DIRS)")
     watch.set_enabled(settings.log_dirs_watch)
@@ -127,6 +133,7 @@ def build_runtime(
             storage,
             metrics,
             max_bytes=settings.remote_log_index_file_cache_total_size_bytes,
+            open_now=not index_cache_on_demand,
         )
         offset_pool = BoundedPool(
             "offset-reader",

@@ -56,7 +56,7 @@ def _copy(args: argparse.Namespace) -> int:
 
     from rlm.bootstrap import build_runtime
 
-    runtime = build_runtime(settings_from_args(args))
+    runtime = build_runtime(settings_from_args(args), index_cache_on_demand=True)
     try:
         if args.once:
             partitions = runtime.copier.partitions()
@@ -94,7 +94,7 @@ def _describe_retention(o: RetentionOutcome) -> str:
 def _retention(args: argparse.Namespace) -> int:
     from rlm.bootstrap import build_runtime
 
-    runtime = build_runtime(settings_from_args(args))
+    runtime = build_runtime(settings_from_args(args), index_cache_on_demand=True)
     try:
         if args.once:
             outcomes = runtime.retention.run_once()
