@@ -23,8 +23,8 @@ from tests.fuzz_support import (
     template_database,
 )
 
-#: Cases (one to three mutations each): some 250 mutations, a few seconds on an idle machine.
-CASES = 130
+#: Cases (one to three mutations each): some 220 mutations, about 20 s on an idle machine.
+CASES = 120
 #: Copies make every object and row durable (fsync): on a tmpfs that costs nothing.
 FAST_DIRECTORY = Path("/dev/shm")
 
@@ -74,7 +74,7 @@ def test_damaged_log_dirs_never_crash_a_command_nor_reach_the_remote_tier(
 @pytest.mark.slow
 def test_damaged_log_dirs_through_the_console_script(workspace: Path, pristine: Path, template: Path) -> None:
     # In a process of its own, as users run it: what reaches the terminal, and the exit code.
-    for seed in (3, 11, 29):
+    for seed in (11,):
         case = run_case(seed, pristine, workspace / "script", template, runner=run_subprocess)
         assert not case.failures, describe(case)
         assert case.commands >= 5
