@@ -48,7 +48,7 @@ def dump_path(path: Path, emit: Emit, *, records: bool, as_json: bool) -> None:
 
 def _index_rows(path: Path) -> Iterator[dict[str, Any]]:
     """The entries of an index or snapshot file; then its problems, as ``rlm log verify`` finds them."""
-    base = parse_base_offset(path.name)
+    base = parse_base_offset(path)
     if path.suffix == ".index":
         offsets = OffsetIndex.load(path, base)
         for o in offsets.entries():
@@ -70,7 +70,7 @@ def _index_rows(path: Path) -> Iterator[dict[str, Any]]:
 
 
 def _dump_log(path: Path, emit: Emit, *, records: bool, as_json: bool) -> None:
-    base = parse_base_offset(path.name)
+    base = parse_base_offset(path)
     if not as_json:
         emit(f"Dumping {path}")
         emit(f"Log starting offset: {base}")

@@ -57,13 +57,13 @@ def parse_base_offset(filename: StrPath) -> int:
         InvalidFileNameError: (a ValueError) the name does not start with ASCII decimal digits
             followed by a dot, or the number does not fit an int64.
     """
-    name = os.path.basename(os.fspath(filename))
-    prefix, dot, _ = name.partition(".")
+    given = os.fspath(filename)
+    prefix, dot, _ = os.path.basename(given).partition(".")
     if not dot or _PREFIX.fullmatch(prefix) is None:
-        raise InvalidFileNameError(name, "its name does not start with an offset")
+        raise InvalidFileNameError(given, "its name does not start with an offset")
     offset = int(prefix)
     if offset > INT64_MAX:
-        raise InvalidFileNameError(name, "its offset does not fit an int64")
+        raise InvalidFileNameError(given, "its offset does not fit an int64")
     return offset
 
 

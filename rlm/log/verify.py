@@ -59,7 +59,7 @@ def verify_file(path: Path, *, deep: bool = True) -> list[Problem]:
     """Verify one file: a ``.log`` (its batches and its indexes), an index or a producer snapshot."""
     if path.suffix not in FILE_KINDS:
         raise CorruptDataError(f"verify takes a directory or a {', '.join(FILE_KINDS)} file, not {path.name}")
-    base = parse_base_offset(path.name)
+    base = parse_base_offset(path)
     if path.suffix == ".log":
         return list(verify_segment(Segment(path.parent, base), deep=deep, active=False))
     return list(verify_index_file(path, base))

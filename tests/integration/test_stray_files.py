@@ -139,10 +139,11 @@ def test_copy_and_lookup_skip_strays(
 def test_a_stray_named_on_the_command_line_is_a_clear_error(
     logs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    stray = logs / "orders-0" / "abc.log"
     for command in ("dump", "verify"):
-        code, out, err = _run(capsys, "log", command, str(logs / "orders-0" / "abc.log"))
+        code, out, err = _run(capsys, "log", command, str(stray))
         assert code == 1
-        assert err.startswith("rlm: error: 'abc.log' is not named the way Kafka names its files") and not out
+        assert err.startswith(f"rlm: error: '{stray}' is not named the way Kafka names its files") and not out
     code, _, err = _run(capsys, "log", "dump", str(logs / "orders-0" / "00000000000000099999.log"))
     assert code == 0 and "Traceback" not in err  # a directory: its segments (none)
     code, _, err = _run(capsys, "log", "reindex", str(logs / "orders-٣"))
