@@ -178,6 +178,16 @@ def partitions_response(partitions: list[PartitionOverview]) -> pb.ListPartition
                 copy_lag_bytes=p.copy_lag_bytes,
                 local_log_start_offset=p.local_log_start_offset,
                 high_watermark=p.high_watermark,
+                skipped_ranges=[
+                    pb.SkippedRange(
+                        start_offset=r.start_offset,
+                        end_offset=r.end_offset,
+                        kind=r.kind.value,
+                        reason=r.reason,
+                        recorded_at_ms=r.recorded_at_ms,
+                    )
+                    for r in p.skipped_ranges
+                ],
             )
             for p in partitions
         ]

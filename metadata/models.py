@@ -9,6 +9,8 @@
 ``rlm_epoch_offset``  highest offset copied per (partition, leader epoch); only grows.
 ``rlm_offset_tree``   maxima of the COPY_SEGMENT_FINISHED segments per range of start offsets,
                       which makes timestamp and offset lookups O(log n) (see ``metadata.tree``).
+``rlm_skipped_range`` offset ranges the remote tier will never hold, and why (an operator's skip,
+                      or data the broker deleted before it was tiered).
 
 Any change here needs an Alembic migration in ``alembic/versions``; the test suite runs
 ``alembic check`` to catch a missing one.
@@ -36,7 +38,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from rlm.metastore.model import PartitionState, SegmentState
+from rlm.metastore.model import SKIP_REASON_MAX, PartitionState, SegmentState, SkipKind
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -55,6 +57,7 @@ UPLOAD_ID_MAX = 1024
 
 _SEGMENT_STATES = ", ".join(f"'{state.value}'" for state in SegmentState)
 _PARTITION_STATES = ", ".join(f"'{state.value}'" for state in PartitionState)
+_SKIP_KINDS = ", ".join(f"'{kind.value}'" for kind in SkipKind)
 
 
 class Base(DeclarativeBase):
@@ -86,6 +89,8 @@ class PartitionRow(Base):
     lease_owner: Mapped[int | None] = mapped_column(Integer)
     lease_epoch: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     lease_expires_at_ms: Mapped[int | None] = mapped_column(BigInteger)
+    lease_incarnation: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    """The holder's process (see :attr:`rlm.metastore.model.Lease.incarnation`)."""
 
 
 class SegmentRow(Base):
@@ -180,3 +185,22 @@ class OffsetTreeRow(Base):
     bucket: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     max_timestamp_ms: Mapped[int] = mapped_column(BigInteger)
     max_end_offset: Mapped[int] = mapped_column(BigInteger)
+
+
+class SkippedRangeRow(Base):
+    """Offsets ``[start_offset, end_offset]`` of a partition the remote tier will never hold."""
+
+    __tablename__ = "rlm_skipped_range"
+    __table_args__ = (
+        CheckConstraint("start_offset >= 0 AND end_offset >= start_offset", name="offsets"),
+        CheckConstraint(f"kind IN ({_SKIP_KINDS})", name="kind"),
+        Index("ix_rlm_skipped_range_offset", "partition_id", "start_offset"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    partition_id: Mapped[int] = mapped_column(ForeignKey("rlm_partition.id"))
+    start_offset: Mapped[int] = mapped_column(BigInteger)
+    end_offset: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(STATE_NAME_MAX))
+    reason: Mapped[str] = mapped_column(String(SKIP_REASON_MAX))
+    recorded_at_ms: Mapped[int] = mapped_column(BigInteger)

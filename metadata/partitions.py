@@ -9,6 +9,7 @@ and no update is lost; it is always the first lock a transaction takes, so there
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 from sqlalchemy import Connection, Row, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -86,17 +87,34 @@ def _stale(row: Row[Any], epoch: int) -> str:
     return f"lease epoch {epoch} is stale, the lease is at epoch {row.lease_epoch} and {holder}"
 
 
-def acquire(conn: Connection, tp: TopicPartition, owner: int, ttl_ms: int, now_ms: int) -> Lease | None:
-    """Take the lease if it is free, expired or already ``owner``'s; bumps the epoch."""
+def acquire(
+    conn: Connection,
+    tp: TopicPartition,
+    owner: int,
+    ttl_ms: int,
+    now_ms: int,
+    *,
+    incarnation: UUID | None = None,
+    replace_own_incarnation: bool = True,
+) -> Lease | None:
+    """Take the lease if it is free, expired or already ``owner``'s (another incarnation's only
+    with ``replace_own_incarnation``); bumps the epoch."""
     row = lock(conn, tp)
     unexpired = row.lease_owner is not None and int(row.lease_expires_at_ms) > now_ms
     if unexpired and int(row.lease_owner) != owner:
         return None
-    lease = Lease(tp, owner, int(row.lease_epoch) + 1, now_ms + ttl_ms)
+    if unexpired and not replace_own_incarnation and row.lease_incarnation != incarnation:
+        return None
+    lease = Lease(tp, owner, int(row.lease_epoch) + 1, now_ms + ttl_ms, incarnation)
     conn.execute(
         update(Partition)
         .where(Partition.id == row.id)
-        .values(lease_owner=owner, lease_epoch=lease.epoch, lease_expires_at_ms=lease.expires_at_ms)
+        .values(
+            lease_owner=owner,
+            lease_epoch=lease.epoch,
+            lease_expires_at_ms=lease.expires_at_ms,
+            lease_incarnation=incarnation,
+        )
     )
     return lease
 
@@ -117,7 +135,7 @@ def renew(conn: Connection, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
             f"cannot renew the lease of {lease.topic_partition} for broker {lease.owner}: "
             f"{_stale(row, lease.epoch)}"
         )
-    renewed = Lease(lease.topic_partition, lease.owner, lease.epoch, now_ms + ttl_ms)
+    renewed = Lease(lease.topic_partition, lease.owner, lease.epoch, now_ms + ttl_ms, lease.incarnation)
     conn.execute(
         update(Partition).where(Partition.id == row.id).values(lease_expires_at_ms=renewed.expires_at_ms)
     )
@@ -130,6 +148,8 @@ def release(conn: Connection, lease: Lease) -> bool:
     if not _is_current(row, lease):
         return False
     conn.execute(
-        update(Partition).where(Partition.id == row.id).values(lease_owner=None, lease_expires_at_ms=None)
+        update(Partition)
+        .where(Partition.id == row.id)
+        .values(lease_owner=None, lease_expires_at_ms=None, lease_incarnation=None)
     )
     return True

@@ -131,4 +131,5 @@ def lease_from_row(row: Row[Any]) -> Lease | None:
         owner=int(row.lease_owner),
         epoch=int(row.lease_epoch),
         expires_at_ms=int(row.lease_expires_at_ms),
+        incarnation=row.lease_incarnation,
     )

@@ -9,9 +9,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, Row, Select, insert, select, tuple_, update
+from sqlalchemy import Connection, Engine, Row, Select, delete, insert, select, tuple_, update
 
 from metadata import partitions, search, summaries, tier_summaries, tree, uploads
+from metadata import skipped as skipped_ranges
 from metadata.engine import Deadlines, create_engine_for_url
 from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow
 from metadata.rows import (
@@ -37,6 +38,7 @@ from rlm.metastore.model import (
     RemoteSegment,
     RemoteTierSummary,
     SegmentState,
+    SkippedRange,
     StateUpdate,
     TopicPartition,
     check_transition,
@@ -381,11 +383,27 @@ class SqlMetadataStore:
 
     # -- leases -------------------------------------------------------------------------------
 
-    def acquire_lease(self, tp: TopicPartition, owner: int, ttl_ms: int) -> Lease | None:
+    def acquire_lease(
+        self,
+        tp: TopicPartition,
+        owner: int,
+        ttl_ms: int,
+        *,
+        incarnation: UUID | None = None,
+        replace_own_incarnation: bool = True,
+    ) -> Lease | None:
         """See :meth:`rlm.metastore.MetadataStore.acquire_lease`."""
         _check_ttl(ttl_ms)
         with self._transaction(write=True) as conn:
-            return partitions.acquire(conn, tp, owner, ttl_ms, self._clock())
+            return partitions.acquire(
+                conn,
+                tp,
+                owner,
+                ttl_ms,
+                self._clock(),
+                incarnation=incarnation,
+                replace_own_incarnation=replace_own_incarnation,
+            )
 
     def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease:
         """See :meth:`rlm.metastore.MetadataStore.renew_lease`."""
@@ -404,7 +422,57 @@ class SqlMetadataStore:
             row = partitions.find(conn, tp)
         return None if row is None else lease_from_row(row)
 
+    # -- skipped ranges -----------------------------------------------------------------------
+
+    def add_skipped_range(self, skipped: SkippedRange, *, lease_epoch: int | None = None) -> SkippedRange:
+        """See :meth:`rlm.metastore.MetadataStore.add_skipped_range`."""
+        with self._transaction(write=True) as conn:
+            part = partitions.lock(conn, skipped.topic_partition)
+            partitions.check_fence(part, lease_epoch)
+            return skipped_ranges.add(conn, part, skipped)
+
+    def list_skipped_ranges(self, tp: TopicPartition) -> list[SkippedRange]:
+        """See :meth:`rlm.metastore.MetadataStore.list_skipped_ranges`."""
+        with self._transaction(write=False, snapshot=False) as conn:
+            partition_id = partitions.find_id(conn, tp)
+            return [] if partition_id is None else skipped_ranges.ranges(conn, partition_id, tp)
+
     # -- maintenance --------------------------------------------------------------------------
+
+    def purge_deleted_segments(
+        self,
+        tp: TopicPartition,
+        *,
+        deleted_before_ms: int,
+        limit: int = 1000,
+        lease_epoch: int | None = None,
+    ) -> int:
+        """See :meth:`rlm.metastore.MetadataStore.purge_deleted_segments`."""
+        if limit < 1:
+            raise ValueError(f"limit must be positive, got {limit}")
+        with self._transaction(write=True) as conn:
+            if partitions.find_id(conn, tp) is None:
+                return 0
+            part = partitions.lock(conn, tp)
+            partitions.check_fence(part, lease_epoch)
+            # The partition row keeps the highest copied offset and rlm_epoch_offset the
+            # per-epoch ones: neither is derived from these rows again, so nothing falls.
+            ids = list(
+                conn.execute(
+                    select(Segment.segment_id)
+                    .where(
+                        Segment.partition_id == part.id,
+                        Segment.state == SegmentState.DELETE_SEGMENT_FINISHED.value,
+                        Segment.event_time_ms < deleted_before_ms,
+                    )
+                    .order_by(Segment.start_offset, Segment.segment_id)
+                    .limit(limit)
+                ).scalars()
+            )
+            if ids:
+                conn.execute(delete(SegmentEpochRow).where(SegmentEpochRow.segment_id.in_(ids)))
+                conn.execute(delete(Segment).where(Segment.segment_id.in_(ids)))
+            return len(ids)
 
     def rebuild_summaries(self, tp: TopicPartition) -> None:
         """Recompute what is derived from the partition's segment rows: its offset tree, its

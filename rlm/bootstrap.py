@@ -152,11 +152,16 @@ def build_runtime(
     registry: CollectorRegistry | None = None,
     store: MetadataStore | None = None,
     storage: RemoteStorage | None = None,
+    index_cache_on_demand: bool = False,
 ) -> Runtime:
     """Build every component from ``settings`` (``store``/``storage`` may be given ready-made).
 
     Without log directories (``log.dirs`` empty) the runtime is a query tier: lookups and fetches
     answer from the remote tier alone, and the copier and retention find no partition to work on.
+
+    ``index_cache_on_demand``: open the remote index cache's directory (and take its lock) only
+    when a lookup first needs a remote index, for commands that may never read one (``rlm copy``,
+    ``rlm retention``, ``rlm lookup``) and may run beside an ``rlm serve`` using the directory.
     """
     watch.set_enabled(settings.log_dirs_watch)
     metrics = Metrics(registry)
@@ -175,6 +180,7 @@ def build_runtime(
             storage,
             metrics,
             max_bytes=settings.remote_log_index_file_cache_total_size_bytes,
+            open_now=not index_cache_on_demand,
         )
         offset_pool = BoundedPool(
             "offset-reader",

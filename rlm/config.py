@@ -153,6 +153,10 @@ class Settings:
     """Upload rate limit in bytes/s; -1 is unlimited."""
     remote_log_manager_lease_ttl_ms: int = 60_000
     """How long a copy lease lasts without renewal."""
+    remote_log_metadata_deleted_segments_retention_ms: int = 86_400_000
+    """``remote.log.metadata.deleted.segments.retention.ms``: how long the metadata store keeps the
+    row of a segment whose deletion finished (for verification and orphan scans that started
+    before it went); the retention loop purges older ones. -1 keeps them forever."""
     remote_log_offset_reader_threads: int = 5
     remote_log_offset_read_max_pending_tasks: int = 100
     remote_list_offsets_request_timeout_ms: int = 30_000
@@ -196,6 +200,11 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_key(name)} must be > 0, not {getattr(self, name)}")
+        kept = self.remote_log_metadata_deleted_segments_retention_ms
+        if kept < -1:
+            raise ConfigError(
+                f"remote.log.metadata.deleted.segments.retention.ms must be -1 or ≥ 0, not {kept}"
+            )
         rate = self.remote_log_manager_copy_max_bytes_per_second
         if rate == 0 or rate < -1:
             raise ConfigError(f"remote.log.manager.copy.max.bytes.per.second must be -1 or > 0, not {rate}")

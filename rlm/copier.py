@@ -5,13 +5,20 @@ Per partition and pass:
 1. take or renew the partition's copy lease (only one sidecar copies a partition; every write
    below carries the lease epoch, so a sidecar that lost its lease cannot write);
 2. clean up copies a previous holder or incarnation left in ``COPY_SEGMENT_STARTED``;
-3. for each rolled segment ending below the high watermark and above the highest copied offset:
+3. plan (:mod:`rlm.copy_plan`): the rolled segments ending below the high watermark, from the
+   first offset the remote tier does not account for yet (copied or skipped) on; a hole the
+   broker left below its local log is recorded as skipped first;
+4. for each, in order: check its bytes (:func:`rlm.remote_segment.prepare_segment`), then
    ``COPY_SEGMENT_STARTED`` → upload the ``.log`` and the index object →
-   ``COPY_SEGMENT_FINISHED``. A failure deletes what was uploaded and rolls the row forward to
-   ``DELETE_SEGMENT_FINISHED``; a crash leaves a STARTED row for step 2 of a later pass, which
-   also aborts the unfinished puts (S3 multipart uploads, filesystem temporary files) a crash in
-   the middle of an upload leaves behind. Each multipart upload's id is recorded with the row
-   (under the lease) before its parts are sent, so it is aborted by id: no listing needed.
+   ``COPY_SEGMENT_FINISHED``. A segment that fails the checks stops the partition's copying there
+   (an error naming the file and position, ``rlm_copy_blocked`` set, the copy lag growing): the
+   copier never moves past an offset it did not copy, and tries again every pass until the
+   segment is repaired or an operator skips it (``rlm copy skip``). A failed upload deletes what
+   was uploaded and rolls the row forward to ``DELETE_SEGMENT_FINISHED``; a crash leaves a
+   STARTED row for step 2 of a later pass, which also aborts the unfinished puts (S3 multipart
+   uploads, filesystem temporary files) a crash in the middle of an upload leaves behind. Each
+   multipart upload's id is recorded with the row (under the lease) before its parts are sent, so
+   it is aborted by id: no listing needed.
 
 Partitions are copied in parallel on a bounded pool; one partition's error (a corrupt segment, an
 unreachable store) is reported and the others carry on.
@@ -22,19 +29,27 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from uuid import UUID
 
 from rlm.config import Settings
+from rlm.copy_plan import Candidate, Gap, covered_through, plan_copy
 from rlm.deletion import Step, delete_segment, no_step
-from rlm.errors import RlmError, StaleLeaseError
+from rlm.errors import CorruptDataError, RlmError, SegmentNotCopiedError, StaleLeaseError
 from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir, PartitionDir
-from rlm.log.segment import Segment
-from rlm.metastore.model import Lease, PendingUpload, RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import (
+    Lease,
+    PendingUpload,
+    RemoteSegment,
+    SegmentState,
+    SkipKind,
+    SkippedRange,
+    TopicPartition,
+)
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.remote_segment import PreparedSegment, prepare_segment
@@ -160,50 +175,100 @@ class Copier:
     def _copy_eligible(
         self, partition: PartitionDir, tp: TopicPartition, lease: Lease, cleaned: int
     ) -> CopyOutcome:
-        hw = partition.high_watermark()
-        floor = max(self.store.highest_copied_offset(tp) + 1, partition.checkpointed_log_start_offset() or 0)
-        eligible: list[tuple[Segment, int]] = []
-        for segment in partition.rolled_segments():
-            end = segment.last_offset()
-            if end is None or end < floor:
-                continue
-            if hw is None or end >= hw:
-                break  # not fully replicated yet; later segments are even newer
-            eligible.append((segment, end))
+        skipped = self.store.list_skipped_ranges(tp)
+        plan = plan_copy(
+            partition.segments(),
+            high_watermark=partition.high_watermark(),
+            covered=covered_through(self.store.highest_copied_offset(tp), skipped),
+            log_start_offset=partition.checkpointed_log_start_offset(),
+            skipped=skipped,
+        )
         labels = (tp.topic, str(tp.partition))
-        lag_bytes = sum(s.size() for s, _ in eligible)
-        self.metrics.copy_lag_segments.labels(*labels).set(len(eligible))
-        self.metrics.copy_lag_bytes.labels(*labels).set(lag_bytes)
-        self.metrics.copy_lag_seconds.labels(*labels).set(self._waited_s(eligible, 0))
+        lag_segments, lag_bytes = plan.lag_segments, plan.lag_bytes()
+        self._set_lag(labels, plan.candidates, lag_bytes)
+        if plan.gap is not None:
+            self._record_gap(tp, plan.gap, lease)
         copied = copied_bytes = 0
         epochs = partition.leader_epochs()
-        for segment, _ in eligible:
+        for candidate in plan.candidates:
             if self.stopping.is_set():
                 break
-            lease = self.leases.hold(tp) or lease  # renew between segments: a backlog may take long
-            prepared = prepare_segment(
-                partition, segment, broker_id=self.settings.broker_id, now_ms=self.clock(), epochs=epochs
-            )
+            # Renew between segments (a backlog may take long); a lease lost meanwhile fences the
+            # next write, which ends the pass with StaleLeaseError.
+            lease = self.leases.hold(tp) or lease
+            try:
+                prepared = prepare_segment(
+                    partition,
+                    candidate.segment,
+                    next_base_offset=candidate.next_base_offset,
+                    broker_id=self.settings.broker_id,
+                    now_ms=self.clock(),
+                    epochs=epochs,
+                )
+            except CorruptDataError as exc:
+                error = self._blocked(tp, candidate, exc)
+                return CopyOutcome(tp, copied, copied_bytes, cleaned, lag_segments, lag_bytes, error=error)
             self._copy(prepared, lease)
             copied += 1
             copied_bytes += prepared.remote.size_bytes
+            lag_segments -= 1
+            lag_bytes = max(0, lag_bytes - prepared.remote.size_bytes)
             self.on_change(tp)
             self.metrics.copied_segments.labels(*labels).inc()
             self.metrics.copied_bytes.labels(*labels).inc(prepared.remote.size_bytes)
-            self.metrics.copy_lag_segments.labels(*labels).set(len(eligible) - copied)
-            self.metrics.copy_lag_bytes.labels(*labels).set(lag_bytes - copied_bytes)
-            self.metrics.copy_lag_seconds.labels(*labels).set(self._waited_s(eligible, copied))
-        return CopyOutcome(
-            tp, copied, copied_bytes, cleaned, len(eligible) - copied, lag_bytes - copied_bytes
+            self._set_lag(labels, plan.candidates[copied:], lag_bytes)
+        self.metrics.copy_blocked.labels(*labels).set(0)
+        return CopyOutcome(tp, copied, copied_bytes, cleaned, lag_segments, lag_bytes)
+
+    def _set_lag(self, labels: tuple[str, str], waiting: Sequence[Candidate], size: int) -> None:
+        self.metrics.copy_lag_segments.labels(*labels).set(len(waiting))
+        self.metrics.copy_lag_bytes.labels(*labels).set(size)
+        self.metrics.copy_lag_seconds.labels(*labels).set(self._waited_s(waiting))
+
+    def _record_gap(self, tp: TopicPartition, gap: Gap, lease: Lease) -> None:
+        """Record offsets the broker deleted before they were tiered (see :mod:`rlm.copy_plan`)."""
+        self.store.add_skipped_range(
+            SkippedRange(
+                tp, gap.start_offset, gap.end_offset, SkipKind.NOT_IN_LOCAL_LOG, gap.reason, self.clock()
+            ),
+            lease_epoch=lease.epoch,
+        )
+        self.metrics.copy_gaps.labels(tp.topic, str(tp.partition)).inc()
+        log.warning(
+            "%s: offsets %d..%d were never tiered and cannot be any more, they are %s; recorded as "
+            "skipped, copying goes on above them",
+            tp,
+            gap.start_offset,
+            gap.end_offset,
+            gap.reason,
         )
 
-    def _waited_s(self, eligible: list[tuple[Segment, int]], first: int) -> float:
-        """How long ``eligible[first]``, the oldest segment still waiting, has waited since the broker
-        last wrote it (when it rolled, or soon before); 0 when none waits or it is gone."""
-        if first >= len(eligible):
+    def _blocked(
+        self, tp: TopicPartition, candidate: Candidate, exc: CorruptDataError
+    ) -> SegmentNotCopiedError:
+        """Stop the partition's copying at a segment that cannot be copied, and say so."""
+        start, end = candidate.segment.base_offset, candidate.end_offset
+        error = SegmentNotCopiedError(
+            f"copying stops at segment {candidate.segment.log_path.name}: {exc}; offsets "
+            f"{start}..{end} and everything after them stay untiered until the segment is repaired, "
+            f"or skipped with `rlm copy skip {tp.topic} {tp.partition} --from-offset {start} "
+            f"--to-offset {end} --reason ...`",
+            path=exc.path,
+            position=exc.position,
+        )
+        labels = (tp.topic, str(tp.partition))
+        self.metrics.copy_errors.labels(*labels).inc()
+        self.metrics.copy_blocked.labels(*labels).set(1)
+        log.error("%s: %s", tp, error)
+        return error
+
+    def _waited_s(self, waiting: Sequence[Candidate]) -> float:
+        """How long the oldest segment still waiting has waited since the broker last wrote it
+        (when it rolled, or soon before); 0 when none waits or it is gone."""
+        if not waiting:
             return 0.0
         try:
-            written = eligible[first][0].path(".log").stat().st_mtime
+            written = waiting[0].segment.log_path.stat().st_mtime
         except OSError:  # deleted by the broker meanwhile: nothing left to wait for
             return 0.0
         return max(0.0, self.clock() / 1000 - written)
@@ -221,6 +286,7 @@ class Copier:
                 layout.log_key,
                 prepared.log_path,
                 size=remote.size_bytes,
+                crc32c=prepared.log_crc32c,
                 rate_limiter=self.rate_limiter,
                 on_upload=record,
             )

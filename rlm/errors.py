@@ -5,6 +5,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     RlmError
     ├── CorruptDataError            bytes on disk or on the wire are not what the format says
     │   ├── CorruptRecordError      a record batch / message (file, position, reason)
+    │   │   └── SegmentNotCopiedError   a rolled segment the copier cannot tier (it stops there)
     │   ├── CorruptIndexError       an .index / .timeindex / .txnindex file
     │   └── CorruptCheckpointError  a checkpoint, partition.metadata or producer snapshot file
     ├── InvalidRecordError          a record we were asked to write breaks a rule (e.g. timestamp)
@@ -15,12 +16,14 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     │   └── BrokerIdUnknownError    broker.id unset and no log dir has a meta.properties yet (retriable)
     ├── InvalidArgumentError        a request's argument is malformed or out of range (also a ValueError)
     ├── InvalidTopicNameError       a topic name breaks Kafka's rule (characters, length, "." or "..")
+    ├── InvalidFileNameError        a file is not named the way Kafka names its log files (also a ValueError)
     ├── MetadataError               the remote-segment metadata store refused or failed a call
     │   ├── MetadataUnavailableError     the database cannot be reached or gave up (retriable)
     │   ├── SchemaMismatchError          the database schema is not the revision rlm needs
     │   ├── StaleLeaseError              a write carried a lease epoch that is no longer current
     │   ├── InvalidStateTransitionError  the state machine forbids going from one state to another
     │   ├── StateConflictError           the row is not in the state the caller expected
+    │   ├── InvalidSkipRangeError        a range to skip overlaps tiered data or another skip
     │   └── DuplicateSegmentError        a segment id is already stored with other metadata
     ├── PoolError                   a bounded task pool refused or dropped a task
     │   ├── PoolFullError           the pool's queue holds its maximum of pending tasks (retriable)
@@ -71,6 +74,20 @@ class CorruptDataError(RlmError):
 
 class CorruptRecordError(CorruptDataError):
     """A record batch or legacy message is corrupt (bad CRC, length, magic, varint, codec...)."""
+
+
+class SegmentNotCopiedError(CorruptRecordError):
+    """A rolled segment fails the checks the copier makes before tiering it.
+
+    The partition's copying stops at the segment until it is repaired or its offsets are skipped
+    (``rlm copy skip``); the message names the file, the position, the problem and the command.
+    """
+
+    def _message(self) -> str:
+        return self.reason  # it names the file and the position already
+
+    def at(self, path: str | None = None, position: int | None = None) -> CorruptDataError:
+        return self
 
 
 class CorruptIndexError(CorruptDataError):
@@ -164,6 +181,11 @@ class StateConflictError(MetadataError):
     """The row is not in the state the caller expected (another writer got there first)."""
 
 
+class InvalidSkipRangeError(MetadataError):
+    """A range of offsets cannot be recorded as skipped: it overlaps offsets already copied to the
+    remote tier (or deleted from it), a copy under way, or a range skipped before."""
+
+
 class DuplicateSegmentError(MetadataError):
     """A segment with this id is already stored, with different metadata."""
 
@@ -190,6 +212,18 @@ class InvalidTopicNameError(RlmError):
         self.reason = reason
         shown = repr(topic) if len(topic) <= 300 else f"{topic[:60]!r}… ({len(topic)} characters)"
         super().__init__(f"invalid topic name {shown}: {reason}")
+
+
+class InvalidFileNameError(RlmError, ValueError):
+    """A file is not named the way Kafka names segment, index and snapshot files (a 20-digit offset).
+
+    Also a ``ValueError``, as the name is a value that does not parse.
+    """
+
+    def __init__(self, name: str, why: str):
+        self.name = name
+        self.why = why
+        super().__init__(f"{name!r} is not named the way Kafka names its files: {why}")
 
 
 class StorageError(RlmError):

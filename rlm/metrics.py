@@ -28,8 +28,19 @@ class Metrics:
         )
         self.copied_bytes = Counter("rlm_copy_bytes_total", "Bytes of .log copied", tp, registry=r)
         self.copy_errors = Counter(
-            "rlm_copy_errors_total", "Segment copies that failed and were rolled back", tp, registry=r
-        )
+            "rlm_copy_errors_total",
+            "Segment copies that failed (rolled back, or refused: a segment that fails its checks)", tp,
+            registry=r,
+        )  # fmt: skip
+        self.copy_blocked = Gauge(
+            "rlm_copy_blocked",
+            "1 while the partition's copying is stopped at a segment it cannot copy (repair or skip it)", tp,
+            registry=r,
+        )  # fmt: skip
+        self.copy_gaps = Counter(
+            "rlm_copy_gaps_total",
+            "Ranges the broker deleted before they were tiered, recorded as skipped", tp, registry=r,
+        )  # fmt: skip
         self.copy_lag_bytes = Gauge(
             "rlm_copy_lag_bytes", "Bytes of rolled segments below the high watermark not yet tiered", tp,
             registry=r,
@@ -69,6 +80,11 @@ class Metrics:
         self.deleted_bytes = Counter(
             "rlm_retention_deleted_bytes_total", "Bytes of remote segments deleted by retention", tp,
             registry=r,
+        )  # fmt: skip
+        self.purged_segments = Counter(
+            "rlm_metadata_purged_segments_total",
+            "Rows of segments deleted longer ago than remote.log.metadata.deleted.segments.retention.ms "
+            "removed from the metadata store", tp, registry=r,
         )  # fmt: skip
         self.remote_log_size_bytes = Gauge(
             "rlm_remote_log_size_bytes", "Size of the partition's finished remote segments", tp, registry=r

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from rlm.arguments import parse_int, shown
+from rlm.copy_plan import covered_through, plan_copy
 from rlm.log.logdir import LogDir
-from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import RemoteSegment, SegmentState, SkippedRange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.layout import validate_topic
 
@@ -28,6 +29,9 @@ class PartitionOverview:
     copy_lag_bytes: int
     local_log_start_offset: int
     high_watermark: int
+    skipped_ranges: tuple[SkippedRange, ...] = ()
+    """Offsets the remote tier will never hold, and why (``rlm copy skip``, or deleted locally
+    before they were tiered)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,7 @@ class Overview:
                 continue
             record = self.store.get_partition(tp)
             highest = record.highest_copied_offset if record is not None else -1
+            skipped = self.store.list_skipped_ranges(tp)
             lag_segments = lag_bytes = 0
             local_start = hw = -1
             partition = local.get(tp)
@@ -75,11 +80,15 @@ class Overview:
                 hw = hw_value if hw_value is not None else -1
                 segments = partition.segments()
                 local_start = segments[0].base_offset if segments else -1
-                for i, segment in enumerate(segments[:-1]):
-                    end = segments[i + 1].base_offset - 1
-                    if highest < end < hw:
-                        lag_segments += 1
-                        lag_bytes += segment.size()
+                # The copier's own plan: what it has still to copy, however far it got.
+                plan = plan_copy(
+                    segments,
+                    high_watermark=hw_value,
+                    covered=covered_through(highest, skipped),
+                    log_start_offset=partition.checkpointed_log_start_offset(),
+                    skipped=skipped,
+                )
+                lag_segments, lag_bytes = plan.lag_segments, plan.lag_bytes()
             max_ts = self.store.max_timestamp(tp)
             finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
             result.append(
@@ -95,6 +104,7 @@ class Overview:
                     copy_lag_bytes=lag_bytes,
                     local_log_start_offset=local_start,
                     high_watermark=hw,
+                    skipped_ranges=tuple(skipped),
                 )
             )
         return result

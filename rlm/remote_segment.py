@@ -1,11 +1,15 @@
 """Turning a rolled local segment into what the remote tier stores: the metadata row and the
 index object.
 
-The segment is validated first (every batch's size and CRC, as Kafka's recovery checks them), so a
-corrupt ``.log`` is never tiered; the error names the file and byte position. The offset and time
-indexes uploaded are the ones Kafka's recovery builds from the ``.log`` (identical to a healthy
-broker's), so a missing or damaged local index does not matter; the max timestamp is that time
-index's last entry.
+The segment's bytes are checked first, in the one pass that rebuilds its indexes, with the checks
+``rlm log verify`` makes of a ``.log`` (:mod:`rlm.log.validate`: sizes, CRCs, offsets strictly
+increasing and inside the segment's range, the last batch whole, nothing after it), and they must
+hold every offset of the range the segment's name and its successor's give it (a topic tiered by
+Kafka is never compacted, so a rolled segment has no missing offsets). A segment that fails is
+never tiered; the error names the file and the byte position. The offsets come from those bytes,
+never from the local index: the offset and time indexes uploaded are the ones Kafka's recovery
+builds from the ``.log`` (identical to a healthy broker's), so a missing or damaged local index
+does not matter; the max timestamp is that time index's last entry.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from rlm.log.logdir import PartitionDir
 from rlm.log.recovery import initial_tracker, rebuild_segment_indexes
 from rlm.log.segment import Segment
 from rlm.log.txnindex import TransactionIndex
+from rlm.log.validate import BatchChecker
 from rlm.metastore.model import (
     IndexType,
     LeaderEpochEntry,
@@ -39,6 +44,9 @@ class PreparedSegment:
     """The metadata row, in ``COPY_SEGMENT_STARTED``."""
     log_path: Path
     index_blob: IndexBlob
+    log_crc32c: int
+    """CRC-32C of the ``.log`` bytes that passed the checks: the upload must send exactly these
+    (a file changed after it was checked is refused, never tiered)."""
 
 
 def prepare_segment(
@@ -48,25 +56,40 @@ def prepare_segment(
     broker_id: int,
     now_ms: int,
     epochs: list[EpochEntry],
+    next_base_offset: int | None = None,
 ) -> PreparedSegment:
-    """Validate ``segment`` and build its metadata row and index object.
+    """Check ``segment``'s bytes and build its metadata row and index object.
+
+    Args:
+        next_base_offset: the base offset of the segment after it: the segment's offsets must be
+            below it and reach it (the copier always gives it). None for a segment on its own,
+            whose range then ends with its last batch.
 
     Raises:
-        CorruptRecordError: a batch is corrupt or the file holds bytes after its last batch;
-            the message names the file and the position.
+        CorruptRecordError: the bytes fail a check, or do not hold every offset up to
+            ``next_base_offset - 1``; the message names the file and the position.
         OSError: the broker deleted the segment meanwhile.
     """
-    rebuilt = rebuild_segment_indexes(segment, tracker=initial_tracker(segment), stop_at_corruption=False)
+    path = str(segment.log_path)
+    checker = BatchChecker(path, segment.base_offset, next_base_offset=next_base_offset, checksum=True)
+    rebuilt = rebuild_segment_indexes(
+        segment, tracker=initial_tracker(segment), stop_at_corruption=False, checker=checker
+    )
     size = segment.size()
-    if rebuilt.valid_bytes != size:
+    for problem in checker.finish(size):
+        raise problem.error()
+    start = segment.base_offset
+    end = rebuilt.next_offset - 1 if next_base_offset is None else next_base_offset - 1
+    if next_base_offset is None and rebuilt.next_offset == start:
+        raise CorruptRecordError("the rolled segment holds no batch", path=path, position=size)
+    if rebuilt.next_offset <= end:
+        held = "no batch" if rebuilt.next_offset == start else f"offsets up to {rebuilt.next_offset - 1}"
         raise CorruptRecordError(
-            f"{size - rebuilt.valid_bytes} bytes after the last whole batch of a rolled segment",
-            path=str(segment.log_path),
-            position=rebuilt.valid_bytes,
+            f"offsets {rebuilt.next_offset}..{end} are missing: the segment holds {held}, the next "
+            f"segment starts at offset {end + 1}",
+            path=path,
+            position=size,
         )
-    if rebuilt.next_offset == segment.base_offset:
-        raise CorruptRecordError("rolled segment holds no batch", path=str(segment.log_path), position=0)
-    start, end = segment.base_offset, rebuilt.next_offset - 1
     tp = TopicPartition(partition.topic, partition.partition)
     topic_id_text = partition.topic_id()
     topic_id = topic_id_to_uuid(topic_id_text) if topic_id_text else None
@@ -102,7 +125,7 @@ def prepare_segment(
         txn_index_empty=len(txn_index) == 0,
         state=SegmentState.COPY_SEGMENT_STARTED,
     )
-    return PreparedSegment(remote, segment.log_path, blob)
+    return PreparedSegment(remote, segment.log_path, blob, checker.crc32c)
 
 
 def epochs_of_segment(entries: list[EpochEntry], start: int, end: int) -> tuple[LeaderEpochEntry, ...]:

@@ -13,10 +13,16 @@ past the deleted segments *before* anything is deleted, so readers never look fo
 going away; each segment then goes ``DELETE_SEGMENT_STARTED`` → objects deleted →
 ``DELETE_SEGMENT_FINISHED``. Segments still being copied are never counted nor deleted; a delete
 left half done by a crash is finished by the next pass. Only the lease holder runs it.
+
+Rows of segments whose deletion finished are kept for
+``remote.log.metadata.deleted.segments.retention.ms`` (a verification or an orphan scan that
+listed a segment before it went still finds why its objects are gone), then purged by the pass.
+The partition's highest copied offset, which counts deleted segments, is kept with the partition.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -46,6 +52,8 @@ class RetentionOutcome:
     log_start_offset: int = -1
     skipped: str | None = None
     error: RlmError | OSError | None = None
+    purged_rows: int = 0
+    """Rows of long-deleted segments forgotten."""
 
 
 def breaching_segments(
@@ -116,7 +124,8 @@ class Retention:
             lease = self.leases.hold(tp)
             if lease is None:
                 return RetentionOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
-            return self._enforce(partition, tp, lease.epoch)
+            outcome = self._enforce(partition, tp, lease.epoch)
+            return dataclasses.replace(outcome, purged_rows=self._purge(tp, lease.epoch))
         except (RlmError, OSError) as exc:
             if isinstance(exc, StaleLeaseError):
                 self.leases.forget(tp)
@@ -164,6 +173,18 @@ class Retention:
         remaining = sum(s.size_bytes for s in finished) - sum(s.size_bytes for s in doomed)
         self.metrics.remote_log_size_bytes.labels(*labels).set(remaining)
         return RetentionOutcome(tp, deleted, deleted_bytes, start)
+
+    def _purge(self, tp: TopicPartition, lease_epoch: int) -> int:
+        """Forget the rows of segments deleted longer ago than the setting says."""
+        kept_ms = self.settings.remote_log_metadata_deleted_segments_retention_ms
+        if kept_ms < 0:
+            return 0
+        purged = self.store.purge_deleted_segments(
+            tp, deleted_before_ms=self.clock() - kept_ms, lease_epoch=lease_epoch
+        )
+        if purged:
+            self.metrics.purged_segments.labels(tp.topic, str(tp.partition)).inc(purged)
+        return purged
 
     def _delete(self, segment: RemoteSegment, now: int, lease_epoch: int) -> bool:
         return delete_segment(

@@ -314,6 +314,13 @@ class Tiering:
             metrics,
         )
 
+    def restart(self) -> None:
+        """Continue as a restarted sidecar: a new process of the same broker, which draws an
+        incarnation of its own (and so takes the broker's leases over at once)."""
+        self.leases = LeaseKeeper(
+            self.store, self.settings.broker_id, self.settings.remote_log_manager_lease_ttl_ms
+        )
+
     def copier(self, *, step: Step = no_step, rate_limiter: RateLimiter | None = None) -> Copier:
         return Copier(
             self.settings,

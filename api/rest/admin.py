@@ -15,6 +15,7 @@ from api.rest.schemas import (
     PartitionOut,
     SegmentOut,
     SegmentsOut,
+    SkippedRangeOut,
     TopicOut,
     TopicsOut,
     text_int,
@@ -48,6 +49,16 @@ def topics(
                 copy_lag_bytes=p.copy_lag_bytes,
                 local_log_start_offset=p.local_log_start_offset,
                 high_watermark=p.high_watermark,
+                skipped_ranges=[
+                    SkippedRangeOut(
+                        start_offset=r.start_offset,
+                        end_offset=r.end_offset,
+                        kind=r.kind.value,
+                        reason=r.reason,
+                        recorded_at_ms=r.recorded_at_ms,
+                    )
+                    for r in p.skipped_ranges
+                ],
             )
         )
     return TopicsOut(topics=[TopicOut(name=name, partitions=parts) for name, parts in grouped.items()])

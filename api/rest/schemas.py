@@ -150,6 +150,17 @@ class SegmentsOut(BaseModel):
     next_page_token: str | None
 
 
+class SkippedRangeOut(BaseModel):
+    """Offsets the remote tier will never hold: ``kind`` is ``OPERATOR`` (``rlm copy skip``) or
+    ``NOT_IN_LOCAL_LOG`` (the broker deleted them before they were tiered)."""
+
+    start_offset: int
+    end_offset: int
+    kind: str
+    reason: str
+    recorded_at_ms: int
+
+
 class PartitionOut(BaseModel):
     partition: int
     tiered_bytes: int
@@ -161,6 +172,7 @@ class PartitionOut(BaseModel):
     copy_lag_bytes: int
     local_log_start_offset: int
     high_watermark: int
+    skipped_ranges: list[SkippedRangeOut] = []
 
 
 class TopicOut(BaseModel):

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 from collections.abc import Sequence
 
 from rlm.errors import RlmError
 
 
+@functools.cache
 def build_parser() -> argparse.ArgumentParser:
-    """Build the parser with every sub-command group registered."""
+    """Build the parser with every sub-command group registered (once: a parser is reusable, and
+    building one costs tens of milliseconds)."""
     from rlm.cli import db as db_cmd
     from rlm.cli import log as log_cmd
     from rlm.cli import lookup, serve, spark, tiering
@@ -37,6 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     except BrokenPipeError:
         return 0
+    except OSError as exc:  # a file that cannot be read (permissions, a directory where a file was expected)
+        print(f"rlm: error: {exc}", file=sys.stderr)
+        return 1
     return code
 
 

@@ -10,9 +10,10 @@ from typing import Any
 
 from rlm.errors import CorruptDataError
 from rlm.log.batches import crc_valid, decode_batch
-from rlm.log.files import parse_base_offset
+from rlm.log.files import parse_base_offset, segment_file_name
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.model import BatchHeader, Record
+from rlm.log.segment import segment_base_offsets
 from rlm.log.snapshot import read_snapshot
 from rlm.log.source import FileSource, iter_headers, read_batch_bytes
 from rlm.log.txnindex import TransactionIndex
@@ -28,8 +29,8 @@ def _b64(data: bytes | None) -> str | None:
 def dump_path(path: Path, emit: Emit, *, records: bool, as_json: bool) -> None:
     """Dump a ``.log``, an index, a snapshot, or every ``.log`` of a partition directory."""
     if path.is_dir():
-        for log in sorted(path.glob("*.log")):
-            dump_path(log, emit, records=records, as_json=as_json)
+        for base in segment_base_offsets(path):  # stray *.log entries are skipped with a warning
+            dump_path(path / segment_file_name(base, ".log"), emit, records=records, as_json=as_json)
         return
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
@@ -41,30 +42,38 @@ def dump_path(path: Path, emit: Emit, *, records: bool, as_json: bool) -> None:
             emit(json.dumps(row) if as_json else " ".join(f"{k}: {v}" for k, v in row.items()))
     else:
         raise CorruptDataError(
-            f"cannot dump {path.name}: expected .log, .index, .timeindex, .txnindex or .snapshot"
+            f"cannot dump {path}: expected a .log, .index, .timeindex, .txnindex or .snapshot file"
         )
 
 
 def _index_rows(path: Path) -> Iterator[dict[str, Any]]:
-    base = parse_base_offset(path.name)
+    """The entries of an index or snapshot file; then its problems, as ``rlm log verify`` finds them."""
+    base = parse_base_offset(path)
     if path.suffix == ".index":
-        for o in OffsetIndex.load(path, base).entries():
+        offsets = OffsetIndex.load(path, base)
+        for o in offsets.entries():
             yield {"offset": o.offset, "position": o.position}
+        offsets.sanity_check(path)
     elif path.suffix == ".timeindex":
-        for t in TimeIndex.load(path, base).entries():
+        times = TimeIndex.load(path, base)
+        for t in times.entries():
             yield {"timestamp": t.timestamp, "offset": t.offset}
+        times.sanity_check(path)
     elif path.suffix == ".txnindex":
-        for a in TransactionIndex.load(path, base).entries():
+        txns = TransactionIndex.load(path, base)
+        for a in txns.entries():
             yield a._asdict()
+        txns.sanity_check(path)
     else:
         for e in read_snapshot(path):
             yield e._asdict()
 
 
 def _dump_log(path: Path, emit: Emit, *, records: bool, as_json: bool) -> None:
+    base = parse_base_offset(path)
     if not as_json:
         emit(f"Dumping {path}")
-        emit(f"Log starting offset: {parse_base_offset(path.name)}")
+        emit(f"Log starting offset: {base}")
     with FileSource(path) as source:
         for header in iter_headers(source):
             data = read_batch_bytes(source, header)

@@ -53,7 +53,7 @@ def _in_process(args: argparse.Namespace) -> dict[str, Any]:
     from rlm.metastore.model import TopicPartition
     from rlm.timestamps import parse_timestamp
 
-    runtime = build_runtime(settings_from_args(args))
+    runtime = build_runtime(settings_from_args(args), index_cache_on_demand=True)
     try:
         result = runtime.list_offsets.find_one(
             TopicPartition(args.topic, args.partition), parse_timestamp(args.timestamp), args.timeout_ms

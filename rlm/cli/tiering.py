@@ -1,4 +1,5 @@
-"""``rlm copy`` and ``rlm retention``: the sidecar's background jobs, once or in a loop."""
+"""``rlm copy`` and ``rlm retention``: the sidecar's background jobs, once or in a loop; ``rlm copy
+skip`` and ``rlm copy skipped``: offsets an operator decides the remote tier will never hold."""
 
 from __future__ import annotations
 
@@ -6,14 +7,21 @@ import argparse
 import signal
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from rlm.cli.common import add_settings_options, settings_from_args
 from rlm.config import Settings
 from rlm.copier import CopyOutcome
-from rlm.errors import ConfigError
+from rlm.errors import ConfigError, NotFoundError
 from rlm.loops import BackgroundLoop
 from rlm.retention import RetentionOutcome
+
+if TYPE_CHECKING:
+    from rlm.log.logdir import PartitionDir
+    from rlm.metastore.model import TopicPartition
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -23,6 +31,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     copy.add_argument("--quiet", action="store_true", help="no progress bar")
     add_settings_options(copy)
     copy.set_defaults(func=_copy)
+    skips = copy.add_subparsers(dest="copy_command", metavar="COPY_COMMAND")
+    skip = skips.add_parser(
+        "skip",
+        help="record offsets the remote tier will never hold, so that copying goes on above them",
+        description="Record that the remote tier will never hold offsets FROM..TO of a partition "
+        "(e.g. a segment that cannot be copied and cannot be repaired); the copier then copies on "
+        "above them. The range is listed by `rlm copy skipped` and in GET /v1/topics.",
+    )
+    skip.add_argument("topic")
+    skip.add_argument("partition", type=int)
+    skip.add_argument("--from-offset", type=int, required=True, help="first offset to skip")
+    skip.add_argument("--to-offset", type=int, required=True, help="last offset to skip (inclusive)")
+    skip.add_argument("--reason", required=True, help="why, for whoever finds the gap later")
+    add_settings_options(skip, nested=True)
+    skip.set_defaults(func=_skip)
+    listed = skips.add_parser("skipped", help="list the skipped offset ranges")
+    listed.add_argument("topic", nargs="?", help="only this topic")
+    add_settings_options(listed, nested=True)
+    listed.set_defaults(func=_skipped)
     retention = sub.add_parser("retention", help="delete remote segments past retention")
     retention.add_argument("--once", action="store_true", help="one pass, then exit (default: loop)")
     add_settings_options(retention)
@@ -68,7 +95,7 @@ def _copy(args: argparse.Namespace) -> int:
 
     from rlm.bootstrap import build_runtime
 
-    runtime = build_runtime(_broker_settings(args))
+    runtime = build_runtime(_broker_settings(args), index_cache_on_demand=True)
     try:
         if args.once:
             partitions = runtime.copier.partitions()
@@ -106,7 +133,7 @@ def _describe_retention(o: RetentionOutcome) -> str:
 def _retention(args: argparse.Namespace) -> int:
     from rlm.bootstrap import build_runtime
 
-    runtime = build_runtime(_broker_settings(args))
+    runtime = build_runtime(_broker_settings(args), index_cache_on_demand=True)
     try:
         if args.once:
             outcomes = runtime.retention.run_once()
@@ -122,3 +149,70 @@ def _retention(args: argparse.Namespace) -> int:
         return _loop("retention", retention_pass, runtime.settings.remote_log_manager_task_interval_ms / 1000)
     finally:
         runtime.close()
+
+
+def _skip(args: argparse.Namespace) -> int:
+    from rlm.bootstrap import open_store
+    from rlm.copier import wall_clock_ms
+    from rlm.metastore.model import SkipKind, SkippedRange, TopicPartition
+    from rlm.storage.layout import validate_topic
+
+    settings = settings_from_args(args)
+    if args.partition < 0:
+        raise ConfigError(f"partition {args.partition} is negative")
+    tp = TopicPartition(validate_topic(args.topic), args.partition)
+    start, end = args.from_offset, args.to_offset
+    if start < 0 or end < start:
+        raise ConfigError(f"--from-offset {start} --to-offset {end} is not a range of offsets")
+    partition = _local_partition(settings.log_dirs, tp)
+    hw = partition.high_watermark()
+    if hw is None or end >= hw:
+        raise ConfigError(
+            f"cannot skip offsets {start}..{end} of {tp}: offsets from the high watermark "
+            f"({'unknown' if hw is None else hw}) on are not written yet"
+        )
+    try:
+        skipped = SkippedRange(tp, start, end, SkipKind.OPERATOR, args.reason.strip(), wall_clock_ms())
+    except ValueError as exc:
+        raise ConfigError(f"cannot skip offsets {start}..{end} of {tp}: {exc}") from exc
+    store = open_store(settings)
+    try:
+        stored = store.add_skipped_range(skipped)
+    finally:
+        store.close()
+    print(f"{tp}: offsets {stored.start_offset}..{stored.end_offset} skipped ({stored.reason})")
+    return 0
+
+
+def _local_partition(log_dirs: tuple[Path, ...], tp: TopicPartition) -> PartitionDir:
+    """The partition's directory in the broker's log directories (NotFoundError when none has it)."""
+    from rlm.log.logdir import LogDir
+
+    if not log_dirs:
+        raise ConfigError("no log directories configured: set log.dirs (RLM_LOG_DIRS or --log-dirs)")
+    for log_dir in log_dirs:
+        try:
+            return LogDir(log_dir).partition(tp.topic, tp.partition)
+        except NotFoundError:
+            continue
+    raise NotFoundError(f"partition {tp} is in none of the log directories {', '.join(map(str, log_dirs))}")
+
+
+def _skipped(args: argparse.Namespace) -> int:
+    from rlm.bootstrap import open_store
+
+    store = open_store(settings_from_args(args))
+    try:
+        for record in store.list_partitions():
+            tp = record.topic_partition
+            if args.topic is not None and tp.topic != args.topic:
+                continue
+            for r in store.list_skipped_ranges(tp):
+                when = datetime.fromtimestamp(r.recorded_at_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+                print(
+                    f"{tp}: offsets {r.start_offset}..{r.end_offset} skipped {when} ({r.kind.value}): "
+                    f"{r.reason}"
+                )
+    finally:
+        store.close()
+    return 0

@@ -10,8 +10,12 @@ fsync the directory so the rename itself survives a crash.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
+import threading
+
+from rlm.errors import InvalidFileNameError
 
 StrPath = str | os.PathLike[str]
 """A file system path as the functions of this package accept it."""
@@ -21,6 +25,11 @@ OFFSET_WIDTH = 20
 TMP_SUFFIX = ".tmp"
 
 _PREFIX = re.compile(r"[0-9]+")
+#: Stray files warned about already (a directory is listed again at every change).
+_WARNED_MAX = 1024
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+log = logging.getLogger(__name__)
 
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
@@ -45,17 +54,68 @@ def parse_base_offset(filename: StrPath) -> int:
     ``.``, so ``00000000000000000040.index.deleted`` gives 40.
 
     Raises:
-        ValueError: the name does not start with decimal digits followed by a dot, or the number
-            does not fit an int64.
+        InvalidFileNameError: (a ValueError) the name does not start with ASCII decimal digits
+            followed by a dot, or the number does not fit an int64.
     """
-    name = os.path.basename(os.fspath(filename))
-    prefix, dot, _ = name.partition(".")
+    given = os.fspath(filename)
+    prefix, dot, _ = os.path.basename(given).partition(".")
     if not dot or _PREFIX.fullmatch(prefix) is None:
-        raise ValueError(f"{name!r} is not named after an offset")
+        raise InvalidFileNameError(given, "its name does not start with an offset")
     offset = int(prefix)
     if offset > INT64_MAX:
-        raise ValueError(f"{name!r} names an offset beyond int64")
+        raise InvalidFileNameError(given, "its offset does not fit an int64")
     return offset
+
+
+def offset_file_offsets(directory: StrPath, suffix: str) -> list[int]:
+    """Offsets of the files named ``<offset><suffix>`` in a partition directory, ascending.
+
+    Only names Kafka writes count: the offset in exactly 20 ASCII digits, then ``suffix``, on a
+    regular file. Any other entry ending in ``suffix`` (``abc.log``, ``-1.log``, a name of 26
+    digits or of non-ASCII digits, a directory named ``*.log``) is not one of the broker's files:
+    it is skipped, with a warning naming it (once per process). Names with more after the suffix
+    (``.log.deleted``, ``.log.swap``) are the broker's own transient files and are not listed.
+    """
+    offsets = []
+    with os.scandir(directory) as listing:
+        for entry in listing:
+            if not entry.name.endswith(suffix):
+                continue
+            try:
+                offset = parse_base_offset(entry.name)
+            except InvalidFileNameError as exc:
+                warn_stray(entry.path, exc.why)
+                continue
+            if entry.name != segment_file_name(offset, suffix):
+                warn_stray(entry.path, f"its offset is not written in {OFFSET_WIDTH} digits")
+                continue
+            try:
+                regular = entry.is_file()
+            except OSError:
+                regular = False
+            if not regular:
+                warn_stray(entry.path, "it is not a regular file")
+                continue
+            offsets.append(offset)
+    return sorted(offsets)
+
+
+def warn_stray(path: StrPath, why: str) -> None:
+    """Log (once per process and path) that ``path`` is skipped as not one of the broker's files."""
+    text = os.fspath(path)
+    with _warned_lock:
+        if text in _warned:
+            return
+        if len(_warned) >= _WARNED_MAX:
+            _warned.clear()
+        _warned.add(text)
+    log.warning("skipping %s: not a file of the broker's: %s", _printable(text), why)
+
+
+def _printable(text: str) -> str:
+    """``text`` safe for a log line: quoted and escaped when it holds unprintable characters
+    (control characters, or the bytes of a name that is not UTF-8)."""
+    return text if text.isprintable() else repr(text)
 
 
 def atomic_write(path: StrPath, data: bytes) -> None:

@@ -22,7 +22,7 @@ from rlm.log.checkpoints import (
     read_offset_checkpoint,
     read_partition_metadata,
 )
-from rlm.log.model import TimestampAndOffset, TopicPartition
+from rlm.log.model import INT32_MAX, TimestampAndOffset, TopicPartition
 from rlm.log.segment import DEFAULT_MAX_INDEX_SIZE, STAMP_CHECK_INTERVAL_S, Segment, segment_base_offsets
 from rlm.log.statcache import StatCache
 
@@ -42,7 +42,7 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     if name.endswith(_NOT_PARTITIONS):
         return None
     topic, sep, number = name.rpartition("-")
-    if not sep or not topic or not number.isdigit():
+    if not sep or not topic or not (number.isascii() and number.isdigit()) or int(number) > INT32_MAX:
         return None
     return TopicPartition(topic, int(number))
 

@@ -1,9 +1,9 @@
 """Rebuilding a segment's indexes from its ``.log`` exactly as Kafka's ``LogSegment.recover`` does.
 
-Per batch: validate it (size, CRC), keep the running maximum timestamp, add an offset-index entry
-(keyed by the batch's last offset) and a time-index entry whenever more than
-``index.interval.bytes`` were read since the last entry, and finally append the time index's
-closing ``(max timestamp, its batch's last offset)`` entry. Aborted transactions go to the
+Per batch: validate it (size, CRC, offsets: :mod:`rlm.log.validate`), keep the running maximum
+timestamp, add an offset-index entry (keyed by the batch's last offset) and a time-index entry
+whenever more than ``index.interval.bytes`` were read since the last entry, and finally append the
+time index's closing ``(max timestamp, its batch's last offset)`` entry. Aborted transactions go to the
 transaction index and leader epochs to the epoch cache.
 
 :class:`IndexRebuilder` does this one batch at a time for a ``.log`` read from anywhere (a remote
@@ -17,15 +17,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rlm.errors import CorruptDataError, CorruptRecordError
-from rlm.log.batches import Buffer, crc_valid, decode_batch
+from rlm.errors import CorruptDataError
+from rlm.log.batches import Buffer, decode_batch
 from rlm.log.checkpoints import EpochEntry
 from rlm.log.index import DEFAULT_MAX_INDEX_SIZE, OffsetIndex, TimeIndex
-from rlm.log.model import INT32_MAX, BatchHeader, ControlType
+from rlm.log.model import BatchHeader, ControlType
 from rlm.log.snapshot import ProducerStateEntry, read_snapshot
-from rlm.log.source import ByteSource, iter_headers, read_batch_bytes
+from rlm.log.source import ByteSource
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.v2 import parse_control_record
+from rlm.log.validate import BatchChecker
 
 if TYPE_CHECKING:
     from rlm.log.segment import Segment
@@ -180,6 +181,7 @@ def rebuild_segment_indexes(
     tracker: TransactionTracker | None = None,
     epochs: list[EpochEntry] | None = None,
     stop_at_corruption: bool = True,
+    checker: BatchChecker | None = None,
 ) -> RebuiltIndexes:
     """Rebuild ``segment``'s indexes from its ``.log``; nothing is written to disk.
 
@@ -191,6 +193,9 @@ def rebuild_segment_indexes(
         epochs: the leader-epoch cache so far; new epochs are appended to a copy.
         stop_at_corruption: stop at the first invalid batch and report it in ``error`` (Kafka's
             recovery); when False the error is raised.
+        checker: the checks each batch must pass (see :mod:`rlm.log.validate`); by default
+            Kafka's recovery checks, without decoding records. It is left holding the end of the
+            scan, for :meth:`~rlm.log.validate.BatchChecker.finish`.
     """
     with segment.open() as source:
         return rebuild_indexes(
@@ -201,6 +206,7 @@ def rebuild_segment_indexes(
             tracker=tracker,
             epochs=epochs,
             stop_at_corruption=stop_at_corruption,
+            checker=checker,
         )
 
 
@@ -213,12 +219,14 @@ def rebuild_indexes(
     tracker: TransactionTracker | None = None,
     epochs: list[EpochEntry] | None = None,
     stop_at_corruption: bool = True,
+    checker: BatchChecker | None = None,
 ) -> RebuiltIndexes:
     """Rebuild the indexes of the segment at ``base_offset`` whose ``.log`` bytes ``source`` holds.
 
     The same as :func:`rebuild_segment_indexes` for a ``.log`` in memory (:class:`BytesSource`),
     in a remote object (:class:`rlm.storage.source.RangeSource`) or any other byte source. Each
-    batch is validated (size, CRC, offsets that fit the segment) before it is applied.
+    batch is validated by ``checker`` (by default Kafka's recovery checks: size, CRC, offsets
+    increasing and fitting the segment) before it is applied.
     """
     rebuilder = IndexRebuilder(
         base_offset,
@@ -227,24 +235,15 @@ def rebuild_indexes(
         tracker=tracker,
         epochs=epochs,
     )
+    checker = checker if checker is not None else BatchChecker(source.name, base_offset)
     error: CorruptDataError | None = None
     try:
-        for header in iter_headers(source):
-            data = read_batch_bytes(source, header)
-            local = header._replace(position=0)
-            if not crc_valid(data, local):
-                raise CorruptRecordError(
-                    f"batch CRC mismatch (stored 0x{header.crc:08x})",
-                    path=source.name,
-                    position=header.position,
-                )
-            if header.last_offset - base_offset > INT32_MAX or header.last_offset < base_offset:
-                raise CorruptRecordError(
-                    f"batch last offset {header.last_offset} does not fit segment {base_offset}",
-                    path=source.name,
-                    position=header.position,
-                )
+        for header, data, problems in checker.batches_of(source):
+            if problems:
+                raise problems[0].error()
             rebuilder.add(header, data, source.name)
+        if checker.framing_error:
+            raise checker.problems[-1].error()
     except CorruptDataError as exc:
         if not stop_at_corruption:
             raise

@@ -12,9 +12,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from rlm.errors import CorruptDataError
+from rlm.errors import CorruptDataError, CorruptIndexError
 from rlm.log.batches import decode_batch, find_record
-from rlm.log.files import parse_base_offset, segment_file_name
+from rlm.log.files import offset_file_offsets, segment_file_name
 from rlm.log.index import OffsetIndex, TimeIndex, TimestampOffset
 from rlm.log.model import BatchHeader, Record, TimestampAndOffset
 from rlm.log.source import FileSource, iter_header_windows, iter_headers, read_batch_bytes
@@ -141,6 +141,7 @@ class Segment:
             )
             offset_index.sanity_check()
             time_index.sanity_check()
+            self._check_last_entry(offset_index)
         except (FileNotFoundError, CorruptDataError):
             from rlm.log.recovery import rebuild_segment_indexes
 
@@ -149,6 +150,22 @@ class Segment:
         self._offset_index, self._time_index = offset_index, time_index
         self._stamp = self._file_stamp()
         self._checked_at = time.monotonic()
+
+    def _check_last_entry(self, index: OffsetIndex) -> None:
+        """Refuse an offset index whose last entry does not point at the batch it names (one
+        header read): searches start from its entries, and one past the end of the ``.log`` or
+        inside a batch would make them miss records or read garbage as a header."""
+        if not len(index):
+            return
+        entry = index.last_entry
+        with self.open() as source:
+            header = next(iter_headers(source, entry.position), None)
+        if header is None or header.last_offset != entry.offset:
+            found = "no batch" if header is None else f"a batch ending at offset {header.last_offset}"
+            raise CorruptIndexError(
+                f"last entry ({entry.offset}, {entry.position}) finds {found} in the log",
+                path=str(self.index_path),
+            )
 
     def max_timestamp_and_offset(self, *, scan_tail: bool = False) -> TimestampOffset:
         """Largest timestamp in the segment and its batch's last offset (last time-index entry).
@@ -179,12 +196,29 @@ class Segment:
         return os.stat(self.log_path).st_mtime_ns // 1_000_000
 
     def last_offset(self) -> int | None:
-        """Last offset of the segment's last whole batch (scanned from the last index entry), or None."""
+        """Last offset of the segment's last whole batch, or None when it holds none.
+
+        Scanned from the last offset-index entry when that entry points at the batch it names;
+        an entry that does not (a damaged or stale index: past the end of the file, inside a
+        batch, at another batch) is not trusted and the whole ``.log`` is scanned.
+        """
         index = self.offset_index()
-        last = None
-        for header in self.headers(index.last_entry.position if len(index) else 0):
-            last = header
-        return last.last_offset if last is not None else None
+        if len(index):
+            entry = index.last_entry
+            try:
+                headers = self.headers(entry.position)
+                first = next(headers, None)
+                if first is not None and first.last_offset == entry.offset:
+                    last = first
+                    for last in headers:  # noqa: B007 (the last one is wanted)
+                        pass
+                    return last.last_offset
+            except CorruptDataError:
+                pass  # the entry points inside a batch: scan from the start
+        last_header = None
+        for last_header in self.headers():  # noqa: B007 (the last one is wanted)
+            pass
+        return last_header.last_offset if last_header is not None else None
 
     def translate_offset(self, offset: int, start_position: int = 0) -> BatchHeader | None:
         """First batch from ``start_position`` whose last offset is ≥ ``offset``, or None."""
@@ -250,12 +284,6 @@ class Segment:
 
 
 def segment_base_offsets(directory: str | Path) -> list[int]:
-    """Base offsets of the ``.log`` files in a partition directory, ascending."""
-    offsets = []
-    for name in os.listdir(directory):
-        if name.endswith(".log"):
-            try:
-                offsets.append(parse_base_offset(name))
-            except ValueError:
-                continue  # not a segment (e.g. a stray file named *.log)
-    return sorted(offsets)
+    """Base offsets of the ``.log`` files in a partition directory, ascending; stray ``*.log``
+    entries are skipped with a warning (:func:`rlm.log.files.offset_file_offsets`)."""
+    return offset_file_offsets(directory, ".log")

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rlm.errors import CorruptDataError
-from rlm.log.files import parse_base_offset, segment_file_name
+from rlm.log.files import offset_file_offsets, segment_file_name
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import V2_HEADER_SIZE, BatchHeader
 from rlm.log.recovery import TransactionTracker, track_transactions
@@ -58,15 +58,8 @@ class ProducerSnapshotState(NamedTuple):
 
 
 def snapshot_offsets(directory: str | Path) -> list[int]:
-    """Offsets of the ``.snapshot`` files in a partition directory, ascending."""
-    offsets = []
-    for name in os.listdir(directory):
-        if name.endswith(SNAPSHOT_SUFFIX):
-            try:
-                offsets.append(parse_base_offset(name))
-            except ValueError:
-                continue  # not named after an offset
-    return sorted(offsets)
+    """Offsets of the ``.snapshot`` files in a partition directory, ascending (strays skipped)."""
+    return offset_file_offsets(directory, SNAPSHOT_SUFFIX)
 
 
 def latest_snapshot(directory: str | Path, limit: int) -> ProducerSnapshotState | None:

@@ -1,7 +1,10 @@
-"""Verification of log files: CRCs, record structure, offset order, and index consistency.
+"""Verification of log files: every file kind ``rlm log dump`` reads.
 
-Each problem names the file, the byte position (or index entry) and what is wrong, so an operator
-can find it with ``rlm log dump``. Verification only reads.
+A ``.log`` gets the batch checks the copier makes before tiering it (:mod:`rlm.log.validate`) and
+its record structure; its indexes are checked against it, producer snapshots and index files on
+their own. Each problem names the file, the byte position (or index entry) and what is wrong, so
+an operator can find it with ``rlm log dump``. Files that are not the broker's are skipped with a
+warning. Verification only reads.
 """
 
 from __future__ import annotations
@@ -10,48 +13,41 @@ from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 from rlm.errors import CorruptDataError
-from rlm.log.batches import crc_valid, decode_batch
-from rlm.log.files import parse_base_offset
+from rlm.log.files import offset_file_offsets, parse_base_offset, segment_file_name, warn_stray
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.logdir import LogDir, PartitionDir, parse_partition_dir_name
 from rlm.log.model import BatchHeader
 from rlm.log.recovery import TransactionTracker, initial_tracker, rebuild_segment_indexes
-from rlm.log.segment import Segment
-from rlm.log.source import iter_headers, read_batch_bytes
+from rlm.log.segment import Segment, segment_base_offsets
+from rlm.log.snapshot import read_snapshot
+from rlm.log.stable import snapshot_offsets
+from rlm.log.txnindex import TransactionIndex
+from rlm.log.validate import BatchChecker, Problem
 
-
-class Problem(NamedTuple):
-    """One thing found wrong."""
-
-    path: str
-    position: int | None
-    message: str
-
-    def __str__(self) -> str:
-        where = self.path if self.position is None else f"{self.path}: position {self.position}"
-        return f"{where}: {self.message}"
+#: The file kinds verify (and ``rlm log dump``) reads.
+FILE_KINDS = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
+__all__ = ["FILE_KINDS", "Problem", "verify_file", "verify_partition", "verify_path", "verify_segment"]
 
 
 @dataclass
 class _Scan:
     headers: list[BatchHeader]
     running_max: list[int]
-    valid_bytes: int
-    size: int
 
 
 def verify_path(path: str | Path, *, deep: bool = True) -> list[Problem]:
-    """Verify a ``.log`` file, a partition directory or a whole log directory."""
+    """Verify a log directory, a partition directory, or one file of any kind ``rlm log dump`` reads.
+
+    Raises:
+        InvalidFileNameError: a file is not named after an offset.
+        CorruptDataError: a file of a kind verify does not know.
+    """
     path = Path(path)
     if path.is_file():
-        if path.suffix != ".log":
-            raise CorruptDataError(f"verify takes a .log file or a directory, not {path.name}")
-        segment = Segment(path.parent, parse_base_offset(path.name))
-        return list(verify_segment(segment, deep=deep, active=False))
-    if parse_partition_dir_name(path.name) is not None and any(path.glob("*.log")):
+        return verify_file(path, deep=deep)
+    if parse_partition_dir_name(path.name) is not None and segment_base_offsets(path):
         return verify_partition(PartitionDir(path), deep=deep)
     problems: list[Problem] = []
     for partition in LogDir(path).partitions():
@@ -59,38 +55,52 @@ def verify_path(path: str | Path, *, deep: bool = True) -> list[Problem]:
     return problems
 
 
+def verify_file(path: Path, *, deep: bool = True) -> list[Problem]:
+    """Verify one file: a ``.log`` (its batches and its indexes), an index or a producer snapshot."""
+    if path.suffix not in FILE_KINDS:
+        raise CorruptDataError(f"verify takes a directory or a {', '.join(FILE_KINDS)} file, not {path.name}")
+    base = parse_base_offset(path)
+    if path.suffix == ".log":
+        return list(verify_segment(Segment(path.parent, base), deep=deep, active=False))
+    return list(verify_index_file(path, base))
+
+
+def verify_index_file(path: Path, base_offset: int) -> Iterator[Problem]:
+    """Read an index or snapshot file as ``rlm log dump`` does, and check it on its own."""
+    try:
+        if path.suffix == ".index":
+            OffsetIndex.load(path, base_offset).sanity_check(path)
+        elif path.suffix == ".timeindex":
+            TimeIndex.load(path, base_offset).sanity_check(path)
+        elif path.suffix == ".txnindex":
+            TransactionIndex.load(path, base_offset).sanity_check(path)
+        else:
+            read_snapshot(path)
+    except CorruptDataError as exc:
+        yield Problem(str(path), exc.position, exc.reason)
+
+
 def verify_partition(partition: PartitionDir, *, deep: bool = True) -> list[Problem]:
-    """Verify every segment of a partition, and the order of offsets across segments."""
+    """Verify every segment of a partition, the order of offsets across segments and its producer
+    snapshots; index files without their ``.log`` are skipped with a warning."""
     problems: list[Problem] = []
     segments = partition.segments()
     tracker = initial_tracker(segments[0]) if segments else TransactionTracker()
-    previous_end = -1
     for i, segment in enumerate(segments):
-        active = i == len(segments) - 1
-        if segment.base_offset <= previous_end:
-            problems.append(
-                Problem(
-                    str(segment.log_path),
-                    None,
-                    f"segment base offset {segment.base_offset} is not above the previous "
-                    f"segment's last offset {previous_end}",
-                )
+        following = segments[i + 1].base_offset if i + 1 < len(segments) else None
+        problems.extend(
+            verify_segment(
+                segment, deep=deep, active=following is None, tracker=tracker, next_base_offset=following
             )
-        problems.extend(verify_segment(segment, deep=deep, active=active, tracker=tracker))
-        rebuilt_next = _last_offset(segment)
-        if rebuilt_next is not None:
-            previous_end = rebuilt_next
+        )
+    for offset in snapshot_offsets(partition.path):
+        problems.extend(verify_index_file(partition.path / segment_file_name(offset, ".snapshot"), offset))
+    bases = {s.base_offset for s in segments}
+    for suffix in (".index", ".timeindex", ".txnindex"):
+        for offset in offset_file_offsets(partition.path, suffix):
+            if offset not in bases:
+                warn_stray(partition.path / segment_file_name(offset, suffix), "no .log of that offset")
     return problems
-
-
-def _last_offset(segment: Segment) -> int | None:
-    last = None
-    try:
-        for header in segment.headers():
-            last = header.last_offset
-    except CorruptDataError:
-        return last
-    return last
 
 
 def verify_segment(
@@ -99,42 +109,24 @@ def verify_segment(
     deep: bool = True,
     active: bool = False,
     tracker: TransactionTracker | None = None,
+    next_base_offset: int | None = None,
 ) -> Iterator[Problem]:
-    """Yield the problems of one segment: batches first, then its indexes."""
-    log = str(segment.log_path)
-    scan = _Scan([], [], 0, segment.size())
-    last_offset = segment.base_offset - 1
+    """Yield the problems of one segment: batches first (:mod:`rlm.log.validate`), then its indexes."""
+    checker = BatchChecker(
+        str(segment.log_path), segment.base_offset, deep=deep, next_base_offset=next_base_offset
+    )
+    scan = _Scan([], [])
     running = -1
     with segment.open() as source:
-        try:
-            for header in iter_headers(source):
-                data = read_batch_bytes(source, header)
-                local = header._replace(position=0)
-                if not crc_valid(data, local):
-                    yield Problem(log, header.position, f"CRC mismatch (stored 0x{header.crc:08x})")
-                elif deep:
-                    try:
-                        decode_batch(data, local, verify_crc=False)
-                    except CorruptDataError as exc:
-                        yield Problem(log, header.position, exc.reason)
-                first = header.base_offset if header.base_offset >= 0 else header.last_offset
-                if first <= last_offset:
-                    yield Problem(
-                        log,
-                        header.position,
-                        f"offsets go backwards: batch starts at {first} after offset {last_offset}",
-                    )
-                last_offset = max(last_offset, header.last_offset)
-                running = max(running, header.max_timestamp)
-                scan.headers.append(header)
-                scan.running_max.append(running)
-                scan.valid_bytes = header.end_position
-        except CorruptDataError as exc:
-            yield Problem(log, exc.position, exc.reason)
-            return
-    if scan.valid_bytes < scan.size:
-        kind = "a torn tail (a batch still being written)" if active else "trailing bytes"
-        yield Problem(log, scan.valid_bytes, f"{scan.size - scan.valid_bytes} bytes of {kind}")
+        for header, _, problems in checker.batches_of(source):
+            yield from problems
+            running = max(running, header.max_timestamp)
+            scan.headers.append(header)
+            scan.running_max.append(running)
+    if checker.framing_error:
+        yield checker.problems[-1]
+        return
+    yield from checker.finish(segment.size(), active=active)
     yield from _verify_offset_index(segment, scan)
     yield from _verify_time_index(segment, scan, active)
     yield from _verify_txn_index(segment, tracker)
@@ -214,6 +206,13 @@ def _verify_time_index(segment: Segment, scan: _Scan, active: bool) -> Iterator[
 
 
 def _verify_txn_index(segment: Segment, tracker: TransactionTracker | None) -> Iterator[Problem]:
+    if segment.txn_index_path.exists():
+        try:
+            index = segment.transaction_index()
+            index.sanity_check()
+        except CorruptDataError as exc:
+            yield Problem(str(segment.txn_index_path), exc.position, exc.reason)
+            return
     if tracker is None:
         return  # aborted transactions can only be checked with the partition's earlier segments
     rebuilt = rebuild_segment_indexes(segment, tracker=tracker)

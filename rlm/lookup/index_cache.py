@@ -14,7 +14,9 @@ Recency survives restarts as the file's mtime: every hit sets it from a clock th
 or goes back within a process, and startup rebuilds the LRU order by sorting on it. Startup also
 deletes ``*.tmp`` leftovers and entries that fail their check, then evicts down to the bound.
 A ``.lock`` file held with ``flock`` keeps a second cache (in this or another process) out of the
-directory.
+directory. A cache built with ``open_now=False`` touches the directory, lock included, only when
+first asked for an index: a command that may never read a remote index (``rlm copy``, a lookup the
+local tier answers) then runs beside another rlm using the same directory.
 
 Concurrency: one lock guards the bookkeeping and the directory's names (renames, unlinks, mtimes);
 data is read and written outside it. A miss registers a load for its key; a ``get`` of a key that
@@ -126,6 +128,7 @@ class RemoteIndexCache:
         *,
         max_bytes: int = DEFAULT_MAX_BYTES,
         parsed_max_bytes: int = DEFAULT_PARSED_MAX_BYTES,
+        open_now: bool = True,
     ) -> None:
         """Open the cache in ``directory`` (created when missing) and load what it holds.
 
@@ -135,6 +138,8 @@ class RemoteIndexCache:
             metrics: Where hits, misses, evictions and remote reads are counted.
             max_bytes: Bound on the bytes of the entry files, headers included.
             parsed_max_bytes: Bound on the bytes of the parsed indexes kept in memory.
+            open_now: Open the directory now; when False, at the first :meth:`get` (whose
+                errors are then the ones below).
 
         Raises:
             ValueError: A bound is negative.
@@ -156,13 +161,29 @@ class RemoteIndexCache:
         self._parsed_total = 0
         self._last_stamp_ns = 0
         self._closed = False
-        self._directory.mkdir(parents=True, exist_ok=True)
-        self._lock_fd = lock_directory(self._directory)
-        try:
-            self._recover()
-        except BaseException:
-            os.close(self._lock_fd)
-            raise
+        self._lock_fd = -1
+        self._opening = threading.Lock()
+        if open_now:
+            self._open()
+
+    def _open(self) -> None:
+        """Take the directory and load what it holds, once (before any entry is used)."""
+        if self._lock_fd >= 0:
+            return
+        with self._opening:
+            if self._lock_fd >= 0:
+                return
+            with self._lock:
+                self._check_open()
+            self._directory.mkdir(parents=True, exist_ok=True)
+            fd = lock_directory(self._directory)
+            try:
+                self._recover()
+            except BaseException:
+                os.close(fd)
+                raise
+            with self._lock:
+                self._lock_fd = fd
 
     def _recover(self) -> None:
         found: list[tuple[int, str, EntryKey, int]] = []
@@ -219,6 +240,7 @@ class RemoteIndexCache:
             return None
         if byte_range.size == 0:
             return b""
+        self._open()
         key = (segment.segment_id, kind)
         while True:
             found = self._find(key)
@@ -432,7 +454,10 @@ class RemoteIndexCache:
             self._publish()
 
     def remove(self, segment_id: UUID) -> None:
-        """Forget every index of a segment (retention deleted it); a load in flight is not kept."""
+        """Forget every index of a segment (retention deleted it); a load in flight is not kept.
+
+        A cache not opened yet does nothing: its files of the segment, if any, are evicted in
+        time like any entry no longer asked for."""
         with self._lock:
             for kind in IndexType:
                 key = (segment_id, kind)
@@ -454,7 +479,9 @@ class RemoteIndexCache:
             self._closed = True
             self._parsed.clear()
             self._parsed_total = 0
-            os.close(self._lock_fd)
+            if self._lock_fd >= 0:
+                os.close(self._lock_fd)
+                self._lock_fd = -1
 
     def __enter__(self) -> RemoteIndexCache:
         return self

@@ -273,6 +273,49 @@ class PartitionRecord:
     deletion_event_time_ms: int | None
 
 
+#: Longest reason a skipped range keeps.
+SKIP_REASON_MAX = 1000
+_INT64_MAX = 2**63 - 1
+
+
+class SkipKind(enum.Enum):
+    """Why a range of offsets is accounted for on the remote tier without being there."""
+
+    OPERATOR = "OPERATOR"
+    """An operator skipped it (``rlm copy skip``), e.g. past a segment that cannot be repaired."""
+    NOT_IN_LOCAL_LOG = "NOT_IN_LOCAL_LOG"
+    """The copier found the broker had deleted it (retention, DeleteRecords) before it was tiered."""
+
+
+@dataclass(frozen=True)
+class SkippedRange:
+    """Offsets ``[start_offset, end_offset]`` the remote tier will never hold, and why.
+
+    The copier treats them as accounted for and copies on above them; they stay listed (in
+    ``/v1/topics``) so that a gap in the remote tier is always explained.
+    """
+
+    topic_partition: TopicPartition
+    start_offset: int
+    end_offset: int
+    """Inclusive."""
+    kind: SkipKind
+    reason: str
+    recorded_at_ms: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start_offset <= self.end_offset <= _INT64_MAX:
+            raise ValueError(f"bad offset range [{self.start_offset}, {self.end_offset}]")
+        if not self.reason.strip():
+            raise ValueError("a skipped range needs a reason")
+        if len(self.reason) > SKIP_REASON_MAX:
+            raise ValueError(f"the reason is {len(self.reason)} characters long, at most {SKIP_REASON_MAX}")
+
+    def overlaps(self, start: int, end: int) -> bool:
+        """Whether ``[start, end]`` shares an offset with this range."""
+        return start <= self.end_offset and self.start_offset <= end
+
+
 @dataclass(frozen=True)
 class RemoteTierSummary:
     """What a lookup needs to know of one partition's remote tier, read in one snapshot."""
@@ -297,6 +340,9 @@ class Lease:
     """Broker id of the holder."""
     epoch: int
     expires_at_ms: int
+    incarnation: UUID | None = None
+    """Which process of broker ``owner`` holds it (each sidecar process draws its own), so that
+    two processes started with the same ``broker.id`` can tell each other apart."""
 
     def is_expired(self, now_ms: int) -> bool:
         """Whether another broker may take the lease over at ``now_ms``."""

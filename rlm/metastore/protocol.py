@@ -32,6 +32,7 @@ from rlm.metastore.model import (
     RemoteSegment,
     RemoteTierSummary,
     SegmentState,
+    SkippedRange,
     StateUpdate,
     TopicPartition,
 )
@@ -214,13 +215,23 @@ class MetadataStore(Protocol):
 
     # -- leases -------------------------------------------------------------------------------
 
-    def acquire_lease(self, tp: TopicPartition, owner: int, ttl_ms: int) -> Lease | None:
-        """Take the copy lease of ``tp`` for broker ``owner`` for ``ttl_ms``.
+    def acquire_lease(
+        self,
+        tp: TopicPartition,
+        owner: int,
+        ttl_ms: int,
+        *,
+        incarnation: UUID | None = None,
+        replace_own_incarnation: bool = True,
+    ) -> Lease | None:
+        """Take the copy lease of ``tp`` for process ``incarnation`` of broker ``owner`` for ``ttl_ms``.
 
         Succeeds when the lease is free (never taken, or released), expired (a takeover), or
-        already held by ``owner`` (a restarted sidecar fences its previous incarnation). Every
-        success returns a lease with a higher epoch than any before. Returns ``None`` while
-        another broker holds an unexpired lease.
+        already held by ``owner``: by the same incarnation, or by another one when
+        ``replace_own_incarnation`` (a restarted sidecar fences its previous incarnation at once).
+        Every success returns a lease with a higher epoch than any before, recording
+        ``incarnation``. Returns ``None`` while another broker holds an unexpired lease, or another
+        incarnation of ``owner`` does and ``replace_own_incarnation`` is false.
         """
         ...
 
@@ -243,6 +254,49 @@ class MetadataStore(Protocol):
 
     def get_lease(self, tp: TopicPartition) -> Lease | None:
         """The current lease of ``tp``, expired or not, or ``None`` when nobody holds it."""
+        ...
+
+    # -- skipped ranges -----------------------------------------------------------------------
+
+    def add_skipped_range(self, skipped: SkippedRange, *, lease_epoch: int | None = None) -> SkippedRange:
+        """Record that the remote tier will never hold ``skipped``'s offsets; the copier then
+        copies on above them. Returns the range as stored.
+
+        Idempotent: the same range (same offsets and kind) recorded again is a no-op that
+        returns the stored one.
+
+        Raises:
+            InvalidSkipRangeError: The range overlaps offsets already copied (at or below the
+                highest copied offset, or below the remote log start offset), a copy under way,
+                or another skipped range; the message says which.
+            StateConflictError: The partition is being deleted.
+            StaleLeaseError: ``lease_epoch`` is stale.
+        """
+        ...
+
+    def list_skipped_ranges(self, tp: TopicPartition) -> list[SkippedRange]:
+        """The partition's skipped ranges in offset order (empty when none)."""
+        ...
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def purge_deleted_segments(
+        self,
+        tp: TopicPartition,
+        *,
+        deleted_before_ms: int,
+        limit: int = 1000,
+        lease_epoch: int | None = None,
+    ) -> int:
+        """Forget up to ``limit`` of the partition's ``DELETE_SEGMENT_FINISHED`` segments whose
+        deletion finished before ``deleted_before_ms``; returns how many.
+
+        Their objects are gone, so only their rows go. What is derived from them is kept:
+        :meth:`highest_copied_offset` (per epoch too) does not change.
+
+        Raises:
+            StaleLeaseError: ``lease_epoch`` is stale.
+        """
         ...
 
     # -- lifecycle ----------------------------------------------------------------------------

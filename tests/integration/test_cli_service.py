@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from rlm.cli import main
+from rlm.config import Settings
 from rlm.log.logdir import LogDir
 from rlm.log.produce import ProduceSpec, produce
+from rlm.lookup.index_cache import RemoteIndexCache
+from rlm.metrics import Metrics
+from rlm.storage.filesystem import FilesystemStorage
+from tests.metadata_support import sqlite_template  # noqa: F401  (fixture)
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -62,3 +68,40 @@ def test_copy_lookup_and_retention_from_the_command_line(
     code, out, _ = _run(capsys, "retention", "--once", "--config", str(config))
     assert code == 0
     assert f"orders-0: deleted {len(segments) - 1} segments" in out
+
+
+def test_copy_and_lookup_run_beside_another_process_holding_the_index_cache(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    sqlite_template: Path,  # noqa: F811
+) -> None:
+    # `rlm serve` holds the index cache of its working directory; copy never reads the cache and a
+    # lookup the local tier answers does not either: both run beside it. A remote lookup, which
+    # would need the cache, says which directory is taken.
+    monkeypatch.chdir(tmp_path)
+    logs = tmp_path / "logs"
+    produce(logs, ProduceSpec(topics=1, partitions=1, records=1200, segment_bytes=16 * 1024, seed=2))
+    db = tmp_path / "meta.db"
+    shutil.copyfile(sqlite_template, db)
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    settings = ["--log-dirs", str(logs), "--metadata-url", f"sqlite:///{db}", "--remote-url", remote.as_uri()]
+    held = RemoteIndexCache(Settings().remote_log_index_cache_dir, FilesystemStorage(remote), Metrics())
+    try:
+        code, out, err = _run(capsys, "copy", "--once", "--quiet", *settings)
+        assert code == 0, err
+        assert "copied" in out
+        code, out, err = _run(capsys, "lookup", "orders", "0", "--timestamp", "latest", *settings)
+        assert code == 0, err
+        assert json.loads(out)["tier"] == "local"
+        first = LogDir(logs).partition("orders", 0).segments()[0]
+        target = next(iter(first.headers())).max_timestamp
+        for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+            first.path(suffix).unlink(missing_ok=True)
+        code, _, err = _run(capsys, "lookup", "orders", "0", "--timestamp", str(target), *settings)
+        assert code == 1 and "is in use by another remote index cache" in err
+    finally:
+        held.close()
+    code, out, err = _run(capsys, "lookup", "orders", "0", "--timestamp", str(target), *settings)
+    assert code == 0 and json.loads(out)["tier"] == "remote", err

@@ -213,6 +213,7 @@ def test_a_retention_pass_killed_at_any_step_is_recovered(
 
     assert_killed(run_child(backend, log_dir, job="retention", kill_at_step=step, nth=2))
 
+    tiering.restart()  # the sidecar that tiered everything was restarted as the child
     outcomes = tiering.retention().run_once()
     assert [o.error for o in outcomes] == [None, None]
     _recover(tiering)

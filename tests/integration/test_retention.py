@@ -423,3 +423,44 @@ def test_log_start_offset_breach_is_for_segments_wholly_below_it() -> None:
     assert _breaching(log_start_offset=20) == [0, 10]
     assert _breaching(log_start_offset=25) == [0, 10]  # segment 20-29 still holds 25-29
     assert _breaching(log_start_offset=0) == []
+
+
+def test_rows_of_long_deleted_segments_are_purged_and_the_highest_copied_offset_stays(
+    backend: Backend,  # noqa: F811
+    tiering_factory: TieringFactory,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, backend, log_dir)
+    rows = tiering.finished(TP)
+    highest = tiering.store.highest_copied_offset(TP)
+    by_epoch = tiering.store.highest_copied_offset(TP, leader_epoch=0)
+    settings = _with_topic(tiering.settings, retention_ms=4 * HOUR).replace(
+        remote_log_metadata_deleted_segments_retention_ms=2 * HOUR
+    )
+    retention = tiering.retention(settings=settings)
+    (first,) = retention.run_once()  # segments 0-2 go at NOW; their rows stay for two hours
+    assert (first.deleted_segments, first.purged_rows) == (3, 0)
+
+    tiering.clock.advance(2 * HOUR + 1)
+    (later,) = retention.run_once()  # segments 3 and 4 go; the rows of 0-2 are purged
+
+    assert (later.deleted_segments, later.purged_rows) == (2, 3)
+    left = tiering.segments(TP)
+    assert [r.segment_id for r in left] == [r.segment_id for r in rows[3:]]
+    assert [r.state for r in left] == [SegmentState.DELETE_SEGMENT_FINISHED] * 2 + [
+        SegmentState.COPY_SEGMENT_FINISHED
+    ]
+    assert tiering.store.highest_copied_offset(TP) == highest
+    assert tiering.store.highest_copied_offset(TP, leader_epoch=0) == by_epoch
+    labels = {"topic": "orders", "partition": "0"}
+    assert tiering.registry.get_sample_value("rlm_metadata_purged_segments_total", labels) == 3
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+    # Nothing is copied again: the copier resumes above the highest copied offset.
+    assert [o.copied_segments for o in tiering.copier().run_once()] == [0]
+
+    kept = tiering.retention(settings=settings.replace(remote_log_metadata_deleted_segments_retention_ms=-1))
+    tiering.clock.advance(100 * HOUR)
+    (forever,) = kept.run_once()
+    assert forever.purged_rows == 0 and len(tiering.segments(TP)) == 3

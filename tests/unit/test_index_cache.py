@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
@@ -102,7 +103,7 @@ def open_cache(
     """Opens caches over ``cache_dir`` (``max_bytes`` etc. as keywords); closes them at the end."""
     opened: list[RemoteIndexCache] = []
 
-    def make(**kwargs: int) -> RemoteIndexCache:
+    def make(**kwargs: Any) -> RemoteIndexCache:
         cache = RemoteIndexCache(cache_dir, remote, metrics, **kwargs)
         opened.append(cache)
         return cache
@@ -552,6 +553,26 @@ def test_one_directory_serves_one_cache_at_a_time(open_cache: Callable[..., Remo
         open_cache()
     first.close()
     assert open_cache().entries == 0
+
+
+def test_a_cache_opened_on_demand_takes_its_directory_at_the_first_read(
+    open_cache: Callable[..., RemoteIndexCache], remote: CountingStorage, cache_dir: Path
+) -> None:
+    lazy = open_cache(open_now=False)
+    assert not cache_dir.exists()
+    lazy.remove(uuid.uuid4())  # nothing to forget before it is opened
+    other = open_cache()  # the directory is free: another process's cache takes it
+    segment, data = blob_segment(remote)
+    with pytest.raises(ConfigError, match="in use"):
+        lazy.get(segment, SNAPSHOT)
+    assert remote.reads == []
+    other.close()
+    assert lazy.get(segment, SNAPSHOT) == data
+    with pytest.raises(ConfigError, match="in use"):
+        open_cache()
+    lazy.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        lazy.get(segment, SNAPSHOT)
 
 
 def test_negative_bounds_are_refused(open_cache: Callable[..., RemoteIndexCache]) -> None:

@@ -679,6 +679,7 @@ class PartitionOverview(_message.Message):
     COPY_LAG_BYTES_FIELD_NUMBER: _builtins.int
     LOCAL_LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
+    SKIPPED_RANGES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     tiered_bytes: _builtins.int
@@ -691,6 +692,10 @@ class PartitionOverview(_message.Message):
     copy_lag_bytes: _builtins.int
     local_log_start_offset: _builtins.int
     high_watermark: _builtins.int
+    @_builtins.property
+    def skipped_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkippedRange]:
+        """Offsets the remote tier will never hold, in offset order."""
+
     def __init__(
         self,
         *,
@@ -705,14 +710,50 @@ class PartitionOverview(_message.Message):
         copy_lag_bytes: _builtins.int = ...,
         local_log_start_offset: _builtins.int = ...,
         high_watermark: _builtins.int = ...,
+        skipped_ranges: _abc.Iterable[Global___SkippedRange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_lag_bytes", b"copy_lag_bytes", "copy_lag_segments", b"copy_lag_segments", "high_watermark", b"high_watermark", "highest_tiered_offset", b"highest_tiered_offset", "local_log_start_offset", b"local_log_start_offset", "max_remote_timestamp", b"max_remote_timestamp", "partition", b"partition", "remote_log_start_offset", b"remote_log_start_offset", "tiered_bytes", b"tiered_bytes", "tiered_segments", b"tiered_segments", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_lag_bytes", b"copy_lag_bytes", "copy_lag_segments", b"copy_lag_segments", "high_watermark", b"high_watermark", "highest_tiered_offset", b"highest_tiered_offset", "local_log_start_offset", b"local_log_start_offset", "max_remote_timestamp", b"max_remote_timestamp", "partition", b"partition", "remote_log_start_offset", b"remote_log_start_offset", "skipped_ranges", b"skipped_ranges", "tiered_bytes", b"tiered_bytes", "tiered_segments", b"tiered_segments", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartitionOverview: _TypeAlias = PartitionOverview  # noqa: Y015
+
+@_typing.final
+class SkippedRange(_message.Message):
+    """Offsets [start_offset, end_offset] skipped on the remote tier. kind is OPERATOR (`rlm copy
+    skip`) or NOT_IN_LOCAL_LOG (the broker deleted them before they were tiered).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_OFFSET_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    RECORDED_AT_MS_FIELD_NUMBER: _builtins.int
+    start_offset: _builtins.int
+    end_offset: _builtins.int
+    kind: _builtins.str
+    reason: _builtins.str
+    recorded_at_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        start_offset: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        kind: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        recorded_at_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "kind", b"kind", "reason", b"reason", "recorded_at_ms", b"recorded_at_ms", "start_offset", b"start_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SkippedRange: _TypeAlias = SkippedRange  # noqa: Y015
 
 @_typing.final
 class GetConfigRequest(_message.Message):

@@ -1,0 +1,121 @@
+"""Two processes with one ``broker.id``: the newer takes the leases once, the older warns and waits.
+
+Before incarnations, each process retook the lease the other had just taken at its next pass,
+each take a new epoch, forever (the epoch went from 7 to 66 in 20 s with two idle copiers), and
+each fenced the other's writes. A restarted sidecar must still fence its previous incarnation at
+once.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rlm.leases import LeaseKeeper
+from rlm.log.logdir import LogDir
+from rlm.log.produce import ProduceSpec, produce
+from rlm.metastore.model import TopicPartition
+from tests.metadata_support import FakeClock
+from tests.tiering_support import (
+    Backend,
+    Tiering,
+    assert_invariants,
+    make_backend,
+    set_high_watermarks,
+    tiering_factory,  # noqa: F401  (fixture)
+    tp_of,
+)
+
+SPEC = ProduceSpec(topics=1, partitions=2, records=600, segment_bytes=12 * 1024, seed=4)
+TP = TopicPartition("orders", 0)
+TTL = 60_000
+TieringFactory = Callable[..., Tiering]
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("leases") / "logs"
+    produce(root, SPEC)
+    return root
+
+
+@pytest.fixture
+def log_dir(pristine: Path, tmp_path: Path) -> Path:
+    shutil.copytree(pristine, tmp_path / "logs")
+    return tmp_path / "logs"
+
+
+@pytest.fixture
+def sqlite_fs(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return make_backend("sqlite-fs", request, tmp_path)
+
+
+def test_two_keepers_of_one_broker_id_do_not_take_the_lease_from_each_other(
+    sqlite_fs: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    store = sqlite_fs.open_store(clock)
+    try:
+        older, newer = LeaseKeeper(store, 1, TTL), LeaseKeeper(store, 1, TTL)
+        first = older.hold(TP)
+        assert first is not None
+        taken = newer.hold(TP)  # a new process: it takes over at once, as a restart must
+        assert taken is not None and taken.epoch == first.epoch + 1 and taken.incarnation == newer.incarnation
+        with caplog.at_level(logging.WARNING, logger="rlm.leases"):
+            for _ in range(20):  # idle passes of both, interleaved
+                clock.advance(1_000)
+                assert older.hold(TP) is None
+                renewed = newer.hold(TP)
+                assert renewed is not None and renewed.epoch == taken.epoch
+        lease = store.get_lease(TP)
+        assert lease is not None and lease.epoch == taken.epoch  # one take, not one per pass
+        warnings = [r.getMessage() for r in caplog.records]
+        assert len(warnings) == 1
+        assert f"another process with broker.id 1 (incarnation {newer.incarnation}) took" in warnings[0]
+        assert "two sidecars run with broker.id 1" in warnings[0]
+        assert older.holder(TP) == f"another process with broker.id 1 (incarnation {newer.incarnation})"
+
+        newer.release_all()  # the newer one stops: the older takes the partition back at once
+        back = older.hold(TP)
+        assert back is not None and back.incarnation == older.incarnation
+
+        crashed = LeaseKeeper(store, 1, TTL)  # yet another process takes it, then dies
+        dead = crashed.hold(TP)
+        assert dead is not None
+        assert older.hold(TP) is None
+        clock.advance(TTL)  # its lease expires: the older one takes over
+        resumed = older.hold(TP)
+        assert resumed is not None and resumed.epoch == dead.epoch + 1
+    finally:
+        store.close()
+
+
+def test_two_copiers_of_one_broker_id_tier_everything_once_with_one_takeover(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,  # noqa: F811
+    log_dir: Path,
+) -> None:
+    clock = FakeClock()
+    first, second = tiering_factory(sqlite_fs, log_dir, clock), tiering_factory(sqlite_fs, log_dir, clock)
+    partitions = LogDir(log_dir).partitions()
+    set_high_watermarks(log_dir, {tp_of(p): p.rolled_segments()[1].base_offset for p in partitions})
+    assert [o.copied_segments for o in first.copier().run_once()] == [1, 1]
+    epochs = {tp_of(p): first.store.get_lease(tp_of(p)).epoch for p in partitions}  # type: ignore[union-attr]
+
+    set_high_watermarks(log_dir, {tp_of(p): p.log_end_offset() for p in partitions})
+    for _ in range(5):
+        clock.advance(5_000)
+        for tiering in (second, first):
+            for outcome in tiering.copier().run_once():
+                assert outcome.error is None, outcome.error
+
+    for partition in partitions:
+        tp = tp_of(partition)
+        assert second.store.get_lease(tp).epoch == epochs[tp] + 1  # type: ignore[union-attr]
+    assert_invariants(first.store, first.storage, [log_dir])
+    skipped = first.copier().run_once()
+    assert all(o.skipped is not None and "another process with broker.id 1" in o.skipped for o in skipped)
