@@ -84,12 +84,16 @@ def make_tier(
     request: pytest.FixtureRequest,
     directory: Path,
     write_logs: Callable[[Path], object] = lambda logs: produce(logs, HEALTHY_SPEC),
+    *,
+    copy_errors: int = 0,
 ) -> Tier:
-    """A fresh tier of ``kind`` holding the log directory ``write_logs`` writes."""
+    """A fresh tier of ``kind`` holding the log directory ``write_logs`` writes (the copy fails on
+    ``copy_errors`` partitions)."""
     return build_tier(
         kind,
         directory,
         write_logs,
+        copy_errors=copy_errors,
         sqlite_template=request.getfixturevalue("sqlite_template") if kind == "sqlite-fs" else None,
         s3=request.getfixturevalue("moto_s3") if kind == "postgres-s3" else None,
         databases=request.getfixturevalue("postgres_databases"),

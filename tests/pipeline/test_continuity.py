@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rlm.metastore.model import PartitionRecord, RemoteSegment, TopicPartition
+from rlm.metastore.model import PartitionRecord, RemoteSegment, SkipKind, SkippedRange, TopicPartition
 from rlm.pipeline.verify import continuity
 from rlm.pipeline.verify.continuity import continuity_problems
 from rlm.pipeline.verify.problems import Problem, ProblemKind
@@ -40,12 +40,45 @@ def test_a_gap_names_its_offsets_and_both_neighbours() -> None:
 def test_gaps_are_judged_in_one_place(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[tuple[int, int]] = []
 
-    def explained(tp: TopicPartition, first: int, last: int, **neighbours: object) -> None:
+    def explained(tp: TopicPartition, first: int, last: int, **neighbours: object) -> list[Problem]:
         seen.append((first, last))
+        return []
 
     monkeypatch.setattr(continuity, "judge_gap", explained)
     assert _problems(segment(0, 9), segment(20, 29), segment(40, 49)) == []
     assert seen == [(10, 19), (30, 39)]
+
+
+def _skip(start: int, end: int, kind: SkipKind = SkipKind.OPERATOR) -> SkippedRange:
+    return SkippedRange(TP, start, end, kind, "segment cannot be repaired", 0)
+
+
+def test_a_gap_a_skipped_range_covers_is_explained() -> None:
+    segments = [segment(0, 9), segment(20, 29)]
+    assert continuity_problems(TP, segments, _record(), [_skip(10, 19)]) == []
+    assert continuity_problems(TP, segments, _record(), [_skip(10, 14), _skip(15, 25)]) == []
+    assert continuity_problems(TP, segments, _record(), [_skip(5, 40, SkipKind.NOT_IN_LOCAL_LOG)]) == []
+
+
+def test_only_the_offsets_no_skipped_range_covers_are_a_gap() -> None:
+    segments = [segment(0, 9), segment(30, 39)]
+    skipped = [_skip(20, 22), _skip(13, 15), _skip(100, 110)]
+    problems = continuity_problems(TP, segments, _record(), skipped)
+    assert [(p.kind, p.offset) for p in problems] == [
+        (ProblemKind.GAP, 10),
+        (ProblemKind.GAP, 16),
+        (ProblemKind.GAP, 23),
+    ]
+    assert "offsets 10..12 (3) of the gap 10..29 between segments [0, 9] and [30, 39]" in problems[0].message
+    assert "offsets 16..19 (4) of the gap" in problems[1].message
+    assert "offsets 23..29 (7) of the gap" in problems[2].message
+
+
+def test_a_skipped_range_explains_a_gap_at_the_remote_log_start() -> None:
+    segments = [segment(50, 59)]
+    assert continuity_problems(TP, segments, _record(log_start=40), [_skip(0, 49)]) == []
+    (gap,) = continuity_problems(TP, segments, _record(log_start=40), [_skip(45, 49)])
+    assert gap.offset == 40 and "offsets 40..44 (5) of the gap 40..49" in gap.message
 
 
 def test_a_takeover_copy_may_start_inside_the_last_one() -> None:

@@ -70,6 +70,7 @@ def build_tier(
     sqlite_template: Path | None = None,
     s3: MotoS3 | None = None,
     databases: list[str] | None = None,
+    copy_errors: int = 0,
 ) -> Tier:
     """Write a log directory with ``write_logs`` and tier every eligible segment of it.
 
@@ -83,6 +84,7 @@ def build_tier(
         sqlite_template: A migrated SQLite file (for ``sqlite-fs``).
         s3: The S3 server (for ``postgres-s3``).
         databases: PostgreSQL databases created are appended here, for the caller to drop.
+        copy_errors: How many partitions the copy must fail on (a damaged log a test wrote).
     """
     log_dir = directory / "logs"
     write_logs(log_dir)
@@ -108,7 +110,7 @@ def build_tier(
     finally:
         storage.close()
     errors = [o.error for o in outcomes if o.error is not None]
-    assert not errors, errors
+    assert len(errors) == copy_errors, errors
     assert sum(o.copied_segments for o in outcomes) > 0
     return tier
 

@@ -3,7 +3,9 @@
 Judged from the metadata alone (no object is read):
 
 * Gaps: offsets after the first finished segment that no finished segment holds.
-  :func:`judge_gap` is the one place a gap is judged.
+  :func:`judge_gap` is the one place a gap is judged: offsets an operator or the copier recorded
+  as skipped (``rlm copy skip``, or deleted by the broker before they were tiered) are explained,
+  and only the offsets of a gap that no skipped range covers are a problem.
 * Overlaps: legal only as a takeover copy leaves them. The copier copies a segment only when it
   ends above the highest copied offset, so the later copy (in offset order) ends past every copy
   before it, and starts anywhere at or above their start: it may start inside the last copied
@@ -22,7 +24,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
-from rlm.metastore.model import PartitionRecord, RemoteSegment, TopicPartition
+from rlm.metastore.model import PartitionRecord, RemoteSegment, SkippedRange, TopicPartition
 from rlm.pipeline.plan import in_offset_order
 from rlm.pipeline.verify.problems import Problem, ProblemKind
 
@@ -38,12 +40,12 @@ def judge_gap(
     *,
     before: RemoteSegment | None,
     after: RemoteSegment,
-) -> Problem | None:
-    """Whether offsets ``first`` … ``last``, which no finished segment holds, are a problem.
+    skipped: Sequence[SkippedRange] = (),
+) -> list[Problem]:
+    """The problems of offsets ``first`` … ``last``, which no finished segment holds.
 
-    The one place gaps are judged. Today every gap is a problem. An operator-marked skipped range
-    (offsets recorded as not copyable) will explain the gap it covers: judged here, such a gap
-    becomes a finding that is explained rather than a problem.
+    The one place gaps are judged: the offsets the partition's skipped ranges cover are explained
+    (the report lists those ranges); each run of offsets none covers is one problem.
 
     Args:
         tp: The partition.
@@ -52,19 +54,43 @@ def judge_gap(
         before: The segment holding the offsets just below (``None`` when the gap starts at the
             remote log start offset).
         after: The segment starting right after the gap.
+        skipped: The partition's skipped ranges, in any order.
     """
     if before is None:
         where = f"between the remote log start offset {first} and segment {_range(after)}"
     else:
         where = f"between segments {_range(before)} and {_range(after)}"
-    return Problem(
-        ProblemKind.GAP,
-        tp.topic,
-        tp.partition,
-        f"offsets {first}..{last} ({last - first + 1}) {where} are in no finished segment",
-        segment_id=str(after.segment_id),
-        offset=first,
-    )
+    problems = []
+    for low, high in uncovered(first, last, skipped):
+        part = "" if (low, high) == (first, last) else f" of the gap {first}..{last}"
+        problems.append(
+            Problem(
+                ProblemKind.GAP,
+                tp.topic,
+                tp.partition,
+                f"offsets {low}..{high} ({high - low + 1}){part} {where} are in no finished segment "
+                "and no skipped range",
+                segment_id=str(after.segment_id),
+                offset=low,
+            )
+        )
+    return problems
+
+
+def uncovered(first: int, last: int, skipped: Sequence[SkippedRange]) -> list[tuple[int, int]]:
+    """The runs of offsets in ``[first, last]`` that no range of ``skipped`` covers, ascending."""
+    runs = []
+    at = first
+    for skip in sorted(skipped, key=lambda r: r.start_offset):
+        if skip.end_offset < at or not skip.overlaps(at, last):
+            continue
+        if skip.start_offset > at:
+            runs.append((at, skip.start_offset - 1))
+        at = skip.end_offset + 1
+        if at > last:
+            return runs
+    runs.append((at, last))
+    return runs
 
 
 def epoch_at(segment: RemoteSegment, offset: int) -> int:
@@ -100,9 +126,13 @@ def judge_overlap(tp: TopicPartition, earlier: RemoteSegment, later: RemoteSegme
 
 
 def continuity_problems(
-    tp: TopicPartition, finished: Sequence[RemoteSegment], record: PartitionRecord | None
+    tp: TopicPartition,
+    finished: Sequence[RemoteSegment],
+    record: PartitionRecord | None,
+    skipped: Sequence[SkippedRange] = (),
 ) -> list[Problem]:
-    """Gaps, overlaps no takeover explains, and disagreements with the remote log start offset."""
+    """Gaps no skipped range explains, overlaps no takeover explains, and disagreements with the
+    remote log start offset."""
     problems: list[Problem] = []
     ordered = in_offset_order(finished)
     log_start = -1 if record is None else record.remote_log_start_offset
@@ -136,16 +166,21 @@ def continuity_problems(
     if not live:
         return problems
     if log_start >= 0 and live[0].start_offset > log_start:
-        gap = judge_gap(tp, log_start, live[0].start_offset - 1, before=None, after=live[0])
-        if gap is not None:
-            problems.append(gap)
+        problems += judge_gap(
+            tp, log_start, live[0].start_offset - 1, before=None, after=live[0], skipped=skipped
+        )
     covering = [live[0]]
     for segment in live[1:]:
         reach = max(covering, key=lambda s: s.end_offset)
         if segment.start_offset > reach.end_offset + 1:
-            gap = judge_gap(tp, reach.end_offset + 1, segment.start_offset - 1, before=reach, after=segment)
-            if gap is not None:
-                problems.append(gap)
+            problems += judge_gap(
+                tp,
+                reach.end_offset + 1,
+                segment.start_offset - 1,
+                before=reach,
+                after=segment,
+                skipped=skipped,
+            )
         elif segment.end_offset <= reach.end_offset:
             problems.append(
                 Problem(

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlm.metastore.model import RemoteSegment, TopicPartition
+from rlm.metastore.model import RemoteSegment, SkippedRange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.pipeline.plan import SegmentSummary, plan_partition, select_partitions
 from rlm.pipeline.reader import DEFAULT_CHUNK_BYTES
@@ -65,6 +65,10 @@ class VerifyReport:
     batches: int
     seconds: float
     problems: list[Problem] = field(default_factory=list)
+    skipped: list[SkippedRange] = field(default_factory=list)
+    """The verified partitions' skipped ranges: offsets the remote tier accounts for without
+    holding them (``rlm copy skip``, or gone from the broker before they were tiered). A gap they
+    cover is explained, not a problem; they are listed so that it is never silent."""
 
     @property
     def healthy(self) -> bool:
@@ -89,7 +93,22 @@ class VerifyReport:
                 for (kind, partition), count in self.counts().items()
             ],
             "problems": [p.to_json() for p in self.problems],
+            "skipped_ranges": [skipped_json(r) for r in self.skipped],
         }
+
+
+def skipped_json(skipped: SkippedRange) -> dict[str, Any]:
+    """A skipped range as a JSON object."""
+    tp = skipped.topic_partition
+    return {
+        "topic": tp.topic,
+        "partition": tp.partition,
+        "start_offset": skipped.start_offset,
+        "end_offset": skipped.end_offset,
+        "kind": skipped.kind.value,
+        "reason": skipped.reason,
+        "recorded_at_ms": skipped.recorded_at_ms,
+    }
 
 
 def verify(
@@ -121,10 +140,15 @@ def verify(
     problems: list[Problem] = []
     summaries: list[SegmentSummary] = []
     rows: list[RemoteSegment] = []
+    skipped: list[SkippedRange] = []
     for record in records:
         plan = plan_partition(store, record, from_log_start=False)
         summaries.extend(plan.segments)
-        problems += continuity_problems(plan.topic_partition, [s.segment for s in plan.segments], record)
+        skips = store.list_skipped_ranges(plan.topic_partition)
+        skipped += skips
+        problems += continuity_problems(
+            plan.topic_partition, [s.segment for s in plan.segments], record, skips
+        )
         rows += store.list_segments(plan.topic_partition, states=LIVE_STATES)
     problems += stale_rows(rows, now_ms=now_ms, horizon_ms=options.cleanup_horizon_ms)
     filtered = bool(options.topics or options.partitions)
@@ -153,6 +177,7 @@ def verify(
         batches,
         time.monotonic() - started,
         problems,
+        skipped,
     )
 
 
