@@ -57,6 +57,9 @@ class Rendered:
         for o in self.objects:
             if o["kind"] in ("Deployment", "Job", "StatefulSet", "DaemonSet"):
                 specs.append((f"{o['kind']}/{o['metadata']['name']}", o["spec"]["template"]["spec"]))
+            elif o["kind"] == "CronJob":
+                template = o["spec"]["jobTemplate"]["spec"]["template"]
+                specs.append((f"CronJob/{o['metadata']['name']}", template["spec"]))
         return specs
 
 

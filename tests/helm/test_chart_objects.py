@@ -130,7 +130,7 @@ def test_every_command_is_one_rlm_takes(value_set: str) -> None:
     for where, container, _ in _containers(rendered(value_set)):
         assert "command" not in container, where  # the image's entrypoint, rlm
         args = parser.parse_args(container["args"])
-        assert args.command in ("serve", "db"), where
+        assert args.command in ("serve", "db", "spark"), where
 
 
 @pytest.mark.parametrize("value_set", ALL)
@@ -154,6 +154,28 @@ def test_the_hook_job_runs_rlm_db_upgrade_before_install_and_upgrade(value_set: 
         assert hook_secret["helm.sh/hook"] == annotations["helm.sh/hook"]
         assert int(hook_secret["helm.sh/hook-weight"]) < int(annotations["helm.sh/hook-weight"])
     assert "serviceAccountName" not in job["spec"]["template"]["spec"]  # the chart's comes after hooks
+
+
+def test_the_verify_cron_job_runs_rlm_spark_verify_from_the_spark_image() -> None:
+    assert rendered("defaults").of_kind("CronJob") == []  # off unless asked for
+    cron = rendered("standalone-full").one("CronJob", "rlm-verify")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"  # never two scrubs at once
+    assert cron["spec"]["timeZone"] == "Etc/UTC"
+    (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.func.__name__ == "_verify"
+    assert (args.master, args.topic, args.deep) == ("local[*]", ["orders", "payments"], True)
+    assert args.conf == ["spark.sql.shuffle.partitions=8"]
+    app_version = yaml.safe_load((ROOT / "helm" / "rlm" / "Chart.yaml").read_text())["appVersion"]
+    assert container["image"] == f"registry.example.com/rlm:{app_version}-spark"  # a digest is the service's
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts == {"/etc/rlm/rlm.yaml", "/etc/rlm/secrets", "/tmp"}  # no broker disk
+    env = {e["name"] for e in container["env"]}
+    assert {"RLM_CONFIG", "RLM_METADATA_URL_FILE", "JAVA_TOOL_OPTIONS"} <= env
+    shallow = rendered("existing-secret").one("CronJob", "rlm-verify")
+    (container,) = shallow["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "rlm-spark:1.2.3"
+    assert build_parser().parse_args(container["args"]).deep is False
 
 
 @pytest.mark.parametrize("value_set", ["defaults", "sidecar", "tls"])

@@ -86,6 +86,16 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                 "allowExternal": False,
                 "ingressNSMatchLabels": {"name": "monitoring"},
             },
+            "pipelines": {
+                "verify": {
+                    "enabled": True,
+                    "deep": True,
+                    "topics": ["orders", "payments"],
+                    "conf": {"spark.sql.shuffle.partitions": 8},
+                    "timeZone": "Etc/UTC",
+                },
+                "extraEnvVars": [{"name": "JAVA_TOOL_OPTIONS", "value": "-Xss4m"}],
+            },
             "metrics": {
                 "serviceMonitor": {
                     "enabled": True,
@@ -102,6 +112,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "config": {"remoteUrl": "s3://tiered-kafka/prod"},
         "existingSecret": "rlm-credentials",
         "metrics": {"serviceMonitor": {"enabled": True}},
+        "pipelines": {"verify": {"enabled": True}, "image": {"repository": "rlm-spark", "tag": "1.2.3"}},
     },
     # TLS on REST and gRPC from a cert-manager Secret, in both modes' shape.
     "tls": _merge(

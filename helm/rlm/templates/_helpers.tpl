@@ -70,6 +70,15 @@ annotations:
 {{- end }}
 {{- end }}
 
+{{/* The image of the pipeline jobs: the image's spark target. */}}
+{{- define "rlm.pipelineImage" -}}
+{{- $repository := default .Values.image.repository .Values.pipelines.image.repository }}
+{{- if .Values.image.registry }}
+{{- $repository = printf "%s/%s" .Values.image.registry $repository }}
+{{- end }}
+{{- printf "%s:%s" $repository (default (printf "%s-spark" (default .Chart.AppVersion .Values.image.tag)) .Values.pipelines.image.tag) }}
+{{- end }}
+
 {{/* Where the rlm container finds its files. */}}
 {{- define "rlm.configDir" -}}/etc/rlm{{- end }}
 {{- define "rlm.secretsDir" -}}/etc/rlm/secrets{{- end }}
