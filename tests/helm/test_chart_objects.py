@@ -16,8 +16,9 @@ import yaml
 from api.rest.app import create_app
 from rlm.cli import build_parser
 from rlm.config import Settings, load_settings
-from tests.helm.chart import ROOT, Manifest, Rendered, rendered, sidecar_values
-from tests.helm.values import VALUE_SETS
+from rlm.errors import BrokerIdUnknownError
+from tests.helm.chart import ROOT, Manifest, Rendered, render, rendered, sidecar_values
+from tests.helm.values import REQUIRED, VALUE_SETS, merge
 
 SETTINGS_VARIABLES = {"RLM_" + f.name.upper() for f in fields(Settings)} - {
     "RLM_TOPIC_DEFAULTS",
@@ -176,6 +177,21 @@ def test_the_verify_cron_job_runs_rlm_spark_verify_from_the_spark_image() -> Non
     (container,) = shallow["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     assert container["image"] == "rlm-spark:1.2.3"
     assert build_parser().parse_args(container["args"]).deep is False
+
+
+def test_the_verify_cron_job_loads_its_settings_without_the_brokers_disks(tmp_path: Any) -> None:
+    r = render(merge(REQUIRED, {"pipelines": {"verify": {"enabled": True}}}))  # sidecar, no broker.id
+    config = tmp_path / "rlm.yaml"
+    config.write_text(yaml.safe_dump(_settings_file(r)))
+    with pytest.raises(BrokerIdUnknownError):  # the sidecar's settings need a broker's meta.properties
+        load_settings(config, env={})
+    (container,) = r.one("CronJob", "rlm-verify")["spec"]["jobTemplate"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    env = {e["name"]: e["value"] for e in container["env"] if "value" in e and e["name"].startswith("RLM_")}
+    env.pop("RLM_METADATA_URL_FILE")  # a file of the pod
+    settings = load_settings(env.pop("RLM_CONFIG").replace("/etc/rlm/rlm.yaml", str(config)), env=env)
+    assert settings.log_dirs == () and settings.remote_url == REQUIRED["config"]["remoteUrl"]
 
 
 @pytest.mark.parametrize("value_set", ["defaults", "sidecar", "tls"])

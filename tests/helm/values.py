@@ -15,11 +15,11 @@ REQUIRED: dict[str, Any] = {
 }
 
 
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in extra.items():
         out[key] = (
-            _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+            merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
         )
     return out
 
@@ -33,9 +33,9 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     # The chart's defaults and nothing but the required values.
     "defaults": REQUIRED,
     # The sidecar beside Bitnami Kafka, as the README installs it.
-    "sidecar": _merge(REQUIRED, _example("rlm-sidecar-values.yaml")),
+    "sidecar": merge(REQUIRED, _example("rlm-sidecar-values.yaml")),
     # The query tier with every option on.
-    "standalone-full": _merge(
+    "standalone-full": merge(
         REQUIRED,
         {
             "mode": "standalone",
@@ -115,7 +115,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "pipelines": {"verify": {"enabled": True}, "image": {"repository": "rlm-spark", "tag": "1.2.3"}},
     },
     # TLS on REST and gRPC from a cert-manager Secret, in both modes' shape.
-    "tls": _merge(
+    "tls": merge(
         REQUIRED,
         {
             "tls": {"enabled": True, "existingSecret": "rlm-tls"},
@@ -124,7 +124,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
             "sidecar": {"readinessProbe": True},
         },
     ),
-    "tls-standalone": _merge(
+    "tls-standalone": merge(
         REQUIRED,
         {
             "mode": "standalone",
