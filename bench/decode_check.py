@@ -27,11 +27,20 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import crc32c
+
 from rlm.errors import CorruptRecordError
 from rlm.log import columns
 from rlm.log.columns import ColumnBuffers
-from rlm.log.model import Record
-from rlm.log.v2 import V2Records, decode_records_py, encode_record
+from rlm.log.model import Record, TimestampType
+from rlm.log.v2 import (
+    V2Records,
+    decode_records_py,
+    encode_record,
+    encode_v2_batch,
+    parse_v2_header,
+    records_of,
+)
 
 SOURCE = Path(__file__).resolve().parent.parent / "rlm" / "log" / "_decode.c"
 INT64_MAX = 2**63 - 1
@@ -114,8 +123,41 @@ def _reference(records: V2Records) -> tuple[list[Record] | None, list[bytes] | N
     return decoded, [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
 
 
+def _batch_case(rng: random.Random) -> bytes:
+    """A whole uncompressed v2 batch, mutated anywhere (its CRC then sometimes made right again)."""
+    records = [
+        Record(
+            i, 1_700_000_000_000 + rng.randint(-9, 9), rng.randbytes(3), rng.randbytes(rng.randint(0, 300))
+        )
+        for i in range(rng.randint(1, 10))
+    ]
+    appended = rng.random() < 0.2
+    buf = bytearray(
+        encode_v2_batch(
+            records,
+            log_append_time=5 if appended else None,
+            timestamp_type=TimestampType.LOG_APPEND_TIME if appended else TimestampType.CREATE_TIME,
+        )
+    )
+    for _ in range(rng.randint(0, 3)):
+        buf[rng.randrange(len(buf))] = rng.randrange(256)
+    if rng.random() < 0.5:
+        buf[17:21] = crc32c.crc32c(bytes(buf[21:])).to_bytes(4, "big")
+    return bytes(buf[: len(buf) - rng.choice([0, 0, 0, 1, 30])])
+
+
+def _batch_reference(buf: bytes) -> tuple[list[Record] | None, list[bytes] | None]:
+    try:
+        header = parse_v2_header(buf, 0)
+        records = records_of(buf, header, True)
+    except CorruptRecordError:
+        return None, None
+    return _reference(records)
+
+
 def fuzz(module: ModuleType, cases: int, seed: int) -> dict[str, Any]:
-    """Run ``cases`` cases through ``module`` (the C decoder); count answers, give-ups, differences."""
+    """Run ``cases`` cases (records, and whole batches) through ``module`` (the C decoder); count
+    answers, give-ups and differences from the reference."""
     rng = random.Random(seed)
     answered = gave_up = differences = 0
     start = time.perf_counter()
@@ -135,6 +177,23 @@ def fuzz(module: ModuleType, cases: int, seed: int) -> dict[str, Any]:
         cols = ColumnBuffers()
         try:
             module.append_columns(cols.buffers, cols.used, view, *args[1:], 0, INT64_MAX, 1)
+        except (ValueError, OverflowError):
+            gave_up += 1
+        else:
+            answered += 1
+            differences += [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))] != want_columns
+        buf = _batch_case(rng)
+        want_records, want_columns = _batch_reference(buf)
+        try:
+            got_records = module.decode_batch_records(Record, buf, 0, True)
+        except (ValueError, OverflowError):
+            gave_up += 1
+        else:
+            answered += 1
+            differences += got_records != want_records
+        cols = ColumnBuffers()
+        try:
+            module.append_batch_columns(cols.buffers, cols.used, buf, 0, True, 0, INT64_MAX, 1)
         except (ValueError, OverflowError):
             gave_up += 1
         else:

@@ -271,6 +271,121 @@ static int batch_args(PyObject *const *args, Py_buffer *view, batch_t *b, Py_ssi
     return 0;
 }
 
+/* -- CRC-32C (Castagnoli), as the crc32c package computes it ----------------------------------- */
+
+static uint32_t crc_table[256];
+
+static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) {
+            c = (c >> 1) ^ (0x82F63B78u & -(c & 1u));
+        }
+        crc_table[i] = c;
+    }
+}
+
+static uint32_t crc32c_soft(const unsigned char *p, Py_ssize_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        c = crc_table[(c ^ p[i]) & 0xFF] ^ (c >> 8);
+    }
+    return ~c;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_CRC_INSTRUCTION 1
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hard(const unsigned char *p, Py_ssize_t n) {
+    uint64_t c = 0xFFFFFFFFu;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t word;
+        memcpy(&word, p + i, 8);
+        c = __builtin_ia32_crc32di(c, word);
+    }
+    uint32_t c32 = (uint32_t)c;
+    for (; i < n; i++) {
+        c32 = __builtin_ia32_crc32qi(c32, p[i]);
+    }
+    return ~c32;
+}
+#endif
+
+static int use_crc_instruction = 0;
+
+static uint32_t crc32c(const unsigned char *p, Py_ssize_t n) {
+#ifdef HAVE_CRC_INSTRUCTION
+    if (use_crc_instruction) {
+        return crc32c_hard(p, n);
+    }
+#endif
+    return crc32c_soft(p, n);
+}
+
+static uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static uint64_t be64(const unsigned char *p) {
+    return ((uint64_t)be32(p) << 32) | (uint64_t)be32(p + 4);
+}
+
+#define V2_HEADER_SIZE 61
+
+/* The other form of the arguments: buf, pos, verify_crc, for the whole uncompressed v2 batch at
+ * buf[pos:]. Its header is read here (as rlm.log.v2.parse_v2_header reads it) and its CRC checked;
+ * a compressed batch, another magic, a bad CRC or a header the Python parser would refuse: gives up. */
+static int batch_from_header(PyObject *const *args, Py_buffer *view, batch_t *b, Py_ssize_t *pos, int64_t *count) {
+    int64_t p;
+    if (as_int64(args[1], &p)) {
+        return -1;
+    }
+    int verify = PyObject_IsTrue(args[2]);
+    if (verify < 0 || PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    const unsigned char *d = (const unsigned char *)view->buf;
+    const char *why = NULL;
+    int64_t size = 0;
+    if (p < 0 || (int64_t)view->len - p < V2_HEADER_SIZE) {
+        why = "no whole v2 header there";
+    } else {
+        const unsigned char *h = d + p;
+        size = (int64_t)(int32_t)be32(h + 8) + 12;
+        uint32_t attributes = ((uint32_t)h[21] << 8) | h[22];
+        *count = (int32_t)be32(h + 57);
+        if (h[16] != 2 || size < V2_HEADER_SIZE || size > (int64_t)view->len - p || *count < 0 ||
+            (int32_t)be32(h + 23) < 0) {
+            why = "not a whole well-formed v2 batch";
+        } else if (attributes & 0x07) {
+            why = "compressed";
+        } else if (verify && crc32c(h + 21, (Py_ssize_t)size - 21) != be32(h + 17)) {
+            why = "CRC mismatch";
+        } else {
+            b->base_offset = (int64_t)be64(h);
+            b->base_ts = (int64_t)be64(h + 27);
+            b->log_append = (attributes & 0x08) != 0;
+            b->log_append_ts = (int64_t)be64(h + 35);
+        }
+    }
+    if (why != NULL) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, why);
+        return -1;
+    }
+    b->d = d;
+    b->end = (Py_ssize_t)(p + size);
+    *pos = (Py_ssize_t)p + V2_HEADER_SIZE;
+    return 0;
+}
+
+/* Either form of the arguments: 7 (data, pos, end, count, base_offset, base_ts, log_append) or 3
+ * (buf, pos, verify_crc). */
+static int any_batch_args(PyObject *const *args, int whole_batch, Py_buffer *view, batch_t *b, Py_ssize_t *pos,
+                          int64_t *count) {
+    return whole_batch ? batch_from_header(args, view, b, pos, count) : batch_args(args, view, b, pos, count);
+}
+
 static PyObject *gave_up(int64_t index, const char *why) {
     PyErr_Format(PyExc_ValueError, "record %lld: %s", (long long)index, why);
     return NULL;
@@ -405,18 +520,19 @@ static int headers_are_utf8(const batch_t *b, const record_t *r) {
 
 /* append_columns(buffers, used, data, pos, end, count, base_offset, base_ts, log_append,
  *                first_offset, last_offset, batch_no) -> int
+ * append_batch_columns(buffers, used, buf, pos, verify_crc, first_offset, last_offset, batch_no)
  *
- * Decode the count records of data[pos:end] and append those with first_offset <= offset <=
- * last_offset to the column buffers; return how many. On ValueError some rows may have been
- * appended: the caller takes them back. */
-static PyObject *append_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError, "append_columns takes 12 arguments");
+ * Decode the count records of data[pos:end] (or of the uncompressed v2 batch at buf[pos:]) and
+ * append those with first_offset <= offset <= last_offset to the column buffers; return how many.
+ * On ValueError some rows may have been appended: the caller takes them back. */
+static PyObject *append_common(PyObject *const *args, Py_ssize_t nargs, int whole_batch) {
+    Py_ssize_t tail = whole_batch ? 5 : 9;
+    if (nargs != tail + 3) {
+        PyErr_Format(PyExc_TypeError, "takes %zd arguments", tail + 3);
         return NULL;
     }
-    int64_t first, last, batch_no, count;
-    if (as_int64(args[9], &first) || as_int64(args[10], &last) || as_int64(args[11], &batch_no)) {
+    int64_t first, last, batch_no, count = 0;
+    if (as_int64(args[tail], &first) || as_int64(args[tail + 1], &last) || as_int64(args[tail + 2], &batch_no)) {
         return NULL;
     }
     if (batch_no < 0 || batch_no > INT32_MAX) {
@@ -458,7 +574,7 @@ static PyObject *append_columns(PyObject *module, PyObject *const *args, Py_ssiz
     Py_buffer view;
     batch_t b;
     Py_ssize_t pos;
-    if (batch_args(args + 2, &view, &b, &pos, &count) < 0) {
+    if (any_batch_args(args + 2, whole_batch, &view, &b, &pos, &count) < 0) {
         PyBuffer_Release(&used_view);
         return NULL;
     }
@@ -495,6 +611,16 @@ static PyObject *append_columns(PyObject *module, PyObject *const *args, Py_ssiz
         return gave_up(i, why);
     }
     return PyLong_FromLongLong((long long)appended);
+}
+
+static PyObject *append_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    return append_common(args, nargs, 0);
+}
+
+static PyObject *append_batch_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    return append_common(args, nargs, 1);
 }
 
 /* -- Record tuples ----------------------------------------------------------------------------- */
@@ -564,12 +690,13 @@ static PyObject *record_object(PyTypeObject *type, const batch_t *b, const recor
 
 /* decode_records(record_type, data, pos, end, count, base_offset, base_ts, log_append)
  *     -> list[record_type]
+ * decode_batch_records(record_type, buf, pos, verify_crc) -> list[record_type]
  *
- * The count records of data[pos:end], as rlm.log.v2._decode_records returns them. */
-static PyObject *decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    (void)module;
-    if (nargs != 8) {
-        PyErr_SetString(PyExc_TypeError, "decode_records takes 8 arguments");
+ * The count records of data[pos:end] (or of the uncompressed v2 batch at buf[pos:]), as
+ * rlm.log.v2._decode_records returns them. */
+static PyObject *records_common(PyObject *const *args, Py_ssize_t nargs, int whole_batch) {
+    if (nargs != (whole_batch ? 4 : 8)) {
+        PyErr_Format(PyExc_TypeError, "takes %d arguments", whole_batch ? 4 : 8);
         return NULL;
     }
     if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
@@ -580,8 +707,8 @@ static PyObject *decode_records(PyObject *module, PyObject *const *args, Py_ssiz
     Py_buffer view;
     batch_t b;
     Py_ssize_t pos;
-    int64_t count;
-    if (batch_args(args + 1, &view, &b, &pos, &count) < 0) {
+    int64_t count = 0;
+    if (any_batch_args(args + 1, whole_batch, &view, &b, &pos, &count) < 0) {
         return NULL;
     }
     Py_ssize_t bound = (b.end - pos) / MIN_RECORD_BYTES + 1;
@@ -624,11 +751,38 @@ static PyObject *decode_records(PyObject *module, PyObject *const *args, Py_ssiz
     return out;
 }
 
+static PyObject *decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    return records_common(args, nargs, 0);
+}
+
+static PyObject *decode_batch_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    return records_common(args, nargs, 1);
+}
+
+/* crc32c(data) -> int: CRC-32C of data, as the batch checks compute it (for tests). */
+static PyObject *crc32c_py(PyObject *module, PyObject *arg) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    uint32_t c = crc32c((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
 static PyMethodDef methods[] = {
     {"append_columns", (PyCFunction)(void (*)(void))append_columns, METH_FASTCALL,
      "Append the records of a v2 batch's records to column buffers."},
     {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
      "The records of a v2 batch's records as Record tuples."},
+    {"append_batch_columns", (PyCFunction)(void (*)(void))append_batch_columns, METH_FASTCALL,
+     "Append the records of an uncompressed v2 batch to column buffers, its CRC checked."},
+    {"decode_batch_records", (PyCFunction)(void (*)(void))decode_batch_records, METH_FASTCALL,
+     "The records of an uncompressed v2 batch as Record tuples, its CRC checked."},
+    {"crc32c", (PyCFunction)crc32c_py, METH_O, "CRC-32C of a buffer."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -641,5 +795,10 @@ static struct PyModuleDef module_def = {
 };
 
 PyMODINIT_FUNC PyInit__decode(void) {
+    crc_init();
+#ifdef HAVE_CRC_INSTRUCTION
+    __builtin_cpu_init();
+    use_crc_instruction = __builtin_cpu_supports("sse4.2");
+#endif
     return PyModule_Create(&module_def);
 }

@@ -31,3 +31,18 @@ def decode_records(
     log_append: int | None,
     /,
 ) -> list[T]: ...
+def append_batch_columns(
+    buffers: list[bytearray],
+    used: array[int],
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    verify_crc: bool,
+    first_offset: int,
+    last_offset: int,
+    batch_no: int,
+    /,
+) -> int: ...
+def decode_batch_records(
+    record_type: type[T], buf: bytes | bytearray | memoryview, pos: int, verify_crc: bool, /
+) -> list[T]: ...
+def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...

@@ -73,6 +73,7 @@ COLUMNS = (
     HEADER_VALUE_VALIDITY,
 ) = range(len(COLUMNS))
 _OFFSET_BUFFERS = (KEY_OFFSETS, VALUE_OFFSETS, HEADER_OFFSETS, HEADER_KEY_OFFSETS, HEADER_VALUE_OFFSETS)
+_CODEC_MASK = 0x07
 _INT64 = struct.Struct("<q")
 _INT32 = struct.Struct("<i")
 _INT64_MIN = -(2**63)
@@ -248,5 +249,13 @@ def append_batch(
         except CorruptRecordError:
             cols.rollback(mark)
             raise
+    if _decode is not None and not header.attributes & _CODEC_MASK:
+        mark = cols.mark()
+        try:  # the whole batch in C: header fields, CRC and records
+            return _decode.append_batch_columns(
+                cols.buffers, cols.used, buf, header.position, verify_crc, first_offset, last_offset, batch_no
+            )
+        except (ValueError, OverflowError, BufferError):
+            cols.rollback(mark)  # not plainly well-formed: as any batch, below
     records = v2.records_of(buf, header, verify_crc)
     return append_v2_records(cols, records, first_offset, last_offset, batch_no)

@@ -181,6 +181,11 @@ def decode_v2(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> l
         CorruptRecordError: bad CRC, a record that does not fit, a count that does not match,
             bytes left over, or a payload the codec cannot decompress.
     """
+    if _decode is not None and not header.attributes & _CODEC_MASK:
+        try:  # the whole batch in C: header fields, CRC and records
+            return _decode.decode_batch_records(Record, buf, header.position, verify_crc)
+        except (ValueError, OverflowError, BufferError):
+            pass  # not plainly well-formed: as any batch, below
     records = records_of(buf, header, verify_crc)
     if _decode is not None:
         try:

@@ -10,6 +10,7 @@ import random
 import re
 from collections.abc import Sequence
 
+import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +18,7 @@ from hypothesis import strategies as st
 from rlm.errors import CorruptRecordError
 from rlm.log import columns, v2
 from rlm.log.columns import ColumnBuffers
-from rlm.log.model import BatchHeader, Header, Record
+from rlm.log.model import BatchHeader, Header, Record, TimestampType
 from rlm.log.v2 import V2Records, encode_record
 
 INT64_MAX = 2**63 - 1
@@ -274,3 +275,97 @@ def test_corrupt_records_give_up_at_the_record_the_reference_names() -> None:
         assert isinstance(got, str) and got.startswith(where)
         with pytest.raises(CorruptRecordError, match=message.removeprefix("corrupt: ")):
             v2.decode_v2(bytes(61) + data, _header_for(data), verify_crc=False)
+
+
+# -- whole uncompressed batches: header fields and CRC read in C too ----------------------------
+
+
+def _batch_outcomes(buf: bytes, verify: bool) -> tuple[object, object]:
+    """The reference's records and columns of the batch at 0 (or its error), as the callers see it."""
+    try:
+        header = v2.parse_v2_header(buf, 0)
+        records = v2.records_of(buf, header, verify)
+        decoded: object = v2.decode_records_py(records)
+    except CorruptRecordError as exc:
+        return f"corrupt: {exc}", f"corrupt: {exc}"
+    cols = ColumnBuffers()
+    try:
+        columns.append_v2_records_py(cols, records, -(2**63), INT64_MAX, 2)
+    except CorruptRecordError as exc:
+        return decoded, f"corrupt: {exc}"
+    return decoded, [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
+
+
+def _check_batch(buf: bytes, verify: bool, *, c_must_answer: bool) -> None:
+    want_records, want_columns = _batch_outcomes(buf, verify)
+    if isinstance(want_records, list):  # the dispatched API answers as the reference
+        assert v2.decode_v2(buf, v2.parse_v2_header(buf, 0), verify_crc=verify) == want_records
+    if not columns.ACCELERATED:
+        return
+    from rlm.log import _decode
+
+    try:
+        got_records: object = _decode.decode_batch_records(Record, buf, 0, verify)
+    except (ValueError, OverflowError):
+        got_records = "gave up"
+    cols = ColumnBuffers()
+    try:
+        _decode.append_batch_columns(cols.buffers, cols.used, buf, 0, verify, -(2**63), INT64_MAX, 2)
+        got_columns: object = [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
+    except (ValueError, OverflowError):
+        got_columns = "gave up"
+    for got, want in ((got_records, want_records), (got_columns, want_columns)):
+        if isinstance(want, str) or not c_must_answer:
+            assert got in (want, "gave up") if not isinstance(want, str) else got == "gave up"
+        else:
+            assert got == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=records_st,
+    log_append=st.booleans(),
+    transactional=st.booleans(),
+    verify=st.booleans(),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
+    cut=st.integers(0, 3),
+)
+def test_whole_batches_valid_and_mutated(
+    records: list[Spec],
+    log_append: bool,
+    transactional: bool,
+    verify: bool,
+    flips: list[tuple[int, int]],
+    cut: int,
+) -> None:
+    rows = [
+        Record(i, 1_700_000_000_000 + (r[0] % 10**6), r[2], r[3], tuple(r[4])) for i, r in enumerate(records)
+    ]
+    if rows:
+        buf = bytearray(
+            v2.encode_v2_batch(
+                rows,
+                timestamp_type=TimestampType.LOG_APPEND_TIME if log_append else TimestampType.CREATE_TIME,
+                log_append_time=5 if log_append else None,
+                is_transactional=transactional,
+                producer_id=7 if transactional else -1,
+            )
+        )
+    else:
+        buf = bytearray(v2.encode_v2_batch([], base_offset=3, last_offset_delta=0, max_timestamp=1))
+    for where, value in flips:
+        buf[where % len(buf)] = value
+    data = bytes(buf[: len(buf) - cut])
+    _check_batch(data, verify, c_must_answer=not flips and not cut)
+
+
+def test_crc32c_in_c_is_the_crc32c_packages() -> None:
+    if not columns.ACCELERATED:
+        pytest.skip("rlm.log._decode is not built here")
+    from rlm.log import _decode
+
+    rng = random.Random(32)
+    for n in [0, 1, 7, 8, 9, 63, 64, 65, 1000, 4097]:
+        data = rng.randbytes(n)
+        assert _decode.crc32c(data) == crc32c.crc32c(data)
+        assert _decode.crc32c(memoryview(data)[1:]) == crc32c.crc32c(data[1:])
