@@ -23,6 +23,9 @@ import sys
 import sysconfig
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -155,57 +158,44 @@ def _batch_reference(buf: bytes) -> tuple[list[Record] | None, list[bytes] | Non
     return _reference(records)
 
 
+def _compare(tally: Counter[str], call: Callable[[], object], want: object) -> None:
+    """One call of the C decoder: an answer must be the reference's (``want``; None where the
+    reference finds corruption, which no answer can equal)."""
+    try:
+        got = call()
+    except (ValueError, OverflowError):
+        tally["c_gave_up"] += 1
+        return
+    tally["c_answered"] += 1
+    tally["differences_from_reference"] += got != want
+
+
+def _columns_call(append: Callable[..., int], *args: object) -> Callable[[], object]:
+    def call() -> object:
+        cols = ColumnBuffers()
+        append(cols.buffers, cols.used, *args, 0, INT64_MAX, 1)
+        return [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
+
+    return call
+
+
 def fuzz(module: ModuleType, cases: int, seed: int) -> dict[str, Any]:
     """Run ``cases`` cases (records, and whole batches) through ``module`` (the C decoder); count
     answers, give-ups and differences from the reference."""
     rng = random.Random(seed)
-    answered = gave_up = differences = 0
+    tally: Counter[str] = Counter(c_answered=0, c_gave_up=0, differences_from_reference=0)
     start = time.perf_counter()
     for _ in range(cases):
         args = _case(rng)
-        records = V2Records(*args, compressed=False)
-        want_records, want_columns = _reference(records)
+        want_records, want_columns = _reference(V2Records(*args, compressed=False))
         view: bytes | memoryview = args[0] if rng.random() < 0.5 else memoryview(bytearray(args[0]))
-        try:
-            got_records = module.decode_records(Record, view, *args[1:])
-        except (ValueError, OverflowError):
-            got_records = None
-            gave_up += 1
-        else:
-            answered += 1
-            differences += got_records != want_records
-        cols = ColumnBuffers()
-        try:
-            module.append_columns(cols.buffers, cols.used, view, *args[1:], 0, INT64_MAX, 1)
-        except (ValueError, OverflowError):
-            gave_up += 1
-        else:
-            answered += 1
-            differences += [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))] != want_columns
+        _compare(tally, partial(module.decode_records, Record, view, *args[1:]), want_records)
+        _compare(tally, _columns_call(module.append_columns, view, *args[1:]), want_columns)
         buf = _batch_case(rng)
         want_records, want_columns = _batch_reference(buf)
-        try:
-            got_records = module.decode_batch_records(Record, buf, 0, True)
-        except (ValueError, OverflowError):
-            gave_up += 1
-        else:
-            answered += 1
-            differences += got_records != want_records
-        cols = ColumnBuffers()
-        try:
-            module.append_batch_columns(cols.buffers, cols.used, buf, 0, True, 0, INT64_MAX, 1)
-        except (ValueError, OverflowError):
-            gave_up += 1
-        else:
-            answered += 1
-            differences += [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))] != want_columns
-    return {
-        "cases": cases,
-        "c_answered": answered,
-        "c_gave_up": gave_up,
-        "differences_from_reference": differences,
-        "seconds": round(time.perf_counter() - start, 1),
-    }
+        _compare(tally, partial(module.decode_batch_records, Record, buf, 0, True), want_records)
+        _compare(tally, _columns_call(module.append_batch_columns, buf, 0, True), want_columns)
+    return {"cases": cases, **tally, "seconds": round(time.perf_counter() - start, 1)}
 
 
 def run_check(cases: int, seed: int) -> dict[str, Any]:
