@@ -208,16 +208,16 @@ def _rlm_objects(logs: list[bytes]) -> int:
 def _rlm_arrow(logs: list[bytes]) -> int:
     count = 0
     for data in logs:
-        cols, batch_no = ColumnBuffers(), 0
+        cols, batch_no, rows = ColumnBuffers(), 0, 0
         pos, end = 0, len(data)
         while pos < end:
             header = parse_header(data, pos)
-            append_batch(cols, data, header, first_offset=0, last_offset=2**63 - 1, batch_no=batch_no)
+            rows += append_batch(cols, data, header, first_offset=0, last_offset=2**63 - 1, batch_no=batch_no)
             batch_no += 1
             pos = header.end_position
-            if cols.rows >= 8192 or pos >= end:
+            if rows >= 8192 or pos >= end:
                 count += len(record_arrays(cols).offset)
-                cols, batch_no = ColumnBuffers(), 0
+                cols, batch_no, rows = ColumnBuffers(), 0, 0
     return count
 
 

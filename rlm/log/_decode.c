@@ -506,6 +506,21 @@ static int put_row(cols_t *c, const batch_t *b, const record_t *r, int32_t batch
     return 0;
 }
 
+/* Take back every row appended since `saved` (the used lengths then), as ColumnBuffers.rollback
+ * does: bits of rows taken back read as 0 again. */
+static void rollback(cols_t *c, const int64_t *saved) {
+    memcpy(c->used, saved, sizeof(int64_t) * NCOL);
+    int64_t rows = c->used[C_OFFSET] / 8;
+    int64_t headers = c->used[C_HKEY_OFFSETS] / 4 - 1;
+    const int columns[3] = {C_KEY_VALIDITY, C_VALUE_VALIDITY, C_HVALUE_VALIDITY};
+    const int64_t counts[3] = {rows, rows, headers};
+    for (int k = 0; k < 3; k++) {
+        if (counts[k] % 8) {
+            c->base[columns[k]][counts[k] / 8] &= (unsigned char)((1u << (counts[k] % 8)) - 1);
+        }
+    }
+}
+
 static int headers_are_utf8(const batch_t *b, const record_t *r) {
     Py_ssize_t p = r->headers_at;
     for (int32_t i = 0; i < r->header_count; i++) {
@@ -524,7 +539,7 @@ static int headers_are_utf8(const batch_t *b, const record_t *r) {
  *
  * Decode the count records of data[pos:end] (or of the uncompressed v2 batch at buf[pos:]) and
  * append those with first_offset <= offset <= last_offset to the column buffers; return how many.
- * On ValueError some rows may have been appended: the caller takes them back. */
+ * When it raises, nothing stays appended. */
 static PyObject *append_common(PyObject *const *args, Py_ssize_t nargs, int whole_batch) {
     Py_ssize_t tail = whole_batch ? 5 : 9;
     if (nargs != tail + 3) {
@@ -571,6 +586,8 @@ static PyObject *append_common(PyObject *const *args, Py_ssize_t nargs, int whol
             return NULL;
         }
     }
+    int64_t saved[NCOL];
+    memcpy(saved, c.used, sizeof saved);
     Py_buffer view;
     batch_t b;
     Py_ssize_t pos;
@@ -601,6 +618,9 @@ static PyObject *append_common(PyObject *const *args, Py_ssize_t nargs, int whol
     }
     if (why == NULL && !PyErr_Occurred() && pos != b.end) {
         why = "bytes left after the declared records";
+    }
+    if (why != NULL || PyErr_Occurred()) {
+        rollback(&c, saved);
     }
     PyBuffer_Release(&view);
     PyBuffer_Release(&used_view);

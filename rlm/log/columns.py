@@ -215,13 +215,12 @@ def append_v2_records(
 ) -> int:
     """:func:`append_v2_records_py`, in C when it is built."""
     if _decode is not None:
-        mark = cols.mark()
-        try:
+        try:  # nothing stays appended when it raises
             return _decode.append_columns(
                 cols.buffers, cols.used, *records[:7], first_offset, last_offset, batch_no
             )
         except (ValueError, OverflowError, BufferError):
-            cols.rollback(mark)  # not plainly well-formed: the reference says what is wrong
+            pass  # not plainly well-formed: the reference says what is wrong
     return append_v2_records_py(cols, records, first_offset, last_offset, batch_no)
 
 
@@ -250,12 +249,11 @@ def append_batch(
             cols.rollback(mark)
             raise
     if _decode is not None and not header.attributes & _CODEC_MASK:
-        mark = cols.mark()
-        try:  # the whole batch in C: header fields, CRC and records
+        try:  # the whole batch in C: header fields, CRC and records; nothing stays when it raises
             return _decode.append_batch_columns(
                 cols.buffers, cols.used, buf, header.position, verify_crc, first_offset, last_offset, batch_no
             )
         except (ValueError, OverflowError, BufferError):
-            cols.rollback(mark)  # not plainly well-formed: as any batch, below
+            pass  # not plainly well-formed: as any batch, below
     records = v2.records_of(buf, header, verify_crc)
     return append_v2_records(cols, records, first_offset, last_offset, batch_no)

@@ -94,6 +94,7 @@ def _columns_outcome(decoder: object, args: Args, prefill: int) -> Outcome:
         return f"corrupt: {exc}"
     except (ValueError, OverflowError) as exc:
         assert decoder == "c"
+        assert [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))] == before  # taken back
         return f"gave up: {exc}"
     return appended, [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
 
@@ -308,12 +309,20 @@ def _check_batch(buf: bytes, verify: bool, *, c_must_answer: bool) -> None:
         got_records: object = _decode.decode_batch_records(Record, buf, 0, verify)
     except (ValueError, OverflowError):
         got_records = "gave up"
-    cols = ColumnBuffers()
+    cols = _prefilled(5)
+    before = [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
     try:
         _decode.append_batch_columns(cols.buffers, cols.used, buf, 0, verify, -(2**63), INT64_MAX, 2)
         got_columns: object = [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
     except (ValueError, OverflowError):
         got_columns = "gave up"
+        assert [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))] == before
+    if not isinstance(want_columns, str):
+        cols = _prefilled(5)
+        columns.append_v2_records_py(
+            cols, v2.records_of(buf, v2.parse_v2_header(buf, 0), verify), -(2**63), INT64_MAX, 2
+        )
+        want_columns = [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
     for got, want in ((got_records, want_records), (got_columns, want_columns)):
         if isinstance(want, str) or not c_must_answer:
             assert got in (want, "gave up") if not isinstance(want, str) else got == "gave up"
