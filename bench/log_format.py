@@ -8,7 +8,20 @@ Figures, each side by side with kafka-python's reader in the same run:
 - batch-header scan throughput (GB/s) without decoding records;
 - peak RSS while scanning one segment and the whole partition (it must not grow with the data).
 
-Usage: ``python bench/log_format.py [--gib 1.0] [--queries 200] [--data build/bench/log_format]``
+And against aiokafka's C reader (``aiokafka.record._crecords``), on logs of ``--produced-records``
+records written by ``rlm.log.produce`` (one with every codec, transactions and headers; one
+uncompressed), every batch CRC-checked by both sides, rounds alternating, best round each:
+- ``decode_objects``: records/s decoded into objects (rlm's ``decode_batch`` -> ``Record``s);
+  target >= 1.0x aiokafka;
+- ``decode_arrow``: records/s decoded into Arrow arrays (``rlm.log.columns`` +
+  ``rlm.log.arrow``, 8192 rows an Arrow batch, as the pipeline's records stage) against
+  aiokafka's reader producing Python objects; target >= 3x.
+
+``--check`` also builds the C decoder with AddressSanitizer and runs a fuzz of mutated batches
+through it (``bench/decode_check.py``); the script exits non-zero when that fails.
+
+Usage: ``python bench/log_format.py [--gib 1.0] [--queries 200] [--data build/bench/log_format]
+[--check] [--only-c-decode]``
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing as mp
+import os
 import random
 import resource
 import statistics
@@ -24,11 +38,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlm.log.batches import decode_batch
-from rlm.log.logdir import PartitionDir
-from rlm.log.model import Codec
-from rlm.log.source import FileSource, iter_headers
-from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: import bench.decode_check from the checkout
+    sys.path.insert(0, str(ROOT))
+
+from bench.decode_check import run_check  # noqa: E402
+from rlm.log.arrow import record_arrays  # noqa: E402
+from rlm.log.batches import decode_batch, parse_header  # noqa: E402
+from rlm.log.columns import ColumnBuffers, append_batch  # noqa: E402
+from rlm.log.logdir import PartitionDir  # noqa: E402
+from rlm.log.model import Codec  # noqa: E402
+from rlm.log.produce import ProduceSpec, produce  # noqa: E402
+from rlm.log.source import FileSource, iter_headers  # noqa: E402
+from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig  # noqa: E402
 
 BASE_TS = 1_700_000_000_000
 MiB = 1024 * 1024
@@ -160,6 +182,103 @@ def _bench_decode(paths: list[Path]) -> dict[str, Any]:
     }
 
 
+def _produced(directory: Path, records: int, codecs: tuple[Codec, ...], seed: int) -> list[bytes]:
+    """The ``.log`` files of one partition written by ``rlm.log.produce`` (generated once)."""
+    marker = directory / ".complete"
+    if not marker.exists():
+        spec = ProduceSpec(
+            topics=1, partitions=1, records=records, segment_bytes=256 * MiB, codecs=codecs, seed=seed
+        )
+        produce(directory, spec)
+        marker.touch()
+    return [path.read_bytes() for path in sorted(directory.glob("*/*.log"))]
+
+
+def _rlm_objects(logs: list[bytes]) -> int:
+    count = 0
+    for data in logs:
+        pos, end = 0, len(data)
+        while pos < end:
+            header = parse_header(data, pos)
+            count += len(decode_batch(data, header, verify_crc=True))
+            pos = header.end_position
+    return count
+
+
+def _rlm_arrow(logs: list[bytes]) -> int:
+    count = 0
+    for data in logs:
+        cols, batch_no, rows = ColumnBuffers(), 0, 0
+        pos, end = 0, len(data)
+        while pos < end:
+            header = parse_header(data, pos)
+            rows += append_batch(cols, data, header, first_offset=0, last_offset=2**63 - 1, batch_no=batch_no)
+            batch_no += 1
+            pos = header.end_position
+            if rows >= 8192 or pos >= end:
+                count += len(record_arrays(cols).offset)
+                cols, batch_no, rows = ColumnBuffers(), 0, 0
+    return count
+
+
+def _aiokafka_objects(logs: list[bytes]) -> int:
+    from aiokafka.record.memory_records import MemoryRecords
+
+    count = 0
+    for data in logs:
+        records = MemoryRecords(data)
+        while (batch := records.next_batch()) is not None:
+            batch.validate_crc()
+            for r in batch:
+                _ = (r.offset, r.timestamp, r.key, r.value, r.headers)
+                count += 1
+    return count
+
+
+def _bench_c_decode(logs: list[bytes], rounds: int) -> dict[str, Any]:
+    from aiokafka.record import _crecords  # noqa: F401 - the baseline is aiokafka's C reader
+
+    sides = {"rlm_objects": _rlm_objects, "rlm_arrow": _rlm_arrow, "aiokafka_objects": _aiokafka_objects}
+    best = dict.fromkeys(sides, float("inf"))
+    counts = {}
+    for _ in range(rounds):
+        for name, run in sides.items():
+            start = time.perf_counter()
+            counts[name] = run(logs)
+            best[name] = min(best[name], time.perf_counter() - start)
+    if len(set(counts.values())) != 1:
+        raise SystemExit(f"record counts differ: {counts}")
+    records = counts["aiokafka_objects"]
+    rate = {name: round(records / seconds) for name, seconds in best.items()}
+    return {
+        "records": records,
+        "log_bytes": sum(len(d) for d in logs),
+        "rounds": rounds,
+        "decode_objects": {
+            "rlm_records_per_s": rate["rlm_objects"],
+            "aiokafka_c_records_per_s": rate["aiokafka_objects"],
+            "ratio": round(best["aiokafka_objects"] / best["rlm_objects"], 2),
+            "target_ratio_min": 1.0,
+        },
+        "decode_arrow": {
+            "rlm_arrow_records_per_s": rate["rlm_arrow"],
+            "aiokafka_c_objects_records_per_s": rate["aiokafka_objects"],
+            "ratio": round(best["aiokafka_objects"] / best["rlm_arrow"], 2),
+            "target_ratio_min": 3.0,
+        },
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _c_decode_figures(args: argparse.Namespace) -> dict[str, Any]:
+    mixed = _produced(args.data / "produced-mixed", args.produced_records, tuple(Codec), args.seed)
+    plain = _produced(args.data / "produced-none", args.produced_records, (Codec.NONE,), args.seed)
+    return {
+        "c_decode_mixed_codecs": _bench_c_decode(mixed, args.rounds),
+        "c_decode_uncompressed": _bench_c_decode(plain, args.rounds),
+    }
+
+
 def _peak_rss_kib() -> int:
     # VmHWM, unlike ru_maxrss, starts afresh in a spawned process (ru_maxrss survives exec).
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -226,7 +345,15 @@ def main() -> None:
     parser.add_argument("--decode-mib", type=int, default=64, help="uncompressed data decoded")
     parser.add_argument("--data", type=Path, default=Path("build/bench/log_format"))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--produced-records", type=int, default=200_000)
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the aiokafka comparison")
+    parser.add_argument("--check", action="store_true", help="also fuzz the C decoder under ASan")
+    parser.add_argument("--check-cases", type=int, default=20_000)
+    parser.add_argument("--only-c-decode", action="store_true", help="only the aiokafka comparison")
     args = parser.parse_args()
+    if args.only_c_decode:
+        _print_and_check({"python": sys.version.split()[0], **_c_decode_figures(args)}, args)
+        return
 
     big = args.data / "bench-0"
     zstd = args.data / "benchz-0"
@@ -262,8 +389,18 @@ def main() -> None:
         "decode_uncompressed": _bench_decode([slice_path]),
         "decode_zstd": _bench_decode([s.log_path for s in PartitionDir(zstd).segments()]),
         "header_scan": _bench_scan(partition),
+        **_c_decode_figures(args),
     }
+    _print_and_check(result, args)
+
+
+def _print_and_check(result: dict[str, Any], args: argparse.Namespace) -> None:
+    result["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+    if args.check:
+        result["asan_fuzz"] = run_check(args.check_cases, args.seed)
     print(json.dumps(result, indent=2))
+    if args.check and not result["asan_fuzz"]["ok"]:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

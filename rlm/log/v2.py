@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import crc32c
 
@@ -44,6 +45,14 @@ from rlm.log.model import (
     TimestampType,
 )
 from rlm.log.varint import read_uvarint, read_varint, write_varint, write_varlong
+
+try:
+    from rlm.log import _decode
+except ImportError:  # built without a C compiler: the Python reference alone
+    _decode = None  # type: ignore[assignment]
+
+ACCELERATED = _decode is not None
+"""Whether :func:`decode_v2` decodes records in C."""
 
 HEADER = struct.Struct(">qiibIhiqqqhii")
 _CRC = struct.Struct(">I")
@@ -112,33 +121,98 @@ def crc_valid(buf: Buffer, header: BatchHeader) -> bool:
     return compute_crc(buf, header.position, header.size) == header.crc
 
 
+class V2Records(NamedTuple):
+    """The records of one v2 batch, checked and decompressed: ``record_count`` records in
+    ``data[pos:end]``."""
+
+    data: Buffer
+    pos: int
+    end: int
+    record_count: int
+    base_offset: int
+    base_timestamp: int
+    log_append: int | None
+    """The batch's append time, every record's timestamp, when it has the LogAppendTime type."""
+    compressed: bool
+    """Whether ``data`` was decompressed (for error messages)."""
+
+
+def records_of(buf: Buffer, header: BatchHeader, verify_crc: bool) -> V2Records:
+    """The records of the batch described by ``header`` (``header.position`` indexes ``buf``):
+    ``buf`` itself (a view of a bytearray) when the batch is not compressed, so that nothing is
+    copied.
+
+    Raises:
+        CorruptRecordError: the batch runs past ``buf``, fails its CRC or cannot be decompressed.
+    """
+    pos = header.position
+    end = _check_batch(buf, header, verify_crc, pos)
+    compressed = bool(header.attributes & _CODEC_MASK)
+    data: Buffer
+    if compressed:
+        data = codecs.decompress(
+            Codec(header.attributes & _CODEC_MASK), memoryview(buf)[pos + V2_HEADER_SIZE : end]
+        )
+        start, stop = 0, len(data)
+    else:
+        data = memoryview(buf) if isinstance(buf, bytearray) else buf
+        start, stop = pos + V2_HEADER_SIZE, end
+    log_append = header.max_timestamp if header.attributes & _LOG_APPEND_TIME else None
+    return V2Records(
+        data,
+        start,
+        stop,
+        header.record_count,
+        header.base_offset,
+        header.base_timestamp,
+        log_append,
+        compressed,
+    )
+
+
 def decode_v2(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> list[Record]:
     """Decode every record of the v2 batch described by ``header`` (positions index ``buf``).
+
+    The records are decoded by the C module :mod:`rlm.log._decode` when it is built; where it gives
+    up (anything not plainly well-formed) :func:`decode_records_py`, the reference, decodes them
+    and says what is wrong.
 
     Raises:
         CorruptRecordError: bad CRC, a record that does not fit, a count that does not match,
             bytes left over, or a payload the codec cannot decompress.
     """
-    data, start, stop = _records_data(buf, header, verify_crc, header.position)
-    log_append = header.max_timestamp if header.attributes & _LOG_APPEND_TIME else None
+    if _decode is not None and not header.attributes & _CODEC_MASK:
+        try:  # the whole batch in C: header fields, CRC and records
+            return _decode.decode_batch_records(Record, buf, header.position, verify_crc)
+        except (ValueError, OverflowError, BufferError):
+            pass  # not plainly well-formed: as any batch, below
+    records = records_of(buf, header, verify_crc)
+    if _decode is not None:
+        try:
+            return _decode.decode_records(Record, *records[:7])
+        except (ValueError, OverflowError, BufferError):
+            pass  # not plainly well-formed: the reference says what is wrong
+    return decode_records_py(records)
+
+
+def decode_records_py(records: V2Records) -> list[Record]:
+    """The reference decoder of :func:`decode_v2`, in Python.
+
+    Raises:
+        CorruptRecordError: as :func:`decode_v2`.
+    """
+    data, pos, end, count, base_offset, base_timestamp, log_append, compressed = records
+    if not isinstance(data, bytes):  # the records' bytes alone, as the loop indexes bytes
+        data, end, pos = bytes(memoryview(data)[pos:end]), end - pos, 0
     try:
         return _decode_records(
-            data,
-            start,
-            stop,
-            header.record_count,
-            header.base_offset,
-            header.base_timestamp,
-            log_append,
-            compressed=bool(header.attributes & _CODEC_MASK),
+            data, pos, end, count, base_offset, base_timestamp, log_append, compressed=compressed
         )
     except IndexError as exc:
         raise CorruptRecordError("a record runs past the end of the batch data") from exc
 
 
-def _records_data(buf: Buffer, header: BatchHeader, verify_crc: bool, pos: int) -> tuple[bytes, int, int]:
-    """The bytes holding the records of the batch at ``pos``, checked and decompressed:
-    ``(data, start, stop)``."""
+def _check_batch(buf: Buffer, header: BatchHeader, verify_crc: bool, pos: int) -> int:
     end = pos + header.size
     if end > len(buf):
         raise CorruptRecordError(f"v2 batch of {header.size} bytes runs past the end of its data")
@@ -148,6 +222,13 @@ def _records_data(buf: Buffer, header: BatchHeader, verify_crc: bool, pos: int) 
             raise CorruptRecordError(
                 f"v2 batch CRC mismatch: stored 0x{header.crc:08x}, computed 0x{computed:08x}"
             )
+    return end
+
+
+def _records_data(buf: Buffer, header: BatchHeader, verify_crc: bool, pos: int) -> tuple[bytes, int, int]:
+    """The bytes holding the records of the batch at ``pos``, checked and decompressed:
+    ``(data, start, stop)``."""
+    end = _check_batch(buf, header, verify_crc, pos)
     codec = header.attributes & _CODEC_MASK
     if codec:
         data = codecs.decompress(Codec(codec), memoryview(buf)[pos + V2_HEADER_SIZE : end])

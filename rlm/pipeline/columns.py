@@ -3,8 +3,8 @@
 :data:`RECORD_SCHEMA` holds the export's columns (``topic`` … ``producer_id``, in that order:
 :data:`EXPORT_COLUMNS`) and what compaction needs besides (``is_control``, ``is_transactional``,
 ``aborted``). :func:`decode_columns` is the one place the pipeline decodes records, with
-``rlm.log``'s decoder; a column decoder in C will take its place, so its contract is only
-"whole batches in, one Arrow record batch of :data:`RECORD_SCHEMA` out".
+``rlm.log``'s column decoder (:mod:`rlm.log.columns`); its contract is only "whole batches in,
+one Arrow record batch of :data:`RECORD_SCHEMA` out".
 
 Column meanings: ``timestamp`` follows the batch's timestamp type (null for magic 0, which has
 none); ``timestamp_type`` is Kafka's name (``CreateTime``, ``LogAppendTime``, ``NoTimestampType``);
@@ -20,10 +20,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rlm.errors import CorruptDataError
-from rlm.log.batches import decode_batch
-from rlm.log.model import NO_TIMESTAMP
+from rlm.log.arrow import HEADER_TYPE, record_arrays
+from rlm.log.columns import ColumnBuffers, append_batch
+from rlm.log.model import NO_TIMESTAMP, BatchHeader
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import RawBatch, SegmentReader
@@ -32,7 +34,6 @@ from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import AbortedIndex
 from rlm.storage.protocol import RemoteStorage
 
-HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 RECORD_SCHEMA = arrow_schema(
     pa.field("topic", pa.string()),
     pa.field("partition", pa.int32()),
@@ -65,6 +66,10 @@ def decode_columns(
 ) -> pa.RecordBatch:
     """Decode whole batches into one Arrow record batch of :data:`RECORD_SCHEMA`.
 
+    Records are decoded into column buffers (:mod:`rlm.log.columns`, in C when it is built) that
+    the Arrow arrays wrap; batch-level values are spread over rows by each row's batch ordinal.
+    No object is made per record (except for legacy v0/v1 batches).
+
     Args:
         tp: The partition the batches belong to.
         batches: Consecutive whole batches of one ``.log`` object.
@@ -77,36 +82,50 @@ def decode_columns(
         CorruptDataError: A batch fails its CRC or cannot be decoded; it names ``name`` and the
             batch's position.
     """
-    columns: dict[str, list[Any]] = {field: [] for field in RECORD_SCHEMA.names}
+    cols = ColumnBuffers()
+    kept: list[BatchHeader] = []
     for batch in batches:
         header = batch.header
         try:
-            records = decode_batch(batch.data, batch.local_header)
+            appended = append_batch(
+                cols,
+                batch.data,
+                batch.local_header,
+                first_offset=first_offset,
+                last_offset=last_offset,
+                batch_no=len(kept),
+            )
         except CorruptDataError as exc:
             raise exc.at(name, header.position) from exc
-        records = [r for r in records if first_offset <= r.offset <= last_offset]
-        if not records:
-            continue
-        count = len(records)
-        ts_type = header.timestamp_type.label
-        epoch = header.leader_epoch if header.magic >= 2 and header.leader_epoch >= 0 else None
-        producer = header.producer_id if header.producer_id >= 0 else None
-        columns["offset"] += [r.offset for r in records]
-        columns["timestamp"] += [None if r.timestamp == NO_TIMESTAMP else r.timestamp for r in records]
-        columns["key"] += [r.key for r in records]
-        columns["value"] += [r.value for r in records]
-        columns["headers"] += [[{"key": k, "value": v} for k, v in r.headers] for r in records]
-        columns["timestamp_type"] += [ts_type] * count
-        columns["leader_epoch"] += [epoch] * count
-        columns["producer_id"] += [producer] * count
-        columns["is_control"] += [header.is_control] * count
-        columns["is_transactional"] += [header.is_transactional] * count
-        columns["aborted"] += [aborted.is_aborted(header)] * count
-    rows = len(columns["offset"])
-    columns["topic"] = [tp.topic] * rows
-    columns["partition"] = [tp.partition] * rows
-    arrays = [pa.array(columns[f.name], type=f.type) for f in RECORD_SCHEMA]
-    return pa.RecordBatch.from_arrays(arrays, schema=RECORD_SCHEMA)
+        if appended:
+            kept.append(header)
+    arrays = record_arrays(cols)
+    rows = len(arrays.offset)
+    per_batch: dict[str, pa.Array[Any]] = {
+        "timestamp_type": pa.array([h.timestamp_type.label for h in kept], pa.string()),
+        "leader_epoch": pa.array(
+            [h.leader_epoch if h.magic >= 2 and h.leader_epoch >= 0 else None for h in kept], pa.int32()
+        ),
+        "producer_id": pa.array([h.producer_id if h.producer_id >= 0 else None for h in kept], pa.int64()),
+        "is_control": pa.array([h.is_control for h in kept], pa.bool_()),
+        "is_transactional": pa.array([h.is_transactional for h in kept], pa.bool_()),
+        "aborted": pa.array([aborted.is_aborted(h) for h in kept], pa.bool_()),
+    }
+    no_timestamp = pc.equal(arrays.timestamp, pa.scalar(NO_TIMESTAMP, pa.int64()))
+    timestamps = arrays.timestamp.view(pa.timestamp("ms", tz="UTC"))
+    columns: dict[str, pa.Array[Any]] = {
+        "topic": pa.repeat(pa.scalar(tp.topic, pa.string()), rows),
+        "partition": pa.repeat(pa.scalar(tp.partition, pa.int32()), rows),
+        "offset": arrays.offset,
+        "timestamp": pc.if_else(no_timestamp, None, timestamps)
+        if pc.any(no_timestamp).as_py()
+        else timestamps,
+        "key": arrays.key,
+        "value": arrays.value,
+        "headers": arrays.headers,
+        **{field: values.take(arrays.batch) for field, values in per_batch.items()},
+    }
+    return pa.RecordBatch.from_arrays([columns[f] for f in RECORD_SCHEMA.names], schema=RECORD_SCHEMA)
 
 
 def records_task(storage: RemoteStorage, summary: SegmentSummary) -> Iterator[pa.RecordBatch]:

@@ -1,0 +1,733 @@
+/*
+ * rlm.log._decode: the records of a v2 batch, decoded in C into columns or into Record tuples.
+ *
+ * The Python reference defines what both answer: rlm.log.v2._decode_records for the records, and
+ * rlm.log.columns.append_records for the columns they make. This code only answers faster. It
+ * never reports corruption itself: on anything not plainly well-formed (a field out of range, a
+ * read past its record, an arithmetic overflow, a header key that is not UTF-8) it raises
+ * ValueError naming the record where it gave up, and the Python code decodes the batch again and
+ * says what is wrong. Every read is bounds-checked against the record it belongs to: the bytes come
+ * from files on disk and remote objects, and may be anything.
+ *
+ * Column buffers are bytearrays used as growable storage: buffers[i] holds used[i] bytes of column
+ * i (see rlm/log/columns.py for the order and the layout, Arrow's), and may be longer.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "_decode_checks.h"
+
+enum {
+    C_OFFSET,
+    C_TIMESTAMP,
+    C_BATCH,
+    C_KEY_OFFSETS,
+    C_KEY_DATA,
+    C_KEY_VALIDITY,
+    C_VALUE_OFFSETS,
+    C_VALUE_DATA,
+    C_VALUE_VALIDITY,
+    C_HEADER_OFFSETS,
+    C_HKEY_OFFSETS,
+    C_HKEY_DATA,
+    C_HVALUE_OFFSETS,
+    C_HVALUE_DATA,
+    C_HVALUE_VALIDITY,
+    NCOL
+};
+
+/* The smallest record: a length varint (1 byte) and at least 6 bytes of fields. */
+#define MIN_RECORD_BYTES 7
+
+/* An unsigned varint of at most max_bytes at *pos, not reaching limit; bits a 64-bit value cannot
+ * hold are dropped (callers mask to 32 or 64 bits, as Kafka does). -1 when it does not fit. */
+static inline int read_uvarint(const unsigned char *d, Py_ssize_t limit, Py_ssize_t *pos, int max_bytes,
+                               uint64_t *out) {
+    Py_ssize_t at = *pos;
+    if (at < limit && d[at] < 0x80) { /* nearly every field: one byte */
+        *out = d[at];
+        *pos = at + 1;
+        return 0;
+    }
+    uint64_t result = 0;
+    int shift = 0;
+    for (int i = 0; i < max_bytes; i++, at++) {
+        if (at >= limit) {
+            return -1;
+        }
+        unsigned char b = d[at];
+        if (shift < 64) {
+            result |= (uint64_t)(b & 0x7F) << shift;
+        }
+        if (!(b & 0x80)) {
+            *pos = at + 1;
+            *out = result;
+            return 0;
+        }
+        shift += 7;
+    }
+    return -1;
+}
+
+static inline int64_t zigzag64(uint64_t u) {
+    return (int64_t)(u >> 1) ^ -(int64_t)(u & 1);
+}
+
+static inline int32_t zigzag32(uint64_t u) {
+    uint32_t v = (uint32_t)u;
+    return (int32_t)(v >> 1) ^ -(int32_t)(v & 1);
+}
+
+/* A key or value: length varint then bytes; a length of -1 is null. */
+typedef struct {
+    const unsigned char *at;
+    Py_ssize_t len; /* -1: null */
+} blob_t;
+
+typedef struct {
+    int64_t offset;
+    int64_t timestamp;
+    blob_t key;
+    blob_t value;
+    Py_ssize_t headers_at; /* first header's position */
+    int32_t header_count;
+    Py_ssize_t end;
+} record_t;
+
+typedef struct {
+    const unsigned char *d;
+    Py_ssize_t end;
+    int64_t base_offset;
+    int64_t base_ts;
+    int log_append; /* every record's timestamp is log_append_ts */
+    int64_t log_append_ts;
+} batch_t;
+
+/* A record's key or value: a zig-zag int32 length (-1 null, other negatives invalid). */
+static inline int read_blob(const unsigned char *d, Py_ssize_t limit, Py_ssize_t *pos, blob_t *out) {
+    uint64_t u;
+    if (read_uvarint(d, limit, pos, 5, &u) < 0) {
+        return -1;
+    }
+    int32_t len = zigzag32(u);
+    if (len == -1) {
+        out->at = NULL;
+        out->len = -1;
+        return 0;
+    }
+    if (len < 0 || (Py_ssize_t)len > limit - *pos) {
+        return -1;
+    }
+    out->at = d + *pos;
+    out->len = len;
+    *pos += len;
+    return 0;
+}
+
+/* One header at *pos: a key (never null) and a value. */
+static inline int read_header(const unsigned char *d, Py_ssize_t limit, Py_ssize_t *pos, blob_t *key,
+                              blob_t *value) {
+    if (read_blob(d, limit, pos, key) < 0 || key->len < 0) {
+        return -1;
+    }
+    return read_blob(d, limit, pos, value);
+}
+
+/* The record at *pos, every field checked; *pos moves past it. NULL, or why it gave up. */
+static const char *parse_record(const batch_t *b, Py_ssize_t *pos, record_t *r) {
+    const unsigned char *d = b->d;
+    uint64_t u;
+    Py_ssize_t p = *pos;
+    if (p >= b->end) {
+        return "the data ends before the declared record count";
+    }
+    if (read_uvarint(d, b->end, &p, 5, &u) < 0) {
+        return "bad record length";
+    }
+    int32_t length = zigzag32(u);
+    if (length < 6 || (Py_ssize_t)length > b->end - p) {
+        return "record length out of range";
+    }
+    Py_ssize_t rec_end = p + length;
+    p += 1; /* record attributes: unused */
+    if (read_uvarint(d, rec_end, &p, 10, &u) < 0) {
+        return "bad timestamp delta";
+    }
+    int64_t ts_delta = zigzag64(u);
+    if (read_uvarint(d, rec_end, &p, 5, &u) < 0) {
+        return "bad offset delta";
+    }
+    if (__builtin_add_overflow(b->base_offset, (int64_t)zigzag32(u), &r->offset)) {
+        return "offset outside int64";
+    }
+    if (b->log_append) {
+        r->timestamp = b->log_append_ts;
+    } else if (__builtin_add_overflow(b->base_ts, ts_delta, &r->timestamp)) {
+        return "timestamp outside int64";
+    }
+    if (read_blob(d, rec_end, &p, &r->key) < 0) {
+        return "bad key";
+    }
+    if (read_blob(d, rec_end, &p, &r->value) < 0) {
+        return "bad value";
+    }
+    if (read_uvarint(d, rec_end, &p, 5, &u) < 0) {
+        return "bad header count";
+    }
+    int32_t count = zigzag32(u);
+    if (count < 0) {
+        return "negative header count";
+    }
+    r->headers_at = p;
+    r->header_count = count;
+    for (int32_t i = 0; i < count; i++) {
+        blob_t key, value;
+        if (read_header(d, rec_end, &p, &key, &value) < 0) {
+            return "bad header";
+        }
+    }
+    if (p != rec_end) {
+        return "the record's fields do not take its length";
+    }
+    r->end = rec_end;
+    *pos = rec_end;
+    return NULL;
+}
+
+static int as_int64(PyObject *obj, int64_t *out) {
+    long long value = PyLong_AsLongLong(obj);
+    if (value == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    *out = (int64_t)value;
+    return 0;
+}
+
+/* The arguments both entry points share: data, pos, end, count, base_offset, base_ts, log_append. */
+static int batch_args(PyObject *const *args, Py_buffer *view, batch_t *b, Py_ssize_t *pos, int64_t *count) {
+    int64_t p, end;
+    if (as_int64(args[1], &p) || as_int64(args[2], &end) || as_int64(args[3], count) ||
+        as_int64(args[4], &b->base_offset) || as_int64(args[5], &b->base_ts)) {
+        return -1;
+    }
+    b->log_append = args[6] != Py_None;
+    b->log_append_ts = 0;
+    if (b->log_append && as_int64(args[6], &b->log_append_ts)) {
+        return -1;
+    }
+    if (PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    if (p < 0 || end < p || end > (int64_t)view->len || *count < 0) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, "positions or count out of range");
+        return -1;
+    }
+    b->d = (const unsigned char *)view->buf;
+    b->end = (Py_ssize_t)end;
+    *pos = (Py_ssize_t)p;
+    return 0;
+}
+
+static uint32_t be32(const unsigned char *p) {
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static uint64_t be64(const unsigned char *p) {
+    return ((uint64_t)be32(p) << 32) | (uint64_t)be32(p + 4);
+}
+
+#define V2_HEADER_SIZE 61
+
+/* The other form of the arguments: buf, pos, verify_crc, for the whole uncompressed v2 batch at
+ * buf[pos:]. Its header is read here (as rlm.log.v2.parse_v2_header reads it) and its CRC checked;
+ * a compressed batch, another magic, a bad CRC or a header the Python parser would refuse: gives up. */
+static int batch_from_header(PyObject *const *args, Py_buffer *view, batch_t *b, Py_ssize_t *pos, int64_t *count) {
+    int64_t p;
+    if (as_int64(args[1], &p)) {
+        return -1;
+    }
+    int verify = PyObject_IsTrue(args[2]);
+    if (verify < 0 || PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0) {
+        return -1;
+    }
+    const unsigned char *d = (const unsigned char *)view->buf;
+    const char *why = NULL;
+    int64_t size = 0;
+    if (p < 0 || (int64_t)view->len - p < V2_HEADER_SIZE) {
+        why = "no whole v2 header there";
+    } else {
+        const unsigned char *h = d + p;
+        size = (int64_t)(int32_t)be32(h + 8) + 12;
+        uint32_t attributes = ((uint32_t)h[21] << 8) | h[22];
+        *count = (int32_t)be32(h + 57);
+        if (h[16] != 2 || size < V2_HEADER_SIZE || size > (int64_t)view->len - p || *count < 0 ||
+            (int32_t)be32(h + 23) < 0) {
+            why = "not a whole well-formed v2 batch";
+        } else if (attributes & 0x07) {
+            why = "compressed";
+        } else if (verify && crc32c(h + 21, (Py_ssize_t)size - 21) != be32(h + 17)) {
+            why = "CRC mismatch";
+        } else {
+            b->base_offset = (int64_t)be64(h);
+            b->base_ts = (int64_t)be64(h + 27);
+            b->log_append = (attributes & 0x08) != 0;
+            b->log_append_ts = (int64_t)be64(h + 35);
+        }
+    }
+    if (why != NULL) {
+        PyBuffer_Release(view);
+        PyErr_SetString(PyExc_ValueError, why);
+        return -1;
+    }
+    b->d = d;
+    b->end = (Py_ssize_t)(p + size);
+    *pos = (Py_ssize_t)p + V2_HEADER_SIZE;
+    return 0;
+}
+
+/* Either form of the arguments: 7 (data, pos, end, count, base_offset, base_ts, log_append) or 3
+ * (buf, pos, verify_crc). */
+static int any_batch_args(PyObject *const *args, int whole_batch, Py_buffer *view, batch_t *b, Py_ssize_t *pos,
+                          int64_t *count) {
+    return whole_batch ? batch_from_header(args, view, b, pos, count) : batch_args(args, view, b, pos, count);
+}
+
+static PyObject *gave_up(int64_t index, const char *why) {
+    PyErr_Format(PyExc_ValueError, "record %lld: %s", (long long)index, why);
+    return NULL;
+}
+
+/* -- columns ----------------------------------------------------------------------------------- */
+
+typedef struct {
+    PyObject *buffers[NCOL];
+    unsigned char *base[NCOL];
+    Py_ssize_t cap[NCOL];
+    int64_t *used;
+} cols_t;
+
+static int reserve(cols_t *c, int col, Py_ssize_t more) {
+    Py_ssize_t need = (Py_ssize_t)c->used[col] + more;
+    if (need <= c->cap[col]) {
+        return 0;
+    }
+    Py_ssize_t cap = c->cap[col] * 2;
+    if (cap < need) {
+        cap = need;
+    }
+    if (cap < 64) {
+        cap = 64;
+    }
+    if (PyByteArray_Resize(c->buffers[col], cap) < 0) {
+        return -1;
+    }
+    c->base[col] = (unsigned char *)PyByteArray_AS_STRING(c->buffers[col]);
+    c->cap[col] = cap;
+    return 0;
+}
+
+static inline void put_le(cols_t *c, int col, uint64_t v, int width) {
+    unsigned char *p = c->base[col] + c->used[col];
+    for (int i = 0; i < width; i++) {
+        p[i] = (unsigned char)(v >> (8 * i));
+    }
+    c->used[col] += width;
+}
+
+static inline int put_bytes(cols_t *c, int col, const unsigned char *src, Py_ssize_t n) {
+    if (n > 0) {
+        if (reserve(c, col, n) < 0) {
+            return -1;
+        }
+        memcpy(c->base[col] + c->used[col], src, (size_t)n);
+        c->used[col] += n;
+    }
+    return 0;
+}
+
+/* Row `index` of a validity bitmap; a new byte starts at 0. */
+static inline int put_bit(cols_t *c, int col, int64_t index, int valid) {
+    if (index % 8 == 0) {
+        if (reserve(c, col, 1) < 0) {
+            return -1;
+        }
+        c->base[col][c->used[col]++] = 0;
+    }
+    if (valid) {
+        c->base[col][index / 8] |= (unsigned char)(1u << (index % 8));
+    }
+    return 0;
+}
+
+/* The end of the latest value in a data column, as the next int32 of its offsets column. */
+static inline int put_end(cols_t *c, int offsets_col, int data_col) {
+    int64_t size = c->used[data_col];
+    if (size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "more than 2 GiB in one column");
+        return -1;
+    }
+    if (reserve(c, offsets_col, 4) < 0) {
+        return -1;
+    }
+    put_le(c, offsets_col, (uint64_t)size, 4);
+    return 0;
+}
+
+static int put_blob(cols_t *c, const blob_t *blob, int offsets, int data, int validity, int64_t index) {
+    if (put_bit(c, validity, index, blob->len >= 0) < 0 || put_bytes(c, data, blob->at, blob->len) < 0) {
+        return -1;
+    }
+    return put_end(c, offsets, data);
+}
+
+static int put_row(cols_t *c, const batch_t *b, const record_t *r, int32_t batch_no) {
+    int64_t row = c->used[C_OFFSET] / 8;
+    if (reserve(c, C_OFFSET, 8) < 0 || reserve(c, C_TIMESTAMP, 8) < 0 || reserve(c, C_BATCH, 4) < 0 ||
+        reserve(c, C_HEADER_OFFSETS, 4) < 0) {
+        return -1;
+    }
+    put_le(c, C_OFFSET, (uint64_t)r->offset, 8);
+    put_le(c, C_TIMESTAMP, (uint64_t)r->timestamp, 8);
+    put_le(c, C_BATCH, (uint64_t)(uint32_t)batch_no, 4);
+    if (put_blob(c, &r->key, C_KEY_OFFSETS, C_KEY_DATA, C_KEY_VALIDITY, row) < 0 ||
+        put_blob(c, &r->value, C_VALUE_OFFSETS, C_VALUE_DATA, C_VALUE_VALIDITY, row) < 0) {
+        return -1;
+    }
+    Py_ssize_t p = r->headers_at;
+    for (int32_t i = 0; i < r->header_count; i++) {
+        blob_t key, value;
+        int64_t index = c->used[C_HKEY_OFFSETS] / 4 - 1;
+        read_header(b->d, r->end, &p, &key, &value); /* checked by parse_record */
+        if (put_bytes(c, C_HKEY_DATA, key.at, key.len) < 0 || put_end(c, C_HKEY_OFFSETS, C_HKEY_DATA) < 0 ||
+            put_blob(c, &value, C_HVALUE_OFFSETS, C_HVALUE_DATA, C_HVALUE_VALIDITY, index) < 0) {
+            return -1;
+        }
+    }
+    int64_t headers = c->used[C_HKEY_OFFSETS] / 4 - 1;
+    if (headers > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "more than 2**31 headers in one column");
+        return -1;
+    }
+    put_le(c, C_HEADER_OFFSETS, (uint64_t)headers, 4);
+    return 0;
+}
+
+/* Take back every row appended since `saved` (the used lengths then), as ColumnBuffers.rollback
+ * does: bits of rows taken back read as 0 again. */
+static void rollback(cols_t *c, const int64_t *saved) {
+    memcpy(c->used, saved, sizeof(int64_t) * NCOL);
+    int64_t rows = c->used[C_OFFSET] / 8;
+    int64_t headers = c->used[C_HKEY_OFFSETS] / 4 - 1;
+    const int columns[3] = {C_KEY_VALIDITY, C_VALUE_VALIDITY, C_HVALUE_VALIDITY};
+    const int64_t counts[3] = {rows, rows, headers};
+    for (int k = 0; k < 3; k++) {
+        if (counts[k] % 8) {
+            c->base[columns[k]][counts[k] / 8] &= (unsigned char)((1u << (counts[k] % 8)) - 1);
+        }
+    }
+}
+
+static int headers_are_utf8(const batch_t *b, const record_t *r) {
+    Py_ssize_t p = r->headers_at;
+    for (int32_t i = 0; i < r->header_count; i++) {
+        blob_t key, value;
+        read_header(b->d, r->end, &p, &key, &value);
+        if (!valid_utf8(key.at, key.len)) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* append_columns(buffers, used, data, pos, end, count, base_offset, base_ts, log_append,
+ *                first_offset, last_offset, batch_no) -> int
+ * append_batch_columns(buffers, used, buf, pos, verify_crc, first_offset, last_offset, batch_no)
+ *
+ * Decode the count records of data[pos:end] (or of the uncompressed v2 batch at buf[pos:]) and
+ * append those with first_offset <= offset <= last_offset to the column buffers; return how many.
+ * When it raises, nothing stays appended. */
+static PyObject *append_common(PyObject *const *args, Py_ssize_t nargs, int whole_batch) {
+    Py_ssize_t tail = whole_batch ? 5 : 9;
+    if (nargs != tail + 3) {
+        PyErr_Format(PyExc_TypeError, "takes %zd arguments", tail + 3);
+        return NULL;
+    }
+    int64_t first, last, batch_no, count = 0;
+    if (as_int64(args[tail], &first) || as_int64(args[tail + 1], &last) || as_int64(args[tail + 2], &batch_no)) {
+        return NULL;
+    }
+    if (batch_no < 0 || batch_no > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "batch number out of int32 range");
+        return NULL;
+    }
+    if (!PyList_Check(args[0]) || PyList_GET_SIZE(args[0]) != NCOL) {
+        PyErr_SetString(PyExc_TypeError, "buffers must be a list of the column bytearrays");
+        return NULL;
+    }
+    cols_t c;
+    for (int i = 0; i < NCOL; i++) {
+        PyObject *buffer = PyList_GET_ITEM(args[0], i);
+        if (!PyByteArray_CheckExact(buffer)) {
+            PyErr_SetString(PyExc_TypeError, "buffers must be a list of the column bytearrays");
+            return NULL;
+        }
+        c.buffers[i] = buffer;
+        c.base[i] = (unsigned char *)PyByteArray_AS_STRING(buffer);
+        c.cap[i] = PyByteArray_GET_SIZE(buffer);
+    }
+    Py_buffer used_view;
+    if (PyObject_GetBuffer(args[1], &used_view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        return NULL;
+    }
+    if (used_view.len != NCOL * 8 || used_view.format == NULL || strcmp(used_view.format, "q") != 0) {
+        PyBuffer_Release(&used_view);
+        PyErr_SetString(PyExc_TypeError, "used must be an array('q') of one length per column");
+        return NULL;
+    }
+    c.used = (int64_t *)used_view.buf;
+    for (int i = 0; i < NCOL; i++) {
+        if (c.used[i] < 0 || c.used[i] > c.cap[i]) {
+            PyBuffer_Release(&used_view);
+            PyErr_SetString(PyExc_ValueError, "a used length is out of its buffer");
+            return NULL;
+        }
+    }
+    int64_t saved[NCOL];
+    memcpy(saved, c.used, sizeof saved);
+    Py_buffer view;
+    batch_t b;
+    Py_ssize_t pos;
+    if (any_batch_args(args + 2, whole_batch, &view, &b, &pos, &count) < 0) {
+        PyBuffer_Release(&used_view);
+        return NULL;
+    }
+    int64_t appended = 0;
+    int64_t i = 0;
+    const char *why = NULL;
+    for (; i < count; i++) {
+        record_t r;
+        why = parse_record(&b, &pos, &r);
+        if (why != NULL) {
+            break;
+        }
+        if (r.header_count > 0 && !headers_are_utf8(&b, &r)) {
+            why = "a header key is not UTF-8";
+            break;
+        }
+        if (r.offset < first || r.offset > last) {
+            continue;
+        }
+        if (put_row(&c, &b, &r, (int32_t)batch_no) < 0) {
+            break;
+        }
+        appended++;
+    }
+    if (why == NULL && !PyErr_Occurred() && pos != b.end) {
+        why = "bytes left after the declared records";
+    }
+    if (why != NULL || PyErr_Occurred()) {
+        rollback(&c, saved);
+    }
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&used_view);
+    if (PyErr_Occurred()) {
+        return NULL;
+    }
+    if (why != NULL) {
+        return gave_up(i, why);
+    }
+    return PyLong_FromLongLong((long long)appended);
+}
+
+static PyObject *append_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    return append_common(args, nargs, 0);
+}
+
+static PyObject *append_batch_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    return append_common(args, nargs, 1);
+}
+
+/* -- Record tuples ----------------------------------------------------------------------------- */
+
+static PyObject *blob_object(const blob_t *blob) {
+    if (blob->len < 0) {
+        Py_RETURN_NONE;
+    }
+    return PyBytes_FromStringAndSize((const char *)blob->at, blob->len);
+}
+
+static PyObject *headers_object(const batch_t *b, const record_t *r) {
+    PyObject *headers = PyTuple_New(r->header_count);
+    if (headers == NULL || r->header_count == 0) {
+        return headers;
+    }
+    Py_ssize_t p = r->headers_at;
+    for (int32_t i = 0; i < r->header_count; i++) {
+        blob_t key, value;
+        read_header(b->d, r->end, &p, &key, &value);
+        PyObject *name = PyUnicode_DecodeUTF8((const char *)key.at, key.len, NULL);
+        if (name == NULL) {
+            Py_DECREF(headers);
+            if (PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) {
+                PyErr_Clear(); /* the caller gives up on this record */
+            }
+            return NULL;
+        }
+        PyObject *pair = PyTuple_New(2);
+        PyObject *val = pair == NULL ? NULL : blob_object(&value);
+        if (val == NULL) {
+            Py_XDECREF(pair);
+            Py_DECREF(name);
+            Py_DECREF(headers);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(pair, 0, name);
+        PyTuple_SET_ITEM(pair, 1, val);
+        PyTuple_SET_ITEM(headers, i, pair);
+    }
+    return headers;
+}
+
+/* A Record (a tuple subclass of 5 fields), built as tuple.__new__(Record, fields) builds it. */
+static PyObject *record_object(PyTypeObject *type, const batch_t *b, const record_t *r) {
+    PyObject *items[5];
+    items[0] = PyLong_FromLongLong((long long)r->offset);
+    items[1] = PyLong_FromLongLong((long long)r->timestamp);
+    items[2] = blob_object(&r->key);
+    items[3] = blob_object(&r->value);
+    items[4] = headers_object(b, r);
+    PyObject *record = NULL;
+    if (items[0] && items[1] && items[2] && items[3] && items[4]) {
+        record = type->tp_alloc(type, 5);
+    }
+    if (record == NULL) {
+        for (int k = 0; k < 5; k++) {
+            Py_XDECREF(items[k]);
+        }
+        return NULL;
+    }
+    for (int k = 0; k < 5; k++) {
+        PyTuple_SET_ITEM(record, k, items[k]);
+    }
+    return record;
+}
+
+/* decode_records(record_type, data, pos, end, count, base_offset, base_ts, log_append)
+ *     -> list[record_type]
+ * decode_batch_records(record_type, buf, pos, verify_crc) -> list[record_type]
+ *
+ * The count records of data[pos:end] (or of the uncompressed v2 batch at buf[pos:]), as
+ * rlm.log.v2._decode_records returns them. */
+static PyObject *records_common(PyObject *const *args, Py_ssize_t nargs, int whole_batch) {
+    if (nargs != (whole_batch ? 4 : 8)) {
+        PyErr_Format(PyExc_TypeError, "takes %d arguments", whole_batch ? 4 : 8);
+        return NULL;
+    }
+    if (!PyType_Check(args[0]) || !PyType_IsSubtype((PyTypeObject *)args[0], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "record_type must be a tuple subclass");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)args[0];
+    Py_buffer view;
+    batch_t b;
+    Py_ssize_t pos;
+    int64_t count = 0;
+    if (any_batch_args(args + 1, whole_batch, &view, &b, &pos, &count) < 0) {
+        return NULL;
+    }
+    Py_ssize_t bound = (b.end - pos) / MIN_RECORD_BYTES + 1;
+    PyObject *out = PyList_New(0);
+    const char *why = NULL;
+    int64_t i = 0;
+    if (out != NULL && count > 0) {
+        /* room for every record the data can hold, whatever count claims */
+        Py_ssize_t room = count < bound ? (Py_ssize_t)count : bound;
+        PyObject *sized = PyList_New(room);
+        if (sized == NULL) {
+            Py_CLEAR(out);
+        } else {
+            Py_SETREF(out, sized);
+        }
+    }
+    for (; out != NULL && i < count; i++) {
+        record_t r;
+        why = parse_record(&b, &pos, &r);
+        if (why != NULL) {
+            break;
+        }
+        PyObject *record = record_object(type, &b, &r);
+        if (record == NULL) {
+            if (!PyErr_Occurred()) {
+                why = "a header key is not UTF-8";
+            }
+            break;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, record); /* i < room: each record holds >= 7 bytes */
+    }
+    if (out != NULL && why == NULL && !PyErr_Occurred() && pos != b.end) {
+        why = "bytes left after the declared records";
+    }
+    PyBuffer_Release(&view);
+    if (out == NULL || why != NULL || PyErr_Occurred()) {
+        Py_XDECREF(out); /* the unset tail of the list is NULL, which its deallocator skips */
+        return why != NULL && !PyErr_Occurred() ? gave_up(i, why) : NULL;
+    }
+    return out;
+}
+
+static PyObject *decode_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    return records_common(args, nargs, 0);
+}
+
+static PyObject *decode_batch_records(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    return records_common(args, nargs, 1);
+}
+
+/* crc32c(data) -> int: CRC-32C of data, as the batch checks compute it (for tests). */
+static PyObject *crc32c_py(PyObject *module, PyObject *arg) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    uint32_t c = crc32c((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyMethodDef methods[] = {
+    {"append_columns", (PyCFunction)(void (*)(void))append_columns, METH_FASTCALL,
+     "Append the records of a v2 batch's records to column buffers."},
+    {"decode_records", (PyCFunction)(void (*)(void))decode_records, METH_FASTCALL,
+     "The records of a v2 batch's records as Record tuples."},
+    {"append_batch_columns", (PyCFunction)(void (*)(void))append_batch_columns, METH_FASTCALL,
+     "Append the records of an uncompressed v2 batch to column buffers, its CRC checked."},
+    {"decode_batch_records", (PyCFunction)(void (*)(void))decode_batch_records, METH_FASTCALL,
+     "The records of an uncompressed v2 batch as Record tuples, its CRC checked."},
+    {"crc32c", (PyCFunction)crc32c_py, METH_O, "CRC-32C of a buffer."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "rlm.log._decode",
+    .m_doc = "The records of v2 batches decoded in C, into columns or Record tuples.",
+    .m_size = 0,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC PyInit__decode(void) {
+    crc_init();
+#ifdef HAVE_CRC_INSTRUCTION
+    __builtin_cpu_init();
+    use_crc_instruction = __builtin_cpu_supports("sse4.2");
+#endif
+    return PyModule_Create(&module_def);
+}

@@ -1,0 +1,48 @@
+"""The C record decoder of :mod:`rlm.log.columns` and :func:`rlm.log.v2.decode_v2`."""
+
+from array import array
+from typing import TypeVar
+
+T = TypeVar("T", bound=tuple[object, ...])
+
+def append_columns(
+    buffers: list[bytearray],
+    used: array[int],
+    data: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append: int | None,
+    first_offset: int,
+    last_offset: int,
+    batch_no: int,
+    /,
+) -> int: ...
+def decode_records(
+    record_type: type[T],
+    data: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    log_append: int | None,
+    /,
+) -> list[T]: ...
+def append_batch_columns(
+    buffers: list[bytearray],
+    used: array[int],
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    verify_crc: bool,
+    first_offset: int,
+    last_offset: int,
+    batch_no: int,
+    /,
+) -> int: ...
+def decode_batch_records(
+    record_type: type[T], buf: bytes | bytearray | memoryview, pos: int, verify_crc: bool, /
+) -> list[T]: ...
+def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...

@@ -1,0 +1,259 @@
+"""Records as columns: the records of whole batches laid out in flat little-endian buffers, one
+buffer per field, that Arrow arrays wrap without copying (see :mod:`rlm.log.arrow`).
+
+A :class:`ColumnBuffers` accumulates rows batch after batch; :func:`append_batch` decodes one
+batch into it. The layout is Arrow's: fixed-width values back to back, variable-width values as
+``int32`` offsets (one more than there are values, starting at 0) into one data buffer, nulls as a
+validity bitmap (bit ``i`` of byte ``i // 8``, least significant first, 1 for a value). Headers
+form a flat table: ``header_offsets`` gives each row's range of it.
+
+The records of a v2 batch are decoded by the C module :mod:`rlm.log._decode` when it is built.
+What they must be is defined here in Python, the reference: the records
+:func:`rlm.log.v2.decode_v2` decodes, appended by :func:`append_records`. Like
+:mod:`rlm.log.scan`, the C code never reports corruption itself: on anything not plainly
+well-formed it gives up (ValueError), the rows it appended are taken back, and the reference
+decodes the batch again and says what is wrong, so errors, their wording and every row are the
+reference's. ``ACCELERATED`` says which is in use. Legacy (v0/v1) batches always take the
+reference path: they are rare and small.
+"""
+
+from __future__ import annotations
+
+import struct
+from array import array
+from collections.abc import Iterable
+
+from rlm.errors import CorruptRecordError
+from rlm.log import legacy, v2
+from rlm.log.batches import Buffer, _legacy_view
+from rlm.log.model import BatchHeader, Record
+from rlm.log.v2 import V2Records
+
+try:
+    from rlm.log import _decode
+except ImportError:  # built without a C compiler: the Python reference alone
+    _decode = None  # type: ignore[assignment]
+
+ACCELERATED = _decode is not None
+"""Whether the C column decoder is in use."""
+
+COLUMNS = (
+    "offset",
+    "timestamp",
+    "batch",
+    "key_offsets",
+    "key_data",
+    "key_validity",
+    "value_offsets",
+    "value_data",
+    "value_validity",
+    "header_offsets",
+    "header_key_offsets",
+    "header_key_data",
+    "header_value_offsets",
+    "header_value_data",
+    "header_value_validity",
+)
+"""The buffers, in the order :attr:`ColumnBuffers.buffers` holds them (the C module's order)."""
+(
+    OFFSET,
+    TIMESTAMP,
+    BATCH,
+    KEY_OFFSETS,
+    KEY_DATA,
+    KEY_VALIDITY,
+    VALUE_OFFSETS,
+    VALUE_DATA,
+    VALUE_VALIDITY,
+    HEADER_OFFSETS,
+    HEADER_KEY_OFFSETS,
+    HEADER_KEY_DATA,
+    HEADER_VALUE_OFFSETS,
+    HEADER_VALUE_DATA,
+    HEADER_VALUE_VALIDITY,
+) = range(len(COLUMNS))
+_OFFSET_BUFFERS = (KEY_OFFSETS, VALUE_OFFSETS, HEADER_OFFSETS, HEADER_KEY_OFFSETS, HEADER_VALUE_OFFSETS)
+_CODEC_MASK = 0x07
+_INT64 = struct.Struct("<q")
+_INT32 = struct.Struct("<i")
+_INT64_MIN = -(2**63)
+_INT64_MAX = 2**63 - 1
+_INT32_MAX = 2**31 - 1
+
+
+class ColumnBuffers:
+    """Rows decoded so far, as flat buffers.
+
+    ``buffers[i]`` holds column ``COLUMNS[i]`` in its first ``used[i]`` bytes (the rest is spare
+    room to grow into). ``batch`` holds, for each row, the ordinal the caller gave the batch it came
+    from, so batch-level values (producer id, flags) can be spread over rows by index.
+    """
+
+    __slots__ = ("buffers", "used")
+
+    def __init__(self) -> None:
+        self.buffers = [bytearray() for _ in COLUMNS]
+        self.used = array("q", bytes(8 * len(COLUMNS)))
+        for column in _OFFSET_BUFFERS:
+            self.buffers[column] += _INT32.pack(0)
+            self.used[column] = 4
+
+    @property
+    def rows(self) -> int:
+        return self.used[OFFSET] // 8
+
+    @property
+    def header_count(self) -> int:
+        """Rows of the flat header table."""
+        return self.used[HEADER_KEY_OFFSETS] // 4 - 1
+
+    def view(self, column: int) -> memoryview:
+        """The used bytes of one buffer (a view: the buffer cannot grow while it is held)."""
+        return memoryview(self.buffers[column])[: self.used[column]]
+
+    def mark(self) -> tuple[int, ...]:
+        """Where every buffer ends now, for :meth:`rollback`."""
+        return tuple(self.used)
+
+    def rollback(self, mark: tuple[int, ...]) -> None:
+        """Take back every row appended since ``mark``."""
+        for column, used in enumerate(mark):
+            self.used[column] = used
+        rows, headers = self.rows, self.header_count
+        for column, count in ((KEY_VALIDITY, rows), (VALUE_VALIDITY, rows), (HEADER_VALUE_VALIDITY, headers)):
+            if count % 8:  # bits of rows taken back must read as 0 again, as in a fresh byte
+                self.buffers[column][count // 8] &= (1 << (count % 8)) - 1
+
+    def trim(self) -> None:
+        """Give back the spare room (before the buffers are wrapped for good)."""
+        for column, buffer in enumerate(self.buffers):
+            del buffer[self.used[column] :]
+
+
+def _put(cols: ColumnBuffers, column: int, data: bytes) -> None:
+    buffer, used = cols.buffers[column], cols.used[column]
+    buffer[used : used + len(data)] = data
+    cols.used[column] = used + len(data)
+
+
+def _end_offset(cols: ColumnBuffers, column: int, data_column: int) -> None:
+    size = cols.used[data_column]
+    if size > _INT32_MAX:
+        raise CorruptRecordError(f"{COLUMNS[data_column]} holds more than {_INT32_MAX} bytes")
+    _put(cols, column, _INT32.pack(size))
+
+
+def _set_bit(cols: ColumnBuffers, column: int, index: int, valid: bool) -> None:
+    if index % 8 == 0:
+        _put(cols, column, b"\x00")
+    if valid:
+        cols.buffers[column][index // 8] |= 1 << (index % 8)
+
+
+def _blob(
+    cols: ColumnBuffers, blob: bytes | None, offsets: int, data: int, validity: int, index: int
+) -> None:
+    _set_bit(cols, validity, index, blob is not None)
+    if blob:
+        _put(cols, data, blob)
+    _end_offset(cols, offsets, data)
+
+
+def append_records(
+    cols: ColumnBuffers, records: Iterable[Record], first_offset: int, last_offset: int, batch_no: int
+) -> int:
+    """Append the records whose offset is in ``[first_offset, last_offset]``; return how many.
+
+    Raises:
+        CorruptRecordError: an offset or timestamp outside int64 (a v2 record's delta can put it
+            there), or more than 2 GiB of keys, values or headers in ``cols``.
+    """
+    appended = 0
+    for i, record in enumerate(records):
+        offset, timestamp = record.offset, record.timestamp
+        if not _INT64_MIN <= offset <= _INT64_MAX:
+            raise CorruptRecordError(f"record {i} has offset {offset}, outside int64")
+        if not _INT64_MIN <= timestamp <= _INT64_MAX:
+            raise CorruptRecordError(f"record {i} has timestamp {timestamp}, outside int64")
+        if not first_offset <= offset <= last_offset:
+            continue
+        row = cols.rows
+        _put(cols, OFFSET, _INT64.pack(offset))
+        _put(cols, TIMESTAMP, _INT64.pack(timestamp))
+        _put(cols, BATCH, _INT32.pack(batch_no))
+        _blob(cols, record.key, KEY_OFFSETS, KEY_DATA, KEY_VALIDITY, row)
+        _blob(cols, record.value, VALUE_OFFSETS, VALUE_DATA, VALUE_VALIDITY, row)
+        for name, value in record.headers:
+            index = cols.header_count
+            _put(cols, HEADER_KEY_DATA, name.encode("utf-8"))
+            _end_offset(cols, HEADER_KEY_OFFSETS, HEADER_KEY_DATA)
+            _blob(cols, value, HEADER_VALUE_OFFSETS, HEADER_VALUE_DATA, HEADER_VALUE_VALIDITY, index)
+        _put(cols, HEADER_OFFSETS, _INT32.pack(cols.header_count))
+        appended += 1
+    return appended
+
+
+def append_v2_records_py(
+    cols: ColumnBuffers, records: V2Records, first_offset: int, last_offset: int, batch_no: int
+) -> int:
+    """The reference: ``records`` as :func:`rlm.log.v2.decode_v2` decodes them, appended by
+    :func:`append_records`. Nothing is appended when it raises.
+
+    Raises:
+        CorruptRecordError: as :func:`rlm.log.v2.decode_v2`, or as :func:`append_records`.
+    """
+    mark = cols.mark()
+    try:
+        return append_records(cols, v2.decode_records_py(records), first_offset, last_offset, batch_no)
+    except CorruptRecordError:
+        cols.rollback(mark)
+        raise
+
+
+def append_v2_records(
+    cols: ColumnBuffers, records: V2Records, first_offset: int, last_offset: int, batch_no: int
+) -> int:
+    """:func:`append_v2_records_py`, in C when it is built."""
+    if _decode is not None:
+        try:  # nothing stays appended when it raises
+            return _decode.append_columns(
+                cols.buffers, cols.used, *records[:7], first_offset, last_offset, batch_no
+            )
+        except (ValueError, OverflowError, BufferError):
+            pass  # not plainly well-formed: the reference says what is wrong
+    return append_v2_records_py(cols, records, first_offset, last_offset, batch_no)
+
+
+def append_batch(
+    cols: ColumnBuffers,
+    buf: Buffer,
+    header: BatchHeader,
+    *,
+    first_offset: int,
+    last_offset: int,
+    batch_no: int,
+    verify_crc: bool = True,
+) -> int:
+    """Decode the batch described by ``header`` (``header.position`` indexes ``buf``) and append
+    its records with offsets in ``[first_offset, last_offset]``; return how many were appended.
+
+    Raises:
+        CorruptRecordError: as :func:`rlm.log.batches.decode_batch`; nothing is appended then.
+    """
+    if header.magic < 2:
+        legacy_records = legacy.decode_legacy(_legacy_view(buf), header, verify_crc=verify_crc)
+        mark = cols.mark()
+        try:
+            return append_records(cols, legacy_records, first_offset, last_offset, batch_no)
+        except CorruptRecordError:
+            cols.rollback(mark)
+            raise
+    if _decode is not None and not header.attributes & _CODEC_MASK:
+        try:  # the whole batch in C: header fields, CRC and records; nothing stays when it raises
+            return _decode.append_batch_columns(
+                cols.buffers, cols.used, buf, header.position, verify_crc, first_offset, last_offset, batch_no
+            )
+        except (ValueError, OverflowError, BufferError):
+            pass  # not plainly well-formed: as any batch, below
+    records = v2.records_of(buf, header, verify_crc)
+    return append_v2_records(cols, records, first_offset, last_offset, batch_no)
