@@ -17,7 +17,7 @@ from rlm.arguments import INT32_MAX, INT64_MAX
 from rlm.bootstrap import Runtime
 from rlm.errors import RequestTimedOutError
 from rlm.lookup.fetch import FetchResult
-from rlm.lookup.pool import CancelToken
+from rlm.lookup.pool import CancelToken, run_on
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
 
@@ -36,7 +36,7 @@ def _b64(data: bytes | None) -> str | None:
     responses={**ERRORS, 200: {"content": {OCTET: {}}, "description": "JSON, or raw batches"}},
     summary="Records from an offset (Accept: application/octet-stream for raw Kafka batches)",
 )
-def get_records(
+async def get_records(
     request: Request,
     topic: Annotated[str, Path(min_length=1, max_length=MAX_TOPIC_LENGTH)],
     partition: Annotated[int, Path(ge=0, le=INT32_MAX), text_int(0, INT32_MAX)],
@@ -51,12 +51,12 @@ def get_records(
     def read(token: CancelToken) -> FetchResult:
         return rt.fetcher.fetch(tp, offset, max_bytes, checkpoint=token.raise_if_cancelled)
 
-    task = rt.fetch_pool.submit(read, label=tp)
+    timeout_s = rt.request_timeout.seconds_for(timeout_ms)
+    what = f"reading {tp} from offset {offset}"
     try:
-        result = task.result(rt.request_timeout.seconds_for(timeout_ms))
+        result = await run_on(rt.fetch_pool, read, timeout_s, label=tp, what=what)
     except RequestTimedOutError as exc:
-        task.cancel()
-        raise ApiError(504, f"reading {tp} from offset {offset} did not finish in time") from exc
+        raise ApiError(504, f"{what} did not finish in time") from exc
     if OCTET in request.headers.get("accept", ""):
         return Response(
             result.raw,

@@ -6,15 +6,20 @@ are :mod:`rlm.lookup.planning`'s:
 
 1. Planning: the partitions' remote-tier views the lookup service does not hold are read from the
    metadata store in one batch (one query for many partitions) on the metadata pool (not the
-   reader pool: local answers never wait behind remote reads), waited for until the deadline; if
+   reader pool: local answers never wait behind remote reads), awaited until the deadline; if
    the store cannot be asked, partitions whose answer is exact without it use a fallback view
-   (:mod:`rlm.lookup.views`). Then every partition whose answer needs no store query and no
-   remote read (:meth:`~rlm.lookup.service.LookupService.answer_from_view`) is answered on the
-   request's thread.
-2. The other partitions become one task each: on the reader pool when the answer may need a remote
-   read (KIP-1075), else on the metadata pool, so that answers from metadata never wait behind
-   remote reads either.
+   (:mod:`rlm.lookup.views`). Each partition is planned once
+   (:meth:`~rlm.lookup.service.LookupService.plan`): answered on the request's thread when the
+   answer needs no store query and no remote read.
+2. The other partitions' searches become one task each: on the reader pool when the answer may
+   need a remote read (KIP-1075), else on the metadata pool, so that answers from metadata never
+   wait behind remote reads either. The request awaits them (:func:`~rlm.lookup.pool.gather_on`)
+   without holding a thread.
 3. Partitions not answered by the deadline answer REQUEST_TIMED_OUT; their tasks are cancelled.
+
+One partition's lookup (REST's GET, gRPC's GetOffset) is not packed into a request: it is planned
+on the caller's thread (:meth:`ListOffsets.lookup`), its view read on the metadata pool only when
+the service holds none, and its search run as above.
 
 A request names at most ``list.offsets.max.partitions`` partitions (a topic without any counts as
 one); a bigger one is refused whole (``InvalidArgumentError``).
@@ -32,6 +37,7 @@ Kafka error codes in the answers:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -45,9 +51,19 @@ from rlm.errors import (
     PoolError,
     RlmError,
 )
-from rlm.lookup.planning import Key, Planner
-from rlm.lookup.pool import BoundedPool, CancelToken, Outcome, RequestTimeout, run_all_on
-from rlm.lookup.service import IsolationLevel, LookupService, OffsetAnswer
+from rlm.lookup.planning import CLOCK_EVERY, Key, Planner, search_task
+from rlm.lookup.plans import Answered, IsolationLevel, LookupPlan, OffsetAnswer, Search, ViewNeeded
+from rlm.lookup.pool import (
+    BoundedPool,
+    CancelToken,
+    Outcome,
+    RequestTimeout,
+    Task,
+    gather_on,
+    run_sync,
+    wait_tasks,
+)
+from rlm.lookup.service import LookupService
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
 from rlm.metrics import Metrics
@@ -171,9 +187,12 @@ class ListOffsets:
                 "(list.offsets.max.partitions)",
             )
 
-    def handle(self, request: ListOffsetsRequest, *, deadline: float | None = None) -> ListOffsetsResponse:
+    async def handle_async(
+        self, request: ListOffsetsRequest, *, deadline: float | None = None
+    ) -> ListOffsetsResponse:
         """Answer every partition of ``request`` by ``deadline`` (:meth:`deadline`; by default
-        from now); never raises for one partition's failure.
+        from now), awaiting the pools without holding a thread; never raises for one partition's
+        failure. Planning a request of many partitions is work for a thread, not the event loop.
 
         A partition asked for twice in one request answers INVALID_REQUEST both times, as Kafka does.
 
@@ -186,7 +205,15 @@ class ListOffsets:
             deadline = self.deadline(request.timeout_ms)
         results, wanted = _checked(request)
         stats = {key: FetchStats() for key in wanted}
-        plan = self.planner.plan(wanted, IsolationLevel(request.isolation_level), deadline, stats)
+        isolation = IsolationLevel(request.isolation_level)
+        big = len(wanted) > CLOCK_EVERY
+        if big:
+            planning = await asyncio.to_thread(self.planner.start, wanted, isolation, deadline, stats)
+        else:
+            planning = self.planner.start(wanted, isolation, deadline, stats)
+        if isinstance(planning.read, Task):
+            await wait_tasks([planning.read], deadline - self._clock())
+        plan = await asyncio.to_thread(planning.finish, deadline) if big else planning.finish(deadline)
         outcomes = plan.answered
         done_at = dict.fromkeys(outcomes, time.perf_counter())
         plan.metadata_tasks = {k: _timed(f, k, done_at) for k, f in plan.metadata_tasks.items()}
@@ -197,7 +224,7 @@ class ListOffsets:
             outcomes.update((key, Outcome(timed_out=True)) for key in tasks)
         elif tasks:
             work = [(self.metadata_pool, plan.metadata_tasks), (self.pool, plan.remote_tasks)]
-            outcomes.update(run_all_on(work, remaining, labels={k: k for k in tasks}))
+            outcomes.update(await gather_on(work, remaining, labels={k: k for k in tasks}))
         for key, outcome in outcomes.items():
             results[key] = _result(key[1], outcome, stats[key])
         response = ListOffsetsResponse(
@@ -216,6 +243,10 @@ class ListOffsets:
             self._observe(response, started, done_at)
         return response
 
+    def handle(self, request: ListOffsetsRequest, *, deadline: float | None = None) -> ListOffsetsResponse:
+        """:meth:`handle_async` for callers without an event loop (tools, tests)."""
+        return run_sync(self.handle_async(request, deadline=deadline))
+
     def _observe(self, response: ListOffsetsResponse, started: float, done_at: dict[Key, float]) -> None:
         """Each partition's time from the request's start to its answer (the end, for one that
         timed out), by the tier that answered."""
@@ -226,22 +257,22 @@ class ListOffsets:
                 at = done_at.get((topic.name, result.partition_index), ended)
                 self.metrics.lookup_seconds.labels(result.tier or "none").observe(at - started)
 
-    def answer_now(self, tp: TopicPartition, timestamp: int) -> PartitionResult | None:
-        """One partition's answer if it needs no metadata query and no remote read (an event loop
-        may call this itself); None when :meth:`find_one` must be called, off the loop."""
-        started = time.perf_counter()
-        try:
-            validate_topic(tp.topic)
-        except InvalidTopicNameError as exc:
-            return _result(tp.partition, Outcome(error=exc), FetchStats())
-        answer = self.service.answer_now(tp, timestamp)
-        if answer is None:
-            return None
-        if self.metrics is not None:
-            self.metrics.lookup_seconds.labels(answer.tier or "none").observe(time.perf_counter() - started)
-        return PartitionResult(
-            tp.partition, ErrorCode.NONE, answer.timestamp, answer.offset, answer.leader_epoch, answer.tier
-        )
+    async def lookup(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        *,
+        deadline: float,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> PartitionResult:
+        """One partition's lookup (REST's GET and gRPC's GetOffset), planned once on the caller's
+        thread (an event loop's): the answer when the plan has it; else its view is read on the
+        metadata pool if need be, and its search run on the pool the plan names, awaited until
+        ``deadline`` without holding a thread."""
+        lookup = _Lookup(self, tp, timestamp, isolation, deadline)
+        if lookup.outcome is None:
+            await lookup.finish()
+        return lookup.result()
 
     def find_one(
         self,
@@ -251,11 +282,105 @@ class ListOffsets:
         *,
         deadline: float | None = None,
     ) -> PartitionResult:
-        """One partition, as a single call (REST's GET and gRPC's unary lookup)."""
-        request = ListOffsetsRequest(
-            (TopicQuery(tp.topic, (PartitionQuery(tp.partition, timestamp),)),), timeout_ms
-        )
-        return self.handle(request, deadline=deadline).topics[0].partitions[0]
+        """:meth:`lookup` for callers without an event loop (tools, tests); ``deadline`` defaults
+        to ``timeout_ms`` (else ``remote.list.offsets.request.timeout.ms``) from now."""
+        if deadline is None:
+            deadline = self.deadline(timeout_ms)
+        lookup = _Lookup(self, tp, timestamp, IsolationLevel.READ_UNCOMMITTED, deadline)
+        if lookup.outcome is None:
+            run_sync(lookup.finish())
+        return lookup.result()
+
+
+class _Lookup:
+    """One partition's lookup: planned when made, then :meth:`finish` when the plan has no answer."""
+
+    def __init__(
+        self,
+        owner: ListOffsets,
+        tp: TopicPartition,
+        timestamp: int,
+        isolation: IsolationLevel,
+        deadline: float,
+    ) -> None:
+        self.owner = owner
+        self.tp = tp
+        self.timestamp = timestamp
+        self.isolation = isolation
+        self.deadline = deadline
+        self.stats = FetchStats()
+        self.started = time.perf_counter()
+        self.outcome: Outcome[OffsetAnswer] | None = None
+        self.planned: LookupPlan | None = None
+        try:
+            if timestamp < -5:
+                raise ValueError(f"timestamp {timestamp} is invalid (use ≥ 0 or -1 to -5)")
+            validate_topic(tp.topic)
+            self.planned = owner.service.plan(tp, timestamp, isolation)
+        except Exception as exc:  # answered with its error code
+            self.outcome = Outcome(error=exc)
+            return
+        if isinstance(self.planned, Answered):
+            self.outcome = Outcome(value=self.planned.answer)
+
+    async def finish(self) -> None:
+        """Read the view if the plan needs it, then run the search on its pool."""
+        owner, planned = self.owner, self.planned
+        if isinstance(planned, ViewNeeded):
+            planned = await self._plan_with_view(planned)
+            if planned is None:
+                return
+        if isinstance(planned, Answered):
+            self.outcome = Outcome(value=planned.answer)
+            return
+        assert isinstance(planned, Search)
+        pool = owner.pool if planned.reads_remote else owner.metadata_pool
+        task = search_task(owner.service, planned, self.stats)
+        label = (self.tp.topic, self.tp.partition)
+        outcomes = await gather_on([(pool, {0: task})], self._remaining(), labels={0: label})
+        self.outcome = outcomes[0]
+
+    async def _plan_with_view(self, needed: ViewNeeded) -> LookupPlan | None:
+        """The plan made with the view read from the store (or, when the store could not be asked,
+        its fallback); None when there is none and :attr:`outcome` says why."""
+        service, tp, local = self.owner.service, self.tp, needed.local
+        read = (
+            await gather_on(
+                [(self.owner.metadata_pool, {0: lambda token: service.views.get(tp, local)})],
+                self._remaining(),
+                labels={},
+            )
+        )[0]
+        view, error = read.value, read.error
+        if read.timed_out:
+            self.outcome = Outcome(timed_out=True)
+            return None
+        if error is not None:
+            view = self.owner.planner.fallback((tp.topic, tp.partition), local, error)
+            if view is None:
+                self.outcome = Outcome(error=error)
+                return None
+        try:
+            planned = service.plan(tp, self.timestamp, self.isolation, local=local, view=view)
+        except Exception as exc:
+            self.outcome = Outcome(error=exc)
+            return None
+        if error is not None and not isinstance(planned, Answered):
+            # Only the store can tell whether the remote tier holds an earlier match.
+            self.outcome = Outcome(error=error)
+            return None
+        return planned
+
+    def _remaining(self) -> float:
+        return self.deadline - self.owner._clock()
+
+    def result(self) -> PartitionResult:
+        assert self.outcome is not None
+        result = _result(self.tp.partition, self.outcome, self.stats)
+        if self.owner.metrics is not None:
+            elapsed = time.perf_counter() - self.started
+            self.owner.metrics.lookup_seconds.labels(result.tier or "none").observe(elapsed)
+        return result
 
 
 def _checked(request: ListOffsetsRequest) -> tuple[dict[Key, PartitionResult], dict[Key, int]]:

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from rlm.log.logdir import LogDir
 from rlm.lookup.list_offsets import ErrorCode, ListOffsetsRequest, PartitionQuery, TopicQuery
-from rlm.lookup.service import IsolationLevel, OffsetAnswer
+from rlm.lookup.plans import Answered, IsolationLevel, OffsetAnswer, Search, ViewNeeded
 from rlm.lookup.stats import FetchStats
 from tests.lookup_support import (
     NOTHING,
@@ -91,6 +91,7 @@ def check_against_oracle(tiered: Tiered, rnd: random.Random) -> None:
             assert stats.gets >= 1
         elif truth.highest_copied < 0:
             assert answer.tier == "local" and stats.gets == 0
+    check_plans(tiered, random.Random(len(truth.records)))  # leaves ``rnd``'s draws as they were
     for special in (-1, -2, -3, -4, -5):
         answer = service.find(tp, special)
         expected = truth.special(special)
@@ -117,6 +118,34 @@ def check_against_oracle(tiered: Tiered, rnd: random.Random) -> None:
     assert result.error_code is ErrorCode.NONE, result.error_message
     expected = truth.special(target) if target < 0 else truth.for_timestamp(target)
     assert Expected(result.offset, result.timestamp, result.leader_epoch) == expected
+
+
+def check_plans(tiered: Tiered, rnd: random.Random) -> None:
+    """Each lookup is planned once: a timestamp only the local log can hold, and LATEST, are
+    answered by the plan; one the remote tier may hold is a search for the reader pool, whose
+    answer (the tier not decided again) is the oracle's."""
+    truth, service, tp = tiered.truth, tiered.runtime.lookup, tiered.tp
+    plan = service.plan(tp, 0)
+    if isinstance(plan, ViewNeeded):  # the view expired since the lookups above: read it
+        plan = service.plan(tp, 0, local=plan.local, view=service.remote_view(tp, plan.local))
+    local = plan.local if not isinstance(plan, Answered) else service.pinned_partition(tp)
+    view = service.remote_view(tp, local)
+    targets = _targets(tiered, rnd)
+    for target in [-1, -3, *rnd.sample(targets, min(8, len(targets)))]:
+        planned = service.plan(tp, target, local=local, view=view)
+        expected = truth.special(target) if target < 0 else truth.for_timestamp(target)
+        remote_may_hold = view.max_timestamp is not None and (
+            target == -3 or 0 <= target <= view.max_timestamp
+        )
+        if isinstance(planned, Answered):
+            assert not remote_may_hold, f"timestamp {target} answered without searching the remote tier"
+            assert planned.answer.tier != "remote"
+            assert _got(planned.answer) == expected
+        else:
+            assert isinstance(planned, Search) and remote_may_hold and planned.reads_remote
+            assert planned.view is view
+            assert _got(service.search(planned)) == expected, f"search for {target}"
+    assert isinstance(service.plan(tp, -1, local=local, view=view), Answered)
 
 
 def run_example(backend: Backend, plan: PartitionPlan, seed: int) -> None:

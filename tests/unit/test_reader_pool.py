@@ -7,10 +7,9 @@ bounds, never the thing a test relies on; the idle-percent tests drive a fake cl
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from rlm.errors import (
     ConfigError,
@@ -34,19 +33,6 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.fixture
-def metrics() -> Metrics:
-    return Metrics(CollectorRegistry())
-
-
-@pytest.fixture
-def gate() -> Iterator[threading.Event]:
-    """An event blocked tasks wait on; always opened at the end so no worker stays stuck."""
-    event = threading.Event()
-    yield event
-    event.set()
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float | None:
