@@ -104,7 +104,7 @@ class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
         result = await run_on(
             self.runtime.fetch_pool, read, timeout_s, label=tp, what=f"reading {tp} from offset {offset}"
         )
-        return msg.fetch_response(tp, offset, result)
+        return msg.fetch_response(tp, result)
 
     @override
     @answers_errors

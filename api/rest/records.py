@@ -63,23 +63,19 @@ async def get_records(
             media_type=OCTET,
             headers={"X-Rlm-Tier": result.tier or "", "X-Rlm-High-Watermark": str(result.high_watermark)},
         )
-    records = []
-    for batch in result.batches:
-        if batch.header.is_control:
-            continue
-        for r in batch.records:
-            if offset <= r.offset < result.visible_end:
-                records.append(
-                    RecordOut(
-                        offset=r.offset,
-                        timestamp=r.timestamp,
-                        timestamp_type=batch.header.timestamp_type.label,
-                        key=_b64(r.key),
-                        value=_b64(r.value),
-                        headers=[(k, _b64(v)) for k, v in r.headers],
-                        leader_epoch=batch.header.leader_epoch,
-                    )
-                )
+    records = [
+        RecordOut(
+            offset=r.offset,
+            timestamp=r.timestamp,
+            timestamp_type=batch.header.timestamp_type.label,
+            key=_b64(r.key),
+            value=_b64(r.value),
+            headers=[(k, _b64(v)) for k, v in r.headers],
+            leader_epoch=batch.header.leader_epoch,
+        )
+        for batch in result.batches
+        for r in batch.records
+    ]
     return RecordsOut(
         topic=topic,
         partition=partition,
