@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Scope
 from api.rest.deps import require, runtime
@@ -45,7 +46,7 @@ async def get_records(
     _: Annotated[Scope, Depends(require(Scope.READ))],
     max_bytes: Annotated[int, Query(ge=1, le=MAX_FETCH_BYTES), text_int(1, MAX_FETCH_BYTES)] = 1024 * 1024,
     timeout_ms: Annotated[int | None, Query(ge=1, le=MAX_TIMEOUT_MS), text_int(1, MAX_TIMEOUT_MS)] = None,
-) -> Response | RecordsOut:
+) -> Response:
     tp = TopicPartition(topic, partition)
 
     def read(token: CancelToken) -> FetchResult:
@@ -63,6 +64,11 @@ async def get_records(
             media_type=OCTET,
             headers={"X-Rlm-Tier": result.tier or "", "X-Rlm-High-Watermark": str(result.high_watermark)},
         )
+    # Translating up to max_bytes of records is work for a thread, not the event loop.
+    return await run_in_threadpool(_json, topic, partition, result)
+
+
+def _json(topic: str, partition: int, result: FetchResult) -> Response:
     records = [
         RecordOut(
             offset=r.offset,
@@ -76,7 +82,7 @@ async def get_records(
         for batch in result.batches
         for r in batch.records
     ]
-    return RecordsOut(
+    answer = RecordsOut(
         topic=topic,
         partition=partition,
         tier=result.tier,
@@ -84,3 +90,4 @@ async def get_records(
         next_offset=result.next_offset,
         records=records,
     )
+    return Response(answer.model_dump_json(), media_type="application/json")
