@@ -55,6 +55,7 @@ from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.model import BatchHeader, Record
 from rlm.log.source import iter_headers
 from rlm.log.stable import StableOffsetTracker
+from rlm.log.watch import DirectoryWatcher
 from rlm.lookup.plans import (
     Answered,
     IsolationLevel,
@@ -108,12 +109,13 @@ class LookupService:
         max_listed_segments: int = DEFAULT_MAX_SEGMENTS,
         availability: StoreAvailability | None = None,
         views: RemoteViews | None = None,
+        watcher: DirectoryWatcher | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.storage = storage
         self.indexes = indexes
-        self.log_dirs = tuple(LogDir(d) for d in log_dirs)
+        self.log_dirs = tuple(LogDir(d, watcher=watcher) for d in log_dirs)
         self.availability = availability if availability is not None else StoreAvailability(DEFAULT_RETRY_S)
         self.views = (
             views
