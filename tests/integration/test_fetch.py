@@ -33,8 +33,7 @@ from tests.lookup_support import (
     tier_partition,
     write_partition,
 )
-from tests.metadata_support import postgres_url, sqlite_template  # noqa: F401  (fixtures)
-from tests.s3_support import MotoS3, moto_s3  # noqa: F401  (fixture)
+from tests.s3_support import MotoS3
 
 CODECS = tuple(Codec)
 PLAN = PartitionPlan(
@@ -202,7 +201,7 @@ def test_offsets_outside_the_log_are_out_of_range(tiered: Tiered) -> None:
         _fetch(tiered, truth.local_start_offset, max_bytes=0)
 
 
-def test_offsets_below_the_log_start_are_out_of_range(tmp_path: Path, sqlite_template: Path) -> None:  # noqa: F811
+def test_offsets_below_the_log_start_are_out_of_range(tmp_path: Path, sqlite_template: Path) -> None:
     plan = PartitionPlan(
         PLAN.batches, segment_bytes=1500, tiering="remote", log_start_at=0.3, log_start_inside_batch=True
     )

@@ -44,8 +44,7 @@ from tests.lookup_support import (
     tier_partition,
     write_partition,
 )
-from tests.metadata_support import postgres_url, sqlite_template  # noqa: F401  (fixtures)
-from tests.s3_support import MotoS3, moto_s3  # noqa: F401  (fixture)
+from tests.s3_support import MotoS3
 
 #: Timestamps asked per example, besides every special value.
 TARGETS_PER_EXAMPLE = 30
@@ -164,7 +163,7 @@ def run_example(backend: Backend, plan: PartitionPlan, seed: int) -> None:
 @settings(max_examples=60, deadline=None, phases=PHASES, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=partition_plans(), seed=st.integers(0, 2**32))
 def test_sqlite_filesystem_answers_equal_the_oracle(
-    sqlite_template: Path,  # noqa: F811
+    sqlite_template: Path,
     plan: PartitionPlan,
     seed: int,
 ) -> None:
@@ -175,8 +174,8 @@ def test_sqlite_filesystem_answers_equal_the_oracle(
 @settings(max_examples=8, deadline=None, phases=PHASES, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=partition_plans(), seed=st.integers(0, 2**32))
 def test_postgres_s3_answers_equal_the_oracle(
-    postgres_url: str,  # noqa: F811
-    moto_s3: MotoS3,  # noqa: F811
+    postgres_url: str,
+    moto_s3: MotoS3,
     plan: PartitionPlan,
     seed: int,
 ) -> None:
@@ -259,12 +258,12 @@ def _peak_past_the_start(count: int) -> tuple[BatchPlan, ...]:
         ),
     ],
 )
-def test_named_shapes_answer_as_the_oracle(sqlite_template: Path, plan: PartitionPlan) -> None:  # noqa: F811
+def test_named_shapes_answer_as_the_oracle(sqlite_template: Path, plan: PartitionPlan) -> None:
     run_example(Backend("sqlite-fs", sqlite_template=sqlite_template), plan, seed=7)
 
 
 def test_read_committed_stops_at_a_transaction_open_at_the_high_watermark(
-    sqlite_template: Path,  # noqa: F811
+    sqlite_template: Path,
 ) -> None:
     # 10 plain batches, then 6 transactions (a batch and its marker each): 22 batches. The high
     # watermark is the marker of the third transaction (boundary 15 of 22), so that transaction
@@ -279,7 +278,7 @@ def test_read_committed_stops_at_a_transaction_open_at_the_high_watermark(
 
 
 def test_read_committed_latest_is_raised_to_a_log_start_remote_retention_moved(
-    sqlite_template: Path,  # noqa: F811
+    sqlite_template: Path,
 ) -> None:
     # One batch per segment. The high watermark is the marker of the fifth transaction (boundary
     # 9 of 12), which is still open to consumers; its records are in a segment of their own below
