@@ -22,6 +22,7 @@ from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.list_offsets import ListOffsets
 from rlm.lookup.pool import BoundedPool, RequestTimeout
 from rlm.lookup.service import LookupService
+from rlm.lookup.views import RemoteViews
 from rlm.metastore.availability import StoreAvailability
 from rlm.metastore.model import TopicPartition
 from rlm.metastore.protocol import MetadataStore
@@ -244,8 +245,16 @@ def build_runtime(
         timeout = RequestTimeout(settings.remote_list_offsets_request_timeout_ms)
         availability = StoreAvailability(settings.metadata_retry_backoff_ms / 1000)
         watcher = open_watcher(settings.log_dirs_watch)
+        # The partitions' remote-tier summaries, reused across lookups (rlm.lookup.views).
+        views = RemoteViews(store, availability)
         lookup = LookupService(
-            store, storage, cache, settings.log_dirs, availability=availability, watcher=watcher
+            store,
+            storage,
+            cache,
+            settings.log_dirs,
+            availability=availability,
+            views=views,
+            watcher=watcher,
         )
         copier.on_change = lookup.invalidate
         retention.on_change = lookup.invalidate

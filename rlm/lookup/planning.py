@@ -131,6 +131,8 @@ class Planning:
         they are left out of the plan and the read is cancelled)."""
         read, self.read = self.read, None
         if self.finished or read is None:
+            if isinstance(read, Task):
+                read.cancel()  # the deadline passed while the held views were planned
             return self.plan
         self.finished = True
         planner = self.step.planner
