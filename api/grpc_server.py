@@ -72,8 +72,11 @@ class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
         arrived = time.monotonic()
         tp = msg.topic_partition(request.topic, request.partition)
         timestamp = parse_timestamp(request.timestamp)
-        deadline = self.runtime.list_offsets.deadline(_deadline_ms(context), arrived=arrived)
-        result = await self.runtime.list_offsets.lookup(tp, timestamp, deadline=deadline)
+        lookups = self.runtime.list_offsets
+        planned = lookups.plan_one(tp, timestamp)  # a local-tier answer is found here, on the loop
+        result = planned.answered
+        if result is None:
+            result = await planned.finish(lookups.deadline(_deadline_ms(context), arrived=arrived))
         if result.error_code is not ErrorCode.NONE:
             raise for_error_code(result.error_code, result.error_message)
         return msg.offset_response(tp, result)

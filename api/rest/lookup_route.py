@@ -82,8 +82,10 @@ async def get_offset(request: Request) -> Response:
     if raw_timeout is not None:
         timeout_ms = parse_int(raw_timeout, "query.timeout_ms", 1, MAX_TIMEOUT_MS)
     tp = TopicPartition(topic, partition)
-    deadline = rt.list_offsets.deadline(timeout_ms, arrived=arrived(request))
-    result = await rt.list_offsets.lookup(tp, at, deadline=deadline)
+    planned = rt.list_offsets.plan_one(tp, at)  # a local-tier answer is found here, on the loop
+    result = planned.answered
+    if result is None:
+        result = await planned.finish(rt.list_offsets.deadline(timeout_ms, arrived=arrived(request)))
     if result.error_code is not ErrorCode.NONE:
         status = STATUS_FOR_CODE.get(result.error_code, 500)
         retry = {"Retry-After": "1"} if status in RETRIABLE_STATUSES else None

@@ -40,9 +40,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any, TypeVar
 
 from rlm.errors import (
     InvalidArgumentError,
@@ -59,8 +60,10 @@ from rlm.lookup.pool import (
     Outcome,
     RequestTimeout,
     Task,
+    gather_blocking,
     gather_on,
-    run_sync,
+    run_blocking,
+    wait_blocking,
     wait_tasks,
 )
 from rlm.lookup.service import LookupService
@@ -68,6 +71,9 @@ from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
 from rlm.metrics import Metrics
 from rlm.storage.layout import validate_topic
+
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 DEFAULT_MAX_PARTITIONS = 10_000
 """``list.offsets.max.partitions``: partitions one request may name, in all."""
@@ -191,8 +197,20 @@ class ListOffsets:
         self, request: ListOffsetsRequest, *, deadline: float | None = None
     ) -> ListOffsetsResponse:
         """Answer every partition of ``request`` by ``deadline`` (:meth:`deadline`; by default
-        from now), awaiting the pools without holding a thread; never raises for one partition's
-        failure. Planning a request of many partitions is work for a thread, not the event loop.
+        from now), awaiting the pools without holding a thread (:meth:`_handle`)."""
+        return await self._handle(request, deadline, _AWAIT)
+
+    def handle(self, request: ListOffsetsRequest, *, deadline: float | None = None) -> ListOffsetsResponse:
+        """:meth:`handle_async` for callers without an event loop (tools, tests): the same steps,
+        waiting on the caller's thread."""
+        return run_blocking(self._handle(request, deadline, _BLOCK))
+
+    async def _handle(
+        self, request: ListOffsetsRequest, deadline: float | None, waits: _Waits
+    ) -> ListOffsetsResponse:
+        """Answer every partition of ``request`` by ``deadline``, waiting as ``waits`` says; never
+        raises for one partition's failure. Planning a request of many partitions is work for a
+        thread, not the event loop.
 
         A partition asked for twice in one request answers INVALID_REQUEST both times, as Kafka does.
 
@@ -206,13 +224,13 @@ class ListOffsets:
         results, wanted = _checked(request)
         stats = {key: FetchStats() for key in wanted}
         isolation = IsolationLevel(request.isolation_level)
-        big = len(wanted) > CLOCK_EVERY
+        big = len(wanted) > CLOCK_EVERY and waits is _AWAIT
         if big:
             planning = await asyncio.to_thread(self.planner.start, wanted, isolation, deadline, stats)
         else:
             planning = self.planner.start(wanted, isolation, deadline, stats)
         if isinstance(planning.read, Task):
-            await wait_tasks([planning.read], deadline - self._clock())
+            await waits.wait([planning.read], deadline - self._clock())
         plan = await asyncio.to_thread(planning.finish, deadline) if big else planning.finish(deadline)
         outcomes = plan.answered
         done_at = dict.fromkeys(outcomes, time.perf_counter())
@@ -224,7 +242,7 @@ class ListOffsets:
             outcomes.update((key, Outcome(timed_out=True)) for key in tasks)
         elif tasks:
             work = [(self.metadata_pool, plan.metadata_tasks), (self.pool, plan.remote_tasks)]
-            outcomes.update(await gather_on(work, remaining, labels={k: k for k in tasks}))
+            outcomes.update(await waits.gather(work, remaining, labels={k: k for k in tasks}))
         for key, outcome in outcomes.items():
             results[key] = _result(key[1], outcome, stats[key])
         response = ListOffsetsResponse(
@@ -243,10 +261,6 @@ class ListOffsets:
             self._observe(response, started, done_at)
         return response
 
-    def handle(self, request: ListOffsetsRequest, *, deadline: float | None = None) -> ListOffsetsResponse:
-        """:meth:`handle_async` for callers without an event loop (tools, tests)."""
-        return run_sync(self.handle_async(request, deadline=deadline))
-
     def _observe(self, response: ListOffsetsResponse, started: float, done_at: dict[Key, float]) -> None:
         """Each partition's time from the request's start to its answer (the end, for one that
         timed out), by the tier that answered."""
@@ -257,6 +271,18 @@ class ListOffsets:
                 at = done_at.get((topic.name, result.partition_index), ended)
                 self.metrics.lookup_seconds.labels(result.tier or "none").observe(at - started)
 
+    def plan_one(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> OneLookup:
+        """One partition's lookup (REST's GET, gRPC's GetOffset), planned once on the caller's
+        thread (an event loop's): :attr:`OneLookup.answered` when the plan has the answer, else
+        :meth:`OneLookup.finish` reads its view on the metadata pool if need be and runs its
+        search on the pool the plan names, awaited until a deadline without holding a thread."""
+        return OneLookup(self, tp, timestamp, isolation)
+
     async def lookup(
         self,
         tp: TopicPartition,
@@ -265,14 +291,9 @@ class ListOffsets:
         deadline: float,
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> PartitionResult:
-        """One partition's lookup (REST's GET and gRPC's GetOffset), planned once on the caller's
-        thread (an event loop's): the answer when the plan has it; else its view is read on the
-        metadata pool if need be, and its search run on the pool the plan names, awaited until
-        ``deadline`` without holding a thread."""
-        lookup = _Lookup(self, tp, timestamp, isolation, deadline)
-        if lookup.outcome is None:
-            await lookup.finish()
-        return lookup.result()
+        """:meth:`plan_one`, then :meth:`OneLookup.finish` by ``deadline`` when needed."""
+        planned = OneLookup(self, tp, timestamp, isolation)
+        return planned.answered or await planned.finish(deadline)
 
     def find_one(
         self,
@@ -284,16 +305,15 @@ class ListOffsets:
     ) -> PartitionResult:
         """:meth:`lookup` for callers without an event loop (tools, tests); ``deadline`` defaults
         to ``timeout_ms`` (else ``remote.list.offsets.request.timeout.ms``) from now."""
-        if deadline is None:
-            deadline = self.deadline(timeout_ms)
-        lookup = _Lookup(self, tp, timestamp, IsolationLevel.READ_UNCOMMITTED, deadline)
-        if lookup.outcome is None:
-            run_sync(lookup.finish())
-        return lookup.result()
+        planned = OneLookup(self, tp, timestamp, IsolationLevel.READ_UNCOMMITTED)
+        if planned.answered is not None:
+            return planned.answered
+        planned.deadline = self.deadline(timeout_ms) if deadline is None else deadline
+        return run_blocking(planned._finish(_BLOCK))
 
 
-class _Lookup:
-    """One partition's lookup: planned when made, then :meth:`finish` when the plan has no answer."""
+class OneLookup:
+    """One partition's lookup, planned when made (:meth:`ListOffsets.plan_one`)."""
 
     def __init__(
         self,
@@ -301,17 +321,18 @@ class _Lookup:
         tp: TopicPartition,
         timestamp: int,
         isolation: IsolationLevel,
-        deadline: float,
     ) -> None:
         self.owner = owner
         self.tp = tp
         self.timestamp = timestamp
         self.isolation = isolation
-        self.deadline = deadline
+        self.deadline = 0.0
         self.stats = FetchStats()
         self.started = time.perf_counter()
         self.outcome: Outcome[OffsetAnswer] | None = None
         self.planned: LookupPlan | None = None
+        self.answered: PartitionResult | None = None
+        """The result when planning found the answer (or the error) on the caller's thread."""
         try:
             if timestamp < -5:
                 raise ValueError(f"timestamp {timestamp} is invalid (use ≥ 0 or -1 to -5)")
@@ -319,15 +340,29 @@ class _Lookup:
             self.planned = owner.service.plan(tp, timestamp, isolation)
         except Exception as exc:  # answered with its error code
             self.outcome = Outcome(error=exc)
-            return
-        if isinstance(self.planned, Answered):
-            self.outcome = Outcome(value=self.planned.answer)
+        else:
+            if isinstance(self.planned, Answered):
+                self.outcome = Outcome(value=self.planned.answer)
+        if self.outcome is not None:
+            self.answered = self.result()
 
-    async def finish(self) -> None:
-        """Read the view if the plan needs it, then run the search on its pool."""
+    async def finish(self, deadline: float) -> PartitionResult:
+        """The result: the view read if the plan needs it, then the search run on its pool, both
+        awaited until ``deadline`` (a ``time.monotonic`` time)."""
+        if self.answered is not None:
+            return self.answered
+        self.deadline = deadline
+        return await self._finish(_AWAIT)
+
+    async def _finish(self, waits: _Waits) -> PartitionResult:
+        """Read the view if the plan needs it, then run the search on its pool; the result."""
+        await self._search(waits)
+        return self.result()
+
+    async def _search(self, waits: _Waits) -> None:
         owner, planned = self.owner, self.planned
         if isinstance(planned, ViewNeeded):
-            planned = await self._plan_with_view(planned)
+            planned = await self._plan_with_view(planned, waits)
             if planned is None:
                 return
         if isinstance(planned, Answered):
@@ -337,15 +372,15 @@ class _Lookup:
         pool = owner.pool if planned.reads_remote else owner.metadata_pool
         task = search_task(owner.service, planned, self.stats)
         label = (self.tp.topic, self.tp.partition)
-        outcomes = await gather_on([(pool, {0: task})], self._remaining(), labels={0: label})
+        outcomes = await waits.gather([(pool, {0: task})], self._remaining(), labels={0: label})
         self.outcome = outcomes[0]
 
-    async def _plan_with_view(self, needed: ViewNeeded) -> LookupPlan | None:
+    async def _plan_with_view(self, needed: ViewNeeded, waits: _Waits) -> LookupPlan | None:
         """The plan made with the view read from the store (or, when the store could not be asked,
         its fallback); None when there is none and :attr:`outcome` says why."""
         service, tp, local = self.owner.service, self.tp, needed.local
         read = (
-            await gather_on(
+            await waits.gather(
                 [(self.owner.metadata_pool, {0: lambda token: service.views.get(tp, local)})],
                 self._remaining(),
                 labels={},
@@ -381,6 +416,35 @@ class _Lookup:
             elapsed = time.perf_counter() - self.started
             self.owner.metrics.lookup_seconds.labels(result.tier or "none").observe(elapsed)
         return result
+
+
+class _Waits:
+    """How a request waits for its pool tasks: awaiting them on an event loop (the transports), or
+    blocking its thread (callers without a loop, through :func:`~rlm.lookup.pool.run_blocking`)."""
+
+    def __init__(self, blocking: bool) -> None:
+        self.blocking = blocking
+
+    async def wait(self, tasks: Sequence[Task[Any]], timeout_s: float) -> None:
+        if self.blocking:
+            wait_blocking(tasks, timeout_s)
+        else:
+            await wait_tasks(tasks, timeout_s)
+
+    async def gather(
+        self,
+        work: Sequence[tuple[BoundedPool, Mapping[K, Callable[[CancelToken], T]]]],
+        timeout_s: float,
+        *,
+        labels: Mapping[K, tuple[str, int]],
+    ) -> dict[K, Outcome[T]]:
+        if self.blocking:
+            return gather_blocking(work, timeout_s, labels=labels)
+        return await gather_on(work, timeout_s, labels=labels)
+
+
+_AWAIT = _Waits(blocking=False)
+_BLOCK = _Waits(blocking=True)
 
 
 def _checked(request: ListOffsetsRequest) -> tuple[dict[Key, PartitionResult], dict[Key, int]]:

@@ -11,7 +11,8 @@ request's coroutine awaits its tasks until its deadline, the request's own ``tim
 like the pool's thread count (``BoundedPool.resize``); no thread waits for them. A task wakes the
 event loop when it ends. Partitions not done by the deadline are cancelled and answer
 REQUEST_TIMED_OUT; the others answer normally. A request whose coroutine is cancelled (its client
-went away) cancels its tasks. Callers without an event loop (tools, tests) use :func:`run_sync`.
+went away) cancels its tasks. Callers without an event loop (tools, tests) wait on their own
+thread (:func:`gather_blocking`), with the same submission, deadline and cancellation.
 
 Cancellation is cooperative: a queued task that is cancelled never runs; a running task is told
 through its ``CancelToken`` and stops at its next check (long remote reads check between ranged GETs).
@@ -522,26 +523,67 @@ async def gather_on(
     Raises:
         asyncio.CancelledError: the awaiting coroutine was cancelled; its tasks are cancelled too.
     """
+    outcomes, submitted = _submit_all(work, labels)
+    try:
+        await wait_tasks([task for _, task in submitted.values()], timeout_s)
+    finally:  # also when the request is cancelled: its tasks are not wanted any more
+        _collect(outcomes, submitted, count_expired)
+    return {key: outcomes[key] for _, tasks in work for key in tasks}
+
+
+def gather_blocking(
+    work: Sequence[tuple[BoundedPool, Mapping[K, Callable[[CancelToken], T]]]],
+    timeout_s: float,
+    *,
+    labels: Mapping[K, tuple[str, int]],
+    count_expired: bool = True,
+) -> dict[K, Outcome[T]]:
+    """:func:`gather_on` for callers without an event loop (tools, tests): the caller's thread
+    waits. The transports await :func:`gather_on` instead."""
+    outcomes, submitted = _submit_all(work, labels)
+    wait_blocking([task for _, task in submitted.values()], timeout_s)
+    _collect(outcomes, submitted, count_expired)
+    return {key: outcomes[key] for _, tasks in work for key in tasks}
+
+
+def wait_blocking(tasks: Collection[Task[Any]], timeout_s: float) -> None:
+    """:func:`wait_tasks` on the caller's thread."""
+    deadline = time.monotonic() + timeout_s
+    for task in tasks:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not task.wait(remaining):
+            return
+
+
+_Submitted = dict[K, tuple[BoundedPool, Task[T]]]
+
+
+def _submit_all(
+    work: Sequence[tuple[BoundedPool, Mapping[K, Callable[[CancelToken], T]]]],
+    labels: Mapping[K, tuple[str, int]],
+) -> tuple[dict[K, Outcome[T]], _Submitted[K, T]]:
+    """Queue every task on its pool; the outcomes of those that could not be queued."""
     outcomes: dict[K, Outcome[T]] = {}
-    submitted: dict[K, tuple[BoundedPool, Task[T]]] = {}
+    submitted: _Submitted[K, T] = {}
     for pool, tasks in work:
         for key, fn in tasks.items():
             try:
                 submitted[key] = (pool, pool.submit(fn, label=labels.get(key)))
             except RlmError as exc:
                 outcomes[key] = Outcome(error=exc)
-    try:
-        await wait_tasks([task for _, task in submitted.values()], timeout_s)
-    finally:  # also when the request is cancelled: its tasks are not wanted any more
-        for key, (pool, task) in submitted.items():
-            if task.done() or not task.cancel():
-                outcomes[key] = task._outcome()
-                continue
-            outcomes[key] = Outcome(timed_out=True)
-            if count_expired and task.label is not None:
-                topic, partition = task.label
-                pool._metrics.list_offsets_expirations.labels(topic=topic, partition=str(partition)).inc()
-    return {key: outcomes[key] for _, tasks in work for key in tasks}
+    return outcomes, submitted
+
+
+def _collect(outcomes: dict[K, Outcome[T]], submitted: _Submitted[K, T], count_expired: bool) -> None:
+    """Note each submitted task's outcome; cancel those not done (the deadline passed)."""
+    for key, (pool, task) in submitted.items():
+        if task.done() or not task.cancel():
+            outcomes[key] = task._outcome()
+            continue
+        outcomes[key] = Outcome(timed_out=True)
+        if count_expired and task.label is not None:
+            topic, partition = task.label
+            pool._metrics.list_offsets_expirations.labels(topic=topic, partition=str(partition)).inc()
 
 
 async def run_on(
@@ -567,20 +609,20 @@ async def run_on(
     return outcome.unwrap()
 
 
-_sync_loops = threading.local()
-
-
-def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Run ``coroutine`` to its end on the calling thread, for callers without an event loop
-    (tools, tests): on an event loop of the thread's own, kept for its next call.
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run to its end a coroutine that waits only by blocking (its waits are
+    :func:`gather_blocking` and :func:`wait_blocking`), without an event loop: for callers that
+    have none, sharing the request path's code.
 
     Raises:
-        RuntimeError: the calling thread runs an event loop (await the coroutine instead).
+        RuntimeError: the coroutine suspended (it awaited something an event loop must resume).
     """
-    loop: asyncio.AbstractEventLoop | None = getattr(_sync_loops, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = _sync_loops.loop = asyncio.new_event_loop()
-    return loop.run_until_complete(coroutine)
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return cast(T, finished.value)
+    coroutine.close()
+    raise RuntimeError("run_blocking: the coroutine awaited an event loop; await it on one instead")
 
 
 def run_all(
@@ -590,8 +632,8 @@ def run_all(
     *,
     labels: Mapping[K, tuple[str, int]],
 ) -> dict[K, Outcome[T]]:
-    """:func:`gather_on` for one pool, for callers without an event loop (:func:`run_sync`)."""
-    return run_sync(gather_on([(pool, tasks)], timeout_s, labels=labels))
+    """:func:`gather_blocking` for one pool."""
+    return gather_blocking([(pool, tasks)], timeout_s, labels=labels)
 
 
 def _check_positive(name: str, value: int) -> None:

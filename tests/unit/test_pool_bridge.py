@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from rlm.errors import PoolFullError, RequestTimedOutError, TaskCancelledError
-from rlm.lookup.pool import BoundedPool, CancelToken, gather_on, run_on, run_sync
+from rlm.lookup.pool import BoundedPool, CancelToken, gather_blocking, gather_on, run_blocking, run_on
 from rlm.metrics import Metrics
 
 WAIT = 10.0
@@ -83,7 +83,7 @@ def test_run_on_times_out_and_cancels_the_task(metrics: Metrics, gate: threading
                 cancelled.set()
 
         with pytest.raises(RequestTimedOutError, match="reading orders-0 did not finish in time"):
-            run_sync(run_on(pool, slow, 0.05, label=("orders", 0), what="reading orders-0"))
+            asyncio.run(run_on(pool, slow, 0.05, label=("orders", 0), what="reading orders-0"))
         assert cancelled.wait(WAIT)
     # A fetch cut off is not a ListOffsets expiration.
     assert metrics.registry.get_sample_value("rlm_list_offsets_expirations_total", {}) is None
@@ -94,9 +94,9 @@ def test_run_on_returns_the_value_or_raises_the_error(metrics: Metrics) -> None:
         raise TaskCancelledError("stopped at its check")
 
     with BoundedPool("remote-fetch", 1, 10, metrics) as pool:
-        assert run_sync(run_on(pool, lambda token: 7, WAIT)) == 7
+        assert asyncio.run(run_on(pool, lambda token: 7, WAIT)) == 7
         with pytest.raises(TaskCancelledError, match="stopped at its check"):
-            run_sync(run_on(pool, fails, WAIT))
+            asyncio.run(run_on(pool, fails, WAIT))
 
 
 def test_a_full_pool_refuses_at_once(metrics: Metrics, gate: threading.Event) -> None:
@@ -110,7 +110,7 @@ def test_a_full_pool_refuses_at_once(metrics: Metrics, gate: threading.Event) ->
         pool.submit(first)
         assert started.wait(WAIT)
         pool.submit(lambda token: gate.wait(WAIT))  # queued: the queue is full
-        outcome = run_sync(gather_on([(pool, {"p": lambda token: 1})], WAIT, labels={}))["p"]
+        outcome = gather_blocking([(pool, {"p": lambda token: 1})], WAIT, labels={})["p"]
         assert isinstance(outcome.error, PoolFullError)
         gate.set()
 
@@ -137,3 +137,17 @@ def test_closing_the_pool_wakes_whoever_awaits_a_queued_task(metrics: Metrics, g
     errors = asyncio.run(asyncio.wait_for(main(), WAIT))
     pool.close()
     assert isinstance(errors["queued"], TaskCancelledError)
+
+
+def test_run_blocking_refuses_a_coroutine_that_awaits_a_loop(metrics: Metrics) -> None:
+    async def sleeps() -> None:
+        await asyncio.sleep(0)
+
+    with pytest.raises(RuntimeError, match="awaited an event loop"):
+        run_blocking(sleeps())
+
+    async def blocks(pool: BoundedPool) -> int:
+        return gather_blocking([(pool, {0: lambda token: 5})], WAIT, labels={})[0].unwrap()
+
+    with BoundedPool("offset-reader", 1, 10, metrics) as pool:
+        assert run_blocking(blocks(pool)) == 5
