@@ -4,7 +4,7 @@ The API's hottest route, so it is a plain Starlette route: it reads and checks i
 itself, sparing FastAPI's per-request parameter and dependency machinery (which costs more than
 a local-tier lookup). Its OpenAPI entry is written here and added to the app's document by
 :func:`document`. The lookup is planned on the event loop
-(:meth:`~rlm.lookup.list_offsets.ListOffsets.lookup`): a local-tier answer is read there; a
+(:meth:`~rlm.lookup.list_offsets.ListOffsets.plan_one`): a local-tier answer is read there; a
 metadata read or a remote search runs on its pool and is awaited, holding no thread, within
 the request's deadline, taken when the request arrives.
 Parameters are parsed by the parsers every API shares (:mod:`rlm.arguments`, :mod:`rlm.timestamps`);

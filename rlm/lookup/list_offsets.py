@@ -18,7 +18,7 @@ are :mod:`rlm.lookup.planning`'s:
 3. Partitions not answered by the deadline answer REQUEST_TIMED_OUT; their tasks are cancelled.
 
 One partition's lookup (REST's GET, gRPC's GetOffset) is not packed into a request: it is planned
-on the caller's thread (:meth:`ListOffsets.lookup`), its view read on the metadata pool only when
+on the caller's thread (:meth:`ListOffsets.plan_one`), its view read on the metadata pool only when
 the service holds none, and its search run as above.
 
 A request names at most ``list.offsets.max.partitions`` partitions (a topic without any counts as
@@ -283,18 +283,6 @@ class ListOffsets:
         search on the pool the plan names, awaited until a deadline without holding a thread."""
         return OneLookup(self, tp, timestamp, isolation)
 
-    async def lookup(
-        self,
-        tp: TopicPartition,
-        timestamp: int,
-        *,
-        deadline: float,
-        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
-    ) -> PartitionResult:
-        """:meth:`plan_one`, then :meth:`OneLookup.finish` by ``deadline`` when needed."""
-        planned = OneLookup(self, tp, timestamp, isolation)
-        return planned.answered or await planned.finish(deadline)
-
     def find_one(
         self,
         tp: TopicPartition,
@@ -303,13 +291,13 @@ class ListOffsets:
         *,
         deadline: float | None = None,
     ) -> PartitionResult:
-        """:meth:`lookup` for callers without an event loop (tools, tests); ``deadline`` defaults
-        to ``timeout_ms`` (else ``remote.list.offsets.request.timeout.ms``) from now."""
+        """One partition's lookup (:meth:`plan_one`) for callers without an event loop (tools,
+        tests), waiting on the caller's thread; ``deadline`` defaults to ``timeout_ms`` (else
+        ``remote.list.offsets.request.timeout.ms``) from now."""
         planned = OneLookup(self, tp, timestamp, IsolationLevel.READ_UNCOMMITTED)
         if planned.answered is not None:
             return planned.answered
-        planned.deadline = self.deadline(timeout_ms) if deadline is None else deadline
-        return run_blocking(planned._finish(_BLOCK))
+        return planned.finish_blocking(self.deadline(timeout_ms) if deadline is None else deadline)
 
 
 class OneLookup:
@@ -353,6 +341,13 @@ class OneLookup:
             return self.answered
         self.deadline = deadline
         return await self._finish(_AWAIT)
+
+    def finish_blocking(self, deadline: float) -> PartitionResult:
+        """:meth:`finish` on the caller's thread, for callers without an event loop."""
+        if self.answered is not None:
+            return self.answered
+        self.deadline = deadline
+        return run_blocking(self._finish(_BLOCK))
 
     async def _finish(self, waits: _Waits) -> PartitionResult:
         """Read the view if the plan needs it, then run the search on its pool; the result."""
