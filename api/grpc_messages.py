@@ -105,8 +105,8 @@ def fetch_bytes(request: pb.FetchRecordsRequest) -> int:
     return check_range(request.max_bytes, "max_bytes", 1, MAX_FETCH_BYTES)
 
 
-def fetch_response(tp: TopicPartition, offset: int, result: FetchResult) -> pb.FetchRecordsResponse:
-    """The records at or after ``offset`` and below the high watermark, and the batches as read."""
+def fetch_response(tp: TopicPartition, result: FetchResult) -> pb.FetchRecordsResponse:
+    """The fetch's records and its batches, as read (:class:`~rlm.lookup.fetch.FetchResult`)."""
     records = [
         pb.Record(
             offset=r.offset,
@@ -118,9 +118,7 @@ def fetch_response(tp: TopicPartition, offset: int, result: FetchResult) -> pb.F
             leader_epoch=batch.header.leader_epoch,
         )
         for batch in result.batches
-        if not batch.header.is_control
         for r in batch.records
-        if offset <= r.offset < result.visible_end
     ]
     return pb.FetchRecordsResponse(
         topic=tp.topic,

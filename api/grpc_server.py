@@ -2,14 +2,15 @@
 health and reflection services; built by :func:`build_grpc_server`.
 
 The servicer only translates messages (:mod:`api.grpc_messages`) and errors (:mod:`api.grpc_errors`);
-the work is done by the runtime's services. Those block, so they never run on the event loop:
-record fetches run on the runtime's remote-fetch pool (the loop is woken when one finishes), the
-other calls on the loop's default executor, at most ``max_concurrent_rpcs`` at a time (the server
-turns away calls beyond that with RESOURCE_EXHAUSTED).
+the work is done by the runtime's services. Lookups are planned on the event loop; what blocks
+never runs there: lookups' metadata reads and remote searches and record fetches run on the
+runtime's pools and are awaited without holding a thread (the loop is woken when one finishes),
+the other calls on the loop's default executor, at most ``max_concurrent_rpcs`` at a time (the
+server turns away calls beyond that with RESOURCE_EXHAUSTED).
 
 The call deadline is the lookup timeout: a lookup gets the time the caller has left, less a little
 to send the answer back; without a deadline, ``remote.list.offsets.request.timeout.ms`` applies.
-The lookup's deadline is taken when the call arrives, so waiting for a worker thread counts too.
+The lookup's deadline is taken when the call arrives.
 Arguments are checked as the REST API checks them: by the services (topic names, the size of a
 ListOffsets, settings) and by the parsers every API shares (:mod:`rlm.arguments`,
 :mod:`rlm.timestamps`).
@@ -18,8 +19,6 @@ ListOffsets, settings) and by the parsers every API shares (:mod:`rlm.arguments`
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
 import logging
 import math
 import time
@@ -39,10 +38,10 @@ from api.gen.rlm.v1 import rlm_pb2_grpc
 from api.grpc_auth import BearerTokenInterceptor
 from api.grpc_errors import StatusError, answers_errors, for_error_code
 from rlm.bootstrap import Runtime
-from rlm.errors import ConfigError, RequestTimedOutError
+from rlm.errors import ConfigError
 from rlm.lookup.fetch import FetchResult
 from rlm.lookup.list_offsets import ErrorCode
-from rlm.lookup.pool import BoundedPool, CancelToken
+from rlm.lookup.pool import CancelToken, run_on
 from rlm.timestamps import parse_timestamp
 
 log = logging.getLogger(__name__)
@@ -73,14 +72,11 @@ class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
         arrived = time.monotonic()
         tp = msg.topic_partition(request.topic, request.partition)
         timestamp = parse_timestamp(request.timestamp)
-        # A local-tier answer is read on the event loop; anything else waits in a worker thread.
-        result = self.runtime.list_offsets.answer_now(tp, timestamp)
+        lookups = self.runtime.list_offsets
+        planned = lookups.plan_one(tp, timestamp)  # a local-tier answer is found here, on the loop
+        result = planned.answered
         if result is None:
-            timeout_ms = _deadline_ms(context)
-            deadline = self.runtime.list_offsets.deadline(timeout_ms, arrived=arrived)
-            result = await asyncio.to_thread(
-                functools.partial(self.runtime.list_offsets.find_one, deadline=deadline), tp, timestamp
-            )
+            result = await planned.finish(lookups.deadline(_deadline_ms(context), arrived=arrived))
         if result.error_code is not ErrorCode.NONE:
             raise for_error_code(result.error_code, result.error_message)
         return msg.offset_response(tp, result)
@@ -90,8 +86,8 @@ class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
     async def ListOffsets(self, request: pb.ListOffsetsRequest, context: Context) -> pb.ListOffsetsResponse:
         query = msg.list_offsets_request(request, _deadline_ms(context))
         deadline = self.runtime.list_offsets.deadline(query.timeout_ms)
-        handle = functools.partial(self.runtime.list_offsets.handle, deadline=deadline)
-        return msg.list_offsets_response(await asyncio.to_thread(handle, query))
+        response = await self.runtime.list_offsets.handle_async(query, deadline=deadline)
+        return msg.list_offsets_response(response)
 
     @override
     @answers_errors
@@ -108,10 +104,10 @@ class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
             return fetcher.fetch(tp, offset, max_bytes, checkpoint=token.raise_if_cancelled)
 
         timeout_s = self.runtime.request_timeout.seconds_for(deadline_ms)
-        result = await _on_pool(
+        result = await run_on(
             self.runtime.fetch_pool, read, timeout_s, label=tp, what=f"reading {tp} from offset {offset}"
         )
-        return msg.fetch_response(tp, offset, result)
+        return msg.fetch_response(tp, result)
 
     @override
     @answers_errors
@@ -163,50 +159,6 @@ def _deadline_ms(context: Context) -> int | None:
     if timeout_ms <= 0:
         raise StatusError(grpc.StatusCode.DEADLINE_EXCEEDED, "the call's deadline passed before the lookup")
     return timeout_ms
-
-
-async def _on_pool(
-    pool: BoundedPool, fn: Callable[[CancelToken], T], timeout_s: float, *, label: tuple[str, int], what: str
-) -> T:
-    """Run ``fn`` on ``pool`` and await it without holding a thread; cancel it after ``timeout_s``.
-
-    Raises:
-        PoolFullError: the pool's queue is full.
-        RequestTimedOutError: ``fn`` did not finish in time (it is cancelled); the message starts
-            with ``what``.
-        Whatever ``fn`` raised.
-    """
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[T] = loop.create_future()
-
-    def deliver(outcome: Callable[[], None]) -> None:
-        # The waiter may have given up (the future is cancelled) or the loop may be closed.
-        def settle() -> None:
-            if not answer.done():
-                outcome()
-
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(settle)
-
-    def run(token: CancelToken) -> T:
-        try:
-            value = fn(token)
-        except BaseException as exc:
-            deliver(functools.partial(answer.set_exception, exc))
-            raise
-        deliver(functools.partial(answer.set_result, value))
-        return value
-
-    task = pool.submit(run, label=label)
-    try:
-        done, _ = await asyncio.wait((answer,), timeout=timeout_s)
-    finally:
-        if not answer.done():  # timed out, or the call was cancelled
-            answer.cancel()
-            task.cancel()
-    if not done:
-        raise RequestTimedOutError(f"{what} did not finish in time ({timeout_s * 1000:.0f} ms)")
-    return answer.result()
 
 
 class ReadinessHealthServicer(health_aio.HealthServicer):

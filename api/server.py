@@ -1,4 +1,6 @@
-"""``rlm serve``: one process running the copier loop, the retention loop (whose passes also clean
+"""The composition root of the API: ``rlm serve`` (and the client of ``rlm lookup --grpc``).
+
+``rlm serve``: one process running the copier loop, the retention loop (whose passes also clean
 up unfinished copies), the REST server and the gRPC server, sharing one runtime.
 
 Without log directories it is a query tier (standalone): lookups and fetches answer from the remote
@@ -16,6 +18,7 @@ import contextlib
 import logging
 import signal
 from collections.abc import Callable, Generator
+from typing import Any
 
 import uvicorn
 
@@ -36,6 +39,15 @@ class _Uvicorn(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+
+def lookup_over_grpc(
+    address: str, token: str, topic: str, partition: int, timestamp: str, timeout_s: float
+) -> dict[str, Any]:
+    """``rlm lookup --grpc``: ask the rlm at ``address`` (:func:`api.grpc_client.get_offset`)."""
+    from api.grpc_client import get_offset
+
+    return get_offset(address, token, topic, partition, timestamp, timeout_s)
 
 
 async def serve(settings: Settings, *, ready: Callable[[Runtime], None] | None = None) -> int:

@@ -55,11 +55,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from metadata.schema import upgrade
 from rlm.bootstrap import Runtime, build_runtime
 from rlm.config import Settings, TopicSettings
-from rlm.log import scan, watch
+from rlm.log import scan
 from rlm.log.batches import find_record
 from rlm.log.dirwriter import LogDirWriter
 from rlm.log.logdir import LogDir
 from rlm.log.model import Codec
+from rlm.log.watch import open_watcher
 from rlm.log.writer import ProducerRecord, TopicConfig
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.list_offsets import ErrorCode
@@ -249,7 +250,7 @@ def remote_reads(tiered: Tiered, count: int) -> dict[str, Any]:
     for i, timestamp in enumerate(tiered.remote_targets[:count]):
         cache = RemoteIndexCache(tiered.root / f"cold-{i}", rt.storage, Metrics(CollectorRegistry()))
         try:
-            service = LookupService(rt.store, rt.storage, cache, rt.settings.log_dirs)
+            service = LookupService(rt.store, rt.storage, cache, rt.settings.log_dirs, watcher=rt.watcher)
             stats = FetchStats()
             answer = service.find(TP, timestamp, stats=stats)
             assert answer.tier == "remote", answer
@@ -506,7 +507,7 @@ def main() -> None:
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpus": os.cpu_count(),
         "c_search_loops": scan.ACCELERATED,
-        "log_dirs_watched": watch.default_watcher() is not None,
+        "log_dirs_watched": open_watcher() is not None,
         "backends": {},
     }
     with tempfile.TemporaryDirectory(prefix="rlm-bench-lookup-") as tmp:

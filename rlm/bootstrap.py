@@ -15,13 +15,14 @@ from rlm.copier import Copier
 from rlm.dynamic_config import DynamicConfig
 from rlm.errors import MetadataUnavailableError
 from rlm.leases import LeaseKeeper
-from rlm.log import watch
 from rlm.log.logdir import LogDir
+from rlm.log.watch import DirectoryWatcher, open_watcher
 from rlm.lookup.fetch import RecordFetcher
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.list_offsets import ListOffsets
 from rlm.lookup.pool import BoundedPool, RequestTimeout
 from rlm.lookup.service import LookupService
+from rlm.lookup.views import RemoteViews
 from rlm.metastore.availability import StoreAvailability
 from rlm.metastore.model import TopicPartition
 from rlm.metastore.protocol import MetadataStore
@@ -55,6 +56,39 @@ def open_store(settings: Settings, metrics: Metrics | None = None) -> MetadataSt
     return SqlMetadataStore.open(
         settings.metadata_url, pool_size=settings.metadata_pool_size, deadlines=deadlines, on_error=on_error
     )
+
+
+def upgrade_metadata(url: str, revision: str = "head") -> str:
+    """Upgrade the metadata database at ``url`` to ``revision`` (``rlm db upgrade``); returns the
+    line that says where it is now."""
+    from metadata.engine import create_engine_for_url, display_url
+    from metadata.schema import current_revision, upgrade
+
+    upgrade(url, revision)
+    engine = create_engine_for_url(url, pooled=False)
+    try:
+        now = current_revision(engine)
+    finally:
+        engine.dispose()
+    return f"metadata database {display_url(url)} is at revision {now}"
+
+
+def check_metadata(url: str) -> str:
+    """Check that the metadata database at ``url`` has this rlm's schema (``rlm db current``);
+    returns the line that says so.
+
+    Raises:
+        SchemaMismatchError: it has another revision, or none; the message says which.
+    """
+    from metadata.engine import create_engine_for_url, display_url
+    from metadata.schema import check_schema, head_revision
+
+    engine = create_engine_for_url(url, pooled=False)
+    try:
+        check_schema(engine)
+    finally:
+        engine.dispose()
+    return f"metadata database {display_url(url)} is at revision {head_revision()}: up to date"
 
 
 def open_remote_storage(
@@ -119,6 +153,8 @@ class Runtime:
     overview: Overview
     dynamic_config: DynamicConfig
     readiness: ReadinessProbe
+    watcher: DirectoryWatcher | None = None
+    """Tells the lookups when the broker changed its files (``log.dirs.watch``); None: ``stat``."""
     closed: bool = field(default=False)
 
     def readiness_problems(self) -> list[str]:
@@ -142,6 +178,8 @@ class Runtime:
             self.fetch_pool.close(wait=False)
             self.metadata_pool.close(wait=False)
             self.index_cache.close()
+            if self.watcher is not None:
+                self.watcher.close()
             self.storage.close()
             self.store.close()
 
@@ -163,7 +201,6 @@ def build_runtime(
     when a lookup first needs a remote index, for commands that may never read one (``rlm copy``,
     ``rlm retention``, ``rlm lookup``) and may run beside an ``rlm serve`` using the directory.
     """
-    watch.set_enabled(settings.log_dirs_watch)
     metrics = Metrics(registry)
     store = store if store is not None else open_store(settings, metrics)
     try:
@@ -171,6 +208,7 @@ def build_runtime(
     except BaseException:
         store.close()
         raise
+    watcher = None
     try:
         leases = LeaseKeeper(store, settings.broker_id, settings.remote_log_manager_lease_ttl_ms)
         copier = Copier(settings, store, storage, metrics, leases=leases)
@@ -206,14 +244,27 @@ def build_runtime(
         )
         timeout = RequestTimeout(settings.remote_list_offsets_request_timeout_ms)
         availability = StoreAvailability(settings.metadata_retry_backoff_ms / 1000)
-        lookup = LookupService(store, storage, cache, settings.log_dirs, availability=availability)
+        watcher = open_watcher(settings.log_dirs_watch)
+        # The partitions' remote-tier summaries, reused across lookups (rlm.lookup.views).
+        views = RemoteViews(store, availability)
+        lookup = LookupService(
+            store,
+            storage,
+            cache,
+            settings.log_dirs,
+            availability=availability,
+            views=views,
+            watcher=watcher,
+        )
         copier.on_change = lookup.invalidate
         retention.on_change = lookup.invalidate
         retention.on_deleted = lambda segment: cache.remove(segment.segment_id)
-        overview = Overview(store, tuple(LogDir(d) for d in settings.log_dirs))
+        overview = Overview(store, tuple(LogDir(d, watcher=watcher) for d in settings.log_dirs))
         dynamic = DynamicConfig(offset_pool, timeout, copier)
         readiness = _readiness_probe(store, storage, availability, settings.readiness_timeout_ms / 1000)
     except BaseException:
+        if watcher is not None:
+            watcher.close()
         storage.close()
         store.close()
         raise
@@ -243,6 +294,7 @@ def build_runtime(
         overview,
         dynamic,
         readiness,
+        watcher,
     )
 
 

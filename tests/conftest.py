@@ -46,6 +46,32 @@ def sample_logdir(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Produ
 
 
 @pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A migrated PostgreSQL database for the whole session, dropped at its end."""
+    from tests.metadata_support import postgres_database  # SQLAlchemy loads only for tests using it
+
+    with postgres_database() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A migrated SQLite file that tests copy instead of migrating their own."""
+    from tests.metadata_support import migrated_sqlite_template
+
+    return migrated_sqlite_template(tmp_path_factory.mktemp("sqlite-template"))
+
+
+@pytest.fixture(scope="session")
+def moto_s3() -> Iterator[S3Server]:
+    """One moto S3 server for the test session, on a free port of 127.0.0.1."""
+    from tests.s3_support import running_moto  # boto3 and moto load only for tests that use S3
+
+    with running_moto() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def s3rver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     """One s3rver process for the whole session (a second S3 server: see ``tests/s3_support.py``)."""
     from tests.s3_support import running_s3rver  # boto3 and moto load only for tests that use S3
@@ -56,6 +82,6 @@ def s3rver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
 
 @pytest.fixture(params=["moto", "s3rver"])
 def s3_server(request: pytest.FixtureRequest) -> S3Server:
-    """Each S3 server in turn: moto's (close to AWS; the module imports ``moto_s3``) and s3rver."""
+    """Each S3 server in turn: moto's (close to AWS) and s3rver."""
     server: S3Server = request.getfixturevalue("moto_s3" if request.param == "moto" else "s3rver")
     return server

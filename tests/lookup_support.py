@@ -46,6 +46,7 @@ from rlm.remote_segment import prepare_segment
 from rlm.retention import Retention
 from rlm.storage.filesystem import FilesystemStorage
 from rlm.storage.protocol import RemoteStorage
+from tests.clock import FakeClock
 from tests.metadata_support import clear, sqlite_copy
 from tests.s3_support import MotoS3
 
@@ -279,14 +280,6 @@ class Truth:
 # -- writing the log ----------------------------------------------------------------------------
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now = NOW
-
-    def __call__(self) -> int:
-        return self.now
-
-
 def _records(plan: BatchPlan, first_offset: int) -> list[ProducerRecord]:
     out = []
     for i, delta in enumerate(plan.timestamps):
@@ -306,7 +299,7 @@ def write_partition(log_dir: Path, plan: PartitionPlan, partition: int = 0) -> T
 def write_partitions(log_dir: Path, plans: Mapping[int, PartitionPlan]) -> dict[int, Truth]:
     """Append each plan's batches to ``log_dir/orders-<partition>`` and close the directory as a
     broker does (checkpoints included); returns the truth about every appended record."""
-    clock = _Clock()
+    clock = FakeClock(NOW)
     writer = LogDirWriter(log_dir, clock=clock)
     truths: dict[int, Truth] = {}
     high_watermarks: dict[LogTopicPartition, int] = {}
@@ -326,7 +319,7 @@ def write_partitions(log_dir: Path, plans: Mapping[int, PartitionPlan]) -> dict[
     return truths
 
 
-def _append(appender: PartitionAppender, clock: _Clock, plan: PartitionPlan) -> Truth:
+def _append(appender: PartitionAppender, clock: FakeClock[int], plan: PartitionPlan) -> Truth:
     records: list[TruthRecord] = []
     batches: list[tuple[int, int]] = []
     transactions: list[tuple[int, int]] = []
@@ -379,7 +372,7 @@ def _append(appender: PartitionAppender, clock: _Clock, plan: PartitionPlan) -> 
 
 def _marker(
     appender: PartitionAppender,
-    clock: _Clock,
+    clock: FakeClock[int],
     producer_id: int,
     kind: BatchKind,
     batches: list[tuple[int, int]],

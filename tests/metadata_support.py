@@ -7,6 +7,7 @@ the end. They fail, rather than skip, when the server cannot be reached.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
@@ -32,6 +33,7 @@ from rlm.metastore import (
     SegmentState,
     TopicPartition,
 )
+from tests.clock import FakeClock
 
 POSTGRES_SERVER_URL = os.environ.get(
     "RLM_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -41,20 +43,6 @@ BACKENDS = [
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
 ]
 TP = TopicPartition("orders", 0)
-
-
-class FakeClock:
-    """A clock in milliseconds that only moves when told to."""
-
-    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
-        self.now_ms = now_ms
-
-    def __call__(self) -> int:
-        return self.now_ms
-
-    def advance(self, ms: int) -> None:
-        """Move the clock forward by ``ms``."""
-        self.now_ms += ms
 
 
 def _server_dsn() -> str:
@@ -76,9 +64,9 @@ def drop_postgres_database(url: str) -> None:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A migrated PostgreSQL database for the whole session, dropped at its end."""
+@contextlib.contextmanager
+def postgres_database() -> Iterator[str]:
+    """A migrated PostgreSQL database, dropped at the end (the session's: fixture ``postgres_url``)."""
     url = create_postgres_database()
     try:
         upgrade(url)
@@ -87,10 +75,10 @@ def postgres_url() -> Iterator[str]:
         drop_postgres_database(url)
 
 
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A migrated SQLite file that tests copy instead of migrating their own."""
-    path = tmp_path_factory.mktemp("sqlite-template") / "template.db"
+def migrated_sqlite_template(directory: Path) -> Path:
+    """A migrated SQLite file in ``directory`` that tests copy instead of migrating their own (the
+    session's: fixture ``sqlite_template``)."""
+    path = directory / "template.db"
     upgrade(f"sqlite:///{path}")
     return path
 
@@ -122,7 +110,7 @@ def backend_url(backend: str, request: pytest.FixtureRequest, directory: Path) -
     return url
 
 
-def open_store(url: str, clock: FakeClock, *, list_page_size: int = 500) -> SqlMetadataStore:
+def open_store(url: str, clock: FakeClock[int], *, list_page_size: int = 500) -> SqlMetadataStore:
     """A store on ``url`` driven by ``clock``."""
     return SqlMetadataStore(create_engine_for_url(url), clock=clock, list_page_size=list_page_size)
 

@@ -8,9 +8,8 @@ Two independent implementations, one process each per test session:
   to ListMultipartUploads and 405 to AbortMultipartUpload, ignores checksums, and answers
   ``Range: bytes=0-0`` with the whole object — the kind of S3-compatible store rlm must work on.
 
-Import ``moto_s3`` into a test module (``from tests.s3_support import moto_s3  # noqa: F401``);
-``s3rver`` and ``s3_server`` (each server in turn) are fixtures of ``tests/conftest.py``, so that
-the session runs one s3rver whatever the modules that use it.
+``moto_s3``, ``s3rver`` and ``s3_server`` (each server in turn) are fixtures of
+``tests/conftest.py``, so that the session runs one of each whatever the modules that use them.
 """
 
 from __future__ import annotations
@@ -161,9 +160,9 @@ class RecordingEvents:
 MotoS3 = S3Server
 
 
-@pytest.fixture(scope="session")
-def moto_s3() -> Iterator[S3Server]:
-    """One moto S3 server for the test session, on a free port of 127.0.0.1."""
+@contextlib.contextmanager
+def running_moto() -> Iterator[S3Server]:
+    """A moto S3 server on a free port of 127.0.0.1 (the session's: fixture ``moto_s3``)."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

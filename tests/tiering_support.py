@@ -2,16 +2,15 @@
 on either backend pair, and the checker of the remote tier's invariants.
 
 Backend pairs: SQLite + the filesystem store (the embedded default), and PostgreSQL or SQLite + an
-S3 server over HTTP (moto's server mode, or s3rver). Import the fixtures into a test module::
-
-    from tests.tiering_support import backend, moto_s3  # noqa: F401  (fixtures)
+S3 server over HTTP (moto's server mode, or s3rver). The fixtures ``backend`` and
+``tiering_factory`` are in ``tests/integration/conftest.py``.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import InitVar, dataclass, field, replace
 from pathlib import Path
 from typing import NamedTuple
@@ -48,10 +47,9 @@ from rlm.storage.payload import crc32c_update
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.s3_config import S3Config
-from tests.metadata_support import FakeClock, backend_url, open_store
-from tests.s3_support import TEST_S3_CONFIG, S3Server, moto_s3
-
-__all__ = ["moto_s3"]  # re-exported fixture
+from tests.clock import FakeClock
+from tests.metadata_support import backend_url, open_store
+from tests.s3_support import TEST_S3_CONFIG, S3Server
 
 BROKER_ID = 1
 #: Every step the copier reports, in the order of one copy.
@@ -238,7 +236,7 @@ class Backend:
         root = Path(self.remote_url.removeprefix("file://"))
         return sorted(tmp.relative_to(root).as_posix() for tmp in root.rglob(f"*{TMP_SUFFIX}"))
 
-    def open_store(self, clock: FakeClock) -> SqlMetadataStore:
+    def open_store(self, clock: FakeClock[int]) -> SqlMetadataStore:
         """A fresh connection to the metadata store; leases expire by ``clock``."""
         return open_store(self.metadata_url, clock)
 
@@ -271,12 +269,6 @@ def make_backend(kind: str, request: pytest.FixtureRequest, directory: Path) -> 
     return Backend(kind, url, f"s3://{bucket}/tier", s3, bucket)
 
 
-@pytest.fixture(params=BACKEND_PAIRS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """Each backend pair in turn, empty."""
-    return make_backend(request.param, request, tmp_path)
-
-
 @dataclass
 class Tiering:
     """A copier and a retention of broker ``BROKER_ID`` sharing one store, storage and lease keeper."""
@@ -285,7 +277,7 @@ class Tiering:
     settings: Settings
     store: SqlMetadataStore
     storage: RemoteStorage
-    clock: FakeClock = field(default_factory=FakeClock)
+    clock: FakeClock[int] = field(default_factory=FakeClock)
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     given_metrics: InitVar[Metrics | None] = None
     """The metrics the storage reports to, on ``registry``; new ones when not given."""
@@ -298,7 +290,7 @@ class Tiering:
 
     @classmethod
     def open(
-        cls, backend: Backend, log_dir: Path, clock: FakeClock | None = None, **changes: object
+        cls, backend: Backend, log_dir: Path, clock: FakeClock[int] | None = None, **changes: object
     ) -> Tiering:
         """Connect to ``backend`` with settings for ``log_dir`` (``changes`` applied to them)."""
         clock = clock or FakeClock()
@@ -357,23 +349,6 @@ class Tiering:
         self.leases.release_all()
         self.storage.close()
         self.store.close()
-
-
-@pytest.fixture
-def tiering_factory() -> Iterator[Callable[..., Tiering]]:
-    """Opens :class:`Tiering` harnesses and closes them after the test."""
-    opened: list[Tiering] = []
-
-    def factory(
-        backend: Backend, log_dir: Path, clock: FakeClock | None = None, **changes: object
-    ) -> Tiering:
-        harness = Tiering.open(backend, log_dir, clock, **changes)
-        opened.append(harness)
-        return harness
-
-    yield factory
-    for harness in opened:
-        harness.close()
 
 
 # -- the invariants of the remote tier ----------------------------------------------------------

@@ -3,9 +3,10 @@
 The API's hottest route, so it is a plain Starlette route: it reads and checks its parameters
 itself, sparing FastAPI's per-request parameter and dependency machinery (which costs more than
 a local-tier lookup). Its OpenAPI entry is written here and added to the app's document by
-:func:`document`. A local-tier answer is read on the event loop; anything that may query the
-metadata store or read the remote tier runs in a worker thread, on the reader pool, within the
-request's deadline, which is taken when the request arrives (waiting for a thread counts too).
+:func:`document`. The lookup is planned on the event loop
+(:meth:`~rlm.lookup.list_offsets.ListOffsets.plan_one`): a local-tier answer is read there; a
+metadata read or a remote search runs on its pool and is awaited, holding no thread, within
+the request's deadline, taken when the request arrives.
 Parameters are parsed by the parsers every API shares (:mod:`rlm.arguments`, :mod:`rlm.timestamps`);
 the topic name is checked by the service, as for every API.
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -82,10 +82,10 @@ async def get_offset(request: Request) -> Response:
     if raw_timeout is not None:
         timeout_ms = parse_int(raw_timeout, "query.timeout_ms", 1, MAX_TIMEOUT_MS)
     tp = TopicPartition(topic, partition)
-    result = rt.list_offsets.answer_now(tp, at)
+    planned = rt.list_offsets.plan_one(tp, at)  # a local-tier answer is found here, on the loop
+    result = planned.answered
     if result is None:
-        deadline = rt.list_offsets.deadline(timeout_ms, arrived=arrived(request))
-        result = await run_in_threadpool(rt.list_offsets.find_one, tp, at, timeout_ms, deadline=deadline)
+        result = await planned.finish(rt.list_offsets.deadline(timeout_ms, arrived=arrived(request)))
     if result.error_code is not ErrorCode.NONE:
         status = STATUS_FOR_CODE.get(result.error_code, 500)
         retry = {"Retry-After": "1"} if status in RETRIABLE_STATUSES else None

@@ -1,8 +1,8 @@
 """Offset lookups for many partitions at once: POST /v1/list-offsets (Kafka's v10 shape).
 
 One partition's lookup by GET is :mod:`api.rest.lookup_route`. The request's deadline starts
-when it arrives; the service checks its size and topic names (as for every API), then answers in
-a worker thread.
+when it arrives; the service checks its size and topic names (as for every API) and answers,
+awaiting its pools without holding a thread.
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from rlm.bootstrap import Runtime
 from rlm.lookup.list_offsets import ListOffsetsRequest, ListOffsetsResponse, PartitionQuery, TopicQuery
 
 router = APIRouter(prefix="/v1", tags=["offsets"])
+#: Answers of at most this many partitions are serialized on the event loop, not in a thread.
+SERIALIZE_INLINE_PARTITIONS = 64
 ERRORS: dict[int | str, dict[str, object]] = {
     s: {"model": Problem} for s in (400, 401, 403, 404, 429, 503, 504)
 }
@@ -55,13 +57,16 @@ async def list_offsets(
         isolation_level=body.isolation_level,
     )
 
-    def answer() -> Response:
-        # The answer is serialized here too: tens of thousands of objects, off the event loop,
-        # and once (the model is built from trusted values, not validated again on the way out).
-        response = rt.list_offsets.handle(request, deadline=deadline)
+    response = await rt.list_offsets.handle_async(request, deadline=deadline)
+
+    def serialized() -> Response:
+        # Tens of thousands of objects: serialized off the event loop, and once (the model is
+        # built from trusted values, not validated again on the way out).
         return Response(_answer(response).model_dump_json(), media_type="application/json")
 
-    return await run_in_threadpool(answer)
+    if sum(len(t.partitions) for t in response.topics) <= SERIALIZE_INLINE_PARTITIONS:
+        return serialized()
+    return await run_in_threadpool(serialized)
 
 
 def _answer(response: ListOffsetsResponse) -> ListOffsetsOut:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 from api.auth import Scope
 from api.rest.deps import require, runtime
@@ -17,7 +18,7 @@ from rlm.arguments import INT32_MAX, INT64_MAX
 from rlm.bootstrap import Runtime
 from rlm.errors import RequestTimedOutError
 from rlm.lookup.fetch import FetchResult
-from rlm.lookup.pool import CancelToken
+from rlm.lookup.pool import CancelToken, run_on
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
 
@@ -36,7 +37,7 @@ def _b64(data: bytes | None) -> str | None:
     responses={**ERRORS, 200: {"content": {OCTET: {}}, "description": "JSON, or raw batches"}},
     summary="Records from an offset (Accept: application/octet-stream for raw Kafka batches)",
 )
-def get_records(
+async def get_records(
     request: Request,
     topic: Annotated[str, Path(min_length=1, max_length=MAX_TOPIC_LENGTH)],
     partition: Annotated[int, Path(ge=0, le=INT32_MAX), text_int(0, INT32_MAX)],
@@ -45,42 +46,43 @@ def get_records(
     _: Annotated[Scope, Depends(require(Scope.READ))],
     max_bytes: Annotated[int, Query(ge=1, le=MAX_FETCH_BYTES), text_int(1, MAX_FETCH_BYTES)] = 1024 * 1024,
     timeout_ms: Annotated[int | None, Query(ge=1, le=MAX_TIMEOUT_MS), text_int(1, MAX_TIMEOUT_MS)] = None,
-) -> Response | RecordsOut:
+) -> Response:
     tp = TopicPartition(topic, partition)
 
     def read(token: CancelToken) -> FetchResult:
         return rt.fetcher.fetch(tp, offset, max_bytes, checkpoint=token.raise_if_cancelled)
 
-    task = rt.fetch_pool.submit(read, label=tp)
+    timeout_s = rt.request_timeout.seconds_for(timeout_ms)
+    what = f"reading {tp} from offset {offset}"
     try:
-        result = task.result(rt.request_timeout.seconds_for(timeout_ms))
+        result = await run_on(rt.fetch_pool, read, timeout_s, label=tp, what=what)
     except RequestTimedOutError as exc:
-        task.cancel()
-        raise ApiError(504, f"reading {tp} from offset {offset} did not finish in time") from exc
+        raise ApiError(504, f"{what} did not finish in time") from exc
     if OCTET in request.headers.get("accept", ""):
         return Response(
             result.raw,
             media_type=OCTET,
             headers={"X-Rlm-Tier": result.tier or "", "X-Rlm-High-Watermark": str(result.high_watermark)},
         )
-    records = []
-    for batch in result.batches:
-        if batch.header.is_control:
-            continue
-        for r in batch.records:
-            if offset <= r.offset < result.visible_end:
-                records.append(
-                    RecordOut(
-                        offset=r.offset,
-                        timestamp=r.timestamp,
-                        timestamp_type=batch.header.timestamp_type.label,
-                        key=_b64(r.key),
-                        value=_b64(r.value),
-                        headers=[(k, _b64(v)) for k, v in r.headers],
-                        leader_epoch=batch.header.leader_epoch,
-                    )
-                )
-    return RecordsOut(
+    # Translating up to max_bytes of records is work for a thread, not the event loop.
+    return await run_in_threadpool(_json, topic, partition, result)
+
+
+def _json(topic: str, partition: int, result: FetchResult) -> Response:
+    records = [
+        RecordOut(
+            offset=r.offset,
+            timestamp=r.timestamp,
+            timestamp_type=batch.header.timestamp_type.label,
+            key=_b64(r.key),
+            value=_b64(r.value),
+            headers=[(k, _b64(v)) for k, v in r.headers],
+            leader_epoch=batch.header.leader_epoch,
+        )
+        for batch in result.batches
+        for r in batch.records
+    ]
+    answer = RecordsOut(
         topic=topic,
         partition=partition,
         tier=result.tier,
@@ -88,3 +90,4 @@ def get_records(
         next_offset=result.next_offset,
         records=records,
     )
+    return Response(answer.model_dump_json(), media_type="application/json")

@@ -2,9 +2,8 @@
 
 The database is ``--url``, else the ``metadata.url`` setting (``RLM_METADATA_URL``, the file
 ``RLM_METADATA_URL_FILE`` names, or the settings file ``RLM_CONFIG`` names), else the embedded
-SQLite default ``rlm serve`` uses too. This
-module is a composition root: it alone under ``rlm/`` reaches into ``metadata``, and only inside
-the commands.
+SQLite default ``rlm serve`` uses too. The database is reached through the composition root
+(:mod:`rlm.bootstrap`), which alone under ``rlm/`` imports ``metadata``.
 """
 
 from __future__ import annotations
@@ -54,32 +53,18 @@ def _url(args: argparse.Namespace) -> str:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
-    from metadata.engine import create_engine_for_url, display_url
-    from metadata.schema import current_revision, upgrade
+    from rlm.bootstrap import upgrade_metadata
 
-    url = _url(args)
-    upgrade(url, args.revision)
-    engine = create_engine_for_url(url, pooled=False)
-    try:
-        revision = current_revision(engine)
-    finally:
-        engine.dispose()
-    print(f"metadata database {display_url(url)} is at revision {revision}")
+    print(upgrade_metadata(_url(args), args.revision))
     return 0
 
 
 def _current(args: argparse.Namespace) -> int:
-    from metadata.engine import create_engine_for_url, display_url
-    from metadata.schema import check_schema, head_revision
+    from rlm.bootstrap import check_metadata
 
-    url = _url(args)
-    engine = create_engine_for_url(url, pooled=False)
     try:
-        check_schema(engine)
+        print(check_metadata(_url(args)))
     except SchemaMismatchError as exc:
         print(exc)
         return 1
-    finally:
-        engine.dispose()
-    print(f"metadata database {display_url(url)} is at revision {head_revision()}: up to date")
     return 0

@@ -77,32 +77,8 @@ def _in_process(args: argparse.Namespace) -> dict[str, Any]:
 def _over_grpc(args: argparse.Namespace) -> dict[str, Any]:
     import os
 
-    import grpc
-
-    from api.gen.rlm.v1 import rlm_pb2, rlm_pb2_grpc
+    from api.server import lookup_over_grpc
 
     token = args.token or os.environ.get("RLM_TOKEN", "")
-    metadata = (("authorization", f"Bearer {token}"),) if token else ()
-    timeout = (args.timeout_ms or 30_000) / 1000
-    with grpc.insecure_channel(args.grpc) as channel:
-        stub = rlm_pb2_grpc.RemoteLogManagerStub(channel)
-        try:
-            reply = stub.GetOffset(
-                rlm_pb2.GetOffsetRequest(
-                    topic=args.topic, partition=args.partition, timestamp=args.timestamp
-                ),
-                metadata=metadata,
-                timeout=timeout,
-            )
-        except grpc.RpcError as exc:
-            code = exc.code().name if hasattr(exc, "code") else "UNKNOWN"
-            details = exc.details() if hasattr(exc, "details") else str(exc)
-            raise RlmError(f"gRPC {code}: {details}") from exc
-    return {
-        "topic": reply.topic,
-        "partition": reply.partition,
-        "offset": reply.offset,
-        "timestamp": reply.timestamp,
-        "leader_epoch": reply.leader_epoch,
-        "tier": {rlm_pb2.TIER_LOCAL: "local", rlm_pb2.TIER_REMOTE: "remote"}.get(reply.tier),
-    }
+    timeout_s = (args.timeout_ms or 30_000) / 1000
+    return lookup_over_grpc(args.grpc, token, args.topic, args.partition, args.timestamp, timeout_s)

@@ -25,6 +25,7 @@ from rlm.log.checkpoints import (
 from rlm.log.model import INT32_MAX, TimestampAndOffset, TopicPartition
 from rlm.log.segment import DEFAULT_MAX_INDEX_SIZE, STAMP_CHECK_INTERVAL_S, Segment, segment_base_offsets
 from rlm.log.statcache import StatCache
+from rlm.log.watch import DirectoryWatcher
 
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -65,7 +66,7 @@ class PartitionDir:
         self.log_dir = log_dir if log_dir is not None else LogDir(self.path.parent)
         self.max_index_size = max_index_size
         self._segments: dict[int, Segment] = {}
-        self._listing: StatCache[list[int]] = StatCache(listings=True)
+        self._listing: StatCache[list[int]] = StatCache(listings=True, watcher=self.log_dir.watcher)
         self._listed: tuple[list[int], list[Segment]] | None = None
         self._summary: _SegmentSummary | None = None
 
@@ -265,9 +266,11 @@ class _SegmentSummary(NamedTuple):
 class LogDir:
     """A broker log directory (one entry of ``log.dirs``)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, watcher: DirectoryWatcher | None = None) -> None:
         self.path = Path(path)
-        self._checkpoints: StatCache[dict[TopicPartition, int]] = StatCache()
+        self.watcher = watcher
+        """Tells when the directory's files changed (:mod:`rlm.log.watch`); None: ``stat`` does."""
+        self._checkpoints: StatCache[dict[TopicPartition, int]] = StatCache(watcher=watcher)
         # Joined once: the lookups ask for the checkpoints on every call.
         self._high_watermarks_path = self.path / REPLICATION_OFFSET_CHECKPOINT
         self._recovery_points_path = self.path / RECOVERY_POINT_CHECKPOINT

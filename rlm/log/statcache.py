@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
-from rlm.log.watch import DirectoryWatcher, default_watcher
+from rlm.log.watch import DirectoryWatcher
 
 T = TypeVar("T")
 _RACY_NS = 1_000_000_000
@@ -41,9 +41,6 @@ class _Entry(NamedTuple, Generic[T]):
     """The directory whose token judges the entry."""
 
 
-_DEFAULT = object()
-
-
 class StatCache(Generic[T]):
     """``get(path, load)`` returns ``load(path)``, reusing the last result while ``path`` is unchanged.
 
@@ -56,17 +53,17 @@ class StatCache(Generic[T]):
         *,
         racy_reuse_s: float = RACY_REUSE_S,
         listings: bool = False,
-        watcher: DirectoryWatcher | object | None = _DEFAULT,
+        watcher: DirectoryWatcher | None = None,
     ) -> None:
         self._entries: dict[Path, _Entry[T]] = {}
         self._lock = threading.Lock()
         self._racy_reuse_ns = int(racy_reuse_s * 1e9)
         self._listings = listings
-        self._watcher = default_watcher() if watcher is _DEFAULT else watcher
+        self._watcher = watcher
 
     def get(self, path: Path, load: Callable[[Path], T]) -> T:
         watcher = self._watcher
-        if isinstance(watcher, DirectoryWatcher):
+        if watcher is not None:
             found = self._entries.get(path)
             directory = found.directory if found is not None else self._directory_of(path)
             token = watcher.token(directory, contents=not self._listings)

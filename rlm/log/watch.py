@@ -9,7 +9,8 @@ it (``stat`` cannot promise that within one tick of the mtime clock).
 
 A directory that cannot be watched (no inotify on this system, the watch limit reached, a network
 filesystem the broker writes from elsewhere, watching switched off) gets no token, and the caller
-falls back to ``stat``. Watching is on by default; ``log.dirs.watch: false`` turns it off.
+falls back to ``stat``. The composition root opens one watcher (:func:`open_watcher`) and passes it
+to the caches that should use it; ``log.dirs.watch: false`` opens none.
 """
 
 from __future__ import annotations
@@ -169,35 +170,13 @@ class DirectoryWatcher:
             del self._paths[path]
 
 
-class _ProcessWatcher:
-    """The one watcher of this process, made when first asked for."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.enabled = True
-        self.unavailable = False
-        self.watcher: DirectoryWatcher | None = None
-
-
-_process = _ProcessWatcher()
-
-
-def set_enabled(enabled: bool) -> None:
-    """Switch watching on or off for this process (``log.dirs.watch``); caches made while it is
-    off use ``stat`` for good."""
-    with _process.lock:
-        _process.enabled = enabled
-        if not enabled and _process.watcher is not None:
-            _process.watcher.close()  # the caches holding it fall back to stat
-            _process.watcher = None
-
-
-def default_watcher() -> DirectoryWatcher | None:
-    """The process's watcher, or None when watching is off or inotify is not available."""
-    with _process.lock:
-        if _process.watcher is None and _process.enabled and not _process.unavailable:
-            try:
-                _process.watcher = DirectoryWatcher()
-            except OSError:
-                _process.unavailable = True  # not Linux, or no instance left: stat it is
-        return _process.watcher
+def open_watcher(enabled: bool = True, *, max_watches: int = DEFAULT_MAX_WATCHES) -> DirectoryWatcher | None:
+    """A watcher for a process's caches of the broker's files (``log.dirs.watch``), built by the
+    composition root and passed to them; None when watching is off or inotify is not available
+    (not Linux, or no instance left): the caches then use ``stat``. Close it when done."""
+    if not enabled:
+        return None
+    try:
+        return DirectoryWatcher(max_watches=max_watches)
+    except OSError:
+        return None

@@ -1,9 +1,10 @@
 """Reading records from an offset across both tiers, up to a byte bound (Kafka Fetch semantics).
 
-The answer holds whole record batches, as Kafka returns them (the first batch is returned even if
-it alone exceeds the bound), and the decoded records at or after the offset and below the high
-watermark. Offsets the broker still has are read locally; older ones from the remote segment that
-holds them, with ranged GETs from the position its offset index gives.
+The answer holds whole data batches, as Kafka returns them (the first is returned even if it alone
+exceeds the bound), none at or past the high watermark and no control batch (transaction
+markers), each with its decoded records at or after the offset: transports only translate it.
+Offsets the broker still has are read locally; older ones from the remote segment that holds
+them, with ranged GETs from the position its offset index gives.
 """
 
 from __future__ import annotations
@@ -27,46 +28,37 @@ from rlm.storage.protocol import RemoteStorage
 
 @dataclass
 class FetchedBatch:
-    """One batch as stored, with its decoded records (control batches have their markers)."""
+    """One data batch as stored, with its records a consumer may be given."""
 
     header: BatchHeader
     data: bytes
+    """The whole batch, as stored (records below the fetch's offset included, as Kafka returns it)."""
     records: list[Record]
+    """The batch's records at or after the fetch's offset (all below the high watermark)."""
 
 
 @dataclass
 class FetchResult:
-    """What a fetch read."""
+    """What a fetch read, ready for a transport to translate: data batches only (control batches,
+    the transaction markers, are left out), none at or past the high watermark."""
 
     tier: str | None
     """``"remote"``, ``"local"`` or None when there was nothing to read."""
     high_watermark: int
     batches: list[FetchedBatch] = field(default_factory=list)
+    next_offset: int = -1
+    """The offset after the last batch read (control batches included): where the next fetch
+    starts; -1 when nothing was read."""
 
     @property
     def raw(self) -> bytes:
         """The batches, concatenated as in a ``.log`` file."""
         return b"".join(b.data for b in self.batches)
 
-    def records(self, from_offset: int) -> list[Record]:
-        """Decoded data records at or after ``from_offset`` and below :attr:`visible_end`."""
-        return [
-            r
-            for b in self.batches
-            if not b.header.is_control
-            for r in b.records
-            if from_offset <= r.offset < self.visible_end
-        ]
-
     @property
-    def visible_end(self) -> int:
-        """The offset below which records may be returned: the high watermark when known (without
-        the broker's log, as in a query tier, it is -1 and every fetched record may be)."""
-        return self.high_watermark if self.high_watermark >= 0 else 2**63
-
-    @property
-    def next_offset(self) -> int:
-        return self.batches[-1].header.next_offset if self.batches else -1
+    def records(self) -> list[Record]:
+        """The data records from the fetch's offset on, below the high watermark, in order."""
+        return [r for b in self.batches for r in b.records]
 
 
 class RecordFetcher:
@@ -157,8 +149,12 @@ class RecordFetcher:
                         continue
                     if _past_the_end(header, result, taken, max_bytes):
                         return
+                    result.next_offset = header.next_offset
+                    if header.is_control:
+                        continue
                     data = read_batch_bytes(source, header)
-                    result.batches.append(FetchedBatch(header, data, _decode(header, data, source.name)))
+                    records = _decode(header, data, source.name, offset, result.high_watermark)
+                    result.batches.append(FetchedBatch(header, data, records))
                     taken += header.size
             offset = max(offset, segment.base_offset)
 
@@ -182,21 +178,29 @@ class RecordFetcher:
                 continue
             if _past_the_end(header, result, taken, max_bytes):
                 return
-            result.batches.append(FetchedBatch(header, data, _decode(header, data, segment.layout.log_key)))
+            result.next_offset = header.next_offset
+            if header.is_control:
+                continue
+            records = _decode(header, data, segment.layout.log_key, offset, result.high_watermark)
+            result.batches.append(FetchedBatch(header, data, records))
             taken += header.size
 
 
 def _past_the_end(header: BatchHeader, result: FetchResult, taken: int, max_bytes: int) -> bool:
     """Whether the read stops before ``header``'s batch: it would exceed ``max_bytes`` (the first
-    batch is always taken), or it reaches the high watermark — as in Kafka, a fetch never returns
-    a batch consumers may not see yet."""
+    data batch is always taken; control batches are not returned and count for nothing), or it
+    reaches the high watermark — as in Kafka, a fetch never returns a batch consumers may not see
+    yet."""
     if 0 <= result.high_watermark <= header.last_offset:
         return True
-    return bool(result.batches) and taken + header.size > max_bytes
+    return not header.is_control and bool(result.batches) and taken + header.size > max_bytes
 
 
-def _decode(header: BatchHeader, data: bytes, name: str) -> list[Record]:
+def _decode(header: BatchHeader, data: bytes, name: str, offset: int, high_watermark: int) -> list[Record]:
+    """The batch's records at or after ``offset`` and below ``high_watermark`` (when known)."""
     try:
-        return decode_batch(data, header._replace(position=0))
+        records = decode_batch(data, header._replace(position=0))
     except CorruptDataError as exc:
         raise exc.at(name, header.position) from exc
+    end = high_watermark if high_watermark >= 0 else 2**63
+    return [r for r in records if offset <= r.offset < end]

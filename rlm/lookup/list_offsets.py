@@ -6,15 +6,20 @@ are :mod:`rlm.lookup.planning`'s:
 
 1. Planning: the partitions' remote-tier views the lookup service does not hold are read from the
    metadata store in one batch (one query for many partitions) on the metadata pool (not the
-   reader pool: local answers never wait behind remote reads), waited for until the deadline; if
+   reader pool: local answers never wait behind remote reads), awaited until the deadline; if
    the store cannot be asked, partitions whose answer is exact without it use a fallback view
-   (:mod:`rlm.lookup.views`). Then every partition whose answer needs no store query and no
-   remote read (:meth:`~rlm.lookup.service.LookupService.answer_from_view`) is answered on the
-   request's thread.
-2. The other partitions become one task each: on the reader pool when the answer may need a remote
-   read (KIP-1075), else on the metadata pool, so that answers from metadata never wait behind
-   remote reads either.
+   (:mod:`rlm.lookup.views`). Each partition is planned once
+   (:meth:`~rlm.lookup.service.LookupService.plan`): answered on the request's thread when the
+   answer needs no store query and no remote read.
+2. The other partitions' searches become one task each: on the reader pool when the answer may
+   need a remote read (KIP-1075), else on the metadata pool, so that answers from metadata never
+   wait behind remote reads either. The request awaits them (:func:`~rlm.lookup.pool.gather_on`)
+   without holding a thread.
 3. Partitions not answered by the deadline answer REQUEST_TIMED_OUT; their tasks are cancelled.
+
+One partition's lookup (REST's GET, gRPC's GetOffset) is not packed into a request: it is planned
+on the caller's thread (:meth:`ListOffsets.plan_one`), its view read on the metadata pool only when
+the service holds none, and its search run as above.
 
 A request names at most ``list.offsets.max.partitions`` partitions (a topic without any counts as
 one); a bigger one is refused whole (``InvalidArgumentError``).
@@ -32,11 +37,13 @@ Kafka error codes in the answers:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any, TypeVar
 
 from rlm.errors import (
     InvalidArgumentError,
@@ -45,13 +52,28 @@ from rlm.errors import (
     PoolError,
     RlmError,
 )
-from rlm.lookup.planning import Key, Planner
-from rlm.lookup.pool import BoundedPool, CancelToken, Outcome, RequestTimeout, run_all_on
-from rlm.lookup.service import IsolationLevel, LookupService, OffsetAnswer
+from rlm.lookup.planning import CLOCK_EVERY, Key, Planner, search_task
+from rlm.lookup.plans import Answered, IsolationLevel, LookupPlan, OffsetAnswer, Search, ViewNeeded
+from rlm.lookup.pool import (
+    BoundedPool,
+    CancelToken,
+    Outcome,
+    RequestTimeout,
+    Task,
+    gather_blocking,
+    gather_on,
+    run_blocking,
+    wait_blocking,
+    wait_tasks,
+)
+from rlm.lookup.service import LookupService
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
 from rlm.metrics import Metrics
 from rlm.storage.layout import validate_topic
+
+T = TypeVar("T")
+K = TypeVar("K", bound=Hashable)
 
 DEFAULT_MAX_PARTITIONS = 10_000
 """``list.offsets.max.partitions``: partitions one request may name, in all."""
@@ -171,9 +193,24 @@ class ListOffsets:
                 "(list.offsets.max.partitions)",
             )
 
-    def handle(self, request: ListOffsetsRequest, *, deadline: float | None = None) -> ListOffsetsResponse:
+    async def handle_async(
+        self, request: ListOffsetsRequest, *, deadline: float | None = None
+    ) -> ListOffsetsResponse:
         """Answer every partition of ``request`` by ``deadline`` (:meth:`deadline`; by default
-        from now); never raises for one partition's failure.
+        from now), awaiting the pools without holding a thread (:meth:`_handle`)."""
+        return await self._handle(request, deadline, _AWAIT)
+
+    def handle(self, request: ListOffsetsRequest, *, deadline: float | None = None) -> ListOffsetsResponse:
+        """:meth:`handle_async` for callers without an event loop (tools, tests): the same steps,
+        waiting on the caller's thread."""
+        return run_blocking(self._handle(request, deadline, _BLOCK))
+
+    async def _handle(
+        self, request: ListOffsetsRequest, deadline: float | None, waits: _Waits
+    ) -> ListOffsetsResponse:
+        """Answer every partition of ``request`` by ``deadline``, waiting as ``waits`` says; never
+        raises for one partition's failure. Planning a request of many partitions is work for a
+        thread, not the event loop.
 
         A partition asked for twice in one request answers INVALID_REQUEST both times, as Kafka does.
 
@@ -186,7 +223,15 @@ class ListOffsets:
             deadline = self.deadline(request.timeout_ms)
         results, wanted = _checked(request)
         stats = {key: FetchStats() for key in wanted}
-        plan = self.planner.plan(wanted, IsolationLevel(request.isolation_level), deadline, stats)
+        isolation = IsolationLevel(request.isolation_level)
+        big = len(wanted) > CLOCK_EVERY and waits is _AWAIT
+        if big:
+            planning = await asyncio.to_thread(self.planner.start, wanted, isolation, deadline, stats)
+        else:
+            planning = self.planner.start(wanted, isolation, deadline, stats)
+        if isinstance(planning.read, Task):
+            await waits.wait([planning.read], deadline - self._clock())
+        plan = await asyncio.to_thread(planning.finish, deadline) if big else planning.finish(deadline)
         outcomes = plan.answered
         done_at = dict.fromkeys(outcomes, time.perf_counter())
         plan.metadata_tasks = {k: _timed(f, k, done_at) for k, f in plan.metadata_tasks.items()}
@@ -197,7 +242,7 @@ class ListOffsets:
             outcomes.update((key, Outcome(timed_out=True)) for key in tasks)
         elif tasks:
             work = [(self.metadata_pool, plan.metadata_tasks), (self.pool, plan.remote_tasks)]
-            outcomes.update(run_all_on(work, remaining, labels={k: k for k in tasks}))
+            outcomes.update(await waits.gather(work, remaining, labels={k: k for k in tasks}))
         for key, outcome in outcomes.items():
             results[key] = _result(key[1], outcome, stats[key])
         response = ListOffsetsResponse(
@@ -226,22 +271,17 @@ class ListOffsets:
                 at = done_at.get((topic.name, result.partition_index), ended)
                 self.metrics.lookup_seconds.labels(result.tier or "none").observe(at - started)
 
-    def answer_now(self, tp: TopicPartition, timestamp: int) -> PartitionResult | None:
-        """One partition's answer if it needs no metadata query and no remote read (an event loop
-        may call this itself); None when :meth:`find_one` must be called, off the loop."""
-        started = time.perf_counter()
-        try:
-            validate_topic(tp.topic)
-        except InvalidTopicNameError as exc:
-            return _result(tp.partition, Outcome(error=exc), FetchStats())
-        answer = self.service.answer_now(tp, timestamp)
-        if answer is None:
-            return None
-        if self.metrics is not None:
-            self.metrics.lookup_seconds.labels(answer.tier or "none").observe(time.perf_counter() - started)
-        return PartitionResult(
-            tp.partition, ErrorCode.NONE, answer.timestamp, answer.offset, answer.leader_epoch, answer.tier
-        )
+    def plan_one(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+    ) -> OneLookup:
+        """One partition's lookup (REST's GET, gRPC's GetOffset), planned once on the caller's
+        thread (an event loop's): :attr:`OneLookup.answered` when the plan has the answer, else
+        :meth:`OneLookup.finish` reads its view on the metadata pool if need be and runs its
+        search on the pool the plan names, awaited until a deadline without holding a thread."""
+        return OneLookup(self, tp, timestamp, isolation)
 
     def find_one(
         self,
@@ -251,11 +291,155 @@ class ListOffsets:
         *,
         deadline: float | None = None,
     ) -> PartitionResult:
-        """One partition, as a single call (REST's GET and gRPC's unary lookup)."""
-        request = ListOffsetsRequest(
-            (TopicQuery(tp.topic, (PartitionQuery(tp.partition, timestamp),)),), timeout_ms
-        )
-        return self.handle(request, deadline=deadline).topics[0].partitions[0]
+        """One partition's lookup (:meth:`plan_one`) for callers without an event loop (tools,
+        tests), waiting on the caller's thread; ``deadline`` defaults to ``timeout_ms`` (else
+        ``remote.list.offsets.request.timeout.ms``) from now."""
+        planned = OneLookup(self, tp, timestamp, IsolationLevel.READ_UNCOMMITTED)
+        if planned.answered is not None:
+            return planned.answered
+        return planned.finish_blocking(self.deadline(timeout_ms) if deadline is None else deadline)
+
+
+class OneLookup:
+    """One partition's lookup, planned when made (:meth:`ListOffsets.plan_one`)."""
+
+    def __init__(
+        self,
+        owner: ListOffsets,
+        tp: TopicPartition,
+        timestamp: int,
+        isolation: IsolationLevel,
+    ) -> None:
+        self.owner = owner
+        self.tp = tp
+        self.timestamp = timestamp
+        self.isolation = isolation
+        self.deadline = 0.0
+        self.stats = FetchStats()
+        self.started = time.perf_counter()
+        self.outcome: Outcome[OffsetAnswer] | None = None
+        self.planned: LookupPlan | None = None
+        self.answered: PartitionResult | None = None
+        """The result when planning found the answer (or the error) on the caller's thread."""
+        try:
+            if timestamp < -5:
+                raise ValueError(f"timestamp {timestamp} is invalid (use ≥ 0 or -1 to -5)")
+            validate_topic(tp.topic)
+            self.planned = owner.service.plan(tp, timestamp, isolation)
+        except Exception as exc:  # answered with its error code
+            self.outcome = Outcome(error=exc)
+        else:
+            if isinstance(self.planned, Answered):
+                self.outcome = Outcome(value=self.planned.answer)
+        if self.outcome is not None:
+            self.answered = self.result()
+
+    async def finish(self, deadline: float) -> PartitionResult:
+        """The result: the view read if the plan needs it, then the search run on its pool, both
+        awaited until ``deadline`` (a ``time.monotonic`` time)."""
+        if self.answered is not None:
+            return self.answered
+        self.deadline = deadline
+        return await self._finish(_AWAIT)
+
+    def finish_blocking(self, deadline: float) -> PartitionResult:
+        """:meth:`finish` on the caller's thread, for callers without an event loop."""
+        if self.answered is not None:
+            return self.answered
+        self.deadline = deadline
+        return run_blocking(self._finish(_BLOCK))
+
+    async def _finish(self, waits: _Waits) -> PartitionResult:
+        """Read the view if the plan needs it, then run the search on its pool; the result."""
+        await self._search(waits)
+        return self.result()
+
+    async def _search(self, waits: _Waits) -> None:
+        owner, planned = self.owner, self.planned
+        if isinstance(planned, ViewNeeded):
+            planned = await self._plan_with_view(planned, waits)
+            if planned is None:
+                return
+        if isinstance(planned, Answered):
+            self.outcome = Outcome(value=planned.answer)
+            return
+        assert isinstance(planned, Search)
+        pool = owner.pool if planned.reads_remote else owner.metadata_pool
+        task = search_task(owner.service, planned, self.stats)
+        label = (self.tp.topic, self.tp.partition)
+        outcomes = await waits.gather([(pool, {0: task})], self._remaining(), labels={0: label})
+        self.outcome = outcomes[0]
+
+    async def _plan_with_view(self, needed: ViewNeeded, waits: _Waits) -> LookupPlan | None:
+        """The plan made with the view read from the store (or, when the store could not be asked,
+        its fallback); None when there is none and :attr:`outcome` says why."""
+        service, tp, local = self.owner.service, self.tp, needed.local
+        read = (
+            await waits.gather(
+                [(self.owner.metadata_pool, {0: lambda token: service.views.get(tp, local)})],
+                self._remaining(),
+                labels={},
+            )
+        )[0]
+        view, error = read.value, read.error
+        if read.timed_out:
+            self.outcome = Outcome(timed_out=True)
+            return None
+        if error is not None:
+            view = self.owner.planner.fallback((tp.topic, tp.partition), local, error)
+            if view is None:
+                self.outcome = Outcome(error=error)
+                return None
+        try:
+            planned = service.plan(tp, self.timestamp, self.isolation, local=local, view=view)
+        except Exception as exc:
+            self.outcome = Outcome(error=exc)
+            return None
+        if error is not None and not isinstance(planned, Answered):
+            # Only the store can tell whether the remote tier holds an earlier match.
+            self.outcome = Outcome(error=error)
+            return None
+        return planned
+
+    def _remaining(self) -> float:
+        return self.deadline - self.owner._clock()
+
+    def result(self) -> PartitionResult:
+        assert self.outcome is not None
+        result = _result(self.tp.partition, self.outcome, self.stats)
+        if self.owner.metrics is not None:
+            elapsed = time.perf_counter() - self.started
+            self.owner.metrics.lookup_seconds.labels(result.tier or "none").observe(elapsed)
+        return result
+
+
+class _Waits:
+    """How a request waits for its pool tasks: awaiting them on an event loop (the transports), or
+    blocking its thread (callers without a loop, through :func:`~rlm.lookup.pool.run_blocking`)."""
+
+    def __init__(self, blocking: bool) -> None:
+        self.blocking = blocking
+
+    async def wait(self, tasks: Sequence[Task[Any]], timeout_s: float) -> None:
+        if self.blocking:
+            wait_blocking(tasks, timeout_s)
+        else:
+            await wait_tasks(tasks, timeout_s)
+
+    async def gather(
+        self,
+        work: Sequence[tuple[BoundedPool, Mapping[K, Callable[[CancelToken], T]]]],
+        timeout_s: float,
+        *,
+        labels: Mapping[K, tuple[str, int]],
+    ) -> dict[K, Outcome[T]]:
+        if self.blocking:
+            return gather_blocking(work, timeout_s, labels=labels)
+        return await gather_on(work, timeout_s, labels=labels)
+
+
+_AWAIT = _Waits(blocking=False)
+_BLOCK = _Waits(blocking=True)
 
 
 def _checked(request: ListOffsetsRequest) -> tuple[dict[Key, PartitionResult], dict[Key, int]]:

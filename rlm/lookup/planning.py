@@ -4,11 +4,13 @@ that need neither the metadata store nor the remote tier, given at once.
 1. The partitions' remote-tier views the lookup service does not hold are read in one batch (one
    query for many partitions) on the metadata pool, never on the reader pool (local answers never
    wait behind remote reads, KIP-1075) nor on the request's thread (a request waits for the store
-   no longer than its deadline). While it runs, the partitions whose views are held are answered.
-2. Then the others: a partition whose answer its view and the broker's files give is answered on
-   the request's thread (:meth:`~rlm.lookup.service.LookupService.answer_from_view`); the others
-   become a task, for the reader pool when the answer may need a remote read, else for the
-   metadata pool.
+   no longer than its deadline, awaiting it without holding a thread). While it runs, the
+   partitions whose views are held are planned (:meth:`Planner.start`); the others once it is
+   done (:meth:`Planning.finish`).
+2. Then the others: each partition is planned once with its view
+   (:meth:`~rlm.lookup.service.LookupService.plan`): answered on the request's thread when its
+   view and the broker's files give the answer; else its search becomes a task, for the reader
+   pool when it may read the remote tier, else for the metadata pool.
 3. When the store could not be asked (down, or the metadata pool full), a partition whose answer
    stays exact without it uses a fallback view (:mod:`rlm.lookup.views`); the others get the error.
 
@@ -24,8 +26,9 @@ from dataclasses import dataclass, field
 
 from rlm.errors import MetadataUnavailableError, PoolError, RlmError
 from rlm.log.logdir import PartitionDir
+from rlm.lookup.plans import Answered, IsolationLevel, OffsetAnswer, Search
 from rlm.lookup.pool import BoundedPool, CancelToken, Outcome, Task
-from rlm.lookup.service import IsolationLevel, LookupService, OffsetAnswer
+from rlm.lookup.service import LookupService
 from rlm.lookup.stats import FetchStats
 from rlm.lookup.views import RemoteTierView
 from rlm.metastore.model import TopicPartition
@@ -56,45 +59,36 @@ class Planner:
         self.metadata_pool = metadata_pool
         self.clock = clock
 
-    def plan(
+    def start(
         self,
         wanted: Mapping[Key, int],
         isolation: IsolationLevel,
         deadline: float,
         stats: Mapping[Key, FetchStats],
-    ) -> Plan:
-        """Plan the partitions of ``wanted`` (each with its timestamp) by ``deadline``."""
-        plan = Plan()
+    ) -> Planning:
+        """Plan the partitions of ``wanted`` (each with its timestamp) whose views are held, and
+        start reading the others' (:attr:`Planning.read`; await it, then :meth:`Planning.finish`)."""
+        planning = Planning(_Step(self, Plan(), wanted, isolation, stats))
         held: dict[Key, tuple[PartitionDir | None, RemoteTierView]] = {}
-        missing: dict[Key, PartitionDir | None] = {}
         for i, key in enumerate(wanted):
             if i % CLOCK_EVERY == 0 and self.clock() >= deadline:
-                return plan
+                return planning
             tp = TopicPartition(*key)
             try:
                 local = self.service.pinned_partition(tp)
             except Exception as exc:  # reported per partition, as Kafka does
-                plan.answered[key] = Outcome(error=exc)
+                planning.plan.answered[key] = Outcome(error=exc)
                 continue
             view = self.service.views.cached(tp, local)
             if view is None:
-                missing[key] = local
+                planning.missing[key] = local
             else:
                 held[key] = (local, view)
-        read = self._start_read(missing) if missing else None
-        step = _Step(self, plan, wanted, isolation, stats)
-        if not step.answer_all(held.items(), deadline) or read is None:
-            return plan
-        views = self._views_read(read, deadline)
-        if views is None:
-            return plan  # the deadline passed first
-        if isinstance(views, BaseException):
-            fallbacks = ((key, (local, self._fallback(key, local, views))) for key, local in missing.items())
-            step.answer_all(fallbacks, deadline, views)
-        else:
-            read_views = ((key, (local, views[TopicPartition(*key)])) for key, local in missing.items())
-            step.answer_all(read_views, deadline)
-        return plan
+        if planning.missing:
+            planning.read = self._start_read(planning.missing)
+        if not planning.step.answer_all(held.items(), deadline):
+            planning.finished = True
+        return planning
 
     def _start_read(self, missing: Mapping[Key, PartitionDir | None]) -> ViewsRead | BaseException:
         """The batched read of ``missing``'s views, started; or why it could not be."""
@@ -108,25 +102,60 @@ class Planner:
         except RlmError as exc:
             return exc
 
-    def _views_read(
-        self, read: ViewsRead | BaseException, deadline: float
-    ) -> dict[TopicPartition, RemoteTierView] | BaseException | None:
-        """The views read; the error that kept them from being read; None at the deadline."""
-        if isinstance(read, BaseException):
-            return read
-        if not read.wait(max(0.0, deadline - self.clock())):
-            read.cancel()
-            return None
-        try:
-            return read.result(0)
-        except Exception as exc:
-            return exc
-
-    def _fallback(self, key: Key, local: PartitionDir | None, error: BaseException) -> RemoteTierView | None:
+    def fallback(self, key: Key, local: PartitionDir | None, error: BaseException) -> RemoteTierView | None:
+        """The view to plan with when ``error`` kept the store from being asked, if any."""
         # A fallback view answers as exactly whatever kept the store from being asked.
         if not isinstance(error, MetadataUnavailableError | PoolError):
             return None
         return self.service.views.fallback(TopicPartition(*key), local)
+
+
+@dataclass
+class Planning:
+    """One request's planning, between :meth:`Planner.start` and :meth:`finish`."""
+
+    step: _Step
+    missing: dict[Key, PartitionDir | None] = field(default_factory=dict)
+    """The partitions whose views are being read."""
+    read: ViewsRead | BaseException | None = None
+    """The read of their views (await it with :func:`~rlm.lookup.pool.wait_tasks`), or why it
+    could not be started; None when every view was held."""
+    finished: bool = False
+
+    @property
+    def plan(self) -> Plan:
+        return self.step.plan
+
+    def finish(self, deadline: float) -> Plan:
+        """Plan the partitions whose views were read (the read is done, or the deadline passed:
+        they are left out of the plan and the read is cancelled)."""
+        read, self.read = self.read, None
+        if self.finished or read is None:
+            if isinstance(read, Task):
+                read.cancel()  # the deadline passed while the held views were planned
+            return self.plan
+        self.finished = True
+        planner = self.step.planner
+        if isinstance(read, BaseException):
+            views: dict[TopicPartition, RemoteTierView] | BaseException = read
+        elif not read.done():
+            read.cancel()
+            return self.plan  # the deadline passed first
+        else:
+            try:
+                views = read.result(0)
+            except Exception as exc:
+                views = exc
+        if isinstance(views, BaseException):
+            error = views
+            fallbacks = (
+                (key, (local, planner.fallback(key, local, error))) for key, local in self.missing.items()
+            )
+            self.step.answer_all(fallbacks, deadline, error)
+        else:
+            read_views = ((key, (local, views[TopicPartition(*key)])) for key, local in self.missing.items())
+            self.step.answer_all(read_views, deadline)
+        return self.plan
 
 
 @dataclass
@@ -166,29 +195,26 @@ class _Step:
             return
         tp, timestamp, stats = TopicPartition(*key), self.wanted[key], self.stats[key]
         try:
-            answer = service.answer_from_view(
-                tp, local, timestamp, view, stats=stats, isolation=self.isolation
-            )
+            planned = service.plan(tp, timestamp, self.isolation, local=local, view=view)
         except Exception as exc:  # reported per partition, as Kafka does
             plan.answered[key] = Outcome(error=exc)
             return
-        if answer is not None:
-            plan.answered[key] = Outcome(value=answer)
-        elif store_error is not None:
+        if isinstance(planned, Answered):
+            plan.answered[key] = Outcome(value=planned.answer)
+        elif store_error is not None or not isinstance(planned, Search):
             # Only the store can tell whether the remote tier holds an earlier match.
-            plan.answered[key] = Outcome(error=store_error)
+            plan.answered[key] = Outcome(error=store_error or RlmError(f"no remote-tier view of {key}"))
         else:
-            tasks = plan.remote_tasks if service.reads_remote(timestamp, view) else plan.metadata_tasks
-            tasks[key] = self._task(tp, timestamp, stats)
+            tasks = plan.remote_tasks if planned.reads_remote else plan.metadata_tasks
+            tasks[key] = search_task(service, planned, stats)
 
-    def _task(
-        self, tp: TopicPartition, timestamp: int, stats: FetchStats
-    ) -> Callable[[CancelToken], OffsetAnswer]:
-        service, isolation = self.planner.service, self.isolation
 
-        def run(token: CancelToken) -> OffsetAnswer:
-            return service.find(
-                tp, timestamp, stats=stats, checkpoint=token.raise_if_cancelled, isolation=isolation
-            )
+def search_task(
+    service: LookupService, search: Search, stats: FetchStats
+) -> Callable[[CancelToken], OffsetAnswer]:
+    """The pool task running ``search``; it stops when its token is cancelled."""
 
-        return run
+    def run(token: CancelToken) -> OffsetAnswer:
+        return service.search(search, stats=stats, checkpoint=token.raise_if_cancelled)
+
+    return run

@@ -5,10 +5,14 @@ one task on the "offset-reader" pool (``remote.log.offset.reader.threads`` threa
 ``remote.log.offset.read.max.pending.tasks``); remote fetches run on their own "remote-fetch" pool so
 the two never starve each other. A full queue rejects at once with the retriable ``PoolFullError``.
 
-``run_all`` waits for a request's tasks until its deadline: the request's own ``timeout_ms``, else
+The bridge from a request to the pools is asynchronous (:func:`gather_on`, :func:`run_on`): the
+request's coroutine awaits its tasks until its deadline, the request's own ``timeout_ms``, else
 ``remote.list.offsets.request.timeout.ms`` held by ``RequestTimeout``, which can change at run time
-like the pool's thread count (``BoundedPool.resize``). Partitions not done by then are cancelled and
-answer REQUEST_TIMED_OUT; the others answer normally.
+like the pool's thread count (``BoundedPool.resize``); no thread waits for them. A task wakes the
+event loop when it ends. Partitions not done by the deadline are cancelled and answer
+REQUEST_TIMED_OUT; the others answer normally. A request whose coroutine is cancelled (its client
+went away) cancels its tasks. Callers without an event loop (tools, tests) wait on their own
+thread (:func:`gather_blocking`), with the same submission, deadline and cancellation.
 
 Cancellation is cooperative: a queued task that is cancelled never runs; a running task is told
 through its ``CancelToken`` and stops at its next check (long remote reads check between ranged GETs).
@@ -16,11 +20,13 @@ through its ``CancelToken`` and stops at its next check (long remote reads check
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import enum
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
@@ -110,6 +116,7 @@ class Task(Generic[T]):
         self._done = threading.Event()
         self._value: T | None = None
         self._error: BaseException | None = None
+        self._callbacks: list[Callable[[], None]] = []  # guarded by the pool's lock
 
     def done(self) -> bool:
         """Whether the task finished, failed or was cancelled while queued."""
@@ -118,6 +125,21 @@ class Task(Generic[T]):
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the task is done or ``timeout`` seconds passed; True when done."""
         return self._done.wait(timeout)
+
+    def add_done_callback(self, fn: Callable[[], None]) -> None:
+        """Call ``fn()`` once the task is done (at once when it is): on the pool's thread that
+        ran or dropped it, which must not be blocked (e.g. ``loop.call_soon_threadsafe``)."""
+        with self._pool._lock:
+            if not self._done.is_set():
+                self._callbacks.append(fn)
+                return
+        fn()
+
+    def _settle(self) -> list[Callable[[], None]]:
+        # Caller holds the pool's lock; it calls the callbacks returned once it released it.
+        self._done.set()
+        callbacks, self._callbacks = self._callbacks, []
+        return callbacks
 
     def cancel(self) -> bool:
         """Cancel the task. A queued task is dropped and never runs; a running one sees its token set.
@@ -326,12 +348,13 @@ class BoundedPool:
             self._closed = True
             dropped = list(self._queue)
             self._queue.clear()
-            for task in dropped:
-                self._drop(task)
+            callbacks = [callback for task in dropped for callback in self._drop(task)]
             for task in self._active:
                 task.token.cancel()
             self._wakeup.notify_all()
             workers = list(self._workers)
+        for callback in callbacks:
+            callback()
         if first:
             self._metrics.pool_task_queue_size.remove(self.name)
             self._metrics.pool_avg_idle_percent.remove(self.name)
@@ -383,25 +406,31 @@ class BoundedPool:
                 self._active.discard(task)
                 task._state = _State.FINISHED
                 self._update_idle()
-                task._done.set()
+                callbacks = task._settle()
+            for callback in callbacks:
+                callback()
 
     def _cancel(self, task: Task[Any]) -> bool:
+        callbacks: list[Callable[[], None]] = []
         with self._lock:
             if task._state is _State.QUEUED:
                 self._queue.remove(task)
-                self._drop(task)
-                return True
-            if task._state is _State.RUNNING:
+                callbacks = self._drop(task)
+            elif task._state is _State.RUNNING:
                 task.token.cancel()
-                return True
-            return False
+            else:
+                return False
+        for callback in callbacks:
+            callback()
+        return True
 
-    def _drop(self, task: Task[Any]) -> None:
-        # Caller holds the lock and has taken ``task`` out of the queue.
+    def _drop(self, task: Task[Any]) -> list[Callable[[], None]]:
+        # Caller holds the lock and has taken ``task`` out of the queue; it calls the callbacks
+        # returned once it released the lock.
         task._state = _State.CANCELLED
         task._error = TaskCancelledError(f"task cancelled before it ran on the {self.name} pool")
         task.token.cancel()
-        task._done.set()
+        return task._settle()
 
 
 class RequestTimeout:
@@ -437,6 +466,165 @@ class RequestTimeout:
         return timeout_ms / 1000.0
 
 
+async def wait_tasks(tasks: Collection[Task[Any]], timeout_s: float) -> None:
+    """Await until every task is done or ``timeout_s`` seconds passed, holding no thread: each task
+    wakes the event loop when it ends. Cancelling the awaiting coroutine leaves the tasks running
+    (their owner cancels them)."""
+    loop = asyncio.get_running_loop()
+    pending = [task for task in tasks if not task.done()]
+    if not pending or timeout_s <= 0:
+        return
+    futures = []
+    for task in pending:
+        future: asyncio.Future[None] = loop.create_future()
+        task.add_done_callback(_waker(loop, future))
+        futures.append(future)
+    try:
+        await asyncio.wait(futures, timeout=timeout_s)
+    finally:
+        for future in futures:
+            future.cancel()
+
+
+def _waker(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> Callable[[], None]:
+    def settle() -> None:
+        if not future.done():  # the waiter may have given up
+            future.set_result(None)
+
+    def wake() -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+            loop.call_soon_threadsafe(settle)
+
+    return wake
+
+
+async def gather_on(
+    work: Sequence[tuple[BoundedPool, Mapping[K, Callable[[CancelToken], T]]]],
+    timeout_s: float,
+    *,
+    labels: Mapping[K, tuple[str, int]],
+    count_expired: bool = True,
+) -> dict[K, Outcome[T]]:
+    """Run each task on its pool, in parallel, and await them at most ``timeout_s`` seconds.
+
+    Args:
+        work: each pool with the tasks it runs, one per key (per partition of a request); each
+            key in one pool only.
+        timeout_s: the request's deadline, from now.
+        labels: the topic-partition of each key; keys without one are not counted as expired.
+        count_expired: count each labelled task cut off by the deadline as an expiration of its
+            topic-partition (``rlm_list_offsets_expirations_total``).
+
+    Returns:
+        One outcome per key, in the order of ``work``: the value, the error the task raised (or the
+        ``PoolFullError``/``PoolClosedError`` that kept it from being queued), or ``timed_out``
+        when it was not done by the deadline; such a task is cancelled.
+
+    Raises:
+        asyncio.CancelledError: the awaiting coroutine was cancelled; its tasks are cancelled too.
+    """
+    outcomes, submitted = _submit_all(work, labels)
+    try:
+        await wait_tasks([task for _, task in submitted.values()], timeout_s)
+    finally:  # also when the request is cancelled: its tasks are not wanted any more
+        _collect(outcomes, submitted, count_expired)
+    return {key: outcomes[key] for _, tasks in work for key in tasks}
+
+
+def gather_blocking(
+    work: Sequence[tuple[BoundedPool, Mapping[K, Callable[[CancelToken], T]]]],
+    timeout_s: float,
+    *,
+    labels: Mapping[K, tuple[str, int]],
+    count_expired: bool = True,
+) -> dict[K, Outcome[T]]:
+    """:func:`gather_on` for callers without an event loop (tools, tests): the caller's thread
+    waits. The transports await :func:`gather_on` instead."""
+    outcomes, submitted = _submit_all(work, labels)
+    wait_blocking([task for _, task in submitted.values()], timeout_s)
+    _collect(outcomes, submitted, count_expired)
+    return {key: outcomes[key] for _, tasks in work for key in tasks}
+
+
+def wait_blocking(tasks: Collection[Task[Any]], timeout_s: float) -> None:
+    """:func:`wait_tasks` on the caller's thread."""
+    deadline = time.monotonic() + timeout_s
+    for task in tasks:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not task.wait(remaining):
+            return
+
+
+_Submitted = dict[K, tuple[BoundedPool, Task[T]]]
+
+
+def _submit_all(
+    work: Sequence[tuple[BoundedPool, Mapping[K, Callable[[CancelToken], T]]]],
+    labels: Mapping[K, tuple[str, int]],
+) -> tuple[dict[K, Outcome[T]], _Submitted[K, T]]:
+    """Queue every task on its pool; the outcomes of those that could not be queued."""
+    outcomes: dict[K, Outcome[T]] = {}
+    submitted: _Submitted[K, T] = {}
+    for pool, tasks in work:
+        for key, fn in tasks.items():
+            try:
+                submitted[key] = (pool, pool.submit(fn, label=labels.get(key)))
+            except RlmError as exc:
+                outcomes[key] = Outcome(error=exc)
+    return outcomes, submitted
+
+
+def _collect(outcomes: dict[K, Outcome[T]], submitted: _Submitted[K, T], count_expired: bool) -> None:
+    """Note each submitted task's outcome; cancel those not done (the deadline passed)."""
+    for key, (pool, task) in submitted.items():
+        if task.done() or not task.cancel():
+            outcomes[key] = task._outcome()
+            continue
+        outcomes[key] = Outcome(timed_out=True)
+        if count_expired and task.label is not None:
+            topic, partition = task.label
+            pool._metrics.list_offsets_expirations.labels(topic=topic, partition=str(partition)).inc()
+
+
+async def run_on(
+    pool: BoundedPool,
+    fn: Callable[[CancelToken], T],
+    timeout_s: float,
+    *,
+    label: tuple[str, int] | None = None,
+    what: str = "the task",
+) -> T:
+    """Run ``fn`` on ``pool`` and await its value at most ``timeout_s`` seconds (then it is
+    cancelled), holding no thread.
+
+    Raises:
+        PoolFullError: the pool's queue is full.
+        RequestTimedOutError: ``fn`` did not finish in time; the message starts with ``what``.
+        Whatever ``fn`` raised.
+    """
+    labels = {0: label} if label is not None else {}
+    outcome = (await gather_on([(pool, {0: fn})], timeout_s, labels=labels, count_expired=False))[0]
+    if outcome.timed_out:
+        raise RequestTimedOutError(f"{what} did not finish in time ({timeout_s * 1000:.0f} ms)")
+    return outcome.unwrap()
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run to its end a coroutine that waits only by blocking (its waits are
+    :func:`gather_blocking` and :func:`wait_blocking`), without an event loop: for callers that
+    have none, sharing the request path's code.
+
+    Raises:
+        RuntimeError: the coroutine suspended (it awaited something an event loop must resume).
+    """
+    try:
+        coroutine.send(None)
+    except StopIteration as finished:
+        return cast(T, finished.value)
+    coroutine.close()
+    raise RuntimeError("run_blocking: the coroutine awaited an event loop; await it on one instead")
+
+
 def run_all(
     pool: BoundedPool,
     tasks: Mapping[K, Callable[[CancelToken], T]],
@@ -444,54 +632,8 @@ def run_all(
     *,
     labels: Mapping[K, tuple[str, int]],
 ) -> dict[K, Outcome[T]]:
-    """Run each task on ``pool`` in parallel and wait at most ``timeout_s`` seconds for all of them.
-
-    Args:
-        pool: the pool to run on.
-        tasks: one task per key (per partition of a request).
-        timeout_s: the request's deadline, from now.
-        labels: the topic-partition of each key, for the expirations metric; keys without one are
-            not counted.
-
-    Returns:
-        One outcome per key, in the order of ``tasks``: the value, the error the task raised (or the
-        ``PoolFullError``/``PoolClosedError`` that kept it from being queued), or ``timed_out``
-        when it was not done by the deadline; such a task is cancelled and counted as an expiration
-        of its topic-partition.
-    """
-    return run_all_on([(pool, tasks)], timeout_s, labels=labels)
-
-
-def run_all_on(
-    work: Sequence[tuple[BoundedPool, Mapping[K, Callable[[CancelToken], T]]]],
-    timeout_s: float,
-    *,
-    labels: Mapping[K, tuple[str, int]],
-) -> dict[K, Outcome[T]]:
-    """:func:`run_all` for tasks spread over several pools (each key in one of them), with one
-    deadline for all."""
-    deadline = time.monotonic() + timeout_s
-    outcomes: dict[K, Outcome[T]] = {}
-    submitted: dict[K, tuple[BoundedPool, Task[T]]] = {}
-    for pool, tasks in work:
-        for key, fn in tasks.items():
-            try:
-                submitted[key] = (pool, pool.submit(fn, label=labels.get(key)))
-            except RlmError as exc:
-                outcomes[key] = Outcome(error=exc)
-    for _, task in submitted.values():
-        remaining = deadline - time.monotonic()
-        if remaining <= 0 or not task.wait(remaining):
-            break
-    for key, (pool, task) in submitted.items():
-        if task.done() or not task.cancel():
-            outcomes[key] = task._outcome()
-            continue
-        outcomes[key] = Outcome(timed_out=True)
-        if task.label is not None:
-            topic, partition = task.label
-            pool._metrics.list_offsets_expirations.labels(topic=topic, partition=str(partition)).inc()
-    return {key: outcomes[key] for _, tasks in work for key in tasks}
+    """:func:`gather_blocking` for one pool."""
+    return gather_blocking([(pool, tasks)], timeout_s, labels=labels)
 
 
 def _check_positive(name: str, value: int) -> None:

@@ -9,20 +9,15 @@ and a remote candidate whose range the broker still has locally is read locally.
 Special timestamps: -1 latest (high watermark), -2 earliest (remote tier included), -3 the record
 with the max timestamp across remote *and* local, -4 earliest local, -5 latest tiered.
 
-Every call here is synchronous and may do remote reads: the API runs it on the reader pool, but
-for :meth:`LookupService.answer_from_view`, which reads only the broker's files.
+Every call here is synchronous; :meth:`LookupService.plan` reads only the broker's files (an event
+loop may call it), :meth:`LookupService.search` may ask the store or read the remote tier and runs
+on the pool its plan names.
 
-Metadata reuse: each lookup needs a partition's remote-tier summary, its *view*
-(:mod:`rlm.lookup.views`: known at all, first finished segment, remote log start offset, max remote
-timestamp), read for many partitions in one query of the metadata store. The view of a partition
-is reused for ``metadata_ttl_s`` (default 1 s), and read again at once when the broker's first
-local segment changed since (local retention deleted segments) or on
-:meth:`LookupService.invalidate`. Answers stay exact under a stale summary but for the log start
-offset: segments copied meanwhile only raise the max remote timestamp, and a timestamp above the
-stale one is then in segments the broker still has (it deleted none since), where the local search
-finds it; a lower max (retention deleted the segment holding it) only sends a search to the remote
-tier, which finds the answer in the segments that remain. A log start offset advanced by retention
-is seen up to ``metadata_ttl_s`` late, as Kafka's own log start offset propagates late.
+Each lookup is planned once (:meth:`LookupService.plan`, :mod:`rlm.lookup.plans`): from the
+partition's remote-tier summary, its *view*, held by :class:`~rlm.lookup.views.RemoteViews` (which
+says how views are reused and why answers stay exact under one a little stale), and the broker's
+files, the plan is either the answer, found on the caller's thread, or a search for a pool to run
+(:meth:`LookupService.search`), which does not decide the tier again.
 
 The metadata store down: every call of the store goes through a
 :class:`~rlm.metastore.availability.StoreAvailability`, so that during an outage a lookup does not
@@ -50,8 +45,6 @@ import functools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from enum import IntEnum
 from pathlib import Path
 from typing import TypeVar
 
@@ -59,9 +52,18 @@ from rlm.errors import MetadataUnavailableError, NotFoundError
 from rlm.log.batches import decode_batch
 from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
-from rlm.log.model import BatchHeader, Record, TimestampAndOffset
+from rlm.log.model import BatchHeader, Record
 from rlm.log.source import iter_headers
 from rlm.log.stable import StableOffsetTracker
+from rlm.log.watch import DirectoryWatcher
+from rlm.lookup.plans import (
+    Answered,
+    IsolationLevel,
+    LookupPlan,
+    OffsetAnswer,
+    Search,
+    ViewNeeded,
+)
 from rlm.lookup.remote_search import (
     Checkpoint,
     RemoteLogReader,
@@ -78,42 +80,19 @@ from rlm.metastore.protocol import MetadataStore
 from rlm.storage.protocol import RemoteStorage
 from rlm.timestamps import SpecialTimestamp
 
-
-class IsolationLevel(IntEnum):
-    """ListOffsets' isolation level: which offsets a consumer may be told about."""
-
-    READ_UNCOMMITTED = 0
-    """Offsets below the high watermark."""
-    READ_COMMITTED = 1
-    """Offsets below the last stable offset (no open transaction's records)."""
-
-
-@dataclass(frozen=True)
-class OffsetAnswer:
-    """One partition's answer. ``tier`` is ``"remote"``, ``"local"`` or None when nothing was found."""
-
-    offset: int
-    timestamp: int
-    leader_epoch: int
-    tier: str | None
-
-    @classmethod
-    def none(cls) -> OffsetAnswer:
-        return cls(-1, -1, -1, None)
-
-    @classmethod
-    def of(cls, found: TimestampAndOffset | None, tier: str) -> OffsetAnswer:
-        if found is None:
-            return cls.none()
-        return cls(found.offset, found.timestamp, found.leader_epoch, tier)
-
-
 DEFAULT_METADATA_TTL_S = DEFAULT_TTL_S
 """How long a partition's remote-tier view is reused before the metadata store is asked again."""
 DEFAULT_RETRY_S = 1.0
 """After the metadata store failed to answer, how long lookups do without it (by default)."""
 
 T = TypeVar("T")
+
+
+class _Unpinned:
+    """The default of :meth:`LookupService.plan`'s ``local``: look the directory up."""
+
+
+UNPINNED = _Unpinned()
 
 
 class LookupService:
@@ -129,14 +108,20 @@ class LookupService:
         metadata_ttl_s: float = DEFAULT_METADATA_TTL_S,
         max_listed_segments: int = DEFAULT_MAX_SEGMENTS,
         availability: StoreAvailability | None = None,
+        views: RemoteViews | None = None,
+        watcher: DirectoryWatcher | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.storage = storage
         self.indexes = indexes
-        self.log_dirs = tuple(LogDir(d) for d in log_dirs)
+        self.log_dirs = tuple(LogDir(d, watcher=watcher) for d in log_dirs)
         self.availability = availability if availability is not None else StoreAvailability(DEFAULT_RETRY_S)
-        self.views = RemoteViews(store, self.availability, ttl_s=metadata_ttl_s, clock=clock)
+        self.views = (
+            views
+            if views is not None
+            else RemoteViews(store, self.availability, ttl_s=metadata_ttl_s, clock=clock)
+        )
         self._partitions: dict[TopicPartition, PartitionDir] = {}
         self._stable_offsets = StableOffsetTracker()
         self._segment_lists = SegmentLists(store, max_segments=max_listed_segments)
@@ -283,28 +268,80 @@ class LookupService:
             return False
         return 0 <= timestamp <= max_remote or timestamp == SpecialTimestamp.MAX_TIMESTAMP
 
-    def answer_now(self, tp: TopicPartition, timestamp: int) -> OffsetAnswer | None:
-        """The answer when it needs nothing but the broker's local files and the partition's
-        reusable remote-tier view (no metadata query, no remote read: what an event loop may run
-        itself); None otherwise, or when anything fails (the full path then reports it).
+    def plan(
+        self,
+        tp: TopicPartition,
+        timestamp: int,
+        isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
+        *,
+        local: PartitionDir | _Unpinned | None = UNPINNED,
+        view: RemoteTierView | None = None,
+    ) -> LookupPlan:
+        """Decide, once, how ``timestamp`` is answered for ``tp`` (:mod:`rlm.lookup.plans`), with
+        no metadata query and no remote read: what a request's own thread may do, even an event
+        loop's.
 
-        Only a timestamp ≥ 0 above the max remote timestamp, or LATEST, qualifies. While the
-        metadata store is down, a fallback view serves (:meth:`RemoteViews.fallback`).
+        Args:
+            tp: the partition.
+            timestamp: ≥ 0, or a special timestamp (-1 to -5).
+            isolation: which offsets the answer may name.
+            local: the partition's pinned directory (:meth:`pinned_partition`) when the caller
+                has it, None when the broker has none; by default it is looked up.
+            view: the partition's remote-tier view when the caller read it (or took its
+                fallback); by default the one held, or while the store is down its fallback;
+                without either the plan is :class:`ViewNeeded`.
+
+        Raises:
+            NotFoundError: neither a local log nor remote segments exist for ``tp``.
+            ValueError: ``timestamp`` is below -5.
         """
-        if timestamp < 0 and timestamp != SpecialTimestamp.LATEST:
-            return None
-        try:
-            pinned = self.pinned_partition(tp)
-            if pinned is None:
-                return None
-            view = self.views.cached(tp, pinned, while_refreshing=True)
+        if isinstance(local, _Unpinned):
+            local = self.pinned_partition(tp)
+        if view is None:
+            view = self.views.cached(tp, local, while_refreshing=True)
             if view is None and self.availability.down:
-                view = self.views.fallback(tp, pinned)
+                view = self.views.fallback(tp, local)
             if view is None:
-                return None
-            return self.answer_from_view(tp, pinned, timestamp, view, isolation=_UNCOMMITTED)
-        except Exception:  # the full path answers with the error
-            return None
+                return ViewNeeded(local)
+        answer = self.answer_from_view(tp, local, timestamp, view, isolation=isolation)
+        if answer is not None:
+            return Answered(answer)
+        return Search(tp, timestamp, isolation, local, view, self.reads_remote(timestamp, view))
+
+    def search(
+        self, search: Search, *, stats: FetchStats | None = None, checkpoint: Checkpoint = never_cancelled
+    ) -> OffsetAnswer:
+        """Find the answer of a planned :class:`Search` with the view and the directory it was
+        planned on (the tier is not decided again). It may ask the metadata store and, when
+        ``search.reads_remote``, read the remote tier: run it on the pool the plan names.
+
+        With READ_COMMITTED answers at or above the last stable offset are dropped (-1), as Kafka
+        does; with READ_UNCOMMITTED the same holds for the high watermark.
+
+        Raises:
+            MetadataUnavailableError: the metadata store does not answer.
+            TaskCancelledError: ``checkpoint`` said the answer is no longer wanted.
+            RlmError, OSError: the remote tier or the broker's files could not be read.
+        """
+        tp, local, view, timestamp = search.tp, search.local, search.view, search.timestamp
+        if timestamp >= 0:
+            return self._by_timestamp(tp, local, timestamp, stats, checkpoint, search.isolation, view)
+        if timestamp == SpecialTimestamp.MAX_TIMESTAMP:
+            return self._max_timestamp(tp, local, stats, checkpoint, search.isolation, view)
+        if timestamp == SpecialTimestamp.EARLIEST:
+            earliest = self.earliest_offset(tp, local, view)
+            return OffsetAnswer(
+                earliest, -1, self._epoch_at(tp, local, earliest), self._tier_of(tp, local, earliest)
+            )
+        if timestamp == SpecialTimestamp.EARLIEST_LOCAL and local is not None and local.segments():
+            start = max(local.segments()[0].base_offset, self.earliest_offset(tp, local, view))
+            return OffsetAnswer(start, -1, self._epoch_at(tp, local, start), "local")
+        if timestamp == SpecialTimestamp.LATEST_TIERED:
+            highest = self.ask_store(lambda: self.store.highest_copied_offset(tp))
+            if highest < 0:
+                return OffsetAnswer.none()
+            return OffsetAnswer(highest, -1, self._epoch_at(tp, local, highest), "remote")
+        raise ValueError(f"timestamp {timestamp} needs no search: plan it (LookupService.plan)")
 
     def find(
         self,
@@ -315,49 +352,21 @@ class LookupService:
         checkpoint: Checkpoint = never_cancelled,
         isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> OffsetAnswer:
-        """ListOffsets for one partition.
-
-        With READ_COMMITTED, LATEST answers the last stable offset and answers at or above it are
-        dropped (-1), as Kafka does; with READ_UNCOMMITTED the same holds for the high watermark.
+        """ListOffsets for one partition, all on the caller's thread, which may wait for the store
+        and the remote tier (for tools and tests; the API plans and runs searches on its pools):
+        :meth:`plan`, with the view read first when needed, then :meth:`search`.
 
         Raises:
-            NotFoundError: neither a local log nor remote segments exist for ``tp``.
-            ValueError: ``timestamp`` is below -5.
+            as :meth:`plan` and :meth:`search`.
         """
-        return self._find(tp, self.pinned_partition(tp), timestamp, stats, checkpoint, isolation)
-
-    def _find(
-        self,
-        tp: TopicPartition,
-        local: PartitionDir | None,
-        timestamp: int,
-        stats: FetchStats | None,
-        checkpoint: Checkpoint,
-        isolation: IsolationLevel,
-    ) -> OffsetAnswer:
-        self.require_known(tp, local)
-        if timestamp >= 0:
-            return self._by_timestamp(tp, local, timestamp, stats, checkpoint, isolation)
-        if timestamp == SpecialTimestamp.LATEST:
-            return self._latest(tp, local, isolation)
-        if timestamp == SpecialTimestamp.EARLIEST:
-            earliest = self.earliest_offset(tp, local)
-            return OffsetAnswer(
-                earliest, -1, self._epoch_at(tp, local, earliest), self._tier_of(tp, local, earliest)
-            )
-        if timestamp == SpecialTimestamp.EARLIEST_LOCAL:
-            if local is None or not local.segments():
-                return OffsetAnswer.none()
-            start = max(local.segments()[0].base_offset, self.earliest_offset(tp, local))
-            return OffsetAnswer(start, -1, self._epoch_at(tp, local, start), "local")
-        if timestamp == SpecialTimestamp.LATEST_TIERED:
-            highest = self.ask_store(lambda: self.store.highest_copied_offset(tp))
-            if highest < 0:
-                return OffsetAnswer(-1, -1, -1, None)
-            return OffsetAnswer(highest, -1, self._epoch_at(tp, local, highest), "remote")
-        if timestamp == SpecialTimestamp.MAX_TIMESTAMP:
-            return self._max_timestamp(tp, local, stats, checkpoint, isolation)
-        raise ValueError(f"timestamp {timestamp} is not a timestamp (≥ 0) nor a special value (-1 to -5)")
+        plan = self.plan(tp, timestamp, isolation)
+        if isinstance(plan, ViewNeeded):
+            view = self.usable_view(tp, plan.local)
+            plan = self.plan(tp, timestamp, isolation, local=plan.local, view=view)
+        if isinstance(plan, Answered):
+            return plan.answer
+        assert isinstance(plan, Search)
+        return self.search(plan, stats=stats, checkpoint=checkpoint)
 
     def _latest(
         self,
@@ -574,9 +583,6 @@ class LookupService:
             return "local"
         segment = self.ask_store(lambda: self.store.segment_for_offset(tp, offset))
         return "remote" if segment is not None else None
-
-
-_UNCOMMITTED = IsolationLevel.READ_UNCOMMITTED
 
 
 def _first_base(local: PartitionDir | None) -> int | None:

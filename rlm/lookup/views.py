@@ -6,7 +6,14 @@ finished segment, its remote log start offset and its max remote timestamp. The 
 for many partitions in one query (``remote_tier_summaries``: all the partitions of a ListOffsets
 request at once). A view is reused for ``ttl_s`` (default 1 s), and read again at once when the
 broker's first local segment changed since (local retention deleted segments) or on
-:meth:`RemoteViews.invalidate`; :mod:`rlm.lookup.service` says why answers stay exact meanwhile.
+:meth:`RemoteViews.invalidate`.
+
+Answers stay exact under a view up to ``ttl_s`` old but for the log start offset: segments copied
+meanwhile only raise the max remote timestamp, and a timestamp above the stale one is then in
+segments the broker still has (it deleted none since), where the local search finds it; a lower max
+(retention deleted the segment holding it) only sends a search to the remote tier, which finds the
+answer in the segments that remain. A log start offset advanced by retention is seen up to ``ttl_s``
+late, as Kafka's own log start offset propagates late.
 
 Without the store (it is down, see :class:`~rlm.metastore.availability.StoreAvailability`, or its
 read failed), :meth:`RemoteViews.fallback` gives the view a lookup may still use, if any:

@@ -8,18 +8,12 @@ from pathlib import Path
 import pytest
 
 from metadata.store import SqlMetadataStore
-from tests.metadata_support import (
-    BACKENDS,
-    FakeClock,
-    backend_url,
-    open_store,
-    postgres_url,  # noqa: F401  (fixture)
-    sqlite_template,  # noqa: F401  (fixture)
-)
+from tests.clock import FakeClock
+from tests.metadata_support import BACKENDS, backend_url, open_store
 
 
 @pytest.fixture
-def clock() -> FakeClock:
+def clock() -> FakeClock[int]:
     """The clock the store reads lease expiry from."""
     return FakeClock()
 
@@ -31,7 +25,7 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def store(database_url: str, clock: FakeClock) -> Iterator[SqlMetadataStore]:
+def store(database_url: str, clock: FakeClock[int]) -> Iterator[SqlMetadataStore]:
     """A store over ``database_url`` that lists segments 3 at a time (to cross page ends)."""
     with open_store(database_url, clock, list_page_size=3) as opened:
         yield opened

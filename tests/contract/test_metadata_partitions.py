@@ -7,7 +7,8 @@ import pytest
 from metadata.store import SqlMetadataStore
 from rlm.errors import InvalidStateTransitionError, StaleLeaseError, StateConflictError
 from rlm.metastore import Lease, PartitionState, SegmentState, TopicPartition
-from tests.metadata_support import TP, FakeClock, segment
+from tests.clock import FakeClock
+from tests.metadata_support import TP, segment
 
 MARKED = PartitionState.DELETE_PARTITION_MARKED
 STARTED = PartitionState.DELETE_PARTITION_STARTED
@@ -83,14 +84,14 @@ def test_list_partitions_by_deletion_state(store: SqlMetadataStore) -> None:
     assert marked == [others[1]]
 
 
-def test_acquire_renew_release_and_takeover(store: SqlMetadataStore, clock: FakeClock) -> None:
+def test_acquire_renew_release_and_takeover(store: SqlMetadataStore, clock: FakeClock[int]) -> None:
     first = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
-    assert first == Lease(TP, owner=1, epoch=1, expires_at_ms=clock.now_ms + TTL)
+    assert first == Lease(TP, owner=1, epoch=1, expires_at_ms=clock.now + TTL)
     assert store.get_lease(TP) == first
     assert store.acquire_lease(TP, owner=2, ttl_ms=TTL) is None
     clock.advance(TTL - 1)
     renewed = store.renew_lease(first, TTL)
-    assert (renewed.epoch, renewed.expires_at_ms) == (1, clock.now_ms + TTL)
+    assert (renewed.epoch, renewed.expires_at_ms) == (1, clock.now + TTL)
     clock.advance(TTL - 1)
     assert store.acquire_lease(TP, owner=2, ttl_ms=TTL) is None
     clock.advance(1)
@@ -106,12 +107,14 @@ def test_acquire_renew_release_and_takeover(store: SqlMetadataStore, clock: Fake
     assert again is not None and again.epoch == 3
 
 
-def test_an_expired_lease_not_taken_over_can_be_renewed(store: SqlMetadataStore, clock: FakeClock) -> None:
+def test_an_expired_lease_not_taken_over_can_be_renewed(
+    store: SqlMetadataStore, clock: FakeClock[int]
+) -> None:
     lease = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
     assert lease is not None
     clock.advance(TTL * 3)
     assert store.get_lease(TP) == lease
-    assert store.renew_lease(lease, TTL).expires_at_ms == clock.now_ms + TTL
+    assert store.renew_lease(lease, TTL).expires_at_ms == clock.now + TTL
 
 
 def test_the_same_owner_reacquiring_fences_its_previous_incarnation(
@@ -134,7 +137,7 @@ def test_lease_epochs_are_per_partition(store: SqlMetadataStore) -> None:
 
 
 def test_every_write_with_a_stale_epoch_fails_and_changes_nothing(
-    store: SqlMetadataStore, clock: FakeClock
+    store: SqlMetadataStore, clock: FakeClock[int]
 ) -> None:
     old = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
     assert old is not None

@@ -16,16 +16,8 @@ from hypothesis import strategies as st
 from metadata.store import SqlMetadataStore
 from metadata.tree import BITS, LEVELS
 from rlm.metastore import RemoteSegment, SegmentState
-from tests.metadata_support import (
-    BACKENDS,
-    TP,
-    FakeClock,
-    clear,
-    open_store,
-    segment,
-    sqlite_copy,
-    stored_tree,
-)
+from tests.clock import FakeClock
+from tests.metadata_support import BACKENDS, TP, clear, open_store, segment, sqlite_copy, stored_tree
 
 STARTED = SegmentState.COPY_SEGMENT_STARTED
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED

@@ -10,7 +10,8 @@ import pytest
 from metadata.store import SqlMetadataStore
 from rlm.errors import InvalidSkipRangeError, StaleLeaseError, StateConflictError
 from rlm.metastore.model import PartitionState, SegmentState, SkipKind, SkippedRange, TopicPartition
-from tests.metadata_support import TP, FakeClock, add_finished, segment
+from tests.clock import FakeClock
+from tests.metadata_support import TP, add_finished, segment
 
 TTL = 30_000
 DELETED = SegmentState.DELETE_SEGMENT_FINISHED
@@ -69,7 +70,7 @@ def test_ranges_below_the_remote_log_start_or_of_a_deleted_partition_are_refused
     assert store.list_skipped_ranges(TP) == []
 
 
-def test_skipping_is_fenced_by_the_lease(store: SqlMetadataStore, clock: FakeClock) -> None:
+def test_skipping_is_fenced_by_the_lease(store: SqlMetadataStore, clock: FakeClock[int]) -> None:
     old = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
     assert old is not None
     clock.advance(TTL)
@@ -128,7 +129,7 @@ def test_purging_forgets_old_deleted_rows_and_keeps_the_highest_copied_offsets(
     assert store.get_partition(TopicPartition("unknown", 0)) is None
 
 
-def test_purging_is_fenced_by_the_lease(store: SqlMetadataStore, clock: FakeClock) -> None:
+def test_purging_is_fenced_by_the_lease(store: SqlMetadataStore, clock: FakeClock[int]) -> None:
     seg = segment(0, 9)
     add_finished(store, seg)
     _delete(store, seg.segment_id, 1)
@@ -145,7 +146,7 @@ def test_purging_is_fenced_by_the_lease(store: SqlMetadataStore, clock: FakeCloc
 
 
 def test_another_incarnation_of_the_owner_takes_over_unless_told_to_wait(
-    store: SqlMetadataStore, clock: FakeClock
+    store: SqlMetadataStore, clock: FakeClock[int]
 ) -> None:
     first, second = uuid.uuid4(), uuid.uuid4()
     held = store.acquire_lease(TP, owner=1, ttl_ms=TTL, incarnation=first)

@@ -9,7 +9,8 @@ import pytest
 from metadata.store import SqlMetadataStore
 from rlm.errors import NotFoundError, StaleLeaseError, StateConflictError
 from rlm.metastore import PendingUpload, SegmentState
-from tests.metadata_support import TP, FakeClock, segment
+from tests.clock import FakeClock
+from tests.metadata_support import TP, segment
 
 TTL = 60_000
 LOG = PendingUpload("3f/orders-0/00000000000000000000-seg.log", "upload-1")
@@ -86,7 +87,9 @@ def test_an_upload_of_an_unknown_segment_is_refused(store: SqlMetadataStore) -> 
         store.add_pending_upload(unknown, LOG)
 
 
-def test_recording_an_upload_is_fenced_by_the_copy_lease(store: SqlMetadataStore, clock: FakeClock) -> None:
+def test_recording_an_upload_is_fenced_by_the_copy_lease(
+    store: SqlMetadataStore, clock: FakeClock[int]
+) -> None:
     old = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
     assert old is not None
     seg = segment(0, 99)

@@ -48,7 +48,6 @@ from tests.s3_support import (
     MotoS3,
     RecordingEvents,
     S3Server,
-    moto_s3,  # noqa: F401  (fixture)
 )
 from tests.storage_faults import Fault, FaultInjector, made_up_response
 
@@ -58,7 +57,7 @@ ESCAPING_KEYS = ["../x", "a/../../x", "/abs/x", "a\\b", "", "a//b", "./a", "a/."
 
 
 @pytest.fixture(scope="module")
-def s3_bucket(moto_s3: MotoS3) -> str:  # noqa: F811
+def s3_bucket(moto_s3: MotoS3) -> str:
     """One bucket for the module; each test gets its own prefix in it."""
     return moto_s3.new_bucket()
 
@@ -542,7 +541,7 @@ def test_index_object_holds_each_index_at_its_range(storage: RemoteStorage, roll
     assert sorted(storage.list_keys(partition_prefix("orders", None, 3))) == sorted(keys)
 
 
-def test_s3_store_keeps_objects_under_its_prefix(moto_s3: MotoS3, s3_bucket: str) -> None:  # noqa: F811
+def test_s3_store_keeps_objects_under_its_prefix(moto_s3: MotoS3, s3_bucket: str) -> None:
     prefix = f"cluster-{uuid.uuid4().hex[:8]}/tier"
     with moto_s3.storage(s3_bucket, prefix + "/") as store:
         store.put_object("ab/k.log", b"payload")
@@ -563,7 +562,7 @@ def _request_body(request: AWSPreparedRequest) -> bytes:
 
 @pytest.mark.parametrize("checksum_type", ["COMPOSITE", "FULL_OBJECT"])
 def test_s3_multipart_put_is_checked_part_by_part_and_whole(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     s3_bucket: str,
     checksum_type: Literal["COMPOSITE", "FULL_OBJECT"],
 ) -> None:
@@ -618,7 +617,7 @@ def test_s3_multipart_put_is_checked_part_by_part_and_whole(
         assert reported.partition("-")[0] == composite
 
 
-def test_s3_store_on_a_missing_bucket_fails_without_retrying(moto_s3: MotoS3) -> None:  # noqa: F811
+def test_s3_store_on_a_missing_bucket_fails_without_retrying(moto_s3: MotoS3) -> None:
     with moto_s3.storage("rlm-no-such-bucket") as store:
         with pytest.raises(StorageError, match="NoSuchBucket") as raised:
             store.put_object("k", b"x")
@@ -635,7 +634,7 @@ def test_filesystem_store_refuses_a_symlink_out_of_its_root(tmp_path: Path) -> N
     assert list(outside.iterdir()) == []
 
 
-def test_s3_abort_of_an_upload_already_gone_succeeds(moto_s3: MotoS3, s3_bucket: str) -> None:  # noqa: F811
+def test_s3_abort_of_an_upload_already_gone_succeeds(moto_s3: MotoS3, s3_bucket: str) -> None:
     # The first abort reaches S3 but its answer is lost; the retry finds the upload gone.
     faults = FaultInjector(
         1.0, faults=[Fault.LOST_RESPONSE], operations={"AbortMultipartUpload"}, max_faults=1
@@ -673,7 +672,7 @@ def _listing_page(bucket: str, full_key: str, upload_id: str, next_markers: bool
 
 @pytest.mark.parametrize("next_markers", [True, False], ids=["next-page", "no-next-page"])
 def test_s3_abort_reads_every_page_of_the_upload_listing(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     s3_bucket: str,
     next_markers: bool,
     caplog: pytest.LogCaptureFixture,

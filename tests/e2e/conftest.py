@@ -44,8 +44,6 @@ from tests.lookup_support import (
     tier_partition,
     write_partition,
 )
-from tests.metadata_support import postgres_url, sqlite_template  # noqa: F401  (fixtures)
-from tests.s3_support import moto_s3  # noqa: F401  (fixture)
 
 READ_TOKEN = "e2e-read-token-3b9f61c2"
 ADMIN_TOKEN = "e2e-admin-token-c47d0a95"
@@ -221,7 +219,7 @@ class InProcess:
 @pytest.fixture(scope="session")
 def in_process(
     tmp_path_factory: pytest.TempPathFactory,
-    sqlite_template: Path,  # noqa: F811
+    sqlite_template: Path,
 ) -> Iterator[InProcess]:
     root = tmp_path_factory.mktemp("in-process")
     log_dir = root / "logs"

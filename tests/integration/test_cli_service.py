@@ -15,7 +15,6 @@ from rlm.log.produce import ProduceSpec, produce
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.metrics import Metrics
 from rlm.storage.filesystem import FilesystemStorage
-from tests.metadata_support import sqlite_template  # noqa: F401  (fixture)
 
 
 def _run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -74,7 +73,7 @@ def test_copy_and_lookup_run_beside_another_process_holding_the_index_cache(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
-    sqlite_template: Path,  # noqa: F811
+    sqlite_template: Path,
 ) -> None:
     # `rlm serve` holds the index cache of its working directory; copy never reads the cache and a
     # lookup the local tier answers does not either: both run beside it. A remote lookup, which

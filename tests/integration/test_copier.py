@@ -35,20 +35,18 @@ from rlm.remote_segment import prepare_segment
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
+from tests.clock import FakeClock
 from tests.tiering_support import (
     BROKER_ID,
     Backend,
     SegmentPlan,
     Tiering,
     assert_invariants,
-    backend,  # noqa: F401  (fixture)
     eligible_segments,
     local_segment,
     make_backend,
-    moto_s3,  # noqa: F401  (fixture)
     set_high_watermarks,
     set_log_start_offsets,
-    tiering_factory,  # noqa: F401  (fixture)
     tp_of,
     write_scripted_log_dir,
 )
@@ -84,8 +82,8 @@ def _partition(log_dir: Path, topic: str, number: int) -> PartitionDir:
 
 
 def test_every_eligible_segment_is_tiered_with_its_metadata(
-    backend: Backend,  # noqa: F811
-    tiering_factory: TieringFactory,  # noqa: F811
+    backend: Backend,
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     held_back = _partition(log_dir, "orders", 1)
@@ -144,7 +142,7 @@ def test_every_eligible_segment_is_tiered_with_its_metadata(
 
 def test_nothing_below_the_log_start_offset_is_copied(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     partition = _partition(log_dir, "orders", 0)
@@ -166,7 +164,7 @@ def _epoch_at(row: RemoteSegment, offset: int) -> int:
 
 def test_leader_epochs_of_each_segment_follow_the_checkpoint(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     tp = TopicPartition("orders", 0)
@@ -213,7 +211,7 @@ def _stash_from(partition: PartitionDir, base_offset: int, stash: Path) -> Calla
 
 def test_segments_rolled_later_are_copied_from_the_highest_copied_offset(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     tp = TopicPartition("orders", 0)
@@ -241,7 +239,7 @@ def test_segments_rolled_later_are_copied_from_the_highest_copied_offset(
 
 def test_max_timestamp_is_right_without_a_usable_time_index(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     partition = _partition(log_dir, "orders", 0)
@@ -265,7 +263,7 @@ def _all_but(log_dir: Path, keep: PartitionDir) -> set[TopicPartition]:
 
 def test_topic_with_remote_storage_disabled_is_not_tiered(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     tiering = tiering_factory(
@@ -288,7 +286,7 @@ def test_topic_with_remote_storage_disabled_is_not_tiered(
 
 def test_copy_lag_metrics_count_what_is_not_tiered_yet(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     partition = _partition(log_dir, "orders", 0)
@@ -328,14 +326,9 @@ class RecordingRateLimiter(RateLimiter):
     """A rate limiter on a fake clock that records what passes and how long it made callers wait."""
 
     def __init__(self, rate_bytes_per_s: float) -> None:
-        self.now = 0.0
+        self.clock = FakeClock(0.0)
         self.acquired: list[int] = []
-        self.slept: list[float] = []
-        super().__init__(rate_bytes_per_s, clock=lambda: self.now, sleep=self._sleep_fake)
-
-    def _sleep_fake(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+        super().__init__(rate_bytes_per_s, clock=self.clock, sleep=self.clock.sleep)
 
     def acquire(self, amount: int) -> None:
         self.acquired.append(amount)
@@ -344,7 +337,7 @@ class RecordingRateLimiter(RateLimiter):
 
 def test_copy_lag_seconds_is_the_wait_of_the_oldest_untiered_segment(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     partition = _partition(log_dir, "orders", 0)
@@ -369,8 +362,8 @@ def test_copy_lag_seconds_is_the_wait_of_the_oldest_untiered_segment(
 
 
 def test_upload_rate_limit_throttles_every_log_byte(
-    backend: Backend,  # noqa: F811
-    tiering_factory: TieringFactory,  # noqa: F811
+    backend: Backend,
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     rate = 50_000
@@ -387,7 +380,7 @@ def test_upload_rate_limit_throttles_every_log_byte(
     assert copied == logs
     assert sum(limiter.acquired) == logs
     # A full bucket of one second's worth, then the rate: the waits add up to what exceeds the burst.
-    assert sum(limiter.slept) == pytest.approx((logs - rate) / rate)
+    assert sum(limiter.clock.slept) == pytest.approx((logs - rate) / rate)
 
 
 class FailingPuts(DelegatingStorage):
@@ -418,7 +411,7 @@ class FailingPuts(DelegatingStorage):
 
 def test_a_failed_copy_deletes_its_upload_and_is_retried(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     partition = _partition(log_dir, "orders", 0)
@@ -444,7 +437,7 @@ def test_a_failed_copy_deletes_its_upload_and_is_retried(
 
 def test_cleanup_removes_copies_a_crashed_incarnation_left_started(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     partition = _partition(log_dir, "orders", 0)
@@ -475,7 +468,7 @@ def test_cleanup_removes_copies_a_crashed_incarnation_left_started(
 
 def test_loops_taking_one_lease_at_once_share_one_epoch(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     # The copier and retention loops of one sidecar ask for a partition's lease at the same time

@@ -42,7 +42,7 @@ from rlm.log.produce import ProduceSpec, produce
 from rlm.metastore.model import Lease, SegmentState, TopicPartition
 from rlm.metrics import Metrics
 from rlm.storage.filesystem import FilesystemStorage
-from tests.metadata_support import FakeClock
+from tests.clock import FakeClock
 from tests.s3_proxy import ProxyFault, S3Proxy
 from tests.s3_support import TEST_S3_CONFIG
 from tests.storage_faults import SERVER_ERRORS, FaultInjector
@@ -57,10 +57,8 @@ from tests.tiering_support import (
     assert_invariants,
     eligible_segments,
     make_backend,
-    moto_s3,  # noqa: F401  (fixture)
     set_high_watermarks,
     set_log_start_offsets,
-    tiering_factory,  # noqa: F401  (fixture)
     tp_of,
     write_scripted_log_dir,
 )
@@ -169,7 +167,7 @@ def test_a_copy_killed_at_any_step_is_recovered(
     pair: str,
     step: str,
     request: pytest.FixtureRequest,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
     log_dir: Path,
 ) -> None:
@@ -203,7 +201,7 @@ def test_a_retention_pass_killed_at_any_step_is_recovered(
     pair: str,
     step: str,
     request: pytest.FixtureRequest,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
     log_dir: Path,
 ) -> None:
@@ -228,7 +226,7 @@ def test_a_retention_pass_killed_at_any_step_is_recovered(
 def test_a_cleanup_killed_at_any_step_is_recovered(
     step: str,
     request: pytest.FixtureRequest,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
     log_dir: Path,
 ) -> None:
@@ -251,7 +249,7 @@ def test_a_cleanup_killed_at_any_step_is_recovered(
 def test_a_copy_killed_during_a_multipart_upload_is_recovered(
     pair: str,
     request: pytest.FixtureRequest,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     backend = make_backend(pair, request, tmp_path)
@@ -315,7 +313,7 @@ def test_a_copy_killed_during_a_multipart_upload_is_recovered(
 
 def test_a_copy_killed_in_the_middle_of_a_filesystem_put_is_recovered(
     request: pytest.FixtureRequest,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
     log_dir: Path,
 ) -> None:
@@ -348,7 +346,7 @@ def test_a_copy_killed_in_the_middle_of_a_filesystem_put_is_recovered(
 
 def test_everything_is_tiered_and_intact_when_a_fifth_of_s3_requests_fail(
     request: pytest.FixtureRequest,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -544,7 +542,7 @@ class Sidecars:
 
     backend: Backend
     log_dir: Path
-    clock: FakeClock = field(default_factory=FakeClock)
+    clock: FakeClock[int] = field(default_factory=FakeClock)
     stores: list[SqlMetadataStore] = field(default_factory=list)
 
     def start(self, broker_id: int, step: Step = no_step) -> Sidecar:
@@ -672,7 +670,7 @@ def test_a_stale_holder_cannot_add_segments(sidecars: Sidecars, log_dir: Path) -
 
 def test_a_holder_that_lost_its_lease_cannot_record_an_upload_and_aborts_it(
     request: pytest.FixtureRequest,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
     log_dir: Path,
 ) -> None:
@@ -712,7 +710,7 @@ def _others(log_dir: Path, partition: PartitionDir) -> set[TopicPartition]:
 
 def test_a_corrupt_segment_is_not_tiered_and_the_other_partitions_carry_on(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     broken = LogDir(log_dir).partition("clicks", 0)  # v2 batches only

@@ -33,17 +33,14 @@ from rlm.log.segment import Segment
 from rlm.log.verify import verify_partition
 from rlm.metastore.model import IndexType, SegmentState, SkipKind, TopicPartition
 from rlm.overview import Overview
-from tests.metadata_support import FakeClock
+from tests.clock import FakeClock
 from tests.tiering_support import (
     Backend,
     Tiering,
     assert_invariants,
-    backend,  # noqa: F401  (fixture)
     make_backend,
-    moto_s3,  # noqa: F401  (fixture)
     set_high_watermarks,
     set_log_start_offsets,
-    tiering_factory,  # noqa: F401  (fixture)
 )
 
 SPEC = ProduceSpec(
@@ -170,7 +167,7 @@ LOG_DAMAGES: dict[str, Callable[[Segment], int]] = {
 def test_a_segment_that_cannot_be_copied_stops_copying_there_until_repaired(
     damage: str,
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -253,7 +250,7 @@ INDEX_DAMAGES: dict[str, Callable[[Segment], object]] = {
 def test_a_damaged_local_index_changes_nothing_the_copier_tiers(
     damage: str,
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     partition = _orders(log_dir)
@@ -291,7 +288,7 @@ def _delete_segment(segment: Segment) -> None:
 def test_offsets_deleted_before_they_were_tiered_are_recorded_not_jumped(
     log_start_moved: bool,
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -396,8 +393,8 @@ def test_an_operator_skips_a_segment_that_cannot_be_repaired(
 
 
 def test_a_segment_changed_after_its_check_is_not_tiered(
-    backend: Backend,  # noqa: F811
-    tiering_factory: TieringFactory,  # noqa: F811
+    backend: Backend,
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     # The upload must send the bytes that were checked: a change in between (here, a flipped

@@ -33,8 +33,7 @@ from tests.lookup_support import (
     tier_partition,
     write_partition,
 )
-from tests.metadata_support import postgres_url, sqlite_template  # noqa: F401  (fixtures)
-from tests.s3_support import MotoS3, moto_s3  # noqa: F401  (fixture)
+from tests.s3_support import MotoS3
 
 CODECS = tuple(Codec)
 PLAN = PartitionPlan(
@@ -105,9 +104,10 @@ def _fetch(tiered: Tiered, offset: int, max_bytes: int = 1 << 20) -> tuple[Fetch
 
 
 def assert_consistent(tiered: Tiered, offset: int, result: FetchResult) -> None:
-    """Every batch is whole and holds the appended records (markers too), as kafka-python reads the
-    raw bytes; the data records from ``offset`` on come with no gap; nothing at or past the high
-    watermark is returned."""
+    """Every batch is whole, as kafka-python reads the raw bytes, and a data batch: control batches
+    (transaction markers) are left out; its records are the appended ones from ``offset`` on; the
+    data records from ``offset`` on come with no gap; nothing at or past the high watermark is
+    returned; ``next_offset`` is past every batch read, control batches included."""
     truth = tiered.truth
     appended = {r.record.offset: r for r in truth.records}
     parsed = parse_with_kafka_python(result.raw)
@@ -116,22 +116,21 @@ def assert_consistent(tiered: Tiered, offset: int, result: FetchResult) -> None:
     ]
     for theirs, ours in zip(parsed, result.batches, strict=True):
         first, last = ours.header.base_offset, ours.header.last_offset
-        assert ours.records == [appended[o].record for o in range(first, last + 1)]
-        assert ours.header.leader_epoch == appended[first].leader_epoch
-        assert ours.header.is_control == appended[first].control
-        assert (theirs.control, theirs.leader_epoch) == (ours.header.is_control, ours.header.leader_epoch)
-        if not theirs.control:
-            assert theirs.records == ours.records
-    assert result.batches, "a fetch below the high watermark returns at least one batch"
-    assert result.batches[0].header.base_offset <= offset <= result.batches[0].header.last_offset
+        assert not theirs.control and not ours.header.is_control
+        assert theirs.records == [appended[o].record for o in range(first, last + 1)]
+        assert ours.records == [appended[o].record for o in range(max(first, offset), last + 1)]
+        assert (theirs.leader_epoch, ours.header.leader_epoch) == (appended[first].leader_epoch,) * 2
+        assert last < truth.high_watermark
+    assert result.next_offset > offset, "a fetch below the high watermark reads at least one batch"
     assert result.next_offset <= truth.high_watermark
-    records = result.records(offset)
-    expected = truth.data_records(offset)
-    assert records == expected[: len(records)]
+    if result.batches:
+        assert result.batches[0].header.base_offset <= result.records[0].offset
     in_batches = [
-        r.record for r in truth.records if not r.control and offset <= r.record.offset < result.next_offset
+        r for r in truth.records if offset <= r.record.offset < result.next_offset and not r.control
     ]
-    assert records == in_batches
+    assert result.records == [r.record for r in in_batches]
+    expected = truth.data_records(offset)
+    assert result.records == expected[: len(result.records)]
 
 
 def test_local_fetch_returns_the_appended_records(tiered: Tiered) -> None:
@@ -162,7 +161,7 @@ def test_walking_from_the_log_start_to_the_high_watermark_reads_every_record_onc
     while offset < truth.high_watermark:
         result, _ = _fetch(tiered, offset, max_bytes=400)
         assert_consistent(tiered, offset, result)
-        records.extend(result.records(offset))
+        records.extend(result.records)
         tiers.append(result.tier)
         offset = result.next_offset
     assert records == truth.data_records(truth.log_start_offset)
@@ -195,14 +194,14 @@ def test_offsets_outside_the_log_are_out_of_range(tiered: Tiered) -> None:
     with pytest.raises(OffsetOutOfRangeError):
         _fetch(tiered, truth.high_watermark + 1)
     empty, _ = _fetch(tiered, truth.high_watermark)
-    assert empty.batches == [] and empty.high_watermark == truth.high_watermark
+    assert empty.batches == [] and empty.high_watermark == truth.high_watermark and empty.next_offset == -1
     with pytest.raises(NotFoundError):
         tiered.runtime.fetcher.fetch(TopicPartition(TOPIC, 9), 0, 1000)
     with pytest.raises(ValueError):
         _fetch(tiered, truth.local_start_offset, max_bytes=0)
 
 
-def test_offsets_below_the_log_start_are_out_of_range(tmp_path: Path, sqlite_template: Path) -> None:  # noqa: F811
+def test_offsets_below_the_log_start_are_out_of_range(tmp_path: Path, sqlite_template: Path) -> None:
     plan = PartitionPlan(
         PLAN.batches, segment_bytes=1500, tiering="remote", log_start_at=0.3, log_start_inside_batch=True
     )
@@ -218,6 +217,6 @@ def test_offsets_below_the_log_start_are_out_of_range(tmp_path: Path, sqlite_tem
         assert result.tier == "remote" and stats.gets >= 1
         assert_consistent(tiered, start, result)
         # The whole batch comes back, as Kafka returns it; its records below the log start do not.
-        assert result.batches[0].header.base_offset < start == result.records(start)[0].offset
+        assert result.batches[0].header.base_offset < start == result.records[0].offset
     finally:
         rt.close()

@@ -223,7 +223,7 @@ def test_fetch_records_returns_decoded_records_and_raw_batches(served: Served) -
         assert got.tier == tier == tier_of(want.tier)
         assert got.raw_batches == want.raw
         assert (got.high_watermark, got.next_offset) == (want.high_watermark, want.next_offset)
-        decoded = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in want.records(offset)]
+        decoded = [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in want.records]
         assert [
             (
                 r.offset,

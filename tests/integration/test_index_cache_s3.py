@@ -20,19 +20,19 @@ from rlm.metastore.model import IndexType, LeaderEpochEntry, RemoteSegment, Segm
 from rlm.metrics import Metrics
 from rlm.storage.layout import IndexBlob, segment_keys
 from rlm.storage.s3 import S3Storage
-from tests.s3_support import MotoS3, moto_s3  # noqa: F401  (fixture)
+from tests.s3_support import MotoS3
 
 NOW = 1_700_000_000_000
 INDEX_INTERVAL_BYTES = 1024
 
 
 @pytest.fixture(scope="module")
-def bucket(moto_s3: MotoS3) -> str:  # noqa: F811
+def bucket(moto_s3: MotoS3) -> str:
     return moto_s3.new_bucket()
 
 
 @pytest.fixture
-def s3(moto_s3: MotoS3, bucket: str) -> Iterator[S3Storage]:  # noqa: F811
+def s3(moto_s3: MotoS3, bucket: str) -> Iterator[S3Storage]:
     """A store under a fresh prefix of the module's bucket."""
     store = moto_s3.storage(bucket, f"cache-{uuid.uuid4().hex[:8]}/")
     yield store

@@ -19,14 +19,13 @@ from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir
 from rlm.log.produce import ProduceSpec, produce
 from rlm.metastore.model import TopicPartition
-from tests.metadata_support import FakeClock
+from tests.clock import FakeClock
 from tests.tiering_support import (
     Backend,
     Tiering,
     assert_invariants,
     make_backend,
     set_high_watermarks,
-    tiering_factory,  # noqa: F401  (fixture)
     tp_of,
 )
 
@@ -96,7 +95,7 @@ def test_two_keepers_of_one_broker_id_do_not_take_the_lease_from_each_other(
 
 def test_two_copiers_of_one_broker_id_tier_everything_once_with_one_takeover(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     log_dir: Path,
 ) -> None:
     clock = FakeClock()

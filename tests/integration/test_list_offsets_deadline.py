@@ -34,7 +34,6 @@ from tests.lookup_support import (
     tier_partition,
     write_partitions,
 )
-from tests.metadata_support import sqlite_template  # noqa: F401  (fixture)
 
 WAIT = 10.0
 """Upper bound for something that must happen; reached only when the behaviour is broken."""
@@ -83,7 +82,7 @@ class Sidecar:
 
 
 @pytest.fixture
-def sidecar(tmp_path: Path, sqlite_template: Path) -> Iterator[Sidecar]:  # noqa: F811
+def sidecar(tmp_path: Path, sqlite_template: Path) -> Iterator[Sidecar]:
     log_dir = tmp_path / "logs"
     plan = PartitionPlan(
         tuple(BatchPlan(timestamps=(i * 100, i * 100 + 50)) for i in range(12)), tiering="both"

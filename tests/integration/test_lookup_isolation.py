@@ -50,7 +50,6 @@ from tests.lookup_support import (
     tier_partition,
     write_partitions,
 )
-from tests.metadata_support import sqlite_template  # noqa: F401  (fixture)
 
 WAIT = 10.0
 """Upper bound for something that must happen; reached only when the behaviour is broken."""
@@ -149,7 +148,7 @@ def _spread(count: int) -> tuple[BatchPlan, ...]:
 
 
 @pytest.fixture
-def sidecar(tmp_path: Path, sqlite_template: Path) -> Iterator[Sidecar]:  # noqa: F811
+def sidecar(tmp_path: Path, sqlite_template: Path) -> Iterator[Sidecar]:
     log_dir = tmp_path / "logs"
     plans = {
         REMOTE.partition: PartitionPlan(_spread(24), tiering="remote", local_deleted=0.5),

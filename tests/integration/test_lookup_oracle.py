@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 from rlm.log.logdir import LogDir
 from rlm.lookup.list_offsets import ErrorCode, ListOffsetsRequest, PartitionQuery, TopicQuery
-from rlm.lookup.service import IsolationLevel, OffsetAnswer
+from rlm.lookup.plans import Answered, IsolationLevel, OffsetAnswer, Search, ViewNeeded
 from rlm.lookup.stats import FetchStats
 from tests.lookup_support import (
     NOTHING,
@@ -44,8 +44,7 @@ from tests.lookup_support import (
     tier_partition,
     write_partition,
 )
-from tests.metadata_support import postgres_url, sqlite_template  # noqa: F401  (fixtures)
-from tests.s3_support import MotoS3, moto_s3  # noqa: F401  (fixture)
+from tests.s3_support import MotoS3
 
 #: Timestamps asked per example, besides every special value.
 TARGETS_PER_EXAMPLE = 30
@@ -91,6 +90,7 @@ def check_against_oracle(tiered: Tiered, rnd: random.Random) -> None:
             assert stats.gets >= 1
         elif truth.highest_copied < 0:
             assert answer.tier == "local" and stats.gets == 0
+    check_plans(tiered, random.Random(len(truth.records)))  # leaves ``rnd``'s draws as they were
     for special in (-1, -2, -3, -4, -5):
         answer = service.find(tp, special)
         expected = truth.special(special)
@@ -119,6 +119,34 @@ def check_against_oracle(tiered: Tiered, rnd: random.Random) -> None:
     assert Expected(result.offset, result.timestamp, result.leader_epoch) == expected
 
 
+def check_plans(tiered: Tiered, rnd: random.Random) -> None:
+    """Each lookup is planned once: a timestamp only the local log can hold, and LATEST, are
+    answered by the plan; one the remote tier may hold is a search for the reader pool, whose
+    answer (the tier not decided again) is the oracle's."""
+    truth, service, tp = tiered.truth, tiered.runtime.lookup, tiered.tp
+    plan = service.plan(tp, 0)
+    if isinstance(plan, ViewNeeded):  # the view expired since the lookups above: read it
+        plan = service.plan(tp, 0, local=plan.local, view=service.remote_view(tp, plan.local))
+    local = plan.local if not isinstance(plan, Answered) else service.pinned_partition(tp)
+    view = service.remote_view(tp, local)
+    targets = _targets(tiered, rnd)
+    for target in [-1, -3, *rnd.sample(targets, min(8, len(targets)))]:
+        planned = service.plan(tp, target, local=local, view=view)
+        expected = truth.special(target) if target < 0 else truth.for_timestamp(target)
+        remote_may_hold = view.max_timestamp is not None and (
+            target == -3 or 0 <= target <= view.max_timestamp
+        )
+        if isinstance(planned, Answered):
+            assert not remote_may_hold, f"timestamp {target} answered without searching the remote tier"
+            assert planned.answer.tier != "remote"
+            assert _got(planned.answer) == expected
+        else:
+            assert isinstance(planned, Search) and remote_may_hold and planned.reads_remote
+            assert planned.view is view
+            assert _got(service.search(planned)) == expected, f"search for {target}"
+    assert isinstance(service.plan(tp, -1, local=local, view=view), Answered)
+
+
 def run_example(backend: Backend, plan: PartitionPlan, seed: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -135,7 +163,7 @@ def run_example(backend: Backend, plan: PartitionPlan, seed: int) -> None:
 @settings(max_examples=60, deadline=None, phases=PHASES, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=partition_plans(), seed=st.integers(0, 2**32))
 def test_sqlite_filesystem_answers_equal_the_oracle(
-    sqlite_template: Path,  # noqa: F811
+    sqlite_template: Path,
     plan: PartitionPlan,
     seed: int,
 ) -> None:
@@ -146,8 +174,8 @@ def test_sqlite_filesystem_answers_equal_the_oracle(
 @settings(max_examples=8, deadline=None, phases=PHASES, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=partition_plans(), seed=st.integers(0, 2**32))
 def test_postgres_s3_answers_equal_the_oracle(
-    postgres_url: str,  # noqa: F811
-    moto_s3: MotoS3,  # noqa: F811
+    postgres_url: str,
+    moto_s3: MotoS3,
     plan: PartitionPlan,
     seed: int,
 ) -> None:
@@ -230,12 +258,12 @@ def _peak_past_the_start(count: int) -> tuple[BatchPlan, ...]:
         ),
     ],
 )
-def test_named_shapes_answer_as_the_oracle(sqlite_template: Path, plan: PartitionPlan) -> None:  # noqa: F811
+def test_named_shapes_answer_as_the_oracle(sqlite_template: Path, plan: PartitionPlan) -> None:
     run_example(Backend("sqlite-fs", sqlite_template=sqlite_template), plan, seed=7)
 
 
 def test_read_committed_stops_at_a_transaction_open_at_the_high_watermark(
-    sqlite_template: Path,  # noqa: F811
+    sqlite_template: Path,
 ) -> None:
     # 10 plain batches, then 6 transactions (a batch and its marker each): 22 batches. The high
     # watermark is the marker of the third transaction (boundary 15 of 22), so that transaction
@@ -250,7 +278,7 @@ def test_read_committed_stops_at_a_transaction_open_at_the_high_watermark(
 
 
 def test_read_committed_latest_is_raised_to_a_log_start_remote_retention_moved(
-    sqlite_template: Path,  # noqa: F811
+    sqlite_template: Path,
 ) -> None:
     # One batch per segment. The high watermark is the marker of the fifth transaction (boundary
     # 9 of 12), which is still open to consumers; its records are in a segment of their own below

@@ -16,7 +16,8 @@ import pytest
 from metadata.store import SqlMetadataStore
 from rlm.errors import InvalidStateTransitionError, MetadataError, StateConflictError
 from rlm.metastore import RemoteSegment, SegmentState, StateUpdate
-from tests.metadata_support import TP, FakeClock, add_finished, open_store, segment, stored_tree
+from tests.clock import FakeClock
+from tests.metadata_support import TP, add_finished, open_store, segment, stored_tree
 
 STARTED = SegmentState.COPY_SEGMENT_STARTED
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED

@@ -25,7 +25,7 @@ from metadata.store import SqlMetadataStore
 from metadata.transaction import transaction
 from rlm.errors import MetadataUnavailableError
 from rlm.metastore import TopicPartition
-from tests.metadata_support import postgres_url, sqlite_copy, sqlite_template  # noqa: F401  (fixtures)
+from tests.metadata_support import backend_url, sqlite_copy
 from tests.tcp_proxy import Mode, TcpProxy
 
 TP = TopicPartition("orders", 0)
@@ -36,10 +36,12 @@ SLACK_S = 4.0
 
 
 @pytest.fixture
-def proxied(postgres_url: str) -> Iterator[tuple[SqlMetadataStore, TcpProxy, list[str]]]:  # noqa: F811
-    """A store on the session's database through a proxy, with deadlines; and the error kinds
-    its listener was told of."""
-    target = make_url(postgres_url)
+def proxied(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[SqlMetadataStore, TcpProxy, list[str]]]:
+    """A store on the session's database (emptied) through a proxy, with deadlines; and the error
+    kinds its listener was told of."""
+    target = make_url(backend_url("postgres", request, tmp_path))
     with TcpProxy((target.host or "127.0.0.1", target.port or 5432)) as proxy:
         url = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
         kinds: list[str] = []
@@ -114,7 +116,7 @@ def test_callers_waiting_for_a_pooled_connection_give_up_at_the_pool_timeout(
 
 
 @pytest.mark.postgres
-def test_the_server_cancels_a_statement_running_past_the_timeout(postgres_url: str) -> None:  # noqa: F811
+def test_the_server_cancels_a_statement_running_past_the_timeout(postgres_url: str) -> None:
     engine = create_engine_for_url(postgres_url, deadlines=DEADLINES)
     try:
         started = time.monotonic()
@@ -131,7 +133,7 @@ def test_the_server_cancels_a_statement_running_past_the_timeout(postgres_url: s
 
 def test_sqlite_writers_wait_for_a_lock_no_longer_than_the_statement_timeout(
     tmp_path: Path,
-    sqlite_template: Path,  # noqa: F811
+    sqlite_template: Path,
 ) -> None:
     url = sqlite_copy(sqlite_template, tmp_path)
     holder = create_engine_for_url(url)

@@ -29,6 +29,7 @@ from rlm.lookup.remote_segments import DEFAULT_MAX_SEGMENTS, SegmentList, Segmen
 from rlm.lookup.service import LookupService
 from rlm.metastore import RemoteSegment, RemoteTierSummary, SegmentState, TopicPartition
 from rlm.retention import Retention
+from tests.clock import FakeClock
 from tests.lookup_support import (
     TOPIC,
     Backend,
@@ -40,18 +41,7 @@ from tests.lookup_support import (
     tier_partition,
     write_partition,
 )
-from tests.metadata_support import (
-    BACKENDS,
-    TP,
-    FakeClock,
-    add_finished,
-    clear,
-    open_store,
-    postgres_url,  # noqa: F401  (fixture)
-    segment,
-    sqlite_copy,
-    sqlite_template,  # noqa: F401  (fixture)
-)
+from tests.metadata_support import BACKENDS, TP, add_finished, clear, open_store, segment, sqlite_copy
 
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED
 DELETE_STARTED = SegmentState.DELETE_SEGMENT_STARTED
@@ -193,7 +183,7 @@ def test_a_list_out_of_offset_order_is_refused() -> None:
 
 
 @pytest.fixture
-def store(sqlite_template: Path, tmp_path: Path) -> Iterator[CountingStore]:  # noqa: F811
+def store(sqlite_template: Path, tmp_path: Path) -> Iterator[CountingStore]:
     opened = counting_store(sqlite_copy(sqlite_template, tmp_path), list_page_size=2)
     try:
         yield opened
@@ -283,7 +273,7 @@ class Sidecar:
     def __init__(self, tiered: Tiered, url: str, *, max_listed_segments: int = DEFAULT_MAX_SEGMENTS) -> None:
         self.tiered = tiered
         self.store = counting_store(url)
-        self.now = 0.0
+        self.clock = FakeClock(0.0)
         rt = tiered.runtime
         self.service = LookupService(
             self.store,
@@ -292,7 +282,7 @@ class Sidecar:
             rt.settings.log_dirs,
             metadata_ttl_s=3600,
             max_listed_segments=max_listed_segments,
-            clock=lambda: self.now,
+            clock=self.clock,
         )
 
     def finished(self) -> list[RemoteSegment]:
@@ -307,7 +297,7 @@ SidecarOf = Callable[..., Sidecar]
 
 
 @pytest.fixture
-def sidecar_of(sqlite_template: Path) -> Iterator[SidecarOf]:  # noqa: F811
+def sidecar_of(sqlite_template: Path) -> Iterator[SidecarOf]:
     """Builds :class:`Sidecar` objects over a fresh tiered partition; closes what it built."""
     made: list[Sidecar] = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -352,13 +342,13 @@ def test_the_list_outlives_the_summaries_of_its_version(sidecar_of: SidecarOf) -
     timestamps = _remote_timestamps(sidecar)
     assert sidecar.answer(timestamps[0]) == truth.for_timestamp(timestamps[0])
     assert (sidecar.store.summaries, sidecar.store.listings) == (1, 1)  # the summary, then the list
-    sidecar.now += 7200  # the summary expires; the store's record of the partition is the same
+    sidecar.clock.advance(7200)  # the summary expires; the store's record of the partition is the same
     assert sidecar.answer(timestamps[1]) == truth.for_timestamp(timestamps[1])
     assert (sidecar.store.summaries, sidecar.store.listings) == (2, 1)  # the summary only
     # The remote log start offset moves (to the first offset: the answers stay the same).
     first = sidecar.finished()[0]
     sidecar.tiered.runtime.store.advance_log_start_offset(tp, first.start_offset)
-    sidecar.now += 7200
+    sidecar.clock.advance(7200)
     assert sidecar.answer(timestamps[2]) == truth.for_timestamp(timestamps[2])
     assert (sidecar.store.summaries, sidecar.store.listings) == (3, 2)  # the summary and a new list
     assert sidecar.store.searches == 0

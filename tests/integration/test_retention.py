@@ -22,19 +22,17 @@ from rlm.remote_segment import prepare_segment
 from rlm.retention import breaching_segments
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import RemoteStorage
-from tests.metadata_support import FakeClock, segment
+from tests.clock import FakeClock
+from tests.metadata_support import segment
 from tests.tiering_support import (
     BROKER_ID,
     Backend,
     SegmentPlan,
     Tiering,
     assert_invariants,
-    backend,  # noqa: F401  (fixture)
     make_backend,
-    moto_s3,  # noqa: F401  (fixture)
     set_high_watermarks,
     set_log_start_offsets,
-    tiering_factory,  # noqa: F401  (fixture)
     write_scripted_log_dir,
 )
 
@@ -78,8 +76,8 @@ def _objects_of(row: RemoteSegment) -> list[str]:
 
 
 def test_time_retention_deletes_segments_whose_max_timestamp_expired(
-    backend: Backend,  # noqa: F811
-    tiering_factory: TieringFactory,  # noqa: F811
+    backend: Backend,
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -119,7 +117,7 @@ def test_time_retention_deletes_segments_whose_max_timestamp_expired(
 
 def test_retention_stops_at_the_first_segment_that_does_not_breach(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -135,7 +133,7 @@ def test_retention_stops_at_the_first_segment_that_does_not_breach(
 
 def test_size_retention_counts_local_only_bytes_and_never_started_copies(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -176,7 +174,7 @@ def test_size_retention_counts_local_only_bytes_and_never_started_copies(
 
 def test_log_start_offset_retention_deletes_segments_wholly_below_it(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -195,7 +193,7 @@ def test_log_start_offset_retention_deletes_segments_wholly_below_it(
 
 def test_remote_log_start_offset_advances_before_anything_is_deleted(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -232,7 +230,7 @@ def test_remote_log_start_offset_advances_before_anything_is_deleted(
 
 def test_segments_below_an_advanced_remote_log_start_are_deleted_even_if_retention_changed(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -270,7 +268,7 @@ class FailingDeletes(DelegatingStorage):
 
 def test_a_delete_left_started_is_retried(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -302,7 +300,7 @@ def test_a_delete_left_started_is_retried(
 
 def test_a_segment_being_copied_is_never_deleted(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -330,7 +328,7 @@ def test_a_segment_being_copied_is_never_deleted(
 
 def test_only_the_lease_holder_enforces_retention(
     sqlite_fs: Backend,
-    tiering_factory: TieringFactory,  # noqa: F811
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -426,8 +424,8 @@ def test_log_start_offset_breach_is_for_segments_wholly_below_it() -> None:
 
 
 def test_rows_of_long_deleted_segments_are_purged_and_the_highest_copied_offset_stays(
-    backend: Backend,  # noqa: F811
-    tiering_factory: TieringFactory,  # noqa: F811
+    backend: Backend,
+    tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"

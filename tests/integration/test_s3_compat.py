@@ -30,7 +30,6 @@ from tests.s3_support import (
     TEST_S3_CONFIG,
     RecordingEvents,
     S3Server,
-    moto_s3,  # noqa: F401  (fixture)
 )
 
 #: Two parts: 5 MiB and 4 KiB.
@@ -46,7 +45,7 @@ def proxy(s3_server: S3Server) -> Iterator[S3Proxy]:
 
 
 @pytest.fixture
-def moto_proxy(moto_s3: S3Server) -> Iterator[S3Proxy]:  # noqa: F811
+def moto_proxy(moto_s3: S3Server) -> Iterator[S3Proxy]:
     """A proxy in front of moto (which implements every call, so the proxy's faults are the only ones)."""
     with S3Proxy(moto_s3.endpoint_url) as running:
         yield running
@@ -82,7 +81,7 @@ def _leave_upload(server: S3Server, store: S3Storage, key: str) -> PendingUpload
 
 
 def test_a_store_without_list_multipart_uploads_still_aborts_recorded_uploads(
-    moto_s3: S3Server,  # noqa: F811
+    moto_s3: S3Server,
     moto_proxy: S3Proxy,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -110,7 +109,7 @@ def test_a_store_without_list_multipart_uploads_still_aborts_recorded_uploads(
     store.close()
 
 
-def test_a_501_is_not_retried(moto_s3: S3Server, moto_proxy: S3Proxy) -> None:  # noqa: F811
+def test_a_501_is_not_retried(moto_s3: S3Server, moto_proxy: S3Proxy) -> None:
     moto_proxy.inject(ProxyFault.NOT_IMPLEMENTED, "PutObject")
     store = _store(moto_s3, moto_proxy)
     with pytest.raises(StorageError, match="NotImplemented.*does not implement this call") as raised:
@@ -162,7 +161,7 @@ def test_ranges_the_server_answers_with_more_bytes_are_sliced(
     store.close()
 
 
-def test_a_206_for_other_bytes_is_a_clear_error(moto_s3: S3Server, moto_proxy: S3Proxy) -> None:  # noqa: F811
+def test_a_206_for_other_bytes_is_a_clear_error(moto_s3: S3Server, moto_proxy: S3Proxy) -> None:
     store = _store(moto_s3, moto_proxy)
     store.put_object("k.log", bytes(range(256)) * 4)
     moto_proxy.inject(ProxyFault.WRONG_CONTENT_RANGE, "GetObject")
@@ -182,7 +181,7 @@ def test_a_206_for_other_bytes_is_a_clear_error(moto_s3: S3Server, moto_proxy: S
 
 
 def test_a_store_that_refuses_checksum_headers_fails_the_put_at_once_with_the_setting_to_change(
-    moto_s3: S3Server,  # noqa: F811
+    moto_s3: S3Server,
     moto_proxy: S3Proxy,
 ) -> None:
     moto_proxy.inject(ProxyFault.REJECT_CHECKSUM_HEADERS)
@@ -213,7 +212,7 @@ def _every_call(server: S3Server, store: S3Storage) -> None:
 
 @pytest.mark.parametrize(("checksums", "verify"), [("md5", "head"), ("off", "read-back")])
 def test_with_checksums_md5_or_off_no_checksum_header_goes_on_any_call(
-    moto_s3: S3Server,  # noqa: F811
+    moto_s3: S3Server,
     moto_proxy: S3Proxy,
     checksums: Checksums,
     verify: Literal["head", "read-back"],
@@ -247,7 +246,7 @@ def test_with_checksums_md5_or_off_no_checksum_header_goes_on_any_call(
 
 @pytest.mark.parametrize("content_md5", [None, True], ids=["default", "content-md5"])
 def test_delete_objects_carries_content_md5_when_asked_for(
-    moto_s3: S3Server,  # noqa: F811
+    moto_s3: S3Server,
     moto_proxy: S3Proxy,
     content_md5: bool | None,
 ) -> None:
@@ -271,7 +270,7 @@ def test_delete_objects_carries_content_md5_when_asked_for(
 
 
 def test_a_store_reporting_no_checksum_is_checked_by_size_said_once_and_counted(
-    moto_s3: S3Server,  # noqa: F811
+    moto_s3: S3Server,
     moto_proxy: S3Proxy,
     caplog: pytest.LogCaptureFixture,
 ) -> None:

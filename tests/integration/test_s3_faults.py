@@ -19,7 +19,7 @@ from rlm.storage.payload import crc32c_update
 from rlm.storage.retry import RetryPolicy
 from rlm.storage.s3 import S3Storage
 from rlm.storage.s3_config import MIN_PART_BYTES
-from tests.s3_support import TEST_S3_CONFIG, MotoS3, moto_s3  # noqa: F401  (fixture)
+from tests.s3_support import TEST_S3_CONFIG, MotoS3
 from tests.storage_faults import NETWORK_ERRORS, SERVER_ERRORS, Fault, FaultInjector
 
 #: Two parts: 5 MiB and 4 KiB.
@@ -31,7 +31,7 @@ IMPATIENT = dataclasses.replace(
 
 
 @pytest.fixture
-def bucket(moto_s3: MotoS3) -> str:  # noqa: F811
+def bucket(moto_s3: MotoS3) -> str:
     return moto_s3.new_bucket()
 
 
@@ -45,7 +45,7 @@ def faults() -> Iterator[FaultInjector]:
 
 
 def _store(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
     impatient: bool = False,
@@ -85,7 +85,7 @@ def _round_trip(store: S3Storage, objects: dict[str, bytes]) -> None:
 
 
 def test_a_fifth_of_requests_failing_with_5xx_and_slowdown_still_succeeds(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
 ) -> None:
@@ -103,7 +103,7 @@ def test_a_fifth_of_requests_failing_with_5xx_and_slowdown_still_succeeds(
 
 
 def test_timeouts_and_lost_responses_still_succeed_without_leftovers(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
 ) -> None:
@@ -125,7 +125,7 @@ def test_timeouts_and_lost_responses_still_succeed_without_leftovers(
     ids=["retry-answered-ok", "retry-answered-no-such-upload"],
 )
 def test_a_lost_complete_response_is_recognised_as_success(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
     script: tuple[Fault, ...],
@@ -147,7 +147,7 @@ def test_a_lost_complete_response_is_recognised_as_success(
 
 
 def test_no_such_upload_after_a_failed_complete_is_not_taken_for_success(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
 ) -> None:
@@ -168,7 +168,7 @@ def test_no_such_upload_after_a_failed_complete_is_not_taken_for_success(
 
 
 def test_uploads_created_behind_lost_responses_are_aborted(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
 ) -> None:
@@ -186,7 +186,7 @@ def test_uploads_created_behind_lost_responses_are_aborted(
 
 @pytest.mark.parametrize("size", [1000, MULTIPART_SIZE], ids=["single", "multipart"])
 def test_when_every_request_fails_the_put_fails_retriably_and_leaves_nothing(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
     size: int,
@@ -205,7 +205,7 @@ def test_when_every_request_fails_the_put_fails_retriably_and_leaves_nothing(
 
 @pytest.mark.parametrize("operation", ["UploadPart", "CompleteMultipartUpload"])
 def test_a_failing_multipart_step_aborts_the_upload(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
     operation: str,
@@ -224,7 +224,7 @@ def test_a_failing_multipart_step_aborts_the_upload(
 
 @pytest.mark.parametrize("checksum_type", ["COMPOSITE", "FULL_OBJECT"])
 def test_parts_damaged_in_transit_are_caught_and_nothing_is_kept(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
     checksum_type: Literal["COMPOSITE", "FULL_OBJECT"],
@@ -244,7 +244,7 @@ def test_parts_damaged_in_transit_are_caught_and_nothing_is_kept(
 
 @pytest.mark.parametrize(("parts", "kept"), [(2, True), (3, False)], ids=["its-parts", "other-parts"])
 def test_a_composite_crc32c_reported_with_a_part_count_is_checked_with_it(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     parts: int,
     kept: bool,
@@ -271,7 +271,7 @@ def test_a_composite_crc32c_reported_with_a_part_count_is_checked_with_it(
 
 
 def test_reads_give_up_retriably_when_every_request_fails(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
 ) -> None:
@@ -292,7 +292,7 @@ def test_reads_give_up_retriably_when_every_request_fails(
 
 
 def test_a_denied_request_is_not_retried(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
     faults: FaultInjector,
 ) -> None:
@@ -330,7 +330,7 @@ class BreakingBody:
         self.close()
 
 
-def _breaking_store(moto_s3: MotoS3, bucket: str, breaks: list[int], ranges: list[str]) -> S3Storage:  # noqa: F811
+def _breaking_store(moto_s3: MotoS3, bucket: str, breaks: list[int], ranges: list[str]) -> S3Storage:
     """A store whose next GETs break after ``breaks`` bytes each; the ranges asked go in ``ranges``."""
     session = moto_s3.session()
 
@@ -347,7 +347,7 @@ def _breaking_store(moto_s3: MotoS3, bucket: str, breaks: list[int], ranges: lis
 
 
 def test_a_stream_broken_part_way_resumes_where_it_stopped(
-    moto_s3: MotoS3,  # noqa: F811
+    moto_s3: MotoS3,
     bucket: str,
 ) -> None:
     ranges: list[str] = []
@@ -359,7 +359,7 @@ def test_a_stream_broken_part_way_resumes_where_it_stopped(
     store.close()
 
 
-def test_a_stream_that_keeps_breaking_gives_up(moto_s3: MotoS3, bucket: str) -> None:  # noqa: F811
+def test_a_stream_that_keeps_breaking_gives_up(moto_s3: MotoS3, bucket: str) -> None:
     ranges: list[str] = []
     store = _breaking_store(moto_s3, bucket, [100, 0, 0, 0], ranges)
     store.put_object("seg/a.log", b"x" * 1000)

@@ -14,7 +14,6 @@ import pytest
 from rlm.cli import main
 from rlm.log.files import offset_file_offsets
 from rlm.log.produce import ProduceSpec, produce
-from tests.metadata_support import sqlite_template  # noqa: F401  (fixture)
 
 SPEC = ProduceSpec(topics=1, partitions=1, records=600, segment_bytes=12 * 1024, legacy_batches=4, seed=8)
 #: Names ending in .log that are no segment: not an offset, negative, 26 digits, not 20 digits,
@@ -111,7 +110,7 @@ def test_every_log_command_skips_strays(
 def test_copy_and_lookup_skip_strays(
     logs: Path,
     tmp_path: Path,
-    sqlite_template: Path,  # noqa: F811
+    sqlite_template: Path,
     capsys: pytest.CaptureFixture[str],
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from rlm.log.produce import ProduceSpec, produce
-from tests.metadata_support import drop_postgres_database, sqlite_template  # noqa: F401  (fixture)
+from tests.metadata_support import drop_postgres_database
 from tests.pipeline.tiers import AWS_ENV, Tier, build_tier
-from tests.s3_support import moto_s3  # noqa: F401  (fixture)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

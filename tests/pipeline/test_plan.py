@@ -20,7 +20,8 @@ from rlm.pipeline.plan import (
     summarize,
     with_aborted,
 )
-from tests.metadata_support import LAYOUT, FakeClock, add_finished, open_store, segment, sqlite_copy
+from tests.clock import FakeClock
+from tests.metadata_support import LAYOUT, add_finished, open_store, segment, sqlite_copy
 
 
 def _ranges(segments: list[RemoteSegment], log_start: int = -1) -> list[tuple[int, int]]:

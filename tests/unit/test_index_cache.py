@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import Counter
 
 from rlm.errors import ConfigError, NotFoundError, StorageUnavailableError
 from rlm.log.index import OffsetIndex, TimeIndex
@@ -84,11 +84,6 @@ class SignallingCounter(Counter):
 @pytest.fixture
 def remote(tmp_path: Path) -> CountingStorage:
     return CountingStorage(FilesystemStorage(tmp_path / "remote"))
-
-
-@pytest.fixture
-def metrics() -> Metrics:
-    return Metrics(CollectorRegistry())
 
 
 @pytest.fixture

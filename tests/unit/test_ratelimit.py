@@ -8,25 +8,11 @@ import pytest
 
 from rlm.errors import ConfigError
 from rlm.storage.ratelimit import RateLimiter
+from tests.clock import FakeClock
 
 
-class FakeClock:
-    """Monotonic seconds that move only when slept on."""
-
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
-
-
-def _limiter(rate: float, burst: float | None = None) -> tuple[RateLimiter, FakeClock]:
-    clock = FakeClock()
+def _limiter(rate: float, burst: float | None = None) -> tuple[RateLimiter, FakeClock[float]]:
+    clock = FakeClock(100.0)
     return RateLimiter(rate, burst_bytes=burst, clock=clock, sleep=clock.sleep), clock
 
 
@@ -74,7 +60,7 @@ def test_the_average_rate_holds_over_many_acquisitions() -> None:
 
 
 def test_threads_share_one_budget() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     limiter = RateLimiter(1000, burst_bytes=1000, clock=clock, sleep=lambda _: None)
     waits: list[float] = []
     lock = threading.Lock()

@@ -7,10 +7,9 @@ bounds, never the thing a test relies on; the idle-percent tests drive a fake cl
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
-from prometheus_client import CollectorRegistry
 
 from rlm.errors import (
     ConfigError,
@@ -21,32 +20,10 @@ from rlm.errors import (
 )
 from rlm.lookup.pool import BoundedPool, CancelToken, Outcome, RequestTimeout, run_all
 from rlm.metrics import Metrics
+from tests.clock import FakeClock
 
 WAIT = 10.0
 """Upper bound for an event that must happen; reached only when the behaviour is broken."""
-
-
-class FakeClock:
-    """Monotonic seconds that move only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def metrics() -> Metrics:
-    return Metrics(CollectorRegistry())
-
-
-@pytest.fixture
-def gate() -> Iterator[threading.Event]:
-    """An event blocked tasks wait on; always opened at the end so no worker stays stuck."""
-    event = threading.Event()
-    yield event
-    event.set()
 
 
 def sample(metrics: Metrics, name: str, **labels: str) -> float | None:
@@ -336,7 +313,7 @@ def test_queue_size_gauge_follows_the_queue(metrics: Metrics, gate: threading.Ev
 
 
 def test_idle_percent_over_a_sliding_window(metrics: Metrics, gate: threading.Event) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     started = threading.Semaphore(0)
 
     def busy(token: CancelToken) -> str:

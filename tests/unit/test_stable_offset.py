@@ -24,16 +24,9 @@ from rlm.log.stable import (
     snapshot_offsets,
 )
 from rlm.log.writer import AppendResult, PartitionAppender, ProducerRecord, TopicConfig
+from tests.clock import FakeClock
 
 NOW = 1_700_000_000_000
-
-
-class Clock:
-    def __init__(self, now: int = NOW) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 class Log:
@@ -41,7 +34,7 @@ class Log:
 
     def __init__(self, root: Path, config: TopicConfig | None = None) -> None:
         self.directory = root / "t-0"
-        self.appender = PartitionAppender(self.directory, config or TopicConfig(), clock=Clock())
+        self.appender = PartitionAppender(self.directory, config or TopicConfig(), clock=FakeClock(NOW))
         self.rolled_at = 0
         self.open: dict[int, int] = {}
         """producer id → first offset of its open transaction, as the broker's state has it."""

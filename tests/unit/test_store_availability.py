@@ -6,14 +6,7 @@ import pytest
 
 from rlm.errors import MetadataUnavailableError
 from rlm.metastore.availability import StoreAvailability
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.clock import FakeClock
 
 
 def refused() -> MetadataUnavailableError:
@@ -21,13 +14,13 @@ def refused() -> MetadataUnavailableError:
 
 
 def test_an_answering_store_is_always_asked() -> None:
-    availability = StoreAvailability(1.0, clock=Clock())
+    availability = StoreAvailability(1.0, clock=FakeClock(100.0))
     assert availability.call(lambda: 7) == 7
     assert availability.may_call() and not availability.down and not availability.refusing()
 
 
 def test_after_a_failure_callers_fail_at_once_without_asking_until_the_retry_time() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     availability = StoreAvailability(2.0, clock=clock)
     asked = []
 
@@ -48,7 +41,7 @@ def test_after_a_failure_callers_fail_at_once_without_asking_until_the_retry_tim
 
 
 def test_at_the_retry_time_one_caller_tries_and_the_others_still_see_it_down() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     availability = StoreAvailability(1.0, clock=clock)
     availability.failed(refused())
     clock.now += 1.0
@@ -60,7 +53,7 @@ def test_at_the_retry_time_one_caller_tries_and_the_others_still_see_it_down() -
 
 
 def test_a_failed_retry_keeps_it_down_for_another_period() -> None:
-    clock = Clock()
+    clock = FakeClock(100.0)
     availability = StoreAvailability(1.0, clock=clock)
     availability.failed(refused())
     clock.now += 1.0

@@ -139,12 +139,14 @@ def test_what_cannot_be_watched_gets_no_token(tmp_path: Path) -> None:
     assert bounded.token(str(a)) is None  # closed
 
 
-def test_switching_watching_off_and_on() -> None:
-    watch.set_enabled(False)
-    try:
-        assert watch.default_watcher() is None
-    finally:
-        watch.set_enabled(True)
-    found = watch.default_watcher()
+def test_watching_off_opens_no_watcher() -> None:
+    assert watch.open_watcher(False) is None
+    found = watch.open_watcher(True)
     assert found is not None
-    assert watch.default_watcher() is found
+    other = watch.open_watcher(True)
+    try:
+        assert other is not None and other is not found, "each composition root opens its own"
+    finally:
+        found.close()
+        if other is not None:
+            other.close()

@@ -23,16 +23,9 @@ from rlm.log.snapshot import read_snapshot
 from rlm.log.txnindex import AbortedTxn
 from rlm.log.verify import verify_path
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
+from tests.clock import FakeClock
 
 NOW = 1_700_000_000_000
-
-
-class Clock:
-    def __init__(self, now: int = NOW) -> None:
-        self.now = now
-
-    def __call__(self) -> int:
-        return self.now
 
 
 def _records(n: int, ts: int = NOW, size: int = 100) -> list[ProducerRecord]:
@@ -40,7 +33,7 @@ def _records(n: int, ts: int = NOW, size: int = 100) -> list[ProducerRecord]:
 
 
 def test_offsets_are_assigned_contiguously(tmp_path: Path) -> None:
-    appender = PartitionAppender(tmp_path / "t-0", clock=Clock())
+    appender = PartitionAppender(tmp_path / "t-0", clock=FakeClock(NOW))
     first = appender.append(_records(3))
     second = appender.append(_records(2))
     assert (first.base_offset, first.last_offset) == (0, 2)
@@ -52,7 +45,7 @@ def test_offsets_are_assigned_contiguously(tmp_path: Path) -> None:
 
 
 def test_log_append_time_never_goes_backwards(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(NOW)
     appender = PartitionAppender(
         tmp_path / "t-0", TopicConfig(timestamp_type=TimestampType.LOG_APPEND_TIME), clock=clock
     )
@@ -75,7 +68,7 @@ def test_create_time_outside_the_allowed_difference_is_rejected(
     tmp_path: Path, offset_ms: int, setting: str
 ) -> None:
     config = TopicConfig(timestamp_before_max_ms=3_600_000, timestamp_after_max_ms=3_600_000)
-    appender = PartitionAppender(tmp_path / "t-0", config, clock=Clock())
+    appender = PartitionAppender(tmp_path / "t-0", config, clock=FakeClock(NOW))
     with pytest.raises(InvalidRecordError, match=f"message.timestamp.{setting}.max.ms"):
         appender.append(_records(1, ts=NOW + offset_ms))
     assert appender.next_offset == 0
@@ -85,7 +78,7 @@ def test_create_time_outside_the_allowed_difference_is_rejected(
 
 def test_rolls_by_segment_bytes_and_trims_indexes(tmp_path: Path) -> None:
     config = TopicConfig(segment_bytes=10_000, index_interval_bytes=1000)
-    appender = PartitionAppender(tmp_path / "t-0", config, clock=Clock())
+    appender = PartitionAppender(tmp_path / "t-0", config, clock=FakeClock(NOW))
     for _ in range(40):
         appender.append(_records(5, size=200))
     appender.close()
@@ -104,7 +97,7 @@ def test_rolls_by_segment_bytes_and_trims_indexes(tmp_path: Path) -> None:
 
 
 def test_rolls_by_segment_ms_from_the_first_batch_timestamp(tmp_path: Path) -> None:
-    appender = PartitionAppender(tmp_path / "t-0", TopicConfig(segment_ms=60_000), clock=Clock())
+    appender = PartitionAppender(tmp_path / "t-0", TopicConfig(segment_ms=60_000), clock=FakeClock(NOW))
     appender.append(_records(1, ts=NOW - 3_000_000))
     appender.append(_records(1, ts=NOW - 2_950_000))  # 50 s later: same segment
     appender.append(_records(1, ts=NOW - 2_930_000))  # 70 s after the first batch: roll
@@ -114,7 +107,7 @@ def test_rolls_by_segment_ms_from_the_first_batch_timestamp(tmp_path: Path) -> N
 
 def test_rolls_when_the_offset_index_is_full(tmp_path: Path) -> None:
     config = TopicConfig(segment_index_bytes=3 * 8 + 4, index_interval_bytes=1)
-    appender = PartitionAppender(tmp_path / "t-0", config, clock=Clock())
+    appender = PartitionAppender(tmp_path / "t-0", config, clock=FakeClock(NOW))
     for _ in range(10):
         appender.append(_records(1))
     appender.close()
@@ -125,7 +118,7 @@ def test_rolls_when_the_offset_index_is_full(tmp_path: Path) -> None:
 
 
 def test_rolls_on_offset_overflow(tmp_path: Path) -> None:
-    appender = PartitionAppender(tmp_path / "t-0", clock=Clock())
+    appender = PartitionAppender(tmp_path / "t-0", clock=FakeClock(NOW))
     appender.append(_records(1))
     appender.next_offset = INT32_MAX + 5  # offsets jumped (e.g. a compacted follower fetch)
     result = appender.append(_records(1))
@@ -135,7 +128,7 @@ def test_rolls_on_offset_overflow(tmp_path: Path) -> None:
 
 def test_final_time_index_entry_on_roll(tmp_path: Path) -> None:
     config = TopicConfig(segment_bytes=3000, index_interval_bytes=100_000)
-    appender = PartitionAppender(tmp_path / "t-0", config, clock=Clock())
+    appender = PartitionAppender(tmp_path / "t-0", config, clock=FakeClock(NOW))
     appender.append(_records(3, ts=NOW - 100))
     appender.append(_records(3, ts=NOW - 500))
     appender.append(_records(20, ts=NOW))
@@ -145,7 +138,7 @@ def test_final_time_index_entry_on_roll(tmp_path: Path) -> None:
 
 
 def test_aborted_transactions_go_to_the_transaction_index(tmp_path: Path) -> None:
-    appender = PartitionAppender(tmp_path / "t-0", clock=Clock())
+    appender = PartitionAppender(tmp_path / "t-0", clock=FakeClock(NOW))
     appender.append(_records(2), producer_id=7, producer_epoch=1, base_sequence=0, transactional=True)
     appender.append(_records(1), producer_id=8, producer_epoch=0, base_sequence=0, transactional=True)
     appender.append(_records(2), producer_id=7, producer_epoch=1, base_sequence=2, transactional=True)
@@ -162,13 +155,13 @@ def test_aborted_transactions_go_to_the_transaction_index(tmp_path: Path) -> Non
 
 
 def test_appender_refuses_a_directory_with_segments(tmp_path: Path) -> None:
-    PartitionAppender(tmp_path / "t-0", clock=Clock()).close()
+    PartitionAppender(tmp_path / "t-0", clock=FakeClock(NOW)).close()
     with pytest.raises(ConfigError, match="already holds segments"):
-        PartitionAppender(tmp_path / "t-0", clock=Clock())
+        PartitionAppender(tmp_path / "t-0", clock=FakeClock(NOW))
 
 
 def test_log_dir_writer_writes_checkpoints(tmp_path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(NOW)
     with LogDirWriter(tmp_path, clock=clock) as writer:
         writer.partition("orders", 0, leader_epoch=2).append(_records(4), codec=Codec.ZSTD)
         writer.partition("orders", 1, leader_epoch=5).append(_records(2))
