@@ -52,7 +52,6 @@ class OutputPlan:
 
     inputs: tuple[SegmentSummary, ...]
     segment_id: uuid.UUID
-    keep: Keep
     params: RewriteParams
 
     @property
@@ -63,7 +62,12 @@ class OutputPlan:
     def end_offset(self) -> int:
         return self.inputs[-1].segment.end_offset
 
-    def keys(self) -> tuple[str, str]:
+    def describe(self) -> str:
+        """``orders-0 [0, 999] (3 segments)``: how messages name the output."""
+        tp = self.inputs[0].topic_partition
+        return f"{tp} [{self.start_offset}, {self.end_offset}] ({len(self.inputs)} input segments)"
+
+    def object_keys(self) -> tuple[str, str]:
         """The ``.log`` and index object keys of the output."""
         first = self.inputs[0].segment
         tp = first.topic_partition
@@ -121,7 +125,7 @@ def merged_epochs(inputs: Sequence[SegmentSummary]) -> tuple[LeaderEpochEntry, .
 
 
 def write_output(
-    storage: RemoteStorage, plan: OutputPlan, *, now_ms: int, write: bool = True
+    storage: RemoteStorage, plan: OutputPlan, keep: Keep, *, now_ms: int, write: bool = True
 ) -> WrittenSegment:
     """Rewrite the plan's inputs into one segment, build its index object and (unless ``write``
     is false) store both objects under the output's keys.
@@ -142,7 +146,7 @@ def write_output(
         )
     epochs = merged_epochs(plan.inputs)
     rebuilder = IndexRebuilder(plan.start_offset, tracker=tracker)
-    log_key, index_key = plan.keys()
+    log_key, index_key = plan.object_keys()
     fd, path = tempfile.mkstemp(prefix="rlm-compact-", suffix=".log")
     try:
         with os.fdopen(fd, "wb") as out:
@@ -151,7 +155,7 @@ def write_output(
                 reader = SegmentReader(storage, summary)
                 aborted = AbortedIndex(summary.aborted)
                 for data in rewrite_batches(
-                    tp, reader.batches(), plan.keep, plan.params, aborted, summary.log_key, counts
+                    tp, reader.batches(), keep, plan.params, aborted, summary.log_key, counts
                 ):
                     header = parse_header(data, 0, position)
                     rebuilder.add(header, data, log_key)
