@@ -23,6 +23,7 @@ from rlm.lookup.list_offsets import ListOffsets
 from rlm.lookup.pool import BoundedPool, RequestTimeout
 from rlm.lookup.service import LookupService
 from rlm.metastore.availability import StoreAvailability
+from rlm.metastore.compaction import CompactionStore
 from rlm.metastore.model import TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
@@ -55,6 +56,15 @@ def open_store(settings: Settings, metrics: Metrics | None = None) -> MetadataSt
     return SqlMetadataStore.open(
         settings.metadata_url, pool_size=settings.metadata_pool_size, deadlines=deadlines, on_error=on_error
     )
+
+
+def open_compaction_store(settings: Settings) -> CompactionStore:
+    """The metadata store, as compaction jobs use it (the SQL store implements their protocol)."""
+    from metadata import SqlMetadataStore
+
+    store = open_store(settings)
+    assert isinstance(store, SqlMetadataStore)
+    return store
 
 
 def open_remote_storage(
