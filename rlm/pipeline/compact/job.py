@@ -203,6 +203,11 @@ def compact(
         if not outputs:
             return CompactReport(options.dry_run, _ordered(reports), time.monotonic() - started, cleaned)
         if not options.dry_run:
+            lost = _renew(store, leases, settings.remote_compaction_lease_ttl_ms)
+            for tp, reason in lost.items():
+                reports[tp] = PartitionReport(tp, "skipped", reason)
+            kept = [i for i, owner in enumerate(owners) if owner not in lost]
+            outputs, owners = [outputs[i] for i in kept], [owners[i] for i in kept]
             _record_outputs(store, leases, outputs, owners, now)
         results = engine.write(outputs, now_ms=now, write=not options.dry_run)
         by_partition: dict[TopicPartition, list[tuple[OutputPlan, GroupResult]]] = {}
@@ -229,6 +234,20 @@ def compact(
 
 def _ordered(reports: dict[TopicPartition, PartitionReport]) -> list[PartitionReport]:
     return [reports[tp] for tp in sorted(reports)]
+
+
+def _renew(
+    store: CompactionStore, leases: dict[TopicPartition, CompactionLease], ttl_ms: int
+) -> dict[TopicPartition, str]:
+    """Renew every lease held (the stages took a while); the partitions whose lease was lost."""
+    lost = {}
+    for tp, lease in list(leases.items()):
+        try:
+            leases[tp] = store.renew_compaction_lease(lease, ttl_ms)
+        except StaleLeaseError as exc:
+            del leases[tp]
+            lost[tp] = f"the compaction lease was lost: {exc}"
+    return lost
 
 
 def _record_outputs(
