@@ -70,6 +70,13 @@ class SparkEngine:
         self._last_batches: DataFrame | None = None
         self._ends: dict[TopicPartition, int] = {}
 
+    def _shuffle_partitions(self) -> None:
+        """Spark's default of 200 shuffle partitions, left unchanged by the user, becomes three per
+        core: the shuffles here are of small rows, and each partition costs a task."""
+        key = "spark.sql.shuffle.partitions"
+        if self.session.conf.get(key) == "200":
+            self.session.conf.set(key, str(max(1, 3 * self.session.sparkContext.defaultParallelism)))
+
     def _progress(self, label: str, total: int) -> StageProgress:
         return StageProgress(self.session, label, total, enabled=self.progress)
 
@@ -80,6 +87,7 @@ class SparkEngine:
         out: dict[TopicPartition, PartitionDecision] = {p.topic_partition: PartitionDecision() for p in plans}
         if not summaries:
             return out
+        self._shuffle_partitions()
         facts = map_segments(self.session, facts_stage(self.storage, options), summaries).persist(
             StorageLevel.MEMORY_AND_DISK
         )
@@ -259,7 +267,9 @@ class SparkEngine:
         def write_group(table: pa.Table) -> pa.Table:  # typed: Spark picks the UDF kind by the hints
             return task(table)
 
-        frame = tagged.unionByName(every).groupBy("group").applyInArrow(write_group, RESULT_DDL)
+        # One task per output segment (two may share one when their numbers hash alike).
+        by_output = tagged.unionByName(every).repartition(len(outputs), "group")
+        frame = by_output.groupBy("group").applyInArrow(write_group, RESULT_DDL)
         with self._progress("write segments", len(outputs)):
             table = frame.toArrow()
         results = []

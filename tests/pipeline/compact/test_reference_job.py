@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from rlm.log.segment import Segment
 from rlm.log.verify import verify_segment
 from rlm.metastore.model import IndexType, SegmentState, TopicPartition
 from rlm.pipeline.compact.engine import InProcessEngine
-from rlm.pipeline.compact.job import CompactOptions, compact
+from rlm.pipeline.compact.job import CompactOptions, CompactReport, compact
 from rlm.pipeline.storage import StorageSpec
 from rlm.storage.layout import IndexBlob
 from tests.pipeline.compact.support import (
@@ -29,7 +30,7 @@ from tests.pipeline.tiers import Tier
 NOW = WRITTEN_AT + 3_600_000
 
 
-def run(tier: Tier, *, now_ms: int = NOW, dry_run: bool = False, **topic: object):
+def run(tier: Tier, *, now_ms: int = NOW, dry_run: bool = False, **topic: Any) -> CompactReport:
     settings = compacting(tier.settings, **topic)
     storage = tier.open_storage()
     try:

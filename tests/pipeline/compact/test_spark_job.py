@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -69,7 +70,7 @@ def test_spark_writes_what_the_reference_writes(
     lag: int,
 ) -> None:
     reference, on_spark = twin_tiers(request, tmp_path_factory.mktemp("twins"), seed)
-    topic = {"compaction_strategy": strategy, "min_compaction_lag_ms": lag}
+    topic: dict[str, Any] = {"compaction_strategy": strategy, "min_compaction_lag_ms": lag}
     expected = run(reference, "reference", spark, **topic)
     got = run(on_spark, "spark", spark, **topic)
     assert not got.failed, got.to_json()
