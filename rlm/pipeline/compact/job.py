@@ -66,6 +66,7 @@ class PartitionReport:
     segments_out: int = 0
     counts: Counts = field(default_factory=Counts)
     seconds: float = 0.0
+    """From the job's start to the partition's swap (its stages ran alongside the others')."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -223,6 +224,7 @@ def compact(
                 now,
                 settings.remote_compaction_delete_delay_ms,
             )
+            reports[tp].seconds = time.monotonic() - started
     finally:
         for lease in leases.values():
             try:

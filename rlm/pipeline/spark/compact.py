@@ -66,6 +66,7 @@ class SparkEngine:
         self.collect: Collect = lambda stage, summaries: collect_stage(
             session, stage, summaries, progress=progress
         )
+        self._facts: DataFrame | None = None
         self._flags: DataFrame | None = None
         self._last_batches: DataFrame | None = None
         self._ends: dict[TopicPartition, int] = {}
@@ -91,6 +92,7 @@ class SparkEngine:
         facts = map_segments(self.session, facts_stage(self.storage, options), summaries).persist(
             StorageLevel.MEMORY_AND_DISK
         )
+        self._facts = facts
         with self._progress("read keys", len(summaries)):
             errors = facts.filter(sf.col("kind") == ERROR_KIND).select(*TP, "error").collect()
         failed: dict[TopicPartition, list[str]] = {}
@@ -272,6 +274,9 @@ class SparkEngine:
         frame = by_output.groupBy("group").applyInArrow(write_group, RESULT_DDL)
         with self._progress("write segments", len(outputs)):
             table = frame.toArrow()
+        for cached in (self._flags, self._facts):
+            if cached is not None:
+                cached.unpersist()
         results = []
         for r in table.to_pylist():
             row = None if r["row"] is None else pickle.loads(r["row"])
