@@ -61,6 +61,7 @@ def write_topic(logs: Path, *, mib: int, keys: int, partitions: int, segment_mib
         for p in range(partitions):
             appender = writer.partition(TOPIC, p)
             written = 0
+            where = (0, 0)  # (segment, position) of the last batch
             while written < per_partition:
                 batch = []
                 for _ in range(50):
@@ -68,7 +69,10 @@ def write_topic(logs: Path, *, mib: int, keys: int, partitions: int, segment_mib
                     value = None if rng.random() < 0.1 else payload[: rng.randrange(60, 200)]
                     batch.append(ProducerRecord(clock[0], key, value))
                 result = appender.append(batch, codec=rng.choice(list(Codec)))
-                written = result.position
+                # bytes since the last batch began: a batch, or the rest of the segment it rolled
+                same = result.segment_base_offset == where[0]
+                written += result.position - where[1] if same else result.position
+                where = (result.segment_base_offset, result.position)
                 records += len(batch)
             appender.roll()
             appender.append([ProducerRecord(clock[0], b"tail", b"active")])
