@@ -49,6 +49,7 @@ bench: $(STAMP) postgres
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/list_offsets.py
+	$(BIN)/python bench/compaction.py
 
 lock:
 	$(BIN)/pip freeze --exclude-editable | grep -v '^rlm' > requirements.lock

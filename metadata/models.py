@@ -54,6 +54,7 @@ STATE_NAME_MAX = 32
 #: Longest S3 object key (bytes of UTF-8; rlm's keys are ASCII) and the room kept for an upload id.
 OBJECT_KEY_MAX = 1024
 UPLOAD_ID_MAX = 1024
+COMPACTION_OWNER_MAX = 64
 
 _SEGMENT_STATES = ", ".join(f"'{state.value}'" for state in SegmentState)
 _PARTITION_STATES = ", ".join(f"'{state.value}'" for state in PartitionState)
@@ -119,6 +120,8 @@ class SegmentRow(Base):
     leader_epochs: Mapped[Any] = mapped_column(JSON)
     object_layout: Mapped[Any] = mapped_column(JSON)
     txn_index_empty: Mapped[bool] = mapped_column(Boolean)
+    delete_after_ms: Mapped[int | None] = mapped_column(BigInteger)
+    """Set by a compaction swap on the segments it replaced: when their objects may go."""
 
 
 class SegmentEpochRow(Base):
@@ -203,4 +206,32 @@ class SkippedRangeRow(Base):
     end_offset: Mapped[int] = mapped_column(BigInteger)
     kind: Mapped[str] = mapped_column(String(STATE_NAME_MAX))
     reason: Mapped[str] = mapped_column(String(SKIP_REASON_MAX))
+    recorded_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class CompactionLeaseRow(Base):
+    """The compaction lease of a partition: one compaction job at a time (``rlm spark compact``)."""
+
+    __tablename__ = "rlm_compaction_lease"
+
+    partition_id: Mapped[int] = mapped_column(ForeignKey("rlm_partition.id"), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(COMPACTION_OWNER_MAX))
+    """The job holding it (a random id per job)."""
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    """Grows by one at every acquisition; the swap is refused to an older epoch."""
+    expires_at_ms: Mapped[int] = mapped_column(BigInteger)
+    released: Mapped[bool] = mapped_column(Boolean)
+
+
+class CompactionOutputRow(Base):
+    """An output segment a compaction job is writing, recorded before its objects are: a job
+    killed before its swap leaves objects the next job's cleanup finds here and deletes."""
+
+    __tablename__ = "rlm_compaction_output"
+
+    segment_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    partition_id: Mapped[int] = mapped_column(ForeignKey("rlm_partition.id"))
+    log_key: Mapped[str] = mapped_column(String(OBJECT_KEY_MAX))
+    index_key: Mapped[str] = mapped_column(String(OBJECT_KEY_MAX))
+    lease_epoch: Mapped[int] = mapped_column(BigInteger)
     recorded_at_ms: Mapped[int] = mapped_column(BigInteger)

@@ -68,6 +68,7 @@ def segment_values(segment: RemoteSegment, partition_id: int) -> dict[str, Any]:
         "leader_epochs": epochs_to_json(segment.leader_epochs),
         "object_layout": layout_to_json(segment.layout),
         "txn_index_empty": segment.txn_index_empty,
+        "delete_after_ms": segment.delete_after_ms,
     }
 
 
@@ -105,6 +106,7 @@ def segment_from_row(row: Row[Any], tp: TopicPartition) -> RemoteSegment:
         layout=layout_from_json(row.object_layout),
         txn_index_empty=bool(row.txn_index_empty),
         state=SegmentState(row.state),
+        delete_after_ms=None if row.delete_after_ms is None else int(row.delete_after_ms),
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -11,7 +11,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, Row, Select, delete, insert, select, tuple_, update
 
-from metadata import partitions, search, summaries, tier_summaries, tree, uploads
+from metadata import compaction, partitions, search, summaries, tier_summaries, tree, uploads
 from metadata import skipped as skipped_ranges
 from metadata.engine import Deadlines, create_engine_for_url
 from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow
@@ -30,6 +30,7 @@ from rlm.errors import (
     NotFoundError,
     StateConflictError,
 )
+from rlm.metastore.compaction import CompactionLease, CompactionOutput, CompactionStore
 from rlm.metastore.model import (
     Lease,
     PartitionRecord,
@@ -43,7 +44,6 @@ from rlm.metastore.model import (
     TopicPartition,
     check_transition,
 )
-from rlm.metastore.protocol import MetadataStore
 
 Segment = SegmentRow
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED
@@ -422,6 +422,58 @@ class SqlMetadataStore:
             row = partitions.find(conn, tp)
         return None if row is None else lease_from_row(row)
 
+    # -- compaction (rlm.metastore.compaction) -------------------------------------------------
+
+    def acquire_compaction_lease(self, tp: TopicPartition, owner: str, ttl_ms: int) -> CompactionLease | None:
+        """See :meth:`rlm.metastore.compaction.CompactionStore.acquire_compaction_lease`."""
+        _check_ttl(ttl_ms)
+        with self._transaction(write=True) as conn:
+            return compaction.acquire(conn, tp, owner, ttl_ms, self._clock())
+
+    def renew_compaction_lease(self, lease: CompactionLease, ttl_ms: int) -> CompactionLease:
+        """See :meth:`rlm.metastore.compaction.CompactionStore.renew_compaction_lease`."""
+        _check_ttl(ttl_ms)
+        with self._transaction(write=True) as conn:
+            return compaction.renew(conn, lease, ttl_ms, self._clock())
+
+    def release_compaction_lease(self, lease: CompactionLease) -> bool:
+        """See :meth:`rlm.metastore.compaction.CompactionStore.release_compaction_lease`."""
+        with self._transaction(write=True) as conn:
+            return compaction.release(conn, lease)
+
+    def get_compaction_lease(self, tp: TopicPartition) -> CompactionLease | None:
+        """See :meth:`rlm.metastore.compaction.CompactionStore.get_compaction_lease`."""
+        with self._transaction(write=False, snapshot=False) as conn:
+            return compaction.get(conn, tp)
+
+    def add_compaction_outputs(self, lease: CompactionLease, outputs: Sequence[CompactionOutput]) -> None:
+        """See :meth:`rlm.metastore.compaction.CompactionStore.add_compaction_outputs`."""
+        with self._transaction(write=True) as conn:
+            compaction.add_outputs(conn, lease, outputs)
+
+    def compaction_outputs(self, tp: TopicPartition) -> list[CompactionOutput]:
+        """See :meth:`rlm.metastore.compaction.CompactionStore.compaction_outputs`."""
+        with self._transaction(write=False, snapshot=False) as conn:
+            return compaction.outputs(conn, tp)
+
+    def forget_compaction_outputs(self, tp: TopicPartition, segment_ids: Sequence[UUID]) -> None:
+        """See :meth:`rlm.metastore.compaction.CompactionStore.forget_compaction_outputs`."""
+        with self._transaction(write=True) as conn:
+            compaction.forget_outputs(conn, tp, segment_ids)
+
+    def swap_compacted(
+        self,
+        lease: CompactionLease,
+        new: Sequence[RemoteSegment],
+        replaced: Sequence[UUID],
+        *,
+        now_ms: int,
+        delete_after_ms: int,
+    ) -> bool:
+        """See :meth:`rlm.metastore.compaction.CompactionStore.swap_compacted`."""
+        with self._transaction(write=True) as conn:
+            return compaction.swap(conn, lease, new, replaced, now_ms, delete_after_ms)
+
     # -- skipped ranges -----------------------------------------------------------------------
 
     def add_skipped_range(self, skipped: SkippedRange, *, lease_epoch: int | None = None) -> SkippedRange:
@@ -537,6 +589,6 @@ def _page_query(
 
 if TYPE_CHECKING:
 
-    def _implements_the_protocol(store: SqlMetadataStore) -> MetadataStore:
+    def _implements_the_protocol(store: SqlMetadataStore) -> CompactionStore:
         """Checked by mypy: the adapter offers every method of rlm's store protocol."""
         return store

@@ -24,6 +24,7 @@ from rlm.lookup.pool import BoundedPool, RequestTimeout
 from rlm.lookup.service import LookupService
 from rlm.lookup.views import RemoteViews
 from rlm.metastore.availability import StoreAvailability
+from rlm.metastore.compaction import CompactionStore
 from rlm.metastore.model import TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
@@ -89,6 +90,15 @@ def check_metadata(url: str) -> str:
     finally:
         engine.dispose()
     return f"metadata database {display_url(url)} is at revision {head_revision()}: up to date"
+
+
+def open_compaction_store(settings: Settings) -> CompactionStore:
+    """The metadata store, as compaction jobs use it (the SQL store implements their protocol)."""
+    from metadata import SqlMetadataStore
+
+    store = open_store(settings)
+    assert isinstance(store, SqlMetadataStore)
+    return store
 
 
 def open_remote_storage(

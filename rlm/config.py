@@ -50,6 +50,18 @@ def _env(key: str) -> str:
     return "RLM_" + key.replace(".", "_").replace("-", "_").upper()
 
 
+#: ``compaction.strategy`` values (KIP-280).
+COMPACTION_STRATEGIES = ("offset", "timestamp", "header")
+
+
+def _cleanup_policy(value: object) -> str:
+    """``cleanup.policy`` in its canonical spelling (``delete``, ``compact``, ``compact,delete``)."""
+    words = {w.strip().lower() for w in str(value).split(",") if w.strip()}
+    if not words or not words <= {"compact", "delete"}:
+        raise ConfigError(f"cleanup.policy must be delete, compact or compact,delete, not {value!r}")
+    return ",".join(w for w in ("compact", "delete") if w in words)
+
+
 @dataclass(frozen=True)
 class TopicSettings:
     """Per-topic settings of the remote tier (Kafka's topic configs of the same names)."""
@@ -64,8 +76,37 @@ class TopicSettings:
     """``local.retention.ms``: how long the broker keeps tiered segments locally (-2: retention.ms)."""
     local_retention_bytes: int = -2
     """``local.retention.bytes``: local size cap (-2: retention.bytes)."""
+    cleanup_policy: str = "delete"
+    """``cleanup.policy``: ``delete``, ``compact`` or ``compact,delete``; ``rlm spark compact``
+    compacts the remote tier of topics whose policy has ``compact``."""
+    compaction_strategy: str = "offset"
+    """``compaction.strategy`` (KIP-280): which record of a key compaction keeps: ``offset``,
+    ``timestamp`` or ``header``."""
+    compaction_strategy_header: str = ""
+    """``compaction.strategy.header``: the header whose 8-byte value orders records of a key under
+    the ``header`` strategy; blank falls back to ``offset``."""
+    delete_retention_ms: int = 86_400_000
+    """``delete.retention.ms``: how long compaction keeps tombstones and transaction markers after
+    it first kept them (the delete horizon, KIP-534)."""
+    min_compaction_lag_ms: int = 0
+    """``min.compaction.lag.ms``: records younger than this (by timestamp) are never compacted away."""
+    segment_bytes: int = 1_073_741_824
+    """``segment.bytes``: target size of the segments compaction writes."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cleanup_policy", _cleanup_policy(self.cleanup_policy))
+        strategy = str(self.compaction_strategy).strip().lower()
+        if strategy not in COMPACTION_STRATEGIES:
+            raise ConfigError(
+                f"compaction.strategy must be one of {', '.join(COMPACTION_STRATEGIES)}, "
+                f"not {self.compaction_strategy!r}"
+            )
+        object.__setattr__(self, "compaction_strategy", strategy)
+        for name in ("delete_retention_ms", "min_compaction_lag_ms"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{_key(name)} must be ≥ 0, not {getattr(self, name)}")
+        if self.segment_bytes < 14:
+            raise ConfigError(f"segment.bytes must be ≥ 14, not {self.segment_bytes}")
         for name in ("retention_ms", "retention_bytes"):
             if getattr(self, name) < -1:
                 raise ConfigError(f"{_key(name)} must be -1 or ≥ 0, not {getattr(self, name)}")
@@ -157,6 +198,12 @@ class Settings:
     """``remote.log.metadata.deleted.segments.retention.ms``: how long the metadata store keeps the
     row of a segment whose deletion finished (for verification and orphan scans that started
     before it went); the retention loop purges older ones. -1 keeps them forever."""
+    remote_compaction_delete_delay_ms: int = 300_000
+    """``remote.compaction.delete.delay.ms``: how long the segments a compaction replaced keep
+    their objects, so that lookups and fetches in flight over them finish."""
+    remote_compaction_lease_ttl_ms: int = 600_000
+    """``remote.compaction.lease.ttl.ms``: how long a compaction job's per-partition lease lasts
+    without renewal (the job renews it between stages)."""
     remote_log_offset_reader_threads: int = 5
     remote_log_offset_read_max_pending_tasks: int = 100
     remote_list_offsets_request_timeout_ms: int = 30_000
@@ -183,6 +230,7 @@ class Settings:
             "remote_log_manager_task_interval_ms",
             "remote_log_manager_copier_thread_pool_size",
             "remote_log_manager_lease_ttl_ms",
+            "remote_compaction_lease_ttl_ms",
             "remote_log_offset_reader_threads",
             "remote_log_offset_read_max_pending_tasks",
             "remote_list_offsets_request_timeout_ms",
@@ -200,6 +248,10 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_key(name)} must be > 0, not {getattr(self, name)}")
+        if self.remote_compaction_delete_delay_ms < 0:
+            raise ConfigError(
+                f"remote.compaction.delete.delay.ms must be ≥ 0, not {self.remote_compaction_delete_delay_ms}"
+            )
         kept = self.remote_log_metadata_deleted_segments_retention_ms
         if kept < -1:
             raise ConfigError(

@@ -37,7 +37,7 @@ from uuid import UUID
 
 from rlm.config import Settings
 from rlm.copy_plan import Candidate, Gap, covered_through, plan_copy
-from rlm.deletion import Step, delete_segment, no_step
+from rlm.deletion import Step, deferred, delete_segment, no_step
 from rlm.errors import CorruptDataError, RlmError, SegmentNotCopiedError, StaleLeaseError
 from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir, PartitionDir
@@ -155,6 +155,8 @@ class Copier:
         cleaned = 0
         states = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_STARTED)
         for segment in list(self.store.list_segments(tp, states=states)):
+            if deferred(segment, self.clock()):
+                continue
             if delete_segment(
                 self.store,
                 self.storage,

@@ -27,6 +27,21 @@ def no_step(name: str) -> None:
     """The default step hook: does nothing."""
 
 
+def deferred(segment: RemoteSegment, now_ms: int) -> bool:
+    """Whether a ``DELETE_SEGMENT_STARTED`` segment must keep its objects a while longer.
+
+    A compaction swap moves the segments it replaced to ``DELETE_SEGMENT_STARTED`` with a
+    ``delete_after_ms`` ``remote.compaction.delete.delay.ms`` ahead, so that lookups and fetches
+    that picked them before the swap finish. Cleanups that retry ``DELETE_SEGMENT_STARTED`` rows
+    (the copier's, retention's, the next compaction's) leave such a row alone until then.
+    """
+    return (
+        segment.state is SegmentState.DELETE_SEGMENT_STARTED
+        and segment.delete_after_ms is not None
+        and segment.delete_after_ms > now_ms
+    )
+
+
 def delete_segment(
     store: MetadataStore,
     storage: RemoteStorage,

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from rlm.config import Settings, TopicSettings
 from rlm.copier import Clock, wall_clock_ms
-from rlm.deletion import Step, delete_segment, no_step
+from rlm.deletion import Step, deferred, delete_segment, no_step
 from rlm.errors import RlmError, StaleLeaseError
 from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir, PartitionDir
@@ -136,6 +136,8 @@ class Retention:
     def _enforce(self, partition: PartitionDir, tp: TopicPartition, lease_epoch: int) -> RetentionOutcome:
         now = self.clock()
         for stuck in list(self.store.list_segments(tp, states=[SegmentState.DELETE_SEGMENT_STARTED])):
+            if deferred(stuck, now):
+                continue
             delete_segment(
                 self.store, self.storage, stuck, now_ms=now, lease_epoch=lease_epoch, step=self.step
             )

@@ -66,6 +66,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="report rows in a STARTED state older than this (default: 3600000, one hour)",
     )
     verify.set_defaults(func=_verify)
+    _register_compact(jobs)
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -82,3 +83,40 @@ def _verify(args: argparse.Namespace) -> int:
     report = run_verify(settings, spark, options, progress=False if args.quiet else None)
     sys.stdout.write(render_json(report) if args.json else render_text(report))
     return 0 if report.healthy else 1
+
+
+# -- rlm spark compact ----------------------------------------------------------------------------
+
+
+def _register_compact(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    compact = jobs.add_parser(
+        "compact",
+        help="compact the remote tier of compacted topics (KIP-280 strategies); offsets kept",
+        description=(
+            "Compact the finished remote segments of every partition of the topics whose "
+            "cleanup.policy has compact (or of --topic, which must have it): keep each key's winner "
+            "by compaction.strategy (offset, timestamp or header), drop records without a key and "
+            "of aborted transactions, tombstones and transaction markers past their delete horizon; "
+            "rewrite the changed segments (merged up to segment.bytes) and swap them in. Exit 1 when "
+            "a partition failed (the others are compacted)."
+        ),
+    )
+    _add_common_options(compact)
+    compact.add_argument(
+        "--dry-run", action="store_true", help="read and decide, print what would be removed, write nothing"
+    )
+    compact.set_defaults(func=_compact)
+
+
+def _compact(args: argparse.Namespace) -> int:
+    from rlm.pipeline.compact.job import CompactOptions
+    from rlm.pipeline.compact.report import render_json, render_text
+    from rlm.pipeline.spark.jobs import run_compact
+    from rlm.pipeline.spark.session import SparkOptions, parse_conf
+
+    settings = load_settings(args.config)
+    spark = SparkOptions(master=args.master, app_name="rlm spark compact", conf=parse_conf(args.conf))
+    options = CompactOptions(topics=tuple(args.topic), partitions=tuple(args.partition), dry_run=args.dry_run)
+    report = run_compact(settings, spark, options, progress=False if args.quiet else None)
+    sys.stdout.write(render_json(report) if args.json else render_text(report))
+    return 1 if report.failed else 0

@@ -198,6 +198,9 @@ class RemoteSegment:
     txn_index_empty: bool
     """True when the segment has no aborted transactions (no transaction index was stored)."""
     state: SegmentState = SegmentState.COPY_SEGMENT_STARTED
+    delete_after_ms: int | None = None
+    """When a segment a compaction replaced may lose its objects (``None`` for any other): until
+    then lookups and fetches that picked it before the swap can still read it."""
 
     def __post_init__(self) -> None:
         if self.start_offset < 0 or self.end_offset < self.start_offset:

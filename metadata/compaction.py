@@ -1,0 +1,169 @@
+"""The compaction lease, recorded outputs and the swap (see :mod:`rlm.metastore.compaction`).
+
+Every write locks the partition row first (:func:`metadata.partitions.lock`), as every other
+write of the store does, so a swap and a retention pass or a copy of the same partition are
+serialized, and the swap reads the states it changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection, Row, delete, insert, select, update
+
+from metadata import partitions, summaries
+from metadata.models import CompactionLeaseRow, CompactionOutputRow, SegmentEpochRow, SegmentRow
+from metadata.rows import epoch_values, segment_from_row, segment_values
+from rlm.errors import StaleLeaseError
+from rlm.metastore.compaction import CompactionLease, CompactionOutput
+from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+
+Lease = CompactionLeaseRow
+Output = CompactionOutputRow
+FINISHED = SegmentState.COPY_SEGMENT_FINISHED
+
+
+def _lease_row(conn: Connection, partition_id: int) -> Row[Any] | None:
+    return conn.execute(select(Lease.__table__).where(Lease.partition_id == partition_id)).first()
+
+
+def _lease(tp: TopicPartition, row: Row[Any]) -> CompactionLease:
+    return CompactionLease(tp, row.owner, int(row.epoch), int(row.expires_at_ms))
+
+
+def acquire(
+    conn: Connection, tp: TopicPartition, owner: str, ttl_ms: int, now_ms: int
+) -> CompactionLease | None:
+    part = partitions.lock(conn, tp)
+    row = _lease_row(conn, part.id)
+    if row is None:
+        conn.execute(
+            insert(Lease).values(
+                partition_id=part.id, owner=owner, epoch=1, expires_at_ms=now_ms + ttl_ms, released=False
+            )
+        )
+        return CompactionLease(tp, owner, 1, now_ms + ttl_ms)
+    if not row.released and row.owner != owner and now_ms < int(row.expires_at_ms):
+        return None
+    epoch = int(row.epoch) + 1
+    conn.execute(
+        update(Lease)
+        .where(Lease.partition_id == part.id)
+        .values(owner=owner, epoch=epoch, expires_at_ms=now_ms + ttl_ms, released=False)
+    )
+    return CompactionLease(tp, owner, epoch, now_ms + ttl_ms)
+
+
+def check(conn: Connection, lease: CompactionLease) -> Row[Any]:
+    """Lock the partition and check ``lease`` is its current compaction lease; the partition row."""
+    part = partitions.lock(conn, lease.topic_partition)
+    row = _lease_row(conn, part.id)
+    if row is None or row.released or int(row.epoch) != lease.epoch or row.owner != lease.owner:
+        now = "released" if row is not None and row.released else f"at epoch {row.epoch if row else 0}"
+        raise StaleLeaseError(
+            f"compaction of {lease.topic_partition} refused: lease epoch {lease.epoch} of job "
+            f"{lease.owner} is stale, the lease is {now}"
+        )
+    return part
+
+
+def renew(conn: Connection, lease: CompactionLease, ttl_ms: int, now_ms: int) -> CompactionLease:
+    part = check(conn, lease)
+    conn.execute(update(Lease).where(Lease.partition_id == part.id).values(expires_at_ms=now_ms + ttl_ms))
+    return CompactionLease(lease.topic_partition, lease.owner, lease.epoch, now_ms + ttl_ms)
+
+
+def release(conn: Connection, lease: CompactionLease) -> bool:
+    try:
+        part = check(conn, lease)
+    except StaleLeaseError:
+        return False
+    conn.execute(update(Lease).where(Lease.partition_id == part.id).values(released=True))
+    return True
+
+
+def get(conn: Connection, tp: TopicPartition) -> CompactionLease | None:
+    part_id = partitions.find_id(conn, tp)
+    row = None if part_id is None else _lease_row(conn, part_id)
+    return None if row is None or row.released else _lease(tp, row)
+
+
+def add_outputs(conn: Connection, lease: CompactionLease, outputs: Sequence[CompactionOutput]) -> None:
+    part = check(conn, lease)
+    if outputs:
+        conn.execute(
+            insert(Output),
+            [
+                {
+                    "segment_id": o.segment_id,
+                    "partition_id": part.id,
+                    "log_key": o.log_key,
+                    "index_key": o.index_key,
+                    "lease_epoch": o.lease_epoch,
+                    "recorded_at_ms": o.recorded_at_ms,
+                }
+                for o in outputs
+            ],
+        )
+
+
+def outputs(conn: Connection, tp: TopicPartition) -> list[CompactionOutput]:
+    part_id = partitions.find_id(conn, tp)
+    if part_id is None:
+        return []
+    rows = conn.execute(
+        select(Output.__table__).where(Output.partition_id == part_id).order_by(Output.recorded_at_ms)
+    )
+    return [
+        CompactionOutput(r.segment_id, r.log_key, r.index_key, int(r.lease_epoch), int(r.recorded_at_ms))
+        for r in rows
+    ]
+
+
+def forget_outputs(conn: Connection, tp: TopicPartition, segment_ids: Sequence[UUID]) -> None:
+    part = partitions.lock(conn, tp)
+    if segment_ids:
+        conn.execute(
+            delete(Output).where(Output.partition_id == part.id, Output.segment_id.in_(list(segment_ids)))
+        )
+
+
+def swap(
+    conn: Connection,
+    lease: CompactionLease,
+    new: Sequence[RemoteSegment],
+    replaced: Sequence[UUID],
+    now_ms: int,
+    delete_after_ms: int,
+) -> bool:
+    part = check(conn, lease)
+    tp = lease.topic_partition
+    rows = conn.execute(
+        select(SegmentRow.__table__).where(
+            SegmentRow.partition_id == part.id, SegmentRow.segment_id.in_(list(replaced))
+        )
+    ).all()
+    old = [segment_from_row(r, tp) for r in rows]
+    if len(old) != len(set(replaced)) or any(s.state is not FINISHED for s in old):
+        return False
+    conn.execute(
+        update(SegmentRow)
+        .where(SegmentRow.segment_id.in_(list(replaced)))
+        .values(
+            state=SegmentState.DELETE_SEGMENT_STARTED.value,
+            event_time_ms=now_ms,
+            delete_after_ms=delete_after_ms,
+        )
+    )
+    for segment in old:
+        summaries.segment_unfinished(conn, part, segment)
+    for segment in new:
+        finished = segment.with_state(FINISHED, now_ms)
+        conn.execute(insert(SegmentRow).values(segment_values(finished, part.id)))
+        conn.execute(insert(SegmentEpochRow), epoch_values(finished, part.id))
+        part = partitions.lock_by_id(conn, part.id)  # its highest offsets, as the last one left them
+        summaries.segment_finished(conn, part, finished)
+    conn.execute(delete(Output).where(Output.segment_id.in_([s.segment_id for s in new])))
+    return True

@@ -1,0 +1,218 @@
+"""Rewriting batches and segments with only the records compaction keeps (no Spark).
+
+Offsets never change: a rewritten batch keeps its base offset, last offset delta, producer id,
+epoch and base sequence, partition leader epoch, timestamp type and codec (its records are
+compressed again); its max timestamp is recomputed from the records kept (LogAppendTime batches
+keep theirs). A batch that keeps a tombstone, or a transaction marker of an emptied transaction,
+gets a delete horizon (attribute bit 6, ``baseTimestamp`` = now + ``delete.retention.ms``) unless
+it has one. A data batch emptied of records stays as an empty, header-only batch when it is its
+producer's last batch (the producer's sequence state lives there), else it goes; an emptied
+control batch goes. Batches past the compactable end, legacy batches and empty batches are
+copied byte for byte.
+
+Records are read with :func:`rlm.pipeline.columns.decode_columns`, the pipeline's one decoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from rlm.log.model import BatchHeader, Record, TimestampType
+from rlm.log.v2 import encode_v2_batch
+from rlm.metastore.model import TopicPartition
+from rlm.pipeline.columns import decode_columns
+from rlm.pipeline.reader import RawBatch
+from rlm.pipeline.transactions import AbortedIndex
+
+
+@dataclass(frozen=True)
+class RewriteParams:
+    """The clock and settings a rewrite applies."""
+
+    now_ms: int
+    delete_retention_ms: int
+
+    @property
+    def new_horizon(self) -> int:
+        return self.now_ms + self.delete_retention_ms
+
+
+@dataclass(frozen=True)
+class Keep:
+    """The decisions a rewrite applies to one range (see :class:`~.rules.Decisions`)."""
+
+    end: int
+    kept: frozenset[int]
+    empty_markers: frozenset[int]
+    last_batches: frozenset[int]
+
+
+@dataclass
+class Counts:
+    """What a rewrite did, in records and bytes."""
+
+    records_in: int = 0
+    records_out: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    tombstones_kept: int = 0
+    tombstones_dropped: int = 0
+    aborted_dropped: int = 0
+    null_keys_dropped: int = 0
+    markers_dropped: int = 0
+    batches_stamped: int = 0
+    batches_emptied: int = 0
+    last_header: BatchHeader | None = field(default=None, compare=False, repr=False)
+    """The header of the last batch read (not a count)."""
+
+    def add(self, other: Counts) -> None:
+        for name in COUNT_NAMES:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_json(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in COUNT_NAMES}
+
+
+COUNT_NAMES = tuple(name for name in Counts.__dataclass_fields__ if name != "last_header")
+
+
+@dataclass
+class _Decoded:
+    records: list[Record] = field(default_factory=list)
+    aborted: bool = False
+
+
+def decode_records(
+    tp: TopicPartition, batches: Sequence[RawBatch], aborted: AbortedIndex, name: str
+) -> list[_Decoded]:
+    """The records of each batch (v2 batches holding records), through ``decode_columns``."""
+    out = [_Decoded() for _ in batches]
+    wanted = [i for i, b in enumerate(batches) if b.header.magic >= 2 and b.header.record_count > 0]
+    if not wanted:
+        return out
+    table = decode_columns(
+        tp, [batches[i] for i in wanted], aborted, first_offset=0, last_offset=2**63 - 1, name=name
+    )
+    offsets: list[Any] = table.column("offset").to_pylist()
+    stamps: list[int | None] = table.column("timestamp").cast(pa.int64()).to_pylist()
+    keys: list[bytes | None] = table.column("key").to_pylist()
+    values: list[bytes | None] = table.column("value").to_pylist()
+    headers: list[Any] = table.column("headers").to_pylist()
+    flags: list[Any] = table.column("aborted").to_pylist()
+    at = 0
+    for i in wanted:
+        last = batches[i].header.last_offset
+        decoded = out[i]
+        while at < len(offsets) and offsets[at] <= last:
+            hs = tuple((h["key"], h["value"]) for h in headers[at])
+            stamp = stamps[at]
+            ts = -1 if stamp is None else stamp
+            decoded.records.append(Record(offsets[at], ts, keys[at], values[at], hs))
+            decoded.aborted = bool(flags[at])
+            at += 1
+    return out
+
+
+def rewrite_batch(
+    batch: RawBatch, decoded: _Decoded, keep: Keep, params: RewriteParams, counts: Counts
+) -> bytes | None:
+    """The batch as compaction leaves it: its bytes (the same bytes when nothing changes), or
+    ``None`` when it goes."""
+    h = batch.header
+    counts.last_header = h
+    data = bytes(batch.data)
+    counts.bytes_in += len(data)
+    counts.records_in += max(h.record_count, 0) if h.magic >= 2 else len(decoded.records)
+    if h.magic < 2 or h.record_count == 0 or h.last_offset > keep.end:
+        counts.records_out += h.record_count if h.magic >= 2 else 0
+        counts.bytes_out += len(data)
+        return data
+    kept = [r for r in decoded.records if r.offset in keep.kept]
+    for r in decoded.records:
+        if r.offset in keep.kept:
+            counts.tombstones_kept += r.value is None and not h.is_control
+        elif h.is_control:
+            counts.markers_dropped += 1
+        elif decoded.aborted:
+            counts.aborted_dropped += 1
+        elif r.key is None:
+            counts.null_keys_dropped += 1
+        elif r.value is None:
+            counts.tombstones_dropped += 1
+    stamp = not h.has_delete_horizon and (
+        (h.is_control and any(r.offset in keep.empty_markers for r in kept))
+        or (not h.is_control and any(r.value is None for r in kept))
+    )
+    if not kept:
+        if h.is_control or h.producer_id < 0 or h.last_offset not in keep.last_batches:
+            return None
+        counts.batches_emptied += 1
+        out = _encode(h, [], None)
+    elif len(kept) == len(decoded.records) and not stamp:
+        out = data
+    else:
+        counts.batches_stamped += stamp
+        horizon = h.base_timestamp if h.has_delete_horizon else (params.new_horizon if stamp else None)
+        out = _encode(h, kept, horizon)
+    counts.records_out += len(kept)
+    counts.bytes_out += len(out)
+    return out
+
+
+def _encode(h: BatchHeader, records: list[Record], horizon: int | None) -> bytes:
+    log_append = h.timestamp_type is TimestampType.LOG_APPEND_TIME
+    return encode_v2_batch(
+        records,
+        base_offset=h.base_offset,
+        codec=h.codec,
+        timestamp_type=h.timestamp_type,
+        log_append_time=h.max_timestamp if log_append else None,
+        leader_epoch=h.leader_epoch,
+        producer_id=h.producer_id,
+        producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence,
+        is_transactional=h.is_transactional,
+        is_control=h.is_control,
+        delete_horizon=horizon,
+        last_offset_delta=h.last_offset - h.base_offset,
+        max_timestamp=h.max_timestamp if not records else None,
+    )
+
+
+def empty_batch(h: BatchHeader) -> bytes:
+    """A header-only batch in place of the batch ``h`` heads (offsets, producer fields kept)."""
+    return _encode(h._replace(attributes=h.attributes & ~0x27), [], None)
+
+
+def rewrite_batches(
+    tp: TopicPartition,
+    batches: Iterable[RawBatch],
+    keep: Keep,
+    params: RewriteParams,
+    aborted: AbortedIndex,
+    name: str,
+    counts: Counts,
+    *,
+    chunk: int = 256,
+) -> Iterable[bytes]:
+    """Every batch of ``batches`` as compaction leaves it, in order (those that go left out)."""
+    pending: list[RawBatch] = []
+
+    def flush() -> Iterable[bytes]:
+        decoded = decode_records(tp, pending, aborted, name)
+        for raw, dec in zip(pending, decoded, strict=True):
+            out = rewrite_batch(raw, dec, keep, params, counts)
+            if out is not None:
+                yield out
+
+    for batch in batches:
+        pending.append(RawBatch(batch.header, bytes(batch.data)))
+        if len(pending) >= chunk:
+            yield from flush()
+            pending = []
+    if pending:
+        yield from flush()

@@ -1,0 +1,207 @@
+"""Output segments: which input segments merge into one, and writing one (no Spark).
+
+An output segment replaces consecutive input segments of one partition that compaction changes
+(a record removed, a batch given a delete horizon), merged while their estimated output stays
+within ``segment.bytes``. Its base offset is its first input's, its end offset its last input's;
+its offset, time and transaction indexes are built as Kafka's recovery builds them, from the
+bytes written; its producer snapshot is its last input's (compaction keeps every producer's last
+batch, so the producer state at its end is unchanged) and its leader epochs are its inputs'.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlm.log.batches import parse_header
+from rlm.log.checkpoints import EpochEntry, encode_leader_epoch_checkpoint
+from rlm.log.recovery import IndexRebuilder, TransactionTracker
+from rlm.log.snapshot import decode_snapshot
+from rlm.metastore.model import IndexType, LeaderEpochEntry, RemoteSegment, SegmentState
+from rlm.pipeline.compact.rewrite import Counts, Keep, RewriteParams, empty_batch, rewrite_batches
+from rlm.pipeline.plan import SegmentSummary
+from rlm.pipeline.reader import SegmentReader
+from rlm.pipeline.transactions import AbortedIndex
+from rlm.storage.layout import IndexBlob, segment_keys
+from rlm.storage.protocol import RemoteStorage
+
+
+@dataclass(frozen=True)
+class SegmentChange:
+    """What compaction would change in one input segment (from the decisions, before writing)."""
+
+    removed: int
+    """Records removed."""
+    stamped: int
+    """Records kept whose batch gets a delete horizon."""
+    kept: int
+    total: int
+
+    @property
+    def changed(self) -> bool:
+        return self.removed > 0 or self.stamped > 0
+
+
+@dataclass(frozen=True)
+class OutputPlan:
+    """One output segment to write: its inputs, id and what to keep of them. Picklable."""
+
+    inputs: tuple[SegmentSummary, ...]
+    segment_id: uuid.UUID
+    params: RewriteParams
+
+    @property
+    def start_offset(self) -> int:
+        return self.inputs[0].segment.start_offset
+
+    @property
+    def end_offset(self) -> int:
+        return self.inputs[-1].segment.end_offset
+
+    def describe(self) -> str:
+        """``orders-0 [0, 999] (3 segments)``: how messages name the output."""
+        tp = self.inputs[0].topic_partition
+        return f"{tp} [{self.start_offset}, {self.end_offset}] ({len(self.inputs)} input segments)"
+
+    def object_keys(self) -> tuple[str, str]:
+        """The ``.log`` and index object keys of the output."""
+        first = self.inputs[0].segment
+        tp = first.topic_partition
+        found = segment_keys(tp.topic, first.topic_id, tp.partition, self.start_offset, self.segment_id)
+        return found.log_key, found.indexes_key
+
+
+def group_segments(
+    segments: Sequence[SegmentSummary], changes: Sequence[SegmentChange], end: int, segment_bytes: int
+) -> list[list[SegmentSummary]]:
+    """Runs of consecutive changed segments, each run cut so that its estimated output size (the
+    input size scaled by the share of records kept) stays within ``segment_bytes`` (a run has at
+    least one segment). Segments read only in part (overlapping copies, the log start inside
+    them) or reaching past the compactable ``end`` are left as they are."""
+    groups: list[list[SegmentSummary]] = []
+    current: list[SegmentSummary] = []
+    size = 0.0
+    for summary, change in zip(segments, changes, strict=True):
+        s = summary.segment
+        whole = summary.read_from == s.start_offset and summary.read_to == s.end_offset
+        if not (whole and s.end_offset <= end and change.changed):
+            if current:
+                groups.append(current)
+            current, size = [], 0.0
+            continue
+        estimate = s.size_bytes * (change.kept / change.total if change.total else 1.0)
+        contiguous = bool(current) and current[-1].segment.end_offset + 1 == s.start_offset
+        if current and (not contiguous or size + estimate > segment_bytes):
+            groups.append(current)
+            current, size = [], 0.0
+        current.append(summary)
+        size += estimate
+    if current:
+        groups.append(current)
+    return groups
+
+
+@dataclass(frozen=True)
+class WrittenSegment:
+    """An output segment written to the store (or only built, in a dry run)."""
+
+    row: RemoteSegment
+    """Its metadata row (``COPY_SEGMENT_STARTED``; the swap records it finished)."""
+    counts: Counts
+
+
+def merged_epochs(inputs: Sequence[SegmentSummary]) -> tuple[LeaderEpochEntry, ...]:
+    """The leader epochs of the inputs' rows, in order, each epoch once."""
+    epochs: list[LeaderEpochEntry] = []
+    for summary in inputs:
+        for entry in summary.segment.leader_epochs:
+            if not epochs or entry.epoch > epochs[-1].epoch:
+                epochs.append(entry)
+    return tuple(epochs)
+
+
+def write_output(
+    storage: RemoteStorage, plan: OutputPlan, keep: Keep, *, now_ms: int, write: bool = True
+) -> WrittenSegment:
+    """Rewrite the plan's inputs into one segment, build its index object and (unless ``write``
+    is false) store both objects under the output's keys.
+
+    Raises:
+        CorruptDataError: An input batch fails its CRC or cannot be decoded; the error names the
+            object and the position. Nothing is stored.
+        StorageError: A read or a put failed.
+    """
+    first = plan.inputs[0]
+    tp = first.topic_partition
+    counts = Counts()
+    tracker = TransactionTracker()
+    if first.previous_snapshot is not None:
+        reader = SegmentReader(storage, first)
+        tracker = TransactionTracker.from_snapshot(
+            decode_snapshot(reader.read_ref(first.previous_snapshot), path=first.previous_snapshot.key)
+        )
+    epochs = merged_epochs(plan.inputs)
+    rebuilder = IndexRebuilder(plan.start_offset, tracker=tracker)
+    log_key, index_key = plan.object_keys()
+    fd, path = tempfile.mkstemp(prefix="rlm-compact-", suffix=".log")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            position = 0
+            for summary in plan.inputs:
+                reader = SegmentReader(storage, summary)
+                aborted = AbortedIndex(summary.aborted)
+                for data in rewrite_batches(
+                    tp, reader.batches(), keep, plan.params, aborted, summary.log_key, counts
+                ):
+                    header = parse_header(data, 0, position)
+                    rebuilder.add(header, data, log_key)
+                    out.write(data)
+                    position += len(data)
+            if position == 0 and counts.last_header is not None:
+                # Every batch went: a header-only batch keeps the range's last offset in place.
+                data = empty_batch(counts.last_header)
+                rebuilder.add(parse_header(data, 0, 0), data, log_key)
+                out.write(data)
+                position = len(data)
+        rebuilt = rebuilder.finish()
+        last_reader = SegmentReader(storage, plan.inputs[-1])
+        snapshot = last_reader.read_index(IndexType.PRODUCER_SNAPSHOT)
+        blob = IndexBlob.build(
+            {
+                IndexType.OFFSET: rebuilt.offset_index.to_bytes(),
+                IndexType.TIMESTAMP: rebuilt.time_index.to_bytes(),
+                IndexType.TRANSACTION: rebuilt.txn_index.to_bytes() if len(rebuilt.txn_index) else None,
+                IndexType.PRODUCER_SNAPSHOT: snapshot,
+                IndexType.LEADER_EPOCH: encode_leader_epoch_checkpoint(
+                    EpochEntry(e.epoch, e.start_offset) for e in epochs
+                ),
+            }
+        )
+        keys = segment_keys(
+            tp.topic, first.segment.topic_id, tp.partition, plan.start_offset, plan.segment_id
+        )
+        row = RemoteSegment(
+            segment_id=plan.segment_id,
+            topic_partition=tp,
+            topic_id=first.segment.topic_id,
+            start_offset=plan.start_offset,
+            end_offset=plan.end_offset,
+            max_timestamp_ms=rebuilt.max_timestamp,
+            size_bytes=position,
+            broker_id=first.segment.broker_id,
+            event_time_ms=now_ms,
+            leader_epochs=epochs,
+            layout=blob.layout(keys),
+            txn_index_empty=len(rebuilt.txn_index) == 0,
+            state=SegmentState.COPY_SEGMENT_STARTED,
+        )
+        if write:
+            storage.put_object(log_key, Path(path), size=position)
+            storage.put_object(index_key, blob.data)
+        return WrittenSegment(row, counts)
+    finally:
+        os.unlink(path)
