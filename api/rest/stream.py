@@ -1,0 +1,300 @@
+"""Streamed records of a range: ``GET /v1/topics/{t}/partitions/{p}/records`` when a stream is asked.
+
+The route shares its path with the bounded JSON answer (:mod:`api.rest.records`) and takes the
+requests that ask to stream: an ``Accept`` of ``application/x-ndjson`` or
+``application/vnd.apache.arrow.stream``, or a range argument (``from_timestamp``,
+``to_timestamp``, ``end_offset``, ``isolation_level``). Media types:
+
+* ``application/x-ndjson``: one record object a line, as the JSON answer's records; a stream that
+  cannot continue ends with a line ``{"error": ..., "status": ...}``;
+* ``application/octet-stream``: the stored batches, byte for byte, whole;
+* ``application/vnd.apache.arrow.stream``: Arrow IPC record batches of the export's columns.
+
+Octet and Arrow streams that cannot continue are cut (the connection closes before the chunked
+body's end, and an Arrow stream lacks its end marker): a client never takes a short stream for a
+whole one. The range is planned before the status is sent, so bad arguments and unknown
+partitions get their 4xx; above ``remote.fetch.max.streams`` streams the answer is 429 with
+``Retry-After``. A client that goes away cancels the stream's reads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
+from starlette.responses import StreamingResponse
+from starlette.routing import Match
+from starlette.types import Receive, Send
+from starlette.types import Scope as AsgiScope
+
+from api.auth import Scope
+from api.grpc_server import _on_pool
+from api.rest.deps import require, runtime
+from api.rest.errors import ApiError, status_for
+from api.rest.schemas import MAX_TIMEOUT_MS, text_int
+from rlm.arguments import INT32_MAX, INT64_MAX
+from rlm.bootstrap import Runtime
+from rlm.lookup.pool import CancelToken
+from rlm.lookup.service import IsolationLevel
+from rlm.metastore.model import TopicPartition
+from rlm.storage.layout import MAX_TOPIC_LENGTH
+from rlm.stream.arrow import RECORDS_PER_MESSAGE, ArrowStreamWriter, record_batch
+from rlm.stream.plan import RangePlan, RangeQuery
+from rlm.stream.reader import StreamBatch
+from rlm.stream.records import records_in_range
+from rlm.stream.service import RETRY_AFTER_S, StreamSlot
+from rlm.timestamps import parse_timestamp
+
+NDJSON = "application/x-ndjson"
+OCTET = "application/octet-stream"
+ARROW = "application/vnd.apache.arrow.stream"
+#: Arguments only streams take: they make a request a stream whatever its ``Accept``.
+RANGE_ARGUMENTS = (b"from_timestamp=", b"to_timestamp=", b"end_offset=", b"isolation_level=")
+#: Bytes gathered before a piece of the body is sent (fewer, larger writes).
+PIECE_BYTES = 64 * 1024
+ISOLATION = {
+    "read_uncommitted": IsolationLevel.READ_UNCOMMITTED,
+    "read_committed": IsolationLevel.READ_COMMITTED,
+}
+
+
+def streamed_media(accept: str) -> str | None:
+    """The streamed media type ``accept`` asks for, or None."""
+    for media in (NDJSON, ARROW, OCTET):
+        if media in accept:
+            return media
+    return None
+
+
+def asks_stream(scope: AsgiScope) -> bool:
+    """Whether a request is one for this route: a streamed media type other than octet-stream
+    (which alone keeps the bounded answer), or a range argument."""
+    media = streamed_media(Headers(scope=scope).get("accept", ""))
+    if media in (NDJSON, ARROW):
+        return True
+    query: bytes = scope.get("query_string", b"")
+    return any(query.startswith(arg) or b"&" + arg in query for arg in RANGE_ARGUMENTS)
+
+
+class StreamRoute(APIRoute):
+    """Matches only the requests :func:`asks_stream` picks; the others go to the next route."""
+
+    def matches(self, scope: AsgiScope) -> tuple[Match, AsgiScope]:
+        match, child = super().matches(scope)
+        if match is Match.FULL and not asks_stream(scope):
+            return Match.NONE, {}
+        return match, child
+
+
+router = APIRouter(prefix="/v1", tags=["records"], route_class=StreamRoute)
+
+
+class _SlotStream(StreamingResponse):
+    """A streamed body that holds a stream place until it ends, watches for the client going away
+    (then cancels the body at once) and closes the body whatever happens."""
+
+    def __init__(
+        self, body: AsyncIterator[bytes], media_type: str, headers: dict[str, str], slot: StreamSlot
+    ):
+        super().__init__(body, media_type=media_type, headers=headers)
+        self.slot = slot
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        outcome = "cancelled"
+        sending = asyncio.ensure_future(self.stream_response(send))
+        watching = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        try:
+            done, _ = await asyncio.wait((sending, watching), return_when=asyncio.FIRST_COMPLETED)
+            if sending in done:
+                try:
+                    sending.result()
+                except OSError:  # the client went away while a piece was sent
+                    return
+                except BaseException:
+                    outcome = "failed"
+                    raise
+                outcome = "completed"
+        finally:
+            for task in (sending, watching):
+                task.cancel()
+            await asyncio.gather(sending, watching, return_exceptions=True)
+            closing = getattr(self.body_iterator, "aclose", None)
+            if closing is not None:
+                await closing()
+            self.slot.release(outcome)
+
+
+@router.get(
+    "/topics/{topic}/partitions/{partition}/records",
+    summary="Records of a range, streamed (NDJSON, raw Kafka batches or Arrow IPC)",
+    response_class=StreamingResponse,
+    responses={200: {"content": {NDJSON: {}, OCTET: {}, ARROW: {}}, "description": "the records, streamed"}},
+)
+async def stream_records(
+    request: Request,
+    topic: Annotated[str, Path(min_length=1, max_length=MAX_TOPIC_LENGTH)],
+    partition: Annotated[int, Path(ge=0, le=INT32_MAX), text_int(0, INT32_MAX)],
+    rt: Annotated[Runtime, Depends(runtime)],
+    _: Annotated[Scope, Depends(require(Scope.READ))],
+    offset: Annotated[int | None, Query(ge=0, le=INT64_MAX), text_int(0, INT64_MAX)] = None,
+    end_offset: Annotated[int | None, Query(ge=0, le=INT64_MAX), text_int(0, INT64_MAX)] = None,
+    from_timestamp: Annotated[str | None, Query(max_length=64)] = None,
+    to_timestamp: Annotated[str | None, Query(max_length=64)] = None,
+    isolation_level: Annotated[
+        str, Query(pattern="^(read_uncommitted|read_committed)$")
+    ] = "read_uncommitted",
+    timeout_ms: Annotated[int | None, Query(ge=1, le=MAX_TIMEOUT_MS), text_int(1, MAX_TIMEOUT_MS)] = None,
+) -> StreamingResponse:
+    args = {
+        "offset": offset,
+        "end_offset": end_offset,
+        "from_timestamp": from_timestamp,
+        "to_timestamp": to_timestamp,
+        "isolation_level": isolation_level,
+    }
+    return await _stream_records(request.headers, TopicPartition(topic, partition), rt, args, timeout_ms)
+
+
+def _query(
+    tp: TopicPartition,
+    offset: int | None,
+    end_offset: int | None,
+    from_timestamp: str | None,
+    to_timestamp: str | None,
+    isolation_level: str,
+) -> RangeQuery:
+    return RangeQuery(
+        tp,
+        offset=offset,
+        from_timestamp=None if from_timestamp is None else parse_timestamp(from_timestamp, "from_timestamp"),
+        end_offset=end_offset,
+        to_timestamp=None if to_timestamp is None else parse_timestamp(to_timestamp, "to_timestamp"),
+        isolation=ISOLATION[isolation_level],
+    )
+
+
+async def _pieces(
+    batches: AsyncIterator[StreamBatch], encode: Callable[[StreamBatch], bytes]
+) -> AsyncIterator[bytes]:
+    """The encoded batches, gathered into pieces of about :data:`PIECE_BYTES`."""
+    pending: list[bytes] = []
+    size = 0
+    async for batch in batches:
+        data = encode(batch)
+        pending.append(data)
+        size += len(data)
+        if size >= PIECE_BYTES:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")
+
+
+def ndjson_lines(plan: RangePlan, batch: StreamBatch) -> bytes:
+    """The batch's records in range as NDJSON lines (the JSON answer's record objects)."""
+    header = batch.header
+    ts_type = header.timestamp_type.label
+    lines = []
+    for r in records_in_range(plan, batch):
+        line: dict[str, Any] = {
+            "offset": r.offset,
+            "timestamp": r.timestamp,
+            "timestamp_type": ts_type,
+            "key": _b64(r.key),
+            "value": _b64(r.value),
+            "headers": [[k, _b64(v)] for k, v in r.headers],
+            "leader_epoch": header.leader_epoch,
+        }
+        lines.append(json.dumps(line, separators=(",", ":")))
+    return "".join(f"{line}\n" for line in lines).encode()
+
+
+async def _ndjson(plan: RangePlan, batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
+    try:
+        async for piece in _pieces(batches, lambda batch: ndjson_lines(plan, batch)):
+            yield piece
+    except Exception as exc:  # the trailer says why the stream ends here
+        yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
+
+
+async def _raw(batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
+    async for piece in _pieces(batches, lambda batch: batch.data):
+        yield piece
+
+
+async def _arrow(
+    plan: RangePlan, batches: AsyncIterator[StreamBatch], chunk_bytes: int
+) -> AsyncIterator[bytes]:
+    writer = ArrowStreamWriter()
+    pending: list[StreamBatch] = []
+    records = size = 0
+    async for batch in batches:
+        pending.append(batch)
+        records += max(1, batch.header.record_count)
+        size += len(batch.data)
+        if records >= RECORDS_PER_MESSAGE or size >= chunk_bytes:
+            yield writer.write(record_batch(plan, pending))
+            pending, records, size = [], 0, 0
+    yield writer.write(record_batch(plan, pending))
+    yield writer.end()
+
+
+async def _stream_records(
+    request_headers: Headers,
+    tp: TopicPartition,
+    rt: Runtime,
+    query_args: dict[str, Any],
+    timeout_ms: int | None,
+) -> StreamingResponse:
+    media = streamed_media(request_headers.get("accept", ""))
+    if media is None:
+        raise ApiError(
+            406,
+            f"from_timestamp, to_timestamp and end_offset stream records: ask for {NDJSON}, {OCTET} or "
+            f"{ARROW} in Accept",
+        )
+    query = _query(tp, **query_args)
+    streams = rt.streams
+    slot = streams.slot()
+    if slot is None:
+        raise ApiError(
+            429,
+            f"{streams.max_streams} record streams are being sent (remote.fetch.max.streams): "
+            "try again later",
+            headers={"Retry-After": str(RETRY_AFTER_S)},
+        )
+    try:
+
+        def plan(token: CancelToken) -> RangePlan:
+            return streams.plan(query)
+
+        timeout_s = rt.request_timeout.seconds_for(timeout_ms)
+        planned = await _on_pool(
+            rt.fetch_pool, plan, timeout_s, label=tp, what=f"planning the stream of {tp}"
+        )
+    except BaseException:
+        slot.release("failed")
+        raise
+    batches = streams.batches(planned)
+    body: AsyncIterator[bytes]
+    if media == NDJSON:
+        body = _ndjson(planned, batches)
+    elif media == ARROW:
+        body = _arrow(planned, batches, streams.chunk_bytes)
+    else:
+        body = _raw(batches)
+    headers = {
+        "X-Rlm-Start-Offset": str(planned.start),
+        "X-Rlm-End-Offset": str(max(planned.start, planned.end)),
+    }
+    return _SlotStream(body, media, headers, slot)

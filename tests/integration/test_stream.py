@@ -1,0 +1,217 @@
+"""Range streams over REST, against a brute-force read of the same range.
+
+The partition of ``test_fetch``: every codec, transactions ending in commit and abort, leader
+changes, a high watermark below the log end; tiered, with the older half deleted locally, so that
+ranges start remote and end local. Raw streams are parsed with kafka-python as a consumer would;
+NDJSON and Arrow streams must hold exactly the appended data records of the range (no control
+record, no aborted record under read_committed, nothing at or past the last fetchable offset).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from fastapi.testclient import TestClient
+
+from api.auth import TokenAuthenticator
+from api.rest.app import create_app
+from rlm.log.logdir import LogDir
+from rlm.log.model import Record
+from tests.integration.test_fetch import PLAN, parse_with_kafka_python
+from tests.lookup_support import TOPIC, Backend, Tiered, Truth, runtime, tier_partition, write_partition
+from tests.metadata_support import postgres_url, sqlite_template  # noqa: F401  (fixtures)
+from tests.s3_support import MotoS3, moto_s3  # noqa: F401  (fixture)
+
+NDJSON = "application/x-ndjson"
+OCTET = "application/octet-stream"
+ARROW = "application/vnd.apache.arrow.stream"
+URL = f"/v1/topics/{TOPIC}/partitions/0/records"
+
+
+@pytest.fixture(scope="module", params=["sqlite-fs", pytest.param("postgres-s3", marks=pytest.mark.postgres)])
+def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
+    root = tmp_path_factory.mktemp("stream")
+    log_dir = root / "logs"
+    truth = write_partition(log_dir, PLAN)
+    if request.param == "sqlite-fs":
+        backend = Backend("sqlite-fs", sqlite_template=request.getfixturevalue("sqlite_template"))
+    else:
+        s3: MotoS3 = request.getfixturevalue("moto_s3")
+        backend = Backend("postgres-s3", postgres_url=request.getfixturevalue("postgres_url"), s3=s3)
+    rt = runtime(backend, root, log_dir, auth_enabled=False, remote_fetch_stream_buffer_bytes=4096)
+    try:
+        yield tier_partition(rt, LogDir(log_dir).partition(TOPIC, 0), truth, PLAN)
+    finally:
+        rt.close()
+
+
+@pytest.fixture(scope="module")
+def client(tiered: Tiered) -> Iterator[TestClient]:
+    settings = tiered.runtime.settings
+    app = create_app(
+        settings, runtime_=tiered.runtime, authenticator=TokenAuthenticator.from_settings(settings)
+    )
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def aborted_offsets(truth: Truth) -> set[int]:
+    """Offsets of the records of aborted transactions (the ABORT marker's key says 0)."""
+    markers = {r.record.offset: r.record for r in truth.records if r.control}
+    out: set[int] = set()
+    for first, marker in truth.transactions:
+        key = markers[marker].key
+        assert key is not None
+        if int.from_bytes(key[2:4], "big") == 0:
+            out.update(range(first, marker))
+    return out
+
+
+def expected(truth: Truth, start: int, end: int | None, committed: bool) -> list[Record]:
+    """The brute-force answer: data records in ``[start, end)`` below the last fetchable offset."""
+    limit = truth.last_fetchable(committed)
+    stop = limit if end is None else min(end, limit)
+    aborted = aborted_offsets(truth) if committed else set()
+    return [
+        r.record
+        for r in truth.records
+        if not r.control
+        and max(start, truth.log_start_offset) <= r.record.offset < stop
+        and r.record.offset not in aborted
+    ]
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode()
+
+
+def from_ndjson(body: bytes) -> list[Record]:
+    out = []
+    for line in body.decode().splitlines():
+        item: dict[str, Any] = json.loads(line)
+        assert "error" not in item, item
+        headers = tuple((k, None if v is None else base64.b64decode(v)) for k, v in item["headers"])
+        key = None if item["key"] is None else base64.b64decode(item["key"])
+        value = None if item["value"] is None else base64.b64decode(item["value"])
+        out.append(Record(item["offset"], item["timestamp"], key, value, headers))
+    return out
+
+
+def from_arrow(body: bytes) -> list[Record]:
+    table = pa.ipc.open_stream(body).read_all()
+    assert table.schema.names == [
+        "offset",
+        "timestamp",
+        "timestamp_type",
+        "key",
+        "value",
+        "headers",
+        "leader_epoch",
+    ]
+    out = []
+    for row in table.to_pylist():
+        headers = tuple((h["key"], h["value"]) for h in row["headers"])
+        ts = row["timestamp"]
+        millis = -1 if ts is None else int(ts.timestamp() * 1000)
+        out.append(Record(row["offset"], millis, row["key"], row["value"], headers))
+    return out
+
+
+def from_raw(body: bytes, start: int, end: int) -> list[Record]:
+    """Records in ``[start, end)`` of whole batches, as kafka-python reads them; every batch
+    overlaps the range and none is a control batch."""
+    out = []
+    for batch in parse_with_kafka_python(body):
+        assert not batch.control
+        assert batch.last_offset >= start and batch.base_offset < end
+        out += [r for r in batch.records if start <= r.offset < end]
+    return out
+
+
+def read(client: TestClient, media: str, **params: Any) -> tuple[bytes, dict[str, str]]:
+    answer = client.get(URL, params=params, headers={"Accept": media})
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["content-type"].startswith(media)
+    return answer.content, dict(answer.headers)
+
+
+def decoded(client: TestClient, media: str, **params: Any) -> list[Record]:
+    body, headers = read(client, media, **params)
+    if media == NDJSON:
+        return from_ndjson(body)
+    if media == ARROW:
+        return from_arrow(body)
+    return from_raw(body, int(headers["x-rlm-start-offset"]), int(headers["x-rlm-end-offset"]))
+
+
+@pytest.mark.parametrize("media", [NDJSON, OCTET, ARROW])
+@pytest.mark.parametrize("committed", [False, True])
+def test_offset_ranges_equal_the_brute_force_read(
+    client: TestClient, tiered: Tiered, media: str, committed: bool
+) -> None:
+    truth = tiered.truth
+    isolation = "read_committed" if committed else "read_uncommitted"
+    local = truth.local_start_offset
+    hw = truth.high_watermark
+    ranges = [
+        (truth.log_start_offset, None),  # everything: remote, then local
+        (local - 7, local + 9),  # across the tier boundary, starting and ending between records
+        (3, 4),  # one record
+        (local, local),  # empty
+        (hw - 5, hw + 50),  # past the high watermark
+        (hw + 3, None),  # starting past it
+    ]
+    assert 0 < local < hw, tiered.notes
+    for start, end in ranges:
+        params: dict[str, Any] = {"offset": start, "isolation_level": isolation}
+        if end is not None:
+            params["end_offset"] = end
+        assert decoded(client, media, **params) == expected(truth, start, end, committed), (start, end)
+
+
+@pytest.mark.parametrize("media", [NDJSON, OCTET, ARROW])
+def test_time_ranges_start_and_end_at_the_lookup_answers(
+    client: TestClient, tiered: Tiered, media: str
+) -> None:
+    truth = tiered.truth
+    ordered = sorted({r.record.timestamp for r in truth.records if not r.control})
+    for low, high in [
+        (ordered[2], ordered[-5]),
+        (ordered[10] + 1, ordered[len(ordered) // 2]),
+        (ordered[-1] + 1, None),
+    ]:
+        start = truth.for_timestamp(low).offset
+        start = truth.high_watermark if start < 0 else start
+        params: dict[str, Any] = {"from_timestamp": str(low), "isolation_level": "read_uncommitted"}
+        end = None
+        if high is not None:
+            params["to_timestamp"] = str(high)
+            found = truth.for_timestamp(high).offset
+            end = truth.high_watermark if found < 0 else found
+        assert decoded(client, media, **params) == expected(truth, start, end, False), (low, high)
+
+
+def test_bad_arguments_are_refused_in_words(client: TestClient) -> None:
+    both = client.get(URL, params={"offset": 1, "from_timestamp": "earliest"}, headers={"Accept": NDJSON})
+    assert both.status_code == 400 and "not both" in both.text
+    bad = client.get(URL, params={"from_timestamp": "yesterday"}, headers={"Accept": NDJSON})
+    assert bad.status_code == 400 and "from_timestamp" in bad.text
+    unknown = client.get(
+        "/v1/topics/nope/partitions/0/records", params={"offset": 0}, headers={"Accept": NDJSON}
+    )
+    assert unknown.status_code == 404
+    json_range = client.get(
+        URL, params={"offset": 0, "end_offset": 5}, headers={"Accept": "application/json"}
+    )
+    assert json_range.status_code == 406 and "Accept" in json_range.text
+
+
+def test_the_bounded_json_answer_stays(client: TestClient, tiered: Tiered) -> None:
+    answer = client.get(URL, params={"offset": 0})
+    assert answer.status_code == 200
+    assert answer.json()["records"][0]["offset"] == max(0, tiered.truth.log_start_offset)
