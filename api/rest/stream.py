@@ -34,13 +34,12 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from api.auth import Scope
-from api.grpc_server import _on_pool
 from api.rest.deps import require, runtime
 from api.rest.errors import ApiError, status_for
 from api.rest.schemas import MAX_TIMEOUT_MS, text_int
+from api.streaming import open_stream
 from rlm.arguments import INT32_MAX, INT64_MAX
 from rlm.bootstrap import Runtime
-from rlm.lookup.pool import CancelToken
 from rlm.lookup.service import IsolationLevel
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
@@ -48,7 +47,7 @@ from rlm.stream.arrow import RECORDS_PER_MESSAGE, ArrowStreamWriter, record_batc
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import StreamBatch
 from rlm.stream.records import records_in_range
-from rlm.stream.service import RETRY_AFTER_S, StreamSlot
+from rlm.stream.service import StreamSlot
 from rlm.timestamps import parse_timestamp
 
 NDJSON = "application/x-ndjson"
@@ -263,28 +262,8 @@ async def _stream_records(
             f"from_timestamp, to_timestamp and end_offset stream records: ask for {NDJSON}, {OCTET} or "
             f"{ARROW} in Accept",
         )
-    query = _query(tp, **query_args)
+    slot, planned = await open_stream(rt, _query(tp, **query_args), timeout_ms)
     streams = rt.streams
-    slot = streams.slot()
-    if slot is None:
-        raise ApiError(
-            429,
-            f"{streams.max_streams} record streams are being sent (remote.fetch.max.streams): "
-            "try again later",
-            headers={"Retry-After": str(RETRY_AFTER_S)},
-        )
-    try:
-
-        def plan(token: CancelToken) -> RangePlan:
-            return streams.plan(query)
-
-        timeout_s = rt.request_timeout.seconds_for(timeout_ms)
-        planned = await _on_pool(
-            rt.fetch_pool, plan, timeout_s, label=tp, what=f"planning the stream of {tp}"
-        )
-    except BaseException:
-        slot.release("failed")
-        raise
     batches = streams.batches(planned)
     body: AsyncIterator[bytes]
     if media == NDJSON:

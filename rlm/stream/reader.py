@@ -15,7 +15,7 @@ of aborted transactions.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import NamedTuple, Protocol, TypeVar
 
 from rlm.errors import OffsetOutOfRangeError
@@ -100,7 +100,7 @@ class BatchReader:
     async def _blocking(self, call: Callable[[], T]) -> T:
         return await self._run(call)  # type: ignore[return-value]
 
-    async def batches(self) -> AsyncIterator[StreamBatch]:
+    async def batches(self) -> AsyncGenerator[StreamBatch, None]:
         """Every batch the stream sends, in offset order."""
         plan = self.plan
         while self.next_offset < plan.end:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -127,7 +127,7 @@ class RecordStreams:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, call)
 
-    def batches(self, plan: RangePlan) -> AsyncIterator[StreamBatch]:
+    def batches(self, plan: RangePlan) -> AsyncGenerator[StreamBatch, None]:
         """The batches of ``plan`` (:class:`~rlm.stream.reader.BatchReader`); close the iterator
         (``contextlib.aclosing``) to cancel its reads."""
         reader = BatchReader(

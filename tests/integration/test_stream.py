@@ -14,14 +14,19 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+import grpc
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 
 from api.auth import TokenAuthenticator
+from api.gen.rlm.v1 import rlm_pb2 as pb
+from api.gen.rlm.v1 import rlm_pb2_grpc
+from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
 from rlm.log.logdir import LogDir
 from rlm.log.model import Record
+from tests.grpc_support import ServerThread, code_of, free_port
 from tests.integration.test_fetch import PLAN, parse_with_kafka_python
 from tests.lookup_support import TOPIC, Backend, Tiered, Truth, runtime, tier_partition, write_partition
 from tests.metadata_support import postgres_url, sqlite_template  # noqa: F401  (fixtures)
@@ -215,3 +220,65 @@ def test_the_bounded_json_answer_stays(client: TestClient, tiered: Tiered) -> No
     answer = client.get(URL, params={"offset": 0})
     assert answer.status_code == 200
     assert answer.json()["records"][0]["offset"] == max(0, tiered.truth.log_start_offset)
+
+
+# -- gRPC ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def stub(tiered: Tiered) -> Iterator[rlm_pb2_grpc.RemoteLogManagerStub]:
+    port = free_port()
+    runtime_ = tiered.runtime
+    authenticator = TokenAuthenticator.from_settings(runtime_.settings)
+    server = ServerThread(lambda: build_grpc_server(runtime_, authenticator, port=port))
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield rlm_pb2_grpc.RemoteLogManagerStub(channel)
+    finally:
+        channel.close()
+        server.stop()
+
+
+def grpc_records(stub: rlm_pb2_grpc.RemoteLogManagerStub, raw: bool, **fields: Any) -> list[Record]:
+    request = pb.ReadRecordsRequest(topic=TOPIC, partition=0, raw=raw, **fields)
+    out: list[Record] = []
+    for message in stub.ReadRecords(request, timeout=30):
+        if raw:
+            out += from_raw(message.raw_batches, message.start_offset, message.end_offset)
+            continue
+        for r in message.records:
+            headers = tuple((h.key, h.value if h.HasField("value") else None) for h in r.headers)
+            key = r.key if r.HasField("key") else None
+            value = r.value if r.HasField("value") else None
+            out.append(Record(r.offset, r.timestamp, key, value, headers))
+    return out
+
+
+@pytest.mark.parametrize("raw", [False, True])
+@pytest.mark.parametrize("committed", [False, True])
+def test_grpc_streams_equal_the_brute_force_read(
+    stub: rlm_pb2_grpc.RemoteLogManagerStub, tiered: Tiered, raw: bool, committed: bool
+) -> None:
+    truth = tiered.truth
+    local, hw = truth.local_start_offset, truth.high_watermark
+    for start, end in [
+        (truth.log_start_offset, None),
+        (local - 7, local + 9),
+        (local, local),
+        (hw - 5, hw + 50),
+    ]:
+        fields: dict[str, Any] = {"offset": start, "isolation_level": int(committed)}
+        if end is not None:
+            fields["end_offset"] = end
+        assert grpc_records(stub, raw, **fields) == expected(truth, start, end, committed), (start, end)
+    low = sorted(r.record.timestamp for r in truth.records if not r.control)[5]
+    start = truth.for_timestamp(low).offset
+    assert grpc_records(stub, False, from_timestamp=str(low)) == expected(truth, start, None, False)
+
+
+def test_grpc_errors_are_statuses(stub: rlm_pb2_grpc.RemoteLogManagerStub) -> None:
+    code, message = code_of(lambda: list(stub.ReadRecords(pb.ReadRecordsRequest(topic="nope", partition=0))))
+    assert code is grpc.StatusCode.NOT_FOUND and "nope" in message
+    request = pb.ReadRecordsRequest(topic=TOPIC, partition=0, offset=1, from_timestamp="earliest")
+    code, message = code_of(lambda: list(stub.ReadRecords(request)))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "not both" in message
