@@ -9,6 +9,7 @@ record, no aborted record under read_committed, nothing at or past the last fetc
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from api.gen.rlm.v1 import rlm_pb2 as pb
 from api.gen.rlm.v1 import rlm_pb2_grpc
 from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
+from rlm.bootstrap import Runtime
 from rlm.log.logdir import LogDir
 from rlm.log.model import Record
 from tests.grpc_support import ServerThread, code_of, free_port
@@ -236,7 +238,13 @@ def stub(tiered: Tiered) -> Iterator[rlm_pb2_grpc.RemoteLogManagerStub]:
         yield rlm_pb2_grpc.RemoteLogManagerStub(channel)
     finally:
         channel.close()
-        server.stop()
+        stop_grpc(server, runtime_)
+
+
+def stop_grpc(server: ServerThread, rt: Runtime) -> None:
+    """Stop the server thread, closing first the streams' S3 client of its loop."""
+    asyncio.run_coroutine_threadsafe(rt.streams.remote.close(), server.loop).result(10)
+    server.stop()
 
 
 def grpc_records(stub: rlm_pb2_grpc.RemoteLogManagerStub, raw: bool, **fields: Any) -> list[Record]:
