@@ -48,6 +48,7 @@ bench: $(STAMP) postgres
 	$(BIN)/python bench/api.py
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/list_offsets.py
+	$(BIN)/python bench/stream.py
 
 lock:
 	$(BIN)/pip freeze --exclude-editable | grep -v '^rlm' > requirements.lock
