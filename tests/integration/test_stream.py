@@ -290,3 +290,12 @@ def test_grpc_errors_are_statuses(stub: rlm_pb2_grpc.RemoteLogManagerStub) -> No
     request = pb.ReadRecordsRequest(topic=TOPIC, partition=0, offset=1, from_timestamp="earliest")
     code, message = code_of(lambda: list(stub.ReadRecords(request)))
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "not both" in message
+
+
+def test_ndjson_lines_are_the_json_answers_record_objects(client: TestClient, tiered: Tiered) -> None:
+    start = tiered.truth.local_start_offset
+    bounded = client.get(URL, params={"offset": start, "max_bytes": 1}).json()
+    records = bounded["records"]
+    end = records[-1]["offset"] + 1
+    body, _ = read(client, NDJSON, offset=start, end_offset=end)
+    assert [json.loads(line) for line in body.decode().splitlines()] == records
