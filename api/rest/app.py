@@ -95,7 +95,7 @@ def create_app(
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = lookup_route.document(generate_openapi())
+            app.openapi_schema = stream.document(lookup_route.document(generate_openapi()))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
 from starlette.responses import StreamingResponse
@@ -50,6 +51,7 @@ from rlm.stream.records import records_in_range
 from rlm.stream.service import StreamSlot
 from rlm.timestamps import parse_timestamp
 
+PATH = "/v1/topics/{topic}/partitions/{partition}/records"
 NDJSON = "application/x-ndjson"
 OCTET = "application/octet-stream"
 ARROW = "application/vnd.apache.arrow.stream"
@@ -130,10 +132,13 @@ class _SlotStream(StreamingResponse):
 
 
 @router.get(
-    "/topics/{topic}/partitions/{partition}/records",
+    PATH.removeprefix("/v1"),
     summary="Records of a range, streamed (NDJSON, raw Kafka batches or Arrow IPC)",
     response_class=StreamingResponse,
-    responses={200: {"content": {NDJSON: {}, OCTET: {}, ARROW: {}}, "description": "the records, streamed"}},
+    responses={
+        200: {"content": {NDJSON: {}, OCTET: {}, ARROW: {}}, "description": "the records, streamed"},
+        406: {"description": "a range asked for without a streamed media type"},
+    },
 )
 async def stream_records(
     request: Request,
@@ -276,3 +281,30 @@ async def _stream_records(
         "X-Rlm-End-Offset": str(max(planned.start, planned.end)),
     }
     return _SlotStream(body, media, headers, slot)
+
+
+def document(schema: dict[str, Any]) -> dict[str, Any]:
+    """Merge this route's operation into the records operation of an OpenAPI document.
+
+    Both routes share a path and a method, where a document has room for one operation: the
+    records operation is kept, with this one's parameters (``offset`` then optional), media types
+    and words added."""
+    mine = get_openapi(title="rlm", version="1", routes=router.routes)["paths"][PATH]["get"]
+    operation = schema.get("paths", {}).get(PATH, {}).get("get")
+    if operation is None:
+        return schema
+    names = {p["name"] for p in operation.get("parameters", [])}
+    for parameter in operation.get("parameters", []):
+        if parameter["name"] == "offset":
+            parameter["required"] = False
+    operation["parameters"] = operation.get("parameters", []) + [
+        p for p in mine.get("parameters", []) if p["name"] not in names
+    ]
+    responses = operation.setdefault("responses", {})
+    for status, response in mine.get("responses", {}).items():
+        responses.setdefault(status, response)
+    content = responses.setdefault("200", {}).setdefault("content", {})
+    for media in (NDJSON, OCTET, ARROW):
+        content.setdefault(media, {})
+    operation["description"] = (operation.get("description", "") + "\n\n" + (__doc__ or "")).strip()
+    return schema
