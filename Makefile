@@ -50,6 +50,7 @@ bench: $(STAMP) postgres
 	$(BIN)/python bench/pipeline.py
 	$(BIN)/python bench/list_offsets.py
 	$(BIN)/python bench/compaction.py
+	$(BIN)/python bench/stream.py
 
 lock:
 	$(BIN)/pip freeze --exclude-editable | grep -v '^rlm' > requirements.lock

@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import grpc
 
@@ -95,15 +95,20 @@ def answers_errors(method: Method[S, Req, Resp]) -> Method[S, Req, Resp]:
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
-            code = status_for(exc)
-            if isinstance(exc, StatusError | RlmError | ValueError):
-                message = str(exc)
-            else:
-                message = f"internal error: {type(exc).__name__}"
-            if code is grpc.StatusCode.INTERNAL:
-                log.error("%s failed", method.__name__, exc_info=exc)
-            elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS):
-                log.warning("%s failed: %s", method.__name__, exc)
-            await context.abort(code, message)
+            await abort_for(context, exc, method.__name__)
 
     return wrapper
+
+
+async def abort_for(context: Context, exc: Exception, method: str) -> NoReturn:
+    """End the call with the status of ``exc`` and a message in words (raises ``AbortError``)."""
+    code = status_for(exc)
+    if isinstance(exc, StatusError | RlmError | ValueError):
+        message = str(exc)
+    else:
+        message = f"internal error: {type(exc).__name__}"
+    if code is grpc.StatusCode.INTERNAL:
+        log.error("%s failed", method, exc_info=exc)
+    elif code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DATA_LOSS):
+        log.warning("%s failed: %s", method, exc)
+    await context.abort(code, message)

@@ -37,6 +37,7 @@ from api.gen.rlm.v1 import rlm_pb2 as pb
 from api.gen.rlm.v1 import rlm_pb2_grpc
 from api.grpc_auth import BearerTokenInterceptor
 from api.grpc_errors import StatusError, answers_errors, for_error_code
+from api.grpc_stream import ReadRecordsServicer
 from rlm.bootstrap import Runtime
 from rlm.errors import ConfigError
 from rlm.lookup.fetch import FetchResult
@@ -60,7 +61,7 @@ Context = grpc.aio.ServicerContext[Any, Any]
 T = TypeVar("T")
 
 
-class RemoteLogManagerServicer(rlm_pb2_grpc.RemoteLogManagerServicer):
+class RemoteLogManagerServicer(ReadRecordsServicer, rlm_pb2_grpc.RemoteLogManagerServicer):
     """``rlm.v1.RemoteLogManager`` over a runtime's services."""
 
     def __init__(self, runtime: Runtime) -> None:

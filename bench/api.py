@@ -111,7 +111,7 @@ def start_rlm(
     work: Path, log_dir: Path, *, database: str | None = None, extra: dict[str, Any] | None = None
 ) -> Served:
     """``rlm serve`` over ``log_dir`` and ``database`` (default: a new SQLite file), with the
-    ``extra`` settings; ready when this returns."""
+    ``extra`` settings (over the defaults here); ready when this returns."""
     from metadata.schema import upgrade
 
     database = database or f"sqlite:///{work / 'metadata.db'}"
@@ -121,7 +121,6 @@ def start_rlm(
     config.write_text(
         yaml.safe_dump(
             {
-                **(extra or {}),
                 "log.dirs": [str(log_dir)],
                 "metadata.url": database,
                 "remote.url": (work / "remote").as_uri(),
@@ -134,6 +133,7 @@ def start_rlm(
                 "remote.log.manager.task.interval.ms": 600_000,
                 "auth.tokens": f"read:{READ_TOKEN}",
                 "topics": {"defaults": {"retention.ms": -1}},
+                **(extra or {}),
             }
         )
     )

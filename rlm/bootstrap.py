@@ -33,6 +33,8 @@ from rlm.readiness import Outcome, ReadinessProbe
 from rlm.retention import Retention
 from rlm.storage.events import StorageEvents
 from rlm.storage.protocol import RemoteStorage
+from rlm.stream.reader import AsyncRangeReader
+from rlm.stream.service import RecordStreams
 
 #: What readiness asks the metadata store and the remote storage about (nothing has these names).
 READINESS_PARTITION = TopicPartition("__rlm_readiness", 0)
@@ -163,6 +165,7 @@ class Runtime:
     overview: Overview
     dynamic_config: DynamicConfig
     readiness: ReadinessProbe
+    streams: RecordStreams
     watcher: DirectoryWatcher | None = None
     """Tells the lookups when the broker changed its files (``log.dirs.watch``); None: ``stat``."""
     closed: bool = field(default=False)
@@ -187,6 +190,7 @@ class Runtime:
             self.offset_pool.close(wait=False)
             self.fetch_pool.close(wait=False)
             self.metadata_pool.close(wait=False)
+            self.streams.close()
             self.index_cache.close()
             if self.watcher is not None:
                 self.watcher.close()
@@ -272,6 +276,7 @@ def build_runtime(
         overview = Overview(store, tuple(LogDir(d, watcher=watcher) for d in settings.log_dirs))
         dynamic = DynamicConfig(offset_pool, timeout, copier)
         readiness = _readiness_probe(store, storage, availability, settings.readiness_timeout_ms / 1000)
+        streams = _record_streams(settings, lookup, cache, storage, metrics)
     except BaseException:
         if watcher is not None:
             watcher.close()
@@ -304,7 +309,35 @@ def build_runtime(
         overview,
         dynamic,
         readiness,
+        streams,
         watcher,
+    )
+
+
+def _record_streams(
+    settings: Settings,
+    lookup: LookupService,
+    cache: RemoteIndexCache,
+    storage: RemoteStorage,
+    metrics: Metrics,
+) -> RecordStreams:
+    """Range streams read an S3 store with aiobotocore on the event loop, any other on threads."""
+    from rlm.storage.async_s3 import AsyncS3Reader
+    from rlm.storage.async_threaded import ThreadedRangeReader
+    from rlm.storage.s3 import S3Storage
+
+    remote: AsyncRangeReader
+    if isinstance(storage, S3Storage):
+        remote = AsyncS3Reader.for_storage(storage)
+    else:
+        remote = ThreadedRangeReader(storage)
+    return RecordStreams(
+        lookup,
+        cache,
+        remote,
+        metrics,
+        buffer_bytes=settings.remote_fetch_stream_buffer_bytes,
+        max_streams=settings.remote_fetch_max_streams,
     )
 
 

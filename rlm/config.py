@@ -210,6 +210,12 @@ class Settings:
     remote_log_reader_threads: int = 10
     remote_log_reader_max_pending_tasks: int = 100
     remote_log_index_file_cache_total_size_bytes: int = 1_073_741_824
+    remote_fetch_stream_buffer_bytes: int = 4 * 1024 * 1024
+    """``remote.fetch.stream.buffer.bytes``: read bytes one record stream holds at most (two chunks
+    of half this: the one being sent and the one read ahead); a slow client slows the reads."""
+    remote_fetch_max_streams: int = 64
+    """``remote.fetch.max.streams``: record streams sent at once; another is refused (429 with
+    ``Retry-After``, gRPC RESOURCE_EXHAUSTED)."""
     remote_log_index_cache_dir: Path = Path("build/rlm/index-cache")
     topic_defaults: TopicSettings = field(default_factory=TopicSettings)
     topic_overrides: Mapping[str, TopicSettings] = field(default_factory=dict)
@@ -237,6 +243,7 @@ class Settings:
             "remote_log_reader_threads",
             "remote_log_reader_max_pending_tasks",
             "remote_log_index_file_cache_total_size_bytes",
+            "remote_fetch_max_streams",
             "metadata_pool_size",
             "metadata_pool_timeout_ms",
             "metadata_connect_timeout_ms",
@@ -260,6 +267,9 @@ class Settings:
         rate = self.remote_log_manager_copy_max_bytes_per_second
         if rate == 0 or rate < -1:
             raise ConfigError(f"remote.log.manager.copy.max.bytes.per.second must be -1 or > 0, not {rate}")
+        window = self.remote_fetch_stream_buffer_bytes
+        if window < 2 * 1024:
+            raise ConfigError(f"remote.fetch.stream.buffer.bytes must be ≥ 2048, not {window}")
         if (self.tls_cert_file is None) != (self.tls_key_file is None):
             raise ConfigError("tls.cert.file and tls.key.file must be set together")
         for name in ("http_port", "grpc_port"):

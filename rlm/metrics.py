@@ -170,6 +170,24 @@ class Metrics:
             "rlm_index_cache_entries", "Entries in the on-disk index cache", registry=r
         )
 
+        # range streams (rlm.stream)
+        self.streams_active = Gauge("rlm_streams_active", "Record streams being sent", registry=r)
+        self.streams = Counter(
+            "rlm_streams_total", "Record streams ended, by outcome (completed, cancelled, failed)",
+            ("outcome",), registry=r,
+        )  # fmt: skip
+        self.streams_refused = Counter(
+            "rlm_streams_refused_total", "Record streams refused: remote.fetch.max.streams were being sent",
+            registry=r,
+        )  # fmt: skip
+        self.stream_reads_in_flight = Gauge(
+            "rlm_stream_reads_in_flight", "Reads of record streams not finished (remote GETs and file reads)",
+            registry=r,
+        )  # fmt: skip
+        self.stream_read_bytes = Counter(
+            "rlm_stream_read_bytes_total", "Bytes record streams read from either tier", registry=r
+        )
+
     # -- rlm.storage.events.StorageEvents --------------------------------------------------------
 
     def optional_call_failed(self, operation: str) -> None:

@@ -13,7 +13,13 @@ sends and parses real HTTP. Faults are injected per S3 operation:
 * ``NO_CHECKSUM_ON_HEAD``: remove the ``x-amz-checksum-*`` headers from HEAD answers (a store that
   keeps no checksum);
 * ``CORRUPT_BODY``: flip the first byte of the request body before forwarding it (damage in
-  transit, after the client computed its checksums).
+  transit, after the client computed its checksums);
+* ``SERVER_ERROR``: answer 500 ``InternalError`` without forwarding;
+* ``CUT_BODY``: send the upstream answer's headers and half its body, then close the connection
+  (a connection reset mid-answer).
+
+A fault may apply to every ``every``-th request of its operations only (``inject(..., every=3)``),
+so that retries of the failed request succeed.
 
 Usage::
 
@@ -28,6 +34,7 @@ from __future__ import annotations
 
 import enum
 import http.client
+import socket
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -49,6 +56,8 @@ class ProxyFault(enum.Enum):
     REJECT_CHECKSUM_HEADERS = "400 InvalidArgument to checksum headers"
     NO_CHECKSUM_ON_HEAD = "x-amz-checksum-* removed from HEAD answers"
     CORRUPT_BODY = "first byte of the request body flipped"
+    SERVER_ERROR = "500 InternalError"
+    CUT_BODY = "half the answer's body, then the connection closed"
 
 
 @dataclass(frozen=True)
@@ -111,6 +120,8 @@ class S3Proxy:
         assert parts.hostname is not None and parts.port is not None, upstream
         self._upstream = (parts.hostname, parts.port)
         self._faults: dict[ProxyFault, frozenset[str] | None] = {}
+        self._every: dict[ProxyFault, int] = {}
+        self._seen: dict[ProxyFault, int] = {}
         self._exchanges: list[Exchange] = []
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -124,10 +135,13 @@ class S3Proxy:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def inject(self, fault: ProxyFault, *operations: str) -> None:
-        """Apply ``fault`` to the requests of ``operations`` (of every operation when none given)."""
+    def inject(self, fault: ProxyFault, *operations: str, every: int = 1) -> None:
+        """Apply ``fault`` to the requests of ``operations`` (of every operation when none given);
+        with ``every``, to every ``every``-th of them only."""
         with self._lock:
             self._faults[fault] = frozenset(operations) if operations else None
+            self._every[fault] = every
+            self._seen[fault] = 0
 
     def clear(self) -> None:
         """Inject no fault from now on."""
@@ -165,7 +179,10 @@ class S3Proxy:
             if fault not in self._faults:
                 return False
             operations = self._faults[fault]
-            return operations is None or operation in operations
+            if operations is not None and operation not in operations:
+                return False
+            self._seen[fault] += 1
+            return self._seen[fault] % self._every[fault] == 0
 
     def _record(self, exchange: Exchange) -> None:
         with self._lock:
@@ -174,7 +191,8 @@ class S3Proxy:
     def answer(
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, list[tuple[str, str]], bytes, str]:
-        """The answer to one request: status, headers, body and the operation's name."""
+        """The answer to one request: status, headers, body and the operation's name (a body
+        to cut short is :class:`CutBody`)."""
         parts = urlsplit(target)
         query = parse_qs(parts.query, keep_blank_values=True)
         operation = operation_of(method, parts.path, query)
@@ -205,6 +223,8 @@ class S3Proxy:
         if self._applies(ProxyFault.NOT_IMPLEMENTED, operation):
             message = "A header you provided implies functionality that is not implemented"
             return _error(501, "NotImplemented", message, method)
+        if self._applies(ProxyFault.SERVER_ERROR, operation):
+            return _error(500, "InternalError", "We encountered an internal error. Please try again.", method)
         forwarded = {name: value for name, value in headers.items() if name.lower() not in _HOP_BY_HOP}
         if operation == "GetObject" and self._applies(ProxyFault.IGNORE_RANGE, operation):
             forwarded = {name: value for name, value in forwarded.items() if name.lower() != "range"}
@@ -220,6 +240,8 @@ class S3Proxy:
             answer_headers = [
                 (n, v) for n, v in answer_headers if not n.lower().startswith("x-amz-checksum-")
             ]
+        if len(answer) > 1 and self._applies(ProxyFault.CUT_BODY, operation):
+            answer = CutBody(answer)
         return status, answer_headers, answer
 
     def _send(
@@ -242,6 +264,10 @@ class S3Proxy:
             return response.status, answer_headers, answer
         finally:
             connection.close()
+
+
+class CutBody(bytes):
+    """An answer body of which only the first half is sent before the connection closes."""
 
 
 def _error(status: int, code: str, message: str, method: str) -> tuple[int, list[tuple[str, str]], bytes]:
@@ -275,7 +301,12 @@ def _handler(proxy: S3Proxy) -> type[BaseHTTPRequestHandler]:
             if not has_length:
                 self.send_header("Content-Length", str(len(answer)))
             self.end_headers()
-            if self.command != "HEAD":
+            if isinstance(answer, CutBody):
+                self.wfile.write(answer[: len(answer) // 2])
+                self.wfile.flush()
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_RDWR)
+            elif self.command != "HEAD":
                 self.wfile.write(answer)
 
         # http.server's names for the handlers of each method.

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.auth import Scope, TokenAuthenticator
-from api.rest import admin, errors, lookup_route, offsets, records
+from api.rest import admin, errors, lookup_route, offsets, records, stream
 from api.rest.deps import BearerAuthentication, require, runtime
 from api.rest.schemas import Health
 from rlm import __version__
@@ -36,6 +36,8 @@ def create_app(
         try:
             yield
         finally:
+            # The streams' async S3 client belongs to this loop: closed with it.
+            await app.state.runtime.streams.remote.close()
             if owned:
                 app.state.runtime.close()
             app.state.runtime = None
@@ -57,6 +59,7 @@ def create_app(
     )
     app.router.routes.insert(0, lookup_route.route)  # matched first: the busiest route
     app.include_router(offsets.router)
+    app.include_router(stream.router)  # before records: it takes the requests that ask to stream
     app.include_router(records.router)
     app.include_router(admin.router)
 
@@ -92,7 +95,7 @@ def create_app(
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            app.openapi_schema = lookup_route.document(generate_openapi())
+            app.openapi_schema = stream.document(lookup_route.document(generate_openapi()))
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -108,6 +108,7 @@ class S3Storage:
         self._sleep = sleep
         self._draw = draw
         session = session or boto3.session.Session()
+        self._session = session
         self._client: S3Client = s3_client(session, self.config)
         self._owned_executor = executor is None
         self._executor = executor or ThreadPoolExecutor(
@@ -126,6 +127,19 @@ class S3Storage:
     def __repr__(self) -> str:
         where = f", endpoint_url={self.config.endpoint_url!r}" if self.config.endpoint_url else ""
         return f"S3Storage(bucket={self.bucket!r}, prefix={self.prefix!r}{where})"
+
+    def credentials(self) -> dict[str, str | None]:
+        """The session's credentials as client arguments (for the store's async reader), or none
+        to let that client look in the standard chain itself. Never logged."""
+        found = self._session.get_credentials()
+        if found is None:
+            return {}
+        frozen = found.get_frozen_credentials()
+        return {
+            "aws_access_key_id": frozen.access_key,
+            "aws_secret_access_key": frozen.secret_key,
+            "aws_session_token": frozen.token,
+        }
 
     # -- plumbing -------------------------------------------------------------------------
 

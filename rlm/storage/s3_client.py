@@ -56,19 +56,24 @@ def _client(session: boto3.session.Session, config: S3Config) -> S3Client:
         "s3",
         endpoint_url=config.endpoint_url,
         region_name=config.region,
-        config=Config(
-            connect_timeout=config.connect_timeout_s,
-            read_timeout=config.read_timeout_s,
-            max_pool_connections=config.max_pool_connections,
-            retries={"mode": "standard", "total_max_attempts": 1},
-            # Every body carries rlm's checksum (or the store needs none), so botocore need not also
-            # SHA-256 the payload for the signature over plain HTTP (HTTPS never does).
-            s3={"addressing_style": config.addressing_style, "payload_signing_enabled": False},
-            # rlm sends its own checksums; by default botocore would add a CRC32 to every put.
-            request_checksum_calculation="when_required",
-            response_checksum_validation="when_required",
-        ),
+        config=Config(**client_options(config)),
     )
+
+
+def client_options(config: S3Config) -> dict[str, Any]:
+    """The botocore ``Config`` arguments of ``config`` (aiobotocore's ``AioConfig`` takes the same)."""
+    return {
+        "connect_timeout": config.connect_timeout_s,
+        "read_timeout": config.read_timeout_s,
+        "max_pool_connections": config.max_pool_connections,
+        "retries": {"mode": "standard", "total_max_attempts": 1},
+        # Every body carries rlm's checksum (or the store needs none), so botocore need not also
+        # SHA-256 the payload for the signature over plain HTTP (HTTPS never does).
+        "s3": {"addressing_style": config.addressing_style, "payload_signing_enabled": False},
+        # rlm sends its own checksums; by default botocore would add a CRC32 to every put.
+        "request_checksum_calculation": "when_required",
+        "response_checksum_validation": "when_required",
+    }
 
 
 def content_md5(body: bytes) -> str:

@@ -74,10 +74,35 @@ def ranged_answer(
         IncompleteReadError: A 206 body ended before its ``Content-Range`` said (botocore's
             error, retriable like any broken connection).
     """
+    span = answer_span(status, content_range, start, length, what)
+    skip(body, span.skip)
+    data = read_up_to(body, span.length)
+    if span.exact and len(data) != span.length:
+        raise IncompleteReadError(actual_bytes=len(data), expected_bytes=span.length)
+    return data
+
+
+class Span(NamedTuple):
+    """Where the asked-for bytes are in an answer's body."""
+
+    skip: int
+    """Bytes of the body before them."""
+    length: int
+    """Bytes to read (at most, when not ``exact``)."""
+    exact: bool
+    """The body must hold all ``count`` bytes (a 206): fewer is a broken answer."""
+
+
+def answer_span(status: int, content_range: str | None, start: int, length: int, what: str) -> Span:
+    """Where the bytes ``[start, start + length)`` are in the body of the answer to a GET with
+    that ``Range`` (the rules of the module docstring), for sync and async bodies alike.
+
+    Raises:
+        StorageError: The answer does not provably hold the asked-for bytes (not retriable).
+    """
     asked = f"bytes={start}-{start + length - 1}"
     if status == 200:
-        skip(body, start)
-        return read_up_to(body, length)
+        return Span(start, length, False)
     if status != 206:
         raise StorageError(f"{what}: asked for {asked}, the store answered {status}", retriable=False)
     announced = parse_content_range(content_range)
@@ -88,7 +113,7 @@ def ranged_answer(
             retriable=False,
         )
     if announced.total is not None and start >= announced.total:
-        return b""  # an empty object: s3rver answers "bytes 0-0/0" and sends no byte
+        return Span(0, 0, True)  # an empty object: s3rver answers "bytes 0-0/0" and sends no byte
     wanted_last = start + length - 1
     if announced.total is not None:
         wanted_last = min(wanted_last, announced.total - 1)
@@ -97,11 +122,7 @@ def ranged_answer(
             f"{what}: asked for {asked}, the store answered 206 with Content-Range {content_range!r}",
             retriable=False,
         )
-    skip(body, start - announced.first)
-    data = read_up_to(body, wanted_last - start + 1)
-    if len(data) != wanted_last - start + 1:
-        raise IncompleteReadError(actual_bytes=len(data), expected_bytes=wanted_last - start + 1)
-    return data
+    return Span(start - announced.first, wanted_last - start + 1, True)
 
 
 def skip(body: Readable, count: int) -> None:

@@ -488,6 +488,7 @@ def test_reflection_lists_the_service_and_describes_its_file(served: Served) -> 
         "GetOffset",
         "ListOffsets",
         "FetchRecords",
+        "ReadRecords",
         "ListSegments",
         "ListPartitions",
         "GetConfig",

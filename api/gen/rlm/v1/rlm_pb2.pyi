@@ -410,6 +410,103 @@ class FetchRecordsResponse(_message.Message):
 Global___FetchRecordsResponse: _TypeAlias = FetchRecordsResponse  # noqa: Y015
 
 @_typing.final
+class ReadRecordsRequest(_message.Message):
+    """A range of one partition: from offset (or from_timestamp's offset, or the log start offset) up to
+    but not including end_offset (or to_timestamp's offset, or the last fetchable offset: the high
+    watermark, or with READ_COMMITTED the last stable offset). Control records never appear;
+    READ_COMMITTED leaves out aborted transactions.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    FROM_TIMESTAMP_FIELD_NUMBER: _builtins.int
+    TO_TIMESTAMP_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
+    RAW_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    offset: _builtins.int
+    end_offset: _builtins.int
+    from_timestamp: _builtins.str
+    """As GetOffsetRequest.timestamp."""
+    to_timestamp: _builtins.str
+    isolation_level: _builtins.int
+    """0: READ_UNCOMMITTED, 1: READ_COMMITTED."""
+    raw: _builtins.bool
+    """Send the stored batches (raw_batches) instead of decoded records."""
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        offset: _builtins.int | None = ...,
+        end_offset: _builtins.int | None = ...,
+        from_timestamp: _builtins.str | None = ...,
+        to_timestamp: _builtins.str | None = ...,
+        isolation_level: _builtins.int = ...,
+        raw: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_end_offset", b"_end_offset", "_from_timestamp", b"_from_timestamp", "_offset", b"_offset", "_to_timestamp", b"_to_timestamp", "end_offset", b"end_offset", "from_timestamp", b"from_timestamp", "offset", b"offset", "to_timestamp", b"to_timestamp"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_end_offset", b"_end_offset", "_from_timestamp", b"_from_timestamp", "_offset", b"_offset", "_to_timestamp", b"_to_timestamp", "end_offset", b"end_offset", "from_timestamp", b"from_timestamp", "isolation_level", b"isolation_level", "offset", b"offset", "partition", b"partition", "raw", b"raw", "to_timestamp", b"to_timestamp", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__end_offset: _TypeAlias = _typing.Literal["end_offset"]  # noqa: Y015
+    _WhichOneofArgType__end_offset: _TypeAlias = _typing.Literal["_end_offset", b"_end_offset"]  # noqa: Y015
+    _WhichOneofReturnType__from_timestamp: _TypeAlias = _typing.Literal["from_timestamp"]  # noqa: Y015
+    _WhichOneofArgType__from_timestamp: _TypeAlias = _typing.Literal["_from_timestamp", b"_from_timestamp"]  # noqa: Y015
+    _WhichOneofReturnType__offset: _TypeAlias = _typing.Literal["offset"]  # noqa: Y015
+    _WhichOneofArgType__offset: _TypeAlias = _typing.Literal["_offset", b"_offset"]  # noqa: Y015
+    _WhichOneofReturnType__to_timestamp: _TypeAlias = _typing.Literal["to_timestamp"]  # noqa: Y015
+    _WhichOneofArgType__to_timestamp: _TypeAlias = _typing.Literal["_to_timestamp", b"_to_timestamp"]  # noqa: Y015
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__end_offset) -> _WhichOneofReturnType__end_offset | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__from_timestamp) -> _WhichOneofReturnType__from_timestamp | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__offset) -> _WhichOneofReturnType__offset | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__to_timestamp) -> _WhichOneofReturnType__to_timestamp | None: ...
+
+Global___ReadRecordsRequest: _TypeAlias = ReadRecordsRequest  # noqa: Y015
+
+@_typing.final
+class ReadRecordsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    START_OFFSET_FIELD_NUMBER: _builtins.int
+    END_OFFSET_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
+    RAW_BATCHES_FIELD_NUMBER: _builtins.int
+    start_offset: _builtins.int
+    """The first offset of the range and the offset it ends before (the same in every message)."""
+    end_offset: _builtins.int
+    raw_batches: _builtins.bytes
+    """With raw: whole stored batches, concatenated as in a Kafka .log file (the first and last may
+    hold records outside the range).
+    """
+    @_builtins.property
+    def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]: ...
+    def __init__(
+        self,
+        *,
+        start_offset: _builtins.int = ...,
+        end_offset: _builtins.int = ...,
+        records: _abc.Iterable[Global___Record] | None = ...,
+        raw_batches: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_offset", b"end_offset", "raw_batches", b"raw_batches", "records", b"records", "start_offset", b"start_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReadRecordsResponse: _TypeAlias = ReadRecordsResponse  # noqa: Y015
+
+@_typing.final
 class Record(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

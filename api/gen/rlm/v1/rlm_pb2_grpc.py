@@ -49,6 +49,11 @@ class RemoteLogManagerStub:
                 request_serializer=api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.FetchRecordsRequest.SerializeToString,
                 response_deserializer=api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.FetchRecordsResponse.FromString,
                 _registered_method=True)
+        self.ReadRecords = channel.unary_stream(
+                '/rlm.v1.RemoteLogManager/ReadRecords',
+                request_serializer=api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.ReadRecordsRequest.SerializeToString,
+                response_deserializer=api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.ReadRecordsResponse.FromString,
+                _registered_method=True)
         self.ListSegments = channel.unary_unary(
                 '/rlm.v1.RemoteLogManager/ListSegments',
                 request_serializer=api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.ListSegmentsRequest.SerializeToString,
@@ -91,6 +96,15 @@ class RemoteLogManagerServicer:
 
     def FetchRecords(self, request, context):
         """Records from an offset, across both tiers: decoded, and as the stored record batches.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReadRecords(self, request, context):
+        """The records of a range of offsets or timestamps, across both tiers, streamed: decoded records,
+        or the stored batches. Above remote.fetch.max.streams streams at once: RESOURCE_EXHAUSTED.
+        A stream that cannot continue ends with an error status, never short with OK.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -141,6 +155,11 @@ def add_RemoteLogManagerServicer_to_server(servicer, server):
                     servicer.FetchRecords,
                     request_deserializer=api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.FetchRecordsRequest.FromString,
                     response_serializer=api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.FetchRecordsResponse.SerializeToString,
+            ),
+            'ReadRecords': grpc.unary_stream_rpc_method_handler(
+                    servicer.ReadRecords,
+                    request_deserializer=api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.ReadRecordsRequest.FromString,
+                    response_serializer=api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.ReadRecordsResponse.SerializeToString,
             ),
             'ListSegments': grpc.unary_unary_rpc_method_handler(
                     servicer.ListSegments,
@@ -244,6 +263,33 @@ class RemoteLogManager:
             '/rlm.v1.RemoteLogManager/FetchRecords',
             api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.FetchRecordsRequest.SerializeToString,
             api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.FetchRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReadRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/rlm.v1.RemoteLogManager/ReadRecords',
+            api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.ReadRecordsRequest.SerializeToString,
+            api_dot_gen_dot_rlm_dot_v1_dot_rlm__pb2.ReadRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,

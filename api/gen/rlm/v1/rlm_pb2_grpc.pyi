@@ -52,6 +52,11 @@ class RemoteLogManagerStub:
     """Kafka's ListOffsets (v10 shape): many partitions, one deadline, a Kafka error code per partition."""
     FetchRecords: _grpc.UnaryUnaryMultiCallable[_rlm_pb2.FetchRecordsRequest, _rlm_pb2.FetchRecordsResponse]
     """Records from an offset, across both tiers: decoded, and as the stored record batches."""
+    ReadRecords: _grpc.UnaryStreamMultiCallable[_rlm_pb2.ReadRecordsRequest, _rlm_pb2.ReadRecordsResponse]
+    """The records of a range of offsets or timestamps, across both tiers, streamed: decoded records,
+    or the stored batches. Above remote.fetch.max.streams streams at once: RESOURCE_EXHAUSTED.
+    A stream that cannot continue ends with an error status, never short with OK.
+    """
     ListSegments: _grpc.UnaryUnaryMultiCallable[_rlm_pb2.ListSegmentsRequest, _rlm_pb2.ListSegmentsResponse]
     """The remote segments of a partition, in offset order, a page at a time."""
     ListPartitions: _grpc.UnaryUnaryMultiCallable[_rlm_pb2.ListPartitionsRequest, _rlm_pb2.ListPartitionsResponse]
@@ -72,6 +77,11 @@ class RemoteLogManagerAsyncStub(RemoteLogManagerStub):
     """Kafka's ListOffsets (v10 shape): many partitions, one deadline, a Kafka error code per partition."""
     FetchRecords: _aio.UnaryUnaryMultiCallable[_rlm_pb2.FetchRecordsRequest, _rlm_pb2.FetchRecordsResponse]  # type: ignore[assignment]
     """Records from an offset, across both tiers: decoded, and as the stored record batches."""
+    ReadRecords: _aio.UnaryStreamMultiCallable[_rlm_pb2.ReadRecordsRequest, _rlm_pb2.ReadRecordsResponse]  # type: ignore[assignment]
+    """The records of a range of offsets or timestamps, across both tiers, streamed: decoded records,
+    or the stored batches. Above remote.fetch.max.streams streams at once: RESOURCE_EXHAUSTED.
+    A stream that cannot continue ends with an error status, never short with OK.
+    """
     ListSegments: _aio.UnaryUnaryMultiCallable[_rlm_pb2.ListSegmentsRequest, _rlm_pb2.ListSegmentsResponse]  # type: ignore[assignment]
     """The remote segments of a partition, in offset order, a page at a time."""
     ListPartitions: _aio.UnaryUnaryMultiCallable[_rlm_pb2.ListPartitionsRequest, _rlm_pb2.ListPartitionsResponse]  # type: ignore[assignment]
@@ -107,6 +117,17 @@ class RemoteLogManagerServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_rlm_pb2.FetchRecordsResponse, _abc.Awaitable[_rlm_pb2.FetchRecordsResponse]]:
         """Records from an offset, across both tiers: decoded, and as the stored record batches."""
+
+    @_abc_1.abstractmethod
+    def ReadRecords(
+        self,
+        request: _rlm_pb2.ReadRecordsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_rlm_pb2.ReadRecordsResponse], _abc.AsyncIterator[_rlm_pb2.ReadRecordsResponse]]:
+        """The records of a range of offsets or timestamps, across both tiers, streamed: decoded records,
+        or the stored batches. Above remote.fetch.max.streams streams at once: RESOURCE_EXHAUSTED.
+        A stream that cannot continue ends with an error status, never short with OK.
+        """
 
     @_abc_1.abstractmethod
     def ListSegments(

@@ -1,0 +1,310 @@
+"""Streamed records of a range: ``GET /v1/topics/{t}/partitions/{p}/records`` when a stream is asked.
+
+The route shares its path with the bounded JSON answer (:mod:`api.rest.records`) and takes the
+requests that ask to stream: an ``Accept`` of ``application/x-ndjson`` or
+``application/vnd.apache.arrow.stream``, or a range argument (``from_timestamp``,
+``to_timestamp``, ``end_offset``, ``isolation_level``). Media types:
+
+* ``application/x-ndjson``: one record object a line, as the JSON answer's records; a stream that
+  cannot continue ends with a line ``{"error": ..., "status": ...}``;
+* ``application/octet-stream``: the stored batches, byte for byte, whole;
+* ``application/vnd.apache.arrow.stream``: Arrow IPC record batches of the export's columns.
+
+Octet and Arrow streams that cannot continue are cut (the connection closes before the chunked
+body's end, and an Arrow stream lacks its end marker): a client never takes a short stream for a
+whole one. The range is planned before the status is sent, so bad arguments and unknown
+partitions get their 4xx; above ``remote.fetch.max.streams`` streams the answer is 429 with
+``Retry-After``. A client that goes away cancels the stream's reads at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import binascii
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from starlette.datastructures import Headers
+from starlette.responses import StreamingResponse
+from starlette.routing import Match
+from starlette.types import Receive, Send
+from starlette.types import Scope as AsgiScope
+
+from api.auth import Scope
+from api.rest.deps import require, runtime
+from api.rest.errors import ApiError, status_for
+from api.rest.schemas import MAX_TIMEOUT_MS, text_int
+from api.streaming import open_stream
+from rlm.arguments import INT32_MAX, INT64_MAX
+from rlm.bootstrap import Runtime
+from rlm.lookup.plans import IsolationLevel
+from rlm.metastore.model import TopicPartition
+from rlm.storage.layout import MAX_TOPIC_LENGTH
+from rlm.stream.arrow import RECORDS_PER_MESSAGE, ArrowStreamWriter, record_batch
+from rlm.stream.plan import RangePlan, RangeQuery
+from rlm.stream.reader import StreamBatch
+from rlm.stream.records import records_in_range
+from rlm.stream.service import StreamSlot
+from rlm.timestamps import parse_timestamp
+
+PATH = "/v1/topics/{topic}/partitions/{partition}/records"
+NDJSON = "application/x-ndjson"
+OCTET = "application/octet-stream"
+ARROW = "application/vnd.apache.arrow.stream"
+#: Arguments only streams take: they make a request a stream whatever its ``Accept``.
+RANGE_ARGUMENTS = (b"from_timestamp=", b"to_timestamp=", b"end_offset=", b"isolation_level=")
+#: Bytes gathered before a piece of the body is sent (fewer, larger writes).
+PIECE_BYTES = 64 * 1024
+ISOLATION = {
+    "read_uncommitted": IsolationLevel.READ_UNCOMMITTED,
+    "read_committed": IsolationLevel.READ_COMMITTED,
+}
+
+
+def streamed_media(accept: str) -> str | None:
+    """The streamed media type ``accept`` asks for, or None."""
+    for media in (NDJSON, ARROW, OCTET):
+        if media in accept:
+            return media
+    return None
+
+
+def asks_stream(scope: AsgiScope) -> bool:
+    """Whether a request is one for this route: a streamed media type other than octet-stream
+    (which alone keeps the bounded answer), or a range argument."""
+    media = streamed_media(Headers(scope=scope).get("accept", ""))
+    if media in (NDJSON, ARROW):
+        return True
+    query: bytes = scope.get("query_string", b"")
+    return any(query.startswith(arg) or b"&" + arg in query for arg in RANGE_ARGUMENTS)
+
+
+class StreamRoute(APIRoute):
+    """Matches only the requests :func:`asks_stream` picks; the others go to the next route."""
+
+    def matches(self, scope: AsgiScope) -> tuple[Match, AsgiScope]:
+        match, child = super().matches(scope)
+        if match is Match.FULL and not asks_stream(scope):
+            return Match.NONE, {}
+        return match, child
+
+
+router = APIRouter(prefix="/v1", tags=["records"], route_class=StreamRoute)
+
+
+class _SlotStream(StreamingResponse):
+    """A streamed body that holds a stream place until it ends, watches for the client going away
+    (then cancels the body at once) and closes the body whatever happens."""
+
+    def __init__(
+        self, body: AsyncIterator[bytes], media_type: str, headers: dict[str, str], slot: StreamSlot
+    ):
+        super().__init__(body, media_type=media_type, headers=headers)
+        self.slot = slot
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        outcome = "cancelled"
+        sending = asyncio.ensure_future(self.stream_response(send))
+        watching = asyncio.ensure_future(self.listen_for_disconnect(receive))
+        try:
+            done, _ = await asyncio.wait((sending, watching), return_when=asyncio.FIRST_COMPLETED)
+            if sending in done:
+                try:
+                    sending.result()
+                except OSError:  # the client went away while a piece was sent
+                    return
+                except BaseException:
+                    outcome = "failed"
+                    raise
+                outcome = "completed"
+        finally:
+            for task in (sending, watching):
+                task.cancel()
+            await asyncio.gather(sending, watching, return_exceptions=True)
+            closing = getattr(self.body_iterator, "aclose", None)
+            if closing is not None:
+                await closing()
+            self.slot.release(outcome)
+
+
+@router.get(
+    PATH.removeprefix("/v1"),
+    summary="Records of a range, streamed (NDJSON, raw Kafka batches or Arrow IPC)",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {NDJSON: {}, OCTET: {}, ARROW: {}}, "description": "the records, streamed"},
+        406: {"description": "a range asked for without a streamed media type"},
+    },
+)
+async def stream_records(
+    request: Request,
+    topic: Annotated[str, Path(min_length=1, max_length=MAX_TOPIC_LENGTH)],
+    partition: Annotated[int, Path(ge=0, le=INT32_MAX), text_int(0, INT32_MAX)],
+    rt: Annotated[Runtime, Depends(runtime)],
+    _: Annotated[Scope, Depends(require(Scope.READ))],
+    offset: Annotated[int | None, Query(ge=0, le=INT64_MAX), text_int(0, INT64_MAX)] = None,
+    end_offset: Annotated[int | None, Query(ge=0, le=INT64_MAX), text_int(0, INT64_MAX)] = None,
+    from_timestamp: Annotated[str | None, Query(max_length=64)] = None,
+    to_timestamp: Annotated[str | None, Query(max_length=64)] = None,
+    isolation_level: Annotated[
+        str, Query(pattern="^(read_uncommitted|read_committed)$")
+    ] = "read_uncommitted",
+    timeout_ms: Annotated[int | None, Query(ge=1, le=MAX_TIMEOUT_MS), text_int(1, MAX_TIMEOUT_MS)] = None,
+) -> StreamingResponse:
+    args = {
+        "offset": offset,
+        "end_offset": end_offset,
+        "from_timestamp": from_timestamp,
+        "to_timestamp": to_timestamp,
+        "isolation_level": isolation_level,
+    }
+    return await _stream_records(request.headers, TopicPartition(topic, partition), rt, args, timeout_ms)
+
+
+def _query(
+    tp: TopicPartition,
+    offset: int | None,
+    end_offset: int | None,
+    from_timestamp: str | None,
+    to_timestamp: str | None,
+    isolation_level: str,
+) -> RangeQuery:
+    return RangeQuery(
+        tp,
+        offset=offset,
+        from_timestamp=None if from_timestamp is None else parse_timestamp(from_timestamp, "from_timestamp"),
+        end_offset=end_offset,
+        to_timestamp=None if to_timestamp is None else parse_timestamp(to_timestamp, "to_timestamp"),
+        isolation=ISOLATION[isolation_level],
+    )
+
+
+async def _pieces(
+    batches: AsyncIterator[StreamBatch], encode: Callable[[StreamBatch], bytes]
+) -> AsyncIterator[bytes]:
+    """The encoded batches, gathered into pieces of about :data:`PIECE_BYTES`."""
+    pending: list[bytes] = []
+    size = 0
+    async for batch in batches:
+        data = encode(batch)
+        pending.append(data)
+        size += len(data)
+        if size >= PIECE_BYTES:
+            yield b"".join(pending)
+            pending, size = [], 0
+    if pending:
+        yield b"".join(pending)
+
+
+def _json_b64(data: bytes | None) -> str:
+    """``data`` as a JSON value: base64 in quotes, or null."""
+    return "null" if data is None else f'"{binascii.b2a_base64(data, newline=False).decode("ascii")}"'
+
+
+def ndjson_lines(plan: RangePlan, batch: StreamBatch) -> bytes:
+    """The batch's records in range as NDJSON lines: the JSON answer's record objects (offset,
+    timestamp, timestamp_type, key, value, headers as [key, value] pairs, leader_epoch), keys,
+    values and header values in base64. Written out directly: the one hot loop of NDJSON streams."""
+    header = batch.header
+    tail = f',"leader_epoch":{header.leader_epoch}}}\n'
+    head_type = f',"timestamp_type":"{header.timestamp_type.label}","key":'
+    lines = []
+    for r in records_in_range(plan, batch):
+        headers = ",".join(f"[{json.dumps(k)},{_json_b64(v)}]" for k, v in r.headers)
+        lines.append(
+            f'{{"offset":{r.offset},"timestamp":{r.timestamp}{head_type}{_json_b64(r.key)},'
+            f'"value":{_json_b64(r.value)},"headers":[{headers}]{tail}'
+        )
+    return "".join(lines).encode()
+
+
+async def _ndjson(plan: RangePlan, batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
+    try:
+        async for piece in _pieces(batches, lambda batch: ndjson_lines(plan, batch)):
+            yield piece
+    except Exception as exc:  # the trailer says why the stream ends here
+        yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
+
+
+async def _raw(batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
+    async for piece in _pieces(batches, lambda batch: batch.data):
+        yield piece
+
+
+async def _arrow(
+    plan: RangePlan, batches: AsyncIterator[StreamBatch], chunk_bytes: int
+) -> AsyncIterator[bytes]:
+    writer = ArrowStreamWriter()
+    pending: list[StreamBatch] = []
+    records = size = 0
+    async for batch in batches:
+        pending.append(batch)
+        records += max(1, batch.header.record_count)
+        size += len(batch.data)
+        if records >= RECORDS_PER_MESSAGE or size >= chunk_bytes:
+            yield writer.write(record_batch(plan, pending))
+            pending, records, size = [], 0, 0
+    yield writer.write(record_batch(plan, pending))
+    yield writer.end()
+
+
+async def _stream_records(
+    request_headers: Headers,
+    tp: TopicPartition,
+    rt: Runtime,
+    query_args: dict[str, Any],
+    timeout_ms: int | None,
+) -> StreamingResponse:
+    media = streamed_media(request_headers.get("accept", ""))
+    if media is None:
+        raise ApiError(
+            406,
+            f"from_timestamp, to_timestamp and end_offset stream records: ask for {NDJSON}, {OCTET} or "
+            f"{ARROW} in Accept",
+        )
+    slot, planned = await open_stream(rt, _query(tp, **query_args), timeout_ms)
+    streams = rt.streams
+    batches = streams.batches(planned)
+    body: AsyncIterator[bytes]
+    if media == NDJSON:
+        body = _ndjson(planned, batches)
+    elif media == ARROW:
+        body = _arrow(planned, batches, streams.chunk_bytes)
+    else:
+        body = _raw(batches)
+    headers = {
+        "X-Rlm-Start-Offset": str(planned.start),
+        "X-Rlm-End-Offset": str(max(planned.start, planned.end)),
+    }
+    return _SlotStream(body, media, headers, slot)
+
+
+def document(schema: dict[str, Any]) -> dict[str, Any]:
+    """Merge this route's operation into the records operation of an OpenAPI document.
+
+    Both routes share a path and a method, where a document has room for one operation: the
+    records operation is kept, with this one's parameters (``offset`` then optional), media types
+    and words added."""
+    mine = get_openapi(title="rlm", version="1", routes=router.routes)["paths"][PATH]["get"]
+    operation = schema.get("paths", {}).get(PATH, {}).get("get")
+    if operation is None:
+        return schema
+    names = {p["name"] for p in operation.get("parameters", [])}
+    for parameter in operation.get("parameters", []):
+        if parameter["name"] == "offset":
+            parameter["required"] = False
+    operation["parameters"] = operation.get("parameters", []) + [
+        p for p in mine.get("parameters", []) if p["name"] not in names
+    ]
+    responses = operation.setdefault("responses", {})
+    for status, response in mine.get("responses", {}).items():
+        responses.setdefault(status, response)
+    content = responses.setdefault("200", {}).setdefault("content", {})
+    for media in (NDJSON, OCTET, ARROW):
+        content.setdefault(media, {})
+    operation["description"] = (operation.get("description", "") + "\n\n" + (__doc__ or "")).strip()
+    return schema

@@ -1,0 +1,296 @@
+"""Benchmark of range streams (``rlm serve`` over an S3 server); prints one JSON document.
+
+A generated partition is tiered to moto's S3 server (its own process) by ``rlm serve`` itself,
+then its tiered segments are deleted locally, so that the range streamed is read from S3 only.
+Side by side, in the same run:
+
+* raw stream MB/s (``Accept: application/octet-stream``) vs a bare aiobotocore GET of each of
+  the same ``.log`` objects, read whole front to back (target: ≥ 0.8x);
+* NDJSON and Arrow records/s vs rlm's own decode of the same batches in one process
+  (:func:`rlm.log.batches.decode_batch`; targets ≥ 0.5x and ≥ 0.8x), over the broker's files
+  (``local``, before they are deleted) and over S3 (``remote``, bounded by the S3 server);
+* 64 concurrent raw streams to slow readers: the server's threads (target: ≤ its configured pools
+  + 8) and resident memory (target: ≤ 64 x ``remote.fetch.stream.buffer.bytes`` + 200 MiB).
+
+moto reads a whole object for each ranged GET, so that chunked reads pay more than one GET per
+object there: the raw ratio is a floor for real S3. Every figure comes with ``os.getloadavg()``.
+
+Usage: ``python bench/stream.py [--records 40000] [--segment-mib 2]``
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # run as a script: import rlm from the checkout
+    sys.path.insert(0, str(ROOT))
+
+from bench.api import READ_TOKEN, TOPIC, free_port, http_get, start_rlm, stop, tiered_partition, wait_for  # noqa: E402
+from rlm.log.batches import decode_batch  # noqa: E402
+from rlm.log.model import Codec  # noqa: E402
+from rlm.log.produce import ProduceSpec, produce  # noqa: E402
+from rlm.log.source import BytesSource, iter_headers  # noqa: E402
+
+BUCKET = "bench"
+AUTH = {"Authorization": f"Bearer {READ_TOKEN}"}
+STREAMS = 64
+BUFFER_BYTES = 4 * 1024 * 1024
+MIB = 1024 * 1024
+
+
+def figure(values: dict[str, Any]) -> dict[str, Any]:
+    return {**values, "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def start_moto() -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        import urllib.request
+
+        with urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=2):
+            return True
+
+    wait_for(up, "moto server", process, 30)
+    return process, endpoint
+
+
+def proc_status(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("Threads", "VmRSS"):
+            fields[name] = int(value.split()[0])
+    return fields
+
+
+def drop_tiered_locally(log_dir: Path, highest_tiered: int) -> None:
+    """Delete the broker's segments wholly tiered (as local retention would), keeping the rest."""
+    partition = log_dir / f"{TOPIC}-0"
+    bases = sorted(int(p.stem) for p in partition.glob("*.log"))
+    for base, following in itertools.pairwise(bases):
+        if following - 1 <= highest_tiered:
+            for suffix in (".log", ".index", ".timeindex", ".txnindex"):
+                (partition / f"{base:020d}{suffix}").unlink(missing_ok=True)
+
+
+async def timed_stream(url: str, media: str, params: dict[str, str]) -> tuple[int, bytes, float]:
+    import aiohttp
+
+    started = time.perf_counter()
+    pieces = []
+    async with (
+        aiohttp.ClientSession() as session,
+        session.get(url, params=params, headers={**AUTH, "Accept": media}) as answer,
+    ):
+        assert answer.status == 200, await answer.text()
+        async for piece in answer.content.iter_chunked(1 << 20):
+            pieces.append(piece)
+    body = b"".join(pieces)
+    return len(body), body, time.perf_counter() - started
+
+
+async def bare_gets(endpoint: str, keys: list[str]) -> tuple[int, float]:
+    from aiobotocore.session import get_session
+
+    total = 0
+    started = time.perf_counter()
+    async with get_session().create_client("s3", endpoint_url=endpoint, region_name="us-east-1") as client:
+        for key in keys:
+            answer = await client.get_object(Bucket=BUCKET, Key=key)
+            async with answer["Body"] as body:
+                while chunk := await body.read(1 << 20):
+                    total += len(chunk)
+    return total, time.perf_counter() - started
+
+
+def decode_rate(raw: bytes) -> tuple[int, float]:
+    """Records/s of rlm's own decoder over ``raw`` (whole batches)."""
+    source = BytesSource(raw)
+    headers = list(iter_headers(source, 0))
+    started = time.perf_counter()
+    records = sum(len(decode_batch(raw, h)) for h in headers)
+    return records, time.perf_counter() - started
+
+
+async def concurrent_slow_streams(url: str, params: dict[str, str], pid: int) -> dict[str, Any]:
+    import aiohttp
+
+    peak = {"Threads": 0, "VmRSS": 0}
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        while not done.is_set():
+            for name, value in proc_status(pid).items():
+                peak[name] = max(peak[name], value)
+            await asyncio.sleep(0.05)
+
+    async def slow(session: aiohttp.ClientSession) -> int:
+        got = 0
+        async with session.get(
+            url, params=params, headers={**AUTH, "Accept": "application/octet-stream"}
+        ) as answer:
+            assert answer.status == 200, await answer.text()
+            async for piece in answer.content.iter_chunked(256 * 1024):
+                got += len(piece)
+                await asyncio.sleep(0.01)
+        return got
+
+    sampler = asyncio.create_task(sample())
+    connector = aiohttp.TCPConnector(limit=STREAMS + 8)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        got = await asyncio.gather(*(slow(session) for _ in range(STREAMS)))
+    done.set()
+    await sampler
+    return {
+        "streams": STREAMS,
+        "bytes_each": got[0],
+        "threads_max": peak["Threads"],
+        "rss_max_mib": peak["VmRSS"] // 1024,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--records", type=int, default=40_000)
+    parser.add_argument("--segment-mib", type=int, default=2)
+    args = parser.parse_args()
+    os.environ.update(
+        {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+    )
+    moto, endpoint = start_moto()
+    try:
+        import boto3
+
+        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
+        with tempfile.TemporaryDirectory(prefix="rlm-bench-stream-") as tmp:
+            work = Path(tmp)
+            spec = ProduceSpec(
+                topics=1,
+                partitions=1,
+                records=args.records,
+                value_bytes=1000,
+                segment_bytes=args.segment_mib * MIB,
+                index_interval_bytes=64 * 1024,
+                transaction_ratio=0.0,
+                codecs=(Codec.NONE,),
+                seed=1,
+            )
+            produce(work / "logs", spec)
+            settings = {
+                "remote.url": f"s3://{BUCKET}/tier",
+                "s3.endpoint.url": endpoint,
+                "s3.region": "us-east-1",
+                "s3.addressing.style": "path",
+                "log.dirs.watch": False,
+                "remote.fetch.stream.buffer.bytes": BUFFER_BYTES,
+            }
+            served = start_rlm(work, work / "logs", extra=settings)
+            try:
+                partition = tiered_partition(served)
+                highest = int(partition["highest_tiered_offset"])
+                result = {"python": platform.python_version(), "local": encodings(served, highest)}
+                drop_tiered_locally(work / "logs", highest)
+                result.update(run(served, endpoint, highest))
+                print(json.dumps(result))
+            finally:
+                stop(served)
+    finally:
+        moto.terminate()
+        moto.wait(30)
+
+
+def encodings(served: Any, highest: int) -> dict[str, Any]:
+    """NDJSON and Arrow records/s over ``[0, highest]`` vs rlm's own decode of the same batches."""
+    url = f"{served.http}/v1/topics/{TOPIC}/partitions/0/records"
+    params = {"offset": "0", "end_offset": str(highest + 1)}
+    _, raw, _ = asyncio.run(timed_stream(url, "application/octet-stream", params))
+    records, decode_s = decode_rate(raw)
+    own = records / decode_s
+    result: dict[str, Any] = {}
+    for media, name, target in (
+        ("application/x-ndjson", "ndjson", 0.5),
+        ("application/vnd.apache.arrow.stream", "arrow", 0.8),
+    ):
+        _, body, seconds = asyncio.run(timed_stream(url, media, params))
+        if name == "ndjson":
+            sent = body.count(b"\n")
+        else:
+            import pyarrow as pa
+
+            sent = pa.ipc.open_stream(body).read_all().num_rows
+        if sent != records:
+            raise SystemExit(f"{name}: {sent} records streamed, {records} decoded")
+        rate = sent / seconds
+        result[name] = figure(
+            {
+                "records": sent,
+                "rlm_records_per_s": round(rate),
+                "rlm_decode_records_per_s": round(own),
+                "ratio": round(rate / own, 2),
+                "target_ratio_min": target,
+            }
+        )
+    return result
+
+
+def run(served: Any, endpoint: str, highest: int) -> dict[str, Any]:
+    import boto3
+
+    url = f"{served.http}/v1/topics/{TOPIC}/partitions/0/records"
+    params = {"offset": "0", "end_offset": str(highest + 1)}
+    listing = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").list_objects_v2(
+        Bucket=BUCKET
+    )
+    keys = sorted(o["Key"] for o in listing.get("Contents", []) if o["Key"].endswith(".log"))
+    raw_size, _, raw_s = asyncio.run(timed_stream(url, "application/octet-stream", params))
+    bare_size, bare_s = asyncio.run(bare_gets(endpoint, keys))
+    raw_mbps, bare_mbps = raw_size / MIB / raw_s, bare_size / MIB / bare_s
+    result: dict[str, Any] = {
+        "range": {"first_offset": 0, "end_offset": highest + 1, "bytes": raw_size, "objects": len(keys)},
+        "raw": figure(
+            {
+                "rlm_mb_per_s": round(raw_mbps, 1),
+                "bare_aiobotocore_mb_per_s": round(bare_mbps, 1),
+                "ratio": round(raw_mbps / bare_mbps, 2),
+                "target_ratio_min": 0.8,
+            }
+        ),
+    }
+    result["remote"] = encodings(served, highest)
+    status, _ = http_get(f"{served.http}/readyz")
+    assert status == 200
+    many = asyncio.run(concurrent_slow_streams(url, params, served.process.pid))
+    # rlm serve's pools: offset readers 5, remote fetch 10, metadata 10, copier 4, S3 part uploads 4,
+    # stream I/O 8 (the defaults), and the main thread.
+    configured = 5 + 10 + 10 + 4 + 4 + 8 + 1
+    result["concurrent"] = figure(
+        {
+            **many,
+            "threads_bound": configured + 8,
+            "rss_bound_mib": STREAMS * BUFFER_BYTES // MIB + 200,
+        }
+    )
+    return result
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,175 @@
+"""Ranged reads of an S3 store on the event loop, with aiobotocore (the design's async S3 client).
+
+Used by range streams, so that waiting for S3 holds no thread. It reads the objects of an
+:class:`~rlm.storage.s3.S3Storage` (same bucket, prefix, endpoint, timeouts, credentials) and holds
+its answers to the same rules: a ranged answer is used only when it provably holds the asked-for
+bytes (:func:`rlm.storage.s3_range.answer_span`), errors are translated as the store translates
+them (:mod:`rlm.storage.s3_errors`), and a retriable failure (5xx, throttling, a reset connection,
+a body cut short) is retried with the store's policy: each read is one GET, retried whole.
+
+aiobotocore clients belong to one event loop: one is made per loop on first use, and closed by
+:meth:`AsyncS3Reader.close` (on the loop that made it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiohttp
+from aiobotocore.config import AioConfig
+from aiobotocore.session import get_session
+from botocore.exceptions import BotoCoreError, ClientError
+
+from rlm.errors import RlmError, StorageUnavailableError
+from rlm.storage.layout import validate_key
+from rlm.storage.s3 import S3Storage
+from rlm.storage.s3_client import client_options
+from rlm.storage.s3_config import S3Config
+from rlm.storage.s3_errors import s3_error_code, translate
+from rlm.storage.s3_range import answer_span
+
+_log = logging.getLogger(__name__)
+#: Errors of aiohttp and of the socket that mean the connection broke: retried.
+_BROKEN = (aiohttp.ClientError, ConnectionError, asyncio.TimeoutError)
+
+
+class AsyncS3Reader:
+    """Ranged GETs of ``bucket`` under ``prefix``, awaited (an ``AsyncRangeReader``)."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        config: S3Config,
+        credentials: dict[str, str | None],
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        draw: Callable[[], float] = random.random,
+    ) -> None:
+        self.bucket = bucket
+        self.config = config
+        self._key_prefix = f"{prefix}/" if prefix else ""
+        self._credentials = credentials
+        self._sleep = sleep
+        self._draw = draw
+        self._clients: dict[asyncio.AbstractEventLoop, tuple[contextlib.AsyncExitStack, Any]] = {}
+
+    @classmethod
+    def for_storage(cls, storage: S3Storage) -> AsyncS3Reader:
+        """A reader of ``storage``'s objects, with its settings and credentials."""
+        return cls(storage.bucket, storage.prefix, storage.config, storage.credentials())
+
+    async def _client(self) -> Any:
+        loop = asyncio.get_running_loop()
+        made = self._clients.get(loop)
+        if made is not None:
+            return made[1]
+        stack = contextlib.AsyncExitStack()
+        config = self.config
+        client = await stack.enter_async_context(
+            get_session().create_client(
+                "s3",
+                endpoint_url=config.endpoint_url,
+                region_name=config.region,
+                config=AioConfig(**client_options(config)),
+                **self._credentials,
+            )
+        )
+        self._clients[loop] = (stack, client)
+        return client
+
+    async def read_range(self, key: str, start: int, length: int) -> bytes:
+        """``length`` bytes of ``key`` from ``start`` (fewer only where the object ends).
+
+        Raises:
+            ValueError: ``start`` or ``length`` is negative.
+            InvalidObjectKeyError: The key is not allowed.
+            NotFoundError: No object is stored under ``key``.
+            StorageUnavailableError: Retries are spent (retriable).
+            StorageError: The store refused the read, or answered other bytes than asked.
+        """
+        if start < 0 or length < 0:
+            raise ValueError(f"bad range: start {start}, length {length}")
+        full_key = self._key_prefix + validate_key(key)
+        if length == 0:
+            return b""
+        policy = self.config.retry
+        attempt = 1
+        while True:
+            try:
+                return await self._get(key, full_key, start, length)
+            except RlmError as exc:
+                if not exc.retriable:
+                    raise
+                if attempt >= policy.max_attempts:
+                    exc.add_note(f"gave up after {attempt} attempts")
+                    raise
+                wait = policy.delay(attempt, self._draw())
+                _log.info(
+                    "S3 GetObject %s failed (attempt %d), retrying in %.3f s: %s", key, attempt, wait, exc
+                )
+                await self._sleep(wait)
+                attempt += 1
+
+    async def _get(self, key: str, full_key: str, start: int, length: int) -> bytes:
+        client = await self._client()
+        what = f"S3 GetObject {key!r}"
+        try:
+            response = await client.get_object(
+                Bucket=self.bucket, Key=full_key, Range=f"bytes={start}-{start + length - 1}"
+            )
+        except ClientError as exc:
+            if s3_error_code(exc) == "InvalidRange":  # the object exists but ends before start
+                return b""
+            raise translate(exc, operation="GetObject", key=key) from exc
+        except BotoCoreError as exc:
+            raise translate(exc, operation="GetObject", key=key) from exc
+        except _BROKEN as exc:
+            raise StorageUnavailableError(f"{what}: {type(exc).__name__}: {exc}", key=key) from exc
+        status = response["ResponseMetadata"]["HTTPStatusCode"]
+        span = answer_span(status, response.get("ContentRange"), start, length, what)
+        try:
+            async with response["Body"] as body:
+                await _skip(body, span.skip)
+                data = await _read_up_to(body, span.length)
+        except BotoCoreError as exc:
+            raise translate(exc, operation="GetObject", key=key) from exc
+        except _BROKEN as exc:
+            raise StorageUnavailableError(f"{what}: {type(exc).__name__}: {exc}", key=key) from exc
+        if span.exact and len(data) != span.length:
+            raise StorageUnavailableError(
+                f"{what}: the body ended after {len(data)} of {span.length} bytes", key=key
+            )
+        return data
+
+    async def close(self) -> None:
+        """Close the client of the running loop (others belong to loops that are gone); idempotent."""
+        loop = asyncio.get_running_loop()
+        made = self._clients.pop(loop, None)
+        self._clients.clear()
+        if made is not None:
+            await made[0].aclose()
+
+
+async def _skip(body: Any, count: int) -> None:
+    while count > 0:
+        chunk = await body.read(min(count, 1024 * 1024))
+        if not chunk:
+            return
+        count -= len(chunk)
+
+
+async def _read_up_to(body: Any, count: int) -> bytes:
+    chunks: list[bytes] = []
+    while count > 0:
+        chunk = await body.read(count)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        count -= len(chunk)
+    return b"".join(chunks)

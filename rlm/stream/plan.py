@@ -1,0 +1,168 @@
+"""Which offsets a range stream reads, decided once before its first byte is sent.
+
+A stream reads the offsets ``[start, end)`` of one partition. ``start`` is the offset asked for,
+or the answer of rlm's own offset-for-timestamp lookup for ``from_timestamp`` (any timestamp the
+APIs take, special names included), or the log start offset. ``end`` is the smallest of
+``end_offset``, the offset-for-timestamp answer of ``to_timestamp`` (the first record at or after
+it, which the stream leaves out) and the last fetchable offset: the high watermark, or with
+``read_committed`` the last stable offset. Without the broker's log (a query tier) the last
+fetchable offset is the highest offset copied, plus one.
+
+A range that starts at or past its end is empty: it is not an error (a stream from the high
+watermark has nothing to send yet). A start below the log start offset is one.
+
+Planning may search the remote tier (a timestamp's offset, aborted transactions): it runs on the
+reader pool, never on an event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError
+from rlm.log.logdir import PartitionDir
+from rlm.log.txnindex import AbortedTxn, TransactionIndex
+from rlm.lookup.index_cache import RemoteIndexCache
+from rlm.lookup.plans import IsolationLevel
+from rlm.lookup.service import LookupService
+from rlm.metastore.model import IndexType, SegmentState, TopicPartition
+from rlm.storage.layout import validate_topic
+
+#: An end beyond any offset: no bound.
+NO_END = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class RangeQuery:
+    """What a client asked to stream (at most one of each pair of start and end arguments)."""
+
+    tp: TopicPartition
+    offset: int | None = None
+    from_timestamp: int | None = None
+    end_offset: int | None = None
+    """The first offset left out."""
+    to_timestamp: int | None = None
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+
+    def __post_init__(self) -> None:
+        if self.offset is not None and self.from_timestamp is not None:
+            raise InvalidArgumentError("offset", "give offset or from_timestamp, not both")
+        if self.end_offset is not None and self.to_timestamp is not None:
+            raise InvalidArgumentError("end_offset", "give end_offset or to_timestamp, not both")
+        if self.offset is not None and self.offset < 0:
+            raise InvalidArgumentError("offset", f"{self.offset} is negative")
+        if self.end_offset is not None and self.end_offset < 0:
+            raise InvalidArgumentError("end_offset", f"{self.end_offset} is negative")
+
+
+@dataclass(frozen=True)
+class RangePlan:
+    """The offsets a stream reads and where the tiers meet."""
+
+    tp: TopicPartition
+    start: int
+    """First offset sent."""
+    end: int
+    """First offset not sent: records are sent while below it."""
+    limit: int
+    """The last fetchable offset (:data:`NO_END` when unknown): a whole batch is sent only when it
+    lies wholly below it, so that no record a consumer may not see leaves in a raw batch."""
+    local_start: int | None
+    """The first offset the broker's log holds (read there from then on), or None without one."""
+    local: PartitionDir | None
+    aborted: tuple[AbortedTxn, ...] = ()
+    """With READ_COMMITTED, the aborted transactions touching the range (their batches are left out)."""
+    isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+
+    @property
+    def empty(self) -> bool:
+        return self.start >= self.end
+
+
+def plan_range(service: LookupService, indexes: RemoteIndexCache, query: RangeQuery) -> RangePlan:
+    """Resolve ``query`` into offsets (blocking: run it on the reader pool).
+
+    Raises:
+        InvalidTopicNameError: the topic name breaks Kafka's rule.
+        NotFoundError: unknown topic-partition.
+        OffsetOutOfRangeError: ``offset`` is below the log start offset.
+        MetadataUnavailableError: the metadata store does not answer and the range needs it.
+    """
+    tp = query.tp
+    validate_topic(tp.topic)
+    local = service.pinned_partition(tp)
+    view = service.usable_view(tp, local)
+    service.require_known(tp, local, view)
+    earliest = service.earliest_offset(tp, local, view)
+    limit = service.last_fetchable(local, query.isolation, log_start=earliest)
+    if local is None:
+        limit = service.ask_store(lambda: service.store.highest_copied_offset(tp)) + 1
+    if query.offset is not None:
+        if query.offset < earliest:
+            raise OffsetOutOfRangeError(
+                f"offset {query.offset} of {tp} is below the log start offset {earliest}"
+            )
+        start = query.offset
+    elif query.from_timestamp is not None:
+        start = _offset_for(service, tp, query.from_timestamp, query.isolation, limit)
+    else:
+        start = earliest
+    end = limit
+    if query.end_offset is not None:
+        end = min(end, query.end_offset)
+    if query.to_timestamp is not None:
+        end = min(end, _offset_for(service, tp, query.to_timestamp, query.isolation, limit))
+    segments = local.segments() if local is not None else []
+    local_start = max(segments[0].base_offset, earliest) if segments else None
+    aborted: tuple[AbortedTxn, ...] = ()
+    if query.isolation is IsolationLevel.READ_COMMITTED and start < end:
+        aborted = tuple(_aborted(service, indexes, tp, local, start, end))
+    return RangePlan(tp, start, end, limit, local_start, local, aborted, query.isolation)
+
+
+def _offset_for(
+    service: LookupService, tp: TopicPartition, timestamp: int, isolation: IsolationLevel, limit: int
+) -> int:
+    """The offset-for-timestamp answer; ``limit`` when there is none (nothing at or after it)."""
+    answer = service.find(tp, timestamp, isolation=isolation)
+    return limit if answer.offset < 0 else answer.offset
+
+
+def _aborted(
+    service: LookupService,
+    indexes: RemoteIndexCache,
+    tp: TopicPartition,
+    local: PartitionDir | None,
+    start: int,
+    end: int,
+) -> list[AbortedTxn]:
+    """The aborted transactions with records in ``[start, end)``, from the transaction indexes of
+    every segment from the one holding ``start`` on, until one says no later one can matter (an
+    entry whose last stable offset is at or past ``end``, as Kafka's fetch collects them). An
+    abort's entry is in the segment of its marker, which may come after the records' segment."""
+    found: list[AbortedTxn] = []
+    segments = local.segments() if local is not None else []
+    local_start = segments[0].base_offset if segments else NO_END
+    if start < local_start:
+        finished = service.ask_store(
+            lambda: list(service.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
+        )
+        for segment in finished:
+            if segment.end_offset < start or segment.start_offset >= local_start or segment.txn_index_empty:
+                continue
+            data = indexes.get(segment, IndexType.TRANSACTION)
+            if not data:
+                continue
+            index = TransactionIndex.from_bytes(segment.start_offset, data, path=segment.layout.index_key)
+            result = index.collect_aborted(start, end)
+            found += result.aborted
+            if result.done:
+                return found
+    for i, local_segment in enumerate(segments):
+        if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
+            continue
+        result = local_segment.transaction_index().collect_aborted(start, end)
+        found += result.aborted
+        if result.done:
+            break
+    return found

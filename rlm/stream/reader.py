@@ -1,0 +1,195 @@
+"""The batches of a planned range, remote segments first, then the broker's files.
+
+The remote tier is read from the segment holding the next offset (overlapping segments are legal:
+batches below the next offset are stepped over), from the position its offset index gives, in
+ranged chunks (:mod:`rlm.stream.chunks`). Once the next offset is one the broker still has
+(:attr:`RangePlan.local_start`), the rest is read from its segment files: no offset is sent twice
+and none is skipped. Blocking calls (the metadata store, index files, file reads) run on the
+stream's executor, never on the event loop; remote bytes come from an :class:`AsyncRangeReader`.
+
+Batches sent: every stored batch overlapping ``[start, end)`` that lies wholly below the last
+fetchable offset, but control batches (transaction markers) and, with READ_COMMITTED, the batches
+of aborted transactions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import NamedTuple, Protocol, TypeVar
+
+from rlm.errors import OffsetOutOfRangeError
+from rlm.log.model import BatchHeader
+from rlm.lookup.index_cache import RemoteIndexCache
+from rlm.lookup.service import LookupService
+from rlm.pipeline.transactions import AbortedIndex
+from rlm.stream.chunks import batches_in_range
+from rlm.stream.plan import RangePlan
+
+T = TypeVar("T")
+RunBlocking = Callable[[Callable[[], T]], Awaitable[T]]
+"""Runs a blocking call off the event loop and awaits it."""
+
+
+class AsyncRangeReader(Protocol):
+    """Ranged reads of remote objects for an event loop (the async side of ``RemoteStorage``)."""
+
+    async def read_range(self, key: str, start: int, length: int) -> bytes:
+        """As :meth:`RemoteStorage.read_range <rlm.storage.protocol.RemoteStorage.read_range>`:
+        ``length`` bytes from ``start``, fewer only where the object ends; retried within the
+        backend's policy.
+
+        Raises:
+            NotFoundError: No object is stored under ``key``.
+            StorageUnavailableError: Retries are spent (retriable).
+            StorageError: The store refused the read, or answered other bytes than asked.
+        """
+        ...
+
+    async def close(self) -> None:
+        """Release connections; idempotent."""
+        ...
+
+
+class ReadMeter(Protocol):
+    """Told of each read a stream makes (the metrics: reads in flight, bytes read)."""
+
+    def read_started(self) -> None: ...
+
+    def read_ended(self, size: int) -> None:
+        """The read ended (done, failed or cancelled) with ``size`` bytes."""
+        ...
+
+
+class StreamBatch(NamedTuple):
+    """One stored batch sent by a stream."""
+
+    header: BatchHeader
+    """``position`` is the batch's position in its object or file."""
+    data: bytes
+    tier: str
+    name: str
+    """The object key or file the batch was read from, for error messages."""
+
+
+class BatchReader:
+    """Reads the batches of one :class:`RangePlan`."""
+
+    def __init__(
+        self,
+        plan: RangePlan,
+        service: LookupService,
+        indexes: RemoteIndexCache,
+        remote: AsyncRangeReader,
+        run: RunBlocking[object],
+        *,
+        chunk_bytes: int,
+        meter: ReadMeter | None = None,
+    ) -> None:
+        self.plan = plan
+        self.service = service
+        self.indexes = indexes
+        self.remote = remote
+        self._run = run
+        self.chunk_bytes = chunk_bytes
+        self._meter = meter
+        self._aborted = AbortedIndex(plan.aborted)
+        self.next_offset = plan.start
+        """The offset the stream continues from."""
+
+    async def _blocking(self, call: Callable[[], T]) -> T:
+        return await self._run(call)  # type: ignore[return-value]
+
+    async def batches(self) -> AsyncGenerator[StreamBatch, None]:
+        """Every batch the stream sends, in offset order."""
+        plan = self.plan
+        while self.next_offset < plan.end:
+            if plan.local_start is not None and self.next_offset >= plan.local_start:
+                async with contextlib.aclosing(self._local()) as local:
+                    async for batch in local:
+                        yield batch
+                return
+            async with contextlib.aclosing(self._remote_segment()) as remote:
+                async for found in remote:
+                    if found is None:
+                        return
+                    yield found
+
+    async def _remote_segment(self) -> AsyncGenerator[StreamBatch | None, None]:
+        """The batches of the segment holding the next offset; None once the range is done."""
+        plan, tp, offset = self.plan, self.plan.tp, self.next_offset
+        store = self.service.store
+        segment = await self._blocking(
+            lambda: self.service.ask_store(lambda: store.segment_for_offset(tp, offset))
+        )
+        if segment is None:
+            raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}")
+        position = await self._blocking(lambda: self.indexes.offset_index(segment).lookup(offset).position)
+        key = segment.layout.log_key
+
+        async def read(at: int, length: int) -> bytes:
+            return await self._counted(self.remote.read_range(key, at, length))
+
+        async with contextlib.aclosing(
+            batches_in_range(read, position, segment.size_bytes, chunk_bytes=self.chunk_bytes, name=key)
+        ) as found:
+            async for header, data in found:
+                if header.last_offset < self.next_offset:
+                    continue
+                if plan.local_start is not None and header.base_offset >= plan.local_start:
+                    return  # the broker has the rest
+                if self._past_the_end(header):
+                    yield None
+                    return
+                self.next_offset = header.last_offset + 1
+                if self._sent(header):
+                    yield StreamBatch(header, data, "remote", key)
+        self.next_offset = max(self.next_offset, segment.end_offset + 1)
+
+    async def _local(self) -> AsyncGenerator[StreamBatch, None]:
+        local = self.plan.local
+        assert local is not None
+        segments = await self._blocking(local.segments)
+        for i, segment in enumerate(segments):
+            if i + 1 < len(segments) and segments[i + 1].base_offset <= self.next_offset:
+                continue  # wholly below the next offset
+            offset = self.next_offset
+            position = await self._blocking(lambda: segment.offset_index().lookup(offset).position)  # noqa: B023
+            source = await self._blocking(segment.open)
+            try:
+
+                async def read(at: int, length: int) -> bytes:
+                    return await self._counted(self._blocking(lambda: source.read(at, length)))  # noqa: B023
+
+                async with contextlib.aclosing(
+                    batches_in_range(
+                        read, position, source.size, chunk_bytes=self.chunk_bytes, name=source.name
+                    )
+                ) as found:
+                    async for header, data in found:
+                        if header.last_offset < self.next_offset:
+                            continue
+                        if self._past_the_end(header):
+                            return
+                        self.next_offset = header.last_offset + 1
+                        if self._sent(header):
+                            yield StreamBatch(header, data, "local", source.name)
+            finally:
+                source.close()
+
+    def _past_the_end(self, header: BatchHeader) -> bool:
+        return header.base_offset >= self.plan.end or header.last_offset >= self.plan.limit
+
+    def _sent(self, header: BatchHeader) -> bool:
+        return not header.is_control and not self._aborted.is_aborted(header)
+
+    async def _counted(self, read: Awaitable[bytes]) -> bytes:
+        if self._meter is None:
+            return await read
+        self._meter.read_started()
+        data = b""
+        try:
+            data = await read
+        finally:
+            self._meter.read_ended(len(data))
+        return data

@@ -1,0 +1,161 @@
+"""Range streams of a process: their bound, their memory window, their reads and their metrics.
+
+* At most ``remote.fetch.max.streams`` streams are sent at once: :meth:`RecordStreams.slot` refuses
+  another (the transports answer 429 / RESOURCE_EXHAUSTED with a retry hint).
+* Each stream holds at most ``remote.fetch.stream.buffer.bytes`` of read bytes: two chunks of half
+  that (the one being sent and the one read ahead), a batch larger than a chunk excepted.
+* Blocking calls (metadata, index files, the broker's files) run on the streams' own bounded
+  executor; remote objects are read on the event loop by an :class:`AsyncRangeReader`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncGenerator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from rlm.lookup.index_cache import RemoteIndexCache
+from rlm.lookup.service import LookupService
+from rlm.metrics import Metrics
+from rlm.stream.plan import RangePlan, RangeQuery, plan_range
+from rlm.stream.reader import AsyncRangeReader, BatchReader, StreamBatch
+
+T = TypeVar("T")
+
+DEFAULT_BUFFER_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_STREAMS = 64
+#: Threads of the streams' executor (file reads and metadata calls, each short).
+DEFAULT_IO_THREADS = 8
+#: Seconds a refused client is told to wait (``Retry-After``).
+RETRY_AFTER_S = 1
+
+
+class StreamSlot:
+    """One of the process's stream places, held while a stream is sent; releasing is idempotent."""
+
+    def __init__(self, streams: RecordStreams) -> None:
+        self._streams = streams
+        self._released = False
+
+    def release(self, outcome: str) -> None:
+        """Give the place back; ``outcome`` is ``completed``, ``cancelled`` or ``failed``."""
+        if self._released:
+            return
+        self._released = True
+        self._streams._release(outcome)
+
+
+class _Meter:
+    def __init__(self, metrics: Metrics | None) -> None:
+        self.metrics = metrics
+
+    def read_started(self) -> None:
+        if self.metrics is not None:
+            self.metrics.stream_reads_in_flight.inc()
+
+    def read_ended(self, size: int) -> None:
+        if self.metrics is not None:
+            self.metrics.stream_reads_in_flight.dec()
+            self.metrics.stream_read_bytes.inc(size)
+
+
+class RecordStreams:
+    """Plans and reads range streams (see the module docstring)."""
+
+    def __init__(
+        self,
+        service: LookupService,
+        indexes: RemoteIndexCache,
+        remote: AsyncRangeReader,
+        metrics: Metrics | None = None,
+        *,
+        buffer_bytes: int = DEFAULT_BUFFER_BYTES,
+        max_streams: int = DEFAULT_MAX_STREAMS,
+        io_threads: int = DEFAULT_IO_THREADS,
+    ) -> None:
+        if buffer_bytes < 2 or max_streams < 1 or io_threads < 1:
+            raise ValueError("buffer_bytes must be ≥ 2, max_streams and io_threads ≥ 1")
+        self.service = service
+        self.indexes = indexes
+        self.remote = remote
+        self.metrics = metrics
+        self.buffer_bytes = buffer_bytes
+        self.max_streams = max_streams
+        self._active = 0
+        self._meter = _Meter(metrics)
+        self._executor = ThreadPoolExecutor(io_threads, thread_name_prefix="rlm-stream-io")
+
+    @property
+    def chunk_bytes(self) -> int:
+        """Bytes per read: half the window, as one chunk is read ahead of the one being sent."""
+        return self.buffer_bytes // 2
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    def slot(self) -> StreamSlot | None:
+        """A place for a new stream, or None when ``max_streams`` are being sent (counted).
+
+        Call it on the event loop (the count is the loop's)."""
+        if self._active >= self.max_streams:
+            if self.metrics is not None:
+                self.metrics.streams_refused.inc()
+            return None
+        self._active += 1
+        if self.metrics is not None:
+            self.metrics.streams_active.inc()
+        return StreamSlot(self)
+
+    def _release(self, outcome: str) -> None:
+        self._active -= 1
+        if self.metrics is not None:
+            self.metrics.streams_active.dec()
+            self.metrics.streams.labels(outcome).inc()
+
+    def plan(self, query: RangeQuery) -> RangePlan:
+        """Resolve ``query`` (blocking; may search the remote tier: run it on the reader pool).
+
+        Raises:
+            as :func:`rlm.stream.plan.plan_range`.
+        """
+        return plan_range(self.service, self.indexes, query)
+
+    async def _run(self, call: Callable[[], T]) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, call)
+
+    def batches(self, plan: RangePlan) -> AsyncGenerator[StreamBatch, None]:
+        """The batches of ``plan`` (:class:`~rlm.stream.reader.BatchReader`); close the iterator
+        (``contextlib.aclosing``) to cancel its reads."""
+        reader = BatchReader(
+            plan,
+            self.service,
+            self.indexes,
+            self.remote,
+            self._run,
+            chunk_bytes=self.chunk_bytes,
+            meter=self._meter,
+        )
+        return reader.batches()
+
+    def close(self) -> None:
+        """Stop the executor (for a process without a running loop); idempotent."""
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def outcome_of(slot: StreamSlot) -> Iterator[None]:
+    """Release ``slot`` with how the block ended: completed, cancelled (the client went away:
+    ``GeneratorExit`` or a cancellation) or failed."""
+    try:
+        yield
+    except (asyncio.CancelledError, GeneratorExit):
+        slot.release("cancelled")
+        raise
+    except BaseException:
+        slot.release("failed")
+        raise
+    slot.release("completed")

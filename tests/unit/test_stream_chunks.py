@@ -1,0 +1,89 @@
+"""Whole batches out of chunked reads (``rlm.stream.chunks``), against kafka-python's batches."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kafka.record.default_records import DefaultRecordBatchBuilder
+
+from rlm.errors import CorruptRecordError
+from rlm.stream.chunks import batches_in_range
+
+
+def kafka_batch(base_offset: int, records: int, value_bytes: int) -> bytes:
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=-1,
+        batch_size=1 << 24,
+    )  # fmt: skip
+    for i in range(records):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=None, value=b"v" * value_bytes, headers=[])
+    data = bytearray(builder.build())
+    data[0:8] = base_offset.to_bytes(8, "big")  # kafka-python writes base offset 0; no CRC covers it
+    return bytes(data)
+
+
+FIRST = kafka_batch(0, 3, 10)
+LOG = FIRST + b"".join(kafka_batch(base, 3, size) for base, size in [(3, 3000), (6, 1), (9, 700)])
+
+
+class Reads:
+    """The log read by ranges, counting and recording the reads, optionally held forever."""
+
+    def __init__(self, data: bytes, *, hang_after: int | None = None) -> None:
+        self.data = data
+        self.asked: list[tuple[int, int]] = []
+        self.cancelled = 0
+        self.hang_after = hang_after
+
+    async def read(self, position: int, length: int) -> bytes:
+        self.asked.append((position, length))
+        if self.hang_after is not None and len(self.asked) > self.hang_after:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+        await asyncio.sleep(0)
+        return self.data[position : position + length]
+
+
+async def collect(reads: Reads, start: int, end: int, chunk: int) -> list[tuple[int, int, int]]:
+    out = []
+    async for header, data in batches_in_range(reads.read, start, end, chunk_bytes=chunk, name="x.log"):
+        assert len(data) == header.size
+        out.append((header.base_offset, header.last_offset, header.position))
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 17, 512, 4096, 1 << 20])
+def test_every_whole_batch_comes_out_whatever_the_chunk_size(chunk: int) -> None:
+    reads = Reads(LOG)
+    found = asyncio.run(collect(reads, 0, len(LOG), chunk))
+    assert [(first, last) for first, last, _ in found] == [(0, 2), (3, 5), (6, 8), (9, 11)]
+    assert found[0][2] == 0 and found[-1][2] + len(LOG) - found[-1][2] == len(LOG)
+    assert all(length <= chunk for _, length in reads.asked)
+
+
+def test_a_batch_cut_by_the_end_is_left_out() -> None:
+    assert [b[0] for b in asyncio.run(collect(Reads(LOG), 0, len(LOG) - 5, 256))] == [0, 3, 6]
+
+
+def test_a_bad_size_field_is_named_with_its_position() -> None:
+    damaged = LOG[:8] + (3).to_bytes(4, "big") + LOG[12:]
+    with pytest.raises(CorruptRecordError, match="smaller than the minimum") as raised:
+        asyncio.run(collect(Reads(damaged), 0, len(damaged), 64))
+    assert "x.log" in str(raised.value)
+
+
+def test_closing_the_iterator_cancels_the_read_ahead() -> None:
+    reads = Reads(LOG, hang_after=1)
+
+    async def first_then_close() -> None:
+        batches = batches_in_range(reads.read, 0, len(LOG), chunk_bytes=len(FIRST), name="x.log")
+        await anext(batches)  # the first chunk's batch; the second chunk is being read
+        await batches.aclose()
+
+    asyncio.run(first_then_close())
+    assert len(reads.asked) == 2  # one chunk read ahead, never more
+    assert reads.cancelled == 1
