@@ -38,7 +38,7 @@ def test_standalone_is_a_deployment_with_autoscaling_and_a_disruption_budget() -
     settings = yaml.safe_load(r.one("ConfigMap", "rlm")["data"]["rlm.yaml"])
     assert "log.dirs" not in settings and "broker.id" not in settings  # the query tier
     assert settings["remote.log.offset.reader.threads"] == 8
-    assert settings["topics"]["orders"] == {"retention.bytes": 1073741824}
+    assert settings["topics"]["orders"] == {"retention.bytes": 1073741824, "cleanup.policy": "compact,delete"}
 
 
 def test_standalone_network_policy_admits_the_api_ports_from_labelled_clients() -> None:

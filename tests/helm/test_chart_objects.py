@@ -179,6 +179,24 @@ def test_the_verify_cron_job_runs_rlm_spark_verify_from_the_spark_image() -> Non
     assert build_parser().parse_args(container["args"]).deep is False
 
 
+def test_the_compact_cron_job_runs_rlm_spark_compact_on_the_compacted_topics() -> None:
+    r = rendered("standalone-full")
+    cron = r.one("CronJob", "rlm-compact")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.func.__name__ == "_compact"
+    assert (args.master, args.topic, args.dry_run, args.quiet) == (
+        "spark://spark-master:7077",
+        ["orders"],
+        False,
+        True,
+    )
+    # The topic it compacts is one the rendered settings give a compact policy.
+    settings = _settings_file(r)
+    assert "compact" in settings["topics"]["orders"]["cleanup.policy"]
+
+
 def test_the_verify_cron_job_loads_its_settings_without_the_brokers_disks(tmp_path: Any) -> None:
     r = render(merge(REQUIRED, {"pipelines": {"verify": {"enabled": True}}}))  # sidecar, no broker.id
     config = tmp_path / "rlm.yaml"

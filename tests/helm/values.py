@@ -54,7 +54,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                 },
                 "topics": {
                     "defaults": {"retention.ms": 604800000},
-                    "orders": {"retention.bytes": 1073741824},
+                    "orders": {"retention.bytes": 1073741824, "cleanup.policy": "compact,delete"},
                 },
             },
             "secrets": {
@@ -94,6 +94,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                     "conf": {"spark.sql.shuffle.partitions": 8},
                     "timeZone": "Etc/UTC",
                 },
+                "compact": {"enabled": True, "topics": ["orders"], "master": "spark://spark-master:7077"},
                 "extraEnvVars": [{"name": "JAVA_TOOL_OPTIONS", "value": "-Xss4m"}],
             },
             "metrics": {
