@@ -6,14 +6,23 @@ and spark-submit call them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from functools import partial
+
+from pyspark.sql import SparkSession
 
 from rlm.bootstrap import open_remote_storage, open_store
 from rlm.config import Settings
+from rlm.metastore.protocol import MetadataStore
+from rlm.pipeline.export.job import ExportOptions, ExportReport, export_parquet
+from rlm.pipeline.spark.export import write_parquet
+from rlm.pipeline.spark.files import HadoopFiles
 from rlm.pipeline.spark.session import SparkOptions, spark_session
 from rlm.pipeline.spark.stage import collect_stage
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.verify.job import VerifyOptions, VerifyReport, verify
+from rlm.storage.protocol import RemoteStorage
 
 
 def run_verify(
@@ -36,3 +45,37 @@ def run_verify(
             storage.close()
     finally:
         store.close()
+
+
+@contextmanager
+def _job_context(
+    settings: Settings, spark: SparkOptions
+) -> Iterator[tuple[MetadataStore, RemoteStorage, SparkSession]]:
+    """The metadata store, the driver's storage client and the Spark session of a job; closed after."""
+    with (
+        closing(open_store(settings)) as store,
+        closing(open_remote_storage(settings)) as storage,
+        spark_session(spark) as session,
+    ):
+        yield store, storage, session
+
+
+def run_export(
+    settings: Settings, spark: SparkOptions, options: ExportOptions, *, progress: bool | None = None
+) -> ExportReport:
+    """``rlm spark export``: the records of the remote tier ``settings`` name, as Parquet files.
+
+    Raises:
+        RlmError: The metadata store or the storage cannot be opened or read, a topic asked for
+            is unknown, or the output holds an export already and the run is not incremental.
+    """
+    with _job_context(settings, spark) as (store, storage, session):
+        return export_parquet(
+            store,
+            storage,
+            StorageSpec.from_settings(settings),
+            partial(collect_stage, session, progress=progress),
+            partial(write_parquet, session, progress=progress),
+            HadoopFiles(session),
+            options,
+        )
