@@ -68,6 +68,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     verify.set_defaults(func=_verify)
     _register_export(jobs)
+    _register_rebuild(jobs)
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -163,4 +164,54 @@ def _export(args: argparse.Namespace) -> int:
     )
     report = run_export(settings, spark, options, progress=False if args.quiet else None)
     sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n" if args.json else render_text(report))
+    return 0
+
+
+# -- rebuild-metadata -----------------------------------------------------------------------------
+
+
+def _register_rebuild(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    rebuild = jobs.add_parser(
+        "rebuild-metadata",
+        help="rebuild the metadata database's segment rows from the remote tier's objects",
+        description=(
+            "Disaster recovery: write a COPY_SEGMENT_FINISHED row for every complete segment "
+            "object set under --remote into the empty, migrated database --metadata, from the "
+            "objects' own descriptions (or, for objects copied before those, from reading them). "
+            "Sets that repeat a range, incomplete sets and other keys are listed as orphans."
+        ),
+    )
+    _add_common_options(rebuild)
+    rebuild.add_argument("--remote", help="the remote tier's URL (default: remote.url)")
+    rebuild.add_argument("--metadata", help="the empty, migrated database's URL (default: metadata.url)")
+    rebuild.add_argument("--delete-orphans", action="store_true", help="delete the orphan segment objects")
+    rebuild.set_defaults(func=_rebuild)
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    import json
+
+    from rlm.pipeline.rebuild.job import RebuildOptions
+    from rlm.pipeline.spark.jobs import run_rebuild
+    from rlm.pipeline.spark.session import SparkOptions, parse_conf
+
+    settings = load_settings(args.config)
+    changes = {"remote_url": args.remote, "metadata_url": args.metadata}
+    settings = dataclasses.replace(settings, **{k: v for k, v in changes.items() if v is not None})
+    spark = SparkOptions(
+        master=args.master, app_name="rlm spark rebuild-metadata", conf=parse_conf(args.conf)
+    )
+    options = RebuildOptions(topics=tuple(args.topic), delete_orphans=args.delete_orphans)
+    report = run_rebuild(settings, spark, options, progress=False if args.quiet else None)
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+    else:
+        read = report.segments - report.from_descriptions
+        lines = [
+            f"{report.segments} segments of {report.partitions} partitions rebuilt "
+            f"({report.from_descriptions} from their descriptions, {read} read), "
+            f"{len(report.orphans)} orphans{' deleted' if report.deleted_orphans else ''}"
+        ]
+        lines += [f"orphan: {', '.join(o.keys)}: {o.reason}" for o in report.orphans]
+        sys.stdout.write("\n".join(lines) + "\n")
     return 0

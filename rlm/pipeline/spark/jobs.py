@@ -16,6 +16,7 @@ from rlm.bootstrap import open_remote_storage, open_store
 from rlm.config import Settings
 from rlm.metastore.protocol import MetadataStore
 from rlm.pipeline.export.job import ExportOptions, ExportReport, export_parquet
+from rlm.pipeline.rebuild.job import RebuildOptions, RebuildReport, rebuild
 from rlm.pipeline.spark.export import write_parquet
 from rlm.pipeline.spark.files import HadoopFiles
 from rlm.pipeline.spark.session import SparkOptions, spark_session
@@ -79,3 +80,17 @@ def run_export(
             HadoopFiles(session),
             options,
         )
+
+
+def run_rebuild(
+    settings: Settings, spark: SparkOptions, options: RebuildOptions, *, progress: bool | None = None
+) -> RebuildReport:
+    """``rlm spark rebuild-metadata``: the rows of the remote tier ``settings`` name, rebuilt into
+    the (empty, migrated) metadata database they name.
+
+    Raises:
+        RlmError: The database is not empty or not migrated, or the store failed.
+    """
+    with _job_context(settings, spark) as (store, storage, session):
+        collect = partial(collect_stage, session, progress=progress)
+        return rebuild(store, storage, StorageSpec.from_settings(settings), collect, options)
