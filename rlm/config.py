@@ -164,6 +164,13 @@ class Settings:
     remote_log_reader_max_pending_tasks: int = 100
     remote_log_index_file_cache_total_size_bytes: int = 1_073_741_824
     remote_log_index_cache_dir: Path = Path("build/rlm/index-cache")
+    export_iceberg_catalog_url: str | None = None
+    """``export.iceberg.catalog.url``: the SQL catalog (a SQLAlchemy URL) of ``rlm spark export
+    --format iceberg``; unset uses ``metadata.url``, in a schema of its own on PostgreSQL
+    (``rlm_iceberg``)."""
+    export_iceberg_warehouse: str | None = None
+    """``export.iceberg.warehouse``: where new Iceberg tables keep their files (a directory URI
+    Spark writes and pyiceberg reads: ``file:///...``, ``s3://...``); required to create a table."""
     topic_defaults: TopicSettings = field(default_factory=TopicSettings)
     topic_overrides: Mapping[str, TopicSettings] = field(default_factory=dict)
 

@@ -1,4 +1,5 @@
-"""An export's rows written by Spark: Parquet files partitioned by topic, partition and date."""
+"""An export's rows written by Spark as Parquet files: partitioned by topic, partition and date
+(a Parquet export), or every column in the files (an Iceberg table's data files)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
-from rlm.pipeline.export.rows import PARTITION_COLUMNS
+from rlm.pipeline.export.rows import DATE_COLUMN, PARTITION_COLUMNS
 from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.spark.progress import StageProgress
 from rlm.pipeline.spark.stage import map_segments
@@ -19,16 +20,23 @@ def write_parquet(
     summaries: Sequence[SegmentSummary],
     directory: str,
     *,
+    table_files: bool = False,
     progress: bool | None = None,
 ) -> int:
     """Run ``stage`` over ``summaries``, one task per segment, writing its rows under
     ``directory`` (which must not exist); returns the rows written.
 
-    Timestamps are written as Parquet's ``TIMESTAMP(MILLIS, UTC)``: Kafka's precision, and what
-    pyarrow, DuckDB and pandas read as UTC timestamps.
+    By default the files are partitioned by topic, partition and date, with timestamps as
+    Parquet's ``TIMESTAMP(MILLIS, UTC)`` (Kafka's precision; pyarrow, DuckDB and pandas read UTC
+    timestamps). ``table_files`` writes an Iceberg table's data files instead: every column in
+    the files but ``date``, timestamps in microseconds (Iceberg's unit).
     """
-    session.conf.set("spark.sql.parquet.outputTimestampType", "TIMESTAMP_MILLIS")
+    unit = "TIMESTAMP_MICROS" if table_files else "TIMESTAMP_MILLIS"
+    session.conf.set("spark.sql.parquet.outputTimestampType", unit)
     frame = map_segments(session, stage, summaries)
     with StageProgress(session, stage.name, len(summaries), enabled=progress):
-        frame.write.partitionBy(*PARTITION_COLUMNS).mode("errorifexists").parquet(directory)
+        if table_files:
+            frame.drop(DATE_COLUMN).write.mode("errorifexists").parquet(directory)
+        else:
+            frame.write.partitionBy(*PARTITION_COLUMNS).mode("errorifexists").parquet(directory)
     return int(session.read.parquet(directory).count())

@@ -15,7 +15,8 @@ from pyspark.sql import SparkSession
 from rlm.bootstrap import open_remote_storage, open_store
 from rlm.config import Settings
 from rlm.metastore.protocol import MetadataStore
-from rlm.pipeline.export.job import ExportOptions, ExportReport, export_parquet
+from rlm.pipeline.export.iceberg import catalog_url, export_iceberg, open_catalog
+from rlm.pipeline.export.job import ExportFormat, ExportOptions, ExportReport, export_parquet
 from rlm.pipeline.rebuild.job import RebuildOptions, RebuildReport, rebuild
 from rlm.pipeline.spark.export import write_parquet
 from rlm.pipeline.spark.files import HadoopFiles
@@ -64,22 +65,32 @@ def _job_context(
 def run_export(
     settings: Settings, spark: SparkOptions, options: ExportOptions, *, progress: bool | None = None
 ) -> ExportReport:
-    """``rlm spark export``: the records of the remote tier ``settings`` name, as Parquet files.
+    """``rlm spark export``: the records of the remote tier ``settings`` name, as Parquet files or
+    appended to an Iceberg table.
 
     Raises:
         RlmError: The metadata store or the storage cannot be opened or read, a topic asked for
             is unknown, or the output holds an export already and the run is not incremental.
     """
     with _job_context(settings, spark) as (store, storage, session):
-        return export_parquet(
-            store,
-            storage,
-            StorageSpec.from_settings(settings),
-            partial(collect_stage, session, progress=progress),
-            partial(write_parquet, session, progress=progress),
-            HadoopFiles(session),
-            options,
-        )
+        spec = StorageSpec.from_settings(settings)
+        collect = partial(collect_stage, session, progress=progress)
+        if options.format is ExportFormat.ICEBERG:
+            url = catalog_url(settings.metadata_url, settings.export_iceberg_catalog_url)
+            warehouse = settings.export_iceberg_warehouse
+            return export_iceberg(
+                store,
+                storage,
+                spec,
+                collect,
+                partial(write_parquet, session, table_files=True, progress=progress),
+                HadoopFiles(session),
+                options,
+                open_catalog(url, warehouse),
+                warehouse,
+            )
+        write = partial(write_parquet, session, progress=progress)
+        return export_parquet(store, storage, spec, collect, write, HadoopFiles(session), options)
 
 
 def run_rebuild(
