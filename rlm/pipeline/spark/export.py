@@ -7,8 +7,10 @@ from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
+from rlm.pipeline.export.commit import data_files
 from rlm.pipeline.export.rows import DATE_COLUMN, PARTITION_COLUMNS
 from rlm.pipeline.plan import SegmentSummary
+from rlm.pipeline.spark.files import HadoopFiles
 from rlm.pipeline.spark.progress import StageProgress
 from rlm.pipeline.spark.stage import map_segments
 from rlm.pipeline.stage import Stage
@@ -39,4 +41,6 @@ def write_parquet(
             frame.drop(DATE_COLUMN).write.mode("errorifexists").parquet(directory)
         else:
             frame.write.partitionBy(*PARTITION_COLUMNS).mode("errorifexists").parquet(directory)
+    if not data_files(HadoopFiles(session), directory):
+        return 0  # every row read was left out (control records, aborted transactions)
     return int(session.read.parquet(directory).count())
