@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm.errors import CorruptDataError
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.export.commit import (
     Manifest,
@@ -69,8 +70,8 @@ def test_a_manifest_naming_a_lost_file_is_an_error_naming_it(tmp_path: Path) -> 
     files, out = LocalFiles(), tmp_path / "out"
     _stage(out, "run")
     manifest = Manifest("run", (*FILES, "topic=orders/partition=0/date=x/lost.parquet"), {TP: 1})
-    with pytest.raises(ValueError, match="lost.parquet is neither in"):
+    with pytest.raises(CorruptDataError, match="lost.parquet is neither staged nor in the output"):
         finish(files, str(out), manifest, Ledger().advance)
     (Path(manifest_path(str(out), "run"))).write_text("{not json")
-    with pytest.raises(ValueError, match=r"run\.commit\.json is not valid"):
+    with pytest.raises(CorruptDataError, match=r"run\.commit\.json: the export manifest is not valid"):
         settle(files, str(out), Ledger().advance)

@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rlm.errors import NotFoundError
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.lookup.remote_search import find_in_remote_segment
 from rlm.lookup.remote_segments import SegmentList
@@ -41,7 +42,7 @@ class DirectIndexes:
     def _read(self, segment: RemoteSegment, kind: IndexType, stats: FetchStats | None) -> bytes:
         data = read_index(self.storage, segment.layout, kind)
         if data is None:
-            raise ValueError(f"remote segment {segment.segment_id} has no {kind.value} index")
+            raise NotFoundError(f"remote segment {segment.segment_id} has no {kind.value} index")
         if stats is not None:
             stats.add(len(data))
         return data

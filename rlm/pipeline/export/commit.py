@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from rlm.errors import CorruptDataError
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.export.files import Files, join
 
@@ -57,7 +58,7 @@ class Manifest:
 
     @classmethod
     def from_json(cls, text: str, path: str) -> Manifest:
-        """Raises ValueError naming ``path`` when the manifest is not one rlm wrote."""
+        """Raises CorruptDataError naming ``path`` when the manifest is not one rlm wrote."""
         try:
             doc = json.loads(text)
             offsets = {
@@ -66,7 +67,7 @@ class Manifest:
             }
             return cls(str(doc["run_id"]), tuple(str(f) for f in doc["files"]), offsets)
         except (ValueError, KeyError, TypeError) as exc:
-            raise ValueError(f"export manifest {path} is not valid: {exc}") from exc
+            raise CorruptDataError(f"the export manifest is not valid: {exc}", path=path) from exc
 
 
 def new_run_id() -> str:
@@ -104,7 +105,7 @@ def finish(files: Files, output: str, manifest: Manifest, advance: Advance) -> i
         How many files were moved now (fewer than the manifest's when a previous try moved some).
 
     Raises:
-        ValueError: A file the manifest names is neither staged nor in the output (something
+        CorruptDataError: A file the manifest names is neither staged nor in the output (something
             else deleted it); the message names it.
     """
     staged = staging_dir(output, manifest.run_id)
@@ -115,7 +116,9 @@ def finish(files: Files, output: str, manifest: Manifest, advance: Advance) -> i
             files.rename(source, target)
             moved += 1
         elif not files.exists(target):
-            raise ValueError(f"export run {manifest.run_id}: {name} is neither in {staged} nor in {output}")
+            raise CorruptDataError(
+                f"export run {manifest.run_id}: {name} is neither staged nor in the output", path=staged
+            )
     advance(manifest.next_offsets)
     files.delete(staged)
     files.delete(manifest_path(output, manifest.run_id))
