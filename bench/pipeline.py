@@ -14,14 +14,23 @@ the best round of each side counts.
   first verify run warms its executors (Python workers, storage clients), before the clock: they
   are costs of a session, not of a job.
 
-Later figures (export) go in :data:`FIGURES`, each a function of the shared :class:`Tier`.
+* ``export``: ``rlm spark export`` (Parquet, partitioned by topic, partition and date, staged then
+  committed) on ``local[2]`` and on ``local[1]``, MB/s of ``.log`` objects exported, against a
+  one-process export of the same segments with kafka-python and pyarrow (each ``.log`` object
+  read with boto3, decoded by kafka-python's ``MemoryRecords``, control batches left out, the
+  rows written with ``pyarrow.parquet.write_to_dataset`` with the same partitioning). Targets:
+  local[2] at least 1.6 times local[1], and 1.5 times the one-process export. Each Spark side
+  runs in a session of its own master, started and warmed by a first export before the clock.
+
+Figures go in :data:`FIGURES`, each a function of the shared :class:`Tier`.
 
 moto serves every request from one Python process sharing the machine's cores with the readers;
 both sides pay for that, the ratio of the same run is what carries over. CPU seconds per GB are
 given for each side (this process with Spark's JVM and Python workers; the server apart): on a
 machine whose cores other work also wants, the side that needs more CPU per GB loses more.
 
-Usage: ``python bench/pipeline.py [--gib 1] [--partitions 4] [--segment-mib 128] [--rounds 3]``
+Usage: ``python bench/pipeline.py [--gib 1] [--partitions 4] [--segment-mib 128] [--rounds 3]
+[--figures verify_deep,export]``
 """
 
 from __future__ import annotations
@@ -203,8 +212,110 @@ def verify_deep(tier: Tier, rounds: int) -> dict[str, Any]:
     }
 
 
+# -- export ---------------------------------------------------------------------------------------
+
+
+def _rlm_export(tier: Tier, output: Path) -> int:
+    """``rlm spark export`` to a new ``output`` in the active session; the ``.log`` bytes exported."""
+    import shutil
+
+    from rlm.pipeline.export.job import ExportOptions
+    from rlm.pipeline.spark.jobs import run_export
+    from rlm.pipeline.spark.session import SparkOptions
+
+    report = run_export(tier.settings, SparkOptions(), ExportOptions(output=str(output)), progress=False)
+    if report.rows == 0:
+        raise SystemExit("the export wrote no row")
+    shutil.rmtree(output)
+    return tier.log_bytes
+
+
+def _one_process_export(tier: Tier, output: Path) -> int:
+    """The baseline: every ``.log`` object read with boto3, decoded with kafka-python, written with
+    pyarrow, one segment after another in this process."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+    from kafka.record import MemoryRecords
+
+    from bench.copier import s3_session
+    from rlm.pipeline.export.rows import EXPORT_SCHEMA, PARTITION_COLUMNS
+    from rlm.storage.layout import LOG_SUFFIX, parse_segment_key
+
+    client = s3_session().client("s3", endpoint_url=tier.endpoint)
+    types = {0: "CreateTime", 1: "LogAppendTime"}
+    for key in (k for k in tier.keys if k.endswith(LOG_SUFFIX)):
+        parsed = parse_segment_key(key)
+        assert parsed is not None
+        data = client.get_object(Bucket=BUCKET, Key=f"tier/{key}")["Body"].read()
+        memory = MemoryRecords(data)
+        rows: dict[str, list[Any]] = {name: [] for name in EXPORT_SCHEMA.names}
+        while (batch := memory.next_batch()) is not None:
+            v2 = batch.magic >= 2
+            if v2 and batch.is_control_batch:
+                continue
+            for record in batch:
+                rows["offset"].append(record.offset)
+                rows["timestamp"].append(record.timestamp if batch.magic > 0 else None)
+                rows["timestamp_type"].append(
+                    types[batch.timestamp_type] if batch.magic > 0 else "NoTimestampType"
+                )
+                rows["key"].append(record.key)
+                rows["value"].append(record.value)
+                rows["headers"].append([{"key": k, "value": v} for k, v in record.headers] if v2 else [])
+                rows["leader_epoch"].append(batch.leader_epoch if v2 and batch.leader_epoch >= 0 else None)
+                rows["producer_id"].append(batch.producer_id if v2 and batch.producer_id >= 0 else None)
+        count = len(rows["offset"])
+        rows["topic"] = [parsed.topic] * count
+        rows["partition"] = [parsed.partition] * count
+        stamps = pa.array(rows["timestamp"], pa.timestamp("ms", tz="UTC"))
+        rows["date"] = pc.cast(stamps, pa.date32()).to_pylist()
+        table = pa.Table.from_pydict(rows, schema=EXPORT_SCHEMA)
+        pq.write_to_dataset(table, output, partition_cols=list(PARTITION_COLUMNS))
+    shutil.rmtree(output)
+    return tier.log_bytes
+
+
+def _use_session(tier: Tier, master: str) -> None:
+    """Stop the tier's session and start one of ``master`` in its place."""
+    from rlm.pipeline.spark.session import SparkOptions, build_session
+
+    tier.session.stop()
+    tier.session = build_session(SparkOptions(master=master, conf=(("spark.ui.enabled", "false"),)))
+
+
+def export(tier: Tier, rounds: int) -> dict[str, Any]:
+    """``rlm spark export`` on local[2] and local[1] against a one-process kafka-python + pyarrow export."""
+    work = Path(
+        tempfile.mkdtemp(prefix="export-", dir=Path(tier.settings.metadata_url[len("sqlite:///") :]).parent)
+    )
+    outputs = (work / f"out-{n}" for n in range(10_000))
+    sides: dict[str, list[dict[str, float]]] = {"local2": [], "local1": [], "baseline": []}
+    for master, side in (("local[1]", "local1"), ("local[2]", "local2")):
+        _use_session(tier, master)
+        _rlm_export(tier, next(outputs))  # warm: Python workers, storage clients
+        for _ in range(rounds):
+            sides["baseline"].append(
+                _measure(partial(_one_process_export, tier, next(outputs)), tier.server_pid)
+            )
+            sides[side].append(_measure(partial(_rlm_export, tier, next(outputs)), tier.server_pid))
+    two, one, baseline = _best(sides["local2"]), _best(sides["local1"]), _best(sides["baseline"])
+    return {
+        "rlm_spark_export_local2": two,
+        "rlm_spark_export_local1": one,
+        "kafka_python_pyarrow_one_process": baseline,
+        "ratio_local2_to_local1": round(two["mb_per_s"] / one["mb_per_s"], 2),
+        "target_ratio_local2_to_local1_min": 1.6,
+        "ratio_local2_to_one_process": round(two["mb_per_s"] / baseline["mb_per_s"], 2),
+        "target_ratio_local2_to_one_process_min": 1.5,
+        "rounds": sides,
+    }
+
+
 #: Every figure of this benchmark: name → function of the tier and the number of rounds.
-FIGURES: dict[str, Callable[[Tier, int], dict[str, Any]]] = {"verify_deep": verify_deep}
+FIGURES: dict[str, Callable[[Tier, int], dict[str, Any]]] = {"verify_deep": verify_deep, "export": export}
 
 
 def main() -> None:
@@ -246,11 +357,11 @@ def main() -> None:
             settings, keys, total, log_bytes = _tier(args.data / "logs", Path(work), endpoint)
             tiering = time.perf_counter() - tiering
             session = build_session(SparkOptions(master="local[2]", conf=(("spark.ui.enabled", "false"),)))
+            tier = Tier(settings, endpoint, process.pid, keys, total, log_bytes, session)
             try:
-                tier = Tier(settings, endpoint, process.pid, keys, total, log_bytes, session)
                 figures = {name: FIGURES[name](tier, args.rounds) for name in args.figures.split(",")}
             finally:
-                session.stop()
+                tier.session.stop()
     finally:
         process.terminate()
         process.wait(30)

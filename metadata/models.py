@@ -11,6 +11,8 @@
                       which makes timestamp and offset lookups O(log n) (see ``metadata.tree``).
 ``rlm_skipped_range`` offset ranges the remote tier will never hold, and why (an operator's skip,
                       or data the broker deleted before it was tiered).
+``rlm_export_offset`` per (export output, topic, partition): where the next ``rlm spark export
+                      --incremental`` run starts.
 
 Any change here needs an Alembic migration in ``alembic/versions``; the test suite runs
 ``alembic check`` to catch a missing one.
@@ -235,3 +237,19 @@ class CompactionOutputRow(Base):
     index_key: Mapped[str] = mapped_column(String(OBJECT_KEY_MAX))
     lease_epoch: Mapped[int] = mapped_column(BigInteger)
     recorded_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+#: Longest export output URI recorded in the export ledger.
+OUTPUT_URI_MAX = 1024
+
+
+class ExportOffsetRow(Base):
+    """Where the next export of ``output`` starts in a partition: past what earlier runs wrote."""
+
+    __tablename__ = "rlm_export_offset"
+
+    output: Mapped[str] = mapped_column(String(OUTPUT_URI_MAX), primary_key=True)
+    topic: Mapped[str] = mapped_column(String(TOPIC_NAME_MAX), primary_key=True)
+    partition: Mapped[int] = mapped_column(Integer, primary_key=True)
+    next_offset: Mapped[int] = mapped_column(BigInteger)
+    updated_ms: Mapped[int] = mapped_column(BigInteger)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -11,7 +11,7 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, Row, Select, delete, insert, select, tuple_, update
 
-from metadata import compaction, partitions, search, summaries, tier_summaries, tree, uploads
+from metadata import compaction, exports, partitions, search, summaries, tier_summaries, tree, uploads
 from metadata import skipped as skipped_ranges
 from metadata.engine import Deadlines, create_engine_for_url
 from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow
@@ -525,6 +525,18 @@ class SqlMetadataStore:
                 conn.execute(delete(SegmentEpochRow).where(SegmentEpochRow.segment_id.in_(ids)))
                 conn.execute(delete(Segment).where(Segment.segment_id.in_(ids)))
             return len(ids)
+
+    # -- export ledger ------------------------------------------------------------------------
+
+    def export_offsets(self, output: str) -> dict[TopicPartition, int]:
+        """See :meth:`rlm.metastore.MetadataStore.export_offsets`."""
+        with self._transaction(write=False, snapshot=False) as conn:
+            return exports.of_output(conn, output)
+
+    def record_export_offsets(self, output: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """See :meth:`rlm.metastore.MetadataStore.record_export_offsets`."""
+        with self._transaction(write=True) as conn:
+            exports.record(conn, output, offsets, self._clock())
 
     def rebuild_summaries(self, tp: TopicPartition) -> None:
         """Recompute what is derived from the partition's segment rows: its offset tree, its

@@ -217,6 +217,13 @@ class Settings:
     """``remote.fetch.max.streams``: record streams sent at once; another is refused (429 with
     ``Retry-After``, gRPC RESOURCE_EXHAUSTED)."""
     remote_log_index_cache_dir: Path = Path("build/rlm/index-cache")
+    export_iceberg_catalog_url: str | None = None
+    """``export.iceberg.catalog.url``: the SQL catalog (a SQLAlchemy URL) of ``rlm spark export
+    --format iceberg``; unset uses ``metadata.url``, in a schema of its own on PostgreSQL
+    (``rlm_iceberg``)."""
+    export_iceberg_warehouse: str | None = None
+    """``export.iceberg.warehouse``: where new Iceberg tables keep their files (a directory URI
+    Spark writes and pyiceberg reads: ``file:///...``, ``s3://...``); required to create a table."""
     topic_defaults: TopicSettings = field(default_factory=TopicSettings)
     topic_overrides: Mapping[str, TopicSettings] = field(default_factory=dict)
 

@@ -53,6 +53,7 @@ from rlm.metastore.model import (
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.remote_segment import PreparedSegment, prepare_segment
+from rlm.storage.description import describe
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
 
@@ -293,7 +294,9 @@ class Copier:
                 on_upload=record,
             )
             self.step("log_uploaded")
-            self.storage.put_object(layout.index_key, prepared.index_blob.data, on_upload=record)
+            self.storage.put_object(
+                layout.index_key, prepared.index_blob.data, on_upload=record, metadata=describe(remote)
+            )
             self.step("indexes_uploaded")
             finishing = True
             self.store.update_segment_state(

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from rlm.config import load_settings
@@ -67,6 +68,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     verify.set_defaults(func=_verify)
     _register_compact(jobs)
+    _register_export(jobs)
+    _register_rebuild(jobs)
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -120,3 +123,133 @@ def _compact(args: argparse.Namespace) -> int:
     report = run_compact(settings, spark, options, progress=False if args.quiet else None)
     sys.stdout.write(render_json(report) if args.json else render_text(report))
     return 1 if report.failed else 0
+
+
+# -- export ---------------------------------------------------------------------------------------
+
+
+def _timestamp_ms(text: str) -> int:
+    """Epoch milliseconds, or an ISO-8601 time (UTC unless it names its zone)."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither epoch milliseconds nor an ISO-8601 time (2026-11-26T08:00:00Z)"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _register_export(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    export = jobs.add_parser(
+        "export",
+        help="write the remote tier's records as Parquet files or an Iceberg table",
+        description=(
+            "Write one row per record of the remote tier (topic, partition, offset, timestamp, "
+            "timestamp_type, key, value, headers, leader_epoch, producer_id): Parquet files "
+            "partitioned by topic, partition and date, committed from a staging directory; or "
+            "one Iceberg snapshot per run. Executors read the remote tier, never a broker's disks."
+        ),
+    )
+    _add_common_options(export)
+    export.add_argument(
+        "--output", required=True, help="Parquet: a directory path or URI; Iceberg: namespace.table"
+    )
+    export.add_argument("--format", choices=["parquet", "iceberg"], default="parquet")
+    export.add_argument(
+        "--from", dest="from_ms", type=_timestamp_ms, help="from the first record with timestamp ≥ this"
+    )
+    export.add_argument(
+        "--to",
+        dest="to_ms",
+        type=_timestamp_ms,
+        help="up to the first record with timestamp ≥ this, excluded",
+    )
+    export.add_argument(
+        "--isolation", choices=["read_committed", "read_uncommitted"], default="read_committed"
+    )
+    export.add_argument(
+        "--incremental",
+        action="store_true",
+        help="continue from where the previous run to this output stopped",
+    )
+    export.set_defaults(func=_export)
+
+
+def _export(args: argparse.Namespace) -> int:
+    import json
+
+    from rlm.pipeline.export.job import ExportFormat, ExportOptions
+    from rlm.pipeline.export.report import render_text
+    from rlm.pipeline.export.rows import Isolation
+    from rlm.pipeline.spark.jobs import run_export
+    from rlm.pipeline.spark.session import SparkOptions, parse_conf
+
+    settings = load_settings(args.config)
+    spark = SparkOptions(master=args.master, app_name="rlm spark export", conf=parse_conf(args.conf))
+    options = ExportOptions(
+        output=args.output,
+        format=ExportFormat(args.format),
+        topics=tuple(args.topic),
+        partitions=tuple(args.partition),
+        from_ms=args.from_ms,
+        to_ms=args.to_ms,
+        isolation=Isolation(args.isolation),
+        incremental=args.incremental,
+    )
+    report = run_export(settings, spark, options, progress=False if args.quiet else None)
+    sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n" if args.json else render_text(report))
+    return 0
+
+
+# -- rebuild-metadata -----------------------------------------------------------------------------
+
+
+def _register_rebuild(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    rebuild = jobs.add_parser(
+        "rebuild-metadata",
+        help="rebuild the metadata database's segment rows from the remote tier's objects",
+        description=(
+            "Disaster recovery: write a COPY_SEGMENT_FINISHED row for every complete segment "
+            "object set under --remote into the empty, migrated database --metadata, from the "
+            "objects' own descriptions (or, for objects copied before those, from reading them). "
+            "Sets that repeat a range, incomplete sets and other keys are listed as orphans."
+        ),
+    )
+    _add_common_options(rebuild)
+    rebuild.add_argument("--remote", help="the remote tier's URL (default: remote.url)")
+    rebuild.add_argument("--metadata", help="the empty, migrated database's URL (default: metadata.url)")
+    rebuild.add_argument("--delete-orphans", action="store_true", help="delete the orphan segment objects")
+    rebuild.set_defaults(func=_rebuild)
+
+
+def _rebuild(args: argparse.Namespace) -> int:
+    import json
+
+    from rlm.pipeline.rebuild.job import RebuildOptions
+    from rlm.pipeline.spark.jobs import run_rebuild
+    from rlm.pipeline.spark.session import SparkOptions, parse_conf
+
+    settings = load_settings(args.config)
+    changes = {"remote_url": args.remote, "metadata_url": args.metadata}
+    settings = dataclasses.replace(settings, **{k: v for k, v in changes.items() if v is not None})
+    spark = SparkOptions(
+        master=args.master, app_name="rlm spark rebuild-metadata", conf=parse_conf(args.conf)
+    )
+    options = RebuildOptions(topics=tuple(args.topic), delete_orphans=args.delete_orphans)
+    report = run_rebuild(settings, spark, options, progress=False if args.quiet else None)
+    if args.json:
+        sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+    else:
+        read = report.segments - report.from_descriptions
+        lines = [
+            f"{report.segments} segments of {report.partitions} partitions rebuilt "
+            f"({report.from_descriptions} from their descriptions, {read} read), "
+            f"{len(report.orphans)} orphans{' deleted' if report.deleted_orphans else ''}"
+        ]
+        lines += [f"orphan: {', '.join(o.keys)}: {o.reason}" for o in report.orphans]
+        sys.stdout.write("\n".join(lines) + "\n")
+    return 0

@@ -20,7 +20,7 @@ Conventions shared by every method:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from typing import Protocol
 from uuid import UUID
 
@@ -297,6 +297,18 @@ class MetadataStore(Protocol):
         Raises:
             StaleLeaseError: ``lease_epoch`` is stale.
         """
+        ...
+
+    # -- export ledger ------------------------------------------------------------------------
+
+    def export_offsets(self, output: str) -> dict[TopicPartition, int]:
+        """Per partition, the offset the next incremental export to ``output`` (a URI) starts at:
+        past the last one earlier runs exported; partitions never exported there are absent."""
+        ...
+
+    def record_export_offsets(self, output: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Record where the next export to ``output`` starts in each partition given. An offset
+        never goes down: a lower one than recorded (a commit replayed) changes nothing."""
         ...
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from rlm.metastore.model import PendingUpload
 from rlm.storage.protocol import STREAM_PIECE_BYTES, PutResult, PutSource, RemoteStorage
@@ -24,9 +24,16 @@ class DelegatingStorage:
         crc32c: int | None = None,
         rate_limiter: RateLimiter | None = None,
         on_upload: Callable[[PendingUpload], None] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> PutResult:
         return self.inner.put_object(
-            key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter, on_upload=on_upload
+            key,
+            source,
+            size=size,
+            crc32c=crc32c,
+            rate_limiter=rate_limiter,
+            on_upload=on_upload,
+            metadata=metadata,
         )
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
@@ -39,6 +46,9 @@ class DelegatingStorage:
 
     def object_size(self, key: str) -> int | None:
         return self.inner.object_size(key)
+
+    def object_metadata(self, key: str) -> dict[str, str] | None:
+        return self.inner.object_metadata(key)
 
     def delete_objects(self, keys: Iterable[str]) -> None:
         self.inner.delete_objects(keys)

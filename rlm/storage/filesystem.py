@@ -10,6 +10,9 @@ Directories are kept after their last object is deleted: there is one per partit
 removing them would race with a concurrent put into the same partition. Unlike S3, a key cannot
 name an object and also be the directory of other keys (``a`` and ``a/b``); rlm's key layout
 never needs both, and such a put fails with a :class:`~rlm.errors.StorageError`.
+An object's metadata, when put with some, is a sidecar file ``<name>`` + :data:`META_SUFFIX` (JSON)
+beside it, written before the object and deleted with it; listings skip sidecars, and keys may
+not end with the suffix.
 No key may lead out of the root through a symlink inside it: reads (the hot path of remote
 lookups) and size queries have the kernel refuse that in the open itself
 (:mod:`rlm.storage.beneath`); puts and deletes check the resolved path first.
@@ -18,10 +21,11 @@ lookups) and size queries have the kernel refuse that in the open itself
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
@@ -41,6 +45,8 @@ from rlm.storage.protocol import STREAM_PIECE_BYTES, PutResult, PutSource, check
 from rlm.storage.ratelimit import RateLimiter
 
 TMP_SUFFIX = ".rlm-tmp"
+#: The suffix of an object's metadata sidecar.
+META_SUFFIX = ".rlm-meta"
 #: Bytes copied at a time when putting a file.
 COPY_CHUNK_BYTES = 1024 * 1024
 _HEX_DIGITS = "0123456789abcdef"
@@ -64,8 +70,9 @@ class FilesystemStorage:
 
     def _check_key(self, key: str) -> None:
         validate_key(key)
-        if key.endswith(TMP_SUFFIX):
-            raise InvalidObjectKeyError(f"invalid object key {key!r}: ends with {TMP_SUFFIX}", key=key)
+        for suffix in (TMP_SUFFIX, META_SUFFIX):
+            if key.endswith(suffix):
+                raise InvalidObjectKeyError(f"invalid object key {key!r}: ends with {suffix}", key=key)
 
     def _outside(self, key: str) -> InvalidObjectKeyError:
         return InvalidObjectKeyError(f"invalid object key {key!r}: resolves outside {self.root}", key=key)
@@ -90,6 +97,7 @@ class FilesystemStorage:
         crc32c: int | None = None,
         rate_limiter: RateLimiter | None = None,
         on_upload: Callable[[PendingUpload], None] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> PutResult:
         # A killed put leaves a temporary file that abort_incomplete_puts finds by its name, so
         # there is no upload to name: on_upload is never called.
@@ -103,6 +111,7 @@ class FilesystemStorage:
                     out.flush()
                     os.fsync(out.fileno())
                 check_expected_crc32c(key, checksum, crc32c)
+                self._put_sidecar(target, metadata)
                 os.replace(tmp, target)
                 fsync_dir(target.parent)
             except OSError as exc:
@@ -110,6 +119,36 @@ class FilesystemStorage:
             finally:
                 tmp.unlink(missing_ok=True)
             return PutResult(key, payload.size, checksum)
+
+    @staticmethod
+    def _put_sidecar(target: Path, metadata: Mapping[str, str] | None) -> None:
+        """Write (or, without metadata, remove) the sidecar of the object about to be ``target``."""
+        sidecar = target.with_name(target.name + META_SUFFIX)
+        if not metadata:
+            sidecar.unlink(missing_ok=True)
+            return
+        tmp = _tmp_path(sidecar)
+        try:
+            tmp.write_text(json.dumps(dict(metadata), sort_keys=True), encoding="utf-8")
+            os.replace(tmp, sidecar)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def object_metadata(self, key: str) -> dict[str, str] | None:
+        if self.object_size(key) is None:
+            return None
+        path = self._path(key)
+        try:
+            text = path.with_name(path.name + META_SUFFIX).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            raise _os_error(exc, key, "read the metadata of") from exc
+        try:
+            found = json.loads(text)
+        except ValueError as exc:
+            raise StorageError(f"the metadata sidecar of {key!r} is not JSON: {exc}", key=key) from exc
+        return {str(k): str(v) for k, v in found.items()}
 
     def read_range(self, key: str, start: int, length: int) -> bytes:
         if start < 0 or length < 0:
@@ -185,12 +224,13 @@ class FilesystemStorage:
     def delete_objects(self, keys: Iterable[str]) -> None:
         paths = {key: self._path(key) for key in keys}  # check every key before deleting any
         for key, path in paths.items():
-            try:
-                path.unlink()
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-                pass  # no object there (a directory is a prefix, not an object)
-            except OSError as exc:
-                raise _os_error(exc, key, "delete") from exc
+            for target in (path, path.with_name(path.name + META_SUFFIX)):
+                try:
+                    target.unlink()
+                except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                    pass  # no object there (a directory is a prefix, not an object)
+                except OSError as exc:
+                    raise _os_error(exc, key, "delete") from exc
         for parent in {path.parent for path in paths.values()}:
             if parent.is_dir():
                 fsync_dir(parent)
@@ -235,7 +275,7 @@ class FilesystemStorage:
         for dirpath, _, filenames in os.walk(top):
             relative = Path(dirpath).relative_to(self.root).as_posix()
             for filename in filenames:
-                if filename.endswith(TMP_SUFFIX):
+                if filename.endswith((TMP_SUFFIX, META_SUFFIX)):
                     continue
                 key = filename if relative == "." else f"{relative}/{filename}"
                 if key.startswith(prefix):

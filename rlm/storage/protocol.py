@@ -22,7 +22,7 @@ Conventions shared by every method:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import NamedTuple, Protocol
 
 from rlm.metastore.model import PendingUpload
@@ -68,6 +68,7 @@ class RemoteStorage(Protocol):
         crc32c: int | None = None,
         rate_limiter: RateLimiter | None = None,
         on_upload: Callable[[PendingUpload], None] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> PutResult:
         """Store ``source`` under ``key``, replacing any object there.
 
@@ -87,6 +88,9 @@ class RemoteStorage(Protocol):
                 and before any of its bytes are sent, so the caller can record it for the cleanup
                 of a killed put. When it raises, the upload is aborted and the put fails with its
                 error. Stores whose leftovers need no name (the filesystem) never call it.
+            metadata: Small ASCII strings stored with the object, replaced with it and deleted
+                with it (S3 user metadata, 2 KiB in all; a sidecar file on the filesystem), read
+                back by :meth:`object_metadata`.
 
         Returns:
             The key, size and CRC-32C stored.
@@ -143,6 +147,15 @@ class RemoteStorage(Protocol):
         Raises:
             StorageUnavailableError: Retries are spent (retriable).
             StorageError: The store refused the call.
+        """
+        ...
+
+    def object_metadata(self, key: str) -> dict[str, str] | None:
+        """The metadata the object was stored with (empty when none); ``None`` when there is no
+        such object.
+
+        Raises:
+            StorageError: The store failed.
         """
         ...
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 from functools import partial
 from types import TracebackType
@@ -170,18 +170,26 @@ class S3Storage:
         crc32c: int | None = None,
         rate_limiter: RateLimiter | None = None,
         on_upload: Callable[[PendingUpload], None] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> PutResult:
         full_key = self._full_key(key)
+        extra = {} if not metadata else {"Metadata": dict(metadata)}
         with Payload(source, size) as payload:
             if payload.size > self.config.multipart_threshold_bytes:
-                sent = self._multipart.upload(key, full_key, payload, crc32c, rate_limiter, on_upload)
+                sent = self._multipart.upload(key, full_key, payload, crc32c, rate_limiter, on_upload, extra)
             else:
-                sent = self._put_single(key, full_key, payload, crc32c, rate_limiter)
+                sent = self._put_single(key, full_key, payload, crc32c, rate_limiter, extra)
             self._verifier.verify(key, full_key, payload.size, sent)
             return PutResult(key, payload.size, sent.crc32c)
 
     def _put_single(
-        self, key: str, full_key: str, payload: Payload, expected: int | None, limiter: RateLimiter | None
+        self,
+        key: str,
+        full_key: str,
+        payload: Payload,
+        expected: int | None,
+        limiter: RateLimiter | None,
+        extra: dict[str, Any],
     ) -> Uploaded:
         data = payload.read(0, payload.size)
         checksum = crc32c_update(data)
@@ -191,7 +199,7 @@ class S3Storage:
         args = body_checksum(self.config, data, s3_crc32c(checksum))
 
         def put() -> None:
-            self._client.put_object(Bucket=self.bucket, Key=full_key, Body=data, **args)
+            self._client.put_object(Bucket=self.bucket, Key=full_key, Body=data, **args, **extra)
 
         self._call("PutObject", key, put)
         return Uploaded(checksum, s3_crc32c(checksum))
@@ -298,6 +306,19 @@ class S3Storage:
             "HeadObject", key, partial(stored_object, self._client, self.bucket, full_key, False)
         )
         return None if stored is None else stored.size
+
+    def object_metadata(self, key: str) -> dict[str, str] | None:
+        full_key = self._full_key(key)
+
+        def head() -> dict[str, str] | None:
+            try:
+                return dict(self._client.head_object(Bucket=self.bucket, Key=full_key)["Metadata"])
+            except ClientError as exc:
+                if s3_error_code(exc) in NOT_FOUND_CODES:
+                    return None
+                raise
+
+        return self._call("HeadObject", key, head)
 
     def delete_objects(self, keys: Iterable[str]) -> None:
         keys = list(keys)

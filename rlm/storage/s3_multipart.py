@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -145,6 +145,7 @@ class MultipartUploader:
         expected: int | None,
         limiter: RateLimiter | None,
         on_upload: Callable[[PendingUpload], None] | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Uploaded:
         """Upload ``payload`` to ``full_key``; returns what was sent. Aborts on any failure.
 
@@ -157,10 +158,17 @@ class MultipartUploader:
         def create() -> str:
             nonlocal creates
             creates += 1
+            more = dict(extra or {})
             if not self._crc32c:
-                return self._client.create_multipart_upload(Bucket=self._bucket, Key=full_key)["UploadId"]
+                return self._client.create_multipart_upload(Bucket=self._bucket, Key=full_key, **more)[
+                    "UploadId"
+                ]
             return self._client.create_multipart_upload(
-                Bucket=self._bucket, Key=full_key, ChecksumAlgorithm="CRC32C", ChecksumType=checksum_type
+                Bucket=self._bucket,
+                Key=full_key,
+                ChecksumAlgorithm="CRC32C",
+                ChecksumType=checksum_type,
+                **more,
             )["UploadId"]
 
         try:

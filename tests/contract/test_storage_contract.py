@@ -714,3 +714,17 @@ def test_s3_abort_reads_every_page_of_the_upload_listing(
         assert events.failed == {"ListMultipartUploads": 1}
         assert "truncated but names no next page" in caplog.text
         assert "lifecycle rule" in caplog.text
+
+
+def test_metadata_is_stored_replaced_and_deleted_with_its_object(storage: RemoteStorage) -> None:
+    key = "p/described.indexes"
+    storage.put_object(key, b"index bytes", metadata={"rlm-segment": '{"v":1,"end":99}'})
+    assert storage.object_metadata(key) == {"rlm-segment": '{"v":1,"end":99}'}
+    assert list(storage.list_keys("p/")) == [key]  # a sidecar is no object
+    storage.put_object(key, b"index bytes again")  # replaced without metadata: none is left
+    assert storage.object_metadata(key) == {}
+    storage.put_object(key, b"index bytes", metadata={"rlm-segment": "x"})
+    storage.delete_objects([key])
+    assert storage.object_metadata(key) is None
+    storage.put_object(key, b"index bytes")
+    assert storage.object_metadata(key) == {}  # the deleted object's metadata did not come back

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -400,12 +400,19 @@ class FailingPuts(DelegatingStorage):
         crc32c: int | None = None,
         rate_limiter: RateLimiter | None = None,
         on_upload: Callable[[PendingUpload], None] | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> PutResult:
         if key.endswith(self.suffix) and self.left > 0:
             self.left -= 1
             raise StorageUnavailableError(f"put {key}: throttled", key=key)
         return super().put_object(
-            key, source, size=size, crc32c=crc32c, rate_limiter=rate_limiter, on_upload=on_upload
+            key,
+            source,
+            size=size,
+            crc32c=crc32c,
+            rate_limiter=rate_limiter,
+            on_upload=on_upload,
+            metadata=metadata,
         )
 
 

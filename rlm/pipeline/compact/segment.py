@@ -26,6 +26,7 @@ from rlm.pipeline.compact.rewrite import Counts, Keep, RewriteParams, empty_batc
 from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import SegmentReader
 from rlm.pipeline.transactions import AbortedIndex
+from rlm.storage.description import describe
 from rlm.storage.layout import IndexBlob, segment_keys
 from rlm.storage.protocol import RemoteStorage
 
@@ -201,7 +202,10 @@ def write_output(
         )
         if write:
             storage.put_object(log_key, Path(path), size=position)
-            storage.put_object(index_key, blob.data)
+            # Described like the copier's, so that rebuild-metadata restores the row without
+            # reading: the bytes alone would not give the end offset of a segment whose last
+            # batches were compacted away.
+            storage.put_object(index_key, blob.data, metadata=describe(row))
         return WrittenSegment(row, counts)
     finally:
         os.unlink(path)

@@ -15,6 +15,7 @@ from rlm.metastore.model import IndexType, SegmentState, TopicPartition
 from rlm.pipeline.compact.engine import InProcessEngine
 from rlm.pipeline.compact.job import CompactOptions, CompactReport, compact
 from rlm.pipeline.storage import StorageSpec
+from rlm.storage.description import Description, read_description
 from rlm.storage.layout import IndexBlob
 from tests.pipeline.compact.support import (
     TOPIC,
@@ -94,6 +95,23 @@ def test_compaction_keeps_winners_offsets_and_valid_segments(tier: Tier, tmp_pat
     assert len(keys) == len(set(keys))
     for segment in _download(tier, tp, tmp_path / "check"):
         assert list(verify_segment(segment)) == []
+
+
+def test_written_segments_describe_themselves_as_copied_ones_do(tier: Tier) -> None:
+    tp = TopicPartition(TOPIC, 0)
+    copied = {row.segment_id for row in tier.finished(tp)}
+    assert not run(tier).failed
+    written = [row for row in tier.finished(tp) if row.segment_id not in copied]
+    assert written
+    storage = tier.open_storage()
+    try:
+        for row in written:
+            key = row.layout.index_key
+            described = read_description(storage.object_metadata(key) or {}, key)
+            assert described is not None, key
+            assert described[:6] == Description.of(row)[:6]  # all but the broker and the time
+    finally:
+        storage.close()
 
 
 def test_a_second_run_changes_nothing_and_a_run_past_the_horizon_drops_tombstones(tier: Tier) -> None:

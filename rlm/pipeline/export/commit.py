@@ -1,0 +1,155 @@
+"""Staging then commit: how a Parquet export's files become visible, each exactly once.
+
+A run writes its files under ``<output>/_rlm_staging/<run id>/`` (readers skip directories whose
+name starts with ``_``: Spark, pyarrow, pandas; DuckDB reads ``<output>/topic=*/partition=*/date=*/
+*.parquet``). When every file is written the driver writes the run's manifest,
+``_rlm_staging/<run id>.commit.json``, in one atomic step: the commit point. It names the files
+and where the next incremental run starts in each partition. Then the files are moved into the
+output's ``topic=…/partition=…/date=…`` directories, the ledger is advanced, and the staging
+directory and the manifest are deleted.
+
+Every run first settles what earlier runs left (:func:`settle`): a staging directory without a
+manifest is a run that died before its commit point, and is deleted (its rows were never
+visible); a manifest is a committed run whose moves or ledger update did not all happen, and is
+finished (moves already made are skipped). So a killed run leaves no partial rows visible until
+its commit point; after it, rows may be partly visible until the next run of the output
+completes the commit, and none is ever written twice. One run per output at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from rlm.errors import CorruptDataError
+from rlm.metastore.model import TopicPartition
+from rlm.pipeline.export.files import Files, join
+
+STAGING_DIR = "_rlm_staging"
+MANIFEST_SUFFIX = ".commit.json"
+
+Advance = Callable[[Mapping[TopicPartition, int]], None]
+"""Advances the ledger of the output to the offsets given (the metadata store's)."""
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What a committed run wrote and where the next run starts."""
+
+    run_id: str
+    files: tuple[str, ...]
+    """Data files, relative to the run's staging directory (and then to the output)."""
+    next_offsets: dict[TopicPartition, int]
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "run_id": self.run_id,
+                "files": list(self.files),
+                "next_offsets": [
+                    {"topic": tp.topic, "partition": tp.partition, "next_offset": offset}
+                    for tp, offset in sorted(self.next_offsets.items())
+                ],
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str, path: str) -> Manifest:
+        """Raises CorruptDataError naming ``path`` when the manifest is not one rlm wrote."""
+        try:
+            doc = json.loads(text)
+            offsets = {
+                TopicPartition(str(e["topic"]), int(e["partition"])): int(e["next_offset"])
+                for e in doc["next_offsets"]
+            }
+            return cls(str(doc["run_id"]), tuple(str(f) for f in doc["files"]), offsets)
+        except (ValueError, KeyError, TypeError) as exc:
+            raise CorruptDataError(f"the export manifest is not valid: {exc}", path=path) from exc
+
+
+def new_run_id() -> str:
+    """A run id that sorts by nothing and collides with no other run's."""
+    return uuid.uuid4().hex
+
+
+def staging_dir(output: str, run_id: str) -> str:
+    """Where a run writes its files."""
+    return join(output, f"{STAGING_DIR}/{run_id}")
+
+
+def manifest_path(output: str, run_id: str) -> str:
+    return join(output, f"{STAGING_DIR}/{run_id}{MANIFEST_SUFFIX}")
+
+
+def data_files(files: Files, directory: str) -> list[str]:
+    """The Parquet files a writer left under ``directory`` (not its markers nor checksums)."""
+    return [
+        f
+        for f in files.list_files(directory)
+        if f.endswith(".parquet") and not any(part.startswith((".", "_")) for part in f.split("/"))
+    ]
+
+
+def write_manifest(files: Files, output: str, manifest: Manifest) -> None:
+    """The commit point: after this the run's rows will be visible, whatever happens."""
+    files.write_text(manifest_path(output, manifest.run_id), manifest.to_json())
+
+
+def finish(files: Files, output: str, manifest: Manifest, advance: Advance) -> int:
+    """Move a committed run's files into the output, advance the ledger, clean up; idempotent.
+
+    Returns:
+        How many files were moved now (fewer than the manifest's when a previous try moved some).
+
+    Raises:
+        CorruptDataError: A file the manifest names is neither staged nor in the output (something
+            else deleted it); the message names it.
+    """
+    staged = staging_dir(output, manifest.run_id)
+    moved = 0
+    for name in manifest.files:
+        source, target = join(staged, name), join(output, name)
+        if files.exists(source):
+            files.rename(source, target)
+            moved += 1
+        elif not files.exists(target):
+            raise CorruptDataError(
+                f"export run {manifest.run_id}: {name} is neither staged nor in the output", path=staged
+            )
+    advance(manifest.next_offsets)
+    files.delete(staged)
+    files.delete(manifest_path(output, manifest.run_id))
+    return moved
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What :func:`settle` found of earlier runs."""
+
+    discarded: tuple[str, ...] = ()
+    """Runs that died before their commit point: their staged files were deleted."""
+    completed: tuple[str, ...] = ()
+    """Committed runs whose commit this finished."""
+
+
+def settle(files: Files, output: str, advance: Advance, *, keep: Sequence[str] = ()) -> Settled:
+    """Finish the commits of earlier committed runs, and delete what uncommitted ones staged
+    (runs in ``keep`` excepted)."""
+    root = join(output, STAGING_DIR)
+    children = files.list_children(root)
+    committed = sorted(c[: -len(MANIFEST_SUFFIX)] for c in children if c.endswith(MANIFEST_SUFFIX))
+    completed = []
+    for run_id in committed:
+        path = manifest_path(output, run_id)
+        finish(files, output, Manifest.from_json(files.read_text(path), path), advance)
+        completed.append(run_id)
+    discarded = []
+    for name in files.list_children(root):
+        if name in keep or name.endswith(MANIFEST_SUFFIX) or name.startswith("."):
+            continue
+        files.delete(join(root, name))
+        discarded.append(name)
+    return Settled(tuple(discarded), tuple(completed))

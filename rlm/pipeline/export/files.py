@@ -1,0 +1,94 @@
+"""The file operations an export's commit needs, on whatever file system holds the output.
+
+A Parquet export's output is any path Spark writes: a local directory, ``s3a://`` and the rest of
+Hadoop's file systems. The commit (:mod:`rlm.pipeline.export.commit`) only lists, renames, writes
+a small manifest and deletes, through :class:`Files`: Hadoop's ``FileSystem`` on Spark's driver
+(:class:`rlm.pipeline.spark.files.HadoopFiles`), or :class:`LocalFiles` for a local directory.
+Paths are strings; ``join`` puts a ``/`` between a directory and a relative path.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Protocol
+from urllib.parse import urlparse
+
+
+def join(directory: str, relative: str) -> str:
+    """``directory/relative``."""
+    return f"{directory.rstrip('/')}/{relative.lstrip('/')}"
+
+
+class Files(Protocol):
+    """File operations on the output's file system."""
+
+    def list_files(self, directory: str) -> list[str]:
+        """Paths relative to ``directory`` of every file under it, recursively; empty when it
+        does not exist."""
+        ...
+
+    def list_children(self, directory: str) -> list[str]:
+        """Names of the files and directories right under ``directory``; empty when it does not exist."""
+        ...
+
+    def exists(self, path: str) -> bool: ...
+
+    def rename(self, source: str, target: str) -> None:
+        """Move a file, creating the target's parent directories."""
+        ...
+
+    def write_text(self, path: str, text: str) -> None:
+        """Write a small file so that it appears whole or not at all."""
+        ...
+
+    def read_text(self, path: str) -> str: ...
+
+    def delete(self, path: str) -> None:
+        """Delete a file or a directory with everything under it; nothing when it is absent."""
+        ...
+
+
+class LocalFiles:
+    """:class:`Files` on this machine's file system (paths or ``file:`` URIs)."""
+
+    @staticmethod
+    def _path(path: str) -> Path:
+        parsed = urlparse(path)
+        return Path(parsed.path if parsed.scheme == "file" else path)
+
+    def list_files(self, directory: str) -> list[str]:
+        root = self._path(directory)
+        if not root.is_dir():
+            return []
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+    def list_children(self, directory: str) -> list[str]:
+        root = self._path(directory)
+        return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+
+    def exists(self, path: str) -> bool:
+        return self._path(path).exists()
+
+    def rename(self, source: str, target: str) -> None:
+        destination = self._path(target)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(self._path(source), destination)
+
+    def write_text(self, path: str, text: str) -> None:
+        final = self._path(path)
+        final.parent.mkdir(parents=True, exist_ok=True)
+        temporary = final.with_name(f".{final.name}.tmp")
+        temporary.write_text(text, encoding="utf-8")
+        os.replace(temporary, final)
+
+    def read_text(self, path: str) -> str:
+        return self._path(path).read_text(encoding="utf-8")
+
+    def delete(self, path: str) -> None:
+        target = self._path(path)
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()

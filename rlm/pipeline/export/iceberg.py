@@ -1,0 +1,206 @@
+"""Iceberg output of ``rlm spark export``: one snapshot per run, through pyiceberg's SQL catalog.
+
+Spark writes the run's rows as Parquet files under the table's location
+(``<location>/data/rlm-<run id>/``); the driver then adds every file to the table in one commit
+(:meth:`pyiceberg.table.Table.add_files`), which is the run's snapshot and its commit point: a run
+killed before it leaves only files no snapshot references, which no reader sees. The snapshot's
+summary records where the next incremental run starts in each partition (``rlm.next-offsets``),
+so the ledger, advanced after the commit, is caught up from the table when a run died between
+the two: nothing is exported twice.
+
+The catalog is ``export.iceberg.catalog.url`` (SQLAlchemy), by default the metadata database; on
+PostgreSQL its tables live in a schema of their own, ``rlm_iceberg``. The table is created on the
+first run (unpartitioned, the export's columns) under ``export.iceberg.warehouse``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from rlm.errors import ConfigError
+from rlm.metastore.model import TopicPartition
+from rlm.metastore.protocol import MetadataStore
+from rlm.pipeline.columns import EXPORT_COLUMNS
+from rlm.pipeline.export.commit import data_files, new_run_id
+from rlm.pipeline.export.files import Files, join
+from rlm.pipeline.export.job import (
+    ExportFormat,
+    ExportOptions,
+    ExportReport,
+    Write,
+    check_ledger,
+    plan_export,
+)
+from rlm.pipeline.export.rows import EXPORT_SCHEMA, export_stage
+from rlm.pipeline.stage import Collect
+from rlm.pipeline.storage import StorageSpec
+from rlm.storage.protocol import RemoteStorage
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.table import Table
+
+#: The PostgreSQL schema of the catalog's tables.
+CATALOG_SCHEMA = "rlm_iceberg"
+CATALOG_NAME = "rlm"
+#: The snapshot summary property holding the next offsets.
+NEXT_OFFSETS = "rlm.next-offsets"
+#: The table's columns: the export's, timestamps in microseconds (Iceberg's unit).
+TABLE_SCHEMA = pa.schema(
+    [
+        f.with_type(pa.timestamp("us", tz="UTC")) if isinstance(f.type, pa.TimestampType) else f
+        for f in (EXPORT_SCHEMA.field(name) for name in EXPORT_COLUMNS)
+    ]
+)
+
+
+def catalog_url(metadata_url: str, catalog_url: str | None) -> str:
+    """The catalog's SQLAlchemy URL: ``catalog_url``, else the metadata database's, on PostgreSQL
+    with the catalog's own schema first on the search path."""
+    url = make_url(catalog_url or metadata_url)
+    if url.get_backend_name() == "postgresql":
+        url = url.update_query_dict({"options": f"-csearch_path={CATALOG_SCHEMA}"})
+    return url.render_as_string(hide_password=False)
+
+
+def open_catalog(url: str, warehouse: str | None) -> SqlCatalog:
+    """The SQL catalog at ``url`` (its schema created on PostgreSQL when missing).
+
+    Raises:
+        ConfigError: The catalog cannot be opened.
+    """
+    from pyiceberg.catalog.sql import SqlCatalog
+
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql":
+        engine = create_engine(parsed.set(query={}))
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {CATALOG_SCHEMA}"))
+        finally:
+            engine.dispose()
+    properties = {"uri": url}
+    if warehouse:
+        properties["warehouse"] = warehouse
+    try:
+        return SqlCatalog(CATALOG_NAME, **properties)
+    except Exception as exc:  # pyiceberg and SQLAlchemy raise many kinds
+        where = parsed.render_as_string(hide_password=True)
+        raise ConfigError(f"cannot open the Iceberg catalog at {where}: {exc}") from exc
+
+
+def identifier(output: str) -> tuple[str, str]:
+    """``namespace.table`` as its two parts.
+
+    Raises:
+        ConfigError: ``output`` is not ``namespace.table``.
+    """
+    namespace, dot, name = output.rpartition(".")
+    if not dot or not namespace or not name or "/" in output:
+        raise ConfigError(f"--output {output!r}: an Iceberg table is named namespace.table")
+    return namespace, name
+
+
+def load_or_create(catalog: SqlCatalog, output: str, warehouse: str | None) -> Table:
+    """The table ``output``, created (with its namespace) when missing.
+
+    Raises:
+        ConfigError: The table is missing and no warehouse is set to create it in.
+    """
+    namespace, name = identifier(output)
+    if catalog.table_exists((namespace, name)):
+        return catalog.load_table((namespace, name))
+    if not warehouse:
+        raise ConfigError(
+            f"Iceberg table {output} does not exist: set export.iceberg.warehouse to create it there"
+        )
+    catalog.create_namespace_if_not_exists(namespace)
+    return catalog.create_table_if_not_exists((namespace, name), schema=TABLE_SCHEMA)
+
+
+def committed_offsets(table: Table) -> dict[TopicPartition, int]:
+    """The next offsets recorded by the table's runs, the highest of each partition."""
+    found: dict[TopicPartition, int] = {}
+    for snapshot in table.snapshots():
+        summary = snapshot.summary
+        recorded = summary.additional_properties.get(NEXT_OFFSETS) if summary is not None else None
+        if recorded is None:
+            continue
+        for entry in json.loads(recorded):
+            tp = TopicPartition(entry["topic"], int(entry["partition"]))
+            found[tp] = max(found.get(tp, -1), int(entry["next_offset"]))
+    return found
+
+
+def append_files(
+    table: Table, files: list[str], next_offsets: Mapping[TopicPartition, int], run_id: str
+) -> int:
+    """Add the run's files to the table in one snapshot; returns its id."""
+    properties = {
+        "rlm.run-id": run_id,
+        NEXT_OFFSETS: json.dumps(
+            [
+                {"topic": tp.topic, "partition": tp.partition, "next_offset": offset}
+                for tp, offset in sorted(next_offsets.items())
+            ],
+            separators=(",", ":"),
+        ),
+    }
+    table.add_files(files, snapshot_properties=properties)
+    snapshot = table.refresh().current_snapshot()
+    assert snapshot is not None
+    return snapshot.snapshot_id
+
+
+def export_iceberg(
+    store: MetadataStore,
+    storage: RemoteStorage,
+    spec: StorageSpec,
+    collect: Collect,
+    write: Write,
+    files: Files,
+    options: ExportOptions,
+    catalog: SqlCatalog,
+    warehouse: str | None,
+) -> ExportReport:
+    """Append the records ``options`` select to the Iceberg table ``options.output``, as one snapshot.
+
+    Raises:
+        ConfigError: The output is no table name, or the table is missing and no warehouse is set.
+        InvalidArgumentError: Not incremental, and the table holds an export already.
+        RlmError: The store or the storage failed; no snapshot was added.
+    """
+    started = time.monotonic()
+    ledger_key = f"iceberg:{options.output}"
+    table = load_or_create(catalog, options.output, warehouse)
+    committed = committed_offsets(table)
+    if committed:  # a run that died after its commit and before the ledger's update
+        store.record_export_offsets(ledger_key, committed)
+    ledger = store.export_offsets(ledger_key)
+    check_ledger(options.output, options, ledger)
+    plan = plan_export(store, storage, spec, collect, options, ledger)
+    run_id = new_run_id()
+    directory = join(table.location(), f"data/rlm-{run_id}")
+    summaries = plan.summaries
+    rows = write(export_stage(spec, options.isolation), summaries, directory) if summaries else 0
+    written = [join(directory, name) for name in data_files(files, directory)]
+    next_offsets = plan.next_offsets()
+    snapshot = append_files(table, written, next_offsets, run_id) if written else None
+    store.record_export_offsets(ledger_key, next_offsets)
+    return ExportReport(
+        options.output,
+        ExportFormat.ICEBERG,
+        run_id,
+        rows,
+        len(written),
+        time.monotonic() - started,
+        plan.partitions(),
+        snapshot_id=snapshot,
+    )

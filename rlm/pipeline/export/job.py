@@ -1,0 +1,246 @@
+"""``rlm spark export``, the driver's side: plan, bound, write to staging, commit, report.
+
+The driver reads metadata, the transaction indexes (a stage) and, for ``--from``/``--to``, a few
+index entries and batch headers per partition; executors read the ``.log`` objects and write the
+rows. Spark's part comes in as two callables: ``collect`` (small per-segment results) and
+``write`` (the rows of a stage, as Parquet files under a directory).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from rlm.errors import InvalidArgumentError
+from rlm.metastore.model import TopicPartition
+from rlm.metastore.protocol import MetadataStore
+from rlm.pipeline.export.bounds import NO_END, Range, narrow, next_offsets, partition_range
+from rlm.pipeline.export.commit import (
+    Manifest,
+    Settled,
+    data_files,
+    finish,
+    new_run_id,
+    settle,
+    staging_dir,
+    write_manifest,
+)
+from rlm.pipeline.export.files import Files
+from rlm.pipeline.export.rows import Isolation, export_stage
+from rlm.pipeline.plan import PartitionPlan, SegmentSummary, plan_partition, select_partitions
+from rlm.pipeline.stage import Collect, Stage
+from rlm.pipeline.storage import StorageSpec
+from rlm.pipeline.transactions import attach_aborted
+from rlm.storage.protocol import RemoteStorage
+
+Write = Callable[[Stage, Sequence[SegmentSummary], str], int]
+"""Writes the rows ``stage`` yields over the summaries as Parquet files under a directory,
+partitioned by topic, partition and date; returns how many rows it wrote."""
+
+
+class ExportFormat(Enum):
+    PARQUET = "parquet"
+    ICEBERG = "iceberg"
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """What ``rlm spark export`` writes."""
+
+    output: str
+    """Where: a directory path or URI (Parquet), or an Iceberg table ``namespace.table``."""
+    format: ExportFormat = ExportFormat.PARQUET
+    topics: tuple[str, ...] = ()
+    partitions: tuple[int, ...] = ()
+    from_ms: int | None = None
+    """Start at the first offset whose timestamp is ≥ this (see :mod:`rlm.pipeline.export.bounds`)."""
+    to_ms: int | None = None
+    """Stop before the first offset whose timestamp is ≥ this."""
+    isolation: Isolation = Isolation.READ_COMMITTED
+    incremental: bool = False
+    """Start where the previous run to the same output stopped (the ledger)."""
+
+    def __post_init__(self) -> None:
+        if self.from_ms is not None and self.to_ms is not None and self.to_ms < self.from_ms:
+            raise InvalidArgumentError("--to", f"{self.to_ms} is before --from {self.from_ms}")
+
+
+@dataclass(frozen=True)
+class PartitionExport:
+    """What a run exported of one partition."""
+
+    topic_partition: TopicPartition
+    offsets: Range
+    segments: int
+    next_offset: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic_partition.topic,
+            "partition": self.topic_partition.partition,
+            "start_offset": None if self.offsets.start == NO_END else self.offsets.start,
+            "stop_offset": None if self.offsets.stop == NO_END else self.offsets.stop,
+            "segments": self.segments,
+            "next_offset": self.next_offset,
+        }
+
+
+@dataclass(frozen=True)
+class ExportReport:
+    """What a run did."""
+
+    output: str
+    format: ExportFormat
+    run_id: str
+    rows: int
+    files: int
+    seconds: float
+    partitions: list[PartitionExport] = field(default_factory=list)
+    settled: Settled = field(default_factory=Settled)
+    snapshot_id: int | None = None
+    """The Iceberg snapshot the run appended (Iceberg only)."""
+
+    @property
+    def segments(self) -> int:
+        return sum(p.segments for p in self.partitions)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "output": self.output,
+            "format": self.format.value,
+            "run_id": self.run_id,
+            "rows": self.rows,
+            "files": self.files,
+            "segments": self.segments,
+            "seconds": round(self.seconds, 3),
+            "snapshot_id": self.snapshot_id,
+            "discarded_runs": list(self.settled.discarded),
+            "completed_runs": list(self.settled.completed),
+            "partitions": [p.to_json() for p in self.partitions],
+        }
+
+
+def output_uri(output: str) -> str:
+    """The output as the ledger keys it: a URI (a local path made absolute, as ``file://``)."""
+    if urlparse(output).scheme:
+        return output.rstrip("/")
+    return Path(output).resolve().as_uri()
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """What a run reads: per partition, its range and the segments read for it."""
+
+    plans: dict[TopicPartition, PartitionPlan]
+    ranges: dict[TopicPartition, Range]
+    narrowed: dict[TopicPartition, PartitionPlan]
+
+    @property
+    def summaries(self) -> list[SegmentSummary]:
+        return [s for plan in self.narrowed.values() for s in plan.segments]
+
+    def next_offsets(self) -> dict[TopicPartition, int]:
+        return next_offsets(self.plans, self.ranges)
+
+    def partitions(self) -> list[PartitionExport]:
+        following = self.next_offsets()
+        return [
+            PartitionExport(tp, self.ranges[tp], len(self.narrowed[tp].segments), following.get(tp))
+            for tp in self.plans
+        ]
+
+
+def plan_export(
+    store: MetadataStore,
+    storage: RemoteStorage,
+    spec: StorageSpec,
+    collect: Collect,
+    options: ExportOptions,
+    ledger: dict[TopicPartition, int],
+) -> ExportPlan:
+    """Decide what a run reads: the partitions chosen, their aborted transactions, their ranges.
+
+    Raises:
+        NotFoundError: A topic asked for is unknown to the store.
+        CorruptDataError: An index or batch read for ``--from``/``--to`` is not valid.
+    """
+    records = select_partitions(store, options.topics, options.partitions)
+    plans = attach_aborted([plan_partition(store, r) for r in records], spec, collect)
+    by_tp = {plan.topic_partition: plan for plan in plans}
+    ranges = {
+        tp: partition_range(
+            storage,
+            plan,
+            from_ms=options.from_ms,
+            to_ms=options.to_ms,
+            resume_at=ledger.get(tp) if options.incremental else None,
+        )
+        for tp, plan in by_tp.items()
+    }
+    narrowed = {tp: narrow(plan, ranges[tp]) for tp, plan in by_tp.items()}
+    return ExportPlan(by_tp, ranges, narrowed)
+
+
+def check_ledger(output: str, options: ExportOptions, ledger: dict[TopicPartition, int]) -> None:
+    """A run that is not incremental writes to an output no run wrote to.
+
+    Raises:
+        InvalidArgumentError: The output holds an export already; the message says what to do.
+    """
+    if ledger and not options.incremental:
+        raise InvalidArgumentError(
+            "--output",
+            f"{output} holds an export already ({len(ledger)} partitions): pass --incremental to "
+            "continue it, or choose another output",
+        )
+
+
+def export_parquet(
+    store: MetadataStore,
+    storage: RemoteStorage,
+    spec: StorageSpec,
+    collect: Collect,
+    write: Write,
+    files: Files,
+    options: ExportOptions,
+) -> ExportReport:
+    """Export the records ``options`` select as Parquet files under ``options.output``.
+
+    Raises:
+        InvalidArgumentError: Not incremental, and the output holds an export already.
+        NotFoundError: A topic asked for is unknown to the store.
+        RlmError: The store, the storage or the output failed; nothing of this run is visible
+            unless it reached its commit point (see :mod:`rlm.pipeline.export.commit`).
+    """
+    started = time.monotonic()
+    output = output_uri(options.output)
+
+    def advance(offsets: Mapping[TopicPartition, int]) -> None:
+        store.record_export_offsets(output, offsets)
+
+    settled = settle(files, output, advance)
+    ledger = store.export_offsets(output)
+    check_ledger(output, options, ledger)
+    plan = plan_export(store, storage, spec, collect, options, ledger)
+    run_id = new_run_id()
+    staged = staging_dir(output, run_id)
+    summaries = plan.summaries
+    rows = write(export_stage(spec, options.isolation), summaries, staged) if summaries else 0
+    manifest = Manifest(run_id, tuple(data_files(files, staged)), plan.next_offsets())
+    write_manifest(files, output, manifest)
+    finish(files, output, manifest, advance)
+    return ExportReport(
+        output,
+        ExportFormat.PARQUET,
+        run_id,
+        rows,
+        len(manifest.files),
+        time.monotonic() - started,
+        plan.partitions(),
+        settled,
+    )

@@ -1,0 +1,65 @@
+"""The export's per-segment stage: one row per record, of :data:`EXPORT_SCHEMA`.
+
+Rows come from the records stage (:func:`rlm.pipeline.columns.records_task`, the pipeline's one
+decoder); control records (transaction markers) are dropped, and so, under ``read_committed``,
+are the records of aborted transactions. ``date`` (the UTC day of the record's timestamp, null
+without one) is what Parquet output is partitioned by, besides ``topic`` and ``partition``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from enum import Enum
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rlm.pipeline.columns import EXPORT_COLUMNS, RECORD_SCHEMA, records_task
+from rlm.pipeline.plan import SegmentSummary
+from rlm.pipeline.stage import Stage, arrow_schema
+from rlm.pipeline.storage import StorageSpec
+from rlm.storage.protocol import RemoteStorage
+
+#: The column Parquet output is partitioned by, besides ``topic`` and ``partition``.
+DATE_COLUMN = "date"
+EXPORT_SCHEMA = arrow_schema(
+    *(RECORD_SCHEMA.field(name) for name in EXPORT_COLUMNS), pa.field(DATE_COLUMN, pa.date32())
+)
+#: The columns Parquet output is partitioned by, in directory order.
+PARTITION_COLUMNS = ("topic", "partition", DATE_COLUMN)
+
+
+class Isolation(Enum):
+    """Which records of transactions an export keeps (Kafka's consumer ``isolation.level``)."""
+
+    READ_COMMITTED = "read_committed"
+    """Leave out the records of aborted transactions."""
+    READ_UNCOMMITTED = "read_uncommitted"
+    """Keep every data record."""
+
+
+def export_rows(records: pa.RecordBatch, isolation: Isolation) -> pa.RecordBatch:
+    """The rows of ``records`` (of :data:`RECORD_SCHEMA`) an export writes, of :data:`EXPORT_SCHEMA`."""
+    keep = pc.invert(records.column("is_control"))
+    if isolation is Isolation.READ_COMMITTED:
+        keep = pc.and_(keep, pc.invert(records.column("aborted")))
+    kept = records.filter(keep)
+    days = pc.cast(kept.column("timestamp"), pa.date32())
+    columns = [kept.column(name) for name in EXPORT_COLUMNS]
+    return pa.RecordBatch.from_arrays([*columns, days], schema=EXPORT_SCHEMA)
+
+
+def export_task(
+    isolation: Isolation, storage: RemoteStorage, summary: SegmentSummary
+) -> Iterator[pa.RecordBatch]:
+    """The stage task: the exported rows of the segment's read range."""
+    for records in records_task(storage, summary):
+        rows = export_rows(records, isolation)
+        if rows.num_rows:
+            yield rows
+
+
+def export_stage(storage: StorageSpec, isolation: Isolation) -> Stage:
+    """The stage that reads segments' records as exported rows."""
+    return Stage("export", EXPORT_SCHEMA, functools.partial(export_task, isolation), storage)

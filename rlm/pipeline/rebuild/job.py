@@ -1,0 +1,164 @@
+"""``rlm spark rebuild-metadata``, the driver's side: list, describe (a stage), choose, write.
+
+The driver lists the keys under the store's root and groups them into object sets; executors
+describe each set (one HEAD when it carries a description, else a read of its objects); the
+driver chooses one set per offset range and writes its row, ``COPY_SEGMENT_FINISHED``, into an
+empty, migrated metadata database.
+
+Where sets cover the same range (a copy that crashed after its upload and was done again), the
+complete one is chosen: one whose objects are both there and agree with what describes them;
+among complete ones, one with a description, then the latest copy time, then the highest segment
+id. The others, incomplete sets, and keys that are no segment's are listed as orphans, deleted
+only with ``delete_orphans``. Overlapping sets of different ranges (a takeover's copy) are all
+kept, as the copier left them.
+
+What the objects cannot tell stays at its default: the remote log start offset (retention's
+mark; a tier retention never cut reads the same), and, for sets without a description, the
+broker that copied them (``-1``) and the copy time (the rebuild's).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlm.errors import ConfigError
+from rlm.metastore.model import RemoteSegment, SegmentState
+from rlm.metastore.protocol import MetadataStore
+from rlm.pipeline.rebuild.objects import ObjectSet, describe_stage, description_of, object_sets
+from rlm.pipeline.stage import Collect
+from rlm.pipeline.storage import StorageSpec
+from rlm.storage.description import Description
+from rlm.storage.protocol import RemoteStorage
+
+#: Why a key that is no segment's object is an orphan (never deleted: rlm did not write it).
+FOREIGN = "not a segment object rlm writes"
+
+
+@dataclass(frozen=True)
+class RebuildOptions:
+    topics: tuple[str, ...] = ()
+    """Only these topics' objects (all when empty)."""
+    delete_orphans: bool = False
+
+
+@dataclass(frozen=True)
+class Orphan:
+    """Objects no rebuilt row references, and why."""
+
+    keys: tuple[str, ...]
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"keys": list(self.keys), "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class RebuildReport:
+    partitions: int
+    segments: int
+    """Rows written."""
+    from_descriptions: int
+    """Of those, rows whose objects described themselves (the others were read)."""
+    seconds: float
+    orphans: list[Orphan] = field(default_factory=list)
+    deleted_orphans: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partitions": self.partitions,
+            "segments": self.segments,
+            "from_descriptions": self.from_descriptions,
+            "read": self.segments - self.from_descriptions,
+            "seconds": round(self.seconds, 3),
+            "deleted_orphans": self.deleted_orphans,
+            "orphans": [o.to_json() for o in self.orphans],
+        }
+
+
+@dataclass(frozen=True)
+class Candidate:
+    objects: ObjectSet
+    description: Description
+    from_description: bool
+
+    def preference(self) -> tuple[bool, int, str]:
+        return (self.from_description, self.description.event_time_ms, str(self.objects.segment_id))
+
+
+def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orphan]]:
+    """One complete set per (partition, start offset, end offset); the others as orphans."""
+    best: dict[tuple[Any, int, int], Candidate] = {}
+    for c in candidates:
+        slot = (c.objects.topic_partition, c.objects.start_offset, c.description.end_offset)
+        if slot not in best or c.preference() > best[slot].preference():
+            best[slot] = c
+    chosen = {id(c) for c in best.values()}
+    orphans = []
+    for c in candidates:
+        if id(c) not in chosen:
+            kept = best[(c.objects.topic_partition, c.objects.start_offset, c.description.end_offset)]
+            orphans.append(
+                Orphan(
+                    tuple(c.objects.keys),
+                    f"a second copy of the range segment {kept.objects.segment_id} holds",
+                )
+            )
+    ordered = sorted(best.values(), key=lambda c: (c.objects.topic_partition, c.objects.start_offset))
+    return ordered, orphans
+
+
+def rebuild(
+    store: MetadataStore,
+    storage: RemoteStorage,
+    spec: StorageSpec,
+    collect: Collect,
+    options: RebuildOptions,
+    *,
+    now_ms: int | None = None,
+) -> RebuildReport:
+    """Rebuild the rows of the objects under ``storage`` into ``store``, which must be empty.
+
+    Raises:
+        ConfigError: The metadata database holds partitions already.
+        RlmError: The store or the storage failed.
+    """
+    started = time.monotonic()
+    now_ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+    if store.list_partitions():
+        raise ConfigError(
+            "the metadata database is not empty: rebuild-metadata writes into an empty, migrated "
+            "database (`rlm db upgrade` on a new one)"
+        )
+    sets, foreign = object_sets(storage.list_keys(), options.topics)
+    orphans = [Orphan((key,), FOREIGN) for key in foreign]
+    candidates = []
+    if sets:
+        table = collect(describe_stage(spec, now_ms), [s.provisional() for s in sets])
+        found = {row["segment_id"]: row for row in table.to_pylist()}
+        for objects in sets:
+            row = found[str(objects.segment_id)]
+            if row["problem"] is not None:
+                orphans.append(Orphan(tuple(objects.keys), f"incomplete: {row['problem']}"))
+            else:
+                candidates.append(Candidate(objects, description_of(row), bool(row["from_description"])))
+    chosen, duplicates = choose(candidates)
+    orphans += duplicates
+    for c in chosen:
+        segment: RemoteSegment = c.objects.row(c.description)
+        store.add_segment(segment)
+        store.update_segment_state(
+            segment.segment_id, SegmentState.COPY_SEGMENT_FINISHED, event_time_ms=segment.event_time_ms
+        )
+    if options.delete_orphans:
+        storage.delete_objects([key for o in orphans if o.reason != FOREIGN for key in o.keys])
+    return RebuildReport(
+        partitions=len({c.objects.topic_partition for c in chosen}),
+        segments=len(chosen),
+        from_descriptions=sum(c.from_description for c in chosen),
+        seconds=time.monotonic() - started,
+        orphans=orphans,
+        deleted_orphans=options.delete_orphans,
+    )

@@ -1,0 +1,325 @@
+"""Object sets on the remote tier and the metadata rows they stand for.
+
+An *object set* is what one copy attempt wrote: the ``.log`` and ``.indexes`` objects of one
+segment id. Their keys give the topic, partition, topic id, start offset and segment id; the rest
+of the row comes from the index object's description (:mod:`rlm.storage.description`: one HEAD)
+or, for sets copied before descriptions existed (or whose description did not fit), from reading
+the objects: the ``.log`` gives the end offset, the size, and the offset and time indexes Kafka's
+recovery builds (which the copier uploads, so they locate the first two files of the index
+object); the transaction index holds one 34-byte entry per abort marker of the log; a producer
+snapshot says its own length; the leader-epoch checkpoint is the rest and gives the epochs.
+
+A set is *complete* when both objects exist and agree with what describes them; only complete
+sets become rows.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
+
+import pyarrow as pa
+
+from rlm.errors import CorruptDataError, CorruptIndexError, CorruptRecordError, RlmError
+from rlm.log.batches import crc_valid
+from rlm.log.checkpoints import decode_leader_epoch_checkpoint, topic_id_to_uuid
+from rlm.log.recovery import IndexRebuilder
+from rlm.log.snapshot import ENTRY_SIZE as SNAPSHOT_ENTRY_SIZE
+from rlm.log.snapshot import HEADER_SIZE as SNAPSHOT_HEADER_SIZE
+from rlm.log.snapshot import SNAPSHOT_VERSION
+from rlm.log.txnindex import ENTRY_SIZE as TXN_ENTRY_SIZE
+from rlm.metastore.model import (
+    ByteRange,
+    IndexType,
+    LeaderEpochEntry,
+    ObjectLayout,
+    RemoteSegment,
+    SegmentState,
+    TopicPartition,
+)
+from rlm.pipeline.plan import SegmentSummary
+from rlm.pipeline.reader import iter_batches, read_chunks
+from rlm.pipeline.stage import Stage, arrow_schema, batch_of
+from rlm.pipeline.storage import StorageSpec
+from rlm.remote_segment import epochs_of_segment
+from rlm.storage.description import Description, read_description
+from rlm.storage.layout import (
+    INDEXES_SUFFIX,
+    LOG_SUFFIX,
+    ZERO_TOPIC_ID,
+    ParsedKey,
+    parse_segment_key,
+    segment_keys,
+)
+from rlm.storage.protocol import RemoteStorage
+
+#: The broker id of a row rebuilt from objects that do not say which broker copied them.
+UNKNOWN_BROKER = -1
+
+
+@dataclass(frozen=True)
+class ObjectSet:
+    """The objects one copy attempt wrote (either may be missing)."""
+
+    topic_partition: TopicPartition
+    topic_id: uuid.UUID | None
+    start_offset: int
+    segment_id: uuid.UUID
+    log_key: str | None
+    index_key: str | None
+
+    @property
+    def keys(self) -> list[str]:
+        """The keys of the objects that exist."""
+        return [k for k in (self.log_key, self.index_key) if k is not None]
+
+    def both_keys(self) -> tuple[str, str]:
+        """The keys of both objects, whether they exist or not."""
+        keys = segment_keys(
+            self.topic_partition.topic,
+            self.topic_id,
+            self.topic_partition.partition,
+            self.start_offset,
+            self.segment_id,
+        )
+        return keys.log_key, keys.indexes_key
+
+    def provisional(self) -> SegmentSummary:
+        """The set as a stage's task takes it: a summary of a provisional row naming the keys
+        (its other fields are what the task finds out)."""
+        log_key, index_key = self.both_keys()
+        row = RemoteSegment(
+            segment_id=self.segment_id,
+            topic_partition=self.topic_partition,
+            topic_id=self.topic_id,
+            start_offset=self.start_offset,
+            end_offset=self.start_offset,
+            max_timestamp_ms=-1,
+            size_bytes=0,
+            broker_id=UNKNOWN_BROKER,
+            event_time_ms=0,
+            leader_epochs=(LeaderEpochEntry(0, self.start_offset),),
+            layout=ObjectLayout(log_key, index_key, ()),
+            txn_index_empty=True,
+        )
+        return SegmentSummary(row, read_from=self.start_offset, read_to=self.start_offset - 1)
+
+    def row(self, d: Description, state: SegmentState = SegmentState.COPY_SEGMENT_STARTED) -> RemoteSegment:
+        """The metadata row of the set, as described."""
+        log_key, index_key = self.both_keys()
+        return RemoteSegment(
+            segment_id=self.segment_id,
+            topic_partition=self.topic_partition,
+            topic_id=self.topic_id,
+            start_offset=self.start_offset,
+            end_offset=d.end_offset,
+            max_timestamp_ms=d.max_timestamp_ms,
+            size_bytes=d.size_bytes,
+            broker_id=d.broker_id,
+            event_time_ms=d.event_time_ms,
+            leader_epochs=d.leader_epochs,
+            layout=ObjectLayout(log_key, index_key, d.index_ranges),
+            txn_index_empty=d.txn_index_empty,
+            state=state,
+        )
+
+
+def object_sets(keys: Iterable[str], topics: Iterable[str] = ()) -> tuple[list[ObjectSet], list[str]]:
+    """Group segment object keys by copy attempt; the other keys are returned apart.
+
+    Only sets of ``topics`` are kept when some are given (other topics' keys are neither).
+    """
+    chosen = set(topics)
+    parsed_of: dict[uuid.UUID, ParsedKey] = {}
+    keys_of: dict[uuid.UUID, dict[str, str]] = {}
+    foreign: list[str] = []
+    for key in keys:
+        parsed = parse_segment_key(key)
+        if parsed is None:
+            foreign.append(key)
+            continue
+        if chosen and parsed.topic not in chosen:
+            continue
+        parsed_of.setdefault(parsed.segment_id, parsed)
+        keys_of.setdefault(parsed.segment_id, {})[parsed.suffix] = key
+    sets = [
+        ObjectSet(
+            TopicPartition(p.topic, p.partition),
+            None if p.topic_id == ZERO_TOPIC_ID else topic_id_to_uuid(p.topic_id),
+            p.start_offset,
+            segment_id,
+            keys_of[segment_id].get(LOG_SUFFIX),
+            keys_of[segment_id].get(INDEXES_SUFFIX),
+        )
+        for segment_id, p in parsed_of.items()
+    ]
+    sets.sort(key=lambda s: (s.topic_partition, s.start_offset, str(s.segment_id)))
+    return sets, foreign
+
+
+def described(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> tuple[Description, bool]:
+    """What describes a set, and whether that came from its description (else from its bytes).
+
+    Raises:
+        CorruptDataError: The set is incomplete or its bytes disagree with what describes them;
+            the message names the object and what is wrong.
+        RlmError: The store failed.
+    """
+    log_key, index_key = objects.both_keys()
+    log_size = storage.object_size(log_key)
+    metadata = storage.object_metadata(index_key)
+    for key, found in ((log_key, log_size), (index_key, metadata)):
+        if found is None:
+            raise CorruptDataError(
+                f"the object is missing: segment {objects.segment_id} is incomplete", path=key
+            )
+    assert log_size is not None and metadata is not None
+    description = read_description(metadata, index_key)
+    if description is None:
+        return _read(storage, objects, log_size, now_ms), False
+    index_size = storage.object_size(index_key)
+    index_expected = max((r.end for _, r in description.index_ranges), default=0)
+    if log_size != description.size_bytes:
+        raise CorruptDataError(
+            f"the .log object holds {log_size} bytes, its description says {description.size_bytes}",
+            path=log_key,
+        )
+    if index_size != index_expected:
+        raise CorruptDataError(
+            f"the index object holds {index_size} bytes, its description says {index_expected}",
+            path=index_key,
+        )
+    return description, True
+
+
+def _read(storage: RemoteStorage, objects: ObjectSet, log_size: int, now_ms: int) -> Description:
+    """Describe a set by reading it (module docstring)."""
+    log_key, index_key = objects.both_keys()
+    rebuilder = IndexRebuilder(objects.start_offset)
+    for raw in iter_batches(read_chunks(storage, log_key, log_size), log_key, log_size):
+        if not crc_valid(raw.data, raw.local_header):
+            raise CorruptRecordError("CRC mismatch", path=log_key, position=raw.header.position)
+        rebuilder.add(raw.header, raw.data, log_key)
+    rebuilt = rebuilder.finish()
+    if rebuilt.next_offset == objects.start_offset:
+        raise CorruptRecordError("the .log object holds no batch", path=log_key, position=0)
+    end = rebuilt.next_offset - 1
+    index_size = storage.object_size(index_key) or 0
+    data = storage.read_range(index_key, 0, index_size)
+    ranges: list[tuple[IndexType, ByteRange]] = []
+    position = 0
+
+    def take(kind: IndexType, size: int, expected: bytes | None = None) -> bytes:
+        nonlocal position
+        piece = data[position : position + size]
+        if len(piece) != size or (expected is not None and piece != expected):
+            raise CorruptIndexError(
+                f"the {kind.value} index is not the one the .log gives (Kafka's recovery)",
+                path=index_key,
+                position=position,
+            )
+        ranges.append((kind, ByteRange(position, size)))
+        position += size
+        return piece
+
+    for kind, built in ((IndexType.OFFSET, rebuilt.offset_index), (IndexType.TIMESTAMP, rebuilt.time_index)):
+        expected = built.to_bytes()
+        take(kind, len(expected), expected)
+    if len(rebuilt.txn_index):
+        take(IndexType.TRANSACTION, TXN_ENTRY_SIZE * len(rebuilt.txn_index))
+    rest = data[position:]
+    if len(rest) >= SNAPSHOT_HEADER_SIZE and int.from_bytes(rest[:2], "big") == SNAPSHOT_VERSION:
+        count = int.from_bytes(rest[6:10], "big", signed=True)
+        take(IndexType.PRODUCER_SNAPSHOT, SNAPSHOT_HEADER_SIZE + SNAPSHOT_ENTRY_SIZE * max(count, 0))
+    epochs = list(rebuilt.epochs)
+    if position < len(data):
+        checkpoint = take(IndexType.LEADER_EPOCH, len(data) - position)
+        epochs = decode_leader_epoch_checkpoint(checkpoint, path=index_key)
+    return Description(
+        end_offset=end,
+        max_timestamp_ms=rebuilt.max_timestamp,
+        size_bytes=log_size,
+        leader_epochs=epochs_of_segment(epochs, objects.start_offset, end),
+        index_ranges=tuple(ranges),
+        txn_index_empty=not len(rebuilt.txn_index),
+        broker_id=UNKNOWN_BROKER,
+        event_time_ms=now_ms,
+    )
+
+
+# -- the stage ------------------------------------------------------------------------------------
+
+EPOCH_TYPE = pa.struct([pa.field("epoch", pa.int32()), pa.field("start_offset", pa.int64())])
+RANGE_TYPE = pa.struct(
+    [pa.field("kind", pa.string()), pa.field("position", pa.int64()), pa.field("size", pa.int64())]
+)
+DESCRIBED_SCHEMA = arrow_schema(
+    pa.field("segment_id", pa.string()),
+    pa.field("problem", pa.string()),
+    pa.field("from_description", pa.bool_()),
+    pa.field("end_offset", pa.int64()),
+    pa.field("max_timestamp_ms", pa.int64()),
+    pa.field("size_bytes", pa.int64()),
+    pa.field("leader_epochs", pa.list_(EPOCH_TYPE)),
+    pa.field("index_ranges", pa.list_(RANGE_TYPE)),
+    pa.field("txn_index_empty", pa.bool_()),
+    pa.field("broker_id", pa.int32()),
+    pa.field("event_time_ms", pa.int64()),
+)
+
+
+def describe_task(now_ms: int, storage: RemoteStorage, summary: SegmentSummary) -> Iterator[pa.RecordBatch]:
+    """The stage task: one row describing the set the provisional summary names, or its problem."""
+    row = summary.segment
+    objects = ObjectSet(
+        row.topic_partition,
+        row.topic_id,
+        row.start_offset,
+        row.segment_id,
+        row.layout.log_key,
+        row.layout.index_key,
+    )
+    out: dict[str, object] = {"segment_id": str(row.segment_id)}
+    try:
+        d, from_description = described(storage, objects, now_ms)
+    except RlmError as exc:
+        out["problem"] = str(exc)
+    else:
+        out.update(
+            from_description=from_description,
+            end_offset=d.end_offset,
+            max_timestamp_ms=d.max_timestamp_ms,
+            size_bytes=d.size_bytes,
+            leader_epochs=[e._asdict() for e in d.leader_epochs],
+            index_ranges=[
+                {"kind": k.value, "position": r.position, "size": r.size} for k, r in d.index_ranges
+            ],
+            txn_index_empty=d.txn_index_empty,
+            broker_id=d.broker_id,
+            event_time_ms=d.event_time_ms,
+        )
+    yield batch_of(DESCRIBED_SCHEMA, [out])
+
+
+def description_of(row: dict[str, object]) -> Description:
+    """A stage row (without a problem) as a description."""
+    epochs = row["leader_epochs"]
+    ranges = row["index_ranges"]
+    assert isinstance(epochs, list) and isinstance(ranges, list)
+    return Description(
+        int(str(row["end_offset"])),
+        int(str(row["max_timestamp_ms"])),
+        int(str(row["size_bytes"])),
+        tuple(LeaderEpochEntry(e["epoch"], e["start_offset"]) for e in epochs),
+        tuple((IndexType(r["kind"]), ByteRange(r["position"], r["size"])) for r in ranges),
+        bool(row["txn_index_empty"]),
+        int(str(row["broker_id"])),
+        int(str(row["event_time_ms"])),
+    )
+
+
+def describe_stage(storage: StorageSpec, now_ms: int) -> Stage:
+    """The stage that describes object sets (given as :meth:`ObjectSet.provisional` summaries)."""
+    return Stage("describe objects", DESCRIBED_SCHEMA, partial(describe_task, now_ms), storage)

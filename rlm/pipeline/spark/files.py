@@ -1,0 +1,80 @@
+"""Hadoop's ``FileSystem`` on Spark's driver, as :class:`rlm.pipeline.export.files.Files`.
+
+Through it an export's commit works on every file system Spark writes to (local paths, ``s3a://``
+where the cluster has hadoop-aws, HDFS), with the cluster's own settings and credentials.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+
+class HadoopFiles:
+    """File operations through the session's Hadoop configuration."""
+
+    def __init__(self, session: SparkSession) -> None:
+        context = session.sparkContext
+        self._jvm: Any = context._jvm
+        self._conf: Any = context._jsc.hadoopConfiguration()
+
+    def _fs(self, path: str) -> tuple[Any, Any]:
+        jpath = self._jvm.org.apache.hadoop.fs.Path(path)
+        return jpath.getFileSystem(self._conf), jpath
+
+    def list_files(self, directory: str) -> list[str]:
+        fs, root = self._fs(directory)
+        if not fs.exists(root):
+            return []
+        prefix = fs.makeQualified(root).toUri().getPath().rstrip("/") + "/"
+        found = []
+        files = fs.listFiles(root, True)
+        while files.hasNext():
+            path = files.next().getPath().toUri().getPath()
+            found.append(path[len(prefix) :] if path.startswith(prefix) else path)
+        return sorted(found)
+
+    def list_children(self, directory: str) -> list[str]:
+        fs, root = self._fs(directory)
+        if not fs.exists(root):
+            return []
+        return sorted(status.getPath().getName() for status in fs.listStatus(root))
+
+    def exists(self, path: str) -> bool:
+        fs, jpath = self._fs(path)
+        return bool(fs.exists(jpath))
+
+    def rename(self, source: str, target: str) -> None:
+        fs, src = self._fs(source)
+        _, dst = self._fs(target)
+        fs.mkdirs(dst.getParent())
+        if not fs.rename(src, dst):
+            raise OSError(f"could not move {source} to {target}")
+
+    def write_text(self, path: str, text: str) -> None:
+        fs, final = self._fs(path)
+        temporary = self._jvm.org.apache.hadoop.fs.Path(final.getParent(), f".{final.getName()}.tmp")
+        stream = fs.create(temporary, True)
+        try:
+            stream.write(bytearray(text.encode("utf-8")))
+        finally:
+            stream.close()
+        if fs.exists(final):
+            fs.delete(final, False)
+        if not fs.rename(temporary, final):
+            raise OSError(f"could not write {path}")
+
+    def read_text(self, path: str) -> str:
+        fs, jpath = self._fs(path)
+        stream = fs.open(jpath)
+        try:
+            data = self._jvm.org.apache.commons.io.IOUtils.toByteArray(stream)
+        finally:
+            stream.close()
+        return bytes(data).decode("utf-8")
+
+    def delete(self, path: str) -> None:
+        fs, jpath = self._fs(path)
+        if fs.exists(jpath):
+            fs.delete(jpath, True)

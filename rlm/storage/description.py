@@ -1,0 +1,104 @@
+"""What a segment's objects say of themselves: the part of its metadata row the keys and the bytes
+do not give, stored as the index object's metadata (S3 user metadata; a sidecar file on the
+filesystem store).
+
+The keys give the topic, partition, topic id, start offset and segment id; the description gives
+the rest of the row (end offset, max timestamp, ``.log`` size, leader epochs, the byte range of
+each file in the index object, whether a transaction index was stored, the copying broker and
+the copy's time). ``rlm spark rebuild-metadata`` turns a described object set back into its row
+without reading a byte of it. One metadata entry, ``rlm-segment``, holds compact JSON; a
+description longer than S3 allows (2 KiB, thousands of leader epochs) is not stored, and such
+a segment is rebuilt by reading its objects, as those copied before descriptions existed are.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import NamedTuple
+
+from rlm.errors import CorruptDataError
+from rlm.metastore.model import ByteRange, IndexType, LeaderEpochEntry, RemoteSegment
+
+#: The metadata entry holding the description (S3 lowercases names: this one is lowercase).
+DESCRIPTION_KEY = "rlm-segment"
+#: S3's limit on the user metadata of an object, keys and values together.
+MAX_METADATA_BYTES = 2048
+VERSION = 1
+
+
+class Description(NamedTuple):
+    """The row's fields an object set does not give by its keys."""
+
+    end_offset: int
+    max_timestamp_ms: int
+    size_bytes: int
+    leader_epochs: tuple[LeaderEpochEntry, ...]
+    index_ranges: tuple[tuple[IndexType, ByteRange], ...]
+    txn_index_empty: bool
+    broker_id: int
+    event_time_ms: int
+
+    @classmethod
+    def of(cls, segment: RemoteSegment) -> Description:
+        return cls(
+            segment.end_offset,
+            segment.max_timestamp_ms,
+            segment.size_bytes,
+            segment.leader_epochs,
+            segment.layout.index_ranges,
+            segment.txn_index_empty,
+            segment.broker_id,
+            segment.event_time_ms,
+        )
+
+
+def describe(segment: RemoteSegment) -> dict[str, str]:
+    """The metadata to store with the segment's index object; empty when it would not fit."""
+    d = Description.of(segment)
+    text = json.dumps(
+        {
+            "v": VERSION,
+            "end": d.end_offset,
+            "maxts": d.max_timestamp_ms,
+            "size": d.size_bytes,
+            "epochs": [list(e) for e in d.leader_epochs],
+            "ranges": [[kind.value, r.position, r.size] for kind, r in d.index_ranges],
+            "txn_empty": d.txn_index_empty,
+            "broker": d.broker_id,
+            "time": d.event_time_ms,
+        },
+        separators=(",", ":"),
+    )
+    if len(DESCRIPTION_KEY) + len(text) > MAX_METADATA_BYTES:
+        return {}
+    return {DESCRIPTION_KEY: text}
+
+
+def read_description(metadata: Mapping[str, str], key: str) -> Description | None:
+    """The description in an index object's metadata; ``None`` when it has none.
+
+    Raises:
+        CorruptDataError: The metadata holds a description rlm cannot read; names ``key``.
+    """
+    text = metadata.get(DESCRIPTION_KEY)
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+        if doc["v"] != VERSION:
+            raise ValueError(f"unknown version {doc['v']!r}")
+        return Description(
+            int(doc["end"]),
+            int(doc["maxts"]),
+            int(doc["size"]),
+            tuple(LeaderEpochEntry(int(e), int(o)) for e, o in doc["epochs"]),
+            tuple((IndexType(k), ByteRange(int(p), int(s))) for k, p, s in doc["ranges"]),
+            bool(doc["txn_empty"]),
+            int(doc["broker"]),
+            int(doc["time"]),
+        )
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CorruptDataError(
+            f"the segment description in its metadata is not valid: {exc}", path=key
+        ) from exc
