@@ -186,15 +186,61 @@ def test_the_compact_cron_job_runs_rlm_spark_compact_on_the_compacted_topics() -
     (container,) = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]
     args = build_parser().parse_args(container["args"])
     assert args.func.__name__ == "_compact"
-    assert (args.master, args.topic, args.dry_run, args.quiet) == (
-        "spark://spark-master:7077",
-        ["orders"],
-        False,
-        True,
-    )
+    assert (args.topic, args.dry_run, args.quiet) == (["orders"], False, True)
     # The topic it compacts is one the rendered settings give a compact policy.
     settings = _settings_file(r)
     assert "compact" in settings["topics"]["orders"]["cleanup.policy"]
+
+
+def test_a_k8s_master_runs_executors_as_pods_the_job_may_create() -> None:
+    r = rendered("standalone-full")
+    cron = r.one("CronJob", "rlm-compact")
+    spec = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    args = build_parser().parse_args(container["args"])
+    assert args.master == "k8s://https://kubernetes.default.svc"
+    conf = dict(c.split("=", 1) for c in args.conf)
+    assert conf["spark.kubernetes.container.image"] == container["image"]
+    assert conf["spark.kubernetes.namespace"] == "kafka"
+    assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == spec["serviceAccountName"]
+    assert conf["spark.kubernetes.authenticate.executor.serviceAccountName"] == spec["serviceAccountName"]
+    # Executors reach the driver at the pod's IP, which Kubernetes puts in the argument.
+    assert conf["spark.driver.host"] == "$(POD_IP)"
+    (pod_ip,) = [e for e in container["env"] if e["name"] == "POD_IP"]
+    assert pod_ip["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert conf["spark.kubernetes.executor.secretKeyRef.AWS_ACCESS_KEY_ID"] == "rlm:aws-access-key-id"
+    assert spec["automountServiceAccountToken"] is True  # the driver calls the API
+    role = r.one("Role", "rlm-spark")
+    (rule,) = role["rules"]
+    assert "pods" in rule["resources"] and {"create", "delete", "watch"} <= set(rule["verbs"])
+    binding = r.one("RoleBinding", "rlm-spark")
+    assert binding["roleRef"]["name"] == "rlm-spark"
+    account = {"kind": "ServiceAccount", "name": spec["serviceAccountName"], "namespace": "kafka"}
+    assert binding["subjects"] == [account]
+    # A local master needs none of it.
+    verify = r.one("CronJob", "rlm-verify")["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert verify["automountServiceAccountToken"] is False
+    assert rendered("existing-secret").of_kind("Role") == []
+    # Without static keys in the Secret, executors take the AWS chain (IRSA) of the service account.
+    irsa = render(
+        merge(
+            REQUIRED, {"mode": "standalone", "pipelines": {"verify": {"enabled": True, "master": "k8s://x"}}}
+        )
+    )
+    (container,) = irsa.one("CronJob", "rlm-verify")["spec"]["jobTemplate"]["spec"]["template"]["spec"][
+        "containers"
+    ]
+    assert not [c for c in container["args"] if "secretKeyRef" in c]
+
+
+@pytest.mark.parametrize("value_set", ALL)
+def test_every_pod_runs_under_a_service_account_that_exists(value_set: str) -> None:
+    r = rendered(value_set)
+    accounts = {o["metadata"]["name"] for o in r.of_kind("ServiceAccount")}
+    for where, spec in r.pod_specs():
+        name = spec.get("serviceAccountName")
+        if name is not None:
+            assert name in accounts, where
 
 
 def test_the_verify_cron_job_loads_its_settings_without_the_brokers_disks(tmp_path: Any) -> None:

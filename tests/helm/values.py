@@ -94,7 +94,11 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
                     "conf": {"spark.sql.shuffle.partitions": 8},
                     "timeZone": "Etc/UTC",
                 },
-                "compact": {"enabled": True, "topics": ["orders"], "master": "spark://spark-master:7077"},
+                "compact": {
+                    "enabled": True,
+                    "topics": ["orders"],
+                    "master": "k8s://https://kubernetes.default.svc",
+                },
                 "extraEnvVars": [{"name": "JAVA_TOOL_OPTIONS", "value": "-Xss4m"}],
             },
             "metrics": {
