@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rlm.errors import CorruptDataError, RlmError
 from rlm.pipeline.columns import decode_columns
@@ -129,54 +130,75 @@ def _decode(
         base = next((b.header.base_offset for b in batches if b.header.position == exc.position), None)
         where = "" if base is None else f" (the batch at offset {base})"
         raise CorruptDataError(f"{exc}{where}", path=exc.path, position=exc.position) from exc
+    return fact_batch(summary, batches, table, options)
+
+
+def fact_batch(
+    summary: SegmentSummary, batches: Sequence[RawBatch], table: pa.RecordBatch, options: FactOptions
+) -> pa.RecordBatch:
+    """The fact rows of decoded records, column by column (Arrow compute; only the ``header``
+    strategy reads each record's headers in Python)."""
+    tp = summary.topic_partition
     strategy = options.strategy(tp.topic)
     lag = options.lag_ms(tp.topic)
-    young_after = options.now_ms - lag
-    lasts = [b.header.last_offset for b in batches]
-    offsets: list[Any] = table.column("offset").to_pylist()
-    stamps: list[Any] = table.column("timestamp").cast(pa.int64()).to_pylist()
-    keys: list[Any] = table.column("key").to_pylist()
-    values: list[Any] = table.column("value").to_pylist()
-    headers: list[Any] | None = table.column("headers").to_pylist() if strategy.kind == "header" else None
-    flags: list[Any] = table.column("aborted").to_pylist()
-    columns: dict[str, list[Any]] = {name: [] for name in FACT_SCHEMA.names}
-    for i, offset in enumerate(offsets):
-        h = batches[bisect.bisect_left(lasts, offset)].header
-        ts = -1 if stamps[i] is None else stamps[i]
-        hs = () if headers is None else tuple((x["key"], x["value"]) for x in headers[i])
-        fact = Fact(
-            offset=offset,
-            batch_last=h.last_offset,
-            kind=Kind.LEGACY if h.magic < 2 else (Kind.CONTROL if h.is_control else Kind.DATA),
-            key=keys[i],
-            order=order_key(strategy, offset, ts, hs),
-            tombstone=values[i] is None,
-            aborted=bool(flags[i]),
-            producer_id=h.producer_id if h.magic >= 2 else -1,
-            transactional=h.is_transactional,
-            horizon_passed=h.has_delete_horizon and h.base_timestamp <= options.now_ms,
-            has_horizon=h.has_delete_horizon,
-            young=lag > 0 and ts > young_after,
-        )
-        add_fact(columns, fact)
-    rows = len(columns["offset"])
-    columns["topic"] = [tp.topic] * rows
-    columns["partition"] = [tp.partition] * rows
-    columns["segment_id"] = [summary.segment_id] * rows
-    columns["error"] = [None] * rows
-    return pa.RecordBatch.from_arrays(
-        [pa.array(columns[f.name], type=f.type) for f in FACT_SCHEMA], schema=FACT_SCHEMA
+    rows = table.num_rows
+    offsets = table.column("offset")
+    # each record's batch: offsets and batches are both in order, so the records of batch i are
+    # those after batch i - 1's last offset up to its own
+    offset_list: list[Any] = offsets.to_pylist()
+    ordinals: list[int] = []
+    done = 0
+    for i, raw in enumerate(batches):
+        upto = bisect.bisect_right(offset_list, raw.header.last_offset, lo=done)
+        ordinals += [i] * (upto - done)
+        done = upto
+    ordinal = pa.array(ordinals, pa.int32())
+    headers = [b.header for b in batches]
+
+    def per_batch(values: list[Any], kind: pa.DataType) -> pa.Array[Any]:
+        return pa.array(values, kind).take(ordinal)
+
+    stamps: pa.Array[Any] = table.column("timestamp").cast(pa.int64()).fill_null(-1)
+    zeros = pa.repeat(pa.scalar(0, pa.int64()), rows)
+    o1: pa.Array[Any] = stamps if strategy.kind == "timestamp" else zeros
+    o2: pa.Array[Any] = zeros
+    if strategy.kind == "header":
+        order = [
+            order_key(strategy, offset, 0, tuple((x["key"], x["value"]) for x in hs or ()))
+            for offset, hs in zip(offset_list, table.column("headers").to_pylist(), strict=True)
+        ]
+        o1 = pa.array([o[0] for o in order], pa.int64())
+        o2 = pa.array([o[1] for o in order], pa.int64())
+    young = (
+        pc.greater(stamps, pa.scalar(options.now_ms - lag, pa.int64()))
+        if lag > 0
+        else pa.repeat(pa.scalar(False), rows)
     )
-
-
-def add_fact(columns: dict[str, list[Any]], fact: Fact) -> None:
-    """Append one fact to column lists."""
-    for name in ("offset", "batch_last", "kind", "key", "tombstone", "aborted", "producer_id"):
-        columns[name].append(getattr(fact, name))
-    for name in ("transactional", "horizon_passed", "has_horizon", "young"):
-        columns[name].append(getattr(fact, name))
-    columns["o1"].append(fact.order[0])
-    columns["o2"].append(fact.order[1])
+    columns: dict[str, pa.Array[Any]] = {
+        "topic": pa.repeat(pa.scalar(tp.topic, pa.string()), rows),
+        "partition": pa.repeat(pa.scalar(tp.partition, pa.int32()), rows),
+        "segment_id": pa.repeat(pa.scalar(summary.segment_id, pa.string()), rows),
+        "offset": offsets,
+        "batch_last": per_batch([h.last_offset for h in headers], pa.int64()),
+        "kind": per_batch(
+            [Kind.LEGACY if h.magic < 2 else (Kind.CONTROL if h.is_control else Kind.DATA) for h in headers],
+            pa.int8(),
+        ),
+        "key": table.column("key"),
+        "o1": o1,
+        "o2": o2,
+        "tombstone": pc.is_null(table.column("value")),
+        "aborted": table.column("aborted").fill_null(False),
+        "producer_id": per_batch([h.producer_id if h.magic >= 2 else -1 for h in headers], pa.int64()),
+        "transactional": per_batch([h.is_transactional for h in headers], pa.bool_()),
+        "horizon_passed": per_batch(
+            [h.has_delete_horizon and h.base_timestamp <= options.now_ms for h in headers], pa.bool_()
+        ),
+        "has_horizon": per_batch([h.has_delete_horizon for h in headers], pa.bool_()),
+        "young": young,
+        "error": pa.nulls(rows, pa.string()),
+    }
+    return pa.RecordBatch.from_arrays([columns[f.name] for f in FACT_SCHEMA], schema=FACT_SCHEMA)
 
 
 def fact_from_row(row: dict[str, Any]) -> Fact:
