@@ -20,7 +20,6 @@ partitions get their 4xx; above ``remote.fetch.max.streams`` streams the answer 
 from __future__ import annotations
 
 import asyncio
-import binascii
 import json
 from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any
@@ -45,9 +44,9 @@ from rlm.lookup.plans import IsolationLevel
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
 from rlm.stream.arrow import RECORDS_PER_MESSAGE, ArrowStreamWriter, record_batch
+from rlm.stream.ndjson import ndjson_lines
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import StreamBatch
-from rlm.stream.records import records_in_range
 from rlm.stream.service import StreamSlot
 from rlm.timestamps import parse_timestamp
 
@@ -200,32 +199,24 @@ async def _pieces(
         yield b"".join(pending)
 
 
-def _json_b64(data: bytes | None) -> str:
-    """``data`` as a JSON value: base64 in quotes, or null."""
-    return "null" if data is None else f'"{binascii.b2a_base64(data, newline=False).decode("ascii")}"'
-
-
-def ndjson_lines(plan: RangePlan, batch: StreamBatch) -> bytes:
-    """The batch's records in range as NDJSON lines: the JSON answer's record objects (offset,
-    timestamp, timestamp_type, key, value, headers as [key, value] pairs, leader_epoch), keys,
-    values and header values in base64. Written out directly: the one hot loop of NDJSON streams."""
-    header = batch.header
-    tail = f',"leader_epoch":{header.leader_epoch}}}\n'
-    head_type = f',"timestamp_type":"{header.timestamp_type.label}","key":'
-    lines = []
-    for r in records_in_range(plan, batch):
-        headers = ",".join(f"[{json.dumps(k)},{_json_b64(v)}]" for k, v in r.headers)
-        lines.append(
-            f'{{"offset":{r.offset},"timestamp":{r.timestamp}{head_type}{_json_b64(r.key)},'
-            f'"value":{_json_b64(r.value)},"headers":[{headers}]{tail}'
-        )
-    return "".join(lines).encode()
+async def _groups(batches: AsyncIterator[StreamBatch], size: int) -> AsyncIterator[list[StreamBatch]]:
+    """The batches, gathered into groups of about ``size`` stored bytes."""
+    pending: list[StreamBatch] = []
+    held = 0
+    async for batch in batches:
+        pending.append(batch)
+        held += len(batch.data)
+        if held >= size:
+            yield pending
+            pending, held = [], 0
+    if pending:
+        yield pending
 
 
 async def _ndjson(plan: RangePlan, batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
     try:
-        async for piece in _pieces(batches, lambda batch: ndjson_lines(plan, batch)):
-            yield piece
+        async for group in _groups(batches, PIECE_BYTES):
+            yield ndjson_lines(plan, group)
     except Exception as exc:  # the trailer says why the stream ends here
         yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
 
