@@ -20,24 +20,8 @@ from binascii import b2a_base64
 from collections.abc import Sequence
 
 from rlm.errors import CorruptDataError
-from rlm.log.columns import (
-    HEADER_KEY_DATA,
-    HEADER_KEY_OFFSETS,
-    HEADER_OFFSETS,
-    HEADER_VALUE_DATA,
-    HEADER_VALUE_OFFSETS,
-    HEADER_VALUE_VALIDITY,
-    KEY_DATA,
-    KEY_OFFSETS,
-    KEY_VALIDITY,
-    OFFSET,
-    TIMESTAMP,
-    VALUE_DATA,
-    VALUE_OFFSETS,
-    VALUE_VALIDITY,
-    ColumnBuffers,
-    append_batch,
-)
+from rlm.log import columns as c
+from rlm.log.columns import ColumnBuffers, append_batch
 from rlm.stream.plan import RangePlan
 from rlm.stream.reader import StreamBatch
 
@@ -72,14 +56,14 @@ def _blobs(cols: ColumnBuffers, offsets: int, data: int, validity: int, count: i
 
 def _headers(cols: ColumnBuffers) -> list[bytes]:
     """Each row's headers as the inside of a JSON array of ``[key, value]`` pairs."""
-    per_row = _ints(cols, HEADER_OFFSETS, "i")
+    per_row = _ints(cols, c.HEADER_OFFSETS, "i")
     count = per_row[-1]
     if count == 0:
         return [b""] * (len(per_row) - 1)
-    key_ends = _ints(cols, HEADER_KEY_OFFSETS, "i")
-    key_data = cols.view(HEADER_KEY_DATA)
+    key_ends = _ints(cols, c.HEADER_KEY_OFFSETS, "i")
+    key_data = cols.view(c.HEADER_KEY_DATA)
     keys = [json.dumps(str(key_data[key_ends[i] : key_ends[i + 1]], "utf-8")).encode() for i in range(count)]
-    values = _blobs(cols, HEADER_VALUE_OFFSETS, HEADER_VALUE_DATA, HEADER_VALUE_VALIDITY, count)
+    values = _blobs(cols, c.HEADER_VALUE_OFFSETS, c.HEADER_VALUE_DATA, c.HEADER_VALUE_VALIDITY, count)
     pairs = [b"[" + k + b"," + v + b"]" for k, v in zip(keys, values, strict=True)]
     return [b",".join(pairs[a:b]) for a, b in itertools.pairwise(per_row)]
 
@@ -109,10 +93,10 @@ def ndjson_lines(plan: RangePlan, batches: Sequence[StreamBatch]) -> bytes:
     rows = cols.rows
     if rows == 0:
         return b""
-    offsets = _ints(cols, OFFSET, "q")
-    timestamps = _ints(cols, TIMESTAMP, "q")
-    keys = _blobs(cols, KEY_OFFSETS, KEY_DATA, KEY_VALIDITY, rows)
-    values = _blobs(cols, VALUE_OFFSETS, VALUE_DATA, VALUE_VALIDITY, rows)
+    offsets = _ints(cols, c.OFFSET, "q")
+    timestamps = _ints(cols, c.TIMESTAMP, "q")
+    keys = _blobs(cols, c.KEY_OFFSETS, c.KEY_DATA, c.KEY_VALIDITY, rows)
+    values = _blobs(cols, c.VALUE_OFFSETS, c.VALUE_DATA, c.VALUE_VALIDITY, rows)
     headers = _headers(cols)
     lines = []
     start = 0
