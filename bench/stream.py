@@ -44,6 +44,7 @@ from rlm.log.batches import decode_batch  # noqa: E402
 from rlm.log.model import Codec  # noqa: E402
 from rlm.log.produce import ProduceSpec, produce  # noqa: E402
 from rlm.log.source import BytesSource, iter_headers  # noqa: E402
+from rlm.stream.service import DEFAULT_IO_THREADS  # noqa: E402
 
 BUCKET = "bench"
 AUTH = {"Authorization": f"Bearer {READ_TOKEN}"}
@@ -319,8 +320,8 @@ def run(served: Any, endpoint: str, highest: int) -> dict[str, Any]:
     assert status == 200
     many = asyncio.run(concurrent_slow_streams(url, params, served.process.pid))
     # rlm serve's pools: offset readers 5, remote fetch 10, metadata 10, copier 4, S3 part uploads 4,
-    # stream I/O 8 (the defaults), and the main thread.
-    configured = 5 + 10 + 10 + 4 + 4 + 8 + 1
+    # stream I/O (the defaults), and the main thread.
+    configured = 5 + 10 + 10 + 4 + 4 + DEFAULT_IO_THREADS + 1
     result["concurrent"] = figure(
         {
             **many,
