@@ -156,6 +156,48 @@ def decode_rate(raw: bytes) -> tuple[int, float]:
     return records, median(times)
 
 
+def encode_rate(raw: bytes, name: str) -> float:
+    """Records/s of the stream's own encoder of ``name`` (ndjson, arrow) over ``raw``, in one
+    process, grouped as the server groups them: what the encoding costs without the HTTP hop."""
+    from rlm.metastore.model import TopicPartition
+    from rlm.stream.arrow import ArrowStreamWriter, record_batch
+    from rlm.stream.ndjson import ndjson_lines
+    from rlm.stream.plan import RangePlan
+    from rlm.stream.reader import StreamBatch
+
+    headers = list(iter_headers(BytesSource(raw), 0))
+    batches = [StreamBatch(h, raw[h.position : h.position + h.size], "local", "bench") for h in headers]
+    plan = RangePlan(TopicPartition(TOPIC, 0), 0, 2**62, 2**62, None, None)
+    group_bytes = 64 * 1024 if name == "ndjson" else BUFFER_BYTES // 2
+
+    def groups() -> list[list[StreamBatch]]:
+        out: list[list[StreamBatch]] = [[]]
+        held = 0
+        for batch in batches:
+            out[-1].append(batch)
+            held += len(batch.data)
+            if held >= group_bytes:
+                out.append([])
+                held = 0
+        return out
+
+    times = []
+    records = 0
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        if name == "ndjson":
+            records = sum(ndjson_lines(plan, group).count(b"\n") for group in groups())
+        else:
+            writer, records = ArrowStreamWriter(), 0
+            for group in groups():
+                batch = record_batch(plan, group)
+                records += batch.num_rows
+                writer.write(batch)
+            writer.end()
+        times.append(time.perf_counter() - started)
+    return records / median(times)
+
+
 async def concurrent_slow_streams(url: str, params: dict[str, str], pid: int) -> dict[str, Any]:
     import aiohttp
 
@@ -281,6 +323,7 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
                 "rlm_decode_records_per_s": round(own),
                 "ratio": round(rate / own, 2),
                 "target_ratio_min": target,
+                "in_process_encode_records_per_s": round(encode_rate(raw, name)),
             }
         )
     return result
