@@ -102,7 +102,11 @@ class _SlotStream(StreamingResponse):
     (then cancels the body at once) and closes the body whatever happens."""
 
     def __init__(
-        self, body: AsyncIterator[bytes], media_type: str, headers: dict[str, str], slot: StreamSlot
+        self,
+        body: AsyncIterator[bytes | memoryview],
+        media_type: str,
+        headers: dict[str, str],
+        slot: StreamSlot,
     ):
         super().__init__(body, media_type=media_type, headers=headers)
         self.slot = slot
@@ -213,7 +217,7 @@ async def _raw(batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
 
 async def _arrow(
     plan: RangePlan, batches: AsyncIterator[StreamBatch], chunk_bytes: int
-) -> AsyncIterator[bytes]:
+) -> AsyncIterator[bytes | memoryview]:
     writer = ArrowStreamWriter()
     pending: list[StreamBatch] = []
     records = size = 0
@@ -245,7 +249,7 @@ async def _stream_records(
     slot, planned = await open_stream(rt, _query(tp, **query_args), timeout_ms)
     streams = rt.streams
     batches = streams.batches(planned)
-    body: AsyncIterator[bytes]
+    body: AsyncIterator[bytes | memoryview]
     if media == NDJSON:
         body = _ndjson(planned, batches)
     elif media == ARROW:

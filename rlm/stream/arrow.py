@@ -36,7 +36,7 @@ def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBa
         return pa.RecordBatch.from_pylist([], STREAM_SCHEMA)
     decoded = decode_columns(
         plan.tp,
-        [RawBatch(b.header._replace(position=0), b.data) for b in batches],
+        [RawBatch(b.header, b.data) for b in batches],  # decoded at position 0 (local_header)
         _NOTHING_ABORTED,
         first_offset=plan.start,
         last_offset=plan.end - 1,
@@ -63,13 +63,14 @@ class ArrowStreamWriter:
         schema, self._schema = self._schema, None
         return [] if schema is None else [schema]
 
-    def write(self, batch: pa.RecordBatch) -> bytes:
-        """The bytes of ``batch``'s message (and of the schema before the first)."""
+    def write(self, batch: pa.RecordBatch) -> bytes | memoryview:
+        """The bytes of ``batch``'s message (and of the schema before the first): after the first,
+        a view of the buffer Arrow serialized the message into (not copied again)."""
         if not batch.num_rows:
             return b""
         head = self._head()
         message = batch.serialize()
-        return b"".join([*head, message]) if head else message.to_pybytes()
+        return b"".join([*head, message]) if head else memoryview(message)
 
     def end(self) -> bytes:
         """The rest of the stream: the schema when nothing was written, and the end marker."""
