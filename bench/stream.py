@@ -5,7 +5,7 @@ then its tiered segments are deleted locally, so that the range streamed is read
 Side by side, in the same run:
 
 * raw stream MB/s (``Accept: application/octet-stream``) vs a bare aiobotocore GET of each of
-  the same ``.log`` objects, read whole front to back (target: ≥ 0.8x);
+  the same ``.log`` objects, read whole front to back (target: ≥ 0.8x), interleaved;
 * NDJSON and Arrow records/s vs rlm's own decode of the same batches in one process
   (:func:`rlm.log.batches.decode_batch`; targets ≥ 0.5x and ≥ 0.8x), over the broker's files
   (``local``, before they are deleted) and over S3 (``remote``, bounded by the S3 server);
@@ -14,6 +14,8 @@ Side by side, in the same run:
 
 moto reads a whole object for each ranged GET, so that chunked reads pay more than one GET per
 object there: the raw ratio is a floor for real S3. Every figure comes with ``os.getloadavg()``.
+Each timed figure is the median of :data:`REPEATS` runs after an untimed warm-up run (the
+server's first Arrow stream imports pyarrow).
 
 Usage: ``python bench/stream.py [--records 40000] [--segment-mib 2]``
 """
@@ -42,12 +44,15 @@ from rlm.log.batches import decode_batch  # noqa: E402
 from rlm.log.model import Codec  # noqa: E402
 from rlm.log.produce import ProduceSpec, produce  # noqa: E402
 from rlm.log.source import BytesSource, iter_headers  # noqa: E402
+from rlm.stream.service import DEFAULT_IO_THREADS  # noqa: E402
 
 BUCKET = "bench"
 AUTH = {"Authorization": f"Bearer {READ_TOKEN}"}
 STREAMS = 64
 BUFFER_BYTES = 4 * 1024 * 1024
 MIB = 1024 * 1024
+#: Timed runs of each figure (after one untimed run that warms imports and caches): the median.
+REPEATS = 3
 
 
 def figure(values: dict[str, Any]) -> dict[str, Any]:
@@ -71,6 +76,22 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
 
     wait_for(up, "moto server", process, 30)
     return process, endpoint
+
+
+def thread_names(pid: int) -> dict[str, int]:
+    """The process's threads by name (``/proc/<pid>/task/*/comm``; Python's own show as python)."""
+    names: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+        except OSError:  # the thread ended while listed
+            continue
+        names[name] = names.get(name, 0) + 1
+    return dict(sorted(names.items()))
+
+
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
 
 
 def proc_status(pid: int) -> dict[str, int]:
@@ -126,22 +147,73 @@ def decode_rate(raw: bytes) -> tuple[int, float]:
     """Records/s of rlm's own decoder over ``raw`` (whole batches)."""
     source = BytesSource(raw)
     headers = list(iter_headers(source, 0))
-    started = time.perf_counter()
-    records = sum(len(decode_batch(raw, h)) for h in headers)
-    return records, time.perf_counter() - started
+    times = []
+    records = 0
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        records = sum(len(decode_batch(raw, h)) for h in headers)
+        times.append(time.perf_counter() - started)
+    return records, median(times)
+
+
+def encode_rate(raw: bytes, name: str) -> float:
+    """Records/s of the stream's own encoder of ``name`` (ndjson, arrow) over ``raw``, in one
+    process, grouped as the server groups them: what the encoding costs without the HTTP hop."""
+    from rlm.metastore.model import TopicPartition
+    from rlm.stream.arrow import ArrowStreamWriter, record_batch
+    from rlm.stream.ndjson import ndjson_lines
+    from rlm.stream.plan import RangePlan
+    from rlm.stream.reader import StreamBatch
+
+    headers = list(iter_headers(BytesSource(raw), 0))
+    batches = [StreamBatch(h, raw[h.position : h.position + h.size], "local", "bench") for h in headers]
+    plan = RangePlan(TopicPartition(TOPIC, 0), 0, 2**62, 2**62, None, None)
+    group_bytes = 64 * 1024 if name == "ndjson" else BUFFER_BYTES // 2
+
+    def groups() -> list[list[StreamBatch]]:
+        out: list[list[StreamBatch]] = [[]]
+        held = 0
+        for batch in batches:
+            out[-1].append(batch)
+            held += len(batch.data)
+            if held >= group_bytes:
+                out.append([])
+                held = 0
+        return out
+
+    times = []
+    records = 0
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        if name == "ndjson":
+            records = sum(ndjson_lines(plan, group).count(b"\n") for group in groups())
+        else:
+            writer, records = ArrowStreamWriter(), 0
+            for group in groups():
+                batch = record_batch(plan, group)
+                records += batch.num_rows
+                writer.write(batch)
+            writer.end()
+        times.append(time.perf_counter() - started)
+    return records / median(times)
 
 
 async def concurrent_slow_streams(url: str, params: dict[str, str], pid: int) -> dict[str, Any]:
     import aiohttp
 
     peak = {"Threads": 0, "VmRSS": 0}
+    idle = proc_status(pid)["Threads"]
+    names: dict[str, int] = {}
     done = asyncio.Event()
 
     async def sample() -> None:
+        nonlocal names
         while not done.is_set():
             for name, value in proc_status(pid).items():
+                if name == "Threads" and value > peak[name]:
+                    names = thread_names(pid)
                 peak[name] = max(peak[name], value)
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
 
     async def slow(session: aiohttp.ClientSession) -> int:
         got = 0
@@ -163,7 +235,9 @@ async def concurrent_slow_streams(url: str, params: dict[str, str], pid: int) ->
     return {
         "streams": STREAMS,
         "bytes_each": got[0],
+        "threads_idle": idle,
         "threads_max": peak["Threads"],
+        "threads_at_max_by_name": names,
         "rss_max_mib": peak["VmRSS"] // 1024,
     }
 
@@ -230,7 +304,9 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
         ("application/x-ndjson", "ndjson", 0.5),
         ("application/vnd.apache.arrow.stream", "arrow", 0.8),
     ):
-        _, body, seconds = asyncio.run(timed_stream(url, media, params))
+        asyncio.run(timed_stream(url, media, params))  # warm-up (imports, caches)
+        runs = [asyncio.run(timed_stream(url, media, params)) for _ in range(REPEATS)]
+        body, seconds = runs[0][1], median([r[2] for r in runs])
         if name == "ndjson":
             sent = body.count(b"\n")
         else:
@@ -247,6 +323,7 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
                 "rlm_decode_records_per_s": round(own),
                 "ratio": round(rate / own, 2),
                 "target_ratio_min": target,
+                "in_process_encode_records_per_s": round(encode_rate(raw, name)),
             }
         )
     return result
@@ -261,8 +338,14 @@ def run(served: Any, endpoint: str, highest: int) -> dict[str, Any]:
         Bucket=BUCKET
     )
     keys = sorted(o["Key"] for o in listing.get("Contents", []) if o["Key"].endswith(".log"))
-    raw_size, _, raw_s = asyncio.run(timed_stream(url, "application/octet-stream", params))
-    bare_size, bare_s = asyncio.run(bare_gets(endpoint, keys))
+    asyncio.run(timed_stream(url, "application/octet-stream", params))  # warm-up
+    asyncio.run(bare_gets(endpoint, keys))
+    raw_runs, bare_runs = [], []
+    for _ in range(REPEATS):  # interleaved, so that both see the same load
+        raw_runs.append(asyncio.run(timed_stream(url, "application/octet-stream", params)))
+        bare_runs.append(asyncio.run(bare_gets(endpoint, keys)))
+    raw_size, raw_s = raw_runs[0][0], median([r[2] for r in raw_runs])
+    bare_size, bare_s = bare_runs[0][0], median([r[1] for r in bare_runs])
     raw_mbps, bare_mbps = raw_size / MIB / raw_s, bare_size / MIB / bare_s
     result: dict[str, Any] = {
         "range": {"first_offset": 0, "end_offset": highest + 1, "bytes": raw_size, "objects": len(keys)},
@@ -280,8 +363,8 @@ def run(served: Any, endpoint: str, highest: int) -> dict[str, Any]:
     assert status == 200
     many = asyncio.run(concurrent_slow_streams(url, params, served.process.pid))
     # rlm serve's pools: offset readers 5, remote fetch 10, metadata 10, copier 4, S3 part uploads 4,
-    # stream I/O 8 (the defaults), and the main thread.
-    configured = 5 + 10 + 10 + 4 + 4 + 8 + 1
+    # stream I/O (the defaults), and the main thread.
+    configured = 5 + 10 + 10 + 4 + 4 + DEFAULT_IO_THREADS + 1
     result["concurrent"] = figure(
         {
             **many,

@@ -7,11 +7,9 @@ leader_epoch``, typed as the export types them.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
 import pyarrow as pa
-from typing_extensions import Buffer
 
 from rlm.pipeline.columns import RECORD_SCHEMA, decode_columns
 from rlm.pipeline.reader import RawBatch
@@ -38,7 +36,7 @@ def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBa
         return pa.RecordBatch.from_pylist([], STREAM_SCHEMA)
     decoded = decode_columns(
         plan.tp,
-        [RawBatch(b.header._replace(position=0), b.data) for b in batches],
+        [RawBatch(b.header, b.data) for b in batches],  # decoded at position 0 (local_header)
         _NOTHING_ABORTED,
         first_offset=plan.start,
         last_offset=plan.end - 1,
@@ -47,41 +45,33 @@ def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBa
     return decoded.select(list(STREAM_COLUMNS))
 
 
-class _Parts(io.RawIOBase):
-    """A write-only file that keeps what was written until taken."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[bytes] = []
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Buffer) -> int:
-        self.parts.append(bytes(data))
-        return len(memoryview(data))
-
-    def take(self) -> bytes:
-        data = b"".join(self.parts)
-        self.parts.clear()
-        return data
+#: The IPC stream's end marker: a continuation token and a zero length.
+END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
 
 
 class ArrowStreamWriter:
     """Arrow IPC stream bytes, handed out as they are made: the schema message first (with the
-    first batch), one message per record batch, and the end-of-stream marker from :meth:`end`."""
+    first batch), one message per record batch, and the end-of-stream marker from :meth:`end`.
+
+    Each message is serialized once by Arrow (``serialize``: the encapsulated IPC message the stream
+    format is a sequence of) and joined with what goes with it: no file object in between."""
 
     def __init__(self) -> None:
-        self._parts = _Parts()
-        self._writer = pa.ipc.new_stream(self._parts, STREAM_SCHEMA)
+        self._schema: bytes | None = STREAM_SCHEMA.serialize().to_pybytes()
 
-    def write(self, batch: pa.RecordBatch) -> bytes:
-        """The bytes of ``batch``'s message (and of the schema before the first)."""
-        if batch.num_rows:
-            self._writer.write_batch(batch)
-        return self._parts.take()
+    def _head(self) -> list[bytes]:
+        schema, self._schema = self._schema, None
+        return [] if schema is None else [schema]
+
+    def write(self, batch: pa.RecordBatch) -> bytes | memoryview:
+        """The bytes of ``batch``'s message (and of the schema before the first): after the first,
+        a view of the buffer Arrow serialized the message into (not copied again)."""
+        if not batch.num_rows:
+            return b""
+        head = self._head()
+        message = batch.serialize()
+        return b"".join([*head, message]) if head else memoryview(message)
 
     def end(self) -> bytes:
         """The rest of the stream: the schema when nothing was written, and the end marker."""
-        self._writer.close()
-        return self._parts.take()
+        return b"".join([*self._head(), END_OF_STREAM])

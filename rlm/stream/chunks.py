@@ -74,7 +74,8 @@ async def batches_in_range(
             total = LOG_OVERHEAD + size
             if used + total > len(buffer):
                 break
-            data = bytes(buffer[used : used + total])
+            with memoryview(buffer) as view:  # one copy of the batch, none of the buffer
+                data = bytes(view[used : used + total])
             try:
                 header = parse_header(data, 0, at + used)
             except CorruptDataError as exc:

@@ -124,7 +124,12 @@ class BatchReader:
         )
         if segment is None:
             raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}")
-        position = await self._blocking(lambda: self.indexes.offset_index(segment).lookup(offset).position)
+        if offset <= segment.start_offset:  # from the object's start: no index to fetch
+            position = 0
+        else:
+            position = await self._blocking(
+                lambda: self.indexes.offset_index(segment).lookup(offset).position
+            )
         key = segment.layout.log_key
 
         async def read(at: int, length: int) -> bytes:

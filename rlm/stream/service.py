@@ -26,8 +26,10 @@ T = TypeVar("T")
 
 DEFAULT_BUFFER_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 64
-#: Threads of the streams' executor (file reads and metadata calls, each short).
-DEFAULT_IO_THREADS = 8
+#: Threads of the streams' executor: its calls are each short (a metadata query per segment, an
+#: offset index for the segment a range starts inside, a file read of the broker's), and remote
+#: bytes never take one, so that two serve many streams.
+DEFAULT_IO_THREADS = 2
 #: Seconds a refused client is told to wait (``Retry-After``).
 RETRY_AFTER_S = 1
 
