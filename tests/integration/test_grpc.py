@@ -8,6 +8,7 @@ inputs (and, for fetches, the records as appended).
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -600,6 +601,20 @@ def test_tls_server_answers_over_a_secure_channel(served: Served) -> None:
         server.stop()
 
 
+@pytest.fixture
+def main_thread_loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """An event loop set as the main thread's current one: ``grpc.aio.server()`` asks for it, and a
+    test that ran ``asyncio.run`` before leaves none."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield loop
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+@pytest.mark.usefixtures("main_thread_loop")
 def test_unusable_tls_material_or_a_busy_port_is_a_config_error(served: Served) -> None:
     authenticator = TokenAuthenticator.from_settings(served.runtime.settings)
     cert, _ = self_signed()
