@@ -6,13 +6,15 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import pyarrow.compute as pc
 from pyspark.sql import Observation, SparkSession
 from pyspark.sql.functions import count, lit
 
+from rlm.pipeline.export.parquet import files_stage, writes_directly
 from rlm.pipeline.export.rows import DATE_COLUMN, PARTITION_COLUMNS
 from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.spark.progress import StageProgress
-from rlm.pipeline.spark.stage import map_segments
+from rlm.pipeline.spark.stage import collect_stage, map_segments
 from rlm.pipeline.stage import Stage
 
 
@@ -32,7 +34,14 @@ def write_parquet(
     Parquet's ``TIMESTAMP(MILLIS, UTC)`` (Kafka's precision; pyarrow, DuckDB and pandas read UTC
     timestamps). ``table_files`` writes an Iceberg table's data files instead: every column in
     the files but ``date``, timestamps in microseconds (Iceberg's unit).
+
+    A partitioned export to a local path or ``file://`` URI is written by the executors with
+    pyarrow instead (:mod:`rlm.pipeline.export.parquet`), the same layout and types.
     """
+    if not table_files and writes_directly(directory):
+        # Executors write the files with pyarrow; only one row per file comes back.
+        written_files = collect_stage(session, files_stage(stage, directory), summaries, progress=progress)
+        return int(pc.sum(written_files.column("rows")).as_py() or 0)
     unit = "TIMESTAMP_MICROS" if table_files else "TIMESTAMP_MILLIS"
     written = Observation("rlm export")
     frame = map_segments(session, stage, summaries).observe(written, count(lit(1)).alias("rows"))
