@@ -21,6 +21,8 @@ the best round of each side counts.
   rows written with ``pyarrow.parquet.write_to_dataset`` with the same partitioning). Targets:
   local[2] at least 1.6 times local[1], and 1.5 times the one-process export. Each Spark side
   runs in a session of its own master, started and warmed by a first export before the clock.
+  The output is a local directory, which rlm's executors write with pyarrow (an ``s3a://``
+  output would be written by Spark's Parquet writer, not measured here).
 
 Figures go in :data:`FIGURES`, each a function of the shared :class:`Tier`.
 

@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 
-from pyspark.sql import SparkSession
+import pyarrow.compute as pc
+from pyspark.sql import Observation, SparkSession
+from pyspark.sql.functions import count, lit
 
-from rlm.pipeline.export.commit import data_files
+from rlm.pipeline.export.parquet import files_stage, writes_directly
 from rlm.pipeline.export.rows import DATE_COLUMN, PARTITION_COLUMNS
 from rlm.pipeline.plan import SegmentSummary
-from rlm.pipeline.spark.files import HadoopFiles
 from rlm.pipeline.spark.progress import StageProgress
-from rlm.pipeline.spark.stage import map_segments
+from rlm.pipeline.spark.stage import collect_stage, map_segments
 from rlm.pipeline.stage import Stage
 
 
@@ -32,15 +34,50 @@ def write_parquet(
     Parquet's ``TIMESTAMP(MILLIS, UTC)`` (Kafka's precision; pyarrow, DuckDB and pandas read UTC
     timestamps). ``table_files`` writes an Iceberg table's data files instead: every column in
     the files but ``date``, timestamps in microseconds (Iceberg's unit).
+
+    A partitioned export to a local path or ``file://`` URI is written by the executors with
+    pyarrow instead (:mod:`rlm.pipeline.export.parquet`), the same layout and types.
     """
+    if not table_files and writes_directly(directory):
+        # Executors write the files with pyarrow; only one row per file comes back.
+        written_files = collect_stage(session, files_stage(stage, directory), summaries, progress=progress)
+        return int(pc.sum(written_files.column("rows")).as_py() or 0)
     unit = "TIMESTAMP_MICROS" if table_files else "TIMESTAMP_MILLIS"
-    session.conf.set("spark.sql.parquet.outputTimestampType", unit)
-    frame = map_segments(session, stage, summaries)
-    with StageProgress(session, stage.name, len(summaries), enabled=progress):
+    written = Observation("rlm export")
+    frame = map_segments(session, stage, summaries).observe(written, count(lit(1)).alias("rows"))
+    conf = {**WRITE_CONF, "spark.sql.parquet.outputTimestampType": unit}
+    with (
+        _write_conf(session, conf),
+        StageProgress(session, stage.name, len(summaries), enabled=progress),
+    ):
         if table_files:
             frame.drop(DATE_COLUMN).write.mode("errorifexists").parquet(directory)
         else:
             frame.write.partitionBy(*PARTITION_COLUMNS).mode("errorifexists").parquet(directory)
-    if not data_files(HadoopFiles(session), directory):
-        return 0  # every row read was left out (control records, aborted transactions)
-    return int(session.read.parquet(directory).count())
+    return int(written.get["rows"])
+
+
+#: How Spark writes an export's files. A task's rows are one segment's: one topic and partition,
+#: a day or two. Spark's planned write would sort every task's rows by the partition columns
+#: first (copying every key and value once more); instead each task keeps a writer open per
+#: directory, up to this many, and sorts only the rows beyond them.
+WRITE_CONF = {
+    "spark.sql.optimizer.plannedWrite.enabled": "false",
+    "spark.sql.maxConcurrentOutputFileWriters": "8",
+}
+
+
+@contextmanager
+def _write_conf(session: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """``conf`` set on the session while writing, the session's own values restored after."""
+    before = {key: session.conf.get(key, None) for key in conf}
+    for key, value in conf.items():
+        session.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                session.conf.unset(key)
+            else:
+                session.conf.set(key, old)
