@@ -81,9 +81,13 @@ def parse_with_kafka_python(raw: bytes) -> list[Parsed]:
     return out
 
 
-@pytest.fixture(scope="module", params=["sqlite-fs", pytest.param("postgres-s3", marks=pytest.mark.postgres)])
-def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
-    root = tmp_path_factory.mktemp("fetch")
+#: The backend pairs a module-scoped ``tiered`` fixture runs on.
+BACKEND_PARAMS = ["sqlite-fs", pytest.param("postgres-s3", marks=pytest.mark.postgres)]
+
+
+def tiered_partition(request: pytest.FixtureRequest, root: Path, **settings: object) -> Iterator[Tiered]:
+    """:data:`PLAN` written under ``root`` and tiered on the backend pair ``request.param`` names,
+    served by a runtime with ``settings``; closed after."""
     log_dir = root / "logs"
     truth = write_partition(log_dir, PLAN)
     if request.param == "sqlite-fs":
@@ -91,11 +95,16 @@ def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     else:
         s3: MotoS3 = request.getfixturevalue("moto_s3")
         backend = Backend("postgres-s3", postgres_url=request.getfixturevalue("postgres_url"), s3=s3)
-    rt = runtime(backend, root, log_dir)
+    rt = runtime(backend, root, log_dir, wrap=None, **settings)
     try:
         yield tier_partition(rt, LogDir(log_dir).partition(TOPIC, 0), truth, PLAN)
     finally:
         rt.close()
+
+
+@pytest.fixture(scope="module", params=BACKEND_PARAMS)
+def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
+    yield from tiered_partition(request, tmp_path_factory.mktemp("fetch"))
 
 
 def _fetch(tiered: Tiered, offset: int, max_bytes: int = 1 << 20) -> tuple[FetchResult, FetchStats]:

@@ -26,12 +26,10 @@ from api.gen.rlm.v1 import rlm_pb2_grpc
 from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
 from rlm.bootstrap import Runtime
-from rlm.log.logdir import LogDir
 from rlm.log.model import Record
 from tests.grpc_support import ServerThread, code_of, free_port
-from tests.integration.test_fetch import PLAN, parse_with_kafka_python
-from tests.lookup_support import TOPIC, Backend, Tiered, Truth, runtime, tier_partition, write_partition
-from tests.s3_support import MotoS3
+from tests.integration.test_fetch import BACKEND_PARAMS, parse_with_kafka_python, tiered_partition
+from tests.lookup_support import TOPIC, Tiered, Truth
 
 NDJSON = "application/x-ndjson"
 OCTET = "application/octet-stream"
@@ -39,21 +37,10 @@ ARROW = "application/vnd.apache.arrow.stream"
 URL = f"/v1/topics/{TOPIC}/partitions/0/records"
 
 
-@pytest.fixture(scope="module", params=["sqlite-fs", pytest.param("postgres-s3", marks=pytest.mark.postgres)])
+@pytest.fixture(scope="module", params=BACKEND_PARAMS)
 def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tiered]:
     root = tmp_path_factory.mktemp("stream")
-    log_dir = root / "logs"
-    truth = write_partition(log_dir, PLAN)
-    if request.param == "sqlite-fs":
-        backend = Backend("sqlite-fs", sqlite_template=request.getfixturevalue("sqlite_template"))
-    else:
-        s3: MotoS3 = request.getfixturevalue("moto_s3")
-        backend = Backend("postgres-s3", postgres_url=request.getfixturevalue("postgres_url"), s3=s3)
-    rt = runtime(backend, root, log_dir, auth_enabled=False, remote_fetch_stream_buffer_bytes=4096)
-    try:
-        yield tier_partition(rt, LogDir(log_dir).partition(TOPIC, 0), truth, PLAN)
-    finally:
-        rt.close()
+    yield from tiered_partition(request, root, auth_enabled=False, remote_fetch_stream_buffer_bytes=4096)
 
 
 @pytest.fixture(scope="module")
