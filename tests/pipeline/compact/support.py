@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import yaml
 from kafka.record import MemoryRecords
 
 from rlm.config import Settings, TopicSettings
@@ -100,6 +101,18 @@ def _record(rng: random.Random, now: int) -> ProducerRecord:
     return ProducerRecord(now - rng.randrange(0, 5000), key, value, tuple(headers))
 
 
+def compacted_config(tier: Tier, path: Path, **settings: object) -> Path:
+    """An ``rlm.yaml`` at ``path`` naming ``tier``, ``users`` compacted as :func:`compacting` does
+    (for ``rlm spark compact``), with ``settings`` (``remote.…`` keys) added."""
+    config = yaml.safe_load(tier.config.read_text())
+    config["topics"] = {
+        TOPIC: {"cleanup.policy": "compact", "segment.bytes": 4000, "compaction.strategy.header": HEADER}
+    }
+    config.update(settings)
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def compacting(settings: Settings, **topic: Any) -> Settings:
     """``settings`` with ``users`` compacted (``topic`` overrides its settings)."""
     base = TopicSettings(cleanup_policy="compact", segment_bytes=4000, compaction_strategy_header=HEADER)
@@ -134,6 +147,15 @@ def object_keys(storage: RemoteStorage) -> set[str]:
     return set(storage.list_keys())
 
 
+def stored_keys(tier: Tier) -> set[str]:
+    """Every object of the tier's remote store."""
+    storage = tier.open_storage()
+    try:
+        return object_keys(storage)
+    finally:
+        storage.close()
+
+
 def live_keys(
     tier: Tier, states: tuple[SegmentState, ...] = (SegmentState.COPY_SEGMENT_FINISHED,)
 ) -> set[str]:
@@ -146,3 +168,45 @@ def live_keys(
 
 
 Writer = Callable[[Path], object]
+
+
+def orphans(tier: Tier) -> set[str]:
+    """Objects no live row (finished, or replaced and waiting for its delay) references."""
+    return stored_keys(tier) - live_keys(
+        tier, (SegmentState.COPY_SEGMENT_FINISHED, SegmentState.DELETE_SEGMENT_STARTED)
+    )
+
+
+def assert_lookups_exact(tier: Tier, tp: TopicPartition, cache_dir: Path) -> None:
+    """ListOffsets and record fetches over REST answer what a brute force over the survivors does."""
+    from fastapi.testclient import TestClient
+
+    from api.rest.app import create_app
+
+    kept = survivors(tier, tp)
+    # A query tier (no log directories) answers from the remote tier alone.
+    settings = tier.settings.replace(log_dirs=(), auth_enabled=False, remote_log_index_cache_dir=cache_dir)
+    stamps = sorted({s.timestamp for s in kept})
+
+    def list_offsets(client: TestClient, timestamp: int) -> dict[str, Any]:
+        where = {"partition_index": tp.partition, "timestamp": timestamp}
+        body = {"topics": [{"name": tp.topic, "partitions": [where]}]}
+        (answer,) = client.post("/v1/list-offsets", json=body).json()["topics"][0]["partitions"]
+        return dict(answer)
+
+    with TestClient(create_app(settings)) as client:
+        for target in [stamps[0] - 1, *stamps[:: max(1, len(stamps) // 15)], stamps[-1], stamps[-1] + 1]:
+            first = min((s for s in kept if s.timestamp >= target), key=lambda s: s.offset, default=None)
+            assert list_offsets(client, target)["offset"] == (-1 if first is None else first.offset), target
+        answer = list_offsets(client, -3)  # max-timestamp
+        newest = max(s.timestamp for s in kept)
+        assert answer["timestamp"] == newest
+        assert answer["offset"] == min(s.offset for s in kept if s.timestamp == newest)
+        fetched: list[int] = []
+        offset = kept[0].offset
+        path = f"/v1/topics/{tp.topic}/partitions/{tp.partition}/records"
+        while offset <= kept[-1].offset:
+            page = client.get(path, params={"offset": offset}).json()
+            fetched += [r["offset"] for r in page["records"]]
+            offset = page["next_offset"]
+    assert fetched == [s.offset for s in kept if not s.control]

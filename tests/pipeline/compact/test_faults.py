@@ -21,7 +21,7 @@ from tests.pipeline.compact.support import (
     TOPIC,
     WRITTEN_AT,
     compacting,
-    live_keys,
+    orphans,
     survivors,
     write_keyed_log,
 )
@@ -36,16 +36,6 @@ P0, P1 = TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1)
 @pytest.fixture
 def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Tier:
     return make_tier("sqlite-fs", request, tmp_path, functools.partial(write_keyed_log, seed=9))
-
-
-def orphans(tier: Tier) -> set[str]:
-    """Objects no live row (finished, or replaced and waiting for its delay) references."""
-    storage = tier.open_storage()
-    try:
-        stored = set(storage.list_keys())
-    finally:
-        storage.close()
-    return stored - live_keys(tier, (SegmentState.COPY_SEGMENT_FINISHED, SegmentState.DELETE_SEGMENT_STARTED))
 
 
 @pytest.mark.parametrize("engine", ["reference", pytest.param("spark", marks=pytest.mark.spark)])

@@ -20,6 +20,7 @@ from rlm.storage.layout import IndexBlob
 from tests.pipeline.compact.support import (
     TOPIC,
     WRITTEN_AT,
+    assert_lookups_exact,
     compacting,
     read_records,
     survivors,
@@ -158,33 +159,5 @@ def test_read_records_sees_what_rlm_wrote(tier: Tier) -> None:
 
 
 def test_lookups_and_fetches_over_rest_answer_from_the_survivors(tier: Tier, tmp_path: Path) -> None:
-    from fastapi.testclient import TestClient
-
-    from api.rest.app import create_app
-
     run(tier)
-    tp = TopicPartition(TOPIC, 0)
-    kept = survivors(tier, tp)
-    # A query tier (no log directories) answers from the remote tier alone.
-    settings = tier.settings.replace(
-        log_dirs=(), auth_enabled=False, remote_log_index_cache_dir=tmp_path / "cache"
-    )
-    stamps = sorted({s.timestamp for s in kept})
-    with TestClient(create_app(settings)) as client:
-        for target in [stamps[0] - 1, *stamps[:: max(1, len(stamps) // 15)], stamps[-1], stamps[-1] + 1]:
-            body = {"topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "timestamp": target}]}]}
-            (answer,) = client.post("/v1/list-offsets", json=body).json()["topics"][0]["partitions"]
-            first = min((s for s in kept if s.timestamp >= target), key=lambda s: s.offset, default=None)
-            assert answer["offset"] == (-1 if first is None else first.offset), target
-        body = {"topics": [{"name": TOPIC, "partitions": [{"partition_index": 0, "timestamp": -3}]}]}
-        (answer,) = client.post("/v1/list-offsets", json=body).json()["topics"][0]["partitions"]
-        newest = max(s.timestamp for s in kept)
-        assert answer["timestamp"] == newest
-        assert answer["offset"] == min(s.offset for s in kept if s.timestamp == newest)
-        fetched: list[int] = []
-        offset = kept[0].offset
-        while offset <= kept[-1].offset:
-            page = client.get(f"/v1/topics/{TOPIC}/partitions/0/records", params={"offset": offset}).json()
-            fetched += [r["offset"] for r in page["records"]]
-            offset = page["next_offset"]
-    assert fetched == [s.offset for s in kept if not s.control]
+    assert_lookups_exact(tier, TopicPartition(TOPIC, 0), tmp_path / "cache")

@@ -17,8 +17,19 @@ from rlm.pipeline.compact.engine import Engine, InProcessEngine
 from rlm.pipeline.compact.job import CompactOptions, CompactReport, compact
 from rlm.pipeline.spark.compact import SparkEngine
 from rlm.pipeline.storage import StorageSpec
-from tests.pipeline.compact.support import TOPIC, WRITTEN_AT, compacting, survivors, write_keyed_log
-from tests.pipeline.conftest import make_tier
+from tests.pipeline.compact.conftest import PARTITIONS
+from tests.pipeline.compact.support import (
+    TOPIC,
+    WRITTEN_AT,
+    Survivor,
+    assert_lookups_exact,
+    compacting,
+    orphans,
+    stored_keys,
+    survivors,
+    write_keyed_log,
+)
+from tests.pipeline.conftest import BACKENDS, make_tier
 from tests.pipeline.tiers import Tier
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -94,3 +105,25 @@ def test_spark_writes_what_the_reference_writes(
     for p in range(2):
         tp = TopicPartition(TOPIC, p)
         assert survivors(on_spark, tp) == survivors(reference, tp)
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_tier_compact_then_lookups_are_exact_and_a_second_run_changes_nothing(
+    e2e_tier: Tier,
+    spark: SparkSession,
+    reference: dict[TopicPartition, list[Survivor]],
+    tmp_path: Path,
+) -> None:
+    tier = e2e_tier
+    report = run(tier, "spark", spark)
+    assert [p.status for p in report.partitions] == ["compacted"] * len(PARTITIONS), report.to_json()
+    for tp in PARTITIONS:
+        assert survivors(tier, tp) == reference[tp]  # record by record, offsets and bytes
+        assert_lookups_exact(tier, tp, tmp_path / "cache")
+    rows = {tp: tier.finished(tp) for tp in PARTITIONS}
+    objects = stored_keys(tier)
+    again = run(tier, "spark", spark)
+    assert [p.status for p in again.partitions] == ["unchanged"] * len(PARTITIONS), again.to_json()
+    assert {tp: tier.finished(tp) for tp in PARTITIONS} == rows
+    assert stored_keys(tier) == objects
+    assert not orphans(tier)

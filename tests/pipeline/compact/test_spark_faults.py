@@ -1,0 +1,173 @@
+"""``rlm spark compact`` in processes of its own: killed in each stage, and two jobs at once.
+
+Each job runs :mod:`tests.pipeline.compact.child_job` (its own Spark, ``local[1]``) in a new
+process group. A killed job is held at its point until the test kills the whole group with
+SIGKILL: the driver and the JVM die at once, the executors' Python workers when their daemon
+sees the JVM gone; the test waits until none of them is left. The next job (on the session's
+Spark) must then clean up what the killed one left and compact as if nothing had happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil  # type: ignore[import-untyped]
+import pytest
+from pyspark.sql import SparkSession
+
+from rlm.metastore.model import TopicPartition
+from tests.pipeline.compact.conftest import PARTITIONS
+from tests.pipeline.compact.support import (
+    Survivor,
+    assert_lookups_exact,
+    compacted_config,
+    live_keys,
+    orphans,
+    stored_keys,
+    survivors,
+)
+from tests.pipeline.compact.test_reference_job import NOW, run
+from tests.pipeline.compact.test_spark_job import run as run_on
+from tests.pipeline.conftest import BACKENDS
+from tests.pipeline.tiers import Tier
+
+pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.usefixtures("aws_env")]
+ROOT = Path(__file__).resolve().parents[3]
+#: Seconds a job may take to reach its point, or to finish.
+PATIENCE_S = 600.0
+P0 = PARTITIONS[0]
+
+
+def start_job(point: str, marker: Path, *argv: str, out: Path) -> subprocess.Popen[bytes]:
+    """Start ``rlm spark compact ARGV`` held at ``point``, in a process group of its own; its
+    stdout goes to ``out``, its stderr beside it (``.err``)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    with out.open("wb") as stdout, out.with_suffix(".err").open("wb") as stderr:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.pipeline.compact.child_job", point, str(marker), *argv],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": path},  # executors import the held tasks by name
+            stdout=stdout,
+            stderr=stderr,
+            start_new_session=True,
+        )
+
+
+def _stderr(out: Path) -> str:
+    return out.with_suffix(".err").read_text(errors="replace")[-4000:]
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return bool(process.is_running() and process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_when_reached(job: subprocess.Popen[bytes], marker: Path, out: Path) -> None:
+    """Wait for the job to reach its point; SIGKILL its process group; wait for every process it
+    had started (JVM, Python daemon and workers) to be gone."""
+    deadline = time.monotonic() + PATIENCE_S
+    while not marker.exists():
+        assert job.poll() is None, f"the job ended ({job.returncode}) before its point:\n{_stderr(out)}"
+        assert time.monotonic() < deadline, f"the job never reached its point:\n{_stderr(out)}"
+        time.sleep(0.2)
+    tree = [psutil.Process(job.pid), *psutil.Process(job.pid).children(recursive=True)]
+    assert int(marker.read_text()) in {p.pid for p in tree}  # the process held is the job's
+    assert any(p.name().startswith("java") for p in tree)  # a real Spark: a JVM of its own
+    os.killpg(job.pid, signal.SIGKILL)
+    assert job.wait(timeout=60) == -signal.SIGKILL
+    while any(_alive(p) for p in tree) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [p.pid for p in tree if _alive(p)], "processes of the killed job are still running"
+
+
+def everything(tier_survivors: dict[TopicPartition, list[Survivor]]) -> int:
+    return sum(len(s) for s in tier_survivors.values())
+
+
+KILLS = [
+    *(pytest.param("sqlite-fs", p, id=f"sqlite-fs-{p}") for p in ("read", "decide", "write", "swapped-one")),
+    *(
+        pytest.param("postgres-s3", p, id=f"postgres-s3-{p}", marks=pytest.mark.postgres)
+        for p in ("write", "swap")
+    ),
+]
+
+
+@pytest.mark.parametrize(("kind", "point"), KILLS)
+def test_a_job_killed_in_a_stage_leaves_nothing_after_the_next_cleanup(
+    point: str,
+    e2e_tier: Tier,
+    spark: SparkSession,
+    reference: dict[TopicPartition, list[Survivor]],
+    tmp_path: Path,
+) -> None:
+    tier = e2e_tier
+    before = {tp: survivors(tier, tp) for tp in PARTITIONS}
+    objects_before = stored_keys(tier)
+    # Leases that expire at once: the next job takes the partitions over without waiting.
+    config = compacted_config(tier, tmp_path / "compact.yaml", **{"remote.compaction.lease.ttl.ms": 1})
+    marker = tmp_path / "reached"
+    job = start_job(point, marker, "--config", str(config), out=tmp_path / "job.out")
+    kill_when_reached(job, marker, tmp_path / "job.out")
+
+    # The metadata is untouched, or fully swapped (the first partition, killed after its swap).
+    swapped = {P0} if point == "swapped-one" else set()
+    assert {tp: survivors(tier, tp) for tp in PARTITIONS} == {
+        tp: reference[tp] if tp in swapped else before[tp] for tp in PARTITIONS
+    }
+    wrote = point not in ("read", "decide")
+    if wrote:
+        assert orphans(tier)  # outputs written and never swapped in
+    else:
+        assert stored_keys(tier) == objects_before
+
+    report = run_on(tier, "spark", spark)  # the next job
+    assert {p.topic_partition: p.status for p in report.partitions} == {
+        tp: "unchanged" if tp in swapped else "compacted" for tp in PARTITIONS
+    }, report.to_json()
+    assert (report.cleaned_objects > 0) == wrote
+    assert not orphans(tier)
+    for tp in PARTITIONS:
+        assert survivors(tier, tp) == reference[tp]
+        assert_lookups_exact(tier, tp, tmp_path / "cache")
+    # Past the delay the replaced segments' objects go too: the survivors' objects are all left.
+    assert {p.status for p in run(tier, now_ms=NOW + 300_001).partitions} == {"unchanged"}
+    assert stored_keys(tier) == live_keys(tier)
+    assert everything(before) > everything(reference)  # the job had something to do
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_two_jobs_at_once_compact_each_partition_once(
+    e2e_tier: Tier, reference: dict[TopicPartition, list[Survivor]], tmp_path: Path
+) -> None:
+    tier = e2e_tier
+    config = compacted_config(tier, tmp_path / "compact.yaml")
+    markers = (tmp_path / "a.leased", tmp_path / "b.leased")
+    outs = (tmp_path / "a.out", tmp_path / "b.out")
+    jobs = [
+        start_job("together", mine, "--twin", str(twin), "--config", str(config), "--json", out=out)
+        for mine, twin, out in zip(markers, markers[::-1], outs, strict=True)
+    ]
+    reports: list[dict[str, Any]] = []
+    for job, out in zip(jobs, outs, strict=True):
+        assert job.wait(timeout=PATIENCE_S) == 0, _stderr(out)
+        reports.append(json.loads(out.read_text()))
+    for tp in PARTITIONS:
+        (a, b) = (
+            next(p for p in r["partitions"] if (p["topic"], p["partition"]) == (tp.topic, tp.partition))
+            for r in reports
+        )
+        winner, loser = (a, b) if a["status"] == "compacted" else (b, a)
+        assert (winner["status"], loser["status"]) == ("compacted", "skipped"), reports
+        assert "the compaction lease is held by job" in loser["reason"]
+        assert survivors(tier, tp) == reference[tp]
+    assert not orphans(tier)
