@@ -4,7 +4,9 @@
 runs :func:`fuzz` in a child Python with ASan's runtime preloaded: every case goes through the
 sanitized ``append_columns`` and ``decode_records`` and is compared with the Python reference (the
 C either answers exactly as the reference or gives up; it never answers where the reference finds
-corruption). An out-of-bounds read or write ends the child with ASan's report; either that or a
+corruption); every fourth case also walks a mutated log of mixed batches (every codec, legacy ones)
+with ``append_log_columns``, whose rows must be the reference's (``append_log_py``) for the batches
+it took. An out-of-bounds read or write ends the child with ASan's report; either that or a
 difference makes the check fail. ``bench/log_format.py --check`` prints its result.
 
 Usage alone: ``python -m bench.decode_check [--cases 20000] [--seed 1]``
@@ -33,9 +35,9 @@ from typing import Any
 import crc32c
 
 from rlm.errors import CorruptRecordError
-from rlm.log import columns
+from rlm.log import codecs, columns, legacy
 from rlm.log.columns import ColumnBuffers
-from rlm.log.model import Record, TimestampType
+from rlm.log.model import Codec, Record, TimestampType
 from rlm.log.v2 import (
     V2Records,
     decode_records_py,
@@ -179,6 +181,44 @@ def _columns_call(append: Callable[..., int], *args: object) -> Callable[[], obj
     return call
 
 
+def _log_case(rng: random.Random) -> bytes:
+    """A log of a few batches (any codec, sometimes a legacy message set), perhaps mutated."""
+    log = bytearray()
+    offset = 0
+    for _ in range(rng.randint(1, 5)):
+        records = [
+            Record(offset + i, 1_700_000_000_000 + i, rng.randbytes(3), rng.randbytes(rng.randint(0, 200)))
+            for i in range(rng.randint(1, 8))
+        ]
+        if rng.random() < 0.1:
+            log += legacy.encode_legacy_batch(records, magic=1, codec=rng.choice(list(Codec)[:4]))
+        else:
+            log += encode_v2_batch(records, codec=rng.choice(list(Codec)))
+        offset += len(records)
+    for _ in range(rng.choice([0, 0, 1, 3])):
+        log[rng.randrange(len(log))] = rng.randrange(256)
+    return bytes(log[: len(log) - rng.choice([0, 0, 0, 1, 40])])
+
+
+def _compare_log(tally: Counter[str], module: ModuleType, log: bytes, rng: random.Random) -> None:
+    """The C walk of ``log``: the rows of the batches it took must be the reference's for them."""
+    cols, positions = ColumnBuffers(), bytearray()
+    max_rows = rng.choice([3, 2**62])
+    pos, batches, rows = module.append_log_columns(
+        cols.buffers, cols.used, log, 0, len(log), True, 0, INT64_MAX, 0, max_rows,
+        codecs.PLAIN_DECOMPRESSORS, positions,
+    )  # fmt: skip
+    want, want_positions = ColumnBuffers(), bytearray()
+    progress = columns.append_log_py(
+        want, memoryview(log)[:pos], first_offset=0, last_offset=INT64_MAX, positions=want_positions
+    )
+    got = [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
+    same = got == [bytes(want.view(c)) for c in range(len(columns.COLUMNS))] and positions == want_positions
+    tally["log_batches_walked"] += batches
+    tally["log_walks_stopped_early"] += pos < len(log) and rows < max_rows
+    tally["differences_from_reference"] += not same or progress != (pos, batches, rows)
+
+
 def fuzz(module: ModuleType, cases: int, seed: int) -> dict[str, Any]:
     """Run ``cases`` cases (records, and whole batches) through ``module`` (the C decoder); count
     answers, give-ups and differences from the reference."""
@@ -195,6 +235,8 @@ def fuzz(module: ModuleType, cases: int, seed: int) -> dict[str, Any]:
         want_records, want_columns = _batch_reference(buf)
         _compare(tally, partial(module.decode_batch_records, Record, buf, 0, True), want_records)
         _compare(tally, _columns_call(module.append_batch_columns, buf, 0, True), want_columns)
+        if rng.random() < 0.25:
+            _compare_log(tally, module, _log_case(rng), rng)
     return {"cases": cases, **tally, "seconds": round(time.perf_counter() - start, 1)}
 
 

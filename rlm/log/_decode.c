@@ -241,11 +241,40 @@ static uint64_t be64(const unsigned char *p) {
 
 #define V2_HEADER_SIZE 61
 
+/* The v2 batch at d[p:] of len bytes: its header read as rlm.log.v2.parse_v2_header reads it and
+ * (verify) its CRC checked. NULL with *b (over d: the records of an uncompressed batch start at
+ * p + V2_HEADER_SIZE), *count, *size and *codec set; or why it gave up: another magic, a header the
+ * Python parser would refuse, a batch running past len, a bad CRC. */
+static const char *v2_batch_at(const unsigned char *d, int64_t len, int64_t p, int verify, batch_t *b,
+                               int64_t *count, int64_t *size, int *codec) {
+    if (p < 0 || len - p < V2_HEADER_SIZE) {
+        return "no whole v2 header there";
+    }
+    const unsigned char *h = d + p;
+    *size = (int64_t)(int32_t)be32(h + 8) + 12;
+    uint32_t attributes = ((uint32_t)h[21] << 8) | h[22];
+    *count = (int32_t)be32(h + 57);
+    *codec = (int)(attributes & 0x07);
+    if (h[16] != 2 || *size < V2_HEADER_SIZE || *size > len - p || *count < 0 || (int32_t)be32(h + 23) < 0) {
+        return "not a whole well-formed v2 batch";
+    }
+    if (verify && crc32c(h + 21, (Py_ssize_t)*size - 21) != be32(h + 17)) {
+        return "CRC mismatch";
+    }
+    b->d = d;
+    b->end = (Py_ssize_t)(p + *size);
+    b->base_offset = (int64_t)be64(h);
+    b->base_ts = (int64_t)be64(h + 27);
+    b->log_append = (attributes & 0x08) != 0;
+    b->log_append_ts = (int64_t)be64(h + 35);
+    return NULL;
+}
+
 /* The other form of the arguments: buf, pos, verify_crc, for the whole uncompressed v2 batch at
- * buf[pos:]. Its header is read here (as rlm.log.v2.parse_v2_header reads it) and its CRC checked;
- * a compressed batch, another magic, a bad CRC or a header the Python parser would refuse: gives up. */
+ * buf[pos:] (v2_batch_at); a compressed batch gives up too. */
 static int batch_from_header(PyObject *const *args, Py_buffer *view, batch_t *b, Py_ssize_t *pos, int64_t *count) {
-    int64_t p;
+    int64_t p, size;
+    int codec;
     if (as_int64(args[1], &p)) {
         return -1;
     }
@@ -253,37 +282,16 @@ static int batch_from_header(PyObject *const *args, Py_buffer *view, batch_t *b,
     if (verify < 0 || PyObject_GetBuffer(args[0], view, PyBUF_SIMPLE) < 0) {
         return -1;
     }
-    const unsigned char *d = (const unsigned char *)view->buf;
-    const char *why = NULL;
-    int64_t size = 0;
-    if (p < 0 || (int64_t)view->len - p < V2_HEADER_SIZE) {
-        why = "no whole v2 header there";
-    } else {
-        const unsigned char *h = d + p;
-        size = (int64_t)(int32_t)be32(h + 8) + 12;
-        uint32_t attributes = ((uint32_t)h[21] << 8) | h[22];
-        *count = (int32_t)be32(h + 57);
-        if (h[16] != 2 || size < V2_HEADER_SIZE || size > (int64_t)view->len - p || *count < 0 ||
-            (int32_t)be32(h + 23) < 0) {
-            why = "not a whole well-formed v2 batch";
-        } else if (attributes & 0x07) {
-            why = "compressed";
-        } else if (verify && crc32c(h + 21, (Py_ssize_t)size - 21) != be32(h + 17)) {
-            why = "CRC mismatch";
-        } else {
-            b->base_offset = (int64_t)be64(h);
-            b->base_ts = (int64_t)be64(h + 27);
-            b->log_append = (attributes & 0x08) != 0;
-            b->log_append_ts = (int64_t)be64(h + 35);
-        }
+    const char *why = v2_batch_at((const unsigned char *)view->buf, (int64_t)view->len, p, verify, b, count, &size,
+                                  &codec);
+    if (why == NULL && codec != 0) {
+        why = "compressed";
     }
     if (why != NULL) {
         PyBuffer_Release(view);
         PyErr_SetString(PyExc_ValueError, why);
         return -1;
     }
-    b->d = d;
-    b->end = (Py_ssize_t)(p + size);
     *pos = (Py_ssize_t)p + V2_HEADER_SIZE;
     return 0;
 }
@@ -309,11 +317,7 @@ typedef struct {
     int64_t *used;
 } cols_t;
 
-static int reserve(cols_t *c, int col, Py_ssize_t more) {
-    Py_ssize_t need = (Py_ssize_t)c->used[col] + more;
-    if (need <= c->cap[col]) {
-        return 0;
-    }
+static int grow(cols_t *c, int col, Py_ssize_t need) {
     Py_ssize_t cap = c->cap[col] * 2;
     if (cap < need) {
         cap = need;
@@ -327,6 +331,11 @@ static int reserve(cols_t *c, int col, Py_ssize_t more) {
     c->base[col] = (unsigned char *)PyByteArray_AS_STRING(c->buffers[col]);
     c->cap[col] = cap;
     return 0;
+}
+
+static inline int reserve(cols_t *c, int col, Py_ssize_t more) {
+    Py_ssize_t need = (Py_ssize_t)c->used[col] + more;
+    return __builtin_expect(need <= c->cap[col], 1) ? 0 : grow(c, col, need);
 }
 
 static inline void put_le(cols_t *c, int col, uint64_t v, int width) {
@@ -376,7 +385,7 @@ static inline int put_end(cols_t *c, int offsets_col, int data_col) {
     return 0;
 }
 
-static int put_blob(cols_t *c, const blob_t *blob, int offsets, int data, int validity, int64_t index) {
+static inline int put_blob(cols_t *c, const blob_t *blob, int offsets, int data, int validity, int64_t index) {
     if (put_bit(c, validity, index, blob->len >= 0) < 0 || put_bytes(c, data, blob->at, blob->len) < 0) {
         return -1;
     }
@@ -442,6 +451,82 @@ static int headers_are_utf8(const batch_t *b, const record_t *r) {
     return 1;
 }
 
+/* The column buffers and their used lengths, as the Python side passes them; *used_view is held
+ * until the caller releases it. */
+static int cols_open(PyObject *buffers, PyObject *used, cols_t *c, Py_buffer *used_view) {
+    if (!PyList_Check(buffers) || PyList_GET_SIZE(buffers) != NCOL) {
+        PyErr_SetString(PyExc_TypeError, "buffers must be a list of the column bytearrays");
+        return -1;
+    }
+    for (int i = 0; i < NCOL; i++) {
+        PyObject *buffer = PyList_GET_ITEM(buffers, i);
+        if (!PyByteArray_CheckExact(buffer)) {
+            PyErr_SetString(PyExc_TypeError, "buffers must be a list of the column bytearrays");
+            return -1;
+        }
+        c->buffers[i] = buffer;
+        c->base[i] = (unsigned char *)PyByteArray_AS_STRING(buffer);
+        c->cap[i] = PyByteArray_GET_SIZE(buffer);
+    }
+    if (PyObject_GetBuffer(used, used_view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        return -1;
+    }
+    if (used_view->len != NCOL * 8 || used_view->format == NULL || strcmp(used_view->format, "q") != 0) {
+        PyBuffer_Release(used_view);
+        PyErr_SetString(PyExc_TypeError, "used must be an array('q') of one length per column");
+        return -1;
+    }
+    c->used = (int64_t *)used_view->buf;
+    for (int i = 0; i < NCOL; i++) {
+        if (c->used[i] < 0 || c->used[i] > c->cap[i]) {
+            PyBuffer_Release(used_view);
+            PyErr_SetString(PyExc_ValueError, "a used length is out of its buffer");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Decode the count records of b from pos and append those with first <= offset <= last; *appended
+ * counts them, *index is the record reached. NULL when every record was decoded (or a Python error
+ * is set), else why it gave up. The caller takes the rows back when it does not succeed. */
+static const char *put_records(cols_t *c, const batch_t *b, Py_ssize_t pos, int64_t count, int64_t first,
+                               int64_t last, int32_t batch_no, int64_t *appended, int64_t *index) {
+    int64_t i = 0;
+    for (; i < count; i++) {
+        record_t r;
+        const char *why = parse_record(b, &pos, &r);
+        if (why == NULL && r.header_count > 0 && !headers_are_utf8(b, &r)) {
+            why = "a header key is not UTF-8";
+        }
+        if (why != NULL) {
+            *index = i;
+            return why;
+        }
+        if (r.offset < first || r.offset > last) {
+            continue;
+        }
+        if (put_row(c, b, &r, batch_no) < 0) {
+            *index = i;
+            return NULL;
+        }
+        (*appended)++;
+    }
+    *index = i;
+    return pos != b->end ? "bytes left after the declared records" : NULL;
+}
+
+static int batch_number(PyObject *obj, int64_t *batch_no) {
+    if (as_int64(obj, batch_no)) {
+        return -1;
+    }
+    if (*batch_no < 0 || *batch_no > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "batch number out of int32 range");
+        return -1;
+    }
+    return 0;
+}
+
 /* append_columns(buffers, used, data, pos, end, count, base_offset, base_ts, log_append,
  *                first_offset, last_offset, batch_no) -> int
  * append_batch_columns(buffers, used, buf, pos, verify_crc, first_offset, last_offset, batch_no)
@@ -456,44 +541,13 @@ static PyObject *append_common(PyObject *const *args, Py_ssize_t nargs, int whol
         return NULL;
     }
     int64_t first, last, batch_no, count = 0;
-    if (as_int64(args[tail], &first) || as_int64(args[tail + 1], &last) || as_int64(args[tail + 2], &batch_no)) {
-        return NULL;
-    }
-    if (batch_no < 0 || batch_no > INT32_MAX) {
-        PyErr_SetString(PyExc_OverflowError, "batch number out of int32 range");
-        return NULL;
-    }
-    if (!PyList_Check(args[0]) || PyList_GET_SIZE(args[0]) != NCOL) {
-        PyErr_SetString(PyExc_TypeError, "buffers must be a list of the column bytearrays");
+    if (as_int64(args[tail], &first) || as_int64(args[tail + 1], &last) || batch_number(args[tail + 2], &batch_no)) {
         return NULL;
     }
     cols_t c;
-    for (int i = 0; i < NCOL; i++) {
-        PyObject *buffer = PyList_GET_ITEM(args[0], i);
-        if (!PyByteArray_CheckExact(buffer)) {
-            PyErr_SetString(PyExc_TypeError, "buffers must be a list of the column bytearrays");
-            return NULL;
-        }
-        c.buffers[i] = buffer;
-        c.base[i] = (unsigned char *)PyByteArray_AS_STRING(buffer);
-        c.cap[i] = PyByteArray_GET_SIZE(buffer);
-    }
     Py_buffer used_view;
-    if (PyObject_GetBuffer(args[1], &used_view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+    if (cols_open(args[0], args[1], &c, &used_view) < 0) {
         return NULL;
-    }
-    if (used_view.len != NCOL * 8 || used_view.format == NULL || strcmp(used_view.format, "q") != 0) {
-        PyBuffer_Release(&used_view);
-        PyErr_SetString(PyExc_TypeError, "used must be an array('q') of one length per column");
-        return NULL;
-    }
-    c.used = (int64_t *)used_view.buf;
-    for (int i = 0; i < NCOL; i++) {
-        if (c.used[i] < 0 || c.used[i] > c.cap[i]) {
-            PyBuffer_Release(&used_view);
-            PyErr_SetString(PyExc_ValueError, "a used length is out of its buffer");
-            return NULL;
-        }
     }
     int64_t saved[NCOL];
     memcpy(saved, c.used, sizeof saved);
@@ -504,30 +558,8 @@ static PyObject *append_common(PyObject *const *args, Py_ssize_t nargs, int whol
         PyBuffer_Release(&used_view);
         return NULL;
     }
-    int64_t appended = 0;
-    int64_t i = 0;
-    const char *why = NULL;
-    for (; i < count; i++) {
-        record_t r;
-        why = parse_record(&b, &pos, &r);
-        if (why != NULL) {
-            break;
-        }
-        if (r.header_count > 0 && !headers_are_utf8(&b, &r)) {
-            why = "a header key is not UTF-8";
-            break;
-        }
-        if (r.offset < first || r.offset > last) {
-            continue;
-        }
-        if (put_row(&c, &b, &r, (int32_t)batch_no) < 0) {
-            break;
-        }
-        appended++;
-    }
-    if (why == NULL && !PyErr_Occurred() && pos != b.end) {
-        why = "bytes left after the declared records";
-    }
+    int64_t appended = 0, i = 0;
+    const char *why = put_records(&c, &b, pos, count, first, last, (int32_t)batch_no, &appended, &i);
     if (why != NULL || PyErr_Occurred()) {
         rollback(&c, saved);
     }
@@ -551,6 +583,8 @@ static PyObject *append_batch_columns(PyObject *module, PyObject *const *args, P
     (void)module;
     return append_common(args, nargs, 1);
 }
+
+#include "_decode_log.h"
 
 /* -- Record tuples ----------------------------------------------------------------------------- */
 
@@ -711,6 +745,8 @@ static PyMethodDef methods[] = {
      "Append the records of an uncompressed v2 batch to column buffers, its CRC checked."},
     {"decode_batch_records", (PyCFunction)(void (*)(void))decode_batch_records, METH_FASTCALL,
      "The records of an uncompressed v2 batch as Record tuples, its CRC checked."},
+    {"append_log_columns", (PyCFunction)(void (*)(void))append_log_columns, METH_FASTCALL,
+     "Append the records of the v2 batches of a log's bytes to column buffers, CRCs checked."},
     {"crc32c", (PyCFunction)crc32c_py, METH_O, "CRC-32C of a buffer."},
     {NULL, NULL, 0, NULL},
 };

@@ -1,6 +1,7 @@
 """The C record decoder of :mod:`rlm.log.columns` and :func:`rlm.log.v2.decode_v2`."""
 
 from array import array
+from collections.abc import Callable
 from typing import TypeVar
 
 T = TypeVar("T", bound=tuple[object, ...])
@@ -46,3 +47,18 @@ def decode_batch_records(
     record_type: type[T], buf: bytes | bytearray | memoryview, pos: int, verify_crc: bool, /
 ) -> list[T]: ...
 def crc32c(data: bytes | bytearray | memoryview, /) -> int: ...
+def append_log_columns(
+    buffers: list[bytearray],
+    used: array[int],
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    end: int,
+    verify_crc: bool,
+    first_offset: int,
+    last_offset: int,
+    batch_no: int,
+    max_rows: int,
+    decompress: tuple[Callable[[memoryview], bytes], ...],
+    positions: bytearray | None,
+    /,
+) -> tuple[int, int, int]: ...

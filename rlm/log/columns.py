@@ -15,6 +15,10 @@ well-formed it gives up (ValueError), the rows it appended are taken back, and t
 decodes the batch again and says what is wrong, so errors, their wording and every row are the
 reference's. ``ACCELERATED`` says which is in use. Legacy (v0/v1) batches always take the
 reference path: they are rare and small.
+
+:func:`append_log` decodes the batches of a log's bytes, one after the other, in one C call as far
+as it can (compressed batches through :data:`rlm.log.codecs.PLAIN_DECOMPRESSORS`); a batch the C walk
+does not take goes through :func:`append_batch`. Its reference is :func:`append_log_py`.
 """
 
 from __future__ import annotations
@@ -22,10 +26,12 @@ from __future__ import annotations
 import struct
 from array import array
 from collections.abc import Iterable
+from functools import partial
+from typing import NamedTuple
 
-from rlm.errors import CorruptRecordError
-from rlm.log import legacy, v2
-from rlm.log.batches import Buffer, _legacy_view
+from rlm.errors import CorruptDataError, CorruptRecordError
+from rlm.log import codecs, legacy, v2
+from rlm.log.batches import Buffer, _legacy_view, parse_header
 from rlm.log.model import BatchHeader, Record
 from rlm.log.v2 import V2Records
 
@@ -257,3 +263,108 @@ def append_batch(
             pass  # not plainly well-formed: as any batch, below
     records = v2.records_of(buf, header, verify_crc)
     return append_v2_records(cols, records, first_offset, last_offset, batch_no)
+
+
+class LogProgress(NamedTuple):
+    """How far :func:`append_log` went."""
+
+    position: int
+    """Where it stopped: the end of the bytes, or the first batch left (``max_rows`` reached)."""
+    batches: int
+    """Batches walked (their rows were appended)."""
+    rows: int
+    """Rows appended."""
+
+
+_NO_ROW_LIMIT = 2**62
+
+
+def _append_one(
+    cols: ColumnBuffers,
+    buf: Buffer,
+    header: BatchHeader,
+    bounds: tuple[int, int, int],
+    verify_crc: bool,
+    in_c: bool,
+) -> int:
+    """:func:`append_batch` (without ``in_c``: its reference, without C)."""
+    first_offset, last_offset, batch_no = bounds
+    if in_c or header.magic < 2:
+        return append_batch(
+            cols,
+            buf,
+            header,
+            first_offset=first_offset,
+            last_offset=last_offset,
+            batch_no=batch_no,
+            verify_crc=verify_crc,
+        )
+    records = v2.records_of(buf, header, verify_crc, codecs.decompress)
+    return append_v2_records_py(cols, records, first_offset, last_offset, batch_no)
+
+
+def append_log(
+    cols: ColumnBuffers,
+    buf: Buffer,
+    pos: int = 0,
+    *,
+    first_offset: int,
+    last_offset: int,
+    batch_no: int = 0,
+    max_rows: int = _NO_ROW_LIMIT,
+    verify_crc: bool = True,
+    positions: bytearray | None = None,
+    in_c: bool = True,
+) -> LogProgress:
+    """Append the records with offsets in ``[first_offset, last_offset]`` of the batches of ``buf``
+    from ``pos`` on, batch after batch, until the end of ``buf`` or, once ``max_rows`` rows are
+    appended, before the next batch. The ``i``-th batch walked gets batch number ``batch_no + i``;
+    its position is appended to ``positions`` (int64, little-endian) when given.
+
+    With ``in_c`` (and the C module built) one C call takes every run of v2 batches it can (the
+    common compressed frames among them); other batches, and all of them without ``in_c`` (the
+    reference, :func:`append_log_py`), go through :func:`append_batch` one at a time.
+
+    Raises:
+        CorruptDataError: the first batch that is corrupt, located at its position; the rows of the
+            batches before it stay appended (``positions`` tells which).
+    """
+    in_int64 = _INT64_MIN <= first_offset <= _INT64_MAX and _INT64_MIN <= last_offset <= _INT64_MAX
+    walk_in_c = in_c and _decode is not None and in_int64
+    end = len(buf)
+    batches = rows = 0
+    while pos < end and rows < max_rows:
+        if walk_in_c and pos >= 0 and 0 <= batch_no + batches <= _INT32_MAX:  # else as the reference
+            pos, walked, appended = _decode.append_log_columns(
+                cols.buffers,
+                cols.used,
+                buf,
+                pos,
+                end,
+                verify_crc,
+                first_offset,
+                last_offset,
+                batch_no + batches,
+                min(max_rows - rows, _NO_ROW_LIMIT),
+                codecs.PLAIN_DECOMPRESSORS,
+                positions,
+            )
+            batches += walked
+            rows += appended
+            if pos >= end or rows >= max_rows:
+                break
+        try:  # a batch the C walk left: whatever it is, as the reference takes it
+            header = parse_header(buf, pos)
+            bounds = (first_offset, last_offset, batch_no + batches)
+            rows += _append_one(cols, buf, header, bounds, verify_crc, in_c)
+        except CorruptDataError as exc:
+            raise exc.at(None, pos) from exc
+        if positions is not None:
+            positions += _INT64.pack(pos)
+        batches += 1
+        pos = header.end_position
+    return LogProgress(pos, batches, rows)
+
+
+append_log_py = partial(append_log, in_c=False)
+"""The reference of :func:`append_log`: every batch by :func:`append_batch`'s reference."""

@@ -27,7 +27,7 @@ Record (DefaultRecord.java), lengths and deltas as zig-zag varints::
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import crc32c
@@ -137,10 +137,16 @@ class V2Records(NamedTuple):
     """Whether ``data`` was decompressed (for error messages)."""
 
 
-def records_of(buf: Buffer, header: BatchHeader, verify_crc: bool) -> V2Records:
+def records_of(
+    buf: Buffer,
+    header: BatchHeader,
+    verify_crc: bool,
+    decompress: Callable[[Codec, memoryview], bytes] = codecs.decompress_v2,
+) -> V2Records:
     """The records of the batch described by ``header`` (``header.position`` indexes ``buf``):
     ``buf`` itself (a view of a bytearray) when the batch is not compressed, so that nothing is
-    copied.
+    copied. ``decompress`` is :func:`rlm.log.codecs.decompress_v2` or the reference,
+    :func:`rlm.log.codecs.decompress`.
 
     Raises:
         CorruptRecordError: the batch runs past ``buf``, fails its CRC or cannot be decompressed.
@@ -150,9 +156,7 @@ def records_of(buf: Buffer, header: BatchHeader, verify_crc: bool) -> V2Records:
     compressed = bool(header.attributes & _CODEC_MASK)
     data: Buffer
     if compressed:
-        data = codecs.decompress(
-            Codec(header.attributes & _CODEC_MASK), memoryview(buf)[pos + V2_HEADER_SIZE : end]
-        )
+        data = decompress(Codec(header.attributes & _CODEC_MASK), memoryview(buf)[pos + V2_HEADER_SIZE : end])
         start, stop = 0, len(data)
     else:
         data = memoryview(buf) if isinstance(buf, bytearray) else buf
@@ -231,7 +235,7 @@ def _records_data(buf: Buffer, header: BatchHeader, verify_crc: bool, pos: int) 
     end = _check_batch(buf, header, verify_crc, pos)
     codec = header.attributes & _CODEC_MASK
     if codec:
-        data = codecs.decompress(Codec(codec), memoryview(buf)[pos + V2_HEADER_SIZE : end])
+        data = codecs.decompress_v2(Codec(codec), memoryview(buf)[pos + V2_HEADER_SIZE : end])
         return data, 0, len(data)
     if isinstance(buf, bytes):
         return buf, pos + V2_HEADER_SIZE, end
