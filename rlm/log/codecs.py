@@ -21,6 +21,7 @@ from functools import lru_cache
 import cramjam
 import lz4.frame
 import zstandard
+from isal import isal_zlib
 
 from rlm.errors import CorruptRecordError
 from rlm.log.model import Codec
@@ -517,7 +518,9 @@ class NotPlainError(ValueError):
 
 
 def _gzip_plain(view: memoryview) -> bytes:
-    inflater = zlib.decompressobj(31)
+    # ISA-L's inflate decodes the same streams as zlib's at about twice the speed; the reference
+    # (decompress) stays on zlib, and the tests check that the two never differ.
+    inflater = isal_zlib.decompressobj(31)
     out = inflater.decompress(view, DEFAULT_MAX_SIZE + 1)
     if not inflater.eof or inflater.unused_data or len(out) > DEFAULT_MAX_SIZE:
         raise NotPlainError("gzip")
