@@ -5,6 +5,10 @@ column buffers; each line is then written straight from those buffers: offsets a
 as ints, keys, values and header values as base64 of slices of the data buffers. No
 :class:`~rlm.log.model.Record` is made (except for legacy v0/v1 batches, inside the decoder).
 
+The lines are written by the C module :mod:`rlm.stream._ndjson` when it is built (without the
+GIL); what they must be is defined here in Python (:func:`lines_py`, the reference), which also
+writes them whenever the C code gives up. ``ACCELERATED`` says which is in use.
+
 A line is the JSON answer's record object: ``offset``, ``timestamp`` (as stored), the batch's
 ``timestamp_type``, ``key``, ``value``, ``headers`` as ``[key, value]`` pairs and the batch's
 ``leader_epoch``; keys, values and header values in base64, null where absent.
@@ -24,6 +28,16 @@ from rlm.log import columns as c
 from rlm.log.columns import ColumnBuffers, append_batch
 from rlm.stream.plan import RangePlan
 from rlm.stream.reader import StreamBatch
+
+try:
+    from rlm.stream import _ndjson
+except ImportError:  # built without a C compiler: the Python reference alone
+    _ndjson = None  # type: ignore[assignment]
+
+ACCELERATED = _ndjson is not None
+"""Whether the C line writer is in use."""
+Span = tuple[int, bytes, int]
+"""Rows decoded so far, timestamp type label and leader epoch, after each batch."""
 
 _LINE = (
     b'{"offset":%d,"timestamp":%d,"timestamp_type":"%s","key":%s,"value":%s,"headers":[%s],'
@@ -75,7 +89,7 @@ def ndjson_lines(plan: RangePlan, batches: Sequence[StreamBatch]) -> bytes:
         CorruptDataError: a batch fails its CRC or cannot be decoded (names its object or file).
     """
     cols = ColumnBuffers()
-    spans: list[tuple[int, bytes, int]] = []  # (rows so far, timestamp type, leader epoch)
+    spans: list[Span] = []  # (rows so far, timestamp type, leader epoch)
     for batch in batches:
         header = batch.header
         try:
@@ -90,6 +104,24 @@ def ndjson_lines(plan: RangePlan, batches: Sequence[StreamBatch]) -> bytes:
         except CorruptDataError as exc:
             raise exc.at(batch.name, header.position) from exc
         spans.append((cols.rows, header.timestamp_type.label.encode(), header.leader_epoch))
+    if cols.rows == 0:
+        return b""
+    return lines(cols, spans)
+
+
+def lines(cols: ColumnBuffers, spans: list[Span]) -> bytes:
+    """:func:`lines_py`, in C when it is built."""
+    if _ndjson is not None:
+        try:
+            return _ndjson.lines(cols.buffers, cols.used, spans)
+        except ValueError:
+            pass  # not plainly consistent: the reference writes them
+    return lines_py(cols, spans)
+
+
+def lines_py(cols: ColumnBuffers, spans: list[Span]) -> bytes:
+    """The reference: the NDJSON lines of the rows of ``cols``; ``spans`` gives, batch after
+    batch, the rows decoded so far with the batch's timestamp type label and leader epoch."""
     rows = cols.rows
     if rows == 0:
         return b""
@@ -98,10 +130,10 @@ def ndjson_lines(plan: RangePlan, batches: Sequence[StreamBatch]) -> bytes:
     keys = _blobs(cols, c.KEY_OFFSETS, c.KEY_DATA, c.KEY_VALIDITY, rows)
     values = _blobs(cols, c.VALUE_OFFSETS, c.VALUE_DATA, c.VALUE_VALIDITY, rows)
     headers = _headers(cols)
-    lines = []
+    out = []
     start = 0
     for end, kind, epoch in spans:
         for i in range(start, end):
-            lines.append(_LINE % (offsets[i], timestamps[i], kind, keys[i], values[i], headers[i], epoch))
+            out.append(_LINE % (offsets[i], timestamps[i], kind, keys[i], values[i], headers[i], epoch))
         start = end
-    return b"".join(lines)
+    return b"".join(out)
