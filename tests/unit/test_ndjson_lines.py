@@ -15,7 +15,8 @@ from rlm.log.columns import ColumnBuffers, append_batch
 from rlm.log.model import Record, TimestampType
 from rlm.log.v2 import encode_v2_batch, parse_v2_header
 from rlm.stream import ndjson
-from rlm.stream.ndjson import Span, lines, lines_py
+from rlm.stream.ndjson import lines, lines_py
+from rlm.stream.records import Span
 
 needs_c = pytest.mark.skipif(
     not ndjson.ACCELERATED, reason="rlm.stream._ndjson is not built here: only the reference exists to test"
