@@ -20,14 +20,10 @@ partitions get their 4xx; above ``remote.fetch.max.streams`` streams the answer 
 from __future__ import annotations
 
 import asyncio
-import collections
-import contextlib
-import functools
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
-from typing import Annotated, Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
 
-import pyarrow as pa
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
@@ -50,11 +46,10 @@ from rlm.storage.layout import MAX_TOPIC_LENGTH
 from rlm.stream.arrow import RECORDS_PER_MESSAGE, ArrowStreamWriter, record_batch
 from rlm.stream.ndjson import ndjson_lines
 from rlm.stream.plan import RangePlan, RangeQuery
-from rlm.stream.reader import RunBlocking, StreamBatch
+from rlm.stream.reader import StreamBatch
 from rlm.stream.service import StreamSlot
 from rlm.timestamps import parse_timestamp
 
-T = TypeVar("T")
 PATH = "/v1/topics/{topic}/partitions/{partition}/records"
 NDJSON = "application/x-ndjson"
 OCTET = "application/octet-stream"
@@ -209,32 +204,10 @@ async def _groups(batches: AsyncIterator[StreamBatch], size: int) -> AsyncIterat
         yield pending
 
 
-async def _ahead(calls: AsyncIterator[Callable[[], T]], run: RunBlocking[T]) -> AsyncGenerator[T, None]:
-    """What each call returns, in order, each run off the event loop (``run``), the next one
-    started before the one made is sent: a piece is made while the one before goes out."""
-    made: collections.deque[asyncio.Future[T]] = collections.deque()
+async def _ndjson(plan: RangePlan, batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
     try:
-        async for call in calls:
-            made.append(asyncio.ensure_future(run(call)))
-            if len(made) > 1:
-                yield await made.popleft()
-        while made:
-            yield await made.popleft()
-    finally:
-        for future in made:
-            future.cancel()
-            if future.done() and not future.cancelled():
-                future.exception()  # retrieved: the stream already ends for another reason
-
-
-async def _ndjson(
-    plan: RangePlan, batches: AsyncIterator[StreamBatch], run: RunBlocking[bytes]
-) -> AsyncIterator[bytes]:
-    calls = (functools.partial(ndjson_lines, plan, group) async for group in _groups(batches, PIECE_BYTES))
-    try:
-        async with contextlib.aclosing(_ahead(calls, run)) as pieces:
-            async for piece in pieces:
-                yield piece
+        async for group in _groups(batches, PIECE_BYTES):
+            yield ndjson_lines(plan, group)
     except Exception as exc:  # the trailer says why the stream ends here
         yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
 
@@ -244,11 +217,10 @@ async def _raw(batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
         yield b"".join([batch.data for batch in group])
 
 
-async def _messages(
-    batches: AsyncIterator[StreamBatch], chunk_bytes: int
-) -> AsyncIterator[list[StreamBatch]]:
-    """The batches grouped as Arrow messages: up to :data:`RECORDS_PER_MESSAGE` records or about
-    ``chunk_bytes`` stored bytes each; the last group may be empty."""
+async def _arrow(
+    plan: RangePlan, batches: AsyncIterator[StreamBatch], chunk_bytes: int
+) -> AsyncIterator[bytes | memoryview]:
+    writer = ArrowStreamWriter()
     pending: list[StreamBatch] = []
     records = size = 0
     async for batch in batches:
@@ -256,19 +228,9 @@ async def _messages(
         records += max(1, batch.header.record_count)
         size += len(batch.data)
         if records >= RECORDS_PER_MESSAGE or size >= chunk_bytes:
-            yield pending
+            yield writer.write(record_batch(plan, pending))
             pending, records, size = [], 0, 0
-    yield pending
-
-
-async def _arrow(
-    plan: RangePlan, batches: AsyncIterator[StreamBatch], chunk_bytes: int, run: RunBlocking[pa.RecordBatch]
-) -> AsyncIterator[bytes | memoryview]:
-    writer = ArrowStreamWriter()
-    calls = (functools.partial(record_batch, plan, group) async for group in _messages(batches, chunk_bytes))
-    async with contextlib.aclosing(_ahead(calls, run)) as made:
-        async for batch in made:
-            yield writer.write(batch)
+    yield writer.write(record_batch(plan, pending))
     yield writer.end()
 
 
@@ -291,9 +253,9 @@ async def _stream_records(
     batches = streams.batches(planned)
     body: AsyncIterator[bytes | memoryview]
     if media == NDJSON:
-        body = _ndjson(planned, batches, streams.off_loop)
+        body = _ndjson(planned, batches)
     elif media == ARROW:
-        body = _arrow(planned, batches, streams.chunk_bytes, streams.off_loop)
+        body = _arrow(planned, batches, streams.chunk_bytes)
     else:
         body = _raw(batches)
     headers = {

@@ -4,9 +4,8 @@
   another (the transports answer 429 / RESOURCE_EXHAUSTED with a retry hint).
 * Each stream holds at most ``remote.fetch.stream.buffer.bytes`` of read bytes: two chunks of half
   that (the one being sent and the one read ahead), a batch larger than a chunk excepted.
-* Blocking calls (metadata, index files, the broker's files) and the making of the transports'
-  pieces (decoding and encoding) run on the streams' own bounded executor; remote objects are
-  read on the event loop by an :class:`AsyncRangeReader`.
+* Blocking calls (metadata, index files, the broker's files) run on the streams' own bounded
+  executor; remote objects are read on the event loop by an :class:`AsyncRangeReader`.
 """
 
 from __future__ import annotations
@@ -129,11 +128,6 @@ class RecordStreams:
     async def _run(self, call: Callable[[], T]) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, call)
-
-    async def off_loop(self, call: Callable[[], T]) -> T:
-        """Run ``call`` (the making of a piece of a body: decoding and encoding a group of
-        batches) on the streams' executor, so that the event loop sends meanwhile."""
-        return await self._run(call)
 
     def batches(self, plan: RangePlan) -> AsyncGenerator[StreamBatch, None]:
         """The batches of ``plan`` (:class:`~rlm.stream.reader.BatchReader`); close the iterator
