@@ -9,9 +9,9 @@ S3RVER := build/s3rver/node_modules/.bin/s3rver
 
 .PHONY: run test lint typecheck pytest postgres s3rver bench clean lock
 
-# The editable install also builds the C search loops (rlm/log/_scan.c) and the C record decoder
-# (rlm/log/_decode.c) in place.
-$(STAMP): pyproject.toml requirements.lock rlm/log/_scan.c rlm/log/_decode.c rlm/log/_decode_checks.h rlm/log/_decode_log.h
+# The editable install also builds the C search loops (rlm/log/_scan.c), the C record decoder
+# (rlm/log/_decode.c) and the C NDJSON writer of streams (rlm/stream/_ndjson.c) in place.
+$(STAMP): pyproject.toml requirements.lock rlm/log/_scan.c rlm/log/_decode.c rlm/log/_decode_checks.h rlm/log/_decode_log.h rlm/stream/_ndjson.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
@@ -56,4 +56,4 @@ lock:
 	$(BIN)/pip freeze --exclude-editable | grep -v '^rlm' > requirements.lock
 
 clean:
-	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache rlm/log/_scan.*.so rlm/log/_decode.*.so
+	rm -rf $(VENV) build .mypy_cache .pytest_cache .ruff_cache rlm/log/_scan.*.so rlm/log/_decode.*.so rlm/stream/_ndjson.*.so

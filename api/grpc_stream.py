@@ -1,7 +1,8 @@
 """``ReadRecords``: a range of a partition streamed over gRPC (server streaming), as over REST.
 
 Each message holds the decoded records of a group of stored batches (about a read chunk's worth,
-at most :data:`RECORDS_PER_MESSAGE` records), or with ``raw`` the batches themselves. The stream
+at most :data:`RECORDS_PER_MESSAGE` records), translated from the column decoder's buffers
+(:mod:`rlm.stream.records`, no record object in between), or with ``raw`` the batches themselves. The stream
 waits for the client to take each message, so a slow client slows the reads; a client that
 cancels cancels them. A stream that cannot continue ends with the error's status, never with OK.
 """
@@ -20,16 +21,20 @@ from api.grpc_errors import abort_for
 from api.streaming import open_stream
 from rlm.arguments import check_range
 from rlm.bootstrap import Runtime
+from rlm.log import columns as c
 from rlm.lookup.plans import IsolationLevel
+from rlm.stream import records as columns
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import StreamBatch
-from rlm.stream.records import records_in_range
+from rlm.stream.records import decode_range
 from rlm.stream.service import outcome_of
 from rlm.timestamps import parse_timestamp
 
 Context = grpc.aio.ServicerContext[Any, Any]
 #: Records per message at most (a message also ends after about a read chunk of stored bytes).
 RECORDS_PER_MESSAGE = 8192
+#: A batch's timestamp type, from its label in the decoded spans.
+_TIMESTAMP_TYPES = {kind.label.encode(): value for kind, value in msg.TIMESTAMP_TYPES.items()}
 
 
 def read_records_query(request: pb.ReadRecordsRequest) -> RangeQuery:
@@ -64,21 +69,28 @@ def _message(plan: RangePlan, batches: list[StreamBatch], raw: bool) -> pb.ReadR
     if raw:
         answer.raw_batches = b"".join(b.data for b in batches)
         return answer
-    for batch in batches:
-        header = batch.header
-        kind = msg.TIMESTAMP_TYPES[header.timestamp_type]
+    cols, spans = decode_range(plan, batches)
+    if cols.rows == 0:
+        return answer
+    offsets = columns.ints(cols, c.OFFSET, "q")
+    timestamps = columns.ints(cols, c.TIMESTAMP, "q")
+    keys, values, headers = columns.keys(cols), columns.values(cols), columns.headers(cols)
+    start = 0
+    for end, label, epoch in spans:
+        kind = _TIMESTAMP_TYPES[label]
         answer.records.extend(
             pb.Record(
-                offset=r.offset,
-                timestamp=r.timestamp,
+                offset=offsets[i],
+                timestamp=timestamps[i],
                 timestamp_type=kind,
-                key=r.key,
-                value=r.value,
-                headers=[pb.RecordHeader(key=k, value=v) for k, v in r.headers],
-                leader_epoch=header.leader_epoch,
+                key=keys[i],
+                value=values[i],
+                headers=[pb.RecordHeader(key=k, value=v) for k, v in headers[i]],
+                leader_epoch=epoch,
             )
-            for r in records_in_range(plan, batch)
+            for i in range(start, end)
         )
+        start = end
     return answer
 
 

@@ -9,6 +9,9 @@ Side by side, in the same run:
 * NDJSON and Arrow records/s vs rlm's own decode of the same batches in one process
   (:func:`rlm.log.batches.decode_batch`; targets ≥ 0.5x and ≥ 0.8x), over the broker's files
   (``local``, before they are deleted) and over S3 (``remote``, bounded by the S3 server);
+* the ceiling the HTTP hop itself sets: a bare endpoint (uvicorn as ``rlm serve`` runs it, a
+  streamed body of constant pieces, nothing read or encoded) to the same client, in MB/s, and the
+  records/s it allows each medium at the bytes a record takes in it (``http_ceiling``);
 * 64 concurrent raw streams to slow readers: the server's threads (target: ≤ its configured pools
   + 8) and resident memory (target: ≤ 64 x ``remote.fetch.stream.buffer.bytes`` + 200 MiB).
 
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -32,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,7 @@ if str(ROOT) not in sys.path:  # run as a script: import rlm from the checkout
     sys.path.insert(0, str(ROOT))
 
 from bench.api import READ_TOKEN, TOPIC, free_port, http_get, start_rlm, stop, tiered_partition, wait_for  # noqa: E402
+from rlm.cli.serve import LOOP_THREADS  # noqa: E402
 from rlm.log.batches import decode_batch  # noqa: E402
 from rlm.log.model import Codec  # noqa: E402
 from rlm.log.produce import ProduceSpec, produce  # noqa: E402
@@ -48,9 +54,12 @@ from rlm.stream.service import DEFAULT_IO_THREADS  # noqa: E402
 
 BUCKET = "bench"
 AUTH = {"Authorization": f"Bearer {READ_TOKEN}"}
+OCTET = "application/octet-stream"
 STREAMS = 64
 BUFFER_BYTES = 4 * 1024 * 1024
 MIB = 1024 * 1024
+#: Pieces of the bare endpoint's body (those of ``rlm serve``'s streams are 256-512 KiB).
+CEILING_PIECE_BYTES = 512 * 1024
 #: Timed runs of each figure (after one untimed run that warms imports and caches): the median.
 REPEATS = 3
 
@@ -76,6 +85,49 @@ def start_moto() -> tuple[subprocess.Popen[bytes], str]:
 
     wait_for(up, "moto server", process, 30)
     return process, endpoint
+
+
+def run_bare_server(port: int, size: int, piece: int) -> None:
+    """The ceiling's endpoint: ``GET /bytes`` streams ``size`` bytes in pieces of ``piece``, made
+    once, with Starlette's ``StreamingResponse`` under uvicorn on uvloop, as ``rlm serve`` sends."""
+    import uvicorn
+    import uvloop
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, StreamingResponse
+    from starlette.routing import Route
+
+    block = b"x" * piece
+
+    async def body() -> Any:
+        for _ in range(size // piece):
+            yield block
+        yield block[: size % piece]
+
+    async def stream(request: Request) -> StreamingResponse:
+        return StreamingResponse(body(), media_type="application/octet-stream")
+
+    async def ready(request: Request) -> JSONResponse:
+        return JSONResponse({"ok": True})
+
+    app = Starlette(routes=[Route("/bytes", stream), Route("/ready", ready)])
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False)
+    uvloop.run(uvicorn.Server(config).serve())
+
+
+@contextlib.contextmanager
+def bare_server(size: int, piece: int) -> Iterator[str]:
+    """The URL of a bare endpoint (:func:`run_bare_server`) in a process of its own, while open."""
+    port = free_port()
+    script = str(Path(__file__).resolve())
+    process = subprocess.Popen([sys.executable, script, "--bare-server", str(port), str(size), str(piece)])
+    url = f"http://127.0.0.1:{port}/bytes"
+    try:
+        wait_for(lambda: http_get(url.replace("/bytes", "/ready"))[0] == 200, "bare server", process, 30)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
 
 
 def thread_names(pid: int) -> dict[str, int]:
@@ -168,7 +220,9 @@ def encode_rate(raw: bytes, name: str) -> float:
     headers = list(iter_headers(BytesSource(raw), 0))
     batches = [StreamBatch(h, raw[h.position : h.position + h.size], "local", "bench") for h in headers]
     plan = RangePlan(TopicPartition(TOPIC, 0), 0, 2**62, 2**62, None, None)
-    group_bytes = 64 * 1024 if name == "ndjson" else BUFFER_BYTES // 2
+    from api.rest.stream import PIECE_BYTES
+
+    group_bytes = PIECE_BYTES if name == "ndjson" else BUFFER_BYTES // 2
 
     def groups() -> list[list[StreamBatch]]:
         out: list[list[StreamBatch]] = [[]]
@@ -186,14 +240,16 @@ def encode_rate(raw: bytes, name: str) -> float:
     for _ in range(REPEATS):
         started = time.perf_counter()
         if name == "ndjson":
-            records = sum(ndjson_lines(plan, group).count(b"\n") for group in groups())
-        else:
-            writer, records = ArrowStreamWriter(), 0
-            for group in groups():
-                batch = record_batch(plan, group)
-                records += batch.num_rows
-                writer.write(batch)
-            writer.end()
+            pieces = [ndjson_lines(plan, group) for group in groups()]
+            times.append(time.perf_counter() - started)
+            records = sum(piece.count(b"\n") for piece in pieces)  # counted outside the time
+            continue
+        writer, records = ArrowStreamWriter(), 0
+        for group in groups():
+            batch = record_batch(plan, group)
+            records += batch.num_rows
+            writer.write(batch)
+        writer.end()
         times.append(time.perf_counter() - started)
     return records / median(times)
 
@@ -246,7 +302,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=40_000)
     parser.add_argument("--segment-mib", type=int, default=2)
+    parser.add_argument(
+        "--bare-server", nargs=3, type=int, metavar=("PORT", "BYTES", "PIECE"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
+    if args.bare_server:
+        run_bare_server(*args.bare_server)
+        return
     os.environ.update(
         {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
     )
@@ -299,14 +361,28 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
     _, raw, _ = asyncio.run(timed_stream(url, "application/octet-stream", params))
     records, decode_s = decode_rate(raw)
     own = records / decode_s
-    result: dict[str, Any] = {}
-    for media, name, target in (
-        ("application/x-ndjson", "ndjson", 0.5),
-        ("application/vnd.apache.arrow.stream", "arrow", 0.8),
-    ):
-        asyncio.run(timed_stream(url, media, params))  # warm-up (imports, caches)
-        runs = [asyncio.run(timed_stream(url, media, params)) for _ in range(REPEATS)]
-        body, seconds = runs[0][1], median([r[2] for r in runs])
+    media_types = {"ndjson": "application/x-ndjson", "arrow": "application/vnd.apache.arrow.stream"}
+    runs: dict[str, list[tuple[int, bytes, float]]] = {"bare": [], "ndjson": [], "arrow": []}
+    with bare_server(len(raw), CEILING_PIECE_BYTES) as bare:
+        urls = {"bare": (bare, OCTET, {}), **{n: (url, m, params) for n, m in media_types.items()}}
+        for where, media, args in urls.values():
+            asyncio.run(timed_stream(where, media, args))  # warm-up (imports, caches)
+        for _ in range(REPEATS):  # interleaved, so that all see the same load
+            for name, (where, media, args) in urls.items():
+                runs[name].append(asyncio.run(timed_stream(where, media, args)))
+    bare_runs = runs.pop("bare")
+    ceiling = bare_runs[0][0] / MIB / median([r[2] for r in bare_runs])
+    result: dict[str, Any] = {
+        "http_ceiling": figure(
+            {
+                "bare_endpoint_mb_per_s": round(ceiling, 1),
+                "piece_bytes": CEILING_PIECE_BYTES,
+                "raw_records_per_s_at_ceiling": round(ceiling * MIB * records / len(raw)),
+            }
+        )
+    }
+    for name, target in (("ndjson", 0.5), ("arrow", 0.8)):
+        body, seconds = runs[name][0][1], median([r[2] for r in runs[name]])
         if name == "ndjson":
             sent = body.count(b"\n")
         else:
@@ -316,6 +392,7 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
         if sent != records:
             raise SystemExit(f"{name}: {sent} records streamed, {records} decoded")
         rate = sent / seconds
+        at_ceiling = ceiling * MIB * sent / len(body)
         result[name] = figure(
             {
                 "records": sent,
@@ -323,6 +400,10 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
                 "rlm_decode_records_per_s": round(own),
                 "ratio": round(rate / own, 2),
                 "target_ratio_min": target,
+                "bytes_per_record": round(len(body) / sent),
+                "records_per_s_at_http_ceiling": round(at_ceiling),
+                "ratio_at_http_ceiling": round(at_ceiling / own, 2),
+                "share_of_http_ceiling": round(rate / at_ceiling, 2),
                 "in_process_encode_records_per_s": round(encode_rate(raw, name)),
             }
         )
@@ -363,8 +444,9 @@ def run(served: Any, endpoint: str, highest: int) -> dict[str, Any]:
     assert status == 200
     many = asyncio.run(concurrent_slow_streams(url, params, served.process.pid))
     # rlm serve's pools: offset readers 5, remote fetch 10, metadata 10, copier 4, S3 part uploads 4,
-    # stream I/O (the defaults), and the main thread.
-    configured = 5 + 10 + 10 + 4 + 4 + DEFAULT_IO_THREADS + 1
+    # stream I/O (the defaults), the event loop's resolver pool (libuv's, bounded by serve), and the
+    # main thread.
+    configured = 5 + 10 + 10 + 4 + 4 + DEFAULT_IO_THREADS + LOOP_THREADS + 1
     result["concurrent"] = figure(
         {
             **many,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -16,6 +17,16 @@ from rlm.errors import BrokerIdUnknownError
 log = logging.getLogger("rlm.serve")
 #: How often ``--wait-for-broker-id`` looks for the broker's meta.properties.
 BROKER_ID_POLL_S = 1.0
+#: Threads of the event loop's own pool (libuv's, under uvloop), which only resolves host names
+#: (``UV_THREADPOOL_SIZE``; libuv's default is 4).
+LOOP_THREADS = 2
+NATIVE_THREAD_SETTINGS = {
+    "UV_THREADPOOL_SIZE": str(LOOP_THREADS),
+    # Arrow's jemalloc returns freed pages on its allocation path instead of from a thread of its own.
+    "JE_ARROW_MALLOC_CONF": "background_thread:false",
+}
+"""The threads native libraries start of their own accord, bounded through their environment
+variables (unless already set) before they load: every thread of ``serve`` is counted."""
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -37,6 +48,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    for name, value in NATIVE_THREAD_SETTINGS.items():
+        os.environ.setdefault(name, value)
     from api.server import serve
     from rlm.logs import configure_logging
 
