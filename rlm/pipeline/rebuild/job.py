@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,8 @@ from rlm.storage.description import Description
 from rlm.storage.log_start import marker_partition, read_marker
 from rlm.storage.protocol import RemoteStorage
 
+#: Markers (remote log start offsets) read at once.
+MARKER_THREADS = 16
 #: Why a key that is no segment's object is an orphan (never deleted: rlm did not write it).
 FOREIGN = "not a segment object rlm writes"
 
@@ -146,11 +149,15 @@ def restore_log_starts(
     store: MetadataStore, storage: RemoteStorage, markers: Mapping[str, TopicPartition], topics: Sequence[str]
 ) -> None:
     """Advance each partition's remote log start offset to what its marker says (of ``topics``
-    only, when some are given); a partition with a marker and no segment left is recorded too."""
-    for key, tp in sorted(markers.items(), key=lambda item: item[1]):
-        if topics and tp.topic not in topics:
-            continue
-        offset = read_marker(storage, key)
+    only, when some are given); a partition with a marker and no segment left is recorded too.
+    The markers are read :data:`MARKER_THREADS` at a time."""
+    wanted = sorted(
+        ((key, tp) for key, tp in markers.items() if not topics or tp.topic in topics),
+        key=lambda item: item[1],
+    )
+    with ThreadPoolExecutor(max(1, min(MARKER_THREADS, len(wanted))), "rlm-rebuild-markers") as pool:
+        offsets = list(pool.map(lambda item: read_marker(storage, item[0]), wanted))
+    for (_, tp), offset in zip(wanted, offsets, strict=True):
         if offset is not None:
             store.advance_log_start_offset(tp, offset)
 
