@@ -10,7 +10,8 @@ Per partition, oldest segment first, a ``COPY_SEGMENT_FINISHED`` segment is dele
 
 and the pass stops at the first segment that breaches none. The remote log start offset advances
 past the deleted segments *before* anything is deleted, so readers never look for data that is
-going away; each segment then goes ``DELETE_SEGMENT_STARTED`` → objects deleted →
+going away, and is written beside the segments (:mod:`rlm.storage.log_start`, for a metadata
+store rebuilt from the objects); each segment then goes ``DELETE_SEGMENT_STARTED`` → objects deleted →
 ``DELETE_SEGMENT_FINISHED``. Segments still being copied are never counted nor deleted; a delete
 left half done by a crash is finished by the next pass. Only the lease holder runs it.
 
@@ -37,6 +38,7 @@ from rlm.log.logdir import LogDir, PartitionDir
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
+from rlm.storage.log_start import write_marker
 from rlm.storage.protocol import RemoteStorage
 
 log = logging.getLogger(__name__)
@@ -162,6 +164,8 @@ class Retention:
             return RetentionOutcome(tp, log_start_offset=remote_start)
         new_start = max(s.end_offset for s in doomed) + 1
         start = self.store.advance_log_start_offset(tp, new_start, lease_epoch=lease_epoch)
+        # Before any object goes: the objects left then say where the log starts.
+        write_marker(self.storage, tp, doomed[0].topic_id, start)
         self.step("log_start_advanced")
         deleted = deleted_bytes = 0
         for segment in doomed:

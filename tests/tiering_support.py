@@ -43,6 +43,7 @@ from rlm.metrics import Metrics
 from rlm.retention import Retention
 from rlm.storage.events import StorageEvents
 from rlm.storage.filesystem import TMP_SUFFIX, FilesystemStorage
+from rlm.storage.log_start import marker_partition
 from rlm.storage.payload import crc32c_update
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
@@ -426,7 +427,7 @@ def invariant_problems(
         for key in (r.layout.log_key, r.layout.index_key)
     }
     for key in storage.list_keys(""):
-        if key not in live_keys:
+        if key not in live_keys and marker_partition(key) is None:
             problems.append(f"object {key} is referenced by no live row")
     by_copier: dict[tuple[TopicPartition, int], list[RemoteSegment]] = {}
     for row in finished:

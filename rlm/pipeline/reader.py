@@ -15,10 +15,10 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from rlm.errors import CorruptDataError, CorruptIndexError, CorruptRecordError
+from rlm.errors import CorruptDataError, CorruptIndexError, CorruptRecordError, RlmError
 from rlm.log.batches import Buffer, parse_header
 from rlm.log.model import LOG_OVERHEAD, MIN_SIZE_FIELD, BatchHeader
-from rlm.metastore.model import IndexType
+from rlm.metastore.model import ByteRange, IndexType
 from rlm.pipeline.plan import IndexRef, SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 
@@ -199,7 +199,13 @@ class SegmentReader:
         self.storage = storage
         self.summary = summary
         self.chunk_bytes = chunk_bytes
-        self.bytes_read = 0
+        self._read = 0
+        self._fetched: dict[str, tuple[ByteRange, bytes]] = {}
+
+    @property
+    def bytes_read(self) -> int:
+        """Bytes read so far, fetched ones included."""
+        return self._read + sum(len(data) for _, data in list(self._fetched.values()))
 
     def chunks(self, size: int | None = None) -> Iterator[bytes]:
         """The ``.log`` object's bytes in chunks; ``size`` defaults to the row's ``size_bytes``."""
@@ -209,7 +215,7 @@ class SegmentReader:
             self.summary.segment.size_bytes if size is None else size,
             chunk_bytes=self.chunk_bytes,
         ):
-            self.bytes_read += len(chunk)
+            self._read += len(chunk)
             yield chunk
 
     def batches(self, size: int | None = None) -> Iterator[RawBatch]:
@@ -221,6 +227,19 @@ class SegmentReader:
         total = self.summary.segment.size_bytes if size is None else size
         return iter_batches(self.chunks(total), self.summary.log_key, total)
 
+    def fetch(self, ref: IndexRef) -> None:
+        """Read ``ref``'s bytes now (one ranged read), so that :meth:`read_ref` takes any file
+        inside them from memory; a read that fails is left for :meth:`read_ref` to repeat and
+        report. Thread-safe against other fetches of other keys (a job fetches an object's bytes
+        once, on a thread of its own, while it reads the ``.log``)."""
+        if ref.byte_range.size == 0:
+            return
+        try:
+            data = self.storage.read_range(ref.key, ref.byte_range.position, ref.byte_range.size)
+        except RlmError:
+            return
+        self._fetched[ref.key] = (ref.byte_range, data)
+
     def read_ref(self, ref: IndexRef) -> bytes:
         """The bytes of one file of an index object (this segment's or another's).
 
@@ -230,8 +249,17 @@ class SegmentReader:
         """
         if ref.byte_range.size == 0:
             return b""
-        data = self.storage.read_range(ref.key, ref.byte_range.position, ref.byte_range.size)
-        self.bytes_read += len(data)
+        fetched = self._fetched.get(ref.key)
+        if (
+            fetched is not None
+            and fetched[0].position <= ref.byte_range.position
+            and ref.byte_range.end <= fetched[0].end
+        ):
+            at = ref.byte_range.position - fetched[0].position
+            data = fetched[1][at : at + ref.byte_range.size]
+        else:
+            data = self.storage.read_range(ref.key, ref.byte_range.position, ref.byte_range.size)
+            self._read += len(data)
         if len(data) != ref.byte_range.size:
             raise CorruptIndexError(
                 f"the file should be {ref.byte_range.size} bytes at {ref.byte_range.position}, "

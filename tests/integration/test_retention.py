@@ -21,6 +21,7 @@ from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.remote_segment import prepare_segment
 from rlm.retention import breaching_segments
 from rlm.storage.delegate import DelegatingStorage
+from rlm.storage.log_start import marker_key, read_marker
 from rlm.storage.protocol import RemoteStorage
 from tests.clock import FakeClock
 from tests.metadata_support import segment
@@ -102,7 +103,10 @@ def test_time_retention_deletes_segments_whose_max_timestamp_expired(
     )
     keys = set(tiering.storage.list_keys(""))
     assert not keys & {k for r in rows[:3] for k in _objects_of(r)}
-    assert keys == {k for r in rows[3:] for k in _objects_of(r)}
+    # The segments left, and the marker saying where the log starts (for a rebuilt store).
+    marker = marker_key(TP, rows[0].topic_id)
+    assert keys == {k for r in rows[3:] for k in _objects_of(r)} | {marker}
+    assert read_marker(tiering.storage, marker) == rows[3].start_offset
     labels = {"topic": "orders", "partition": "0"}
     assert tiering.registry.get_sample_value("rlm_retention_deleted_segments_total", labels) == 3
     assert tiering.registry.get_sample_value("rlm_remote_log_size_bytes", labels) == sum(
@@ -219,7 +223,7 @@ def test_remote_log_start_offset_advances_before_anything_is_deleted(
         (
             rows[2].start_offset,
             [SegmentState.COPY_SEGMENT_FINISHED] * 6,
-            {k for r in rows for k in _objects_of(r)},
+            {k for r in rows for k in _objects_of(r)} | {marker_key(TP, rows[0].topic_id)},
         )
     ]
     assert steps == [

@@ -11,6 +11,7 @@ from rlm.pipeline.verify.inventory import orphan_objects, referenced_keys, stale
 from rlm.pipeline.verify.problems import ProblemKind
 from rlm.storage.filesystem import FilesystemStorage
 from rlm.storage.layout import segment_keys
+from rlm.storage.log_start import marker_key
 from tests.metadata_support import segment
 
 NOW = 1_800_000_000_000
@@ -53,11 +54,21 @@ def test_objects_no_live_row_references_are_orphans() -> None:
         copying.layout.log_key,
         copying.layout.index_key,
     }
-    keys = [live.layout.log_key, gone.layout.log_key, copying.layout.index_key, "notes/readme.txt"]
+    # A partition's remote log start marker is no row's, and no orphan; a look-alike elsewhere is.
+    marker = marker_key(tp, None)
+    keys = [
+        live.layout.log_key,
+        gone.layout.log_key,
+        copying.layout.index_key,
+        marker,
+        "notes/readme.txt",
+        "notes/x/remote-log-start",
+    ]
     orphans = orphan_objects(keys, referenced)
     assert [(p.kind, p.partition_name, p.object_key) for p in orphans] == [
         (ProblemKind.ORPHAN_OBJECT, "orders-3", gone.layout.log_key),
         (ProblemKind.ORPHAN_OBJECT, "-", "notes/readme.txt"),
+        (ProblemKind.ORPHAN_OBJECT, "-", "notes/x/remote-log-start"),
     ]
     assert orphans[0].segment_id == str(gone.segment_id) and orphans[0].offset == 20
 

@@ -5,8 +5,9 @@ name starts with ``_``: Spark, pyarrow, pandas; DuckDB reads ``<output>/topic=*/
 *.parquet``). When every file is written the driver writes the run's manifest,
 ``_rlm_staging/<run id>.commit.json``, in one atomic step: the commit point. It names the files
 and where the next incremental run starts in each partition. Then the files are moved into the
-output's ``topic=…/partition=…/date=…`` directories, the ledger is advanced, and the staging
-directory and the manifest are deleted.
+output's ``topic=…/partition=…/date=…`` directories, all at once (:data:`MOVE_THREADS` renames
+in flight: on an object store a rename is a copy, and the moves are what readers could see half
+done), the ledger is advanced, and the staging directory and the manifest are deleted.
 
 Every run first settles what earlier runs left (:func:`settle`): a staging directory without a
 manifest is a run that died before its commit point, and is deleted (its rows were never
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rlm.errors import CorruptDataError
@@ -29,6 +31,8 @@ from rlm.pipeline.export.files import Files, join
 
 STAGING_DIR = "_rlm_staging"
 MANIFEST_SUFFIX = ".commit.json"
+#: Renames a commit runs at once.
+MOVE_THREADS = 16
 
 Advance = Callable[[Mapping[TopicPartition, int]], None]
 """Advances the ledger of the output to the offsets given (the metadata store's)."""
@@ -101,6 +105,9 @@ def write_manifest(files: Files, output: str, manifest: Manifest) -> None:
 def finish(files: Files, output: str, manifest: Manifest, advance: Advance) -> int:
     """Move a committed run's files into the output, advance the ledger, clean up; idempotent.
 
+    The files are moved concurrently (:data:`MOVE_THREADS` at a time); each parent directory is
+    made once, before any file moves.
+
     Returns:
         How many files were moved now (fewer than the manifest's when a previous try moved some).
 
@@ -109,16 +116,23 @@ def finish(files: Files, output: str, manifest: Manifest, advance: Advance) -> i
             else deleted it); the message names it.
     """
     staged = staging_dir(output, manifest.run_id)
-    moved = 0
-    for name in manifest.files:
+
+    def move(name: str) -> bool:
         source, target = join(staged, name), join(output, name)
         if files.exists(source):
             files.rename(source, target)
-            moved += 1
-        elif not files.exists(target):
+            return True
+        if not files.exists(target):
             raise CorruptDataError(
                 f"export run {manifest.run_id}: {name} is neither staged nor in the output", path=staged
             )
+        return False
+
+    moved = 0
+    if manifest.files:
+        files.make_dirs(sorted({join(output, name).rpartition("/")[0] for name in manifest.files}))
+        with ThreadPoolExecutor(min(MOVE_THREADS, len(manifest.files)), "rlm-export-commit") as pool:
+            moved = sum(pool.map(move, manifest.files))
     advance(manifest.next_offsets)
     files.delete(staged)
     files.delete(manifest_path(output, manifest.run_id))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
@@ -35,8 +36,13 @@ class Files(Protocol):
 
     def exists(self, path: str) -> bool: ...
 
+    def make_dirs(self, directories: Sequence[str]) -> None:
+        """Create ``directories`` and their parents (those that exist are left as they are)."""
+        ...
+
     def rename(self, source: str, target: str) -> None:
-        """Move a file, creating the target's parent directories."""
+        """Move a file, creating the target's parent directories when they are missing (cheaper
+        when :meth:`make_dirs` made them). Safe to call from several threads."""
         ...
 
     def write_text(self, path: str, text: str) -> None:
@@ -70,6 +76,10 @@ class LocalFiles:
 
     def exists(self, path: str) -> bool:
         return self._path(path).exists()
+
+    def make_dirs(self, directories: Sequence[str]) -> None:
+        for directory in directories:
+            self._path(directory).mkdir(parents=True, exist_ok=True)
 
     def rename(self, source: str, target: str) -> None:
         destination = self._path(target)

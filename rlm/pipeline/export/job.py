@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -37,6 +38,9 @@ from rlm.pipeline.stage import Collect, Stage
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import attach_aborted
 from rlm.storage.protocol import RemoteStorage
+
+#: Partitions whose ``--from``/``--to`` offsets are looked up at once.
+BOUND_THREADS = 8
 
 Write = Callable[[Stage, Sequence[SegmentSummary], str], int]
 """Writes the rows ``stage`` yields over the summaries as Parquet files under a directory,
@@ -172,16 +176,17 @@ def plan_export(
     records = select_partitions(store, options.topics, options.partitions)
     plans = attach_aborted([plan_partition(store, r) for r in records], spec, collect)
     by_tp = {plan.topic_partition: plan for plan in plans}
-    ranges = {
-        tp: partition_range(
-            storage,
-            plan,
-            from_ms=options.from_ms,
-            to_ms=options.to_ms,
-            resume_at=ledger.get(tp) if options.incremental else None,
+
+    def bounds(plan: PartitionPlan) -> Range:
+        tp = plan.topic_partition
+        resume_at = ledger.get(tp) if options.incremental else None
+        return partition_range(
+            storage, plan, from_ms=options.from_ms, to_ms=options.to_ms, resume_at=resume_at
         )
-        for tp, plan in by_tp.items()
-    }
+
+    # --from/--to take a few ranged reads per partition: partitions are looked at side by side.
+    with ThreadPoolExecutor(max(1, min(BOUND_THREADS, len(by_tp))), "rlm-export-bounds") as pool:
+        ranges = dict(zip(by_tp, pool.map(bounds, by_tp.values()), strict=True))
     narrowed = {tp: narrow(plan, ranges[tp]) for tp, plan in by_tp.items()}
     return ExportPlan(by_tp, ranges, narrowed)
 

@@ -8,31 +8,38 @@ empty, migrated metadata database.
 Where sets cover the same range (a copy that crashed after its upload and was done again), the
 complete one is chosen: one whose objects are both there and agree with what describes them;
 among complete ones, one with a description, then the latest copy time, then the highest segment
-id. The others, incomplete sets, and keys that are no segment's are listed as orphans, deleted
-only with ``delete_orphans``. Overlapping sets of different ranges (a takeover's copy) are all
-kept, as the copier left them.
+id. A set whose range lies wholly inside another's is one a compaction replaced (the output is
+chosen). The others, incomplete sets, replaced sets and keys that are no segment's are listed as
+orphans, deleted only with ``delete_orphans``. Overlapping sets of different ranges (a
+takeover's copy) are all kept, as the copier left them.
 
-What the objects cannot tell stays at its default: the remote log start offset (retention's
-mark; a tier retention never cut reads the same), and, for sets without a description, the
-broker that copied them (``-1``) and the copy time (the rebuild's).
+The remote log start offset comes from the marker retention writes beside a partition's
+segments (:mod:`rlm.storage.log_start`; a partition retention never cut has none and starts at
+its first segment, as in the original). What the objects cannot tell stays at its default: for
+sets without a description, the broker that copied them (``-1``) and the copy time (the
+rebuild's).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.errors import ConfigError
-from rlm.metastore.model import RemoteSegment, SegmentState
+from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.pipeline.rebuild.objects import ObjectSet, describe_stage, description_of, object_sets
 from rlm.pipeline.stage import Collect
 from rlm.pipeline.storage import StorageSpec
 from rlm.storage.description import Description
+from rlm.storage.log_start import marker_partition, read_marker
 from rlm.storage.protocol import RemoteStorage
 
+#: Markers (remote log start offsets) read at once.
+MARKER_THREADS = 16
 #: Why a key that is no segment's object is an orphan (never deleted: rlm did not write it).
 FOREIGN = "not a segment object rlm writes"
 
@@ -89,7 +96,13 @@ class Candidate:
 
 
 def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orphan]]:
-    """One complete set per (partition, start offset, end offset); the others as orphans."""
+    """One complete set per (partition, start offset, end offset), and none lying wholly inside
+    another chosen set's range; the others as orphans.
+
+    A set inside another's range is one a compaction replaced (its output covers the inputs'
+    offsets, and is kept while the inputs wait for ``remote.compaction.delete.delay.ms``): the
+    original database holds the output alone as finished. No copier writes such a set otherwise.
+    """
     best: dict[tuple[Any, int, int], Candidate] = {}
     for c in candidates:
         slot = (c.objects.topic_partition, c.objects.start_offset, c.description.end_offset)
@@ -106,8 +119,47 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
                     f"a second copy of the range segment {kept.objects.segment_id} holds",
                 )
             )
-    ordered = sorted(best.values(), key=lambda c: (c.objects.topic_partition, c.objects.start_offset))
-    return ordered, orphans
+    # By partition, start offset, then the longest range first: a set is inside an earlier one's
+    # range when it ends no later than the furthest end so far.
+    ordered = sorted(
+        best.values(),
+        key=lambda c: (c.objects.topic_partition, c.objects.start_offset, -c.description.end_offset),
+    )
+    kept_sets: list[Candidate] = []
+    for c in ordered:
+        cover = kept_sets[-1] if kept_sets else None
+        if (
+            cover is not None
+            and cover.objects.topic_partition == c.objects.topic_partition
+            and c.description.end_offset <= cover.description.end_offset
+        ):
+            orphans.append(
+                Orphan(
+                    tuple(c.objects.keys),
+                    f"replaced by segment {cover.objects.segment_id}, which holds its whole range "
+                    "(a compaction's output)",
+                )
+            )
+            continue
+        kept_sets.append(c)
+    return kept_sets, orphans
+
+
+def restore_log_starts(
+    store: MetadataStore, storage: RemoteStorage, markers: Mapping[str, TopicPartition], topics: Sequence[str]
+) -> None:
+    """Advance each partition's remote log start offset to what its marker says (of ``topics``
+    only, when some are given); a partition with a marker and no segment left is recorded too.
+    The markers are read :data:`MARKER_THREADS` at a time."""
+    wanted = sorted(
+        ((key, tp) for key, tp in markers.items() if not topics or tp.topic in topics),
+        key=lambda item: item[1],
+    )
+    with ThreadPoolExecutor(max(1, min(MARKER_THREADS, len(wanted))), "rlm-rebuild-markers") as pool:
+        offsets = list(pool.map(lambda item: read_marker(storage, item[0]), wanted))
+    for (_, tp), offset in zip(wanted, offsets, strict=True):
+        if offset is not None:
+            store.advance_log_start_offset(tp, offset)
 
 
 def rebuild(
@@ -132,8 +184,9 @@ def rebuild(
             "the metadata database is not empty: rebuild-metadata writes into an empty, migrated "
             "database (`rlm db upgrade` on a new one)"
         )
-    sets, foreign = object_sets(storage.list_keys(), options.topics)
-    orphans = [Orphan((key,), FOREIGN) for key in foreign]
+    sets, others = object_sets(storage.list_keys(), options.topics)
+    markers = {key: tp for key in others if (tp := marker_partition(key)) is not None}
+    orphans = [Orphan((key,), FOREIGN) for key in others if key not in markers]
     candidates = []
     if sets:
         table = collect(describe_stage(spec, now_ms), [s.provisional() for s in sets])
@@ -152,6 +205,7 @@ def rebuild(
         store.update_segment_state(
             segment.segment_id, SegmentState.COPY_SEGMENT_FINISHED, event_time_ms=segment.event_time_ms
         )
+    restore_log_starts(store, storage, markers, options.topics)
     if options.delete_orphans:
         storage.delete_objects([key for o in orphans if o.reason != FOREIGN for key in o.keys])
     return RebuildReport(

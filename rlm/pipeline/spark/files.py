@@ -6,6 +6,7 @@ where the cluster has hadoop-aws, HDFS), with the cluster's own settings and cre
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -45,11 +46,15 @@ class HadoopFiles:
         fs, jpath = self._fs(path)
         return bool(fs.exists(jpath))
 
+    def make_dirs(self, directories: Sequence[str]) -> None:
+        for directory in directories:
+            fs, path = self._fs(directory)
+            fs.mkdirs(path)
+
     def rename(self, source: str, target: str) -> None:
         fs, src = self._fs(source)
         _, dst = self._fs(target)
-        fs.mkdirs(dst.getParent())
-        if not fs.rename(src, dst):
+        if not fs.rename(src, dst) and not (fs.mkdirs(dst.getParent()) and fs.rename(src, dst)):
             raise OSError(f"could not move {source} to {target}")
 
     def write_text(self, path: str, text: str) -> None:

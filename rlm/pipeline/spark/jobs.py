@@ -16,8 +16,10 @@ from rlm.bootstrap import open_compaction_store, open_remote_storage, open_store
 from rlm.config import Settings
 from rlm.metastore.protocol import MetadataStore
 from rlm.pipeline.compact.job import CompactOptions, CompactReport
+from rlm.pipeline.export.files import LocalFiles
 from rlm.pipeline.export.iceberg import catalog_url, export_iceberg, open_catalog
 from rlm.pipeline.export.job import ExportFormat, ExportOptions, ExportReport, export_parquet
+from rlm.pipeline.export.parquet import writes_directly
 from rlm.pipeline.rebuild.job import RebuildOptions, RebuildReport, rebuild
 from rlm.pipeline.spark.export import write_parquet
 from rlm.pipeline.spark.files import HadoopFiles
@@ -118,7 +120,9 @@ def run_export(
                 warehouse,
             )
         write = partial(write_parquet, session, progress=progress)
-        return export_parquet(store, storage, spec, collect, write, HadoopFiles(session), options)
+        # A local output's commit needs no round trip to the JVM per file.
+        files = LocalFiles() if writes_directly(options.output) else HadoopFiles(session)
+        return export_parquet(store, storage, spec, collect, write, files, options)
 
 
 def run_rebuild(

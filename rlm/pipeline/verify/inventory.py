@@ -13,6 +13,7 @@ from collections.abc import Collection, Iterable, Iterator
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.pipeline.verify.problems import Problem, ProblemKind
 from rlm.storage.layout import parse_segment_key, partition_hash
+from rlm.storage.log_start import marker_partition
 from rlm.storage.protocol import RemoteStorage
 
 #: Rows in these states are unfinished work.
@@ -56,8 +57,8 @@ def orphan_objects(keys: Iterable[str], referenced: Collection[str]) -> list[Pro
     """One problem per key in ``keys`` that is not in ``referenced``."""
     problems = []
     for key in keys:
-        if key in referenced:
-            continue
+        if key in referenced or marker_partition(key) is not None:
+            continue  # a marker is a partition's, no row's (rlm.storage.log_start)
         parsed = parse_segment_key(key)
         if parsed is None:
             problems.append(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
@@ -26,8 +27,8 @@ from rlm.log.batches import crc_valid, decode_batch
 from rlm.log.model import BatchHeader
 from rlm.log.recovery import IndexRebuilder, TransactionTracker
 from rlm.log.snapshot import decode_snapshot
-from rlm.metastore.model import RemoteSegment
-from rlm.pipeline.plan import SegmentSummary
+from rlm.metastore.model import ByteRange, RemoteSegment
+from rlm.pipeline.plan import IndexRef, SegmentSummary
 from rlm.pipeline.reader import DEFAULT_CHUNK_BYTES, RawBatch, SegmentReader
 from rlm.pipeline.stage import Stage, arrow_schema, batch_of
 from rlm.pipeline.storage import StorageSpec
@@ -86,13 +87,38 @@ def check_segment(
     findings = Findings(summary)
     row = summary.segment
     reader = SegmentReader(storage, summary, chunk_bytes=chunk_bytes)
-    try:
-        log_size = storage.object_size(summary.log_key)
-        index_size = storage.object_size(summary.index_key)
-    except RlmError as exc:
-        findings.add(ProblemKind.UNREADABLE, f"cannot look at the objects: {exc}", key=summary.log_key)
-        return SegmentCheck(summary.segment_id, 0, 0, findings.problems())
     index_expected = max((r.end for _, r in row.layout.index_ranges), default=0)
+    with ThreadPoolExecutor(4, "rlm-verify") as pool:
+        # Every small read at once, and the index files (the object, one read) and the previous
+        # segment's producer snapshot fetched while the .log streams: round trips overlap.
+        sizes = [pool.submit(storage.object_size, key) for key in (summary.log_key, summary.index_key)]
+        index: Future[None] | None = None
+        if deep:
+            index = pool.submit(reader.fetch, IndexRef(summary.index_key, ByteRange(0, index_expected)))
+            if summary.previous_snapshot is not None:
+                pool.submit(reader.fetch, summary.previous_snapshot).result()
+        try:
+            log_size, index_size = (size.result() for size in sizes)
+        except RlmError as exc:
+            findings.add(ProblemKind.UNREADABLE, f"cannot look at the objects: {exc}", key=summary.log_key)
+            return SegmentCheck(summary.segment_id, 0, 0, findings.problems())
+        return _check(reader, findings, (log_size, index_size), index_expected, index, deep=deep)
+
+
+def _check(
+    reader: SegmentReader,
+    findings: Findings,
+    sizes: tuple[int | None, int | None],
+    index_expected: int,
+    index: Future[None] | None,
+    *,
+    deep: bool,
+) -> SegmentCheck:
+    """The checks once the objects' sizes are known (``index`` is the fetch of the index object,
+    waited for before the index files are compared)."""
+    summary = reader.summary
+    log_size, index_size = sizes
+    row = summary.segment
     for key, size, expected, what in (
         (summary.log_key, log_size, row.size_bytes, ".log"),
         (summary.index_key, index_size, index_expected, "index"),
@@ -111,6 +137,8 @@ def check_segment(
     if scan.trusted:
         _check_log(row, scan, findings, summary.log_key)
         if index_size is not None:
+            if index is not None:
+                index.result()
             check_indexes(
                 reader,
                 findings,
