@@ -40,7 +40,6 @@ import resource
 import statistics
 import sys
 import time
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -258,6 +257,7 @@ def _library_floor(payloads: list[tuple[int, memoryview]]) -> Callable[[list[byt
     import cramjam
     import lz4.frame
     import zstandard
+    from isal import isal_zlib
 
     zstd = zstandard.ZstdDecompressor()
 
@@ -269,7 +269,7 @@ def _library_floor(payloads: list[tuple[int, memoryview]]) -> Callable[[list[byt
             pos += 4 + length
 
     calls: dict[int, Callable[[memoryview], object]] = {
-        1: lambda view: zlib.decompress(view, 31),
+        1: lambda view: isal_zlib.decompress(view, 31),
         2: snappy,
         3: lz4.frame.decompress,
         4: zstd.decompress,
@@ -284,7 +284,7 @@ def _library_floor(payloads: list[tuple[int, memoryview]]) -> Callable[[list[byt
 
 
 _LIBRARIES = {
-    "rlm": "gzip: zlib; snappy: cramjam; lz4: lz4.frame; zstd: zstandard",
+    "rlm": "gzip: isal (ISA-L); snappy: cramjam; lz4: lz4.frame; zstd: zstandard",
     "aiokafka": "gzip: gzip (zlib); snappy, lz4, zstd: cramjam",
 }
 
