@@ -1,6 +1,6 @@
 """Map-side work of the Spark compaction (no Spark): what each segment's task hands the shuffles.
 
-Both stages read a segment's facts (:func:`~rlm.pipeline.compact.facts.fact_rows`) and reduce
+Both stages read a segment's facts (the task of :func:`~rlm.pipeline.compact.facts.facts_stage`) and reduce
 them with Arrow compute before anything crosses into the JVM, so that Spark sees few, narrow rows:
 a partition and a segment are numbers (:attr:`SegmentIds.ids`), not strings.
 
@@ -23,10 +23,10 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rlm.pipeline.compact.facts import ERROR_KIND, FactOptions, fact_rows
+from rlm.pipeline.compact.facts import ERROR_KIND
 from rlm.pipeline.compact.rules import Kind
 from rlm.pipeline.plan import SegmentSummary
-from rlm.pipeline.stage import arrow_schema
+from rlm.pipeline.stage import Task, arrow_schema
 from rlm.storage.protocol import RemoteStorage
 
 #: ``kind`` of a row holding the first young offset of a run of records.
@@ -83,7 +83,8 @@ class SegmentIds:
 
     ids: Mapping[str, tuple[int, int]]
     """Segment id → (partition number, segment number)."""
-    options: FactOptions
+    read: Task
+    """The task of :func:`~rlm.pipeline.compact.facts.facts_stage`: a segment's facts."""
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class FewFacts(SegmentIds):
     def __call__(self, storage: RemoteStorage, summary: SegmentSummary) -> Iterator[pa.RecordBatch]:
         part, seg = self.ids[summary.segment_id]
         last = self.lasts.get(part, -1)
-        for batch in fact_rows(storage, summary, self.options):
+        for batch in self.read(storage, summary):
             for rows in few_rows(batch, part, seg, last):
                 if rows.num_rows:
                     yield rows
@@ -157,7 +158,7 @@ class Candidates(SegmentIds):
             return
         best: list[pa.Table] = []
         total = touched = 0
-        for batch in fact_rows(storage, summary, self.options):
+        for batch in self.read(storage, summary):
             if pc.any(pc.equal(batch.column("kind"), _int8(ERROR_KIND))).as_py():
                 # read by the first stage, failing now: the partition fails (no winner is missing)
                 yield _numbered(batch.select(["error"]), part, seg, CANDIDATE_SCHEMA)

@@ -35,7 +35,7 @@ from pyspark.sql import functions as sf
 from rlm.errors import RlmError
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.compact.engine import GroupResult, PartitionDecision
-from rlm.pipeline.compact.facts import ERROR_KIND, FactOptions
+from rlm.pipeline.compact.facts import ERROR_KIND, FactOptions, facts_stage
 from rlm.pipeline.compact.partial import (
     CANDIDATE_SCHEMA,
     FEW_SCHEMA,
@@ -116,7 +116,12 @@ class SparkEngine:
         few = self._cache(
             map_segments(
                 self.session,
-                Stage("read keys", FEW_SCHEMA, FewFacts(ids, options, lasts), self.storage),
+                Stage(
+                    "read keys",
+                    FEW_SCHEMA,
+                    FewFacts(ids, facts_stage(self.storage, options).task, lasts),
+                    self.storage,
+                ),
                 summaries,
             )
         )
@@ -180,7 +185,12 @@ class SparkEngine:
         """Stage 2: the winners, the markers kept, what changes per segment (into ``out``); the
         partitions whose segments failed this time."""
         summaries = [s for i in end_of for s in plans[i].segments]
-        stage = Stage("pick winners", CANDIDATE_SCHEMA, Candidates(ids, options, end_of), self.storage)
+        stage = Stage(
+            "pick winners",
+            CANDIDATE_SCHEMA,
+            Candidates(ids, facts_stage(self.storage, options).task, end_of),
+            self.storage,
+        )
         candidates = map_segments(self.session, stage, summaries)
         key = sf.col("key")
         packed = (
