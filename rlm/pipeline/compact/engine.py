@@ -122,13 +122,13 @@ class InProcessEngine:
             if not plan.segments:
                 out[plan.topic_partition] = PartitionDecision()
                 continue
-            facts = sorted((fact_from_row(r) for r in rows), key=lambda f: f.offset)
+            per_segment: dict[str, list[Fact]] = defaultdict(list)
+            for r in rows:
+                per_segment[str(r["segment_id"])].append(fact_from_row(r))
+            facts = sorted((f for found in per_segment.values() for f in found), key=lambda f: f.offset)
             last = max(s.read_to for s in plan.segments)
             decisions = decide(facts, last)
             self.decisions[plan.topic_partition] = decisions
-            per_segment: dict[str, list[Fact]] = defaultdict(list)
-            for r, f in zip(rows, (fact_from_row(r) for r in rows), strict=True):
-                per_segment[str(r["segment_id"])].append(f)
             changes = {
                 s.segment_id: segment_change(per_segment.get(s.segment_id, []), decisions)
                 for s in plan.segments

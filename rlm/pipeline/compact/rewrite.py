@@ -19,7 +19,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rlm.log.model import BatchHeader, Record, TimestampType
 from rlm.log.v2 import encode_v2_batch
@@ -81,44 +83,93 @@ COUNT_NAMES = tuple(name for name in Counts.__dataclass_fields__ if name != "las
 
 
 @dataclass
-class _Decoded:
-    records: list[Record] = field(default_factory=list)
+class _Batch:
+    """What a rewrite needs of one batch's records, counted column-wise."""
+
+    records: int = 0
+    """Records decoded (v2 batches holding records; 0 for the others)."""
+    kept: int = 0
+    kept_tombstones: int = 0
+    dropped_null_keys: int = 0
+    dropped_tombstones: int = 0
     aborted: bool = False
+    marks_empty: bool = False
+    """A kept record is an empty transaction's marker."""
+    rows: list[Record] = field(default_factory=list)
+    """The kept records, made only when the batch is encoded again."""
 
 
-def decode_records(
-    tp: TopicPartition, batches: Sequence[RawBatch], aborted: AbortedIndex, name: str
-) -> list[_Decoded]:
-    """The records of each batch (v2 batches holding records), through ``decode_columns``."""
-    out = [_Decoded() for _ in batches]
-    wanted = [i for i, b in enumerate(batches) if b.header.magic >= 2 and b.header.record_count > 0]
+def _offsets(values: frozenset[int]) -> pa.Array[Any]:
+    return pa.array(sorted(values), pa.int64())
+
+
+def decode_kept(
+    tp: TopicPartition, batches: Sequence[RawBatch], keep: Keep, aborted: AbortedIndex, name: str
+) -> list[_Batch]:
+    """Per batch its records' counts against ``keep`` (through ``decode_columns``, with Arrow
+    compute); the kept records as :class:`Record` only for batches that change (a record
+    removed, or a delete horizon to stamp)."""
+    out = [_Batch() for _ in batches]
+    wanted = [
+        i
+        for i, b in enumerate(batches)
+        if b.header.magic >= 2 and b.header.record_count > 0 and b.header.last_offset <= keep.end
+    ]
     if not wanted:
         return out
     table = decode_columns(
         tp, [batches[i] for i in wanted], aborted, first_offset=0, last_offset=2**63 - 1, name=name
     )
-    offsets: list[Any] = table.column("offset").to_pylist()
-    stamps: list[int | None] = table.column("timestamp").cast(pa.int64()).to_pylist()
-    keys: list[bytes | None] = table.column("key").to_pylist()
-    values: list[bytes | None] = table.column("value").to_pylist()
-    headers: list[Any] = table.column("headers").to_pylist()
-    flags: list[Any] = table.column("aborted").to_pylist()
-    at = 0
-    for i in wanted:
-        last = batches[i].header.last_offset
-        decoded = out[i]
-        while at < len(offsets) and offsets[at] <= last:
-            hs = tuple((h["key"], h["value"]) for h in headers[at])
-            stamp = stamps[at]
-            ts = -1 if stamp is None else stamp
-            decoded.records.append(Record(offsets[at], ts, keys[at], values[at], hs))
-            decoded.aborted = bool(flags[at])
-            at += 1
+    offsets = table.column("offset")
+    kept = pc.is_in(offsets, value_set=_offsets(keep.kept)).to_numpy(zero_copy_only=False)
+    marker = pc.is_in(offsets, value_set=_offsets(keep.empty_markers)).to_numpy(zero_copy_only=False)
+    tombstone = pc.is_null(table.column("value")).to_numpy(zero_copy_only=False)
+    null_key = pc.is_null(table.column("key")).to_numpy(zero_copy_only=False)
+    flags = table.column("aborted").fill_null(False).to_numpy(zero_copy_only=False)
+    ends = np.searchsorted(offsets.to_numpy(), [batches[i].header.last_offset for i in wanted], side="right")
+    changed: list[tuple[int, int, int]] = []  # (batch, first row, end row) of batches encoded again
+    lo = 0
+    for i, hi in zip(wanted, ends.tolist(), strict=True):
+        h, b = batches[i].header, out[i]
+        k, t = kept[lo:hi], tombstone[lo:hi]
+        b.records, b.kept = hi - lo, int(k.sum())
+        b.kept_tombstones = int((k & t).sum())
+        dropped = ~k
+        b.dropped_null_keys = int((dropped & null_key[lo:hi]).sum())
+        b.dropped_tombstones = int((dropped & ~null_key[lo:hi] & t).sum())
+        b.aborted = bool(flags[hi - 1]) if hi > lo else False
+        b.marks_empty = bool((k & marker[lo:hi]).any())
+        if b.kept > 0 and (b.kept < b.records or _stamps(h, b)):
+            changed.append((i, lo, hi))
+        lo = hi
+    if changed:
+        rows = np.concatenate([np.flatnonzero(kept[lo:hi]) + lo for _, lo, hi in changed])
+        picked = table.take(pa.array(rows, pa.int64()))
+        got_offsets: list[Any] = picked.column("offset").to_pylist()
+        stamps: list[int | None] = picked.column("timestamp").cast(pa.int64()).to_pylist()
+        keys: list[bytes | None] = picked.column("key").to_pylist()
+        values: list[bytes | None] = picked.column("value").to_pylist()
+        headers: list[Any] = picked.column("headers").to_pylist()
+        at = 0
+        for i, _, _ in changed:
+            b = out[i]
+            for j in range(at, at + b.kept):
+                stamp = stamps[j]
+                hs = tuple((x["key"], x["value"]) for x in headers[j])
+                b.rows.append(Record(got_offsets[j], -1 if stamp is None else stamp, keys[j], values[j], hs))
+            at += b.kept
     return out
 
 
+def _stamps(h: BatchHeader, b: _Batch) -> bool:
+    """The batch gets a delete horizon: it keeps a tombstone or an empty transaction's marker."""
+    if h.has_delete_horizon:
+        return False
+    return b.marks_empty if h.is_control else b.kept_tombstones > 0
+
+
 def rewrite_batch(
-    batch: RawBatch, decoded: _Decoded, keep: Keep, params: RewriteParams, counts: Counts
+    batch: RawBatch, decoded: _Batch, keep: Keep, params: RewriteParams, counts: Counts
 ) -> bytes | None:
     """The batch as compaction leaves it: its bytes (the same bytes when nothing changes), or
     ``None`` when it goes."""
@@ -126,39 +177,34 @@ def rewrite_batch(
     counts.last_header = h
     data = bytes(batch.data)
     counts.bytes_in += len(data)
-    counts.records_in += max(h.record_count, 0) if h.magic >= 2 else len(decoded.records)
+    counts.records_in += max(h.record_count, 0) if h.magic >= 2 else decoded.records
     if h.magic < 2 or h.record_count == 0 or h.last_offset > keep.end:
         counts.records_out += h.record_count if h.magic >= 2 else 0
         counts.bytes_out += len(data)
         return data
-    kept = [r for r in decoded.records if r.offset in keep.kept]
-    for r in decoded.records:
-        if r.offset in keep.kept:
-            counts.tombstones_kept += r.value is None and not h.is_control
-        elif h.is_control:
-            counts.markers_dropped += 1
-        elif decoded.aborted:
-            counts.aborted_dropped += 1
-        elif r.key is None:
-            counts.null_keys_dropped += 1
-        elif r.value is None:
-            counts.tombstones_dropped += 1
-    stamp = not h.has_delete_horizon and (
-        (h.is_control and any(r.offset in keep.empty_markers for r in kept))
-        or (not h.is_control and any(r.value is None for r in kept))
-    )
-    if not kept:
+    dropped = decoded.records - decoded.kept
+    if not h.is_control:
+        counts.tombstones_kept += decoded.kept_tombstones
+    if h.is_control:
+        counts.markers_dropped += dropped
+    elif decoded.aborted:
+        counts.aborted_dropped += dropped
+    else:
+        counts.null_keys_dropped += decoded.dropped_null_keys
+        counts.tombstones_dropped += decoded.dropped_tombstones
+    stamp = _stamps(h, decoded)
+    if not decoded.kept:
         if h.is_control or h.producer_id < 0 or h.last_offset not in keep.last_batches:
             return None
         counts.batches_emptied += 1
         out = _encode(h, [], None)
-    elif len(kept) == len(decoded.records) and not stamp:
+    elif decoded.kept == decoded.records and not stamp:
         out = data
     else:
         counts.batches_stamped += stamp
         horizon = h.base_timestamp if h.has_delete_horizon else (params.new_horizon if stamp else None)
-        out = _encode(h, kept, horizon)
-    counts.records_out += len(kept)
+        out = _encode(h, decoded.rows, horizon)
+    counts.records_out += decoded.kept
     counts.bytes_out += len(out)
     return out
 
@@ -203,7 +249,7 @@ def rewrite_batches(
     pending: list[RawBatch] = []
 
     def flush() -> Iterable[bytes]:
-        decoded = decode_records(tp, pending, aborted, name)
+        decoded = decode_kept(tp, pending, keep, aborted, name)
         for raw, dec in zip(pending, decoded, strict=True):
             out = rewrite_batch(raw, dec, keep, params, counts)
             if out is not None:

@@ -1,18 +1,23 @@
 """Compaction on Spark: the :class:`~rlm.pipeline.compact.engine.Engine` whose stages are Spark's.
 
-1. ``read keys``: one task per input segment emits a fact row per record (``mapInArrow``).
-2. ``pick winners``: per partition the compactable end (young records, undecided transactions);
-   the winner per (partition, key) by a window over a shuffle (memory bounded by Spark's shuffle,
-   which spills, not by a dedupe buffer); each transaction marker's liveness by a window over
-   (partition, producer); per segment what changes. Only per-partition ends and per-segment
-   counts reach the driver.
+1. ``read keys``: one task per input segment reads it and hands Spark only what the compactable
+   end and the transaction rules need (:class:`~rlm.pipeline.compact.partial.FewFacts`: control
+   and transactional records, first young offsets, producers' last batches). One job gives the
+   failed segments, then one the end per partition.
+2. ``pick winners``: one task per segment reads it again and hands Spark each key's best record
+   in the segment (:class:`~rlm.pipeline.compact.partial.Candidates`); the winner per (partition,
+   key) is a hash aggregation (``max`` of ``(o1, o2, offset, ...)``) over a shuffle, whose memory
+   holds keys, not records (it spills). Each transaction marker's liveness is a window over the
+   transactional records only. One job brings what changes per segment to the driver.
 3. ``write segments``: the kept offsets, empty transactions' markers and producers' last batches
    are shuffled to the output segment holding them; one task per output segment (``applyInArrow``)
    rereads its inputs, keeps those offsets, writes the segment and its index object, and returns
    its metadata row.
 
-The rules are those of :func:`rlm.pipeline.compact.rules.decide` (the reference); the tests run
-both on the same logs and compare what they write.
+Partitions and segments are numbers in Spark's rows (their position in the job's plans), and
+records cross into the JVM only as per-segment reductions: what Spark caches is small. The rules
+are those of :func:`rlm.pipeline.compact.rules.decide` (the reference); the tests run both on the
+same logs and compare what they write.
 """
 
 from __future__ import annotations
@@ -31,16 +36,23 @@ from rlm.errors import RlmError
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.compact.engine import GroupResult, PartitionDecision
 from rlm.pipeline.compact.facts import ERROR_KIND, FactOptions, facts_stage
+from rlm.pipeline.compact.partial import (
+    CANDIDATE_SCHEMA,
+    FEW_SCHEMA,
+    PRODUCER_LAST,
+    YOUNG,
+    Candidates,
+    FewFacts,
+)
 from rlm.pipeline.compact.rewrite import COUNT_NAMES, Counts, Keep
 from rlm.pipeline.compact.rules import Kind
 from rlm.pipeline.compact.segment import OutputPlan, SegmentChange, write_output
 from rlm.pipeline.plan import PartitionPlan
 from rlm.pipeline.spark.progress import StageProgress
 from rlm.pipeline.spark.stage import collect_stage, map_segments
-from rlm.pipeline.stage import Collect, arrow_schema
+from rlm.pipeline.stage import Collect, Stage, arrow_schema
 from rlm.pipeline.storage import StorageSpec, executor_storage
 
-TP = ["topic", "partition"]
 RESULT_SCHEMA = arrow_schema(
     pa.field("group", pa.int64()),
     pa.field("row", pa.binary()),
@@ -50,6 +62,7 @@ RESULT_SCHEMA = arrow_schema(
 RESULT_DDL = "group long, row binary, counts string, error string"
 #: What a row shipped to an output's task says of its offset.
 KEPT, EMPTY_MARKER, LAST_BATCH, NOTHING = 0, 1, 2, -1
+PART = "part"
 
 
 def _flag(condition: Column) -> Column:
@@ -66,9 +79,10 @@ class SparkEngine:
         self.collect: Collect = lambda stage, summaries: collect_stage(
             session, stage, summaries, progress=progress
         )
-        self._facts: DataFrame | None = None
-        self._flags: DataFrame | None = None
+        self._cached: list[DataFrame] = []
+        self._kept: DataFrame | None = None
         self._last_batches: DataFrame | None = None
+        self._parts: dict[TopicPartition, int] = {}
         self._ends: dict[TopicPartition, int] = {}
 
     def _shuffle_partitions(self) -> None:
@@ -81,185 +95,242 @@ class SparkEngine:
     def _progress(self, label: str, total: int) -> StageProgress:
         return StageProgress(self.session, label, total, enabled=self.progress)
 
+    def _cache(self, frame: DataFrame) -> DataFrame:
+        self._cached.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+        return frame
+
+    def _frame(self, rows: list[tuple[Any, ...]], ddl: str) -> DataFrame:
+        return sf.broadcast(self.session.createDataFrame(rows, ddl))
+
     def decide(
         self, plans: Sequence[PartitionPlan], options: FactOptions
     ) -> dict[TopicPartition, PartitionDecision]:
-        summaries = [s for plan in plans for s in plan.segments]
         out: dict[TopicPartition, PartitionDecision] = {p.topic_partition: PartitionDecision() for p in plans}
+        summaries = [s for plan in plans for s in plan.segments]
         if not summaries:
             return out
         self._shuffle_partitions()
-        facts = map_segments(self.session, facts_stage(self.storage, options), summaries).persist(
-            StorageLevel.MEMORY_AND_DISK
+        self._parts = {p.topic_partition: i for i, p in enumerate(plans)}
+        ids = {s.segment_id: (i, n) for i, p in enumerate(plans) for n, s in enumerate(p.segments)}
+        lasts = {i: max(s.read_to for s in p.segments) for i, p in enumerate(plans) if p.segments}
+        few = self._cache(
+            map_segments(
+                self.session,
+                Stage(
+                    "read keys",
+                    FEW_SCHEMA,
+                    FewFacts(ids, facts_stage(self.storage, options).task, lasts),
+                    self.storage,
+                ),
+                summaries,
+            )
         )
-        self._facts = facts
+        kind = sf.col("kind")
         with self._progress("read keys", len(summaries)):
-            errors = facts.filter(sf.col("kind") == ERROR_KIND).select(*TP, "error").collect()
-        failed: dict[TopicPartition, list[str]] = {}
+            errors = few.filter(kind == ERROR_KIND).select(PART, "error").collect()
+        failed: dict[int, list[str]] = {}
         for e in errors:
-            failed.setdefault(TopicPartition(e["topic"], e["partition"]), []).append(e["error"])
-        for tp, messages in failed.items():
-            out[tp] = PartitionDecision(error="; ".join(messages))
-        lasts = [
-            (p.topic_partition.topic, p.topic_partition.partition, max(s.read_to for s in p.segments))
-            for p in plans
-            if p.segments and p.topic_partition not in failed
-        ]
-        if not lasts:
-            return out
-        bounds = self.session.createDataFrame(lasts, "topic string, partition int, last long")
-        good = facts.filter(sf.col("kind") != ERROR_KIND).join(sf.broadcast(bounds), TP)
-        young = good.filter("young").groupBy(*TP).agg(sf.min("offset").alias("young"))
-        txn = good.filter(sf.col("transactional") & (sf.col("kind") != Kind.LEGACY))
-        markers = txn.groupBy(*TP, "producer_id").agg(
-            sf.max(sf.when(sf.col("kind") == Kind.CONTROL, sf.col("offset"))).alias("marker")
+            failed.setdefault(e[PART], []).append(e["error"])
+        good = [i for i in lasts if i not in failed]
+        bounds = self._frame([(i, lasts[i]) for i in good], "part int, last long")
+        ends = self._ends_of(few.join(bounds, PART), bounds)
+        with self._progress("pick winners: ends", len(good)):
+            end_of = {r[PART]: r["end"] for r in ends.collect()}
+        if good:
+            failed.update(self._pick(plans, options, ids, few, end_of, lasts, out))
+        for i, messages in failed.items():
+            out[plans[i].topic_partition] = PartitionDecision(error="; ".join(messages))
+        self._ends = {plans[i].topic_partition: end for i, end in end_of.items() if i not in failed}
+        return out
+
+    @staticmethod
+    def _ends_of(few: DataFrame, bounds: DataFrame) -> DataFrame:
+        """Per partition the compactable end: before the first young record or record of an
+        undecided transaction."""
+        kind = sf.col("kind")
+        young = few.filter(kind == YOUNG).groupBy(PART).agg(sf.min("offset").alias("young"))
+        txn = few.filter(sf.col("transactional") & kind.isin(int(Kind.DATA), int(Kind.CONTROL)))
+        markers = txn.groupBy(PART, "producer_id").agg(
+            sf.max(sf.when(kind == Kind.CONTROL, sf.col("offset"))).alias("marker")
         )
         undecided = (
-            txn.filter(sf.col("kind") == Kind.DATA)
-            .join(markers, [*TP, "producer_id"])
+            txn.filter(kind == Kind.DATA)
+            .join(markers, [PART, "producer_id"])
             .filter(sf.col("marker").isNull() | (sf.col("offset") > sf.col("marker")))
-            .groupBy(*TP)
+            .groupBy(PART)
             .agg(sf.min("offset").alias("open"))
         )
         last = sf.col("last")
-        ends = (
-            bounds.join(young, TP, "left")
-            .join(undecided, TP, "left")
+        return (
+            bounds.join(young, PART, "left")
+            .join(undecided, PART, "left")
             .select(
-                *TP,
+                PART,
                 sf.least(
                     last, sf.coalesce(sf.col("young") - 1, last), sf.coalesce(sf.col("open") - 1, last)
                 ).alias("end"),
             )
         )
-        with self._progress("pick winners: ends", len(lasts)):
-            self._ends = {TopicPartition(r["topic"], r["partition"]): r["end"] for r in ends.collect()}
-        ends_frame = self.session.createDataFrame(
-            [(tp.topic, tp.partition, end) for tp, end in self._ends.items()],
-            "topic string, partition int, end long",
+
+    def _pick(
+        self,
+        plans: Sequence[PartitionPlan],
+        options: FactOptions,
+        ids: dict[str, tuple[int, int]],
+        few: DataFrame,
+        end_of: dict[int, int],
+        lasts: dict[int, int],
+        out: dict[TopicPartition, PartitionDecision],
+    ) -> dict[int, list[str]]:
+        """Stage 2: the winners, the markers kept, what changes per segment (into ``out``); the
+        partitions whose segments failed this time."""
+        summaries = [s for i in end_of for s in plans[i].segments]
+        stage = Stage(
+            "pick winners",
+            CANDIDATE_SCHEMA,
+            Candidates(ids, facts_stage(self.storage, options).task, end_of),
+            self.storage,
         )
-        flags = self._flags_of(good.join(sf.broadcast(ends_frame), TP)).persist(StorageLevel.MEMORY_AND_DISK)
-        self._flags = flags
+        candidates = map_segments(self.session, stage, summaries)
+        key = sf.col("key")
+        packed = (
+            sf.col("seg").cast("long") * 8
+            + _flag(sf.col("tombstone")) * 4
+            + _flag(sf.col("horizon_passed")) * 2
+            + _flag(sf.col("has_horizon"))
+        )
+        if all(strategy.kind == "offset" for _, strategy in options.strategies):
+            # the order is the offset: a hash aggregation of longs
+            best = [sf.max("offset").alias("offset"), sf.max_by(packed, sf.col("offset")).alias("packed")]
+        else:
+            order = sf.max(sf.struct("o1", "o2", "offset", packed.alias("packed")))
+            best = [order["offset"].alias("offset"), order["packed"].alias("packed")]
+        reduced = self._cache(
+            # grouped by the error too: a string aggregate would turn the hash aggregation to a sort
+            candidates.groupBy(
+                PART, "key", sf.when(key.isNull(), sf.col("seg")).alias("counted"), "error"
+            ).agg(*best, sf.sum("total").alias("total"), sf.sum("touched").alias("touched"))
+        )
+        winners = reduced.filter(key.isNotNull()).select(
+            PART,
+            "offset",
+            (sf.col("packed") / 8).cast("int").alias("seg"),
+            ((sf.col("packed").bitwiseAND(4)) != 0).alias("tombstone"),
+            ((sf.col("packed").bitwiseAND(2)) != 0).alias("horizon_passed"),
+            ((sf.col("packed").bitwiseAND(1)) != 0).alias("has_horizon"),
+        )
+        limits = self._frame(
+            [(i, end, lasts[i]) for i, end in end_of.items()], "part int, end long, last long"
+        )
+        kind, offset = sf.col("kind"), sf.col("offset")
+        records = few.filter(kind >= 0).join(limits, PART)
+        touch = (kind != Kind.LEGACY) & (sf.col("batch_last") <= sf.col("end"))
+        last_kept = records.filter((kind == Kind.DATA) & touch & (offset == sf.col("last")))
+        shape = [PART, "offset", "seg", "tombstone", "has_horizon"]
+        kept_data = (
+            winners.filter(~(sf.col("tombstone") & sf.col("horizon_passed")))
+            .select(*shape)
+            .unionByName(last_kept.select(*shape))
+            .dropDuplicates([PART, "offset"])
+        )
+        controls = self._controls(records.withColumn("touch", touch), kept_data)
+        kept = self._cache(
+            kept_data.select(*shape, sf.lit(False).alias("empty_marker")).unionByName(
+                controls.select(*shape, "empty_marker")
+            )
+        )
+        self._kept = kept
         self._last_batches = (
-            flags.filter(sf.col("producer_id") >= 0)
-            .groupBy(*TP, "producer_id")
+            few.filter(kind == PRODUCER_LAST)
+            .join(limits, PART)
+            .groupBy(PART, "producer_id")
             .agg(sf.max("batch_last").alias("offset"))
-            .select(*TP, "offset", sf.lit(LAST_BATCH).alias("what"))
         )
-        removed = sf.col("touch") & ~sf.col("kept")
-        stamped = (
-            sf.col("touch")
-            & sf.col("kept")
-            & ~sf.col("has_horizon")
-            & (sf.col("empty_marker") | ((sf.col("kind") == Kind.DATA) & sf.col("tombstone")))
+        stamped = sf.col("has_horizon").__invert__() & (sf.col("empty_marker") | sf.col("tombstone"))
+        per_segment = kept.groupBy(PART, "seg").agg(
+            sf.count(sf.lit(1)).alias("kept"), sf.sum(_flag(stamped)).alias("stamped")
         )
-        changes = flags.groupBy(*TP, "segment_id").agg(
-            sf.sum(_flag(removed)).alias("removed"),
-            sf.sum(_flag(stamped)).alias("stamped"),
-            sf.sum(_flag(~removed)).alias("kept"),
-            sf.count(sf.lit(1)).alias("total"),
+        counted = reduced.filter(key.isNull()).select(
+            PART, sf.col("counted").alias("seg"), "total", "touched", "error"
         )
+        changes = counted.join(per_segment, [PART, "seg"], "left")
         with self._progress("pick winners", len(summaries)):
             rows = changes.collect()
-        per_partition: dict[TopicPartition, dict[str, SegmentChange]] = {}
+        failed: dict[int, list[str]] = {}
+        found: dict[int, dict[int, SegmentChange]] = {}
         for r in rows:
-            tp = TopicPartition(r["topic"], r["partition"])
-            per_partition.setdefault(tp, {})[r["segment_id"]] = SegmentChange(
-                int(r["removed"]), int(r["stamped"]), int(r["kept"]), int(r["total"])
+            if r["error"] is not None:
+                failed.setdefault(r[PART], []).append(r["error"])
+                continue
+            kept_touched, touched = r["kept"] or 0, int(r["touched"])
+            removed = touched - kept_touched
+            found.setdefault(r[PART], {})[r["seg"]] = SegmentChange(
+                removed, int(r["stamped"] or 0), int(r["total"]) - removed, int(r["total"])
             )
-        for plan in plans:
-            tp = plan.topic_partition
-            if tp in self._ends:
-                found = per_partition.get(tp, {})
-                empty = SegmentChange(0, 0, 0, 0)
-                out[tp] = PartitionDecision(
-                    self._ends[tp], {s.segment_id: found.get(s.segment_id, empty) for s in plan.segments}
-                )
-        return out
+        empty = SegmentChange(0, 0, 0, 0)
+        for i, end in end_of.items():
+            plan = plans[i]
+            changes_of = found.get(i, {})
+            out[plan.topic_partition] = PartitionDecision(
+                end, {s.segment_id: changes_of.get(n, empty) for n, s in enumerate(plan.segments)}
+            )
+        return failed
 
     @staticmethod
-    def _flags_of(rows: DataFrame) -> DataFrame:
-        """Per record: touched (in a batch at or below the end, not legacy), kept, empty marker."""
+    def _controls(records: DataFrame, kept_data: DataFrame) -> DataFrame:
+        """The control records kept, with ``empty_marker`` (their transaction has no record left):
+        windows over the transactional records and markers only."""
         kind, offset = sf.col("kind"), sf.col("offset")
-        touch = (kind != Kind.LEGACY) & (sf.col("batch_last") <= sf.col("end"))
-        candidate = (kind == Kind.DATA) & touch & sf.col("key").isNotNull() & ~sf.col("aborted")
-        by_key = Window.partitionBy(*TP, "key", "candidate").orderBy(
-            sf.desc("o1"), sf.desc("o2"), sf.desc("offset")
+        txn = records.filter((kind == Kind.CONTROL) | ((kind == Kind.DATA) & sf.col("transactional"))).join(
+            kept_data.select(PART, "offset", sf.lit(True).alias("kept_data")), [PART, "offset"], "left"
         )
-        rows = rows.withColumn("touch", touch).withColumn("candidate", candidate)
-        rows = rows.withColumn("winner", sf.col("candidate") & (sf.row_number().over(by_key) == 1))
-        kept_data = (
-            (kind == Kind.DATA)
-            & sf.col("touch")
-            & (
-                (offset == sf.col("last"))
-                | (sf.col("winner") & ~(sf.col("tombstone") & sf.col("horizon_passed")))
-            )
-        )
-        rows = rows.withColumn("kept_data", kept_data)
         above = (
-            Window.partitionBy(*TP, "producer_id")
+            Window.partitionBy(PART, "producer_id")
             .orderBy(sf.desc("offset"))
             .rowsBetween(Window.unboundedPreceding, Window.currentRow)
         )
-        rows = rows.withColumn(
+        txn = txn.withColumn(
             "marker_of",
             sf.when(sf.col("transactional"), sf.min(sf.when(kind == Kind.CONTROL, offset)).over(above)),
         )
-        alive = (kind == Kind.DATA) & sf.col("transactional") & (~sf.col("touch") | sf.col("kept_data"))
-        transaction = Window.partitionBy(*TP, "producer_id", "marker_of")
-        rows = rows.withColumn("live", sf.max(_flag(alive)).over(transaction) == 1)
+        alive = (
+            (kind == Kind.DATA)
+            & sf.col("transactional")
+            & (~sf.col("touch") | sf.coalesce(sf.col("kept_data"), sf.lit(False)))
+        )
+        transaction = Window.partitionBy(PART, "producer_id", "marker_of")
+        txn = txn.withColumn("live", sf.max(_flag(alive)).over(transaction) == 1)
         kept_control = (
             (kind == Kind.CONTROL)
             & sf.col("touch")
             & (sf.col("live") | (offset == sf.col("last")) | ~sf.col("horizon_passed"))
         )
-        rows = rows.withColumn("kept_control", kept_control)
-        return rows.select(
-            *TP,
-            "segment_id",
-            "offset",
-            "batch_last",
-            "kind",
-            "tombstone",
-            "has_horizon",
-            "producer_id",
-            "touch",
-            (sf.col("kept_data") | sf.col("kept_control")).alias("kept"),
-            (sf.col("kept_control") & ~sf.col("live")).alias("empty_marker"),
+        return txn.filter(kept_control).select(
+            PART, "offset", "seg", "tombstone", "has_horizon", (~sf.col("live")).alias("empty_marker")
         )
 
     def write(self, outputs: Sequence[OutputPlan], *, now_ms: int, write: bool) -> list[GroupResult]:
         if not outputs:
             return []
-        assert self._flags is not None and self._last_batches is not None, "decide() first"
-        ranges = self.session.createDataFrame(
+        assert self._kept is not None and self._last_batches is not None, "decide() first"
+        ranges = self._frame(
             [
-                (
-                    i,
-                    o.inputs[0].topic_partition.topic,
-                    o.inputs[0].topic_partition.partition,
-                    o.start_offset,
-                    o.end_offset,
-                )
+                (i, self._parts[o.inputs[0].topic_partition], o.start_offset, o.end_offset)
                 for i, o in enumerate(outputs)
             ],
-            "group long, topic string, partition int, start long, stop long",
+            "group long, part int, start long, stop long",
         )
-        flags = self._flags
+        kept = self._kept
         needed = (
-            flags.filter(sf.col("touch") & sf.col("kept"))
-            .select(*TP, "offset", sf.lit(KEPT).alias("what"))
+            kept.select(PART, "offset", sf.lit(KEPT).alias("what"))
             .unionByName(
-                flags.filter("empty_marker").select(*TP, "offset", sf.lit(EMPTY_MARKER).alias("what"))
+                kept.filter("empty_marker").select(PART, "offset", sf.lit(EMPTY_MARKER).alias("what"))
             )
-            .unionByName(self._last_batches)
+            .unionByName(self._last_batches.select(PART, "offset", sf.lit(LAST_BATCH).alias("what")))
         )
         tagged = needed.join(
-            sf.broadcast(ranges),
-            (needed["topic"] == ranges["topic"])
-            & (needed["partition"] == ranges["partition"])
-            & needed["offset"].between(ranges["start"], ranges["stop"]),
+            ranges,
+            (needed[PART] == ranges[PART]) & needed["offset"].between(ranges["start"], ranges["stop"]),
         ).select("group", "what", "offset")
         every = self.session.createDataFrame(
             [(i, NOTHING, -1) for i in range(len(outputs))], "group long, what int, offset long"
@@ -274,9 +345,9 @@ class SparkEngine:
         frame = by_output.groupBy("group").applyInArrow(write_group, RESULT_DDL)
         with self._progress("write segments", len(outputs)):
             table = frame.toArrow()
-        for cached in (self._flags, self._facts):
-            if cached is not None:
-                cached.unpersist()
+        for cached in self._cached:
+            cached.unpersist()
+        self._cached = []
         results = []
         for r in table.to_pylist():
             row = None if r["row"] is None else pickle.loads(r["row"])
