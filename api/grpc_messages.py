@@ -21,7 +21,7 @@ from rlm.lookup.list_offsets import (
     TopicQuery,
 )
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
-from rlm.overview import PartitionOverview, SegmentPage
+from rlm.tiering.overview import PartitionOverview, SegmentPage
 
 MAX_TIMEOUT_MS = 3_600_000
 DEFAULT_FETCH_BYTES = 1024 * 1024

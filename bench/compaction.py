@@ -85,9 +85,9 @@ def tier(logs: Path, work: Path) -> dict[str, Any]:
 
     from metadata import SqlMetadataStore, upgrade
     from rlm.config import Settings
-    from rlm.copier import Copier
     from rlm.metrics import Metrics
     from rlm.storage.url import open_storage
+    from rlm.tiering.copier import Copier
 
     url = f"sqlite:///{work / 'metadata.db'}"
     upgrade(url)

@@ -40,7 +40,6 @@ from typing import Any
 import boto3
 
 from rlm.config import Settings, TopicSettings
-from rlm.copier import Copier
 from rlm.log.checkpoints import new_topic_id, write_offset_checkpoint
 from rlm.log.logdir import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -54,6 +53,7 @@ from rlm.metrics import Metrics
 from rlm.storage.filesystem import FilesystemStorage
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.url import open_storage
+from rlm.tiering.copier import Copier
 
 MiB = 1024 * 1024
 BASE_TS = 1_700_000_000_000

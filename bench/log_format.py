@@ -51,11 +51,11 @@ if str(ROOT) not in sys.path:  # run as a script: import bench.decode_check from
 from bench.decode_check import run_check  # noqa: E402
 from rlm.log.arrow import record_arrays  # noqa: E402
 from rlm.log.batches import decode_batch, parse_header  # noqa: E402
+from rlm.log.byte_source import FileSource, iter_headers  # noqa: E402
 from rlm.log.columns import ColumnBuffers, append_log  # noqa: E402
 from rlm.log.logdir import PartitionDir  # noqa: E402
 from rlm.log.model import Codec  # noqa: E402
 from rlm.log.produce import ProduceSpec, produce  # noqa: E402
-from rlm.log.source import FileSource, iter_headers  # noqa: E402
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig  # noqa: E402
 
 BASE_TS = 1_700_000_000_000

@@ -64,7 +64,7 @@ from rlm.log.watch import open_watcher
 from rlm.log.writer import ProducerRecord, TopicConfig
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.list_offsets import ErrorCode
-from rlm.lookup.remote_search import RemoteLogReader
+from rlm.lookup.ranged_search import RemoteLogReader
 from rlm.lookup.service import LookupService
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import RemoteSegment, TopicPartition

@@ -75,10 +75,10 @@ def _tier(logs: Path, work: Path, endpoint: str) -> tuple[Any, list[str], int, i
     from bench.copier import REGION, s3_session
     from metadata import SqlMetadataStore, upgrade
     from rlm.config import Settings, TopicSettings
-    from rlm.copier import Copier
     from rlm.metastore.model import SegmentState
     from rlm.metrics import Metrics
     from rlm.storage.url import open_storage
+    from rlm.tiering.copier import Copier
 
     url = f"sqlite:///{work / 'metadata.db'}"
     upgrade(url)

@@ -47,9 +47,9 @@ if str(ROOT) not in sys.path:  # run as a script: import rlm from the checkout
 from bench.api import READ_TOKEN, TOPIC, free_port, http_get, start_rlm, stop, tiered_partition, wait_for  # noqa: E402
 from rlm.cli.serve import LOOP_THREADS  # noqa: E402
 from rlm.log.batches import decode_batch  # noqa: E402
+from rlm.log.byte_source import BytesSource, iter_headers  # noqa: E402
 from rlm.log.model import Codec  # noqa: E402
 from rlm.log.produce import ProduceSpec, produce  # noqa: E402
-from rlm.log.source import BytesSource, iter_headers  # noqa: E402
 from rlm.stream.service import DEFAULT_IO_THREADS  # noqa: E402
 
 BUCKET = "bench"

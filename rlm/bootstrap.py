@@ -11,10 +11,8 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from rlm.config import EMBEDDED_REMOTE_DIR, Settings
-from rlm.copier import Copier
 from rlm.dynamic_config import DynamicConfig
 from rlm.errors import MetadataUnavailableError
-from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir
 from rlm.log.watch import DirectoryWatcher, open_watcher
 from rlm.lookup.fetch import RecordFetcher
@@ -28,13 +26,15 @@ from rlm.metastore.compaction import CompactionStore
 from rlm.metastore.model import TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
-from rlm.overview import Overview
 from rlm.readiness import Outcome, ReadinessProbe
-from rlm.retention import Retention
 from rlm.storage.events import StorageEvents
 from rlm.storage.protocol import RemoteStorage
 from rlm.stream.reader import AsyncRangeReader
 from rlm.stream.service import RecordStreams
+from rlm.tiering.copier import Copier
+from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.overview import Overview
+from rlm.tiering.retention import Retention
 
 #: What readiness asks the metadata store and the remote storage about (nothing has these names).
 READINESS_PARTITION = TopicPartition("__rlm_readiness", 0)

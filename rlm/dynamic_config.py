@@ -6,10 +6,10 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from rlm.copier import Copier
 from rlm.errors import ConfigError
 from rlm.lookup.pool import BoundedPool, RequestTimeout
 from rlm.storage.ratelimit import RateLimiter
+from rlm.tiering.copier import Copier
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,10 @@ from metadata.engine import create_engine_for_url
 from metadata.store import SqlMetadataStore
 from rlm.cli import main
 from rlm.errors import CorruptDataError
+from rlm.log.byte_source import BytesSource, iter_headers
 from rlm.log.files import segment_file_name
 from rlm.log.logdir import LogDir
 from rlm.log.produce import ProduceSpec, produce
-from rlm.log.source import BytesSource, iter_headers
 from rlm.metastore.model import SegmentState, TopicPartition
 
 SPEC = ProduceSpec(

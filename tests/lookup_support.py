@@ -32,6 +32,7 @@ from sqlalchemy import Engine
 from metadata.engine import create_engine_for_url
 from rlm.bootstrap import Runtime, build_runtime
 from rlm.config import Settings, TopicSettings
+from rlm.log.byte_source import read_batch_bytes
 from rlm.log.checkpoints import EpochEntry, read_offset_checkpoint, write_offset_checkpoint
 from rlm.log.dirwriter import LogDirWriter
 from rlm.log.files import segment_file_name
@@ -39,13 +40,12 @@ from rlm.log.logdir import LOG_START_OFFSET_CHECKPOINT, PARTITION_METADATA, LogD
 from rlm.log.model import Codec, ControlType, Header, Record, TimestampType
 from rlm.log.model import TopicPartition as LogTopicPartition
 from rlm.log.segment import Segment
-from rlm.log.source import read_batch_bytes
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
 from rlm.metastore.model import SegmentState, TopicPartition
-from rlm.remote_segment import prepare_segment
-from rlm.retention import Retention
 from rlm.storage.filesystem import FilesystemStorage
 from rlm.storage.protocol import RemoteStorage
+from rlm.tiering.prepare import prepare_segment
+from rlm.tiering.retention import Retention
 from tests.clock import FakeClock
 from tests.metadata_support import clear, sqlite_copy
 from tests.s3_support import MotoS3

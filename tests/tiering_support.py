@@ -21,9 +21,6 @@ from prometheus_client import CollectorRegistry
 
 from metadata.store import SqlMetadataStore
 from rlm.config import Settings, TopicSettings
-from rlm.copier import Copier
-from rlm.deletion import Step, no_step
-from rlm.leases import LeaseKeeper
 from rlm.log.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from rlm.log.dirwriter import LogDirWriter
 from rlm.log.index import TimeIndex
@@ -40,7 +37,6 @@ from rlm.log.writer import ProducerRecord, TopicConfig
 from rlm.metastore.model import IndexType, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
-from rlm.retention import Retention
 from rlm.storage.events import StorageEvents
 from rlm.storage.filesystem import TMP_SUFFIX, FilesystemStorage
 from rlm.storage.log_start import marker_partition
@@ -48,6 +44,10 @@ from rlm.storage.payload import crc32c_update
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.s3_config import S3Config
+from rlm.tiering.copier import Copier
+from rlm.tiering.deletion import Step, no_step
+from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.retention import Retention
 from tests.clock import FakeClock
 from tests.metadata_support import backend_url, open_store
 from tests.s3_support import TEST_S3_CONFIG, S3Server

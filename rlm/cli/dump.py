@@ -10,12 +10,12 @@ from typing import Any
 
 from rlm.errors import CorruptDataError
 from rlm.log.batches import crc_valid, decode_batch
+from rlm.log.byte_source import FileSource, iter_headers, read_batch_bytes
 from rlm.log.files import parse_base_offset, segment_file_name
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.model import BatchHeader, Record
 from rlm.log.segment import segment_base_offsets
 from rlm.log.snapshot import read_snapshot
-from rlm.log.source import FileSource, iter_headers, read_batch_bytes
 from rlm.log.txnindex import TransactionIndex
 from rlm.log.v2 import parse_control_record
 

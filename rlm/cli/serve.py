@@ -51,7 +51,7 @@ def _serve(args: argparse.Namespace) -> int:
     for name, value in NATIVE_THREAD_SETTINGS.items():
         os.environ.setdefault(name, value)
     from api.server import serve
-    from rlm.logs import configure_logging
+    from rlm.logging_config import configure_logging
 
     configure_logging(args.log_level)
     settings = _settings_once_known(args)

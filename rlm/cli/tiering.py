@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from rlm.cli.common import add_settings_options, settings_from_args
 from rlm.config import Settings
-from rlm.copier import CopyOutcome
 from rlm.errors import ConfigError, NotFoundError
 from rlm.loops import BackgroundLoop
-from rlm.retention import RetentionOutcome
+from rlm.tiering.copier import CopyOutcome
+from rlm.tiering.retention import RetentionOutcome
 
 if TYPE_CHECKING:
     from rlm.log.logdir import PartitionDir
@@ -153,9 +153,9 @@ def _retention(args: argparse.Namespace) -> int:
 
 def _skip(args: argparse.Namespace) -> int:
     from rlm.bootstrap import open_store
-    from rlm.copier import wall_clock_ms
     from rlm.metastore.model import SkipKind, SkippedRange, TopicPartition
     from rlm.storage.layout import validate_topic
+    from rlm.tiering.copier import wall_clock_ms
 
     settings = settings_from_args(args)
     if args.partition < 0:

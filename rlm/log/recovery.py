@@ -7,29 +7,26 @@ time index's closing ``(max timestamp, its batch's last offset)`` entry. Aborted
 transaction index and leader epochs to the epoch cache.
 
 :class:`IndexRebuilder` does this one batch at a time for a ``.log`` read from anywhere (a remote
-object streamed in chunks); :func:`rebuild_indexes` runs it over any byte source and
-:func:`rebuild_segment_indexes` over a local segment's file.
+object streamed in chunks); :func:`rebuild_indexes` runs it over any byte source (for a local
+segment's file: :func:`rlm.log.segment.rebuild_segment_indexes`). This module does not know
+:class:`~rlm.log.segment.Segment`: :mod:`rlm.log.segment` builds on it, not the other way round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from rlm.errors import CorruptDataError
 from rlm.log.batches import Buffer, decode_batch
+from rlm.log.byte_source import ByteSource
 from rlm.log.checkpoints import EpochEntry
 from rlm.log.index import DEFAULT_MAX_INDEX_SIZE, OffsetIndex, TimeIndex
 from rlm.log.model import BatchHeader, ControlType
-from rlm.log.snapshot import ProducerStateEntry, read_snapshot
-from rlm.log.source import ByteSource
+from rlm.log.snapshot import ProducerStateEntry
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.v2 import parse_control_record
 from rlm.log.validate import BatchChecker
-
-if TYPE_CHECKING:
-    from rlm.log.segment import Segment
 
 DEFAULT_INDEX_INTERVAL_BYTES = 4096
 
@@ -60,17 +57,6 @@ class TransactionTracker:
         return AbortedTxn(producer_id, first, marker_offset, lso)
 
 
-def initial_tracker(segment: Segment) -> TransactionTracker:
-    """Open transactions at the start of ``segment``, from the snapshot named after its base offset."""
-    snapshot = segment.path(".snapshot")
-    if snapshot.exists():
-        try:
-            return TransactionTracker.from_snapshot(read_snapshot(snapshot))
-        except CorruptDataError:
-            pass  # a corrupt snapshot is ignored, as the broker does
-    return TransactionTracker()
-
-
 @dataclass
 class RebuiltIndexes:
     """What recovery of one segment produced."""
@@ -93,7 +79,7 @@ class IndexRebuilder:
     """Kafka's ``LogSegment.recover`` one batch at a time, for a ``.log`` read from anywhere.
 
     Feed it every batch of a segment in file order with :meth:`add`, then call :meth:`finish`.
-    It builds the indexes exactly as :func:`rebuild_segment_indexes` does and validates nothing:
+    It builds the indexes exactly as :func:`rebuild_indexes` does and validates nothing:
     the caller decides what to do with a bad CRC or an offset out of place (recovery stops there,
     a scrubber reports it and goes on).
     """
@@ -174,42 +160,6 @@ class IndexRebuilder:
         )
 
 
-def rebuild_segment_indexes(
-    segment: Segment,
-    *,
-    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
-    tracker: TransactionTracker | None = None,
-    epochs: list[EpochEntry] | None = None,
-    stop_at_corruption: bool = True,
-    checker: BatchChecker | None = None,
-) -> RebuiltIndexes:
-    """Rebuild ``segment``'s indexes from its ``.log``; nothing is written to disk.
-
-    Args:
-        segment: the segment to read.
-        index_interval_bytes: the topic's ``index.interval.bytes``.
-        tracker: open transactions at the segment's start (from the previous segment's recovery or
-            the producer snapshot named after this segment's base offset).
-        epochs: the leader-epoch cache so far; new epochs are appended to a copy.
-        stop_at_corruption: stop at the first invalid batch and report it in ``error`` (Kafka's
-            recovery); when False the error is raised.
-        checker: the checks each batch must pass (see :mod:`rlm.log.validate`); by default
-            Kafka's recovery checks, without decoding records. It is left holding the end of the
-            scan, for :meth:`~rlm.log.validate.BatchChecker.finish`.
-    """
-    with segment.open() as source:
-        return rebuild_indexes(
-            source,
-            segment.base_offset,
-            max_index_size=segment.max_index_size,
-            index_interval_bytes=index_interval_bytes,
-            tracker=tracker,
-            epochs=epochs,
-            stop_at_corruption=stop_at_corruption,
-            checker=checker,
-        )
-
-
 def rebuild_indexes(
     source: ByteSource,
     base_offset: int,
@@ -223,10 +173,25 @@ def rebuild_indexes(
 ) -> RebuiltIndexes:
     """Rebuild the indexes of the segment at ``base_offset`` whose ``.log`` bytes ``source`` holds.
 
-    The same as :func:`rebuild_segment_indexes` for a ``.log`` in memory (:class:`BytesSource`),
-    in a remote object (:class:`rlm.storage.source.RangeSource`) or any other byte source. Each
-    batch is validated by ``checker`` (by default Kafka's recovery checks: size, CRC, offsets
-    increasing and fitting the segment) before it is applied.
+    The source may be a local segment's file (:func:`rlm.log.segment.rebuild_segment_indexes`), a
+    ``.log`` in memory (:class:`rlm.log.byte_source.BytesSource`), a remote object
+    (:class:`rlm.storage.range_source.RangeSource`) or any other byte source. Each batch is validated by
+    ``checker`` (by default Kafka's recovery checks: size, CRC, offsets increasing and fitting the
+    segment) before it is applied; nothing is written to disk.
+
+    Args:
+        source: the segment's ``.log`` bytes.
+        base_offset: the segment's base offset.
+        max_index_size: the topic's ``segment.index.bytes``.
+        index_interval_bytes: the topic's ``index.interval.bytes``.
+        tracker: open transactions at the segment's start (from the previous segment's recovery or
+            the producer snapshot named after this segment's base offset).
+        epochs: the leader-epoch cache so far; new epochs are appended to a copy.
+        stop_at_corruption: stop at the first invalid batch and report it in ``error`` (Kafka's
+            recovery); when False the error is raised.
+        checker: the checks each batch must pass (see :mod:`rlm.log.validate`); by default
+            Kafka's recovery checks, without decoding records. It is left holding the end of the
+            scan, for :meth:`~rlm.log.validate.BatchChecker.finish`.
     """
     rebuilder = IndexRebuilder(
         base_offset,

@@ -10,13 +10,8 @@ from dataclasses import dataclass
 
 from rlm.errors import CorruptDataError
 from rlm.log.logdir import PartitionDir
-from rlm.log.recovery import (
-    DEFAULT_INDEX_INTERVAL_BYTES,
-    TransactionTracker,
-    initial_tracker,
-    rebuild_segment_indexes,
-)
-from rlm.log.segment import Segment
+from rlm.log.recovery import DEFAULT_INDEX_INTERVAL_BYTES, TransactionTracker
+from rlm.log.segment import Segment, initial_tracker, rebuild_segment_indexes
 from rlm.log.verify import verify_segment
 
 

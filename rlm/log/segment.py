@@ -2,7 +2,9 @@
 
 Reads follow Kafka's ``LogSegment``: the time index gives a lower-bound offset for a timestamp,
 the offset index a byte position for an offset, and a header-only scan of the ``.log`` from there
-finds the batch; only that batch is decoded.
+finds the batch; only that batch is decoded. A segment whose indexes are missing or damaged has
+them rebuilt in memory from its ``.log`` (:func:`rebuild_segment_indexes`, built on
+:mod:`rlm.log.recovery`).
 """
 
 from __future__ import annotations
@@ -14,11 +16,15 @@ from pathlib import Path
 
 from rlm.errors import CorruptDataError, CorruptIndexError
 from rlm.log.batches import decode_batch, find_record
+from rlm.log.byte_source import FileSource, iter_header_windows, iter_headers, read_batch_bytes
+from rlm.log.checkpoints import EpochEntry
 from rlm.log.files import offset_file_offsets, segment_file_name
 from rlm.log.index import OffsetIndex, TimeIndex, TimestampOffset
 from rlm.log.model import BatchHeader, Record, TimestampAndOffset
-from rlm.log.source import FileSource, iter_header_windows, iter_headers, read_batch_bytes
+from rlm.log.recovery import DEFAULT_INDEX_INTERVAL_BYTES, RebuiltIndexes, TransactionTracker, rebuild_indexes
+from rlm.log.snapshot import read_snapshot
 from rlm.log.txnindex import TransactionIndex
+from rlm.log.validate import BatchChecker
 
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
 #: How often a segment looks whether its index files changed on disk.
@@ -143,8 +149,6 @@ class Segment:
             time_index.sanity_check()
             self._check_last_entry(offset_index)
         except (FileNotFoundError, CorruptDataError):
-            from rlm.log.recovery import rebuild_segment_indexes
-
             rebuilt = rebuild_segment_indexes(self, stop_at_corruption=True)
             offset_index, time_index = rebuilt.offset_index, rebuilt.time_index
         self._offset_index, self._time_index = offset_index, time_index
@@ -287,3 +291,41 @@ def segment_base_offsets(directory: str | Path) -> list[int]:
     """Base offsets of the ``.log`` files in a partition directory, ascending; stray ``*.log``
     entries are skipped with a warning (:func:`rlm.log.files.offset_file_offsets`)."""
     return offset_file_offsets(directory, ".log")
+
+
+def initial_tracker(segment: Segment) -> TransactionTracker:
+    """Open transactions at the start of ``segment``, from the snapshot named after its base offset."""
+    snapshot = segment.path(".snapshot")
+    if snapshot.exists():
+        try:
+            return TransactionTracker.from_snapshot(read_snapshot(snapshot))
+        except CorruptDataError:
+            pass  # a corrupt snapshot is ignored, as the broker does
+    return TransactionTracker()
+
+
+def rebuild_segment_indexes(
+    segment: Segment,
+    *,
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES,
+    tracker: TransactionTracker | None = None,
+    epochs: list[EpochEntry] | None = None,
+    stop_at_corruption: bool = True,
+    checker: BatchChecker | None = None,
+) -> RebuiltIndexes:
+    """Rebuild ``segment``'s indexes from its ``.log`` as Kafka's recovery does; nothing is written.
+
+    :func:`rlm.log.recovery.rebuild_indexes` over the segment's file, with the segment's base
+    offset and maximum index size; the other arguments are passed on (see there).
+    """
+    with segment.open() as source:
+        return rebuild_indexes(
+            source,
+            segment.base_offset,
+            max_index_size=segment.max_index_size,
+            index_interval_bytes=index_interval_bytes,
+            tracker=tracker,
+            epochs=epochs,
+            stop_at_corruption=stop_at_corruption,
+            checker=checker,
+        )

@@ -39,13 +39,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from rlm.errors import CorruptDataError
+from rlm.log.byte_source import FileSource, iter_headers, read_batch_bytes
 from rlm.log.files import offset_file_offsets, segment_file_name
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import V2_HEADER_SIZE, BatchHeader
 from rlm.log.recovery import TransactionTracker, track_transactions
 from rlm.log.segment import Segment
 from rlm.log.snapshot import SNAPSHOT_SUFFIX, read_snapshot
-from rlm.log.source import FileSource, iter_headers, read_batch_bytes
 
 
 class ProducerSnapshotState(NamedTuple):

@@ -24,8 +24,8 @@ import crc32c
 
 from rlm.errors import CorruptDataError, CorruptRecordError
 from rlm.log.batches import crc_valid, decode_batch
+from rlm.log.byte_source import ByteSource, iter_headers, read_batch_bytes
 from rlm.log.model import INT32_MAX, BatchHeader
-from rlm.log.source import ByteSource, iter_headers, read_batch_bytes
 
 
 class Problem(NamedTuple):

@@ -19,8 +19,8 @@ from rlm.log.files import offset_file_offsets, parse_base_offset, segment_file_n
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.logdir import LogDir, PartitionDir, parse_partition_dir_name
 from rlm.log.model import BatchHeader
-from rlm.log.recovery import TransactionTracker, initial_tracker, rebuild_segment_indexes
-from rlm.log.segment import Segment, segment_base_offsets
+from rlm.log.recovery import TransactionTracker
+from rlm.log.segment import Segment, initial_tracker, rebuild_segment_indexes, segment_base_offsets
 from rlm.log.snapshot import read_snapshot
 from rlm.log.stable import snapshot_offsets
 from rlm.log.txnindex import TransactionIndex

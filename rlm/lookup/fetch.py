@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 from rlm.errors import CorruptDataError, OffsetOutOfRangeError
 from rlm.log.batches import decode_batch
+from rlm.log.byte_source import iter_headers, read_batch_bytes
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import BatchHeader, Record
-from rlm.log.source import iter_headers, read_batch_bytes
-from rlm.lookup.remote_search import Checkpoint, RemoteLogReader, SegmentIndexes, never_cancelled
+from rlm.lookup.ranged_search import Checkpoint, RemoteLogReader, SegmentIndexes, never_cancelled
 from rlm.lookup.service import LookupService
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition

@@ -62,7 +62,7 @@ from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import IndexType, RemoteSegment
 from rlm.metrics import Metrics
 from rlm.storage.protocol import RemoteStorage
-from rlm.storage.source import read_index
+from rlm.storage.range_source import read_index
 
 _log = logging.getLogger(__name__)
 

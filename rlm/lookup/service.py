@@ -25,7 +25,7 @@ wait for it: answers in the broker's local log come from a fallback view where t
 (:meth:`RemoteViews.fallback`), the others fail at once with ``MetadataUnavailableError``.
 
 Segment lists: a remote search takes its segments from the partition's finished segments held in
-memory (:mod:`rlm.lookup.remote_segments`), answering as the store's ``first_segment_for_timestamp``
+memory (:mod:`rlm.lookup.segment_lists`), answering as the store's ``first_segment_for_timestamp``
 would, instead of querying the store for each. A list is read again at the first remote search
 after the summary shows finished segments came or went (its ``version``); a partition over the
 list's bound (``max_listed_segments``) is searched with the store's queries. Answers stay exact.
@@ -50,10 +50,10 @@ from typing import TypeVar
 
 from rlm.errors import MetadataUnavailableError, NotFoundError
 from rlm.log.batches import decode_batch
+from rlm.log.byte_source import iter_headers
 from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.model import BatchHeader, Record
-from rlm.log.source import iter_headers
 from rlm.log.stable import StableOffsetTracker
 from rlm.log.watch import DirectoryWatcher
 from rlm.lookup.plans import (
@@ -64,14 +64,14 @@ from rlm.lookup.plans import (
     Search,
     ViewNeeded,
 )
-from rlm.lookup.remote_search import (
+from rlm.lookup.ranged_search import (
     Checkpoint,
     RemoteLogReader,
     SegmentIndexes,
     find_in_remote_segment,
     never_cancelled,
 )
-from rlm.lookup.remote_segments import DEFAULT_MAX_SEGMENTS, SegmentList, SegmentLists
+from rlm.lookup.segment_lists import DEFAULT_MAX_SEGMENTS, SegmentList, SegmentLists
 from rlm.lookup.stats import FetchStats
 from rlm.lookup.views import DEFAULT_TTL_S, RemoteTierView, RemoteViews
 from rlm.metastore.availability import StoreAvailability

@@ -93,7 +93,7 @@ class CompactionStore(MetadataStore, Protocol):
     ) -> bool:
         """In one transaction: ``new`` become COPY_SEGMENT_FINISHED (as of ``now_ms``), ``replaced``
         go DELETE_SEGMENT_STARTED with ``delete_after_ms``, when their objects may be deleted
-        (:func:`rlm.deletion.deferred`), and the outputs recorded for ``new`` are forgotten.
+        (:func:`rlm.tiering.deletion.deferred`), and the outputs recorded for ``new`` are forgotten.
         Returns False, changing nothing, when a replaced segment is no longer
         COPY_SEGMENT_FINISHED (retention or another job got to it).
 

@@ -13,8 +13,8 @@ from rlm.storage.layout import (
     validate_topic,
 )
 from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
+from rlm.storage.range_source import RangeSource, read_index
 from rlm.storage.ratelimit import RateLimiter
-from rlm.storage.source import RangeSource, read_index
 
 __all__ = [
     "IndexBlob",

@@ -29,20 +29,20 @@ from rlm.errors import (
     NotFoundError,
     StorageError,
 )
+from rlm.log.byte_source import FileSource, iter_headers, read_batch_bytes
 from rlm.log.files import segment_file_name
 from rlm.log.logdir import LEADER_EPOCH_CHECKPOINT
-from rlm.log.source import FileSource, iter_headers, read_batch_bytes
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
 from rlm.metastore.model import IndexType, PendingUpload
 from rlm.storage.filesystem import TMP_SUFFIX, FilesystemStorage
 from rlm.storage.layout import IndexBlob, partition_prefix, segment_keys
 from rlm.storage.payload import crc32c_update
 from rlm.storage.protocol import RemoteStorage
+from rlm.storage.range_source import RangeSource, read_index
 from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.s3 import S3Storage
 from rlm.storage.s3_config import MIN_PART_BYTES
 from rlm.storage.s3_multipart import s3_crc32c
-from rlm.storage.source import RangeSource, read_index
 from tests.s3_support import (
     TEST_S3_CONFIG,
     MotoS3,

@@ -17,9 +17,7 @@ from pathlib import Path
 import pytest
 
 from rlm.config import TopicSettings
-from rlm.deletion import delete_segment
 from rlm.errors import StorageUnavailableError
-from rlm.leases import LeaseKeeper
 from rlm.log.checkpoints import epoch_for_offset, topic_id_to_uuid
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.produce import ProduceSpec, produce
@@ -31,10 +29,12 @@ from rlm.metastore.model import (
     SegmentState,
     TopicPartition,
 )
-from rlm.remote_segment import prepare_segment
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
+from rlm.tiering.deletion import delete_segment
+from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.prepare import prepare_segment
 from tests.clock import FakeClock
 from tests.tiering_support import (
     BROKER_ID,

@@ -32,16 +32,16 @@ from _pytest.mark import ParameterSet
 
 from metadata import SqlMetadataStore, upgrade
 from rlm.config import Settings, TopicSettings
-from rlm.copier import Copier, CopyOutcome
-from rlm.deletion import Step, no_step
 from rlm.errors import CorruptRecordError, MetadataUnavailableError, StaleLeaseError
-from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.model import V2_HEADER_SIZE
 from rlm.log.produce import ProduceSpec, produce
 from rlm.metastore.model import Lease, SegmentState, TopicPartition
 from rlm.metrics import Metrics
 from rlm.storage.filesystem import FilesystemStorage
+from rlm.tiering.copier import Copier, CopyOutcome
+from rlm.tiering.deletion import Step, no_step
+from rlm.tiering.leases import LeaseKeeper
 from tests.clock import FakeClock
 from tests.s3_proxy import ProxyFault, S3Proxy
 from tests.s3_support import TEST_S3_CONFIG

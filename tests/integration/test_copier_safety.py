@@ -28,11 +28,10 @@ from rlm.errors import ChecksumMismatchError, SegmentNotCopiedError
 from rlm.log.index import OffsetIndex
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.produce import ProduceSpec, produce
-from rlm.log.recovery import initial_tracker, rebuild_segment_indexes
-from rlm.log.segment import Segment
+from rlm.log.segment import Segment, initial_tracker, rebuild_segment_indexes
 from rlm.log.verify import verify_partition
 from rlm.metastore.model import IndexType, SegmentState, SkipKind, TopicPartition
-from rlm.overview import Overview
+from rlm.tiering.overview import Overview
 from tests.clock import FakeClock
 from tests.tiering_support import (
     Backend,

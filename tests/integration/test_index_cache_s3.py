@@ -11,8 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from rlm.log.files import segment_file_name
 from rlm.log.logdir import LEADER_EPOCH_CHECKPOINT
-from rlm.log.recovery import RebuiltIndexes, rebuild_segment_indexes
-from rlm.log.segment import Segment
+from rlm.log.recovery import RebuiltIndexes
+from rlm.log.segment import Segment, rebuild_segment_indexes
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.stats import FetchStats

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir
 from rlm.log.produce import ProduceSpec, produce
 from rlm.metastore.model import TopicPartition
+from rlm.tiering.leases import LeaseKeeper
 from tests.clock import FakeClock
 from tests.tiering_support import (
     Backend,

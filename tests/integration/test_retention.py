@@ -15,14 +15,14 @@ import pytest
 
 from rlm.config import Settings, TopicSettings
 from rlm.errors import StorageUnavailableError
-from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
-from rlm.remote_segment import prepare_segment
-from rlm.retention import breaching_segments
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.log_start import marker_key, read_marker
 from rlm.storage.protocol import RemoteStorage
+from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.prepare import prepare_segment
+from rlm.tiering.retention import breaching_segments
 from tests.clock import FakeClock
 from tests.metadata_support import segment
 from tests.tiering_support import (

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import CorruptIndexError, CorruptRecordError
+from rlm.log.byte_source import BytesSource, iter_headers, read_batch_bytes
 from rlm.log.logdir import LogDir
 from rlm.log.produce import ProduceSummary
-from rlm.log.source import BytesSource, iter_headers, read_batch_bytes
 from rlm.metastore.model import ByteRange
 from rlm.pipeline.plan import IndexRef, summarize
 from rlm.pipeline.reader import RawBatch, SegmentReader, iter_batches, read_chunks

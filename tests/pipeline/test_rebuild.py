@@ -23,7 +23,7 @@ from pyspark.sql import SparkSession
 from metadata.schema import upgrade
 from metadata.store import SqlMetadataStore
 from rlm.cli import main
-from rlm.lookup.remote_segments import SegmentList
+from rlm.lookup.segment_lists import SegmentList
 from rlm.metastore.model import RemoteSegment, SegmentState
 from rlm.pipeline.export.bounds import offset_for_timestamp
 from rlm.storage.description import DESCRIPTION_KEY

@@ -23,8 +23,8 @@ from rlm.metrics import Metrics
 from rlm.pipeline.compact.engine import InProcessEngine
 from rlm.pipeline.compact.job import CompactOptions, compact
 from rlm.pipeline.storage import StorageSpec
-from rlm.retention import Retention
 from rlm.storage.log_start import marker_key
+from rlm.tiering.retention import Retention
 from tests.pipeline.compact.support import WRITTEN_AT, compacting, write_keyed_log
 from tests.pipeline.conftest import BACKENDS, make_tier
 from tests.pipeline.test_rebuild import _empty_database, _finished, _lookups, _rebuild

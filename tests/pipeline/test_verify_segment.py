@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from rlm.log.byte_source import BytesSource, iter_headers
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.produce import ProduceSpec, produce
 from rlm.log.snapshot import decode_snapshot, encode_snapshot
-from rlm.log.source import BytesSource, iter_headers
 from rlm.log.txnindex import TransactionIndex
 from rlm.metastore.model import IndexType, TopicPartition
 from rlm.pipeline.plan import SegmentSummary, plan_partition, select_partitions

@@ -22,13 +22,13 @@ from metadata.models import SegmentRow
 from metadata.schema import upgrade
 from metadata.store import SqlMetadataStore
 from rlm.config import Settings
-from rlm.copier import Copier
+from rlm.log.byte_source import BytesSource, iter_headers
 from rlm.log.model import V2_HEADER_SIZE
-from rlm.log.source import BytesSource, iter_headers
 from rlm.metastore.model import LeaderEpochEntry, ObjectLayout, RemoteSegment, SegmentState, TopicPartition
 from rlm.metrics import Metrics
 from rlm.storage.layout import segment_keys
 from rlm.storage.protocol import RemoteStorage
+from rlm.tiering.copier import Copier
 from tests.metadata_support import create_postgres_database, sqlite_copy
 from tests.s3_support import REGION, MotoS3
 from tests.tiering_support import Backend

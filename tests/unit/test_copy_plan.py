@@ -1,13 +1,13 @@
-"""What a copy pass tiers next (``rlm.copy_plan``): ranges from names, never from indexes, and
+"""What a copy pass tiers next (``rlm.tiering.copy_plan``): ranges from names, never from indexes, and
 never a silent jump over offsets the remote tier does not account for."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from rlm.copy_plan import covered_through, plan_copy
 from rlm.log.segment import Segment
 from rlm.metastore.model import SkipKind, SkippedRange, TopicPartition
+from rlm.tiering.copy_plan import covered_through, plan_copy
 
 TP = TopicPartition("orders", 0)
 

@@ -77,7 +77,7 @@ def test_flipped_bytes_are_reported_not_crashed(
 def _changes_covered_bytes(segment: object, before: bytes, after: bytes) -> bool:
     """Whether a change touches bytes outside the base offset and leader epoch of a batch
     (the only fields no checksum, length or magic check covers)."""
-    from rlm.log.source import BytesSource, iter_headers
+    from rlm.log.byte_source import BytesSource, iter_headers
 
     headers = list(iter_headers(BytesSource(before)))
     for i, (a, b) in enumerate(zip(before, after, strict=True)):

@@ -18,11 +18,11 @@ from rlm.errors import CorruptRecordError
 from rlm.log import columns, v2
 from rlm.log.arrow import HEADERS_TYPE, record_arrays
 from rlm.log.batches import decode_batch, parse_header
+from rlm.log.byte_source import FileSource, iter_headers
 from rlm.log.columns import ColumnBuffers, append_batch
 from rlm.log.legacy import encode_legacy_batch
 from rlm.log.model import Codec, Record, TimestampType
 from rlm.log.produce import ProduceSummary
-from rlm.log.source import FileSource, iter_headers
 from rlm.log.v2 import V2Records, encode_record, encode_v2_batch
 
 RECORDS = [

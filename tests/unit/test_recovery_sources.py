@@ -4,16 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlm.log.byte_source import BytesSource, iter_headers, read_batch_bytes
 from rlm.log.logdir import LogDir
 from rlm.log.produce import ProduceSummary
-from rlm.log.recovery import (
-    IndexRebuilder,
-    RebuiltIndexes,
-    initial_tracker,
-    rebuild_indexes,
-    rebuild_segment_indexes,
-)
-from rlm.log.source import BytesSource, iter_headers, read_batch_bytes
+from rlm.log.recovery import IndexRebuilder, RebuiltIndexes, rebuild_indexes
+from rlm.log.segment import initial_tracker, rebuild_segment_indexes
 
 
 def _same(a: RebuiltIndexes, b: RebuiltIndexes) -> None:

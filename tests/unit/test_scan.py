@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from rlm.errors import CorruptRecordError
 from rlm.log.batches import crc_valid, decode_batch
+from rlm.log.byte_source import BytesSource, FileSource, iter_headers, read_batch_bytes
 from rlm.log.model import BatchHeader, Codec, Record
-from rlm.log.source import BytesSource, FileSource, iter_headers, read_batch_bytes
 from rlm.log.v2 import encode_v2_batch, parse_v2_header
 from tests.unit.kafka_vectors import (
     ATTRIBUTES_OFFSET,

@@ -10,8 +10,7 @@ from rlm.errors import CorruptRecordError
 from rlm.log import legacy
 from rlm.log.files import segment_file_name
 from rlm.log.model import Record, TimestampAndOffset
-from rlm.log.recovery import rebuild_segment_indexes
-from rlm.log.segment import Segment
+from rlm.log.segment import Segment, rebuild_segment_indexes
 from rlm.log.v2 import encode_v2_batch
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
 

@@ -1,13 +1,13 @@
-"""The in-memory segment search (:class:`rlm.lookup.remote_segments.SegmentList`) against brute
+"""The in-memory segment search (:class:`rlm.lookup.segment_lists.SegmentList`) against brute
 force, over many random segment sets: overlapping, sharing start offsets, timestamps that fall as
-well as rise. (Against the metadata store itself: tests/integration/test_remote_segments.py.)"""
+well as rise. (Against the metadata store itself: tests/integration/test_segment_lists.py.)"""
 
 from __future__ import annotations
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlm.lookup.remote_segments import SegmentList
+from rlm.lookup.segment_lists import SegmentList
 from rlm.metastore import RemoteSegment
 from tests.metadata_support import segment
 

@@ -18,11 +18,10 @@ from rlm.cli import main
 from rlm.errors import CorruptRecordError
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.produce import ProduceSpec, produce
-from rlm.log.recovery import rebuild_segment_indexes
-from rlm.log.segment import Segment
+from rlm.log.segment import Segment, rebuild_segment_indexes
 from rlm.log.validate import BatchChecker
 from rlm.log.verify import verify_partition
-from rlm.remote_segment import prepare_segment
+from rlm.tiering.prepare import prepare_segment
 
 SPEC = ProduceSpec(topics=1, partitions=1, records=900, segment_bytes=12 * 1024, legacy_batches=5, seed=3)
 

@@ -18,7 +18,7 @@ from rlm.log.dirwriter import LogDirWriter
 from rlm.log.files import segment_file_name
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.model import INT32_MAX, Codec, ControlType, TimestampType, TopicPartition
-from rlm.log.recovery import rebuild_segment_indexes
+from rlm.log.segment import rebuild_segment_indexes
 from rlm.log.snapshot import read_snapshot
 from rlm.log.txnindex import AbortedTxn
 from rlm.log.verify import verify_path

@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlm.config import Settings
-from rlm.deletion import deferred, delete_segment
 from rlm.errors import RlmError, StaleLeaseError
 from rlm.metastore.compaction import CompactionLease, CompactionOutput, CompactionStore
 from rlm.metastore.model import SegmentState, TopicPartition
@@ -40,6 +39,7 @@ from rlm.pipeline.plan import PartitionPlan, plan_partition, select_partitions
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import attach_aborted
 from rlm.storage.protocol import RemoteStorage
+from rlm.tiering.deletion import deferred, delete_segment
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 ``--from T1``/``--to T2`` select records as a consumer seeking by time would: from the first
 offset whose record timestamp is ≥ T1 up to, not including, the first offset whose timestamp is
 ≥ T2 (Kafka's offsets-for-times positions). Both offsets are found with rlm's own remote search
-(:func:`rlm.lookup.remote_search.find_in_remote_segment`, the lookups' ListOffsets path): the
+(:func:`rlm.lookup.ranged_search.find_in_remote_segment`, the lookups' ListOffsets path): the
 first segment whose max timestamp reaches the time, its time and offset indexes, then the batch
 headers from the indexed position; a few ranged reads, never a scan of the tier. Where timestamps
 only grow along offsets this is exactly the records with T1 ≤ timestamp < T2.
@@ -20,13 +20,13 @@ from dataclasses import dataclass
 
 from rlm.errors import NotFoundError
 from rlm.log.index import OffsetIndex, TimeIndex
-from rlm.lookup.remote_search import find_in_remote_segment
-from rlm.lookup.remote_segments import SegmentList
+from rlm.lookup.ranged_search import find_in_remote_segment
+from rlm.lookup.segment_lists import SegmentList
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import IndexType, RemoteSegment, TopicPartition
 from rlm.pipeline.plan import PartitionPlan
 from rlm.storage.protocol import RemoteStorage
-from rlm.storage.source import read_index
+from rlm.storage.range_source import read_index
 
 #: An offset above every offset (an open end).
 NO_END = 2**63 - 1

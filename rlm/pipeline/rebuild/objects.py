@@ -43,7 +43,6 @@ from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import iter_batches, read_chunks
 from rlm.pipeline.stage import Stage, arrow_schema, batch_of
 from rlm.pipeline.storage import StorageSpec
-from rlm.remote_segment import epochs_of_segment
 from rlm.storage.description import Description, read_description
 from rlm.storage.layout import (
     INDEXES_SUFFIX,
@@ -54,6 +53,7 @@ from rlm.storage.layout import (
     segment_keys,
 )
 from rlm.storage.protocol import RemoteStorage
+from rlm.tiering.prepare import epochs_of_segment
 
 #: The broker id of a row rebuilt from objects that do not say which broker copied them.
 UNKNOWN_BROKER = -1

@@ -19,7 +19,7 @@ from rlm.errors import RlmError, StaleLeaseError
 from rlm.metastore.model import Lease, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rlm.leases")
 
 
 class LeaseKeeper:

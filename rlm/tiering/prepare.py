@@ -22,8 +22,7 @@ from rlm.errors import CorruptDataError, CorruptRecordError
 from rlm.log.checkpoints import EpochEntry, encode_leader_epoch_checkpoint, topic_id_to_uuid
 from rlm.log.files import segment_file_name
 from rlm.log.logdir import PartitionDir
-from rlm.log.recovery import initial_tracker, rebuild_segment_indexes
-from rlm.log.segment import Segment
+from rlm.log.segment import Segment, initial_tracker, rebuild_segment_indexes
 from rlm.log.txnindex import TransactionIndex
 from rlm.log.validate import BatchChecker
 from rlm.metastore.model import (

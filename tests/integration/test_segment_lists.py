@@ -1,4 +1,4 @@
-"""The lookup service's in-memory segment lists (:mod:`rlm.lookup.remote_segments`).
+"""The lookup service's in-memory segment lists (:mod:`rlm.lookup.segment_lists`).
 
 * :meth:`SegmentList.first_for_timestamp` gives the store's ``first_segment_for_timestamp``
   answer, over random segments that overlap, share start offsets, lack timestamps, or were never
@@ -25,10 +25,10 @@ from metadata.engine import create_engine_for_url
 from metadata.store import SqlMetadataStore
 from rlm.config import TopicSettings
 from rlm.log.logdir import LogDir
-from rlm.lookup.remote_segments import DEFAULT_MAX_SEGMENTS, SegmentList, SegmentLists
+from rlm.lookup.segment_lists import DEFAULT_MAX_SEGMENTS, SegmentList, SegmentLists
 from rlm.lookup.service import LookupService
 from rlm.metastore import RemoteSegment, RemoteTierSummary, SegmentState, TopicPartition
-from rlm.retention import Retention
+from rlm.tiering.retention import Retention
 from tests.clock import FakeClock
 from tests.lookup_support import (
     TOPIC,

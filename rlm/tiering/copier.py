@@ -5,10 +5,10 @@ Per partition and pass:
 1. take or renew the partition's copy lease (only one sidecar copies a partition; every write
    below carries the lease epoch, so a sidecar that lost its lease cannot write);
 2. clean up copies a previous holder or incarnation left in ``COPY_SEGMENT_STARTED``;
-3. plan (:mod:`rlm.copy_plan`): the rolled segments ending below the high watermark, from the
+3. plan (:mod:`rlm.tiering.copy_plan`): the rolled segments ending below the high watermark, from the
    first offset the remote tier does not account for yet (copied or skipped) on; a hole the
    broker left below its local log is recorded as skipped first;
-4. for each, in order: check its bytes (:func:`rlm.remote_segment.prepare_segment`), then
+4. for each, in order: check its bytes (:func:`rlm.tiering.prepare.prepare_segment`), then
    ``COPY_SEGMENT_STARTED`` → upload the ``.log`` and the index object →
    ``COPY_SEGMENT_FINISHED``. A segment that fails the checks stops the partition's copying there
    (an error naming the file and position, ``rlm_copy_blocked`` set, the copy lag growing): the
@@ -36,10 +36,7 @@ from functools import partial
 from uuid import UUID
 
 from rlm.config import Settings
-from rlm.copy_plan import Candidate, Gap, covered_through, plan_copy
-from rlm.deletion import Step, deferred, delete_segment, no_step
 from rlm.errors import CorruptDataError, RlmError, SegmentNotCopiedError, StaleLeaseError
-from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.metastore.model import (
     Lease,
@@ -52,12 +49,15 @@ from rlm.metastore.model import (
 )
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
-from rlm.remote_segment import PreparedSegment, prepare_segment
 from rlm.storage.description import describe
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
+from rlm.tiering.copy_plan import Candidate, Gap, covered_through, plan_copy
+from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
+from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.prepare import PreparedSegment, prepare_segment
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rlm.copier")
 Clock = Callable[[], int]
 
 
@@ -229,7 +229,7 @@ class Copier:
         self.metrics.copy_lag_seconds.labels(*labels).set(self._waited_s(waiting))
 
     def _record_gap(self, tp: TopicPartition, gap: Gap, lease: Lease) -> None:
-        """Record offsets the broker deleted before they were tiered (see :mod:`rlm.copy_plan`)."""
+        """Record offsets the broker deleted before they were tiered (see :mod:`rlm.tiering.copy_plan`)."""
         self.store.add_skipped_range(
             SkippedRange(
                 tp, gap.start_offset, gap.end_offset, SkipKind.NOT_IN_LOCAL_LOG, gap.reason, self.clock()

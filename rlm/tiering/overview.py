@@ -7,11 +7,11 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from rlm.arguments import parse_int, shown
-from rlm.copy_plan import covered_through, plan_copy
 from rlm.log.logdir import LogDir
 from rlm.metastore.model import RemoteSegment, SegmentState, SkippedRange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.layout import validate_topic
+from rlm.tiering.copy_plan import covered_through, plan_copy
 
 
 @dataclass(frozen=True)

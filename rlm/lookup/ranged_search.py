@@ -132,7 +132,7 @@ def _next_batch(
     ≥ ``timestamp`` and whose last offset is ≥ ``start_offset``, and its position in ``data``;
     ``(None, p)`` when there is none, ``p`` being where the batches whole in ``data`` end.
 
-    Scans as :func:`rlm.log.source.iter_headers` does, stopping at a batch cut by the end of
+    Scans as :func:`rlm.log.byte_source.iter_headers` does, stopping at a batch cut by the end of
     ``data``; ``data`` starts at ``at`` in the object named ``key``.
     """
     limit = len(data)

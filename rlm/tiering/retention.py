@@ -30,18 +30,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from rlm.config import Settings, TopicSettings
-from rlm.copier import Clock, wall_clock_ms
-from rlm.deletion import Step, deferred, delete_segment, no_step
 from rlm.errors import RlmError, StaleLeaseError
-from rlm.leases import LeaseKeeper
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.storage.log_start import write_marker
 from rlm.storage.protocol import RemoteStorage
+from rlm.tiering.copier import Clock, wall_clock_ms
+from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
+from rlm.tiering.leases import LeaseKeeper
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("rlm.retention")
 
 
 @dataclass(frozen=True)

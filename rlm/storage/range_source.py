@@ -8,9 +8,9 @@ from rlm.storage.protocol import RemoteStorage
 
 
 class RangeSource:
-    """A :class:`rlm.log.source.ByteSource` over one remote object, read with ranged reads.
+    """A :class:`rlm.log.byte_source.ByteSource` over one remote object, read with ranged reads.
 
-    Lets :func:`rlm.log.source.iter_headers` walk a remote ``.log`` reading headers only: each
+    Lets :func:`rlm.log.byte_source.iter_headers` walk a remote ``.log`` reading headers only: each
     window it asks for is one ranged GET.
     """
 
