@@ -19,24 +19,7 @@
 
 #include "_decode_checks.h"
 
-enum {
-    C_OFFSET,
-    C_TIMESTAMP,
-    C_BATCH,
-    C_KEY_OFFSETS,
-    C_KEY_DATA,
-    C_KEY_VALIDITY,
-    C_VALUE_OFFSETS,
-    C_VALUE_DATA,
-    C_VALUE_VALIDITY,
-    C_HEADER_OFFSETS,
-    C_HKEY_OFFSETS,
-    C_HKEY_DATA,
-    C_HVALUE_OFFSETS,
-    C_HVALUE_DATA,
-    C_HVALUE_VALIDITY,
-    NCOL
-};
+#include "_columns.h"
 
 /* The smallest record: a length varint (1 byte) and at least 6 bytes of fields. */
 #define MIN_RECORD_BYTES 7

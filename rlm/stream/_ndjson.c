@@ -14,29 +14,11 @@
 #include <stdint.h>
 #include <string.h>
 
-/* The buffers of rlm.log.columns.COLUMNS, in its order. */
-enum {
-    OFFSET,
-    TIMESTAMP,
-    BATCH,
-    KEY_OFFSETS,
-    KEY_DATA,
-    KEY_VALIDITY,
-    VALUE_OFFSETS,
-    VALUE_DATA,
-    VALUE_VALIDITY,
-    HEADER_OFFSETS,
-    HEADER_KEY_OFFSETS,
-    HEADER_KEY_DATA,
-    HEADER_VALUE_OFFSETS,
-    HEADER_VALUE_DATA,
-    HEADER_VALUE_VALIDITY,
-    N_COLUMNS
-};
+#include "../log/_columns.h"
 
 typedef struct {
-    const unsigned char *at[N_COLUMNS];
-    int64_t used[N_COLUMNS];
+    const unsigned char *at[NCOL];
+    int64_t used[NCOL];
 } columns_t;
 
 typedef struct {
@@ -252,29 +234,29 @@ static char *write_lines(char *out, const columns_t *c, const span_t *spans, Py_
         const span_t *span = &spans[s];
         for (; row < span->end; row++) {
             out = PUT_LITERAL(out, "{\"offset\":");
-            out = put_int(out, le64(c->at[OFFSET] + 8 * row));
+            out = put_int(out, le64(c->at[C_OFFSET] + 8 * row));
             out = PUT_LITERAL(out, ",\"timestamp\":");
-            out = put_int(out, le64(c->at[TIMESTAMP] + 8 * row));
+            out = put_int(out, le64(c->at[C_TIMESTAMP] + 8 * row));
             out = PUT_LITERAL(out, ",\"timestamp_type\":\"");
             out = put(out, span->kind, (size_t)span->kind_len);
             out = PUT_LITERAL(out, "\",\"key\":");
-            out = put_blob_at(out, c, KEY_OFFSETS, KEY_DATA, KEY_VALIDITY, row);
+            out = put_blob_at(out, c, C_KEY_OFFSETS, C_KEY_DATA, C_KEY_VALIDITY, row);
             out = PUT_LITERAL(out, ",\"value\":");
-            out = put_blob_at(out, c, VALUE_OFFSETS, VALUE_DATA, VALUE_VALIDITY, row);
+            out = put_blob_at(out, c, C_VALUE_OFFSETS, C_VALUE_DATA, C_VALUE_VALIDITY, row);
             out = PUT_LITERAL(out, ",\"headers\":[");
-            int32_t first = end_at(c, HEADER_OFFSETS, row), last = end_at(c, HEADER_OFFSETS, row + 1);
+            int32_t first = end_at(c, C_HEADER_OFFSETS, row), last = end_at(c, C_HEADER_OFFSETS, row + 1);
             for (int32_t h = first; h < last; h++) {
                 if (h > first) {
                     *out++ = ',';
                 }
                 *out++ = '[';
-                int32_t from = end_at(c, HEADER_KEY_OFFSETS, h), to = end_at(c, HEADER_KEY_OFFSETS, h + 1);
-                out = put_json_string(out, c->at[HEADER_KEY_DATA] + from, to - from);
+                int32_t from = end_at(c, C_HKEY_OFFSETS, h), to = end_at(c, C_HKEY_OFFSETS, h + 1);
+                out = put_json_string(out, c->at[C_HKEY_DATA] + from, to - from);
                 if (out == NULL) {
                     return NULL;
                 }
                 *out++ = ',';
-                out = put_blob_at(out, c, HEADER_VALUE_OFFSETS, HEADER_VALUE_DATA, HEADER_VALUE_VALIDITY, h);
+                out = put_blob_at(out, c, C_HVALUE_OFFSETS, C_HVALUE_DATA, C_HVALUE_VALIDITY, h);
                 *out++ = ']';
             }
             out = PUT_LITERAL(out, "],\"leader_epoch\":");
@@ -294,13 +276,13 @@ static int64_t bound(const columns_t *c, const span_t *spans, Py_ssize_t n_spans
         row = spans[s].end;
     }
     for (int64_t i = 0; i < rows; i++) {
-        total += base64_len(end_at(c, KEY_OFFSETS, i + 1) - end_at(c, KEY_OFFSETS, i));
-        total += base64_len(end_at(c, VALUE_OFFSETS, i + 1) - end_at(c, VALUE_OFFSETS, i));
+        total += base64_len(end_at(c, C_KEY_OFFSETS, i + 1) - end_at(c, C_KEY_OFFSETS, i));
+        total += base64_len(end_at(c, C_VALUE_OFFSETS, i + 1) - end_at(c, C_VALUE_OFFSETS, i));
     }
     for (int64_t h = 0; h < headers; h++) {
-        total += 16 + base64_len(end_at(c, HEADER_VALUE_OFFSETS, h + 1) - end_at(c, HEADER_VALUE_OFFSETS, h));
+        total += 16 + base64_len(end_at(c, C_HVALUE_OFFSETS, h + 1) - end_at(c, C_HVALUE_OFFSETS, h));
     }
-    return total + 6 * c->used[HEADER_KEY_DATA];
+    return total + 6 * c->used[C_HKEY_DATA];
 }
 
 static PyObject *not_plain(const char *what) {
@@ -310,17 +292,17 @@ static PyObject *not_plain(const char *what) {
 
 /* Whether the buffers hold what a ColumnBuffers of `rows` rows and `headers` headers holds. */
 static const char *inconsistent(const columns_t *c, int64_t rows, int64_t headers) {
-    if (c->used[OFFSET] != 8 * rows || c->used[TIMESTAMP] != 8 * rows) {
+    if (c->used[C_OFFSET] != 8 * rows || c->used[C_TIMESTAMP] != 8 * rows) {
         return "offset and timestamp columns differ in rows";
     }
-    if (c->used[KEY_VALIDITY] < (rows + 7) / 8 || c->used[VALUE_VALIDITY] < (rows + 7) / 8 ||
-        c->used[HEADER_VALUE_VALIDITY] < (headers + 7) / 8) {
+    if (c->used[C_KEY_VALIDITY] < (rows + 7) / 8 || c->used[C_VALUE_VALIDITY] < (rows + 7) / 8 ||
+        c->used[C_HVALUE_VALIDITY] < (headers + 7) / 8) {
         return "a validity bitmap is short";
     }
-    if (!offsets_fit(c, KEY_OFFSETS, KEY_DATA, rows) || !offsets_fit(c, VALUE_OFFSETS, VALUE_DATA, rows) ||
-        !offsets_fit(c, HEADER_OFFSETS, -1, rows) || end_at(c, HEADER_OFFSETS, rows) != headers ||
-        !offsets_fit(c, HEADER_KEY_OFFSETS, HEADER_KEY_DATA, headers) ||
-        !offsets_fit(c, HEADER_VALUE_OFFSETS, HEADER_VALUE_DATA, headers)) {
+    if (!offsets_fit(c, C_KEY_OFFSETS, C_KEY_DATA, rows) || !offsets_fit(c, C_VALUE_OFFSETS, C_VALUE_DATA, rows) ||
+        !offsets_fit(c, C_HEADER_OFFSETS, -1, rows) || end_at(c, C_HEADER_OFFSETS, rows) != headers ||
+        !offsets_fit(c, C_HKEY_OFFSETS, C_HKEY_DATA, headers) ||
+        !offsets_fit(c, C_HVALUE_OFFSETS, C_HVALUE_DATA, headers)) {
         return "an offsets column does not fit its data";
     }
     return NULL;
@@ -360,11 +342,11 @@ static int read_spans(PyObject *list, span_t *spans, Py_ssize_t n, int64_t rows)
  * label, leader epoch), one per decoded batch, in order. */
 static PyObject *lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 3 || !PyList_Check(args[0]) || PyList_GET_SIZE(args[0]) != N_COLUMNS || !PyList_Check(args[2])) {
+    if (nargs != 3 || !PyList_Check(args[0]) || PyList_GET_SIZE(args[0]) != NCOL || !PyList_Check(args[2])) {
         PyErr_SetString(PyExc_TypeError, "lines takes (buffers: list of 15, used: array, spans: list)");
         return NULL;
     }
-    Py_buffer views[N_COLUMNS];
+    Py_buffer views[NCOL];
     Py_buffer used_view;
     int held = 0;
     PyObject *result = NULL;
@@ -379,11 +361,11 @@ static PyObject *lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs
         return NULL;
     }
     columns_t c;
-    if (used_view.len != 8 * N_COLUMNS) {
+    if (used_view.len != 8 * NCOL) {
         not_plain("used holds a length per column");
         goto done;
     }
-    for (; held < N_COLUMNS; held++) {
+    for (; held < NCOL; held++) {
         if (PyObject_GetBuffer(PyList_GET_ITEM(args[0], held), &views[held], PyBUF_SIMPLE) < 0) {
             goto done;
         }
@@ -394,11 +376,11 @@ static PyObject *lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs
             goto done;
         }
     }
-    if (c.used[OFFSET] % 8 || c.used[HEADER_KEY_OFFSETS] < 4 || c.used[HEADER_KEY_OFFSETS] % 4) {
+    if (c.used[C_OFFSET] % 8 || c.used[C_HKEY_OFFSETS] < 4 || c.used[C_HKEY_OFFSETS] % 4) {
         not_plain("a column's length is not a whole number of values");
         goto done;
     }
-    int64_t rows = c.used[OFFSET] / 8, headers = c.used[HEADER_KEY_OFFSETS] / 4 - 1;
+    int64_t rows = c.used[C_OFFSET] / 8, headers = c.used[C_HKEY_OFFSETS] / 4 - 1;
     const char *why = inconsistent(&c, rows, headers);
     if (why != NULL) {
         not_plain(why);
