@@ -8,7 +8,7 @@ from uuid import UUID
 
 from rlm.arguments import parse_int, shown
 from rlm.log.logdir import LogDir
-from rlm.metastore.model import RemoteSegment, SegmentState, SkippedRange, TopicPartition
+from rlm.metastore.model import PartitionRecord, RemoteSegment, SegmentState, SkippedRange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.layout import validate_topic
 from rlm.tiering.copy_plan import covered_through, plan_copy
@@ -32,6 +32,15 @@ class PartitionOverview:
     skipped_ranges: tuple[SkippedRange, ...] = ()
     """Offsets the remote tier will never hold, and why (``rlm copy skip``, or deleted locally
     before they were tiered)."""
+
+
+def remote_log_start(record: PartitionRecord | None, finished: list[RemoteSegment]) -> int:
+    """The first offset readable from the remote tier: the first finished segment's base offset, or
+    the log start offset retention recorded inside it; -1 while nothing is tiered."""
+    if not finished:
+        return -1
+    first = min(s.start_offset for s in finished)
+    return first if record is None else max(first, record.remote_log_start_offset)
 
 
 @dataclass(frozen=True)
@@ -97,7 +106,7 @@ class Overview:
                     tp.partition,
                     tiered_bytes=sum(s.size_bytes for s in finished),
                     tiered_segments=len(finished),
-                    remote_log_start_offset=record.remote_log_start_offset if record is not None else -1,
+                    remote_log_start_offset=remote_log_start(record, finished),
                     highest_tiered_offset=highest,
                     max_remote_timestamp=max_ts if max_ts is not None else -1,
                     copy_lag_segments=lag_segments,

@@ -21,6 +21,7 @@ from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.log_start import marker_key, read_marker
 from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.overview import Overview
 from rlm.tiering.prepare import prepare_segment
 from rlm.tiering.retention import breaching_segments
 from tests.clock import FakeClock
@@ -85,6 +86,9 @@ def test_time_retention_deletes_segments_whose_max_timestamp_expired(
     _write(log_dir, HOURLY)
     tiering = _tiered(tiering_factory, backend, log_dir)
     rows = tiering.finished(TP)
+    overview = Overview(tiering.store, (LogDir(log_dir),))
+    # Before any retention, the remote tier starts at its first segment.
+    assert [p.remote_log_start_offset for p in overview.partitions(TP.topic)] == [rows[0].start_offset]
     # Segments 0-2 have a max timestamp ≤ NOW - 4h: 6h, 5h and exactly 4h old.
     retention = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=4 * HOUR))
 
@@ -101,6 +105,7 @@ def test_time_retention_deletes_segments_whose_max_timestamp_expired(
         record is not None
         and record.remote_log_start_offset == rows[3].start_offset == outcome.log_start_offset
     )
+    assert [p.remote_log_start_offset for p in overview.partitions(TP.topic)] == [rows[3].start_offset]
     keys = set(tiering.storage.list_keys(""))
     assert not keys & {k for r in rows[:3] for k in _objects_of(r)}
     # The segments left, and the marker saying where the log starts (for a rebuilt store).
