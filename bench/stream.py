@@ -20,7 +20,12 @@ object there: the raw ratio is a floor for real S3. Every figure comes with ``os
 Each timed figure is the median of :data:`REPEATS` runs after an untimed warm-up run (the
 server's first Arrow stream imports pyarrow).
 
-Usage: ``python bench/stream.py [--records 40000] [--segment-mib 2]``
+The records are uncompressed, of 1000-byte values, by default: the stream's own work per byte is
+then least and the HTTP hop weighs most. ``--codecs`` (e.g. ``lz4,zstd,snappy,gzip``, one per batch
+in turn, as producers mix them) and ``--value-bytes`` measure other workloads; the document says
+which one it measured (``workload``).
+
+Usage: ``python bench/stream.py [--records 40000] [--segment-mib 2] [--codecs none] [--value-bytes 1000]``
 """
 
 from __future__ import annotations
@@ -302,10 +307,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=40_000)
     parser.add_argument("--segment-mib", type=int, default=2)
+    parser.add_argument("--codecs", default="none", help="codecs of the batches, comma-separated")
+    parser.add_argument("--value-bytes", type=int, default=1000)
     parser.add_argument(
         "--bare-server", nargs=3, type=int, metavar=("PORT", "BYTES", "PIECE"), help=argparse.SUPPRESS
     )
     args = parser.parse_args()
+    codecs = tuple(Codec[name.strip().upper()] for name in args.codecs.split(","))
     if args.bare_server:
         run_bare_server(*args.bare_server)
         return
@@ -323,11 +331,11 @@ def main() -> None:
                 topics=1,
                 partitions=1,
                 records=args.records,
-                value_bytes=1000,
+                value_bytes=args.value_bytes,
                 segment_bytes=args.segment_mib * MIB,
                 index_interval_bytes=64 * 1024,
                 transaction_ratio=0.0,
-                codecs=(Codec.NONE,),
+                codecs=codecs,
                 seed=1,
             )
             produce(work / "logs", spec)
@@ -343,7 +351,9 @@ def main() -> None:
             try:
                 partition = tiered_partition(served)
                 highest = int(partition["highest_tiered_offset"])
-                result = {"python": platform.python_version(), "local": encodings(served, highest)}
+                workload = {"codecs": [c.name.lower() for c in codecs], "value_bytes": args.value_bytes}
+                result = {"python": platform.python_version(), "workload": workload}
+                result["local"] = encodings(served, highest)
                 drop_tiered_locally(work / "logs", highest)
                 result.update(run(served, endpoint, highest))
                 print(json.dumps(result))
