@@ -43,6 +43,7 @@ from rlm.pipeline.stage import Collect, Stage
 from rlm.pipeline.storage import StorageSpec
 from rlm.storage.protocol import RemoteStorage
 from tests.pipeline.compact.test_reference_job import NOW
+from tests.pipeline.spark_conf import conf_arguments, small_job_conf
 
 POINTS = ("read", "decide", "write", "swap", "swapped-one", "together")
 #: How long a held process waits for its kill before giving up (the test failed or is gone).
@@ -153,7 +154,7 @@ def run(point: str, marker: Path, argv: list[str]) -> int:
         argv = argv[2:]
     else:
         raise SystemExit(f"unknown point {point!r}, expected one of {', '.join(POINTS)}")
-    small = ("--conf", "spark.sql.shuffle.partitions=1", "--conf", "spark.ui.enabled=false")
+    small = conf_arguments(small_job_conf(shuffle_partitions=1))
     return main(["spark", "compact", "--master", "local[1]", *small, "--quiet", *argv])
 
 
