@@ -46,8 +46,9 @@ from tests.pipeline.compact.test_reference_job import NOW
 from tests.pipeline.spark_conf import conf_arguments, small_job_conf
 
 POINTS = ("read", "decide", "write", "swap", "swapped-one", "together")
-#: How long a held process waits for its kill before giving up (the test failed or is gone).
-HOLD_S = 600.0
+#: How long a held process waits for its kill before giving up (the test run is gone): the jobs of
+#: a test module start together, and each is killed when its test comes.
+HOLD_S = 1800.0
 #: Where the held process says it got to (set by :func:`run`, in the driver).
 MARKER = [Path()]
 
