@@ -19,6 +19,7 @@ import pytest
 
 from rlm.log.produce import ProduceSpec, produce
 from tests.metadata_support import drop_postgres_database
+from tests.pipeline.spark_conf import small_job_conf
 from tests.pipeline.tiers import AWS_ENV, Tier, build_tier
 
 if TYPE_CHECKING:
@@ -50,12 +51,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
-    """The test session's SparkSession: local[2], no UI, S3 test credentials for executors."""
+    """The test session's SparkSession: local[2], the test JVM settings (:mod:`tests.pipeline.spark_conf`),
+    S3 test credentials for executors."""
     from rlm.pipeline.spark.session import SparkOptions, build_session
 
     conf = (
-        ("spark.ui.enabled", "false"),
-        ("spark.sql.shuffle.partitions", "2"),
+        *small_job_conf(shuffle_partitions=2),
         *((f"spark.executorEnv.{name}", value) for name, value in AWS_ENV.items()),
     )
     session = build_session(SparkOptions(master="local[2]", app_name="rlm tests", conf=conf))

@@ -22,6 +22,7 @@ from pyspark.sql import SparkSession
 
 from rlm.cli import main
 from tests.pipeline.export_support import Row, exported, oracle_rows, read_duckdb, read_pyarrow
+from tests.pipeline.spark_conf import conf_arguments, small_job_conf
 from tests.pipeline.tiers import Tier
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -149,8 +150,7 @@ def _killed_run(tier: Tier, output: Path, point: str) -> None:
             str(tier.config),
             "--master",
             "local[1]",
-            "--conf",
-            "spark.ui.enabled=false",
+            *conf_arguments(small_job_conf()),
             "--quiet",
             "--incremental",
             "--output",

@@ -43,10 +43,12 @@ from rlm.pipeline.stage import Collect, Stage
 from rlm.pipeline.storage import StorageSpec
 from rlm.storage.protocol import RemoteStorage
 from tests.pipeline.compact.test_reference_job import NOW
+from tests.pipeline.spark_conf import conf_arguments, small_job_conf
 
 POINTS = ("read", "decide", "write", "swap", "swapped-one", "together")
-#: How long a held process waits for its kill before giving up (the test failed or is gone).
-HOLD_S = 600.0
+#: How long a held process waits for its kill before giving up (the test run is gone): the jobs of
+#: a test module start together, and each is killed when its test comes.
+HOLD_S = 1800.0
 #: Where the held process says it got to (set by :func:`run`, in the driver).
 MARKER = [Path()]
 
@@ -153,7 +155,7 @@ def run(point: str, marker: Path, argv: list[str]) -> int:
         argv = argv[2:]
     else:
         raise SystemExit(f"unknown point {point!r}, expected one of {', '.join(POINTS)}")
-    small = ("--conf", "spark.sql.shuffle.partitions=1", "--conf", "spark.ui.enabled=false")
+    small = conf_arguments(small_job_conf(shuffle_partitions=1))
     return main(["spark", "compact", "--master", "local[1]", *small, "--quiet", *argv])
 
 

@@ -1,10 +1,15 @@
 """``rlm spark compact`` in processes of its own: killed in each stage, and two jobs at once.
 
 Each job runs :mod:`tests.pipeline.compact.child_job` (its own Spark, ``local[1]``) in a new
-process group. A killed job is held at its point until the test kills the whole group with
+process group. A killed job is held at its point until its test kills the whole group with
 SIGKILL: the driver and the JVM die at once, the executors' Python workers when their daemon
 sees the JVM gone; the test waits until none of them is left. The next job (on the session's
 Spark) must then clean up what the killed one left and compact as if nothing had happened.
+
+The jobs do not share anything (each has a tier of its own: database, bucket or directory), so
+the module starts the jobs of all its selected tests at once (:func:`started`): their JVMs start
+side by side, and while one test checks what its killed job left, the others' jobs are on their
+way to their points, where they wait for their tests.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +30,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from rlm.metastore.model import TopicPartition
-from tests.pipeline.compact.conftest import PARTITIONS
+from tests.pipeline.compact.conftest import E2E_LOG, PARTITIONS
 from tests.pipeline.compact.support import (
     Survivor,
     assert_lookups_exact,
@@ -35,7 +42,8 @@ from tests.pipeline.compact.support import (
 )
 from tests.pipeline.compact.test_reference_job import NOW, run
 from tests.pipeline.compact.test_spark_job import run as run_on
-from tests.pipeline.tiers import Tier
+from tests.pipeline.conftest import make_tier
+from tests.pipeline.tiers import AWS_ENV, Tier
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.usefixtures("aws_env")]
 ROOT = Path(__file__).resolve().parents[3]
@@ -52,7 +60,8 @@ def start_job(point: str, marker: Path, *argv: str, out: Path) -> subprocess.Pop
         return subprocess.Popen(
             [sys.executable, "-m", "tests.pipeline.compact.child_job", point, str(marker), *argv],
             cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": path},  # executors import the held tasks by name
+            # executors import the held tasks by name; the S3 credentials are moto's
+            env={**os.environ, **AWS_ENV, "PYTHONPATH": path},
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,
@@ -93,29 +102,102 @@ def everything(tier_survivors: dict[TopicPartition, list[Survivor]]) -> int:
 
 
 # Each stage once, on the embedded backends; the swap, the one step that is a transaction of the
-# metadata store, on PostgreSQL (each case starts its own JVM: the suite keeps to what each adds).
+# metadata store, on PostgreSQL.
 KILLS = [
     *(pytest.param("sqlite-fs", p, id=f"sqlite-fs-{p}") for p in ("read", "decide", "write", "swapped-one")),
     pytest.param("postgres-s3", "swap", id="postgres-s3-swap", marks=pytest.mark.postgres),
 ]
+# Two jobs racing for the same leases: on PostgreSQL, where the race is between two connections
+# of a server as in production.
+RACES = [pytest.param("postgres-s3", id="postgres-s3", marks=pytest.mark.postgres)]
+TOGETHER = "together"
+
+
+@dataclass(frozen=True)
+class Job:
+    process: subprocess.Popen[bytes]
+    marker: Path
+    out: Path
+
+
+@dataclass(frozen=True)
+class Case:
+    """A tier of :data:`E2E_LOG`, what it held before its jobs started, and the jobs."""
+
+    tier: Tier
+    before: dict[TopicPartition, list[Survivor]]
+    objects_before: set[str]
+    jobs: tuple[Job, ...]
+
+
+def _selected_cases(session: pytest.Session) -> list[tuple[str, str]]:
+    """``(kind, point)`` of this module's selected tests, in the order they run (``together``: the
+    race of two jobs)."""
+    cases = []
+    for item in session.items:
+        if getattr(item, "module", None) is not sys.modules[__name__]:
+            continue
+        params = item.callspec.params  # type: ignore[attr-defined]
+        cases.append((params["kind"], params.get("point", TOGETHER)))
+    return cases
+
+
+def _start_case(kind: str, point: str, request: pytest.FixtureRequest, directory: Path) -> Case:
+    tier = make_tier(kind, request, directory / "tier", E2E_LOG)
+    before = {tp: survivors(tier, tp) for tp in PARTITIONS}
+    objects_before = stored_keys(tier)
+    if point == TOGETHER:
+        config = compacted_config(tier, directory / "compact.yaml")
+        markers = (directory / "a.leased", directory / "b.leased")
+        outs = (directory / "a.out", directory / "b.out")
+        jobs = tuple(
+            Job(
+                start_job(TOGETHER, mine, "--twin", str(twin), "--config", str(config), "--json", out=out),
+                mine,
+                out,
+            )
+            for mine, twin, out in zip(markers, markers[::-1], outs, strict=True)
+        )
+    else:
+        # Leases that expire at once: the next job takes the partitions over without waiting.
+        config = compacted_config(tier, directory / "compact.yaml", **{"remote.compaction.lease.ttl.ms": 1})
+        marker, out = directory / "reached", directory / "job.out"
+        jobs = (Job(start_job(point, marker, "--config", str(config), out=out), marker, out),)
+    return Case(tier, before, objects_before, jobs)
+
+
+@pytest.fixture(scope="module")
+def started(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[tuple[str, str], Case]]:
+    """The jobs of every selected test of the module, started at once, by ``(kind, point)``; at the
+    end, the process group of any job still running is killed."""
+    cases: dict[tuple[str, str], Case] = {}
+    try:
+        for kind, point in _selected_cases(request.session):
+            cases[kind, point] = _start_case(kind, point, request, tmp_path_factory.mktemp(f"{kind}-{point}"))
+        yield cases
+    finally:
+        for case in cases.values():
+            for job in case.jobs:
+                if job.process.poll() is None:
+                    os.killpg(job.process.pid, signal.SIGKILL)
+                    job.process.wait(timeout=60)
 
 
 @pytest.mark.parametrize(("kind", "point"), KILLS)
 def test_a_job_killed_in_a_stage_leaves_nothing_after_the_next_cleanup(
+    started: dict[tuple[str, str], Case],
+    kind: str,
     point: str,
-    e2e_tier: Tier,
     spark: SparkSession,
     reference: dict[TopicPartition, list[Survivor]],
     tmp_path: Path,
 ) -> None:
-    tier = e2e_tier
-    before = {tp: survivors(tier, tp) for tp in PARTITIONS}
-    objects_before = stored_keys(tier)
-    # Leases that expire at once: the next job takes the partitions over without waiting.
-    config = compacted_config(tier, tmp_path / "compact.yaml", **{"remote.compaction.lease.ttl.ms": 1})
-    marker = tmp_path / "reached"
-    job = start_job(point, marker, "--config", str(config), out=tmp_path / "job.out")
-    kill_when_reached(job, marker, tmp_path / "job.out")
+    case = started[kind, point]
+    tier, before = case.tier, case.before
+    (job,) = case.jobs
+    kill_when_reached(job.process, job.marker, job.out)
 
     # The metadata is untouched, or fully swapped (the first partition, killed after its swap).
     swapped = {P0} if point == "swapped-one" else set()
@@ -126,7 +208,7 @@ def test_a_job_killed_in_a_stage_leaves_nothing_after_the_next_cleanup(
     if wrote:
         assert orphans(tier)  # outputs written and never swapped in
     else:
-        assert stored_keys(tier) == objects_before
+        assert stored_keys(tier) == case.objects_before
 
     report = run_on(tier, "spark", spark)  # the next job
     assert {p.topic_partition: p.status for p in report.partitions} == {
@@ -143,24 +225,15 @@ def test_a_job_killed_in_a_stage_leaves_nothing_after_the_next_cleanup(
     assert everything(before) > everything(reference)  # the job had something to do
 
 
-# Two jobs racing for the same leases: on PostgreSQL, where the race is between two connections
-# of a server as in production.
-@pytest.mark.parametrize("kind", [pytest.param("postgres-s3", id="postgres-s3", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize("kind", RACES)
 def test_two_jobs_at_once_compact_each_partition_once(
-    e2e_tier: Tier, reference: dict[TopicPartition, list[Survivor]], tmp_path: Path
+    started: dict[tuple[str, str], Case], kind: str, reference: dict[TopicPartition, list[Survivor]]
 ) -> None:
-    tier = e2e_tier
-    config = compacted_config(tier, tmp_path / "compact.yaml")
-    markers = (tmp_path / "a.leased", tmp_path / "b.leased")
-    outs = (tmp_path / "a.out", tmp_path / "b.out")
-    jobs = [
-        start_job("together", mine, "--twin", str(twin), "--config", str(config), "--json", out=out)
-        for mine, twin, out in zip(markers, markers[::-1], outs, strict=True)
-    ]
+    case = started[kind, TOGETHER]
     reports: list[dict[str, Any]] = []
-    for job, out in zip(jobs, outs, strict=True):
-        assert job.wait(timeout=PATIENCE_S) == 0, _stderr(out)
-        reports.append(json.loads(out.read_text()))
+    for job in case.jobs:
+        assert job.process.wait(timeout=PATIENCE_S) == 0, _stderr(job.out)
+        reports.append(json.loads(job.out.read_text()))
     for tp in PARTITIONS:
         (a, b) = (
             next(p for p in r["partitions"] if (p["topic"], p["partition"]) == (tp.topic, tp.partition))
@@ -169,5 +242,5 @@ def test_two_jobs_at_once_compact_each_partition_once(
         winner, loser = (a, b) if a["status"] == "compacted" else (b, a)
         assert (winner["status"], loser["status"]) == ("compacted", "skipped"), reports
         assert "the compaction lease is held by job" in loser["reason"]
-        assert survivors(tier, tp) == reference[tp]
-    assert not orphans(tier)
+        assert survivors(case.tier, tp) == reference[tp]
+    assert not orphans(case.tier)
