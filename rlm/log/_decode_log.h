@@ -6,6 +6,9 @@
 #ifndef RLM_DECODE_LOG_H
 #define RLM_DECODE_LOG_H
 
+/* The largest max_rows the buffers are sized for ahead (larger: they double as they fill). */
+#define GOAL_ROWS_MAX (1 << 22)
+
 /* decompress(payload)'s result as a buffer held in *out. payload is a view of the batch's bytes,
  * released after the call (a view kept by decompress reads as released). -1 with an error set when
  * decompress raises or returns no buffer. */
@@ -130,6 +133,10 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
         return NULL;
     }
     const unsigned char *d = (const unsigned char *)view.buf;
+    int64_t rows_before = c.used[C_OFFSET] / 8;
+    if (max_rows <= GOAL_ROWS_MAX) { /* an Arrow batch's worth: buffers sized for it (see grow) */
+        c.goal_rows = rows_before + max_rows;
+    }
     int64_t start[NCOL];
     memcpy(start, c.used, sizeof start);
     Py_ssize_t positions_start = positions == Py_None ? 0 : PyByteArray_GET_SIZE(positions);
