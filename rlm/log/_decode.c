@@ -759,6 +759,8 @@ static PyMethodDef methods[] = {
     {"append_log_columns", (PyCFunction)(void (*)(void))append_log_columns, METH_FASTCALL,
      "Append the records of the v2 batches of a log's bytes to column buffers, CRCs checked."},
     {"crc32c", (PyCFunction)crc32c_py, METH_O, "CRC-32C of a buffer."},
+    {"decompress_plain", (PyCFunction)(void (*)(void))decompress_plain, METH_FASTCALL,
+     "A compressed v2 payload as the log walk decompresses it."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -772,6 +774,9 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__decode(void) {
     crc_init();
+    if (codecs_init() < 0) {
+        return NULL;
+    }
 #ifdef HAVE_CRC_INSTRUCTION
     __builtin_cpu_init();
     use_crc_instruction = __builtin_cpu_supports("sse4.2");

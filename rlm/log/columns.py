@@ -17,7 +17,8 @@ reference's. ``ACCELERATED`` says which is in use. Legacy (v0/v1) batches always
 reference path: they are rare and small.
 
 :func:`append_log` decodes the batches of a log's bytes, one after the other, in one C call as far
-as it can (compressed batches through :data:`rlm.log.codecs.PLAIN_DECOMPRESSORS`); a batch the C walk
+as it can (the frames of :data:`rlm.log.codecs.PLAIN_DECOMPRESSORS` decompressed in the same call,
+through :func:`rlm.log.codecs.plain_calls`); a batch the C walk
 does not take goes through :func:`append_batch`. Its reference is :func:`append_log_py`.
 """
 
@@ -331,6 +332,7 @@ def append_log(
     """
     in_int64 = _INT64_MIN <= first_offset <= _INT64_MAX and _INT64_MIN <= last_offset <= _INT64_MAX
     walk_in_c = in_c and _decode is not None and in_int64
+    calls = codecs.plain_calls() if walk_in_c else ()
     end = len(buf)
     batches = rows = 0
     while pos < end and rows < max_rows:
@@ -346,7 +348,7 @@ def append_log(
                 last_offset,
                 batch_no + batches,
                 min(max_rows - rows, _NO_ROW_LIMIT),
-                codecs.PLAIN_DECOMPRESSORS,
+                calls,
                 positions,
             )
             batches += walked
