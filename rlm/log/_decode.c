@@ -359,12 +359,22 @@ static int reserve_rows(cols_t *c, int64_t n) {
                : 0;
 }
 
-/* The writes below go to room already reserved. */
+/* The writes below go to room already reserved. width is 4 or 8: one store on a little-endian
+ * host (a byte loop would have the compiler reload the buffer pointers after every byte). */
 static inline void put_le(cols_t *c, int col, uint64_t v, int width) {
     unsigned char *p = c->base[col] + c->used[col];
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (width == 8) {
+        memcpy(p, &v, 8);
+    } else {
+        uint32_t w = (uint32_t)v;
+        memcpy(p, &w, 4);
+    }
+#else
     for (int i = 0; i < width; i++) {
         p[i] = (unsigned char)(v >> (8 * i));
     }
+#endif
     c->used[col] += width;
 }
 
@@ -778,6 +788,7 @@ PyMODINIT_FUNC PyInit__decode(void) {
         return NULL;
     }
 #ifdef HAVE_CRC_INSTRUCTION
+    crc_shift_init();
     __builtin_cpu_init();
     use_crc_instruction = __builtin_cpu_supports("sse4.2");
 #endif

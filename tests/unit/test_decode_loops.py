@@ -374,7 +374,8 @@ def test_crc32c_in_c_is_the_crc32c_packages() -> None:
     from rlm.log import _decode
 
     rng = random.Random(32)
-    for n in [0, 1, 7, 8, 9, 63, 64, 65, 1000, 4097]:
+    # lengths around the three-lane blocks (3 * 256 and 3 * 4096 bytes) and their multiples
+    for n in [0, 1, 7, 8, 9, 63, 64, 65, 767, 768, 769, 1000, 1543, 4097, 12287, 12288, 12289, 40_000]:
         data = rng.randbytes(n)
         assert _decode.crc32c(data) == crc32c.crc32c(data)
         assert _decode.crc32c(memoryview(data)[1:]) == crc32c.crc32c(data[1:])
