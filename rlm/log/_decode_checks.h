@@ -31,6 +31,9 @@ static uint32_t crc32c_soft(const unsigned char *p, Py_ssize_t n) {
     return ~c;
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_CRC_INSTRUCTION 1
+
 /* The register after n zero bytes from c (no conditioning): linear in c. */
 static uint32_t crc_zeros(uint32_t c, int n) {
     for (int i = 0; i < n; i++) {
@@ -67,8 +70,6 @@ static void crc_shift_init(void) {
     }
 }
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_CRC_INSTRUCTION 1
 /* The register after 3 * len bytes at p from c, the three lanes of len bytes interleaved (the
  * instruction's latency is three times its throughput). */
 __attribute__((target("sse4.2"))) static inline uint64_t crc32c_lanes(uint64_t c, const unsigned char *p,
