@@ -13,9 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlm.errors import CorruptDataError
 from rlm.log import codecs, columns, legacy, v2
+from rlm.log.batches import parse_header
 from rlm.log.columns import LogProgress, append_log, append_log_py
-from rlm.log.model import Codec, Record, TimestampType
+from rlm.log.model import BatchHeader, Codec, Record, TimestampType
 from tests.unit.test_decode_loops import INT32_MAX, INT64_MAX, INT64_MIN, _prefilled, needs_c
 
 BASE_TS = 1_700_000_000_000
@@ -128,6 +130,44 @@ def test_mutated_logs(batches: list[BatchSpec], flips: list[tuple[int, int]], cu
     data = bytes(log[: len(log) - cut])
     _check(data, first_offset=0, last_offset=INT64_MAX, verify_crc=verify, prefill=3)
     _check(memoryview(data), first_offset=0, last_offset=INT64_MAX, max_rows=4)
+
+
+def _batch_outcome(fn: Callable[..., int], log: bytes, header: BatchHeader, **kwargs: object) -> Outcome:
+    cols = _prefilled(3)
+    try:
+        answer: tuple[object, ...] = ("ok", fn(cols, log, header, **kwargs))
+    except Exception as exc:
+        answer = ("raised", type(exc).__name__, str(exc))
+    return answer, [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))], b""
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    batches=batches_st,
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
+    first=st.integers(-5, 40),
+    span=st.integers(0, 40),
+    verify=st.booleans(),
+)
+def test_append_batch_takes_every_batch_as_the_reference(
+    batches: list[BatchSpec], flips: list[tuple[int, int]], first: int, span: int, verify: bool
+) -> None:
+    """append_batch (compressed v2 batches decompressed in C) against append_batch_py, batch by batch."""
+    log = bytearray(_log(batches))
+    for where, value in flips:
+        if log:
+            log[where % len(log)] = value
+    data = bytes(log)
+    pos = 0
+    while pos < len(data):
+        try:
+            header = parse_header(data, pos)
+        except CorruptDataError:
+            break
+        kwargs = {"first_offset": first, "last_offset": first + span, "batch_no": 2, "verify_crc": verify}
+        expected = _batch_outcome(columns.append_batch_py, data, header, **kwargs)
+        assert _batch_outcome(columns.append_batch, data, header, **kwargs) == expected
+        pos = header.end_position
 
 
 @settings(max_examples=200, deadline=None)
