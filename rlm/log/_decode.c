@@ -359,10 +359,8 @@ static int reserve_rows(cols_t *c, int64_t n) {
                : 0;
 }
 
-/* The writes below go to room already reserved. width is 4 or 8: one store on a little-endian
- * host (a byte loop would have the compiler reload the buffer pointers after every byte). */
-static inline void put_le(cols_t *c, int col, uint64_t v, int width) {
-    unsigned char *p = c->base[col] + c->used[col];
+/* A little-endian store of 8 or 4 bytes (one write on a little-endian host). */
+static inline void store_le(unsigned char *p, uint64_t v, int width) {
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
     if (width == 8) {
         memcpy(p, &v, 8);
@@ -375,6 +373,11 @@ static inline void put_le(cols_t *c, int col, uint64_t v, int width) {
         p[i] = (unsigned char)(v >> (8 * i));
     }
 #endif
+}
+
+/* The writes below go to room already reserved. */
+static inline void put_le(cols_t *c, int col, uint64_t v, int width) {
+    store_le(c->base[col] + c->used[col], v, width);
     c->used[col] += width;
 }
 
@@ -437,6 +440,17 @@ static void rollback(cols_t *c, const int64_t *saved) {
     }
 }
 
+/* Whether the used lengths of the per-row columns hold one number of rows, and those of the header
+ * table one number of headers, as ColumnBuffers keeps them. */
+static int rows_agree(const int64_t *used) {
+    int64_t rows = used[C_OFFSET] / 8, headers = used[C_HKEY_OFFSETS] / 4 - 1;
+    return used[C_OFFSET] % 8 == 0 && used[C_TIMESTAMP] == 8 * rows && used[C_BATCH] == 4 * rows &&
+           used[C_KEY_OFFSETS] == 4 * (rows + 1) && used[C_VALUE_OFFSETS] == 4 * (rows + 1) &&
+           used[C_HEADER_OFFSETS] == 4 * (rows + 1) && used[C_KEY_VALIDITY] == (rows + 7) / 8 &&
+           used[C_VALUE_VALIDITY] == (rows + 7) / 8 && used[C_HKEY_OFFSETS] % 4 == 0 && headers >= 0 &&
+           used[C_HVALUE_OFFSETS] == used[C_HKEY_OFFSETS] && used[C_HVALUE_VALIDITY] == (headers + 7) / 8;
+}
+
 /* The column buffers and their used lengths, as the Python side passes them; *used_view is held
  * until the caller releases it. */
 static int cols_open(PyObject *buffers, PyObject *used, cols_t *c, Py_buffer *used_view) {
@@ -471,13 +485,65 @@ static int cols_open(PyObject *buffers, PyObject *used, cols_t *c, Py_buffer *us
             return -1;
         }
     }
+    if (!rows_agree(c->used)) { /* put_records writes the fixed-width columns at a row's place */
+        PyBuffer_Release(used_view);
+        PyErr_SetString(PyExc_ValueError, "the used lengths do not hold one number of rows");
+        return -1;
+    }
+    return 0;
+}
+
+/* Bit i of a validity bitmap at `bits` (a new byte starts at 0). */
+static inline void store_bit(unsigned char *bits, int64_t i, int valid) {
+    if (i % 8 == 0) {
+        bits[i / 8] = 0;
+    }
+    if (valid) {
+        bits[i / 8] |= (unsigned char)(1u << (i % 8));
+    }
+}
+
+/* A key or value column's data in the record loop, held in locals (the compiler keeps them in
+ * registers across the copies, where it would reload c's fields after every byte stored). */
+typedef struct {
+    int col;
+    unsigned char *base;
+    int64_t size;
+    Py_ssize_t cap;
+} data_col_t;
+
+static inline data_col_t data_col(cols_t *c, int col) {
+    data_col_t d = {col, c->base[col], c->used[col], c->cap[col]};
+    return d;
+}
+
+/* A value's bytes appended to d; -1 with an error set (memory, or past 2 GiB). */
+static inline int data_put(cols_t *c, data_col_t *d, const blob_t *blob) {
+    if (blob->len > 0) {
+        if (__builtin_expect(d->size + blob->len > d->cap, 0)) {
+            c->used[d->col] = d->size;
+            if (grow(c, d->col, (Py_ssize_t)(d->size + blob->len)) < 0) {
+                return -1;
+            }
+            d->base = c->base[d->col];
+            d->cap = c->cap[d->col];
+        }
+        memcpy(d->base + d->size, blob->at, (size_t)blob->len);
+        d->size += blob->len;
+    }
+    if (d->size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "more than 2 GiB in one column");
+        return -1;
+    }
     return 0;
 }
 
 /* Decode the count records of b from pos and append those with first <= offset <= last; *appended
  * counts them, *index is the record reached. NULL when every record was decoded (or a Python error
  * is set), else why it gave up. The caller takes the rows back when it does not succeed. Each
- * record is read once: its fields, its headers checked and appended as they are read. */
+ * record is read once: its fields, its headers checked and appended as they are read. The
+ * fixed-width columns have room for every row of the batch (reserve_rows): they are written at
+ * their row, and every used length is brought up to date after each row. */
 static const char *put_records(cols_t *c, const batch_t *b, Py_ssize_t pos, int64_t count, int64_t first,
                                int64_t last, int32_t batch_no, int64_t *appended, int64_t *index) {
     int64_t room = (b->end - pos) / MIN_RECORD_BYTES + 1; /* every record holds >= 7 bytes */
@@ -485,7 +551,13 @@ static const char *put_records(cols_t *c, const batch_t *b, Py_ssize_t pos, int6
     if (reserve_rows(c, count < room ? count : room) < 0) {
         return NULL;
     }
-    int64_t row = c->used[C_OFFSET] / 8;
+    int64_t *used = c->used;
+    int64_t row = used[C_OFFSET] / 8;
+    unsigned char *offsets = c->base[C_OFFSET], *timestamps = c->base[C_TIMESTAMP], *batches = c->base[C_BATCH];
+    unsigned char *key_ends = c->base[C_KEY_OFFSETS], *value_ends = c->base[C_VALUE_OFFSETS];
+    unsigned char *header_ends = c->base[C_HEADER_OFFSETS];
+    unsigned char *key_valid = c->base[C_KEY_VALIDITY], *value_valid = c->base[C_VALUE_VALIDITY];
+    data_col_t keys = data_col(c, C_KEY_DATA), values = data_col(c, C_VALUE_DATA);
     for (int64_t i = 0; i < count; i++) {
         record_t r;
         *index = i;
@@ -495,15 +567,17 @@ static const char *put_records(cols_t *c, const batch_t *b, Py_ssize_t pos, int6
         }
         int keep = r.offset >= first && r.offset <= last;
         if (keep) {
-            put_le(c, C_OFFSET, (uint64_t)r.offset, 8);
-            put_le(c, C_TIMESTAMP, (uint64_t)r.timestamp, 8);
-            put_le(c, C_BATCH, (uint64_t)(uint32_t)batch_no, 4);
-            put_bit(c, C_KEY_VALIDITY, row, r.key.len >= 0);
-            put_bit(c, C_VALUE_VALIDITY, row, r.value.len >= 0);
-            if (put_bytes(c, C_KEY_OFFSETS, C_KEY_DATA, &r.key) < 0 ||
-                put_bytes(c, C_VALUE_OFFSETS, C_VALUE_DATA, &r.value) < 0) {
+            store_le(offsets + 8 * row, (uint64_t)r.offset, 8);
+            store_le(timestamps + 8 * row, (uint64_t)r.timestamp, 8);
+            store_le(batches + 4 * row, (uint64_t)(uint32_t)batch_no, 4);
+            store_bit(key_valid, row, r.key.len >= 0);
+            store_bit(value_valid, row, r.value.len >= 0);
+            if (data_put(c, &keys, &r.key) < 0 || data_put(c, &values, &r.value) < 0) {
                 return NULL;
             }
+            /* offsets columns start with a 0: row's end is entry row + 1 */
+            store_le(key_ends + 4 * (row + 1), (uint64_t)keys.size, 4);
+            store_le(value_ends + 4 * (row + 1), (uint64_t)values.size, 4);
         }
         Py_ssize_t p = r.headers_at;
         for (int32_t h = 0; h < r.header_count; h++) {
@@ -522,13 +596,20 @@ static const char *put_records(cols_t *c, const batch_t *b, Py_ssize_t pos, int6
             return "the record's fields do not take its length";
         }
         if (keep) {
-            int64_t headers = c->used[C_HKEY_OFFSETS] / 4 - 1;
+            int64_t headers = used[C_HKEY_OFFSETS] / 4 - 1;
             if (headers > INT32_MAX) {
                 PyErr_SetString(PyExc_ValueError, "more than 2**31 headers in one column");
                 return NULL;
             }
-            put_le(c, C_HEADER_OFFSETS, (uint64_t)headers, 4);
+            store_le(header_ends + 4 * (row + 1), (uint64_t)headers, 4);
             row++;
+            used[C_OFFSET] = 8 * row;
+            used[C_TIMESTAMP] = 8 * row;
+            used[C_BATCH] = 4 * row;
+            used[C_KEY_OFFSETS] = used[C_VALUE_OFFSETS] = used[C_HEADER_OFFSETS] = 4 * (row + 1);
+            used[C_KEY_VALIDITY] = used[C_VALUE_VALIDITY] = (row + 7) / 8;
+            used[C_KEY_DATA] = keys.size;
+            used[C_VALUE_DATA] = values.size;
             (*appended)++;
         }
         pos = r.end;
