@@ -313,15 +313,19 @@ typedef struct {
 } cols_t;
 
 /* Room for `need` bytes in column col. A buffer at least doubles; once rows are in and the call
- * knows how many it goes to, it grows to what the rows so far extrapolate to, so a column is
- * copied about once rather than at every doubling. */
+ * knows how many it goes to, it grows to what the rows so far extrapolate to (at most eightfold),
+ * so a column is copied about once rather than at every doubling. */
 static int grow(cols_t *c, int col, Py_ssize_t need) {
     Py_ssize_t cap = c->cap[col] * 2;
     int64_t rows = c->used[C_OFFSET] / 8;
     if (c->goal_rows > rows && rows >= 64) {
         double per_row = (double)c->used[col] / (double)rows;
         double want = (double)need + per_row * (double)(c->goal_rows - rows) * 1.125;
-        if (want > (double)cap && want < (double)c->cap[col] * 64.0) {
+        double most = (double)c->cap[col] * 8.0;
+        if (want > most) {
+            want = most;
+        }
+        if (want > (double)cap) {
             cap = (Py_ssize_t)want;
         }
     }
