@@ -18,8 +18,9 @@ reference path: they are rare and small.
 
 :func:`append_log` decodes the batches of a log's bytes, one after the other, in one C call as far
 as it can (the frames of :data:`rlm.log.codecs.PLAIN_DECOMPRESSORS` decompressed in the same call,
-through :func:`rlm.log.codecs.plain_calls`); a batch the C walk
-does not take goes through :func:`append_batch`. Its reference is :func:`append_log_py`.
+through :func:`rlm.log.codecs.plain_calls`); a batch the C walk does not take goes through
+:func:`append_batch`. Its reference is :func:`append_log_py`. :func:`append_batch` takes a
+compressed batch through the same C call; its reference is :func:`append_batch_py`.
 """
 
 from __future__ import annotations
