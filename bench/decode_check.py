@@ -5,9 +5,11 @@ runs :func:`fuzz` in a child Python with ASan's runtime preloaded: every case go
 sanitized ``append_columns`` and ``decode_records`` and is compared with the Python reference (the
 C either answers exactly as the reference or gives up; it never answers where the reference finds
 corruption); every fourth case also walks a mutated log of mixed batches (every codec, legacy ones)
-with ``append_log_columns``, whose rows must be the reference's (``append_log_py``) for the batches
-it took. An out-of-bounds read or write ends the child with ASan's report; either that or a
-difference makes the check fail. ``bench/log_format.py --check`` prints its result.
+with ``append_log_columns`` (half of them without the CRC check, so that mutated payloads reach
+the decompression), whose rows must be the reference's (``append_log_py``) for the batches it took;
+every tenth decompresses a mutated payload with ``decompress_plain``, which must give it up or
+answer as ``rlm.log.codecs.decompress``. An out-of-bounds read or write ends the child with ASan's
+report; either that or a difference makes the check fail. ``bench/log_format.py --check`` prints its result.
 
 Usage alone: ``python -m bench.decode_check [--cases 20000] [--seed 1]``
 """
@@ -204,19 +206,46 @@ def _compare_log(tally: Counter[str], module: ModuleType, log: bytes, rng: rando
     """The C walk of ``log``: the rows of the batches it took must be the reference's for them."""
     cols, positions = ColumnBuffers(), bytearray()
     max_rows = rng.choice([3, 2**62])
+    verify = rng.random() < 0.5  # without the CRC check, mutated payloads reach the decompression
     pos, batches, rows = module.append_log_columns(
-        cols.buffers, cols.used, log, 0, len(log), True, 0, INT64_MAX, 0, max_rows,
-        codecs.PLAIN_DECOMPRESSORS, positions,
+        cols.buffers, cols.used, log, 0, len(log), verify, 0, INT64_MAX, 0, max_rows,
+        codecs.plain_calls(), positions,
     )  # fmt: skip
     want, want_positions = ColumnBuffers(), bytearray()
     progress = columns.append_log_py(
-        want, memoryview(log)[:pos], first_offset=0, last_offset=INT64_MAX, positions=want_positions
+        want,
+        memoryview(log)[:pos],
+        first_offset=0,
+        last_offset=INT64_MAX,
+        positions=want_positions,
+        verify_crc=verify,
     )
     got = [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
     same = got == [bytes(want.view(c)) for c in range(len(columns.COLUMNS))] and positions == want_positions
     tally["log_batches_walked"] += batches
     tally["log_walks_stopped_early"] += pos < len(log) and rows < max_rows
     tally["differences_from_reference"] += not same or progress != (pos, batches, rows)
+
+
+def _compare_payload(tally: Counter[str], module: ModuleType, rng: random.Random) -> None:
+    """A compressed payload, perhaps mutated: the C decompression must give it up or answer as
+    :func:`rlm.log.codecs.decompress`."""
+    codec = rng.choice(list(Codec)[1:])
+    payload = bytearray(codecs.compress(codec, rng.randbytes(rng.randint(0, 40)) * rng.randint(1, 2000)))
+    for _ in range(rng.choice([0, 1, 1, 3])):
+        payload[rng.randrange(len(payload))] = rng.randrange(256)
+    data = bytes(payload[: len(payload) - rng.choice([0, 0, 1, 7])])
+    try:
+        want: bytes | None = codecs.decompress(codec, data)
+    except CorruptRecordError:
+        want = None
+    try:
+        got: bytes | None = module.decompress_plain(codecs.plain_calls(), codec, data)
+    except Exception:
+        tally["payloads_given_up"] += 1
+        return
+    tally["payloads_decompressed"] += 1
+    tally["differences_from_reference"] += got != want
 
 
 def fuzz(module: ModuleType, cases: int, seed: int) -> dict[str, Any]:
@@ -237,6 +266,8 @@ def fuzz(module: ModuleType, cases: int, seed: int) -> dict[str, Any]:
         _compare(tally, _columns_call(module.append_batch_columns, buf, 0, True), want_columns)
         if rng.random() < 0.25:
             _compare_log(tally, module, _log_case(rng), rng)
+        if rng.random() < 0.1:
+            _compare_payload(tally, module, rng)
     return {"cases": cases, **tally, "seconds": round(time.perf_counter() - start, 1)}
 
 

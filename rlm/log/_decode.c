@@ -118,11 +118,12 @@ static inline int read_header(const unsigned char *d, Py_ssize_t limit, Py_ssize
     return read_blob(d, limit, pos, value);
 }
 
-/* The record at *pos, every field checked; *pos moves past it. NULL, or why it gave up. */
-static const char *parse_record(const batch_t *b, Py_ssize_t *pos, record_t *r) {
+/* The fields of the record at *pos up to its header count, each checked (r->end is the record's
+ * end, r->headers_at where its headers start). NULL, or why it gave up. */
+static inline const char *parse_fields(const batch_t *b, Py_ssize_t pos, record_t *r) {
     const unsigned char *d = b->d;
     uint64_t u;
-    Py_ssize_t p = *pos;
+    Py_ssize_t p = pos;
     if (p >= b->end) {
         return "the data ends before the declared record count";
     }
@@ -165,17 +166,27 @@ static const char *parse_record(const batch_t *b, Py_ssize_t *pos, record_t *r) 
     }
     r->headers_at = p;
     r->header_count = count;
-    for (int32_t i = 0; i < count; i++) {
+    r->end = rec_end;
+    return NULL;
+}
+
+/* The record at *pos, every field checked; *pos moves past it. NULL, or why it gave up. */
+static const char *parse_record(const batch_t *b, Py_ssize_t *pos, record_t *r) {
+    const char *why = parse_fields(b, *pos, r);
+    if (why != NULL) {
+        return why;
+    }
+    Py_ssize_t p = r->headers_at;
+    for (int32_t i = 0; i < r->header_count; i++) {
         blob_t key, value;
-        if (read_header(d, rec_end, &p, &key, &value) < 0) {
+        if (read_header(b->d, r->end, &p, &key, &value) < 0) {
             return "bad header";
         }
     }
-    if (p != rec_end) {
+    if (p != r->end) {
         return "the record's fields do not take its length";
     }
-    r->end = rec_end;
-    *pos = rec_end;
+    *pos = r->end;
     return NULL;
 }
 
@@ -298,10 +309,26 @@ typedef struct {
     unsigned char *base[NCOL];
     Py_ssize_t cap[NCOL];
     int64_t *used;
+    int64_t goal_rows; /* the rows the call expects to reach (0: unknown), to size buffers at once */
 } cols_t;
 
+/* Room for `need` bytes in column col. A buffer at least doubles; once rows are in and the call
+ * knows how many it goes to, it grows to what the rows so far extrapolate to (at most eightfold),
+ * so a column is copied about once rather than at every doubling. */
 static int grow(cols_t *c, int col, Py_ssize_t need) {
     Py_ssize_t cap = c->cap[col] * 2;
+    int64_t rows = c->used[C_OFFSET] / 8;
+    if (c->goal_rows > rows && rows >= 64) {
+        double per_row = (double)c->used[col] / (double)rows;
+        double want = (double)need + per_row * (double)(c->goal_rows - rows) * 1.125;
+        double most = (double)c->cap[col] * 8.0;
+        if (want > most) {
+            want = most;
+        }
+        if (want > (double)cap) {
+            cap = (Py_ssize_t)want;
+        }
+    }
     if (cap < need) {
         cap = need;
     }
@@ -321,37 +348,51 @@ static inline int reserve(cols_t *c, int col, Py_ssize_t more) {
     return __builtin_expect(need <= c->cap[col], 1) ? 0 : grow(c, col, need);
 }
 
-static inline void put_le(cols_t *c, int col, uint64_t v, int width) {
-    unsigned char *p = c->base[col] + c->used[col];
+/* Room for n more rows in the fixed-width columns and the rows' validity bitmaps. */
+static int reserve_rows(cols_t *c, int64_t n) {
+    static const int widths[][2] = {{C_OFFSET, 8},       {C_TIMESTAMP, 8},    {C_BATCH, 4},
+                                    {C_KEY_OFFSETS, 4},  {C_VALUE_OFFSETS, 4}, {C_HEADER_OFFSETS, 4}};
+    for (size_t k = 0; k < sizeof widths / sizeof widths[0]; k++) {
+        if (reserve(c, widths[k][0], (Py_ssize_t)n * widths[k][1]) < 0) {
+            return -1;
+        }
+    }
+    return reserve(c, C_KEY_VALIDITY, (Py_ssize_t)(n / 8 + 1)) < 0 ||
+                   reserve(c, C_VALUE_VALIDITY, (Py_ssize_t)(n / 8 + 1)) < 0
+               ? -1
+               : 0;
+}
+
+/* A little-endian store of 8 or 4 bytes (one write on a little-endian host). */
+static inline void store_le(unsigned char *p, uint64_t v, int width) {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (width == 8) {
+        memcpy(p, &v, 8);
+    } else {
+        uint32_t w = (uint32_t)v;
+        memcpy(p, &w, 4);
+    }
+#else
     for (int i = 0; i < width; i++) {
         p[i] = (unsigned char)(v >> (8 * i));
     }
+#endif
+}
+
+/* The writes below go to room already reserved. */
+static inline void put_le(cols_t *c, int col, uint64_t v, int width) {
+    store_le(c->base[col] + c->used[col], v, width);
     c->used[col] += width;
 }
 
-static inline int put_bytes(cols_t *c, int col, const unsigned char *src, Py_ssize_t n) {
-    if (n > 0) {
-        if (reserve(c, col, n) < 0) {
-            return -1;
-        }
-        memcpy(c->base[col] + c->used[col], src, (size_t)n);
-        c->used[col] += n;
-    }
-    return 0;
-}
-
 /* Row `index` of a validity bitmap; a new byte starts at 0. */
-static inline int put_bit(cols_t *c, int col, int64_t index, int valid) {
+static inline void put_bit(cols_t *c, int col, int64_t index, int valid) {
     if (index % 8 == 0) {
-        if (reserve(c, col, 1) < 0) {
-            return -1;
-        }
         c->base[col][c->used[col]++] = 0;
     }
     if (valid) {
         c->base[col][index / 8] |= (unsigned char)(1u << (index % 8));
     }
-    return 0;
 }
 
 /* The end of the latest value in a data column, as the next int32 of its offsets column. */
@@ -361,50 +402,31 @@ static inline int put_end(cols_t *c, int offsets_col, int data_col) {
         PyErr_SetString(PyExc_ValueError, "more than 2 GiB in one column");
         return -1;
     }
-    if (reserve(c, offsets_col, 4) < 0) {
-        return -1;
-    }
     put_le(c, offsets_col, (uint64_t)size, 4);
     return 0;
 }
 
-static inline int put_blob(cols_t *c, const blob_t *blob, int offsets, int data, int validity, int64_t index) {
-    if (put_bit(c, validity, index, blob->len >= 0) < 0 || put_bytes(c, data, blob->at, blob->len) < 0) {
-        return -1;
-    }
-    return put_end(c, offsets, data);
-}
-
-static int put_row(cols_t *c, const batch_t *b, const record_t *r, int32_t batch_no) {
-    int64_t row = c->used[C_OFFSET] / 8;
-    if (reserve(c, C_OFFSET, 8) < 0 || reserve(c, C_TIMESTAMP, 8) < 0 || reserve(c, C_BATCH, 4) < 0 ||
-        reserve(c, C_HEADER_OFFSETS, 4) < 0) {
-        return -1;
-    }
-    put_le(c, C_OFFSET, (uint64_t)r->offset, 8);
-    put_le(c, C_TIMESTAMP, (uint64_t)r->timestamp, 8);
-    put_le(c, C_BATCH, (uint64_t)(uint32_t)batch_no, 4);
-    if (put_blob(c, &r->key, C_KEY_OFFSETS, C_KEY_DATA, C_KEY_VALIDITY, row) < 0 ||
-        put_blob(c, &r->value, C_VALUE_OFFSETS, C_VALUE_DATA, C_VALUE_VALIDITY, row) < 0) {
-        return -1;
-    }
-    Py_ssize_t p = r->headers_at;
-    for (int32_t i = 0; i < r->header_count; i++) {
-        blob_t key, value;
-        int64_t index = c->used[C_HKEY_OFFSETS] / 4 - 1;
-        read_header(b->d, r->end, &p, &key, &value); /* checked by parse_record */
-        if (put_bytes(c, C_HKEY_DATA, key.at, key.len) < 0 || put_end(c, C_HKEY_OFFSETS, C_HKEY_DATA) < 0 ||
-            put_blob(c, &value, C_HVALUE_OFFSETS, C_HVALUE_DATA, C_HVALUE_VALIDITY, index) < 0) {
+/* A value's bytes (the data column grows for them) and its end offset. */
+static inline int put_bytes(cols_t *c, int offsets_col, int data_col, const blob_t *blob) {
+    if (blob->len > 0) {
+        if (reserve(c, data_col, blob->len) < 0) {
             return -1;
         }
+        memcpy(c->base[data_col] + c->used[data_col], blob->at, (size_t)blob->len);
+        c->used[data_col] += blob->len;
     }
-    int64_t headers = c->used[C_HKEY_OFFSETS] / 4 - 1;
-    if (headers > INT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "more than 2**31 headers in one column");
+    return put_end(c, offsets_col, data_col);
+}
+
+/* One header as the next row of the header table. */
+static inline int put_header(cols_t *c, const blob_t *key, const blob_t *value) {
+    int64_t index = c->used[C_HKEY_OFFSETS] / 4 - 1;
+    if (reserve(c, C_HKEY_OFFSETS, 4) < 0 || reserve(c, C_HVALUE_OFFSETS, 4) < 0 ||
+        reserve(c, C_HVALUE_VALIDITY, 1) < 0 || put_bytes(c, C_HKEY_OFFSETS, C_HKEY_DATA, key) < 0) {
         return -1;
     }
-    put_le(c, C_HEADER_OFFSETS, (uint64_t)headers, 4);
-    return 0;
+    put_bit(c, C_HVALUE_VALIDITY, index, value->len >= 0);
+    return put_bytes(c, C_HVALUE_OFFSETS, C_HVALUE_DATA, value);
 }
 
 /* Take back every row appended since `saved` (the used lengths then), as ColumnBuffers.rollback
@@ -422,16 +444,15 @@ static void rollback(cols_t *c, const int64_t *saved) {
     }
 }
 
-static int headers_are_utf8(const batch_t *b, const record_t *r) {
-    Py_ssize_t p = r->headers_at;
-    for (int32_t i = 0; i < r->header_count; i++) {
-        blob_t key, value;
-        read_header(b->d, r->end, &p, &key, &value);
-        if (!valid_utf8(key.at, key.len)) {
-            return 0;
-        }
-    }
-    return 1;
+/* Whether the used lengths of the per-row columns hold one number of rows, and those of the header
+ * table one number of headers, as ColumnBuffers keeps them. */
+static int rows_agree(const int64_t *used) {
+    int64_t rows = used[C_OFFSET] / 8, headers = used[C_HKEY_OFFSETS] / 4 - 1;
+    return used[C_OFFSET] % 8 == 0 && used[C_TIMESTAMP] == 8 * rows && used[C_BATCH] == 4 * rows &&
+           used[C_KEY_OFFSETS] == 4 * (rows + 1) && used[C_VALUE_OFFSETS] == 4 * (rows + 1) &&
+           used[C_HEADER_OFFSETS] == 4 * (rows + 1) && used[C_KEY_VALIDITY] == (rows + 7) / 8 &&
+           used[C_VALUE_VALIDITY] == (rows + 7) / 8 && used[C_HKEY_OFFSETS] % 4 == 0 && headers >= 0 &&
+           used[C_HVALUE_OFFSETS] == used[C_HKEY_OFFSETS] && used[C_HVALUE_VALIDITY] == (headers + 7) / 8;
 }
 
 /* The column buffers and their used lengths, as the Python side passes them; *used_view is held
@@ -460,6 +481,7 @@ static int cols_open(PyObject *buffers, PyObject *used, cols_t *c, Py_buffer *us
         return -1;
     }
     c->used = (int64_t *)used_view->buf;
+    c->goal_rows = 0;
     for (int i = 0; i < NCOL; i++) {
         if (c->used[i] < 0 || c->used[i] > c->cap[i]) {
             PyBuffer_Release(used_view);
@@ -467,35 +489,136 @@ static int cols_open(PyObject *buffers, PyObject *used, cols_t *c, Py_buffer *us
             return -1;
         }
     }
+    if (!rows_agree(c->used)) { /* put_records writes the fixed-width columns at a row's place */
+        PyBuffer_Release(used_view);
+        PyErr_SetString(PyExc_ValueError, "the used lengths do not hold one number of rows");
+        return -1;
+    }
+    return 0;
+}
+
+/* Bit i of a validity bitmap at `bits` (a new byte starts at 0). */
+static inline void store_bit(unsigned char *bits, int64_t i, int valid) {
+    if (i % 8 == 0) {
+        bits[i / 8] = 0;
+    }
+    if (valid) {
+        bits[i / 8] |= (unsigned char)(1u << (i % 8));
+    }
+}
+
+/* A key or value column's data in the record loop, held in locals (the compiler keeps them in
+ * registers across the copies, where it would reload c's fields after every byte stored). */
+typedef struct {
+    int col;
+    unsigned char *base;
+    int64_t size;
+    Py_ssize_t cap;
+} data_col_t;
+
+static inline data_col_t data_col(cols_t *c, int col) {
+    data_col_t d = {col, c->base[col], c->used[col], c->cap[col]};
+    return d;
+}
+
+/* A value's bytes appended to d; -1 with an error set (memory, or past 2 GiB). */
+static inline int data_put(cols_t *c, data_col_t *d, const blob_t *blob) {
+    if (blob->len > 0) {
+        if (__builtin_expect(d->size + blob->len > d->cap, 0)) {
+            c->used[d->col] = d->size;
+            if (grow(c, d->col, (Py_ssize_t)(d->size + blob->len)) < 0) {
+                return -1;
+            }
+            d->base = c->base[d->col];
+            d->cap = c->cap[d->col];
+        }
+        memcpy(d->base + d->size, blob->at, (size_t)blob->len);
+        d->size += blob->len;
+    }
+    if (d->size > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "more than 2 GiB in one column");
+        return -1;
+    }
     return 0;
 }
 
 /* Decode the count records of b from pos and append those with first <= offset <= last; *appended
  * counts them, *index is the record reached. NULL when every record was decoded (or a Python error
- * is set), else why it gave up. The caller takes the rows back when it does not succeed. */
+ * is set), else why it gave up. The caller takes the rows back when it does not succeed. Each
+ * record is read once: its fields, its headers checked and appended as they are read. The
+ * fixed-width columns have room for every row of the batch (reserve_rows): they are written at
+ * their row, and every used length is brought up to date after each row. */
 static const char *put_records(cols_t *c, const batch_t *b, Py_ssize_t pos, int64_t count, int64_t first,
                                int64_t last, int32_t batch_no, int64_t *appended, int64_t *index) {
-    int64_t i = 0;
-    for (; i < count; i++) {
+    int64_t room = (b->end - pos) / MIN_RECORD_BYTES + 1; /* every record holds >= 7 bytes */
+    *index = 0;
+    if (reserve_rows(c, count < room ? count : room) < 0) {
+        return NULL;
+    }
+    int64_t *used = c->used;
+    int64_t row = used[C_OFFSET] / 8;
+    unsigned char *offsets = c->base[C_OFFSET], *timestamps = c->base[C_TIMESTAMP], *batches = c->base[C_BATCH];
+    unsigned char *key_ends = c->base[C_KEY_OFFSETS], *value_ends = c->base[C_VALUE_OFFSETS];
+    unsigned char *header_ends = c->base[C_HEADER_OFFSETS];
+    unsigned char *key_valid = c->base[C_KEY_VALIDITY], *value_valid = c->base[C_VALUE_VALIDITY];
+    data_col_t keys = data_col(c, C_KEY_DATA), values = data_col(c, C_VALUE_DATA);
+    for (int64_t i = 0; i < count; i++) {
         record_t r;
-        const char *why = parse_record(b, &pos, &r);
-        if (why == NULL && r.header_count > 0 && !headers_are_utf8(b, &r)) {
-            why = "a header key is not UTF-8";
-        }
+        *index = i;
+        const char *why = parse_fields(b, pos, &r);
         if (why != NULL) {
-            *index = i;
             return why;
         }
-        if (r.offset < first || r.offset > last) {
-            continue;
+        int keep = r.offset >= first && r.offset <= last;
+        if (keep) {
+            store_le(offsets + 8 * row, (uint64_t)r.offset, 8);
+            store_le(timestamps + 8 * row, (uint64_t)r.timestamp, 8);
+            store_le(batches + 4 * row, (uint64_t)(uint32_t)batch_no, 4);
+            store_bit(key_valid, row, r.key.len >= 0);
+            store_bit(value_valid, row, r.value.len >= 0);
+            if (data_put(c, &keys, &r.key) < 0 || data_put(c, &values, &r.value) < 0) {
+                return NULL;
+            }
+            /* offsets columns start with a 0: row's end is entry row + 1 */
+            store_le(key_ends + 4 * (row + 1), (uint64_t)keys.size, 4);
+            store_le(value_ends + 4 * (row + 1), (uint64_t)values.size, 4);
         }
-        if (put_row(c, b, &r, batch_no) < 0) {
-            *index = i;
-            return NULL;
+        Py_ssize_t p = r.headers_at;
+        for (int32_t h = 0; h < r.header_count; h++) {
+            blob_t key, value;
+            if (read_header(b->d, r.end, &p, &key, &value) < 0) {
+                return "bad header";
+            }
+            if (!valid_utf8(key.at, key.len)) {
+                return "a header key is not UTF-8";
+            }
+            if (keep && put_header(c, &key, &value) < 0) {
+                return NULL;
+            }
         }
-        (*appended)++;
+        if (p != r.end) {
+            return "the record's fields do not take its length";
+        }
+        if (keep) {
+            int64_t headers = used[C_HKEY_OFFSETS] / 4 - 1;
+            if (headers > INT32_MAX) {
+                PyErr_SetString(PyExc_ValueError, "more than 2**31 headers in one column");
+                return NULL;
+            }
+            store_le(header_ends + 4 * (row + 1), (uint64_t)headers, 4);
+            row++;
+            used[C_OFFSET] = 8 * row;
+            used[C_TIMESTAMP] = 8 * row;
+            used[C_BATCH] = 4 * row;
+            used[C_KEY_OFFSETS] = used[C_VALUE_OFFSETS] = used[C_HEADER_OFFSETS] = 4 * (row + 1);
+            used[C_KEY_VALIDITY] = used[C_VALUE_VALIDITY] = (row + 7) / 8;
+            used[C_KEY_DATA] = keys.size;
+            used[C_VALUE_DATA] = values.size;
+            (*appended)++;
+        }
+        pos = r.end;
     }
-    *index = i;
+    *index = count;
     return pos != b->end ? "bytes left after the declared records" : NULL;
 }
 
@@ -585,7 +708,7 @@ static PyObject *headers_object(const batch_t *b, const record_t *r) {
     }
     Py_ssize_t p = r->headers_at;
     for (int32_t i = 0; i < r->header_count; i++) {
-        blob_t key, value;
+        blob_t key = {NULL, 0}, value = {NULL, 0};
         read_header(b->d, r->end, &p, &key, &value);
         PyObject *name = PyUnicode_DecodeUTF8((const char *)key.at, key.len, NULL);
         if (name == NULL) {
@@ -731,6 +854,8 @@ static PyMethodDef methods[] = {
     {"append_log_columns", (PyCFunction)(void (*)(void))append_log_columns, METH_FASTCALL,
      "Append the records of the v2 batches of a log's bytes to column buffers, CRCs checked."},
     {"crc32c", (PyCFunction)crc32c_py, METH_O, "CRC-32C of a buffer."},
+    {"decompress_plain", (PyCFunction)(void (*)(void))decompress_plain, METH_FASTCALL,
+     "A compressed v2 payload as the log walk decompresses it."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -744,7 +869,11 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__decode(void) {
     crc_init();
+    if (codecs_init() < 0) {
+        return NULL;
+    }
 #ifdef HAVE_CRC_INSTRUCTION
+    crc_shift_init();
     __builtin_cpu_init();
     use_crc_instruction = __builtin_cpu_supports("sse4.2");
 #endif

@@ -58,7 +58,10 @@ def append_log_columns(
     last_offset: int,
     batch_no: int,
     max_rows: int,
-    decompress: tuple[Callable[[memoryview], bytes], ...],
+    calls: tuple[Callable[..., object], ...],
     positions: bytearray | None,
     /,
 ) -> tuple[int, int, int]: ...
+def decompress_plain(
+    calls: tuple[Callable[..., object], ...], codec: int, payload: bytes | bytearray | memoryview, /
+) -> bytes: ...

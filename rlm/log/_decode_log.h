@@ -1,40 +1,15 @@
 /*
  * append_log_columns: every v2 batch of a log's bytes walked and decoded into columns in one call,
- * compressed ones through a Python decompress function. Part of rlm.log._decode (included by
+ * compressed ones decompressed by _decode_codecs.h. Part of rlm.log._decode (included by
  * _decode.c after its column functions); the Python reference is rlm.log.columns.append_log_py.
  */
 #ifndef RLM_DECODE_LOG_H
 #define RLM_DECODE_LOG_H
 
-/* decompress(payload)'s result as a buffer held in *out. payload is a view of the batch's bytes,
- * released after the call (a view kept by decompress reads as released). -1 with an error set when
- * decompress raises or returns no buffer. */
-static int decompressed(PyObject *decompress, const unsigned char *at, int64_t n, Py_buffer *out) {
-    PyObject *payload = PyMemoryView_FromMemory((char *)at, (Py_ssize_t)n, PyBUF_READ);
-    if (payload == NULL) {
-        return -1;
-    }
-    PyObject *result = PyObject_CallOneArg(decompress, payload);
-    PyObject *type, *value, *traceback;
-    PyErr_Fetch(&type, &value, &traceback);
-    PyObject *released = PyObject_CallMethod(payload, "release", NULL);
-    Py_DECREF(payload);
-    if (released == NULL) { /* still exported: give up on the result */
-        Py_CLEAR(result);
-        Py_XDECREF(type);
-        Py_XDECREF(value);
-        Py_XDECREF(traceback);
-        return -1;
-    }
-    Py_DECREF(released);
-    PyErr_Restore(type, value, traceback);
-    if (result == NULL) {
-        return -1;
-    }
-    int rc = PyObject_GetBuffer(result, out, PyBUF_SIMPLE);
-    Py_DECREF(result);
-    return rc;
-}
+/* The largest max_rows the buffers are sized for ahead (larger: they double as they fill). */
+#define GOAL_ROWS_MAX (1 << 22)
+
+#include "_decode_codecs.h"
 
 /* Whether the error set is one the walk stops on (the reference then says what is wrong), rather
  * than one it passes on (memory, interrupts). */
@@ -58,38 +33,39 @@ static int put_position(PyObject *positions, int64_t p) {
     return 0;
 }
 
-/* The records of the v2 batch b (count of them, *size bytes at d + p) appended: NULL, or why not
- * (a Python error may be set). */
+/* The records of the v2 batch b (count of them, size bytes at d + p) appended, a compressed one's
+ * decompressed into *out: NULL, or why not (a Python error may be set). */
 static const char *put_batch(cols_t *c, batch_t *b, const unsigned char *d, int64_t p, int64_t size, int codec,
-                             int64_t count, int64_t first, int64_t last, int32_t batch_no, PyObject *decompress,
-                             int64_t *appended) {
+                             int64_t count, int64_t first, int64_t last, int32_t batch_no, PyObject *calls,
+                             plain_out_t *out, int64_t *appended) {
     int64_t index = 0;
     if (codec == 0) {
         return put_records(c, b, (Py_ssize_t)p + V2_HEADER_SIZE, count, first, last, batch_no, appended, &index);
     }
-    Py_buffer records;
-    if (decompressed(PyTuple_GET_ITEM(decompress, codec), d + p + V2_HEADER_SIZE, size - V2_HEADER_SIZE, &records) < 0) {
-        return "not decompressed";
+    const char *why = plain_decompress(calls, codec, d + p + V2_HEADER_SIZE, size - V2_HEADER_SIZE, out);
+    if (why != NULL || PyErr_Occurred()) {
+        plain_out_release(out);
+        return why != NULL ? why : "not decompressed";
     }
-    b->d = (const unsigned char *)records.buf;
-    b->end = records.len;
-    const char *why = put_records(c, b, 0, count, first, last, batch_no, appended, &index);
-    PyBuffer_Release(&records);
+    b->d = out->at;
+    b->end = out->len;
+    why = put_records(c, b, 0, count, first, last, batch_no, appended, &index);
+    plain_out_release(out);
     return why;
 }
 
 /* append_log_columns(buffers, used, buf, pos, end, verify_crc, first_offset, last_offset, batch_no,
- *                    max_rows, decompress, positions) -> (position, batches, rows)
+ *                    max_rows, calls, positions) -> (position, batches, rows)
  *
  * Walk the batches of buf[pos:end] and append the records with first_offset <= offset <=
  * last_offset of each, as append_batch_columns does; the i-th batch walked is batch number
  * batch_no + i, and its position is appended to positions (int64 little-endian) unless that is
- * None. A compressed batch's records are the buffer decompress[codec](payload) returns (decompress:
- * a tuple of 5, one function per codec id 0-4). The walk
- * stops before a batch once rows >= max_rows, and before any batch it does not take: not v2, not
- * whole before end, not well-formed, a bad CRC, an unknown codec, decompress raising, records it
- * gives up on. Nothing of that batch stays appended; the caller goes on from the position returned.
- * When it raises (memory), nothing of the call stays appended. */
+ * None. A compressed batch's records are its payload decompressed by plain_decompress with the
+ * library calls `calls` (rlm.log.codecs.plain_calls; see _decode_codecs.h). The walk stops before
+ * a batch once rows >= max_rows, and before any batch it does not take: not v2, not whole before
+ * end, not well-formed, a bad CRC, an unknown codec, a payload it gives up on (a library raising
+ * among them), records it gives up on. Nothing of that batch stays appended; the caller goes on
+ * from the position returned. When it raises (memory), nothing of the call stays appended. */
 static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 12) {
@@ -102,12 +78,12 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
         return NULL;
     }
     int verify = PyObject_IsTrue(args[5]);
-    PyObject *decompress = args[10], *positions = args[11];
+    PyObject *calls = args[10], *positions = args[11];
     if (verify < 0) {
         return NULL;
     }
-    if (!PyTuple_CheckExact(decompress) || PyTuple_GET_SIZE(decompress) != 5) {
-        PyErr_SetString(PyExc_TypeError, "decompress must be a tuple of 5 functions");
+    if (!PyTuple_CheckExact(calls) || PyTuple_GET_SIZE(calls) != 5) {
+        PyErr_SetString(PyExc_TypeError, "calls must be a tuple of the 5 library calls");
         return NULL;
     }
     if (positions != Py_None && !PyByteArray_CheckExact(positions)) {
@@ -130,11 +106,16 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
         return NULL;
     }
     const unsigned char *d = (const unsigned char *)view.buf;
+    int64_t rows_before = c.used[C_OFFSET] / 8;
+    if (max_rows <= GOAL_ROWS_MAX) { /* an Arrow batch's worth: buffers sized for it (see grow) */
+        c.goal_rows = rows_before + max_rows;
+    }
     int64_t start[NCOL];
     memcpy(start, c.used, sizeof start);
     Py_ssize_t positions_start = positions == Py_None ? 0 : PyByteArray_GET_SIZE(positions);
     int64_t batches = 0, rows = 0;
     int failed = 0;
+    plain_out_t out = {NULL, 0, {0}, 0, NULL, 0};
     while (p < end && rows < max_rows && batch_no + batches <= INT32_MAX) {
         batch_t b;
         int64_t count, size, appended = 0;
@@ -145,7 +126,7 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
         int64_t saved[NCOL];
         memcpy(saved, c.used, sizeof saved);
         const char *why =
-            put_batch(&c, &b, d, p, size, codec, count, first, last, (int32_t)(batch_no + batches), decompress, &appended);
+            put_batch(&c, &b, d, p, size, codec, count, first, last, (int32_t)(batch_no + batches), calls, &out, &appended);
         if (why != NULL || PyErr_Occurred()) {
             rollback(&c, saved);
             if (PyErr_Occurred() && !stops_on_error()) {
@@ -172,6 +153,7 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
             PyErr_Restore(type, value, traceback);
         }
     }
+    plain_out_free(&out);
     PyBuffer_Release(&view);
     PyBuffer_Release(&used_view);
     if (failed) {

@@ -598,6 +598,26 @@ Each returns what :func:`decompress` returns for a v2 payload (``max_size`` the 
 (any exception: the caller then asks :func:`decompress`, which says what is wrong)."""
 
 
+PlainCalls = tuple[Callable[..., object], ...]
+
+
+def plain_calls() -> PlainCalls:
+    """The library calls with which the C log walk (:mod:`rlm.log._decode`) decompresses the frames
+    of :data:`PLAIN_DECOMPRESSORS`, walking the framing itself: gzip's ``decompressobj``, snappy's
+    raw ``decompress_raw_into``, lz4's ``frame.decompress``, zstd's ``frame_content_size`` and this
+    thread's decompressor's ``decompress``."""
+    calls: PlainCalls | None = getattr(_zstd_contexts, "plain_calls", None)
+    if calls is None:
+        calls = _zstd_contexts.plain_calls = (
+            isal_zlib.decompressobj,
+            cramjam.snappy.decompress_raw_into,
+            lz4.frame.decompress,
+            zstandard.frame_content_size,
+            _zstd_decompressor().decompress,
+        )
+    return calls
+
+
 def decompress_v2(codec: Codec, data: memoryview) -> bytes:
     """:func:`decompress` for a v2 payload (``max_size`` the default), the common frames fast."""
     try:

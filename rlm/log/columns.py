@@ -17,8 +17,10 @@ reference's. ``ACCELERATED`` says which is in use. Legacy (v0/v1) batches always
 reference path: they are rare and small.
 
 :func:`append_log` decodes the batches of a log's bytes, one after the other, in one C call as far
-as it can (compressed batches through :data:`rlm.log.codecs.PLAIN_DECOMPRESSORS`); a batch the C walk
-does not take goes through :func:`append_batch`. Its reference is :func:`append_log_py`.
+as it can (the frames of :data:`rlm.log.codecs.PLAIN_DECOMPRESSORS` decompressed in the same call,
+through :func:`rlm.log.codecs.plain_calls`); a batch the C walk does not take goes through
+:func:`append_batch`. Its reference is :func:`append_log_py`. :func:`append_batch` takes a
+compressed batch through the same C call; its reference is :func:`append_batch_py`.
 """
 
 from __future__ import annotations
@@ -230,6 +232,37 @@ def append_v2_records(
     return append_v2_records_py(cols, records, first_offset, last_offset, batch_no)
 
 
+def _append_compressed_in_c(
+    cols: ColumnBuffers, buf: Buffer, header: BatchHeader, bounds: tuple[int, int, int], verify_crc: bool
+) -> int | None:
+    """The compressed v2 batch of ``header`` as the C log walk takes it (the common frames
+    decompressed in C), ``bounds`` its first and last offset and batch number: the rows appended,
+    or None, nothing appended, where it does not take it."""
+    first_offset, last_offset, batch_no = bounds
+    mark = cols.mark()
+    try:
+        end, walked, appended = _decode.append_log_columns(
+            cols.buffers,
+            cols.used,
+            buf,
+            header.position,
+            header.end_position,
+            verify_crc,
+            first_offset,
+            last_offset,
+            batch_no,
+            _NO_ROW_LIMIT,
+            codecs.plain_calls(),
+            None,
+        )
+    except (ValueError, OverflowError, BufferError):
+        return None
+    if (end, walked) == (header.end_position, 1):
+        return appended
+    cols.rollback(mark)  # no batch taken, or bytes that are not the batch the header describes
+    return None
+
+
 def append_batch(
     cols: ColumnBuffers,
     buf: Buffer,
@@ -239,9 +272,12 @@ def append_batch(
     last_offset: int,
     batch_no: int,
     verify_crc: bool = True,
+    in_c: bool = True,
 ) -> int:
     """Decode the batch described by ``header`` (``header.position`` indexes ``buf``) and append
     its records with offsets in ``[first_offset, last_offset]``; return how many were appended.
+    With ``in_c`` (and the C module built) in C as far as it takes the batch; without it, the
+    reference (:func:`append_batch_py`): decompressed and decoded in Python.
 
     Raises:
         CorruptRecordError: as :func:`rlm.log.batches.decode_batch`; nothing is appended then.
@@ -254,6 +290,9 @@ def append_batch(
         except CorruptRecordError:
             cols.rollback(mark)
             raise
+    if not in_c:
+        records = v2.records_of(buf, header, verify_crc, codecs.decompress)
+        return append_v2_records_py(cols, records, first_offset, last_offset, batch_no)
     if _decode is not None and not header.attributes & _CODEC_MASK:
         try:  # the whole batch in C: header fields, CRC and records; nothing stays when it raises
             return _decode.append_batch_columns(
@@ -261,6 +300,12 @@ def append_batch(
             )
         except (ValueError, OverflowError, BufferError):
             pass  # not plainly well-formed: as any batch, below
+    elif _decode is not None:
+        appended = _append_compressed_in_c(
+            cols, buf, header, (first_offset, last_offset, batch_no), verify_crc
+        )
+        if appended is not None:
+            return appended
     records = v2.records_of(buf, header, verify_crc)
     return append_v2_records(cols, records, first_offset, last_offset, batch_no)
 
@@ -277,30 +322,6 @@ class LogProgress(NamedTuple):
 
 
 _NO_ROW_LIMIT = 2**62
-
-
-def _append_one(
-    cols: ColumnBuffers,
-    buf: Buffer,
-    header: BatchHeader,
-    bounds: tuple[int, int, int],
-    verify_crc: bool,
-    in_c: bool,
-) -> int:
-    """:func:`append_batch` (without ``in_c``: its reference, without C)."""
-    first_offset, last_offset, batch_no = bounds
-    if in_c or header.magic < 2:
-        return append_batch(
-            cols,
-            buf,
-            header,
-            first_offset=first_offset,
-            last_offset=last_offset,
-            batch_no=batch_no,
-            verify_crc=verify_crc,
-        )
-    records = v2.records_of(buf, header, verify_crc, codecs.decompress)
-    return append_v2_records_py(cols, records, first_offset, last_offset, batch_no)
 
 
 def append_log(
@@ -331,6 +352,7 @@ def append_log(
     """
     in_int64 = _INT64_MIN <= first_offset <= _INT64_MAX and _INT64_MIN <= last_offset <= _INT64_MAX
     walk_in_c = in_c and _decode is not None and in_int64
+    calls = codecs.plain_calls() if walk_in_c else ()
     end = len(buf)
     batches = rows = 0
     while pos < end and rows < max_rows:
@@ -346,7 +368,7 @@ def append_log(
                 last_offset,
                 batch_no + batches,
                 min(max_rows - rows, _NO_ROW_LIMIT),
-                codecs.PLAIN_DECOMPRESSORS,
+                calls,
                 positions,
             )
             batches += walked
@@ -355,8 +377,16 @@ def append_log(
                 break
         try:  # a batch the C walk left: whatever it is, as the reference takes it
             header = parse_header(buf, pos)
-            bounds = (first_offset, last_offset, batch_no + batches)
-            rows += _append_one(cols, buf, header, bounds, verify_crc, in_c)
+            rows += append_batch(
+                cols,
+                buf,
+                header,
+                first_offset=first_offset,
+                last_offset=last_offset,
+                batch_no=batch_no + batches,
+                verify_crc=verify_crc,
+                in_c=in_c,
+            )
         except CorruptDataError as exc:
             raise exc.at(None, pos) from exc
         if positions is not None:
@@ -365,6 +395,9 @@ def append_log(
         pos = header.end_position
     return LogProgress(pos, batches, rows)
 
+
+append_batch_py = partial(append_batch, in_c=False)
+"""The reference of :func:`append_batch`: the batch decompressed and decoded in Python."""
 
 append_log_py = partial(append_log, in_c=False)
 """The reference of :func:`append_log`: every batch by :func:`append_batch`'s reference."""

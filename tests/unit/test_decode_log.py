@@ -1,8 +1,8 @@
 """rlm.log.columns.append_log: the C walk over a log's batches (rlm.log._decode.append_log_columns,
-compressed batches through rlm.log.codecs.PLAIN_DECOMPRESSORS) never answers differently from the
-Python reference (append_log_py) on valid, extreme and mutated logs: the same rows, the same
-progress, the same error naming the same position; and the fast decompressors never differ from
-rlm.log.codecs.decompress."""
+compressed batches decompressed in C through rlm.log.codecs.plain_calls) never answers differently
+from the Python reference (append_log_py) on valid, extreme and mutated logs: the same rows, the
+same progress, the same error naming the same position; and the fast decompressors, in Python
+(rlm.log.codecs.PLAIN_DECOMPRESSORS) and in C, never differ from rlm.log.codecs.decompress."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rlm.errors import CorruptDataError
 from rlm.log import codecs, columns, legacy, v2
+from rlm.log.batches import parse_header
 from rlm.log.columns import LogProgress, append_log, append_log_py
-from rlm.log.model import Codec, Record, TimestampType
+from rlm.log.model import BatchHeader, Codec, Record, TimestampType
 from tests.unit.test_decode_loops import INT32_MAX, INT64_MAX, INT64_MIN, _prefilled, needs_c
 
 BASE_TS = 1_700_000_000_000
@@ -130,6 +132,44 @@ def test_mutated_logs(batches: list[BatchSpec], flips: list[tuple[int, int]], cu
     _check(memoryview(data), first_offset=0, last_offset=INT64_MAX, max_rows=4)
 
 
+def _batch_outcome(fn: Callable[..., int], log: bytes, header: BatchHeader, **kwargs: object) -> Outcome:
+    cols = _prefilled(3)
+    try:
+        answer: tuple[object, ...] = ("ok", fn(cols, log, header, **kwargs))
+    except Exception as exc:
+        answer = ("raised", type(exc).__name__, str(exc))
+    return answer, [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))], b""
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    batches=batches_st,
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
+    first=st.integers(-5, 40),
+    span=st.integers(0, 40),
+    verify=st.booleans(),
+)
+def test_append_batch_takes_every_batch_as_the_reference(
+    batches: list[BatchSpec], flips: list[tuple[int, int]], first: int, span: int, verify: bool
+) -> None:
+    """append_batch (compressed v2 batches decompressed in C) against append_batch_py, batch by batch."""
+    log = bytearray(_log(batches))
+    for where, value in flips:
+        if log:
+            log[where % len(log)] = value
+    data = bytes(log)
+    pos = 0
+    while pos < len(data):
+        try:
+            header = parse_header(data, pos)
+        except CorruptDataError:
+            break
+        kwargs = {"first_offset": first, "last_offset": first + span, "batch_no": 2, "verify_crc": verify}
+        expected = _batch_outcome(columns.append_batch_py, data, header, **kwargs)
+        assert _batch_outcome(columns.append_batch, data, header, **kwargs) == expected
+        pos = header.end_position
+
+
 @settings(max_examples=200, deadline=None)
 @given(data=st.binary(max_size=200), pos=st.integers(0, 210))
 def test_any_bytes(data: bytes, pos: int) -> None:
@@ -157,7 +197,7 @@ def test_the_c_walk_takes_every_v2_batch_of_a_log() -> None:
         INT64_MAX,
         0,
         2**62,
-        codecs.PLAIN_DECOMPRESSORS,
+        codecs.plain_calls(),
         positions,
     )
     assert got == (len(log), len(Codec), 5 * len(Codec))
@@ -171,7 +211,7 @@ def test_the_c_walk_stops_before_a_batch_it_does_not_take() -> None:
     from rlm.log import _decode
 
     good = _log([(Codec.NONE, [(b"k", b"v", [])])])
-    compressed = _log([(Codec.GZIP, [(b"k", b"v", [])])], base_offset=1)
+    compressed = _log([(Codec.LZ4, [(b"k", b"v", [])])], base_offset=1)
 
     def refuses(view: memoryview) -> bytes:
         raise RuntimeError("no")
@@ -182,13 +222,14 @@ def test_the_c_walk_stops_before_a_batch_it_does_not_take() -> None:
         kept.append(view)
         return bytes(view)  # not records: the walk gives up on them
 
-    for decompress, legacy_next in ((refuses, False), (keeps, False), (refuses, True)):
+    for lz4_call, legacy_next in ((refuses, False), (keeps, False), (refuses, True)):
         log = good + (
             legacy.encode_legacy_batch([Record(1, 0, None, b"x", ())], magic=1) if legacy_next else compressed
         )
         cols = _prefilled(3)
         before = [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
-        table = (codecs.PLAIN_DECOMPRESSORS[0], decompress, *codecs.PLAIN_DECOMPRESSORS[2:])
+        calls = codecs.plain_calls()
+        table = (*calls[:2], lz4_call, *calls[3:])
         got = _decode.append_log_columns(
             cols.buffers, cols.used, log, 0, len(log), True, 0, 9, 0, 99, table, None
         )
@@ -209,7 +250,7 @@ def test_fast_decompressors_never_differ_from_the_reference() -> None:
     rng = random.Random(47)
     for _ in range(1500):
         codec = rng.choice([Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD])
-        raw = rng.randbytes(rng.randint(0, 50)) * rng.randint(1, 400)
+        raw = rng.randbytes(rng.randint(0, 50)) * rng.randint(1, 400) * rng.choice([1, 1, 1, 5])
         payload = bytearray(codecs.compress(codec, raw))
         for _ in range(rng.choice([0, 0, 1, 2])):
             payload[rng.randrange(len(payload))] = rng.randrange(256)
@@ -227,6 +268,14 @@ def test_fast_decompressors_never_differ_from_the_reference() -> None:
         except Exception:
             fast = None  # left to the reference
         assert fast is None or fast == want, (codec, fast, want)
+        if columns.ACCELERATED:
+            from rlm.log import _decode
+
+            try:
+                fast_c: object = _decode.decompress_plain(codecs.plain_calls(), codec, data)
+            except Exception:
+                fast_c = None
+            assert fast_c is None or fast_c == want, (codec, fast_c, want)
         try:
             got: object = codecs.decompress_v2(codec, memoryview(data))
         except Exception as exc:
@@ -234,3 +283,4 @@ def test_fast_decompressors_never_differ_from_the_reference() -> None:
         assert got == want
         if raw and data == codecs.compress(codec, raw):
             assert fast == want  # what Kafka's clients write takes the fast path
+            assert not columns.ACCELERATED or fast_c == want

@@ -374,7 +374,33 @@ def test_crc32c_in_c_is_the_crc32c_packages() -> None:
     from rlm.log import _decode
 
     rng = random.Random(32)
-    for n in [0, 1, 7, 8, 9, 63, 64, 65, 1000, 4097]:
+    # lengths around the three-lane blocks (3 * 256 and 3 * 4096 bytes) and their multiples
+    for n in [0, 1, 7, 8, 9, 63, 64, 65, 767, 768, 769, 1000, 1543, 4097, 12287, 12288, 12289, 40_000]:
         data = rng.randbytes(n)
         assert _decode.crc32c(data) == crc32c.crc32c(data)
         assert _decode.crc32c(memoryview(data)[1:]) == crc32c.crc32c(data[1:])
+
+
+@needs_c
+def test_used_lengths_that_disagree_on_the_rows_are_refused() -> None:
+    """The C writes a row's fixed-width values at the row's place: buffers whose used lengths do
+    not hold one number of rows (never made by ColumnBuffers) are refused before anything is written."""
+    from rlm.log import _decode
+
+    data = bytearray()
+    encode_record(data, 0, 0, b"k", b"v", [])
+    buf = v2.encode_v2_batch([Record(0, 0, b"k", b"v", ())])
+    for column, delta in (
+        (columns.TIMESTAMP, 8),
+        (columns.KEY_OFFSETS, -4),
+        (columns.HEADER_VALUE_VALIDITY, 1),
+    ):
+        cols = _prefilled(9)
+        cols.buffers[column] += bytes(8)
+        cols.used[column] += delta
+        before = [bytes(b) for b in cols.buffers]
+        with pytest.raises(ValueError, match="one number of rows"):
+            _decode.append_batch_columns(cols.buffers, cols.used, buf, 0, True, 0, INT64_MAX, 0)
+        with pytest.raises(ValueError, match="one number of rows"):
+            _decode.append_columns(cols.buffers, cols.used, bytes(data), 0, len(data), 1, 0, 0, None, 0, 9, 0)
+        assert [bytes(b) for b in cols.buffers] == before
