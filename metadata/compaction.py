@@ -148,16 +148,18 @@ def swap(
     old = [segment_from_row(r, tp) for r in rows]
     if len(old) != len(set(replaced)) or any(s.state is not FINISHED for s in old):
         return False
-    conn.execute(
-        update(SegmentRow)
-        .where(SegmentRow.segment_id.in_(list(replaced)))
-        .values(
-            state=SegmentState.DELETE_SEGMENT_STARTED.value,
-            event_time_ms=now_ms,
-            delete_after_ms=delete_after_ms,
-        )
-    )
+    # One at a time: the tree's removal of a segment recomputes its nodes from the rows still
+    # FINISHED, which must then be every other replaced segment too.
     for segment in old:
+        conn.execute(
+            update(SegmentRow)
+            .where(SegmentRow.segment_id == segment.segment_id)
+            .values(
+                state=SegmentState.DELETE_SEGMENT_STARTED.value,
+                event_time_ms=now_ms,
+                delete_after_ms=delete_after_ms,
+            )
+        )
         summaries.segment_unfinished(conn, part, segment)
     for segment in new:
         finished = segment.with_state(FINISHED, now_ms)

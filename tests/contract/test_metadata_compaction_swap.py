@@ -1,0 +1,44 @@
+"""Contract of ``swap_compacted`` for what is derived from the segment rows: after a swap that
+replaces several segments, the offset tree, the remote log size and the searches over them are
+what a rebuild from the rows gives; on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from metadata.store import SqlMetadataStore
+from rlm.metastore import SegmentState
+from tests.metadata_support import TP, add_finished, segment, stored_tree
+
+FINISHED = SegmentState.COPY_SEGMENT_FINISHED
+
+
+def test_a_swap_of_segments_that_each_hold_one_maximum_keeps_the_tree_exact(store: SqlMetadataStore) -> None:
+    # Alone in one tree bucket (start offsets 0-255): the first replaced segment holds its largest
+    # max timestamp, the second its largest end offset, so that whichever leaves first, the
+    # other still counts there when it does.
+    first = segment(0, 9, 9_000, size_bytes=100)
+    second = segment(10, 19, 5_000, size_bytes=200)
+    kept = segment(300, 399, 7_000, size_bytes=300)
+    add_finished(store, first, second, kept)
+    lease = store.acquire_compaction_lease(TP, "job", 60_000)
+    assert lease is not None
+    compacted = segment(0, 19, 9_000, size_bytes=150)
+
+    assert store.swap_compacted(
+        lease, [compacted], [first.segment_id, second.segment_id], now_ms=1, delete_after_ms=2
+    )
+
+    finished = list(store.list_segments(TP, states=[FINISHED]))
+    assert [(s.start_offset, s.end_offset) for s in finished] == [(0, 19), (300, 399)]
+    assert store.max_timestamp(TP) == 9_000
+    record = store.get_partition(TP)
+    assert record is not None and record.remote_log_size_bytes == 450
+    swapped = stored_tree(store)
+    store.rebuild_summaries(TP)
+    assert swapped == stored_tree(store)
+    # The searches over the tree find the compacted segment and the one kept.
+    found = store.first_segment_for_timestamp(TP, 8_000)
+    assert found is not None and found.segment_id == compacted.segment_id
+    later = store.first_segment_for_timestamp(TP, 6_000, from_offset=20)
+    assert later is not None and later.segment_id == kept.segment_id
+    held = store.segment_for_offset(TP, 15)
+    assert held is not None and held.segment_id == compacted.segment_id
