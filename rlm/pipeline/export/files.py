@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
+from rlm.log.files import fsync_dir
+
 
 def join(directory: str, relative: str) -> str:
     """``directory/relative``."""
@@ -46,13 +48,21 @@ class Files(Protocol):
         ...
 
     def write_text(self, path: str, text: str) -> None:
-        """Write a small file so that it appears whole or not at all."""
+        """Write a small file so that it appears whole or not at all, and durably: once this
+        returns, a crash of the machine leaves it whole (its name starts with ``.`` while it is
+        written)."""
         ...
 
     def read_text(self, path: str) -> str: ...
 
     def delete(self, path: str) -> None:
         """Delete a file or a directory with everything under it; nothing when it is absent."""
+        ...
+
+    def sync_dirs(self, directories: Sequence[str]) -> None:
+        """Make the files created, renamed or deleted in ``directories`` survive a crash of the
+        machine, not only of the process (``fsync`` of each; nothing for those missing, nor on
+        file systems whose renames are durable when they return)."""
         ...
 
 
@@ -90,8 +100,12 @@ class LocalFiles:
         final = self._path(path)
         final.parent.mkdir(parents=True, exist_ok=True)
         temporary = final.with_name(f".{final.name}.tmp")
-        temporary.write_text(text, encoding="utf-8")
+        with temporary.open("w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
         os.replace(temporary, final)
+        fsync_dir(final.parent)
 
     def read_text(self, path: str) -> str:
         return self._path(path).read_text(encoding="utf-8")
@@ -102,3 +116,9 @@ class LocalFiles:
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
+
+    def sync_dirs(self, directories: Sequence[str]) -> None:
+        for directory in directories:
+            path = self._path(directory)
+            if path.is_dir():
+                fsync_dir(path)

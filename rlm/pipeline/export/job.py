@@ -191,17 +191,26 @@ def plan_export(
     return ExportPlan(by_tp, ranges, narrowed)
 
 
-def check_ledger(output: str, options: ExportOptions, ledger: dict[TopicPartition, int]) -> None:
+def check_ledger(
+    output: str, options: ExportOptions, ledger: dict[TopicPartition, int], settled: Settled | None = None
+) -> None:
     """A run that is not incremental writes to an output no run wrote to.
 
     Raises:
-        InvalidArgumentError: The output holds an export already; the message says what to do.
+        InvalidArgumentError: The output holds an export already; the message says what to do
+            (and, when this run completed a killed run's commit, that it did).
     """
     if ledger and not options.incremental:
+        completed = (
+            f" (the commit of run {', '.join(settled.completed)}, killed before it ended, was "
+            "completed now: the output holds every row that run exported)"
+            if settled is not None and settled.completed
+            else ""
+        )
         raise InvalidArgumentError(
             "--output",
-            f"{output} holds an export already ({len(ledger)} partitions): pass --incremental to "
-            "continue it, or choose another output",
+            f"{output} holds an export already ({len(ledger)} partitions){completed}: pass "
+            "--incremental to continue it, or choose another output",
         )
 
 
@@ -230,7 +239,7 @@ def export_parquet(
 
     settled = settle(files, output, advance)
     ledger = store.export_offsets(output)
-    check_ledger(output, options, ledger)
+    check_ledger(output, options, ledger, settled)
     plan = plan_export(store, storage, spec, collect, options, ledger)
     run_id = new_run_id()
     staged = staging_dir(output, run_id)

@@ -63,6 +63,8 @@ class HadoopFiles:
         stream = fs.create(temporary, True)
         try:
             stream.write(bytearray(text.encode("utf-8")))
+            if stream.hasCapability("hsync"):
+                stream.hsync()
         finally:
             stream.close()
         if fs.exists(final):
@@ -83,3 +85,7 @@ class HadoopFiles:
         fs, jpath = self._fs(path)
         if fs.exists(jpath):
             fs.delete(jpath, True)
+
+    def sync_dirs(self, directories: Sequence[str]) -> None:
+        """Nothing: HDFS and the object stores persist a rename or a delete when it returns (a
+        local path is written with :class:`rlm.pipeline.export.files.LocalFiles`)."""
