@@ -21,6 +21,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from rlm.cli import main
+from rlm.pipeline.export.files import LocalFiles
 from tests.pipeline.export_support import Row, exported, oracle_rows, read_duckdb, read_pyarrow
 from tests.pipeline.killed_export import POINTS
 from tests.pipeline.tiers import Tier
@@ -135,6 +136,11 @@ def test_incremental_runs_add_only_new_records(
     assert read_pyarrow(out) == exported(oracle)
     code, refused = export(capsys, healthy_tier, out)
     assert code == 1 and "holds an export already" in refused["error"] and "--incremental" in refused["error"]
+    with LocalFiles().exclusive(str(out)) as held:  # another run of the output
+        assert held
+        code, busy = export(capsys, healthy_tier, out, "--incremental")
+    assert code == 1 and "another export to" in busy["error"] and "is running" in busy["error"]
+    assert read_pyarrow(out) == exported(oracle)
 
 
 def _killed_run(tier: Tier, output: Path, point: str, *, incremental: bool = True) -> None:

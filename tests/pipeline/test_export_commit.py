@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -153,3 +157,33 @@ def test_a_manifest_killed_before_its_rename_is_no_commit(tmp_path: Path) -> Non
     assert (settled.discarded, settled.completed) == (("dead",), ())
     assert ledger.offsets == {} and _visible(out) == []
     assert list((out / "_rlm_staging").iterdir()) == []
+
+
+def test_one_run_holds_a_local_output_at_a_time_and_a_killed_one_lets_go(tmp_path: Path) -> None:
+    out = str(tmp_path / "out")
+    with LocalFiles().exclusive(out) as first, LocalFiles().exclusive(out) as second:
+        assert (first, second) == (True, False)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from rlm.pipeline.export.files import LocalFiles\n"
+            "with LocalFiles().exclusive(sys.argv[1]) as held:\n"
+            "    print(held, flush=True)\n"
+            "    time.sleep(600)\n",
+            out,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
+        with LocalFiles().exclusive(out) as held:
+            assert not held
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+    with LocalFiles().exclusive(out) as held:
+        assert held  # the kernel let go of the killed holder's lock

@@ -20,7 +20,8 @@ names are moved (those moved already are skipped; one an object store copied but
 yet is not copied twice), then the ledger is advanced to its offsets. So a killed run leaves no
 partial rows visible until its commit point; after it, rows may be partly visible until the next
 run of the output completes the commit, and none is ever written twice nor lost. One run per
-output at a time.
+output at a time: a run holds the output's lock (:meth:`~rlm.pipeline.export.files.Files.exclusive`)
+throughout, or a second run would discard the first one's staging as a dead run's.
 """
 
 from __future__ import annotations

@@ -9,14 +9,19 @@ Paths are strings; ``join`` puts a ``/`` between a directory and a relative path
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
 from rlm.log.files import fsync_dir
+
+#: The file a run locks in its output (readers skip names starting with ``_``).
+LOCK_NAME = "_rlm_export.lock"
 
 
 def join(directory: str, relative: str) -> str:
@@ -63,6 +68,11 @@ class Files(Protocol):
         """Make the files created, renamed or deleted in ``directories`` survive a crash of the
         machine, not only of the process (``fsync`` of each; nothing for those missing, nor on
         file systems whose renames are durable when they return)."""
+        ...
+
+    def exclusive(self, directory: str) -> AbstractContextManager[bool]:
+        """Held while a run works on the output ``directory``: yields whether this run holds it
+        (False at once when another run does; nothing waits). A run that dies lets go of it."""
         ...
 
 
@@ -122,3 +132,20 @@ class LocalFiles:
             path = self._path(directory)
             if path.is_dir():
                 fsync_dir(path)
+
+    @contextmanager
+    def exclusive(self, directory: str) -> Iterator[bool]:
+        """An ``flock`` of :data:`LOCK_NAME` in the output: the kernel lets go of it when the
+        process holding it dies, so a killed run never leaves the output locked."""
+        root = self._path(directory)
+        root.mkdir(parents=True, exist_ok=True)
+        with (root / LOCK_NAME).open("a") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
