@@ -35,7 +35,9 @@ class IsolationLevel(IntEnum):
 
 @dataclass(frozen=True)
 class OffsetAnswer:
-    """One partition's answer. ``tier`` is ``"remote"``, ``"local"`` or None when nothing was found."""
+    """One partition's answer. ``tier`` is the tier holding the offset, ``"remote"`` or
+    ``"local"``; None when nothing was found, or when no tier holds it any more (LATEST_TIERED
+    once retention deleted it)."""
 
     offset: int
     timestamp: int

@@ -337,10 +337,16 @@ class LookupService:
             start = max(local.segments()[0].base_offset, self.earliest_offset(tp, local, view))
             return OffsetAnswer(start, -1, self._epoch_at(tp, local, start), "local")
         if timestamp == SpecialTimestamp.LATEST_TIERED:
+            # Kafka's highestOffsetInRemoteStorage: the highest offset ever copied, which never
+            # falls, also once retention deleted every remote segment; its epoch from the leader
+            # epoch checkpoint (-1 when it starts above the offset, as after such a retention).
             highest = self.ask_store(lambda: self.store.highest_copied_offset(tp))
             if highest < 0:
                 return OffsetAnswer.none()
-            return OffsetAnswer(highest, -1, self._epoch_at(tp, local, highest), "remote")
+            # The tier that still serves the offset: none once it is below the log start offset.
+            readable = highest >= self.earliest_offset(tp, local, view)
+            tier = self._tier_of(tp, local, highest, remote_first=True) if readable else None
+            return OffsetAnswer(highest, -1, self._epoch_at(tp, local, highest), tier)
         raise ValueError(f"timestamp {timestamp} needs no search: plan it (LookupService.plan)")
 
     def find(
@@ -578,11 +584,18 @@ class LookupService:
         segment = self.ask_store(lambda: self.store.segment_for_offset(tp, offset))
         return _segment_epoch(segment, offset) if segment is not None else -1
 
-    def _tier_of(self, tp: TopicPartition, local: PartitionDir | None, offset: int) -> str | None:
-        if local is not None and local.segments() and local.segments()[0].base_offset <= offset:
+    def _tier_of(
+        self, tp: TopicPartition, local: PartitionDir | None, offset: int, *, remote_first: bool = False
+    ) -> str | None:
+        """The tier holding ``offset``: the local log when both do (the remote tier with
+        ``remote_first``); None when neither does."""
+        in_local = local is not None and bool(local.segments()) and local.segments()[0].base_offset <= offset
+        if in_local and not remote_first:
             return "local"
         segment = self.ask_store(lambda: self.store.segment_for_offset(tp, offset))
-        return "remote" if segment is not None else None
+        if segment is not None:
+            return "remote"
+        return "local" if in_local else None
 
 
 def _first_base(local: PartitionDir | None) -> int | None:

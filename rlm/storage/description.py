@@ -9,6 +9,12 @@ the copy's time). ``rlm spark rebuild-metadata`` turns a described object set ba
 without reading a byte of it. One metadata entry, ``rlm-segment``, holds compact JSON; a
 description longer than S3 allows (2 KiB, thousands of leader epochs) is not stored, and such
 a segment is rebuilt by reading its objects, as those copied before descriptions existed are.
+
+A compaction's output says so in a second entry, ``rlm-compaction``, stored whether or not the
+description fits: ``pending`` when its objects are uploaded, ``swapped`` once the job's metadata
+swap made it the partition's segment (the index object is stored again, same bytes). Until then
+the segments it replaces are the partition's, and a rebuild must choose them (see
+:mod:`rlm.pipeline.rebuild.job`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,12 @@ from rlm.metastore.model import ByteRange, IndexType, LeaderEpochEntry, RemoteSe
 
 #: The metadata entry holding the description (S3 lowercases names: this one is lowercase).
 DESCRIPTION_KEY = "rlm-segment"
+#: The metadata entry of a compaction's output: :data:`PENDING` or :data:`SWAPPED`.
+COMPACTION_KEY = "rlm-compaction"
+#: A compaction's output whose swap did not happen (yet, or ever: the job died before it).
+PENDING = "pending"
+#: A compaction's output the swap made the partition's segment.
+SWAPPED = "swapped"
 #: S3's limit on the user metadata of an object, keys and values together.
 MAX_METADATA_BYTES = 2048
 VERSION = 1
@@ -53,8 +65,12 @@ class Description(NamedTuple):
         )
 
 
-def describe(segment: RemoteSegment) -> dict[str, str]:
-    """The metadata to store with the segment's index object; empty when it would not fit."""
+def describe(segment: RemoteSegment, *, compaction: str | None = None) -> dict[str, str]:
+    """The metadata to store with the segment's index object: its description (left out when
+    it would not fit) and, for a compaction's output, its ``compaction`` state."""
+    if compaction not in (None, PENDING, SWAPPED):
+        raise ValueError(f"unknown compaction state {compaction!r}")
+    marks = {} if compaction is None else {COMPACTION_KEY: compaction}
     d = Description.of(segment)
     text = json.dumps(
         {
@@ -70,9 +86,17 @@ def describe(segment: RemoteSegment) -> dict[str, str]:
         },
         separators=(",", ":"),
     )
-    if len(DESCRIPTION_KEY) + len(text) > MAX_METADATA_BYTES:
-        return {}
-    return {DESCRIPTION_KEY: text}
+    used = sum(len(k) + len(v) for k, v in marks.items())
+    if used + len(DESCRIPTION_KEY) + len(text) > MAX_METADATA_BYTES:
+        return marks
+    return {DESCRIPTION_KEY: text, **marks}
+
+
+def read_compaction(metadata: Mapping[str, str]) -> str | None:
+    """The compaction state in an index object's metadata (:data:`PENDING` or
+    :data:`SWAPPED`); ``None`` for a segment the copier wrote (or one of unknown state)."""
+    state = metadata.get(COMPACTION_KEY)
+    return state if state in (PENDING, SWAPPED) else None
 
 
 def read_description(metadata: Mapping[str, str], key: str) -> Description | None:

@@ -21,7 +21,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from rlm.cli import main
+from rlm.pipeline.export.files import LocalFiles
 from tests.pipeline.export_support import Row, exported, oracle_rows, read_duckdb, read_pyarrow
+from tests.pipeline.killed_export import POINTS
 from tests.pipeline.spark_conf import conf_arguments, small_job_conf
 from tests.pipeline.tiers import Tier
 
@@ -135,9 +137,14 @@ def test_incremental_runs_add_only_new_records(
     assert read_pyarrow(out) == exported(oracle)
     code, refused = export(capsys, healthy_tier, out)
     assert code == 1 and "holds an export already" in refused["error"] and "--incremental" in refused["error"]
+    with LocalFiles().exclusive(str(out)) as held:  # another run of the output
+        assert held
+        code, busy = export(capsys, healthy_tier, out, "--incremental")
+    assert code == 1 and "another export to" in busy["error"] and "is running" in busy["error"]
+    assert read_pyarrow(out) == exported(oracle)
 
 
-def _killed_run(tier: Tier, output: Path, point: str) -> None:
+def _killed_run(tier: Tier, output: Path, point: str, *, incremental: bool = True) -> None:
     """Run the export in a process of its own (its own Spark, local[1]) killed at ``point``."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     done = subprocess.run(
@@ -152,7 +159,7 @@ def _killed_run(tier: Tier, output: Path, point: str) -> None:
             "local[1]",
             *conf_arguments(small_job_conf()),
             "--quiet",
-            "--incremental",
+            *(["--incremental"] if incremental else []),
             "--output",
             str(output),
         ],
@@ -166,28 +173,55 @@ def _killed_run(tier: Tier, output: Path, point: str) -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("healthy_tier", ["sqlite-fs"], indirect=True)
-@pytest.mark.parametrize("point", ["before-commit", "mid-move"])
+@pytest.mark.parametrize("point", POINTS)
 def test_a_killed_run_leaves_no_partial_rows_and_the_rerun_is_complete(
     spark: SparkSession, healthy_tier: Tier, tmp_path: Path, capsys: pytest.CaptureFixture[str], point: str
 ) -> None:
     expected = exported(oracle_rows(healthy_tier))
     out = tmp_path / "out"
     _killed_run(healthy_tier, out, point)
-    manifests = list((out / "_rlm_staging").glob("*.commit.json"))
-    if point == "before-commit":
+    staging = out / "_rlm_staging"
+    manifests = list(staging.glob("*.commit.json"))
+    committed = point not in ("before-commit", "mid-manifest")
+    visible = read_pyarrow(out)
+    if not committed:
         # The rows were written, to staging only: none is visible, and the rerun starts over.
-        assert list((out / "_rlm_staging").rglob("*.parquet")) and not manifests
-        assert read_pyarrow(out) == [] and not list(out.glob("topic=*"))
+        assert list(staging.rglob("*.parquet")) and not manifests
+        assert visible == [] and not list(out.glob("topic=*"))
+        assert bool(list(staging.glob(".*.commit.json.tmp"))) == (point == "mid-manifest")
     else:
-        # Committed, one file moved: the rerun finishes the move and exports nothing again.
+        # Committed: the manifest names the files; whatever is visible is the run's, once.
         assert len(manifests) == 1
-        assert 0 < len(read_pyarrow(out)) < len(expected)
+        names = json.loads(manifests[0].read_text())["files"]
+        assert len(names) >= 4  # the kill mid-move lands between the first and the last move
+        keys = [(row["topic"], row["partition"], row["offset"]) for row in visible]
+        assert len(set(keys)) == len(keys)
+        assert all(row in expected for row in visible)
+        assert (0 < len(visible) < len(expected)) if point == "mid-move" else visible == expected
     code, report = export(capsys, healthy_tier, out, "--incremental")
     assert code == 0, report
-    if point == "before-commit":
+    if committed:
+        # The rerun rolled the commit forward (its moves, then the ledger) and found nothing new.
+        assert (report["discarded_runs"], len(report["completed_runs"]), report["rows"]) == ([], 1, 0)
+    else:
         assert (len(report["discarded_runs"]), report["completed_runs"]) == (1, [])
         assert report["rows"] == len(expected)
-    else:
-        assert (report["discarded_runs"], len(report["completed_runs"]), report["rows"]) == ([], 1, 0)
     assert read_pyarrow(out) == expected  # every row, once
-    assert not list((out / "_rlm_staging").iterdir())
+    assert read_duckdb(out) == expected
+    assert not list(staging.iterdir())
+    code, again = export(capsys, healthy_tier, out, "--incremental")
+    assert (code, again["rows"], again["completed_runs"]) == (0, 0, [])
+    assert read_pyarrow(out) == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("healthy_tier", ["sqlite-fs"], indirect=True)
+def test_a_plain_rerun_after_a_kill_mid_move_completes_the_commit_and_says_so(
+    spark: SparkSession, healthy_tier: Tier, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    expected = exported(oracle_rows(healthy_tier))
+    out = tmp_path / "out"
+    _killed_run(healthy_tier, out, "mid-move", incremental=False)
+    code, refused = export(capsys, healthy_tier, out)
+    assert code == 1 and "killed before it ended, was completed now" in refused["error"], refused
+    assert read_pyarrow(out) == expected

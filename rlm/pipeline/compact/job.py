@@ -10,7 +10,10 @@ Per partition of a topic whose ``cleanup.policy`` has ``compact``:
    into outputs up to ``segment.bytes``; the outputs are recorded, then written by the engine;
 5. the swap, per partition in one transaction: the outputs finished, the replaced segments
    ``DELETE_SEGMENT_STARTED``, only if those are all still finished; otherwise (retention or
-   another job got there) the partition's outputs are deleted and nothing else changes.
+   another job got there) the partition's outputs are deleted and nothing else changes. The
+   outputs are uploaded marked ``pending`` and marked ``swapped`` after their swap (see
+   :mod:`rlm.storage.description`), so that a rebuild of the metadata chooses what the database
+   held.
 
 A partition whose segment cannot be read fails alone, untouched; the others go on. With
 ``dry_run`` the job reads and decides, builds the outputs in memory to count what they would
@@ -29,12 +32,12 @@ from typing import Any
 from rlm.config import Settings
 from rlm.errors import RlmError, StaleLeaseError
 from rlm.metastore.compaction import CompactionLease, CompactionOutput, CompactionStore
-from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.pipeline.compact.engine import Engine, GroupResult, PartitionDecision
 from rlm.pipeline.compact.facts import FactOptions
 from rlm.pipeline.compact.rewrite import Counts, RewriteParams
 from rlm.pipeline.compact.rules import Strategy
-from rlm.pipeline.compact.segment import OutputPlan, group_segments
+from rlm.pipeline.compact.segment import OutputPlan, group_segments, mark_swapped
 from rlm.pipeline.plan import PartitionPlan, plan_partition, select_partitions
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import attach_aborted
@@ -300,6 +303,7 @@ def _finish(
         replaced = [s.segment.segment_id for plan, _ in done for s in plan.inputs]
         try:
             if store.swap_compacted(lease, rows, replaced, now_ms=now, delete_after_ms=now + delay_ms):
+                _mark_swapped(storage, tp, rows)
                 return report
             reason = "a replaced segment is no longer finished (retention or another job changed it)"
         except StaleLeaseError as exc:
@@ -308,6 +312,16 @@ def _finish(
     report.status = "failed" if errors else "discarded"
     report.reason = reason
     return report
+
+
+def _mark_swapped(storage: RemoteStorage, tp: TopicPartition, rows: Sequence[RemoteSegment]) -> None:
+    """Mark the swapped-in outputs' objects swapped. A failure leaves them pending: a rebuild
+    then chooses the segments they replaced (the same offsets, uncompacted) while those last."""
+    try:
+        for row in rows:
+            mark_swapped(storage, row)
+    except (RlmError, OSError) as exc:
+        log.warning("marking the compacted segments of %s swapped failed: %s", tp, exc)
 
 
 def _discard(

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlm.errors import CorruptDataError
 from rlm.log.batches import parse_header
 from rlm.log.checkpoints import EpochEntry, encode_leader_epoch_checkpoint
 from rlm.log.recovery import IndexRebuilder, TransactionTracker
@@ -26,7 +27,7 @@ from rlm.pipeline.compact.rewrite import Counts, Keep, RewriteParams, empty_batc
 from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import SegmentReader
 from rlm.pipeline.transactions import AbortedIndex
-from rlm.storage.description import describe
+from rlm.storage.description import PENDING, SWAPPED, describe
 from rlm.storage.layout import IndexBlob, segment_keys
 from rlm.storage.protocol import RemoteStorage
 
@@ -204,8 +205,27 @@ def write_output(
             storage.put_object(log_key, Path(path), size=position)
             # Described like the copier's, so that rebuild-metadata restores the row without
             # reading: the bytes alone would not give the end offset of a segment whose last
-            # batches were compacted away.
-            storage.put_object(index_key, blob.data, metadata=describe(row))
+            # batches were compacted away. Pending until the swap: a rebuild before it chooses
+            # the inputs.
+            storage.put_object(index_key, blob.data, metadata=describe(row, compaction=PENDING))
         return WrittenSegment(row, counts)
     finally:
         os.unlink(path)
+
+
+def mark_swapped(storage: RemoteStorage, row: RemoteSegment) -> None:
+    """Store a swapped-in output's index object again, the same bytes, marked swapped (see
+    :mod:`rlm.storage.description`): from then on a rebuild chooses it over its inputs.
+
+    Raises:
+        CorruptDataError: The index object is gone; names it.
+        StorageError: A read or the put failed.
+    """
+    index_key = row.layout.index_key
+    size = storage.object_size(index_key)
+    if size is None:
+        raise CorruptDataError(
+            f"the index object of compacted segment {row.segment_id} is gone", path=index_key
+        )
+    data = storage.read_range(index_key, 0, size)
+    storage.put_object(index_key, data, metadata=describe(row, compaction=SWAPPED))

@@ -2,19 +2,26 @@
 
 A run writes its files under ``<output>/_rlm_staging/<run id>/`` (readers skip directories whose
 name starts with ``_``: Spark, pyarrow, pandas; DuckDB reads ``<output>/topic=*/partition=*/date=*/
-*.parquet``). When every file is written the driver writes the run's manifest,
-``_rlm_staging/<run id>.commit.json``, in one atomic step: the commit point. It names the files
-and where the next incremental run starts in each partition. Then the files are moved into the
-output's ``topic=…/partition=…/date=…`` directories, all at once (:data:`MOVE_THREADS` renames
-in flight: on an object store a rename is a copy, and the moves are what readers could see half
-done), the ledger is advanced, and the staging directory and the manifest are deleted.
+*.parquet``). When every file is written (and, on a local disk, ``fsync``-ed with the directories
+holding it) the driver writes the run's manifest, the commit journal,
+``_rlm_staging/<run id>.commit.json``: to ``.<run id>.commit.json.tmp``, ``fsync``, renamed,
+the directory ``fsync``-ed. That rename is the commit point. The manifest names the files and
+where the next incremental run starts in each partition. Then the files are moved into the
+output's ``topic=…/partition=…/date=…`` directories, all at once (:data:`MOVE_THREADS` renames in
+flight: on an object store a rename is a copy, and the moves are what readers could see half
+done). A move is a rename: a reader sees a file whole or not at all. Once every move is made
+(and durable) the ledger is advanced, then the staging directory and the manifest are deleted.
 
-Every run first settles what earlier runs left (:func:`settle`): a staging directory without a
-manifest is a run that died before its commit point, and is deleted (its rows were never
-visible); a manifest is a committed run whose moves or ledger update did not all happen, and is
-finished (moves already made are skipped). So a killed run leaves no partial rows visible until
-its commit point; after it, rows may be partly visible until the next run of the output
-completes the commit, and none is ever written twice. One run per output at a time.
+Every run first settles what earlier runs left (:func:`settle`), before it plans anything: a
+staging directory without a manifest is a run that died before its commit point, and is deleted
+with any half-written manifest (its rows were never visible); a manifest is a committed run
+whose moves or ledger update did not all happen, and is rolled forward: exactly the files it
+names are moved (those moved already are skipped; one an object store copied but did not delete
+yet is not copied twice), then the ledger is advanced to its offsets. So a killed run leaves no
+partial rows visible until its commit point; after it, rows may be partly visible until the next
+run of the output completes the commit, and none is ever written twice nor lost. One run per
+output at a time: a run holds the output's lock (:meth:`~rlm.pipeline.export.files.Files.exclusive`)
+throughout, or a second run would discard the first one's staging as a dead run's.
 """
 
 from __future__ import annotations
@@ -97,8 +104,22 @@ def data_files(files: Files, directory: str) -> list[str]:
     ]
 
 
+def directories_of(root: str, names: Sequence[str]) -> list[str]:
+    """``root`` and every directory between it and the files ``names`` (relative to it)."""
+    found = {root.rstrip("/")}
+    for name in names:
+        parts = name.split("/")[:-1]
+        found.update(join(root, "/".join(parts[:depth])) for depth in range(1, len(parts) + 1))
+    return sorted(found)
+
+
 def write_manifest(files: Files, output: str, manifest: Manifest) -> None:
-    """The commit point: after this the run's rows will be visible, whatever happens."""
+    """The commit point: after this the run's rows will be visible, whatever happens.
+
+    The staged files' directories are made durable first (the executors made the files' bytes
+    durable), so a manifest that survives a crash of the machine never names a file that did not.
+    """
+    files.sync_dirs(directories_of(staging_dir(output, manifest.run_id), manifest.files))
     files.write_text(manifest_path(output, manifest.run_id), manifest.to_json())
 
 
@@ -120,6 +141,12 @@ def finish(files: Files, output: str, manifest: Manifest, advance: Advance) -> i
     def move(name: str) -> bool:
         source, target = join(staged, name), join(output, name)
         if files.exists(source):
+            if files.exists(target):
+                # On an object store a rename is a copy then a delete, and a copy appears whole:
+                # a move killed between the two left the file in the output already. Names are
+                # the run's own, so the output's file is this one.
+                files.delete(source)
+                return False
             files.rename(source, target)
             return True
         if not files.exists(target):
@@ -133,6 +160,8 @@ def finish(files: Files, output: str, manifest: Manifest, advance: Advance) -> i
         files.make_dirs(sorted({join(output, name).rpartition("/")[0] for name in manifest.files}))
         with ThreadPoolExecutor(min(MOVE_THREADS, len(manifest.files)), "rlm-export-commit") as pool:
             moved = sum(pool.map(move, manifest.files))
+    # The moves must outlive a crash of the machine before the ledger says they happened.
+    files.sync_dirs(directories_of(output, manifest.files))
     advance(manifest.next_offsets)
     files.delete(staged)
     files.delete(manifest_path(output, manifest.run_id))
@@ -162,8 +191,11 @@ def settle(files: Files, output: str, advance: Advance, *, keep: Sequence[str] =
         completed.append(run_id)
     discarded = []
     for name in files.list_children(root):
-        if name in keep or name.endswith(MANIFEST_SUFFIX) or name.startswith("."):
+        if name in keep or name.endswith(MANIFEST_SUFFIX):
             continue
         files.delete(join(root, name))
-        discarded.append(name)
+        if not name.startswith("."):
+            # Names starting with "." are manifests a dead run was writing (or a file system's
+            # checksums): deleted, and no run of their own.
+            discarded.append(name)
     return Settled(tuple(discarded), tuple(completed))

@@ -9,12 +9,19 @@ Paths are strings; ``join`` puts a ``/`` between a directory and a relative path
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
+
+from rlm.log.files import fsync_dir
+
+#: The file a run locks in its output (readers skip names starting with ``_``).
+LOCK_NAME = "_rlm_export.lock"
 
 
 def join(directory: str, relative: str) -> str:
@@ -46,13 +53,26 @@ class Files(Protocol):
         ...
 
     def write_text(self, path: str, text: str) -> None:
-        """Write a small file so that it appears whole or not at all."""
+        """Write a small file so that it appears whole or not at all, and durably: once this
+        returns, a crash of the machine leaves it whole (its name starts with ``.`` while it is
+        written)."""
         ...
 
     def read_text(self, path: str) -> str: ...
 
     def delete(self, path: str) -> None:
         """Delete a file or a directory with everything under it; nothing when it is absent."""
+        ...
+
+    def sync_dirs(self, directories: Sequence[str]) -> None:
+        """Make the files created, renamed or deleted in ``directories`` survive a crash of the
+        machine, not only of the process (``fsync`` of each; nothing for those missing, nor on
+        file systems whose renames are durable when they return)."""
+        ...
+
+    def exclusive(self, directory: str) -> AbstractContextManager[bool]:
+        """Held while a run works on the output ``directory``: yields whether this run holds it
+        (False at once when another run does; nothing waits). A run that dies lets go of it."""
         ...
 
 
@@ -90,8 +110,12 @@ class LocalFiles:
         final = self._path(path)
         final.parent.mkdir(parents=True, exist_ok=True)
         temporary = final.with_name(f".{final.name}.tmp")
-        temporary.write_text(text, encoding="utf-8")
+        with temporary.open("w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
         os.replace(temporary, final)
+        fsync_dir(final.parent)
 
     def read_text(self, path: str) -> str:
         return self._path(path).read_text(encoding="utf-8")
@@ -102,3 +126,26 @@ class LocalFiles:
             shutil.rmtree(target)
         elif target.exists():
             target.unlink()
+
+    def sync_dirs(self, directories: Sequence[str]) -> None:
+        for directory in directories:
+            path = self._path(directory)
+            if path.is_dir():
+                fsync_dir(path)
+
+    @contextmanager
+    def exclusive(self, directory: str) -> Iterator[bool]:
+        """An ``flock`` of :data:`LOCK_NAME` in the output: the kernel lets go of it when the
+        process holding it dies, so a killed run never leaves the output locked."""
+        root = self._path(directory)
+        root.mkdir(parents=True, exist_ok=True)
+        with (root / LOCK_NAME).open("a") as handle:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_UN)

@@ -31,7 +31,7 @@ from rlm.pipeline.export.commit import (
     staging_dir,
     write_manifest,
 )
-from rlm.pipeline.export.files import Files
+from rlm.pipeline.export.files import LOCK_NAME, Files
 from rlm.pipeline.export.rows import Isolation, export_stage
 from rlm.pipeline.plan import PartitionPlan, SegmentSummary, plan_partition, select_partitions
 from rlm.pipeline.stage import Collect, Stage
@@ -191,17 +191,26 @@ def plan_export(
     return ExportPlan(by_tp, ranges, narrowed)
 
 
-def check_ledger(output: str, options: ExportOptions, ledger: dict[TopicPartition, int]) -> None:
+def check_ledger(
+    output: str, options: ExportOptions, ledger: dict[TopicPartition, int], settled: Settled | None = None
+) -> None:
     """A run that is not incremental writes to an output no run wrote to.
 
     Raises:
-        InvalidArgumentError: The output holds an export already; the message says what to do.
+        InvalidArgumentError: The output holds an export already; the message says what to do
+            (and, when this run completed a killed run's commit, that it did).
     """
     if ledger and not options.incremental:
+        completed = (
+            f" (the commit of run {', '.join(settled.completed)}, killed before it ended, was "
+            "completed now: the output holds every row that run exported)"
+            if settled is not None and settled.completed
+            else ""
+        )
         raise InvalidArgumentError(
             "--output",
-            f"{output} holds an export already ({len(ledger)} partitions): pass --incremental to "
-            "continue it, or choose another output",
+            f"{output} holds an export already ({len(ledger)} partitions){completed}: pass "
+            "--incremental to continue it, or choose another output",
         )
 
 
@@ -217,35 +226,42 @@ def export_parquet(
     """Export the records ``options`` select as Parquet files under ``options.output``.
 
     Raises:
-        InvalidArgumentError: Not incremental, and the output holds an export already.
+        InvalidArgumentError: Not incremental, and the output holds an export already; or
+            another run to the output is running.
         NotFoundError: A topic asked for is unknown to the store.
         RlmError: The store, the storage or the output failed; nothing of this run is visible
             unless it reached its commit point (see :mod:`rlm.pipeline.export.commit`).
     """
     started = time.monotonic()
     output = output_uri(options.output)
+    with files.exclusive(output) as held:
+        if not held:
+            raise InvalidArgumentError(
+                "--output",
+                f"another export to {output} is running (it holds {LOCK_NAME}): one run per output at a time",
+            )
 
-    def advance(offsets: Mapping[TopicPartition, int]) -> None:
-        store.record_export_offsets(output, offsets)
+        def advance(offsets: Mapping[TopicPartition, int]) -> None:
+            store.record_export_offsets(output, offsets)
 
-    settled = settle(files, output, advance)
-    ledger = store.export_offsets(output)
-    check_ledger(output, options, ledger)
-    plan = plan_export(store, storage, spec, collect, options, ledger)
-    run_id = new_run_id()
-    staged = staging_dir(output, run_id)
-    summaries = plan.summaries
-    rows = write(export_stage(spec, options.isolation), summaries, staged) if summaries else 0
-    manifest = Manifest(run_id, tuple(data_files(files, staged)), plan.next_offsets())
-    write_manifest(files, output, manifest)
-    finish(files, output, manifest, advance)
-    return ExportReport(
-        output,
-        ExportFormat.PARQUET,
-        run_id,
-        rows,
-        len(manifest.files),
-        time.monotonic() - started,
-        plan.partitions(),
-        settled,
-    )
+        settled = settle(files, output, advance)
+        ledger = store.export_offsets(output)
+        check_ledger(output, options, ledger, settled)
+        plan = plan_export(store, storage, spec, collect, options, ledger)
+        run_id = new_run_id()
+        staged = staging_dir(output, run_id)
+        summaries = plan.summaries
+        rows = write(export_stage(spec, options.isolation), summaries, staged) if summaries else 0
+        manifest = Manifest(run_id, tuple(data_files(files, staged)), plan.next_offsets())
+        write_manifest(files, output, manifest)
+        finish(files, output, manifest, advance)
+        return ExportReport(
+            output,
+            ExportFormat.PARQUET,
+            run_id,
+            rows,
+            len(manifest.files),
+            time.monotonic() - started,
+            plan.partitions(),
+            settled,
+        )

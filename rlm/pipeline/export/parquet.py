@@ -5,13 +5,14 @@ Each task writes its segment's rows (:func:`~rlm.pipeline.export.rows.export_tas
 layout Spark's partitioned writer makes, and yields one small row per file. The rows never travel
 to the JVM: no Arrow to Spark row conversion, no sort, no second encoding. File names follow from
 the directory (a run's own staging directory) and the segment, so a task that Spark retries
-writes the same files again. Only for outputs pyarrow
-writes without Hadoop (:func:`writes_directly`); others are written by Spark.
+writes the same files again. On a local disk each file is ``fsync``-ed when written. Only for
+outputs pyarrow writes without Hadoop (:func:`writes_directly`); others are written by Spark.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Iterator
 from urllib.parse import urlparse
 
@@ -78,6 +79,12 @@ def files_task(
     finally:
         for writer in writers.values():
             writer.close()
+    if isinstance(filesystem, pafs.LocalFileSystem):
+        # The bytes reach the disk before the commit journal names the files (see
+        # rlm.pipeline.export.commit), here, side by side with the other tasks' work.
+        for relative in writers:
+            with open(f"{root}/{relative}", "rb") as written:
+                os.fsync(written.fileno())
     yield batch_of(FILES_SCHEMA, [{"path": path, "rows": n} for path, n in counts.items()])
 
 

@@ -8,10 +8,12 @@ empty, migrated metadata database.
 Where sets cover the same range (a copy that crashed after its upload and was done again), the
 complete one is chosen: one whose objects are both there and agree with what describes them;
 among complete ones, one with a description, then the latest copy time, then the highest segment
-id. A set whose range lies wholly inside another's is one a compaction replaced (the output is
-chosen). The others, incomplete sets, replaced sets and keys that are no segment's are listed as
-orphans, deleted only with ``delete_orphans``. Overlapping sets of different ranges (a
-takeover's copy) are all kept, as the copier left them.
+id; a compaction's output marked pending loses to a set of the same range. A set whose range lies
+wholly inside another's is one a compaction replaced (the output is chosen), unless that output is
+still marked pending (its job died before its swap) and the sets inside it hold its whole range:
+then those are chosen and the output is an orphan. The others, incomplete sets, replaced sets
+and keys that are no segment's are listed as orphans, deleted only with ``delete_orphans``.
+Overlapping sets of different ranges (a takeover's copy) are all kept, as the copier left them.
 
 The remote log start offset comes from the marker retention writes beside a partition's
 segments (:mod:`rlm.storage.log_start`; a partition retention never cut has none and starts at
@@ -34,7 +36,7 @@ from rlm.metastore.protocol import MetadataStore
 from rlm.pipeline.rebuild.objects import ObjectSet, describe_stage, description_of, object_sets
 from rlm.pipeline.stage import Collect
 from rlm.pipeline.storage import StorageSpec
-from rlm.storage.description import Description
+from rlm.storage.description import PENDING, Description
 from rlm.storage.log_start import marker_partition, read_marker
 from rlm.storage.protocol import RemoteStorage
 
@@ -90,9 +92,48 @@ class Candidate:
     objects: ObjectSet
     description: Description
     from_description: bool
+    compaction: str | None = None
+    """A compaction output's state: ``pending`` until its swap, ``swapped`` after."""
 
-    def preference(self) -> tuple[bool, int, str]:
-        return (self.from_description, self.description.event_time_ms, str(self.objects.segment_id))
+    @property
+    def pending(self) -> bool:
+        """A compaction's output not (known to be) swapped in."""
+        return self.compaction == PENDING
+
+    def slot(self) -> tuple[TopicPartition, int, int]:
+        return (self.objects.topic_partition, self.objects.start_offset, self.description.end_offset)
+
+    def preference(self) -> tuple[bool, bool, int, str]:
+        return (
+            not self.pending,
+            self.from_description,
+            self.description.event_time_ms,
+            str(self.objects.segment_id),
+        )
+
+
+def _covered(output: Candidate, others: Sequence[Candidate]) -> list[Candidate] | None:
+    """The sets among ``others`` (of no pending output) that hold every offset of ``output``'s
+    range between them, each wholly inside it; ``None`` when some offset is held by none."""
+    tp, start, end = output.slot()
+    inside = sorted(
+        (
+            c
+            for c in others
+            if c is not output
+            and not c.pending
+            and c.objects.topic_partition == tp
+            and start <= c.objects.start_offset
+            and c.description.end_offset <= end
+        ),
+        key=lambda c: (c.objects.start_offset, -c.description.end_offset),
+    )
+    reached = start - 1
+    for c in inside:
+        if c.objects.start_offset > reached + 1:
+            return None
+        reached = max(reached, c.description.end_offset)
+    return inside if reached >= end else None
 
 
 def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orphan]]:
@@ -102,27 +143,42 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
     A set inside another's range is one a compaction replaced (its output covers the inputs'
     offsets, and is kept while the inputs wait for ``remote.compaction.delete.delay.ms``): the
     original database holds the output alone as finished. No copier writes such a set otherwise.
+    But an output still marked pending is one whose job died before its swap (or before marking
+    it swapped): while the segments it would replace hold its whole range, the original database
+    holds those, and the output is the orphan; once some are gone (deleted after the swap), the
+    output is the partition's.
     """
-    best: dict[tuple[Any, int, int], Candidate] = {}
+    best: dict[tuple[TopicPartition, int, int], Candidate] = {}
     for c in candidates:
-        slot = (c.objects.topic_partition, c.objects.start_offset, c.description.end_offset)
-        if slot not in best or c.preference() > best[slot].preference():
-            best[slot] = c
+        if c.slot() not in best or c.preference() > best[c.slot()].preference():
+            best[c.slot()] = c
     chosen = {id(c) for c in best.values()}
     orphans = []
     for c in candidates:
         if id(c) not in chosen:
-            kept = best[(c.objects.topic_partition, c.objects.start_offset, c.description.end_offset)]
+            kept = best[c.slot()]
+            reason = (
+                f"a compaction's output never swapped in: segment {kept.objects.segment_id} holds its range"
+                if c.pending and not kept.pending
+                else f"a second copy of the range segment {kept.objects.segment_id} holds"
+            )
+            orphans.append(Orphan(tuple(c.objects.keys), reason))
+    survivors = list(best.values())
+    for c in list(survivors):
+        inputs = _covered(c, survivors) if c.pending else None
+        if inputs is not None:
+            survivors.remove(c)
+            held_by = ", ".join(str(i.objects.segment_id) for i in inputs)
             orphans.append(
                 Orphan(
                     tuple(c.objects.keys),
-                    f"a second copy of the range segment {kept.objects.segment_id} holds",
+                    f"a compaction's output never swapped in: segments {held_by} hold its range",
                 )
             )
     # By partition, start offset, then the longest range first: a set is inside an earlier one's
     # range when it ends no later than the furthest end so far.
     ordered = sorted(
-        best.values(),
+        survivors,
         key=lambda c: (c.objects.topic_partition, c.objects.start_offset, -c.description.end_offset),
     )
     kept_sets: list[Candidate] = []
@@ -196,7 +252,9 @@ def rebuild(
             if row["problem"] is not None:
                 orphans.append(Orphan(tuple(objects.keys), f"incomplete: {row['problem']}"))
             else:
-                candidates.append(Candidate(objects, description_of(row), bool(row["from_description"])))
+                candidates.append(
+                    Candidate(objects, description_of(row), bool(row["from_description"]), row["compaction"])
+                )
     chosen, duplicates = choose(candidates)
     orphans += duplicates
     for c in chosen:

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 import pyarrow as pa
 
@@ -43,7 +44,7 @@ from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import iter_batches, read_chunks
 from rlm.pipeline.stage import Stage, arrow_schema, batch_of
 from rlm.pipeline.storage import StorageSpec
-from rlm.storage.description import Description, read_description
+from rlm.storage.description import Description, read_compaction, read_description
 from rlm.storage.layout import (
     INDEXES_SUFFIX,
     LOG_SUFFIX,
@@ -159,8 +160,18 @@ def object_sets(keys: Iterable[str], topics: Iterable[str] = ()) -> tuple[list[O
     return sets, foreign
 
 
-def described(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> tuple[Description, bool]:
-    """What describes a set, and whether that came from its description (else from its bytes).
+class Described(NamedTuple):
+    """What describes a set."""
+
+    description: Description
+    from_description: bool
+    """Whether that came from its description (else from its bytes)."""
+    compaction: str | None
+    """A compaction output's state (:func:`rlm.storage.description.read_compaction`)."""
+
+
+def described(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> Described:
+    """What describes a set.
 
     Raises:
         CorruptDataError: The set is incomplete or its bytes disagree with what describes them;
@@ -177,8 +188,9 @@ def described(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> tuple[
             )
     assert log_size is not None and metadata is not None
     description = read_description(metadata, index_key)
+    compaction = read_compaction(metadata)
     if description is None:
-        return _read(storage, objects, log_size, now_ms), False
+        return Described(_read(storage, objects, log_size, now_ms), False, compaction)
     index_size = storage.object_size(index_key)
     index_expected = max((r.end for _, r in description.index_ranges), default=0)
     if log_size != description.size_bytes:
@@ -191,7 +203,7 @@ def described(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> tuple[
             f"the index object holds {index_size} bytes, its description says {index_expected}",
             path=index_key,
         )
-    return description, True
+    return Described(description, True, compaction)
 
 
 def _read(storage: RemoteStorage, objects: ObjectSet, log_size: int, now_ms: int) -> Description:
@@ -267,6 +279,7 @@ DESCRIBED_SCHEMA = arrow_schema(
     pa.field("txn_index_empty", pa.bool_()),
     pa.field("broker_id", pa.int32()),
     pa.field("event_time_ms", pa.int64()),
+    pa.field("compaction", pa.string()),
 )
 
 
@@ -283,7 +296,7 @@ def describe_task(now_ms: int, storage: RemoteStorage, summary: SegmentSummary) 
     )
     out: dict[str, object] = {"segment_id": str(row.segment_id)}
     try:
-        d, from_description = described(storage, objects, now_ms)
+        d, from_description, compaction = described(storage, objects, now_ms)
     except RlmError as exc:
         out["problem"] = str(exc)
     else:
@@ -299,6 +312,7 @@ def describe_task(now_ms: int, storage: RemoteStorage, summary: SegmentSummary) 
             txn_index_empty=d.txn_index_empty,
             broker_id=d.broker_id,
             event_time_ms=d.event_time_ms,
+            compaction=compaction,
         )
     yield batch_of(DESCRIBED_SCHEMA, [out])
 

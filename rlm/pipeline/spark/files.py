@@ -6,7 +6,8 @@ where the cluster has hadoop-aws, HDFS), with the cluster's own settings and cre
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -63,6 +64,8 @@ class HadoopFiles:
         stream = fs.create(temporary, True)
         try:
             stream.write(bytearray(text.encode("utf-8")))
+            if stream.hasCapability("hsync"):
+                stream.hsync()
         finally:
             stream.close()
         if fs.exists(final):
@@ -83,3 +86,14 @@ class HadoopFiles:
         fs, jpath = self._fs(path)
         if fs.exists(jpath):
             fs.delete(jpath, True)
+
+    def sync_dirs(self, directories: Sequence[str]) -> None:
+        """Nothing: HDFS and the object stores persist a rename or a delete when it returns (a
+        local path is written with :class:`rlm.pipeline.export.files.LocalFiles`)."""
+
+    @contextmanager
+    def exclusive(self, directory: str) -> Iterator[bool]:
+        """Always held: Hadoop's file systems have no lock a killed run would let go of. One run
+        per output at a time is the scheduler's to ensure (a local output is locked, see
+        :class:`rlm.pipeline.export.files.LocalFiles`)."""
+        yield True
