@@ -18,6 +18,10 @@ from pyspark.sql import SparkSession
 
 #: Seconds between two looks at the status tracker.
 POLL_INTERVAL_S = 0.5
+#: Seconds the final line waits for the tracker to hear of the last tasks' ends (its listener
+#: bus is asynchronous: a job can return before the tracker counts its last task done).
+SETTLE_S = 5.0
+_ENDED = ("SUCCEEDED", "FAILED")
 
 
 class StageProgress:
@@ -66,9 +70,9 @@ class StageProgress:
                     failed += stage.numFailedTasks
         return done, running, failed
 
-    def line(self) -> str:
-        """The progress line as of now."""
-        done, running, failed = self.counts()
+    def line(self, counts: tuple[int, int, int] | None = None) -> str:
+        """The progress line as of now (or of ``counts``)."""
+        done, running, failed = self.counts() if counts is None else counts
         text = f"{self.label}: {done}/{self.total} segments, {running} running"
         if failed:
             text += f", {failed} failed"
@@ -78,6 +82,22 @@ class StageProgress:
         while not self._stop.wait(self.interval_s):
             self.stream.write("\r" + self.line() + "\033[K")
             self.stream.flush()
+
+    def _settled(self) -> tuple[int, int, int]:
+        """The counts once the tracker has heard every job of the block end (it hears of each
+        task's end before its job's), or as they are after :data:`SETTLE_S`."""
+        deadline = time.monotonic() + SETTLE_S
+        while not self._jobs_ended() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return self.counts()
+
+    def _jobs_ended(self) -> bool:
+        tracker = self._context.statusTracker()
+        for job_id in tracker.getJobIdsForGroup(self.group):
+            job = tracker.getJobInfo(job_id)
+            if job is None or job.status not in _ENDED:
+                return False
+        return True
 
     def __enter__(self) -> StageProgress:
         self._started = time.monotonic()
@@ -97,7 +117,7 @@ class StageProgress:
         if self._thread is not None:
             self._thread.join()
         if self.enabled:
-            self.stream.write("\r" + self.line() + "\033[K\n")
+            self.stream.write("\r" + self.line(self._settled() if exc_type is None else None) + "\033[K\n")
             self.stream.flush()
         self._context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
         self._context.setLocalProperty("spark.job.description", None)  # type: ignore[arg-type]
