@@ -162,8 +162,8 @@ def test_append_batch_takes_every_batch_as_the_reference(
     while pos < len(data):
         try:
             header = parse_header(data, pos)
-        except CorruptDataError:
-            break
+        except (CorruptDataError, IndexError):
+            break  # a mutated length led the walk where no whole header is left
         kwargs = {"first_offset": first, "last_offset": first + span, "batch_no": 2, "verify_crc": verify}
         expected = _batch_outcome(columns.append_batch_py, data, header, **kwargs)
         assert _batch_outcome(columns.append_batch, data, header, **kwargs) == expected
