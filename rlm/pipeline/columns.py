@@ -111,21 +111,24 @@ def decode_columns(
         "is_transactional": pa.array([h.is_transactional for h in kept], pa.bool_()),
         "aborted": pa.array([aborted.is_aborted(h) for h in kept], pa.bool_()),
     }
-    no_timestamp = pc.equal(arrays.timestamp, pa.scalar(NO_TIMESTAMP, pa.int64()))
-    timestamps = arrays.timestamp.view(pa.timestamp("ms", tz="UTC"))
     columns: dict[str, pa.Array[Any]] = {
         "topic": pa.repeat(pa.scalar(tp.topic, pa.string()), rows),
         "partition": pa.repeat(pa.scalar(tp.partition, pa.int32()), rows),
         "offset": arrays.offset,
-        "timestamp": pc.if_else(no_timestamp, None, timestamps)
-        if pc.any(no_timestamp).as_py()
-        else timestamps,
+        "timestamp": export_timestamps(arrays.timestamp),
         "key": arrays.key,
         "value": arrays.value,
         "headers": arrays.headers,
         **{field: values.take(arrays.batch) for field, values in per_batch.items()},
     }
     return pa.RecordBatch.from_arrays([columns[f] for f in RECORD_SCHEMA.names], schema=RECORD_SCHEMA)
+
+
+def export_timestamps(stored: pa.Array[Any]) -> pa.Array[Any]:
+    """The ``timestamp`` column of stored timestamps (int64): null where a record has none."""
+    no_timestamp = pc.equal(stored, pa.scalar(NO_TIMESTAMP, pa.int64()))
+    timestamps = stored.view(pa.timestamp("ms", tz="UTC"))
+    return pc.if_else(no_timestamp, None, timestamps) if pc.any(no_timestamp).as_py() else timestamps
 
 
 def records_task(storage: RemoteStorage, summary: SegmentSummary) -> Iterator[pa.RecordBatch]:

@@ -11,11 +11,13 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 
-from rlm.pipeline.columns import RECORD_SCHEMA, decode_columns
+from rlm.log.arrow import record_arrays
+from rlm.pipeline.columns import RECORD_SCHEMA, decode_columns, export_timestamps
 from rlm.pipeline.reader import RawBatch
 from rlm.pipeline.transactions import AbortedIndex
 from rlm.stream.plan import RangePlan
 from rlm.stream.reader import StreamBatch
+from rlm.stream.records import decode_group
 
 STREAM_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch")
 STREAM_SCHEMA = pa.schema([RECORD_SCHEMA.field(name) for name in STREAM_COLUMNS])
@@ -27,22 +29,42 @@ _NOTHING_ABORTED = AbortedIndex(())
 def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBatch:
     """The records of ``batches`` within the plan's range, as one record batch of :data:`STREAM_SCHEMA`.
 
-    The batches sent are already neither control nor aborted ones (:mod:`rlm.stream.reader`).
+    The batches sent are already neither control nor aborted ones (:mod:`rlm.stream.reader`). The
+    columns are those :func:`~rlm.pipeline.columns.decode_columns` makes of the same rows, the
+    stream's alone made.
 
     Raises:
         CorruptDataError: a batch fails its CRC or cannot be decoded (names its object or file).
     """
     if not batches:
         return pa.RecordBatch.from_pylist([], STREAM_SCHEMA)
-    decoded = decode_columns(
-        plan.tp,
-        [RawBatch(b.header, b.data) for b in batches],  # decoded at position 0 (local_header)
-        _NOTHING_ABORTED,
-        first_offset=plan.start,
-        last_offset=plan.end - 1,
-        name=batches[0].name,
+    cols = decode_group(plan, batches)
+    if cols is None:  # a corrupt batch: decoded one by one, which says which
+        decoded = decode_columns(
+            plan.tp,
+            [RawBatch(b.header, b.data) for b in batches],  # decoded at position 0 (local_header)
+            _NOTHING_ABORTED,
+            first_offset=plan.start,
+            last_offset=plan.end - 1,
+            name=batches[0].name,
+        )
+        return decoded.select(list(STREAM_COLUMNS))
+    arrays = record_arrays(cols)
+    headers = [b.header for b in batches]
+    kinds = pa.array([h.timestamp_type.label for h in headers], pa.string())
+    epochs = pa.array(
+        [h.leader_epoch if h.magic >= 2 and h.leader_epoch >= 0 else None for h in headers], pa.int32()
     )
-    return decoded.select(list(STREAM_COLUMNS))
+    columns = (
+        arrays.offset,
+        export_timestamps(arrays.timestamp),
+        kinds.take(arrays.batch),
+        arrays.key,
+        arrays.value,
+        arrays.headers,
+        epochs.take(arrays.batch),
+    )
+    return pa.RecordBatch.from_arrays(list(columns), schema=STREAM_SCHEMA)
 
 
 #: The IPC stream's end marker: a continuation token and a zero length.

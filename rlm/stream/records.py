@@ -7,6 +7,7 @@ lines, gRPC messages) without a :class:`~rlm.log.model.Record` per record.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import sys
 from array import array
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 
 from rlm.errors import CorruptDataError
 from rlm.log import columns as c
-from rlm.log.columns import ColumnBuffers, append_batch
+from rlm.log.columns import ColumnBuffers, append_batch, append_log
 from rlm.stream.plan import RangePlan
 from rlm.stream.reader import StreamBatch
 
@@ -22,12 +23,51 @@ Span = tuple[int, bytes, int]
 """Rows decoded so far, timestamp type label and leader epoch, after each batch."""
 
 
+def decode_group(plan: RangePlan, batches: Sequence[StreamBatch]) -> ColumnBuffers | None:
+    """The records of ``batches`` at or after the plan's start and below its end, decoded in one
+    walk (:func:`rlm.log.columns.append_log`) over their bytes put end to end: row ``i`` comes
+    from ``batches[cols.batch[i]]``. None where a batch is corrupt (decoded one by one, the
+    batches say which: :func:`decode_range`, :func:`rlm.pipeline.columns.decode_columns`)."""
+    cols = ColumnBuffers()
+    if not batches:
+        return cols
+    data = batches[0].data if len(batches) == 1 else b"".join([batch.data for batch in batches])
+    try:
+        append_log(cols, data, first_offset=plan.start, last_offset=plan.end - 1)
+    except CorruptDataError:
+        return None
+    return cols
+
+
 def decode_range(plan: RangePlan, batches: Sequence[StreamBatch]) -> tuple[ColumnBuffers, list[Span]]:
-    """The records of ``batches`` at or after the plan's start and below its end, and a span per batch.
+    """The records of ``batches`` at or after the plan's start and below its end
+    (:func:`decode_group`), and the spans of their rows: one per run of batches of the same
+    timestamp type and leader epoch.
 
     Raises:
         CorruptDataError: a batch fails its CRC or cannot be decoded (names its object or file).
     """
+    cols = decode_group(plan, batches)
+    if cols is None:
+        return _decode_each(plan, batches)
+    return cols, _spans(cols, batches) if batches else []
+
+
+def _spans(cols: ColumnBuffers, batches: Sequence[StreamBatch]) -> list[Span]:
+    """The spans of rows decoded from ``batches`` (row ``i`` came from batch ``batch[i]``)."""
+    kinds = [(batch.header.timestamp_type.label.encode(), batch.header.leader_epoch) for batch in batches]
+    spans: list[Span] = []
+    ordinals: list[int] | None = None
+    for i in range(1, len(kinds)):
+        if kinds[i] != kinds[i - 1]:  # a new span from batch i: its first row ends the last one
+            ordinals = ordinals if ordinals is not None else ints(cols, c.BATCH, "i")
+            spans.append((bisect.bisect_left(ordinals, i), *kinds[i - 1]))
+    spans.append((cols.rows, *kinds[-1]))
+    return spans
+
+
+def _decode_each(plan: RangePlan, batches: Sequence[StreamBatch]) -> tuple[ColumnBuffers, list[Span]]:
+    """:func:`decode_range` a batch at a time, to locate a corrupt batch in its object or file."""
     cols = ColumnBuffers()
     spans: list[Span] = []
     for batch in batches:
