@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request
@@ -47,7 +48,7 @@ from rlm.stream.arrow import RECORDS_PER_MESSAGE, ArrowStreamWriter, record_batc
 from rlm.stream.ndjson import ndjson_lines
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import StreamBatch
-from rlm.stream.service import StreamSlot
+from rlm.stream.service import RecordStreams, StreamSlot
 from rlm.timestamps import parse_timestamp
 
 PATH = "/v1/topics/{topic}/partitions/{partition}/records"
@@ -190,24 +191,29 @@ def _query(
     )
 
 
-async def _groups(batches: AsyncIterator[StreamBatch], size: int) -> AsyncIterator[list[StreamBatch]]:
-    """The batches, gathered into groups of about ``size`` stored bytes."""
+async def _groups(
+    batches: AsyncIterator[StreamBatch], size: int, records: int | None = None
+) -> AsyncIterator[list[StreamBatch]]:
+    """The batches, gathered into groups of about ``size`` stored bytes (or ``records`` records)."""
     pending: list[StreamBatch] = []
-    held = 0
+    held = count = 0
     async for batch in batches:
         pending.append(batch)
         held += len(batch.data)
-        if held >= size:
+        count += max(1, batch.header.record_count)
+        if held >= size or (records is not None and count >= records):
             yield pending
-            pending, held = [], 0
+            pending, held, count = [], 0, 0
     if pending:
         yield pending
 
 
-async def _ndjson(plan: RangePlan, batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
+async def _ndjson(
+    plan: RangePlan, batches: AsyncIterator[StreamBatch], streams: RecordStreams
+) -> AsyncIterator[bytes]:
     try:
-        async for group in _groups(batches, PIECE_BYTES):
-            yield ndjson_lines(plan, group)
+        async for piece in streams.encoded(_groups(batches, PIECE_BYTES), partial(ndjson_lines, plan)):
+            yield piece
     except Exception as exc:  # the trailer says why the stream ends here
         yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
 
@@ -218,19 +224,16 @@ async def _raw(batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
 
 
 async def _arrow(
-    plan: RangePlan, batches: AsyncIterator[StreamBatch], chunk_bytes: int
+    plan: RangePlan, batches: AsyncIterator[StreamBatch], streams: RecordStreams
 ) -> AsyncIterator[bytes | memoryview]:
     writer = ArrowStreamWriter()
-    pending: list[StreamBatch] = []
-    records = size = 0
-    async for batch in batches:
-        pending.append(batch)
-        records += max(1, batch.header.record_count)
-        size += len(batch.data)
-        if records >= RECORDS_PER_MESSAGE or size >= chunk_bytes:
-            yield writer.write(record_batch(plan, pending))
-            pending, records, size = [], 0, 0
-    yield writer.write(record_batch(plan, pending))
+
+    def encode(group: list[StreamBatch]) -> bytes | memoryview:
+        return writer.write(record_batch(plan, group))
+
+    groups = _groups(batches, streams.chunk_bytes, RECORDS_PER_MESSAGE)
+    async for piece in streams.encoded(groups, encode):
+        yield piece
     yield writer.end()
 
 
@@ -253,9 +256,9 @@ async def _stream_records(
     batches = streams.batches(planned)
     body: AsyncIterator[bytes | memoryview]
     if media == NDJSON:
-        body = _ndjson(planned, batches)
+        body = _ndjson(planned, batches, streams)
     elif media == ARROW:
-        body = _arrow(planned, batches, streams.chunk_bytes)
+        body = _arrow(planned, batches, streams)
     else:
         body = _raw(batches)
     headers = {

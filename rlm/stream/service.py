@@ -6,14 +6,18 @@
   that (the one being sent and the one read ahead), a batch larger than a chunk excepted.
 * Blocking calls (metadata, index files, the broker's files) run on the streams' own bounded
   executor; remote objects are read on the event loop by an :class:`AsyncRangeReader`.
+* Records are encoded (NDJSON lines, Arrow messages) on that executor too, a group of batches at a
+  time, one group ahead of the piece being sent (:func:`encode_ahead`): the event loop
+  reads and sends while a group is decoded and encoded (largely without the GIL, in C), and each
+  stream holds at most one encoded piece more than the one being sent.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TypeVar
 
 from rlm.lookup.index_cache import RemoteIndexCache
@@ -23,6 +27,7 @@ from rlm.stream.plan import RangePlan, RangeQuery, plan_range
 from rlm.stream.reader import AsyncRangeReader, BatchReader, StreamBatch
 
 T = TypeVar("T")
+G = TypeVar("G")
 
 DEFAULT_BUFFER_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 64
@@ -129,6 +134,10 @@ class RecordStreams:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, call)
 
+    def encoded(self, groups: AsyncIterator[G], encode: Callable[[G], T]) -> AsyncGenerator[T, None]:
+        """:func:`encode_ahead` on the streams' executor."""
+        return encode_ahead(groups, encode, self._executor)
+
     def batches(self, plan: RangePlan) -> AsyncGenerator[StreamBatch, None]:
         """The batches of ``plan`` (:class:`~rlm.stream.reader.BatchReader`); close the iterator
         (``contextlib.aclosing``) to cancel its reads."""
@@ -146,6 +155,43 @@ class RecordStreams:
     def close(self) -> None:
         """Stop the executor (for a process without a running loop); idempotent."""
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def encode_ahead(
+    groups: AsyncIterator[G], encode: Callable[[G], T], executor: Executor
+) -> AsyncGenerator[T, None]:
+    """``encode`` of each of ``groups``, in order, made on ``executor``: the next group is read
+    while one is encoded, and encoded while the last is sent (the consumer holds it). At most
+    one ``encode`` runs for a stream, so that it may keep state from one group to the next.
+
+    What was encoded before ``groups`` fails is yielded before the failure is raised; closing
+    the iterator drops the encoding in flight (it runs to its end, unseen)."""
+    loop = asyncio.get_running_loop()
+    pending: asyncio.Future[T] | None = None
+    try:
+        while True:
+            try:
+                group = await anext(groups)
+            except StopAsyncIteration:
+                break
+            except Exception:
+                if pending is not None:  # what was read before the failure goes first
+                    done, pending = pending, None
+                    yield await done
+                raise
+            if pending is None:
+                pending = loop.run_in_executor(executor, encode, group)
+                continue
+            done, pending = pending, None
+            piece = await done
+            pending = loop.run_in_executor(executor, encode, group)
+            yield piece
+        if pending is not None:
+            done, pending = pending, None
+            yield await done
+    finally:
+        if pending is not None:
+            pending.cancel()
 
 
 @contextlib.contextmanager

@@ -1,0 +1,116 @@
+"""A stream's groups encoded off the event loop, one ahead of the piece sent: in order, one at a
+time, what was read before a failure sent before it, and nothing left running once closed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from rlm.stream.service import encode_ahead
+
+
+@pytest.fixture
+def executor() -> Iterator[ThreadPoolExecutor]:
+    with ThreadPoolExecutor(2) as pool:
+        yield pool
+
+
+async def numbers(count: int, fail_at: int | None = None) -> AsyncIterator[int]:
+    for i in range(count):
+        if i == fail_at:
+            raise OSError(f"read {i} failed")
+        await asyncio.sleep(0)
+        yield i
+
+
+def test_groups_are_encoded_in_order_one_at_a_time_off_the_loop(executor: ThreadPoolExecutor) -> None:
+    running = 0
+    most = 0
+    threads: set[int] = set()
+    lock = threading.Lock()
+
+    def encode(i: int) -> str:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        threads.add(threading.get_ident())
+        time.sleep(0.01)  # long enough for a second one to start, were it allowed to
+        with lock:
+            running -= 1
+        return f"piece {i}"
+
+    async def main() -> list[str]:
+        return [piece async for piece in encode_ahead(numbers(7), encode, executor)]
+
+    assert asyncio.run(main()) == [f"piece {i}" for i in range(7)]
+    assert most == 1
+    assert threading.get_ident() not in threads
+
+
+def test_what_was_read_before_a_failure_is_sent_before_it(executor: ThreadPoolExecutor) -> None:
+    async def main() -> tuple[list[str], BaseException | None]:
+        got: list[str] = []
+        try:
+            async for piece in encode_ahead(numbers(5, fail_at=3), str, executor):
+                got.append(piece)
+        except OSError as exc:
+            return got, exc
+        return got, None
+
+    got, failure = asyncio.run(main())
+    assert got == ["0", "1", "2"]
+    assert str(failure) == "read 3 failed"
+
+
+def test_an_encoding_failure_ends_the_pieces_where_it_happens(executor: ThreadPoolExecutor) -> None:
+    def encode(i: int) -> str:
+        if i == 2:
+            raise ValueError("group 2 is corrupt")
+        return str(i)
+
+    async def main() -> tuple[list[str], BaseException | None]:
+        got: list[str] = []
+        try:
+            async for piece in encode_ahead(numbers(6), encode, executor):
+                got.append(piece)
+        except ValueError as exc:
+            return got, exc
+        return got, None
+
+    got, failure = asyncio.run(main())
+    assert got == ["0", "1"]
+    assert str(failure) == "group 2 is corrupt"
+
+
+def test_closing_drops_the_encoding_in_flight(executor: ThreadPoolExecutor) -> None:
+    started = threading.Event()
+    release = threading.Event()
+    encoded: list[int] = []
+
+    def encode(i: int) -> int:
+        if i == 1:
+            started.set()
+            release.wait(10)
+        encoded.append(i)
+        return i
+
+    async def main() -> list[int]:
+        got = []
+        async with contextlib.aclosing(encode_ahead(numbers(10), encode, executor)) as pieces:
+            async for piece in pieces:
+                got.append(piece)
+                await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+                break  # group 1 is being encoded
+        release.set()
+        return got
+
+    assert asyncio.run(main()) == [0]
+    executor.shutdown(wait=True)
+    assert encoded == [0, 1]  # the group in flight ran to its end; no later one started
