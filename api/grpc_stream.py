@@ -2,7 +2,8 @@
 
 Each message holds the decoded records of a group of stored batches (about a read chunk's worth,
 at most :data:`RECORDS_PER_MESSAGE` records), translated from the column decoder's buffers
-(:mod:`rlm.stream.records`, no record object in between), or with ``raw`` the batches themselves. The stream
+(:mod:`rlm.stream.records`, no record object in between), or with ``raw`` the batches themselves;
+messages are made on the streams' executor, the next while the last is sent. The stream
 waits for the client to take each message, so a slow client slows the reads; a client that
 cancels cancels them. A stream that cannot continue ends with the error's status, never with OK.
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from functools import partial
 from typing import Any
 
 import grpc
@@ -27,7 +29,7 @@ from rlm.stream import records as columns
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import StreamBatch
 from rlm.stream.records import decode_range
-from rlm.stream.service import outcome_of
+from rlm.stream.service import group_batches, outcome_of
 from rlm.timestamps import parse_timestamp
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -64,7 +66,7 @@ def read_records_query(request: pb.ReadRecordsRequest) -> RangeQuery:
     )
 
 
-def _message(plan: RangePlan, batches: list[StreamBatch], raw: bool) -> pb.ReadRecordsResponse:
+def _message(plan: RangePlan, batches: list[StreamBatch], *, raw: bool) -> pb.ReadRecordsResponse:
     answer = pb.ReadRecordsResponse(start_offset=plan.start, end_offset=max(plan.start, plan.end))
     if raw:
         answer.raw_batches = b"".join(b.data for b in batches)
@@ -114,17 +116,9 @@ class ReadRecordsServicer:
         streams = self.runtime.streams
         with outcome_of(slot):
             async with contextlib.aclosing(streams.batches(plan)) as batches:
-                pending: list[StreamBatch] = []
-                records = size = 0
+                groups = group_batches(batches, streams.chunk_bytes, RECORDS_PER_MESSAGE)
                 try:
-                    async for batch in batches:
-                        pending.append(batch)
-                        records += max(1, batch.header.record_count)
-                        size += len(batch.data)
-                        if records >= RECORDS_PER_MESSAGE or size >= streams.chunk_bytes:
-                            yield _message(plan, pending, request.raw)
-                            pending, records, size = [], 0, 0
-                    if pending:
-                        yield _message(plan, pending, request.raw)
+                    async for answer in streams.encoded(groups, partial(_message, plan, raw=request.raw)):
+                        yield answer
                 except Exception as exc:
                     await abort_for(context, exc, "ReadRecords")

@@ -48,7 +48,7 @@ from rlm.stream.arrow import RECORDS_PER_MESSAGE, ArrowStreamWriter, record_batc
 from rlm.stream.ndjson import ndjson_lines
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import StreamBatch
-from rlm.stream.service import RecordStreams, StreamSlot
+from rlm.stream.service import RecordStreams, StreamSlot, group_batches
 from rlm.timestamps import parse_timestamp
 
 PATH = "/v1/topics/{topic}/partitions/{partition}/records"
@@ -191,35 +191,18 @@ def _query(
     )
 
 
-async def _groups(
-    batches: AsyncIterator[StreamBatch], size: int, records: int | None = None
-) -> AsyncIterator[list[StreamBatch]]:
-    """The batches, gathered into groups of about ``size`` stored bytes (or ``records`` records)."""
-    pending: list[StreamBatch] = []
-    held = count = 0
-    async for batch in batches:
-        pending.append(batch)
-        held += len(batch.data)
-        count += max(1, batch.header.record_count)
-        if held >= size or (records is not None and count >= records):
-            yield pending
-            pending, held, count = [], 0, 0
-    if pending:
-        yield pending
-
-
 async def _ndjson(
     plan: RangePlan, batches: AsyncIterator[StreamBatch], streams: RecordStreams
 ) -> AsyncIterator[bytes]:
     try:
-        async for piece in streams.encoded(_groups(batches, PIECE_BYTES), partial(ndjson_lines, plan)):
+        async for piece in streams.encoded(group_batches(batches, PIECE_BYTES), partial(ndjson_lines, plan)):
             yield piece
     except Exception as exc:  # the trailer says why the stream ends here
         yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
 
 
 async def _raw(batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
-    async for group in _groups(batches, RAW_PIECE_BYTES):
+    async for group in group_batches(batches, RAW_PIECE_BYTES):
         yield b"".join([batch.data for batch in group])
 
 
@@ -231,7 +214,7 @@ async def _arrow(
     def encode(group: list[StreamBatch]) -> bytes | memoryview:
         return writer.write(record_batch(plan, group))
 
-    groups = _groups(batches, streams.chunk_bytes, RECORDS_PER_MESSAGE)
+    groups = group_batches(batches, streams.chunk_bytes, RECORDS_PER_MESSAGE)
     async for piece in streams.encoded(groups, encode):
         yield piece
     yield writer.end()

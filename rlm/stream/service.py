@@ -194,6 +194,23 @@ async def encode_ahead(
             pending.cancel()
 
 
+async def group_batches(
+    batches: AsyncIterator[StreamBatch], size: int, records: int | None = None
+) -> AsyncIterator[list[StreamBatch]]:
+    """The batches, gathered into groups of about ``size`` stored bytes (or ``records`` records)."""
+    pending: list[StreamBatch] = []
+    held = count = 0
+    async for batch in batches:
+        pending.append(batch)
+        held += len(batch.data)
+        count += max(1, batch.header.record_count)
+        if held >= size or (records is not None and count >= records):
+            yield pending
+            pending, held, count = [], 0, 0
+    if pending:
+        yield pending
+
+
 @contextlib.contextmanager
 def outcome_of(slot: StreamSlot) -> Iterator[None]:
     """Release ``slot`` with how the block ended: completed, cancelled (the client went away:
