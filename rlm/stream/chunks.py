@@ -53,38 +53,68 @@ async def batches_in_range(
     """Yield ``(header, batch bytes)`` for each whole batch in ``[start, end)`` (``start`` at a batch
     boundary); header positions are positions in the object or file named ``name``.
 
-    A batch cut by ``end`` is not yielded (the tail of a file the broker is appending to).
+    A batch cut by ``end`` is not yielded (the tail of a file the broker is appending to). Each
+    batch's bytes are copied once out of the chunks; only a batch begun in one chunk and ended in
+    a later one is gathered first (a chunk is never copied whole).
 
     Raises:
         CorruptDataError: a batch header is not valid (located in ``name``).
     """
-    buffer = bytearray()
-    at = start  # the position of buffer[0]
+    tail = bytearray()  # the bytes of a batch begun in the chunks before
+    tail_total: int | None = None  # its size, once its header's start is in
+    at = start  # the position of the next batch (of tail[0] when there is a tail)
     async for chunk in _chunks(read, start, end, chunk_bytes):
-        buffer += chunk
-        used = 0
-        while len(buffer) - used >= LOG_OVERHEAD + 5:
-            _, size = _PREFIX.unpack_from(buffer, used)
-            if size < MIN_SIZE_FIELD:
-                raise CorruptRecordError(
-                    f"batch size field {size} is smaller than the minimum {MIN_SIZE_FIELD}",
-                    path=name,
-                    position=at + used,
-                )
-            total = LOG_OVERHEAD + size
-            if used + total > len(buffer):
-                break
-            with memoryview(buffer) as view:  # one copy of the batch, none of the buffer
-                data = bytes(view[used : used + total])
-            try:
-                header = parse_header(data, 0, at + used)
-            except CorruptDataError as exc:
-                raise exc.at(name, at + used) from exc
-            except struct.error as exc:
-                raise CorruptRecordError(
-                    f"batch header is truncated: {exc}", path=name, position=at + used
-                ) from exc
-            yield header, data
-            used += total
-        del buffer[:used]
-        at += used
+        with memoryview(chunk) as view:
+            used = 0
+            if tail:
+                if tail_total is None:  # its size field is (partly) in this chunk
+                    tail_total = _whole_size(bytes(tail) + chunk[: LOG_OVERHEAD + 5], 0, at, name)
+                if tail_total is None or len(tail) + len(view) < tail_total:
+                    tail += view  # not ended yet: gathered
+                    continue
+                used = tail_total - len(tail)
+                tail += view[:used]
+                data = bytes(tail)
+                yield _batch(data, at, name), data
+                at += tail_total
+                tail.clear()
+            while True:
+                tail_total = _whole_size(view, used, at, name)
+                if tail_total is None or used + tail_total > len(view):
+                    break
+                data = bytes(view[used : used + tail_total])  # one copy of the batch, none of the chunk
+                yield _batch(data, at, name), data
+                used += tail_total
+                at += tail_total
+            tail += view[used:]
+
+
+def _whole_size(buffer: bytes | bytearray | memoryview, used: int, at: int, name: str) -> int | None:
+    """The size of the batch at ``used`` of ``buffer`` (at ``at`` in ``name``), header and all, or
+    None when ``buffer`` does not hold the start of its header yet.
+
+    Raises:
+        CorruptRecordError: its size field is below the minimum.
+    """
+    if len(buffer) - used < LOG_OVERHEAD + 5:
+        return None
+    _, size = _PREFIX.unpack_from(buffer, used)
+    if size < MIN_SIZE_FIELD:
+        raise CorruptRecordError(
+            f"batch size field {size} is smaller than the minimum {MIN_SIZE_FIELD}", path=name, position=at
+        )
+    return int(LOG_OVERHEAD + size)
+
+
+def _batch(data: bytes, at: int, name: str) -> BatchHeader:
+    """The header of the batch ``data``, at ``at`` in ``name``.
+
+    Raises:
+        CorruptDataError: it is not valid.
+    """
+    try:
+        return parse_header(data, 0, at)
+    except CorruptDataError as exc:
+        raise exc.at(name, at) from exc
+    except struct.error as exc:
+        raise CorruptRecordError(f"batch header is truncated: {exc}", path=name, position=at) from exc

@@ -51,7 +51,7 @@ class Reads:
 async def collect(reads: Reads, start: int, end: int, chunk: int) -> list[tuple[int, int, int]]:
     out = []
     async for header, data in batches_in_range(reads.read, start, end, chunk_bytes=chunk, name="x.log"):
-        assert len(data) == header.size
+        assert data == reads.data[header.position : header.position + header.size]
         out.append((header.base_offset, header.last_offset, header.position))
     return out
 
@@ -74,6 +74,15 @@ def test_a_bad_size_field_is_named_with_its_position() -> None:
     with pytest.raises(CorruptRecordError, match="smaller than the minimum") as raised:
         asyncio.run(collect(Reads(damaged), 0, len(damaged), 64))
     assert "x.log" in str(raised.value)
+
+
+@pytest.mark.parametrize("cut", [3, 12, 30])
+def test_a_bad_size_field_across_two_chunks_is_named_with_its_position(cut: int) -> None:
+    second = len(FIRST)
+    damaged = LOG[: second + 8] + (3).to_bytes(4, "big") + LOG[second + 12 :]
+    with pytest.raises(CorruptRecordError, match="smaller than the minimum") as raised:
+        asyncio.run(collect(Reads(damaged), 0, len(damaged), second + cut))  # its header in two chunks
+    assert (raised.value.path, raised.value.position) == ("x.log", second)
 
 
 def test_closing_the_iterator_cancels_the_read_ahead() -> None:
