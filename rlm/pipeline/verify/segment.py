@@ -9,6 +9,11 @@ of the index object against the one rebuilt from the log (:mod:`rlm.pipeline.ver
 A batch failing its CRC may have any header field damaged, so when one does the comparisons that
 trust the headers (offset range, max timestamp, indexes) are left out: the CRC problem is the
 finding. The same holds when the object cannot be cut into whole batches.
+
+The headers of a chunk's whole v2 batches are read, and their CRCs checked, in one call
+(:func:`rlm.log.walk.walk_v2_headers`); a batch whose CRC holds and that is not transactional is
+checked and indexed from its header alone. Any other batch (a CRC mismatch, a transactional or
+control batch, a legacy one) is cut out and checked on its own, as every batch once was.
 """
 
 from __future__ import annotations
