@@ -691,6 +691,7 @@ static PyObject *append_batch_columns(PyObject *module, PyObject *const *args, P
 }
 
 #include "_decode_log.h"
+#include "_decode_walk.h"
 
 /* -- Record tuples ----------------------------------------------------------------------------- */
 
@@ -853,6 +854,8 @@ static PyMethodDef methods[] = {
      "The records of an uncompressed v2 batch as Record tuples, its CRC checked."},
     {"append_log_columns", (PyCFunction)(void (*)(void))append_log_columns, METH_FASTCALL,
      "Append the records of the v2 batches of a log's bytes to column buffers, CRCs checked."},
+    {"walk_v2_headers", (PyCFunction)(void (*)(void))walk_v2_headers, METH_FASTCALL,
+     "The headers of the whole v2 batches of a log's bytes, each batch's CRC checked."},
     {"crc32c", (PyCFunction)crc32c_py, METH_O, "CRC-32C of a buffer."},
     {"decompress_plain", (PyCFunction)(void (*)(void))decompress_plain, METH_FASTCALL,
      "A compressed v2 payload as the log walk decompresses it."},

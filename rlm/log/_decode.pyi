@@ -65,3 +65,6 @@ def append_log_columns(
 def decompress_plain(
     calls: tuple[Callable[..., object], ...], codec: int, payload: bytes | bytearray | memoryview, /
 ) -> bytes: ...
+def walk_v2_headers(
+    buf: bytes | bytearray | memoryview, pos: int, end: int, position: int, total: int, /
+) -> tuple[int, list[tuple[int, int, int, int, int, int, int, int, bool]]]: ...

@@ -317,17 +317,20 @@ class OffsetIndex(_SegmentIndex):
                 ``position`` is not an int32 >= 0.
             OffsetOverflowError: ``offset - base_offset`` is not in ``[0, 2**31 - 1]``.
         """
-        if self.is_full():
+        rel = self._rel  # the checks inline: a rebuild appends once per batch
+        if len(rel) >= self.max_index_size // self.ENTRY_SIZE:
             raise ValueError(f"attempt to append to a full offset index ({len(self)} entries)")
-        if self._rel and offset <= self.last_offset:
+        relative = offset - self.base_offset
+        if rel and relative <= rel[-1]:
             raise ValueError(
                 f"attempt to append offset {offset} to slot {len(self)} of an offset index whose "
                 f"last offset is {self.last_offset}"
             )
-        relative = self._relative(offset)
+        if not 0 <= relative <= INT32_MAX:
+            self._relative(offset)  # raises
         if not 0 <= position <= INT32_MAX:
             raise ValueError(f"position {position} is not a valid int32 file position")
-        self._rel.append(relative)
+        rel.append(relative)
         self._pos.append(position)
 
     def _check_entries(self) -> tuple[str, int] | None:
@@ -450,20 +453,24 @@ class TimeIndex(_SegmentIndex):
             ValueError: the index is full, or the entry would go back in offset or timestamp.
             OffsetOverflowError: ``offset - base_offset`` is not in ``[0, 2**31 - 1]``.
         """
-        if not skip_full_check and self.is_full():
+        ts = self._ts  # the checks inline: a rebuild calls this once per batch
+        if not skip_full_check and len(ts) >= self.max_index_size // self.ENTRY_SIZE - 1:
             raise ValueError(f"attempt to append to a full time index ({len(self)} entries)")
-        last = self.last_entry
-        if self._ts and offset < last.offset:
-            raise ValueError(
-                f"attempt to append offset {offset} to slot {len(self)} of a time index whose "
-                f"last offset is {last.offset}"
-            )
-        if self._ts and timestamp < last.timestamp:
-            raise ValueError(
-                f"attempt to append timestamp {timestamp} to slot {len(self)} of a time index "
-                f"whose last timestamp is {last.timestamp}"
-            )
-        if timestamp <= last.timestamp:
+        if ts:
+            last_timestamp, last_offset = ts[-1], self.base_offset + self._rel[-1]
+            if offset < last_offset:
+                raise ValueError(
+                    f"attempt to append offset {offset} to slot {len(self)} of a time index whose "
+                    f"last offset is {last_offset}"
+                )
+            if timestamp < last_timestamp:
+                raise ValueError(
+                    f"attempt to append timestamp {timestamp} to slot {len(self)} of a time index "
+                    f"whose last timestamp is {last_timestamp}"
+                )
+            if timestamp == last_timestamp:
+                return False
+        elif timestamp <= NO_TIMESTAMP:
             return False
         if len(self._ts) >= self.max_entries:
             raise ValueError(f"no slot left in the time index ({len(self)} entries)")

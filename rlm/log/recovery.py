@@ -128,18 +128,32 @@ class IndexRebuilder:
                 already, as in Kafka's recovery, which stops there).
         """
         if header.magic >= 2:
-            if header.leader_epoch >= 0 and (not self.epochs or header.leader_epoch > self.epochs[-1].epoch):
-                self.epochs.append(EpochEntry(header.leader_epoch, header.base_offset))
+            self._epoch(header.leader_epoch, header.base_offset)
             for aborted in track_transactions(header, self.tracker, batch, name):
                 self.txn_index.append(aborted)
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp, self.offset_of_max_timestamp = header.max_timestamp, header.last_offset
+        self._advance(header.size, header.last_offset, header.max_timestamp)
+
+    def add_plain(
+        self, size: int, base_offset: int, last_offset: int, leader_epoch: int, max_timestamp: int
+    ) -> None:
+        """:meth:`add` for a v2 batch that is not transactional (its bytes are not needed), given
+        the fields of its header that count."""
+        self._epoch(leader_epoch, base_offset)
+        self._advance(size, last_offset, max_timestamp)
+
+    def _epoch(self, leader_epoch: int, base_offset: int) -> None:
+        if leader_epoch >= 0 and (not self.epochs or leader_epoch > self.epochs[-1].epoch):
+            self.epochs.append(EpochEntry(leader_epoch, base_offset))
+
+    def _advance(self, size: int, last_offset: int, max_timestamp: int) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp, self.offset_of_max_timestamp = max_timestamp, last_offset
         if self.valid_bytes - self._last_index_entry > self.index_interval_bytes:
-            self.offset_index.append(header.last_offset, self.valid_bytes)
+            self.offset_index.append(last_offset, self.valid_bytes)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._last_index_entry = self.valid_bytes
-        self.valid_bytes += header.size
-        self.next_offset = header.last_offset + 1
+        self.valid_bytes += size
+        self.next_offset = last_offset + 1
 
     def finish(self, error: CorruptDataError | None = None) -> RebuiltIndexes:
         """Close the time index with the segment's max timestamp and return what was rebuilt.

@@ -12,12 +12,13 @@ from __future__ import annotations
 import queue
 import struct
 import threading
-from collections.abc import Iterable, Iterator
-from typing import NamedTuple
+from collections.abc import Callable, Generator, Iterable, Iterator
+from typing import NamedTuple, TypeVar
 
 from rlm.errors import CorruptDataError, CorruptIndexError, CorruptRecordError, RlmError
 from rlm.log.batches import Buffer, parse_header
 from rlm.log.model import LOG_OVERHEAD, MIN_SIZE_FIELD, BatchHeader
+from rlm.log.walk import V2Header, walk_v2_headers
 from rlm.metastore.model import ByteRange, IndexType
 from rlm.pipeline.plan import IndexRef, SegmentSummary
 from rlm.storage.protocol import RemoteStorage
@@ -42,6 +43,16 @@ class RawBatch:
     def local_header(self) -> BatchHeader:
         """The header with ``position`` 0, for the decoders that index :attr:`data`."""
         return self.header._replace(position=0)
+
+
+class BatchRun(NamedTuple):
+    """Whole, well-formed v2 batches one after another, their headers read and their CRCs checked
+    in one call (:func:`~rlm.log.walk.walk_v2_headers`): each header's ``pos`` indexes ``data``,
+    whose byte 0 is at byte ``position`` of the object."""
+
+    data: Buffer
+    position: int
+    headers: list[V2Header]
 
 
 def read_chunks(
@@ -122,6 +133,25 @@ def iter_batches(chunks: Iterable[bytes], name: str, total: int) -> Iterator[Raw
             short, or bytes after the last whole batch; it names the object and the position.
             The batches before it have been yielded.
     """
+    return _cut_stream(chunks, name, total, _batches_of)
+
+
+def iter_runs(chunks: Iterable[bytes], name: str, total: int) -> Iterator[BatchRun | RawBatch]:
+    """The batches of :func:`iter_batches`, in the same order and with the same errors, but each
+    run of whole well-formed v2 batches as one :class:`BatchRun`: a scrubber reads every header
+    of a chunk in one call. Other batches (legacy ones, a v2 batch whose header the walk leaves
+    to the parser) come as :class:`RawBatch`."""
+    return _cut_stream(chunks, name, total, _runs_of)
+
+
+_T = TypeVar("_T")
+#: Cuts the whole batches of ``buf`` from ``at`` (byte ``position`` of an object of ``total``
+#: bytes named ``name``) on, and returns where the first batch not whole in ``buf`` starts.
+_Cutter = Callable[[bytes, int, int, int, str], Generator[_T, None, int]]
+
+
+def _cut_stream(chunks: Iterable[bytes], name: str, total: int, cut: _Cutter[_T]) -> Iterator[_T]:
+    """What ``cut`` makes of each chunk, a batch that straddles chunks joined up first."""
     carry = b""  # the start of a batch the previous chunk ended in
     position = 0  # of the next batch in the object
     for chunk in chunks:
@@ -139,21 +169,49 @@ def iter_batches(chunks: Iterable[bytes], name: str, total: int) -> Iterator[Raw
             data = carry + chunk[at : at + need]
             at += need
             carry = b""
-            yield _batch(data, position, name)
+            yield from cut(data, 0, position, total, name)
             position += len(data)
-        view = memoryview(chunk)
-        while len(chunk) - at >= LOG_OVERHEAD:
-            length = _batch_length(chunk, at, position, total, name)
-            if len(chunk) - at < length:
-                break
-            yield _batch(view[at : at + length], position, name)
-            at += length
-            position += length
-        carry = chunk[at:]
+        stop = yield from cut(chunk, at, position, total, name)
+        position += stop - at
+        carry = chunk[stop:]
     if carry:
         raise CorruptRecordError(
             f"{len(carry)} bytes after the last whole batch", path=name, position=position
         )
+
+
+def _batches_of(buf: bytes, at: int, position: int, total: int, name: str) -> Generator[RawBatch, None, int]:
+    """A :data:`_Cutter`: batch by batch."""
+    view = memoryview(buf)
+    while len(buf) - at >= LOG_OVERHEAD:
+        length = _batch_length(buf, at, position, total, name)
+        if len(buf) - at < length:
+            break
+        yield _batch(view[at : at + length], position, name)
+        at += length
+        position += length
+    return at
+
+
+def _runs_of(
+    buf: bytes, at: int, position: int, total: int, name: str
+) -> Generator[BatchRun | RawBatch, None, int]:
+    """A :data:`_Cutter`: runs of v2 batches, any other batch alone."""
+    view = memoryview(buf)
+    while True:
+        stop, headers = walk_v2_headers(buf, at, len(buf), position, total)
+        if headers:
+            yield BatchRun(view, position - at, headers)
+        position += stop - at
+        at = stop
+        if len(buf) - at < LOG_OVERHEAD:
+            return at
+        length = _batch_length(buf, at, position, total, name)
+        if len(buf) - at < length:
+            return at
+        yield _batch(view[at : at + length], position, name)
+        at += length
+        position += length
 
 
 def _batch_length(buf: bytes, at: int, position: int, total: int, name: str) -> int:
@@ -226,6 +284,11 @@ class SegmentReader:
         """
         total = self.summary.segment.size_bytes if size is None else size
         return iter_batches(self.chunks(total), self.summary.log_key, total)
+
+    def runs(self, size: int | None = None) -> Iterator[BatchRun | RawBatch]:
+        """:meth:`batches`, runs of well-formed v2 batches read at once (see :func:`iter_runs`)."""
+        total = self.summary.segment.size_bytes if size is None else size
+        return iter_runs(self.chunks(total), self.summary.log_key, total)
 
     def fetch(self, ref: IndexRef) -> None:
         """Read ``ref``'s bytes now (one ranged read), so that :meth:`read_ref` takes any file

@@ -45,7 +45,7 @@ from rlm.storage.protocol import STREAM_PIECE_BYTES, PutResult, PutSource, check
 from rlm.storage.ratelimit import RateLimiter
 from rlm.storage.retry import call_with_retry
 from rlm.storage.s3_cleanup import UploadCleanup
-from rlm.storage.s3_client import s3_client
+from rlm.storage.s3_client import new_session, s3_client
 from rlm.storage.s3_config import S3Config
 from rlm.storage.s3_errors import NOT_FOUND_CODES, error_for_code, s3_error_code, translate
 from rlm.storage.s3_multipart import MultipartUploader, Uploaded, body_checksum, s3_crc32c, stored_object
@@ -107,7 +107,7 @@ class S3Storage:
         self._key_prefix = f"{prefix}/" if prefix else ""
         self._sleep = sleep
         self._draw = draw
-        session = session or boto3.session.Session()
+        session = session or new_session()
         self._session = session
         self._client: S3Client = s3_client(session, self.config)
         self._owned_executor = executor is None

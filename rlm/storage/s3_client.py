@@ -17,12 +17,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import threading
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import boto3
+import botocore.session
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.loaders import create_loader
 
 from rlm.errors import ConfigError
 from rlm.storage.s3_config import S3Config
@@ -33,6 +36,30 @@ if TYPE_CHECKING:
 #: Request headers the ``md5`` and ``off`` checksum settings never send.
 CHECKSUM_HEADER_PREFIX = "x-amz-checksum-"
 SDK_CHECKSUM_ALGORITHM_HEADER = "x-amz-sdk-checksum-algorithm"
+
+
+#: What botocore's data loaders have read (service models, endpoint rules), per data path.
+_loaded: dict[str | None, dict[Any, Any]] = {}
+_loaded_lock = threading.Lock()
+
+
+def new_session() -> boto3.session.Session:
+    """A new boto3 session (credentials and region from the standard AWS chain) that reads
+    botocore's data files once per process.
+
+    Each session's loader parses the S3 service model and the endpoint rules again, a tenth of a
+    second of CPU or more, which a process opening a client per job (a driver, a test) pays each
+    time. The sessions made here share what their loaders read: the loader caches it in its
+    ``_cache`` dictionary, keyed by what was asked, and every loader of a data path finds the
+    same files.
+    """
+    core = botocore.session.Session()
+    data_path = core.get_config_variable("data_path")
+    loader = create_loader(data_path)
+    with _loaded_lock:
+        loader._cache = _loaded.setdefault(data_path, {})  # type: ignore[attr-defined]  # see above
+    core.register_component("data_loader", loader)
+    return boto3.session.Session(botocore_session=core)
 
 
 def s3_client(session: boto3.session.Session, config: S3Config) -> S3Client:

@@ -9,6 +9,11 @@ of the index object against the one rebuilt from the log (:mod:`rlm.pipeline.ver
 A batch failing its CRC may have any header field damaged, so when one does the comparisons that
 trust the headers (offset range, max timestamp, indexes) are left out: the CRC problem is the
 finding. The same holds when the object cannot be cut into whole batches.
+
+The headers of a chunk's whole v2 batches are read, and their CRCs checked, in one call
+(:func:`rlm.log.walk.walk_v2_headers`); a batch whose CRC holds and that is not transactional is
+checked and indexed from its header alone. Any other batch (a CRC mismatch, a transactional or
+control batch, a legacy one) is cut out and checked on its own, as every batch once was.
 """
 
 from __future__ import annotations
@@ -24,18 +29,21 @@ import pyarrow as pa
 
 from rlm.errors import CorruptDataError, RlmError
 from rlm.log.batches import crc_valid, decode_batch
-from rlm.log.model import BatchHeader
 from rlm.log.recovery import IndexRebuilder, TransactionTracker
 from rlm.log.snapshot import decode_snapshot
+from rlm.log.v2 import parse_v2_header
 from rlm.metastore.model import ByteRange, RemoteSegment
 from rlm.pipeline.plan import IndexRef, SegmentSummary
-from rlm.pipeline.reader import DEFAULT_CHUNK_BYTES, RawBatch, SegmentReader
+from rlm.pipeline.reader import DEFAULT_CHUNK_BYTES, BatchRun, RawBatch, SegmentReader
 from rlm.pipeline.stage import Stage, arrow_schema, batch_of
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.verify.findings import Findings
 from rlm.pipeline.verify.indexes import check_indexes
 from rlm.pipeline.verify.problems import PROBLEM_TYPE, Problem, ProblemKind, problem_row
 from rlm.storage.protocol import RemoteStorage
+
+#: The attribute bit of a transactional v2 batch.
+_TRANSACTIONAL = 0x10
 
 #: One row per segment: what was read and what was found.
 RESULT_SCHEMA = arrow_schema(
@@ -75,9 +83,19 @@ class _Epochs:
     def __init__(self, row: RemoteSegment) -> None:
         self._starts = [entry.start_offset for entry in row.leader_epochs]
         self._epochs = [entry.epoch for entry in row.leader_epochs]
+        # The offsets [low, high) of the entry last asked for, and its epoch: batches come in
+        # offset order, most in the range of the one before.
+        self._low = self._high = 0
+        self._epoch = -1
 
     def at(self, offset: int) -> int:
-        return self._epochs[max(0, bisect.bisect_right(self._starts, offset) - 1)]
+        if self._low <= offset < self._high:
+            return self._epoch
+        i = max(0, bisect.bisect_right(self._starts, offset) - 1)
+        self._epoch = self._epochs[i]
+        self._low = self._starts[i] if i > 0 else -(2**63)
+        self._high = self._starts[i + 1] if i + 1 < len(self._starts) else 2**63
+        return self._epoch
 
 
 def check_segment(
@@ -167,41 +185,13 @@ def _scan(reader: SegmentReader, findings: Findings, size: int) -> _Scan:
     key = reader.summary.log_key
     tracker, known = _start_state(reader)
     scan = _Scan(True, 0, None, None, IndexRebuilder(row.start_offset, tracker=tracker), known)
-    epochs = _Epochs(row)
-    previous = row.start_offset - 1
+    walk = _Walk(scan, findings, _Epochs(row), key, row.start_offset - 1)
     try:
-        for raw in reader.batches(size):
-            header = raw.header
-            scan.batches += 1
-            if not crc_valid(raw.data, raw.local_header):
-                scan.trusted = False
-                findings.add(
-                    ProblemKind.CORRUPT_BATCH,
-                    f"CRC mismatch: the batch's bytes do not match its stored checksum 0x{header.crc:08x}",
-                    key=key,
-                    position=header.position,
-                    offset=header.last_offset,
-                )
-                continue
-            first = _first_offset(raw)
-            if first <= previous:
-                findings.add(
-                    ProblemKind.OFFSET_ORDER,
-                    f"the batch starts at offset {first}, not above {previous}, the last offset before it",
-                    key=key,
-                    position=header.position,
-                    offset=first,
-                )
-            if scan.first_offset is None:
-                scan.first_offset = first
-            previous = max(previous, header.last_offset)
-            scan.last_offset = previous
-            _check_epoch(header, epochs, findings, key)
-            try:
-                scan.rebuilder.add(header, raw.data, key)
-            except CorruptDataError as exc:
-                scan.trusted = False
-                findings.add(ProblemKind.CORRUPT_BATCH, exc.reason, key=key, position=header.position)
+        for item in reader.runs(size):
+            if isinstance(item, RawBatch):
+                walk.batch(item)
+            else:
+                walk.run(item)
     except CorruptDataError as exc:
         scan.trusted = False
         findings.add(ProblemKind.CORRUPT_BATCH, exc.reason, key=key, position=exc.position)
@@ -211,6 +201,91 @@ def _scan(reader: SegmentReader, findings: Findings, size: int) -> _Scan:
     return scan
 
 
+class _Walk:
+    """The checks of each batch in turn, and the index rebuild, over a ``.log``'s batches."""
+
+    def __init__(self, scan: _Scan, findings: Findings, epochs: _Epochs, key: str, previous: int) -> None:
+        self.scan = scan
+        self.findings = findings
+        self.epochs = epochs
+        self.key = key
+        self.previous = previous
+        """The largest last offset so far (below the segment's start offset before any batch)."""
+
+    def run(self, run: BatchRun) -> None:
+        """A run of well-formed v2 batches: those whose CRC holds and that are not transactional
+        are checked from their headers alone; any other goes through :meth:`batch`."""
+        scan, rebuilder = self.scan, self.scan.rebuilder
+        for h in run.headers:
+            first = h.base_offset
+            if not h.crc_ok or h.attributes & _TRANSACTIONAL or first < 0:
+                header = parse_v2_header(run.data, h.pos, run.position + h.pos)
+                self.batch(RawBatch(header, run.data[h.pos : h.pos + h.size]))
+                continue
+            scan.batches += 1
+            if first <= self.previous:
+                self._out_of_order(first, run.position + h.pos)
+            if scan.first_offset is None:
+                scan.first_offset = first
+            self.previous = max(self.previous, h.last_offset)
+            scan.last_offset = self.previous
+            if h.leader_epoch >= 0:
+                self._check_epoch(h.leader_epoch, first, h.last_offset, run.position + h.pos)
+            rebuilder.add_plain(h.size, first, h.last_offset, h.leader_epoch, h.max_timestamp)
+
+    def batch(self, raw: RawBatch) -> None:
+        """Any one batch, from its header and bytes."""
+        scan, header = self.scan, raw.header
+        scan.batches += 1
+        if not crc_valid(raw.data, raw.local_header):
+            scan.trusted = False
+            self.findings.add(
+                ProblemKind.CORRUPT_BATCH,
+                f"CRC mismatch: the batch's bytes do not match its stored checksum 0x{header.crc:08x}",
+                key=self.key,
+                position=header.position,
+                offset=header.last_offset,
+            )
+            return
+        first = _first_offset(raw)
+        if first <= self.previous:
+            self._out_of_order(first, header.position)
+        if scan.first_offset is None:
+            scan.first_offset = first
+        self.previous = max(self.previous, header.last_offset)
+        scan.last_offset = self.previous
+        if header.magic >= 2 and header.leader_epoch >= 0:  # legacy batches carry no leader epoch
+            self._check_epoch(header.leader_epoch, header.base_offset, header.last_offset, header.position)
+        try:
+            scan.rebuilder.add(header, raw.data, self.key)
+        except CorruptDataError as exc:
+            scan.trusted = False
+            self.findings.add(ProblemKind.CORRUPT_BATCH, exc.reason, key=self.key, position=header.position)
+
+    def _out_of_order(self, first: int, position: int) -> None:
+        self.findings.add(
+            ProblemKind.OFFSET_ORDER,
+            f"the batch starts at offset {first}, not above {self.previous}, the last offset before it",
+            key=self.key,
+            position=position,
+            offset=first,
+        )
+
+    def _check_epoch(self, leader_epoch: int, base_offset: int, last_offset: int, position: int) -> None:
+        for offset in (base_offset, last_offset):
+            expected = self.epochs.at(offset)
+            if leader_epoch != expected:
+                self.findings.add(
+                    ProblemKind.LEADER_EPOCH,
+                    f"the batch has leader epoch {leader_epoch}, the row says epoch {expected} "
+                    f"wrote offset {offset}",
+                    key=self.key,
+                    position=position,
+                    offset=offset,
+                )
+                return
+
+
 def _first_offset(raw: RawBatch) -> int:
     """The batch's first offset; a legacy compressed wrapper says only its last, so its inner
     messages are decoded (as Kafka's ``baseOffset()`` does)."""
@@ -218,23 +293,6 @@ def _first_offset(raw: RawBatch) -> int:
         return raw.header.base_offset
     records = decode_batch(raw.data, raw.local_header, verify_crc=False)
     return records[0].offset if records else raw.header.last_offset
-
-
-def _check_epoch(header: BatchHeader, epochs: _Epochs, findings: Findings, key: str) -> None:
-    if header.magic < 2 or header.leader_epoch < 0:
-        return  # legacy batches carry no leader epoch
-    for offset in (header.base_offset, header.last_offset):
-        expected = epochs.at(offset)
-        if header.leader_epoch != expected:
-            findings.add(
-                ProblemKind.LEADER_EPOCH,
-                f"the batch has leader epoch {header.leader_epoch}, the row says epoch {expected} "
-                f"wrote offset {offset}",
-                key=key,
-                position=header.position,
-                offset=offset,
-            )
-            return
 
 
 def _check_log(row: RemoteSegment, scan: _Scan, findings: Findings, key: str) -> None:
