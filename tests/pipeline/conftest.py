@@ -3,8 +3,11 @@
 * ``spark``: one SparkSession (``local[2]``) for the whole test session, started the first time a
   test asks for it, so a run without Spark tests never starts a JVM. Every test using it is marked
   ``spark`` (``pytest -m spark`` runs them, ``-m "not spark"`` skips them).
+* ``class_archive``: the class data sharing archive the test JVMs start from (the session's, and
+  those of jobs run in processes of their own).
 * ``healthy_tier``: a tiered sample log directory (every codec, legacy batches, transactions and
-  aborts) per backend pair, built once per session; read-only.
+  aborts) per backend pair, built once per session; read-only. ``healthy_tiers`` gives the same
+  tiers by backend name.
 * ``aws_env``: the S3 credentials the driver's storage reads from the environment (executors get
   them through ``spark.executorEnv``).
 """
@@ -19,7 +22,7 @@ import pytest
 
 from rlm.log.produce import ProduceSpec, produce
 from tests.metadata_support import drop_postgres_database
-from tests.pipeline.spark_conf import small_job_conf
+from tests.pipeline.spark_conf import ensure_class_archive, small_job_conf
 from tests.pipeline.tiers import AWS_ENV, Tier, build_tier
 
 if TYPE_CHECKING:
@@ -50,7 +53,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def class_archive() -> Path:
+    """The class archive the test JVMs start from (written the first time a worktree needs it: see
+    :mod:`tests.pipeline.spark_conf`)."""
+    return ensure_class_archive()
+
+
+@pytest.fixture(scope="session")
+def spark(class_archive: Path) -> Iterator[SparkSession]:
     """The test session's SparkSession: local[2], the test JVM settings (:mod:`tests.pipeline.spark_conf`),
     S3 test credentials for executors."""
     from rlm.pipeline.spark.session import SparkOptions, build_session
@@ -100,7 +110,23 @@ def make_tier(
     )
 
 
+@pytest.fixture(scope="session")
+def healthy_tiers(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str, pytest.FixtureRequest], Tier]:
+    """The healthy tier of a backend pair, built the first time it is asked for (for fixtures that
+    are not parametrized by backend); tests must not change it."""
+    built: dict[str, Tier] = {}
+
+    def healthy(kind: str, request: pytest.FixtureRequest) -> Tier:
+        if kind not in built:
+            built[kind] = make_tier(kind, request, tmp_path_factory.mktemp(f"healthy-{kind}"))
+        return built[kind]
+
+    return healthy
+
+
 @pytest.fixture(scope="session", params=BACKENDS)
-def healthy_tier(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Tier:
+def healthy_tier(
+    request: pytest.FixtureRequest, healthy_tiers: Callable[[str, pytest.FixtureRequest], Tier]
+) -> Tier:
     """A healthy tier on each backend pair; tests must not change it."""
-    return make_tier(request.param, request, tmp_path_factory.mktemp(f"healthy-{request.param}"))
+    return healthy_tiers(request.param, request)

@@ -13,6 +13,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -144,42 +146,99 @@ def test_incremental_runs_add_only_new_records(
     assert read_pyarrow(out) == exported(oracle)
 
 
-def _killed_run(tier: Tier, output: Path, point: str, *, incremental: bool = True) -> None:
-    """Run the export in a process of its own (its own Spark, local[1]) killed at ``point``."""
+@dataclass(frozen=True)
+class KilledRun:
+    """An export in a process of its own (its own Spark, local[1]), killed at ``point``."""
+
+    process: subprocess.Popen[bytes]
+    output: Path
+    stderr: Path
+
+    def wait_killed(self) -> None:
+        code = self.process.wait(timeout=300)
+        assert code == -signal.SIGKILL, self.stderr.read_text(errors="replace")[-3000:]
+
+
+def _start_killed_run(tier: Tier, directory: Path, point: str, *, incremental: bool) -> KilledRun:
+    """Start the export of ``tier`` into ``directory / "out"``, to be killed at ``point``."""
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.pipeline.killed_export",
-            point,
-            "--config",
-            str(tier.config),
-            "--master",
-            "local[1]",
-            *conf_arguments(small_job_conf()),
-            "--quiet",
-            *(["--incremental"] if incremental else []),
-            "--output",
-            str(output),
-        ],
-        env=env,
-        capture_output=True,
-        check=False,
-        timeout=300,
-    )
-    assert done.returncode == -signal.SIGKILL, done.stderr.decode()[-3000:]
+    output, stderr = directory / "out", directory / "stderr"
+    command = [
+        sys.executable,
+        "-m",
+        "tests.pipeline.killed_export",
+        point,
+        "--config",
+        str(tier.config),
+        "--master",
+        "local[1]",
+        *conf_arguments(small_job_conf()),
+        "--quiet",
+        *(["--incremental"] if incremental else []),
+        "--output",
+        str(output),
+    ]
+    with stderr.open("wb") as err:
+        process = subprocess.Popen(
+            command, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
+    return KilledRun(process, output, stderr)
+
+
+#: The test that reruns a killed run without ``--incremental``.
+PLAIN_RERUN = "test_a_plain_rerun_after_a_kill_mid_move_completes_the_commit_and_says_so"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def killed_runs(
+    request: pytest.FixtureRequest,
+    healthy_tiers: Callable[[str, pytest.FixtureRequest], Tier],
+    tmp_path_factory: pytest.TempPathFactory,
+    class_archive: Path,
+) -> Iterator[dict[tuple[str, bool], KilledRun]]:
+    """The killed runs of the module's selected tests, by ``(point, incremental)``, all started at
+    once on the sqlite-fs healthy tier (each into an output of its own) when the module starts:
+    their JVMs start side by side while the tests before theirs run. At the end, any run still
+    going is killed."""
+    wanted = []
+    for item in request.session.items:
+        if getattr(item, "module", None) is not sys.modules[__name__]:
+            continue
+        params = (
+            item.callspec.params if isinstance(item, pytest.Function) and hasattr(item, "callspec") else {}
+        )
+        if item.name.startswith(PLAIN_RERUN):
+            wanted.append(("mid-move", False))
+        elif "point" in params:
+            wanted.append((str(params["point"]), True))
+    runs: dict[tuple[str, bool], KilledRun] = {}
+    try:
+        for point, incremental in wanted:
+            tier = healthy_tiers("sqlite-fs", request)
+            directory = tmp_path_factory.mktemp(f"killed-{point}-{'incremental' if incremental else 'plain'}")
+            runs[point, incremental] = _start_killed_run(tier, directory, point, incremental=incremental)
+        yield runs
+    finally:
+        for run in runs.values():
+            if run.process.poll() is None:
+                os.killpg(run.process.pid, signal.SIGKILL)
+                run.process.wait(timeout=60)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("healthy_tier", ["sqlite-fs"], indirect=True)
 @pytest.mark.parametrize("point", POINTS)
 def test_a_killed_run_leaves_no_partial_rows_and_the_rerun_is_complete(
-    spark: SparkSession, healthy_tier: Tier, tmp_path: Path, capsys: pytest.CaptureFixture[str], point: str
+    spark: SparkSession,
+    healthy_tier: Tier,
+    killed_runs: dict[tuple[str, bool], KilledRun],
+    capsys: pytest.CaptureFixture[str],
+    point: str,
 ) -> None:
     expected = exported(oracle_rows(healthy_tier))
-    out = tmp_path / "out"
-    _killed_run(healthy_tier, out, point)
+    run = killed_runs[point, True]
+    run.wait_killed()
+    out = run.output
     staging = out / "_rlm_staging"
     manifests = list(staging.glob("*.commit.json"))
     committed = point not in ("before-commit", "mid-manifest")
@@ -217,11 +276,15 @@ def test_a_killed_run_leaves_no_partial_rows_and_the_rerun_is_complete(
 @pytest.mark.slow
 @pytest.mark.parametrize("healthy_tier", ["sqlite-fs"], indirect=True)
 def test_a_plain_rerun_after_a_kill_mid_move_completes_the_commit_and_says_so(
-    spark: SparkSession, healthy_tier: Tier, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: SparkSession,
+    healthy_tier: Tier,
+    killed_runs: dict[tuple[str, bool], KilledRun],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     expected = exported(oracle_rows(healthy_tier))
-    out = tmp_path / "out"
-    _killed_run(healthy_tier, out, "mid-move", incremental=False)
+    run = killed_runs["mid-move", False]
+    run.wait_killed()
+    out = run.output
     code, refused = export(capsys, healthy_tier, out)
     assert code == 1 and "killed before it ended, was completed now" in refused["error"], refused
     assert read_pyarrow(out) == expected

@@ -43,8 +43,11 @@ class Survivor(NamedTuple):
     control: bool
 
 
-def write_keyed_log(logs: Path, *, seed: int, partitions: int = 2, batches: int = 60) -> None:
-    """Write ``users-0`` … with random keyed batches (see the module docstring)."""
+def write_keyed_log(
+    logs: Path, *, seed: int, partitions: int = 2, batches: int = 60, topic: str = TOPIC
+) -> None:
+    """Write ``users-0`` … (``topic``'s partitions) with random keyed batches (see the module
+    docstring)."""
     rng = random.Random(seed)
     now = [WRITTEN_AT]
 
@@ -55,7 +58,7 @@ def write_keyed_log(logs: Path, *, seed: int, partitions: int = 2, batches: int 
     config = TopicConfig(segment_bytes=1500, index_interval_bytes=200)
     with LogDirWriter(logs, clock=clock, default_config=config) as writer:
         for p in range(partitions):
-            _write_partition(writer.partition(TOPIC, p), rng, now, batches)
+            _write_partition(writer.partition(topic, p), rng, now, batches)
 
 
 def _write_partition(appender: PartitionAppender, rng: random.Random, now: list[int], batches: int) -> None:

@@ -168,7 +168,7 @@ def _start_case(kind: str, point: str, request: pytest.FixtureRequest, directory
 
 @pytest.fixture(scope="module")
 def started(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, class_archive: Path
 ) -> Iterator[dict[tuple[str, str], Case]]:
     """The jobs of every selected test of the module, started at once, by ``(kind, point)``; at the
     end, the process group of any job still running is killed."""
