@@ -36,8 +36,10 @@ s3rver: $(S3RVER)
 $(S3RVER):
 	npm install --prefix build/s3rver --no-audit --no-fund s3rver@3.7.1
 
+# The suite runs on $(WORKERS) workers (pytest-xdist); `make pytest WORKERS=0` runs it in one process.
+WORKERS ?= 2
 pytest: $(STAMP) postgres $(S3RVER)
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup
 
 test: lint typecheck pytest
 
