@@ -39,7 +39,7 @@ $(S3RVER):
 # The suite runs on $(WORKERS) workers (pytest-xdist); `make pytest WORKERS=0` runs it in one process.
 WORKERS ?= 2
 pytest: $(STAMP) postgres $(S3RVER)
-	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup
+	$(BIN)/pytest -q -n $(WORKERS)
 
 test: lint typecheck pytest
 

@@ -16,6 +16,11 @@ from rlm.log.produce import ProduceSpec, ProduceSummary, produce
 if TYPE_CHECKING:
     from tests.s3_support import S3Server
 
+#: Tests under this directory run on one pytest-xdist worker (``make test`` runs two): the Spark
+#: tests share one SparkSession there, and a module's fixtures that start jobs for all its tests
+#: (killed runs) start them once. They take the longest of any unit, so they are sent first.
+ONE_WORKER = "tests/pipeline/"
+
 # Property tests are a gate, so the suite draws the same examples on every run (a failure is
 # reproducible from a fresh clone) and never judges a test by its speed on a loaded machine.
 # `HYPOTHESIS_PROFILE=explore` draws new examples on every run, to look for new failures.
@@ -24,6 +29,24 @@ settings.register_profile(
 )
 settings.register_profile("explore", parent=settings.get_profile("rlm"), derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "rlm"))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """pytest-xdist's scheduling by module (a module's tests on one worker, its fixtures made
+    once), with every test under :data:`ONE_WORKER` in one unit of work."""
+    from xdist.scheduler import LoadScopeScheduling  # type: ignore[import-untyped]
+
+    class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return ONE_WORKER if nodeid.startswith(ONE_WORKER) else super()._split_scope(nodeid)
+
+        def _assign_work_unit(self, node: object) -> None:
+            if ONE_WORKER in self.workqueue:  # the longest unit goes first
+                self.workqueue.move_to_end(ONE_WORKER, last=False)
+            super()._assign_work_unit(node)
+
+    return Scheduling(config, log)
+
 
 SAMPLE_SPEC = ProduceSpec(
     topics=2,

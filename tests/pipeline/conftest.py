@@ -2,8 +2,7 @@
 
 * ``spark``: one SparkSession (``local[2]``) for the whole test session, started the first time a
   test asks for it, so a run without Spark tests never starts a JVM. Every test using it is marked
-  ``spark`` (``pytest -m spark`` runs them, ``-m "not spark"`` skips them), and on pytest-xdist's
-  workers every test of their modules runs on one worker (``--dist loadgroup``).
+  ``spark`` (``pytest -m spark`` runs them, ``-m "not spark"`` skips them).
 * ``class_archive``: the class data sharing archive the test JVMs start from (the session's, and
   those of jobs run in processes of their own).
 * ``healthy_tier``: a tiered sample log directory (every codec, legacy batches, transactions and
@@ -51,13 +50,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
-    # On pytest-xdist workers (`make test`), every test of a module with Spark tests runs on one
-    # worker: the session's SparkSession is started once, and a module's fixtures that start jobs
-    # for all its tests (killed runs) run once.
-    spark_modules = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("spark")}
-    for item in items:
-        if item.nodeid.split("::")[0] in spark_modules:
-            item.add_marker(pytest.mark.xdist_group("spark"))
 
 
 @pytest.fixture(scope="session")
