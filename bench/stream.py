@@ -8,12 +8,17 @@ Side by side, in the same run:
   the same ``.log`` objects, read whole front to back (target: ≥ 0.8x), interleaved;
 * NDJSON and Arrow records/s vs rlm's own decode of the same batches in one process
   (:func:`rlm.log.batches.decode_batch`; targets ≥ 0.5x and ≥ 0.8x), over the broker's files
-  (``local``, before they are deleted) and over S3 (``remote``, bounded by the S3 server);
+  (``local``, before they are deleted) and over S3 (``remote``, bounded by the S3 server); the
+  decode is timed between the streams, and the server's CPU seconds per record (all its threads)
+  are given beside the decode's, which a shared machine's load changes less than wall figures;
 * the ceiling the HTTP hop itself sets: a bare endpoint (uvicorn as ``rlm serve`` runs it, a
   streamed body of constant pieces, nothing read or encoded) to the same client, in MB/s, and the
   records/s it allows each medium at the bytes a record takes in it (``http_ceiling``);
 * 64 concurrent raw streams to slow readers: the server's threads (target: ≤ its configured pools
   + 8) and resident memory (target: ≤ 64 x ``remote.fetch.stream.buffer.bytes`` + 200 MiB).
+
+The client runs on the same machine: it keeps each piece of a body as it arrives and joins
+nothing inside the time, so that it takes as little as it can of the cores it measures.
 
 moto reads a whole object for each ranged GET, so that chunked reads pay more than one GET per
 object there: the raw ratio is a floor for real S3. Every figure comes with ``os.getloadavg()``.
@@ -53,7 +58,7 @@ from bench.api import READ_TOKEN, TOPIC, free_port, http_get, start_rlm, stop, t
 from rlm.cli.serve import LOOP_THREADS  # noqa: E402
 from rlm.log.batches import decode_batch  # noqa: E402
 from rlm.log.byte_source import BytesSource, iter_headers  # noqa: E402
-from rlm.log.model import Codec  # noqa: E402
+from rlm.log.model import BatchHeader, Codec  # noqa: E402
 from rlm.log.produce import ProduceSpec, produce  # noqa: E402
 from rlm.stream.service import DEFAULT_IO_THREADS  # noqa: E402
 
@@ -170,7 +175,30 @@ def drop_tiered_locally(log_dir: Path, highest_tiered: int) -> None:
                 (partition / f"{base:020d}{suffix}").unlink(missing_ok=True)
 
 
-async def timed_stream(url: str, media: str, params: dict[str, str]) -> tuple[int, bytes, float]:
+class Streamed:
+    """A streamed body as received (its pieces), its size and the seconds it took.
+
+    Its ``repr`` is short: asyncio formats the result of a finished task when it reprs it, and the
+    repr of tens of megabytes of bytes costs the client half a second of CPU between timed runs."""
+
+    __slots__ = ("pieces", "seconds", "size")
+
+    def __init__(self, pieces: list[bytes], seconds: float) -> None:
+        self.pieces = pieces
+        self.size = sum(len(piece) for piece in pieces)
+        self.seconds = seconds
+
+    def body(self) -> bytes:
+        return b"".join(self.pieces)
+
+    def __repr__(self) -> str:
+        return f"Streamed({self.size} bytes in {self.seconds:.3f} s)"
+
+
+async def timed_stream(url: str, media: str, params: dict[str, str]) -> Streamed:
+    """The body at ``url``, timed from the request to its last byte. The pieces are kept as they
+    arrive (``iter_any``: no re-joining into larger pieces, nothing joined inside the time), so
+    that the client, on the same machine, takes as little of the time measured as it can."""
     import aiohttp
 
     started = time.perf_counter()
@@ -180,10 +208,9 @@ async def timed_stream(url: str, media: str, params: dict[str, str]) -> tuple[in
         session.get(url, params=params, headers={**AUTH, "Accept": media}) as answer,
     ):
         assert answer.status == 200, await answer.text()
-        async for piece in answer.content.iter_chunked(1 << 20):
+        async for piece in answer.content.iter_any():
             pieces.append(piece)
-    body = b"".join(pieces)
-    return len(body), body, time.perf_counter() - started
+    return Streamed(pieces, time.perf_counter() - started)
 
 
 async def bare_gets(endpoint: str, keys: list[str]) -> tuple[int, float]:
@@ -200,17 +227,18 @@ async def bare_gets(endpoint: str, keys: list[str]) -> tuple[int, float]:
     return total, time.perf_counter() - started
 
 
-def decode_rate(raw: bytes) -> tuple[int, float]:
-    """Records/s of rlm's own decoder over ``raw`` (whole batches)."""
-    source = BytesSource(raw)
-    headers = list(iter_headers(source, 0))
-    times = []
-    records = 0
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        records = sum(len(decode_batch(raw, h)) for h in headers)
-        times.append(time.perf_counter() - started)
-    return records, median(times)
+def decode_once(raw: bytes, headers: list[BatchHeader]) -> tuple[int, float, float]:
+    """Records of rlm's own decoder over the batches of ``raw`` (``headers``), and the wall and
+    CPU seconds it took."""
+    started, cpu = time.perf_counter(), time.process_time()
+    records = sum(len(decode_batch(raw, h)) for h in headers)
+    return records, time.perf_counter() - started, time.process_time() - cpu
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of process ``pid`` so far (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def encode_rate(raw: bytes, name: str) -> float:
@@ -368,20 +396,28 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
     """NDJSON and Arrow records/s over ``[0, highest]`` vs rlm's own decode of the same batches."""
     url = f"{served.http}/v1/topics/{TOPIC}/partitions/0/records"
     params = {"offset": "0", "end_offset": str(highest + 1)}
-    _, raw, _ = asyncio.run(timed_stream(url, "application/octet-stream", params))
-    records, decode_s = decode_rate(raw)
-    own = records / decode_s
+    raw = asyncio.run(timed_stream(url, "application/octet-stream", params)).body()
+    headers = list(iter_headers(BytesSource(raw), 0))
+    records = decode_once(raw, headers)[0]  # warm-up
+    decodes: list[tuple[int, float, float]] = []
+    server_cpu: dict[str, list[float]] = {"ndjson": [], "arrow": []}
     media_types = {"ndjson": "application/x-ndjson", "arrow": "application/vnd.apache.arrow.stream"}
-    runs: dict[str, list[tuple[int, bytes, float]]] = {"bare": [], "ndjson": [], "arrow": []}
+    runs: dict[str, list[Streamed]] = {"bare": [], "ndjson": [], "arrow": []}
     with bare_server(len(raw), CEILING_PIECE_BYTES) as bare:
         urls = {"bare": (bare, OCTET, {}), **{n: (url, m, params) for n, m in media_types.items()}}
         for where, media, args in urls.values():
             asyncio.run(timed_stream(where, media, args))  # warm-up (imports, caches)
-        for _ in range(REPEATS):  # interleaved, so that all see the same load
+        for _ in range(REPEATS):  # interleaved, so that all (the decode too) see the same load
+            decodes.append(decode_once(raw, headers))
             for name, (where, media, args) in urls.items():
+                before = cpu_seconds(served.process.pid)
                 runs[name].append(asyncio.run(timed_stream(where, media, args)))
+                if name in server_cpu:
+                    server_cpu[name].append(cpu_seconds(served.process.pid) - before)
+    own = records / median([seconds for _, seconds, _ in decodes])
+    decode_cpu = sum(cpu for _, _, cpu in decodes) / len(decodes) / records
     bare_runs = runs.pop("bare")
-    ceiling = bare_runs[0][0] / MIB / median([r[2] for r in bare_runs])
+    ceiling = bare_runs[0].size / MIB / median([r.seconds for r in bare_runs])
     result: dict[str, Any] = {
         "http_ceiling": figure(
             {
@@ -392,7 +428,7 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
         )
     }
     for name, target in (("ndjson", 0.5), ("arrow", 0.8)):
-        body, seconds = runs[name][0][1], median([r[2] for r in runs[name]])
+        body, seconds = runs[name][0].body(), median([r.seconds for r in runs[name]])
         if name == "ndjson":
             sent = body.count(b"\n")
         else:
@@ -409,6 +445,8 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
                 "rlm_records_per_s": round(rate),
                 "rlm_decode_records_per_s": round(own),
                 "ratio": round(rate / own, 2),
+                "server_cpu_us_per_record": round(sum(server_cpu[name]) / REPEATS / sent * 1e6, 2),
+                "rlm_decode_cpu_us_per_record": round(decode_cpu * 1e6, 2),
                 "target_ratio_min": target,
                 "bytes_per_record": round(len(body) / sent),
                 "records_per_s_at_http_ceiling": round(at_ceiling),
@@ -435,7 +473,7 @@ def run(served: Any, endpoint: str, highest: int) -> dict[str, Any]:
     for _ in range(REPEATS):  # interleaved, so that both see the same load
         raw_runs.append(asyncio.run(timed_stream(url, "application/octet-stream", params)))
         bare_runs.append(asyncio.run(bare_gets(endpoint, keys)))
-    raw_size, raw_s = raw_runs[0][0], median([r[2] for r in raw_runs])
+    raw_size, raw_s = raw_runs[0].size, median([r.seconds for r in raw_runs])
     bare_size, bare_s = bare_runs[0][0], median([r[1] for r in bare_runs])
     raw_mbps, bare_mbps = raw_size / MIB / raw_s, bare_size / MIB / bare_s
     result: dict[str, Any] = {

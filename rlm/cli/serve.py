@@ -11,6 +11,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from rlm.cli.common import add_settings_options, settings_from_args
+from rlm.cli.heap import keep_freed_blocks
 from rlm.config import Settings
 from rlm.errors import BrokerIdUnknownError
 
@@ -50,6 +51,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _serve(args: argparse.Namespace) -> int:
     for name, value in NATIVE_THREAD_SETTINGS.items():
         os.environ.setdefault(name, value)
+    keep_freed_blocks()
     from api.server import serve
     from rlm.logging_config import configure_logging
 

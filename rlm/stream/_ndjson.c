@@ -8,6 +8,10 @@
  * that is not UTF-8, row spans that do not cover the rows) it raises ValueError and the reference
  * writes the lines instead. The buffers are held (their size cannot change) while the lines are
  * written without the GIL.
+ *
+ * Base64 takes most of a line's bytes: on x86-64 with SSSE3 (checked when the module loads) it is
+ * written 12 input bytes at a time in vector registers, the rest of each value a 3-byte group at a
+ * time through a table of character pairs; the output is the same either way.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -101,6 +105,56 @@ static char *put_int(char *out, int64_t value) {
     return out;
 }
 
+/* The base64 of d[0, n) for n a multiple of 3, four characters per three bytes. */
+static char *put_base64_whole(char *out, const unsigned char *d, int64_t n) {
+    for (int64_t i = 0; i + 3 <= n; i += 3) {
+        uint32_t v = ((uint32_t)d[i] << 16) | ((uint32_t)d[i + 1] << 8) | d[i + 2];
+        memcpy(out, B64_PAIRS[v >> 12], 2);
+        memcpy(out + 2, B64_PAIRS[v & 4095], 2);
+        out += 4;
+    }
+    return out;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <tmmintrin.h>
+#define HAVE_SSSE3_PATH 1
+
+/* The base64 of the first 12 bytes of each 16 read (d[i, i + 16) must be readable), 16 characters
+ * at a time, for as many whole 12-byte groups as leave 4 bytes to read after them: the bytes done.
+ * Each 3 bytes are spread to 4 lanes of 6 bits (the shuffle puts bytes b1 b0 b2 b1 in a 32-bit
+ * lane; the multiplies shift each 6-bit field into its own byte), then each 6-bit value is mapped
+ * to its character by adding the offset of its range (A-Z, a-z, 0-9, +, /), looked up by shuffle. */
+__attribute__((target("ssse3"))) static int64_t put_base64_ssse3(char **out, const unsigned char *d, int64_t n) {
+    const __m128i spread = _mm_set_epi8(10, 11, 9, 10, 7, 8, 6, 7, 4, 5, 3, 4, 1, 2, 0, 1);
+    const __m128i offsets = _mm_setr_epi8(65, 71, -4, -4, -4, -4, -4, -4, -4, -4, -4, -4, -19, -16, 0, 0);
+    int64_t i = 0;
+    char *o = *out;
+    for (; i + 16 <= n; i += 12) {
+        __m128i in = _mm_shuffle_epi8(_mm_loadu_si128((const __m128i *)(d + i)), spread);
+        __m128i hi = _mm_mulhi_epu16(_mm_and_si128(in, _mm_set1_epi32(0x0fc0fc00)), _mm_set1_epi32(0x04000040));
+        __m128i lo = _mm_mullo_epi16(_mm_and_si128(in, _mm_set1_epi32(0x003f03f0)), _mm_set1_epi32(0x01000010));
+        __m128i six = _mm_or_si128(hi, lo);
+        /* 0 for 0-25 (A-Z), 1 for 26-51 (a-z), 2-11 for 52-61 (digits), 12 for 62, 13 for 63 */
+        __m128i range = _mm_subs_epu8(six, _mm_set1_epi8(51));
+        range = _mm_sub_epi8(range, _mm_cmpgt_epi8(six, _mm_set1_epi8(25)));
+        _mm_storeu_si128((__m128i *)o, _mm_add_epi8(six, _mm_shuffle_epi8(offsets, range)));
+        o += 16;
+    }
+    *out = o;
+    return i;
+}
+
+static int use_ssse3 = 0;
+
+static void pick_base64(void) {
+    __builtin_cpu_init();
+    use_ssse3 = __builtin_cpu_supports("ssse3");
+}
+#else
+static void pick_base64(void) {}
+#endif
+
 /* A value as JSON: base64 in quotes, or null. */
 static char *put_blob(char *out, const unsigned char *d, int64_t n, int valid) {
     if (!valid) {
@@ -108,12 +162,13 @@ static char *put_blob(char *out, const unsigned char *d, int64_t n, int valid) {
     }
     *out++ = '"';
     int64_t i = 0;
-    for (; i + 3 <= n; i += 3) {
-        uint32_t v = ((uint32_t)d[i] << 16) | ((uint32_t)d[i + 1] << 8) | d[i + 2];
-        memcpy(out, B64_PAIRS[v >> 12], 2);
-        memcpy(out + 2, B64_PAIRS[v & 4095], 2);
-        out += 4;
+#ifdef HAVE_SSSE3_PATH
+    if (use_ssse3 && n >= 16) {
+        i = put_base64_ssse3(&out, d, n);
     }
+#endif
+    out = put_base64_whole(out, d + i, (n - i) / 3 * 3);
+    i += (n - i) / 3 * 3;
     if (n - i == 1) {
         uint32_t v = (uint32_t)d[i] << 16;
         out = put(out, (char[]){B64[v >> 18], B64[(v >> 12) & 63], '=', '='}, 4);
@@ -440,5 +495,6 @@ static struct PyModuleDef module_def = {
 
 PyMODINIT_FUNC PyInit__ndjson(void) {
     fill_pairs();
+    pick_base64();
     return PyModule_Create(&module_def);
 }

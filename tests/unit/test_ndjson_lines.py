@@ -18,6 +18,9 @@ from rlm.stream import ndjson
 from rlm.stream.ndjson import lines, lines_py
 from rlm.stream.records import Span
 
+BatchSpec = tuple[list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]], TimestampType]
+"""A batch's records (timestamp delta, key, value, headers) and its timestamp type."""
+
 needs_c = pytest.mark.skipif(
     not ndjson.ACCELERATED, reason="rlm.stream._ndjson is not built here: only the reference exists to test"
 )
@@ -42,9 +45,7 @@ batch_specs = st.lists(
 
 
 def decoded(
-    specs: list[
-        tuple[list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]], TimestampType]
-    ],
+    specs: list[BatchSpec],
     epoch: int,
 ) -> tuple[ColumnBuffers, list[Span], list[dict[str, object]]]:
     """Column buffers and spans of v2 batches built from ``specs``, and the line objects expected."""
@@ -98,11 +99,9 @@ def text(blob: bytes | None) -> str | None:
 
 @needs_c
 @settings(max_examples=300, deadline=None)
-@given(batch_specs, st.integers(-1, 2**31 - 1))
+@given(batch_specs, st.integers(-1, 2**31 - 4))  # batch i gets epoch + i (up to 4 batches)
 def test_the_c_writer_writes_the_references_bytes(
-    specs: list[
-        tuple[list[tuple[int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]], TimestampType]
-    ],
+    specs: list[BatchSpec],
     epoch: int,
 ) -> None:
     cols, spans, expected = decoded(specs, epoch)
@@ -160,3 +159,25 @@ def test_columns_that_do_not_fit_are_refused() -> None:
     cols.used[c.KEY_DATA] = len(cols.buffers[c.KEY_DATA]) + 1
     with pytest.raises(ValueError, match="a buffer is shorter than its used length"):
         c_lines(cols, spans)
+
+
+@needs_c
+def test_values_of_every_length_and_every_sextet_are_written_as_the_reference_writes_them() -> None:
+    """Values long enough for the C writer's wide base64 path (12 bytes at a time, with 4 more
+    read), of every length up to a few hundred bytes so that every tail after it is written, and
+    bytes that make every base64 character (``+`` and ``/`` among them)."""
+    alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+    every_sextet = base64.b64decode(alphabet)  # 48 bytes whose base64 is the alphabet in order
+    values = [bytes(range(256))[:n] for n in range(0, 260, 1)]
+    values += [every_sextet * k for k in (1, 3, 7)] + [b"\xff" * 61, b"\x00" * 47, os.urandom(100_003)]
+    specs: list[BatchSpec] = [
+        (
+            [(0, value[:5], value, [("k", value[::-1])]) for value in values[i : i + 5]],
+            TimestampType.CREATE_TIME,
+        )
+        for i in range(0, len(values), 5)
+    ]
+    cols, spans, expected = decoded(specs, 0)
+    written = c_lines(cols, spans)
+    assert written == lines_py(cols, spans)
+    assert [json.loads(line) for line in written.splitlines()] == expected
