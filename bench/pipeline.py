@@ -22,7 +22,8 @@ the best round of each side counts.
   local[2] at least 1.6 times local[1], and 1.5 times the one-process export. Each Spark side
   runs in a session of its own master, started and warmed by a first export before the clock.
   The output is a local directory, which rlm's executors write with pyarrow (an ``s3a://``
-  output would be written by Spark's Parquet writer, not measured here).
+  output would be written by Spark's Parquet writer, not measured here); each side's output is
+  deleted after its clock stops.
 
 Figures go in :data:`FIGURES`, each a function of the shared :class:`Tier`.
 
@@ -219,8 +220,6 @@ def verify_deep(tier: Tier, rounds: int) -> dict[str, Any]:
 
 def _rlm_export(tier: Tier, output: Path) -> int:
     """``rlm spark export`` to a new ``output`` in the active session; the ``.log`` bytes exported."""
-    import shutil
-
     from rlm.pipeline.export.job import ExportOptions
     from rlm.pipeline.spark.jobs import run_export
     from rlm.pipeline.spark.session import SparkOptions
@@ -228,15 +227,12 @@ def _rlm_export(tier: Tier, output: Path) -> int:
     report = run_export(tier.settings, SparkOptions(), ExportOptions(output=str(output)), progress=False)
     if report.rows == 0:
         raise SystemExit("the export wrote no row")
-    shutil.rmtree(output)
     return tier.log_bytes
 
 
 def _one_process_export(tier: Tier, output: Path) -> int:
     """The baseline: every ``.log`` object read with boto3, decoded with kafka-python, written with
     pyarrow, one segment after another in this process."""
-    import shutil
-
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -276,8 +272,18 @@ def _one_process_export(tier: Tier, output: Path) -> int:
         rows["date"] = pc.cast(stamps, pa.date32()).to_pylist()
         table = pa.Table.from_pydict(rows, schema=EXPORT_SCHEMA)
         pq.write_to_dataset(table, output, partition_cols=list(PARTITION_COLUMNS))
-    shutil.rmtree(output)
     return tier.log_bytes
+
+
+def _measure_export(export: Callable[[Tier, Path], int], tier: Tier, output: Path) -> dict[str, float]:
+    """:func:`_measure` of one export to ``output``, which is deleted after the clock stops
+    (deleting a gigabyte of files takes half a second, and is no part of an export)."""
+    import shutil
+
+    try:
+        return _measure(partial(export, tier, output), tier.server_pid)
+    finally:
+        shutil.rmtree(output, ignore_errors=True)
 
 
 def _use_session(tier: Tier, master: str) -> None:
@@ -297,12 +303,10 @@ def export(tier: Tier, rounds: int) -> dict[str, Any]:
     sides: dict[str, list[dict[str, float]]] = {"local2": [], "local1": [], "baseline": []}
     for master, side in (("local[1]", "local1"), ("local[2]", "local2")):
         _use_session(tier, master)
-        _rlm_export(tier, next(outputs))  # warm: Python workers, storage clients
+        _measure_export(_rlm_export, tier, next(outputs))  # warm: Python workers, storage clients
         for _ in range(rounds):
-            sides["baseline"].append(
-                _measure(partial(_one_process_export, tier, next(outputs)), tier.server_pid)
-            )
-            sides[side].append(_measure(partial(_rlm_export, tier, next(outputs)), tier.server_pid))
+            sides["baseline"].append(_measure_export(_one_process_export, tier, next(outputs)))
+            sides[side].append(_measure_export(_rlm_export, tier, next(outputs)))
     two, one, baseline = _best(sides["local2"]), _best(sides["local1"]), _best(sides["baseline"])
     return {
         "rlm_spark_export_local2": two,

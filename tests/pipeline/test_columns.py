@@ -120,3 +120,22 @@ def test_spark_yields_the_same_rows(spark: SparkSession, healthy_tier: Tier) -> 
     here = run_in_process(records_stage(spec), summaries)
     assert on_spark.num_rows == here.num_rows
     assert _rows(on_spark) == _rows(here)
+
+
+@pytest.mark.parametrize("healthy_tier", ["sqlite-fs"], indirect=True)
+def test_collect_stage_brings_back_what_the_stage_yields_in_order(
+    spark: SparkSession, healthy_tier: Tier
+) -> None:
+    """``collect_stage`` (an RDD job, one Arrow stream per segment) gives the stage's own schema
+    and the rows of every segment in the order of the summaries, as a run in this process does;
+    and none for no segment."""
+    spec = StorageSpec.from_settings(healthy_tier.settings)
+    plans = attach_aborted(_plans(healthy_tier), spec, run_in_process)
+    summaries = [s for plan in plans for s in plan.segments][::-1]
+    collected = collect_stage(spark, records_stage(spec), summaries)
+    here = run_in_process(records_stage(spec), summaries)
+    assert collected.schema == RECORD_SCHEMA
+    assert collected.num_rows == here.num_rows > 1000
+    assert collected.to_pylist() == here.to_pylist()
+    empty = collect_stage(spark, records_stage(spec), [])
+    assert empty.schema == RECORD_SCHEMA and empty.num_rows == 0

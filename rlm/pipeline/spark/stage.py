@@ -1,17 +1,30 @@
-"""Running a :class:`~rlm.pipeline.stage.Stage` on Spark: one task per segment, with ``mapInArrow``.
+"""Running a :class:`~rlm.pipeline.stage.Stage` on Spark: one task per segment.
 
 The driver pickles the :class:`~rlm.pipeline.plan.SegmentSummary` list into the function it ships
 to executors (PySpark broadcasts a function that large instead of sending it with every task) and
-runs it over ``spark.range(n)`` split into ``n`` partitions: task ``i`` runs the stage on summary
-``i``, reading the objects itself. What the stage yields is the DataFrame :func:`map_segments`
-returns: records stay on executors unless a job collects them (:func:`collect_stage` is for small,
-per-segment results).
+runs it over ``n`` numbers split into ``n`` partitions: task ``i`` runs the stage on summary
+``i``, reading the objects itself.
+
+:func:`map_segments` gives what the stage yields as a DataFrame (``mapInArrow`` over
+``spark.range``): records stay on executors unless a job collects them. :func:`collect_stage`,
+for small per-segment results, runs the stage as an RDD job instead and brings its batches to the
+driver as Arrow IPC streams: a job that only collects needs no query plan, and Spark SQL's
+planning of one (on the driver's JVM, which compiles more of its own code at each new plan) costs
+more CPU than the job's few rows.
+
+An executor's Python worker runs many tasks one after another, and PySpark's daemon runs a full
+garbage collection after each of them: over every object of the process, the imported modules and
+the storage client (botocore's service models) included, some 60-90 ms of CPU per task. Before its
+first task a worker opens the storage client and freezes what it holds then (``gc.freeze``), so
+the collections after a task look only at what tasks made.
 """
 
 from __future__ import annotations
 
+import gc
 import pickle
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -20,6 +33,9 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.spark.progress import StageProgress
 from rlm.pipeline.stage import Stage
+from rlm.pipeline.storage import executor_storage
+
+_frozen = threading.Event()
 
 
 def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
@@ -33,23 +49,46 @@ def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
     )
 
 
+def _prepare_worker(stage: Stage) -> None:
+    """Once per executor process: open the stage's storage client, then freeze every object the
+    process holds (see the module's description)."""
+    if _frozen.is_set():
+        return
+    executor_storage(stage.storage)
+    gc.freeze()
+    _frozen.set()
+
+
 class _RunStage:
-    """The function ``mapInArrow`` ships to executors: runs the stage on the summaries whose
-    numbers it gets."""
+    """The function shipped to executors: runs the stage on the summaries whose numbers it gets,
+    as ``mapInArrow``'s function (:meth:`__call__`) or an RDD's (:meth:`ipc_streams`)."""
 
     def __init__(self, stage: Stage, summaries: Sequence[SegmentSummary]) -> None:
         self.stage = stage
         self.summaries = [pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL) for s in summaries]
         self.schema = spark_arrow_schema(stage.schema)
 
+    def _run(self, number: int) -> Iterator[pa.RecordBatch]:
+        _prepare_worker(self.stage)
+        summary: SegmentSummary = pickle.loads(self.summaries[number])
+        return self.stage.run(summary)
+
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         convert = not self.schema.equals(self.stage.schema)
         for batch in batches:
             for number in batch.column("id").to_pylist():
                 assert isinstance(number, int)  # spark.range's ids are never null
-                summary: SegmentSummary = pickle.loads(self.summaries[number])
-                for out in self.stage.run(summary):
+                for out in self._run(number):
                     yield out.cast(self.schema) if convert else out
+
+    def ipc_streams(self, numbers: Iterable[int]) -> Iterator[bytes]:
+        """One Arrow IPC stream (of the stage's own schema) per summary."""
+        for number in numbers:
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, self.stage.schema) as writer:
+                for out in self._run(number):
+                    writer.write_batch(out)
+            yield sink.getvalue().to_pybytes()
 
 
 def map_segments(session: SparkSession, stage: Stage, summaries: Sequence[SegmentSummary]) -> DataFrame:
@@ -66,12 +105,15 @@ def collect_stage(
     *,
     progress: bool | None = None,
 ) -> pa.Table:
-    """Run ``stage`` over ``summaries`` and bring what it yields to the driver.
+    """Run ``stage`` over ``summaries`` and bring what it yields to the driver, in the order of
+    ``summaries``.
 
     For per-segment results (a row or a few per segment), not records. ``progress`` shows a
     progress line (by default on a terminal).
     """
-    frame = map_segments(session, stage, summaries)
+    run = _RunStage(stage, summaries)
+    numbers = session.sparkContext.parallelize(range(len(summaries)), max(1, len(summaries)))
     with StageProgress(session, stage.name, len(summaries), enabled=progress):
-        table = frame.toArrow()
-    return table
+        streams = numbers.mapPartitions(run.ipc_streams).collect()
+    batches = [batch for stream in streams for batch in pa.ipc.open_stream(stream)]
+    return pa.Table.from_batches(batches, schema=stage.schema)
