@@ -8,8 +8,15 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
-from rlm.pipeline.export.parquet import NULL_PARTITION, files_task, writes_directly
+from rlm.pipeline.export.parquet import (
+    INDEXED_COLUMNS,
+    NULL_PARTITION,
+    PAYLOAD_COLUMN,
+    files_task,
+    writes_directly,
+)
 from rlm.pipeline.export.rows import EXPORT_SCHEMA
 from rlm.pipeline.plan import SegmentSummary, summarize
 from rlm.storage.protocol import RemoteStorage
@@ -62,6 +69,22 @@ def test_rows_are_written_per_date_directory_and_read_back(tmp_path: Path) -> No
     assert by_offset[2]["timestamp"] is None and by_offset[2]["date"] is None  # read as null
     assert by_offset[4]["key"] is None and by_offset[3]["key"] == b"k2"
     assert str(by_offset[1]["date"]) == "1970-01-02"
+
+
+def test_values_are_written_without_dictionary_or_statistics_and_the_rest_with_both(tmp_path: Path) -> None:
+    summary = summarize([segment(0, 4)])[0]
+    [files] = list(files_task(_rows, (tmp_path / "run-1").as_uri(), None, summary))  # type: ignore[arg-type]
+    path = tmp_path / "run-1" / files.column("path")[0].as_py()
+    row_group = pq.ParquetFile(path).metadata.row_group(0)
+    columns = {row_group.column(i).path_in_schema: row_group.column(i) for i in range(row_group.num_columns)}
+    assert set(columns) == {*INDEXED_COLUMNS, PAYLOAD_COLUMN}
+    assert "headers.list.element.key" in columns  # the leaves' names as Parquet writes them
+    value = columns[PAYLOAD_COLUMN]
+    assert not value.is_stats_set and not value.has_dictionary_page
+    offset = columns["offset"].statistics
+    assert columns["offset"].is_stats_set and offset is not None
+    assert offset.has_min_max and offset.min == 0
+    assert columns["timestamp_type"].has_dictionary_page
 
 
 def test_only_local_outputs_are_written_directly() -> None:

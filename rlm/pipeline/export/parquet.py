@@ -30,6 +30,29 @@ from rlm.storage.protocol import RemoteStorage
 FILES_SCHEMA = arrow_schema(pa.field("path", pa.string()), pa.field("rows", pa.int64()))
 #: The columns in the files (the partition columns are in the directory names).
 FILE_SCHEMA = pa.schema([f for f in EXPORT_SCHEMA if f.name not in PARTITION_COLUMNS])
+#: The column a file keeps without dictionary encoding and without min/max statistics: a record's
+#: value is an opaque payload (often compressed or encrypted by its producer), so a dictionary of
+#: values only hashes them until it falls back to plain encoding, and their bounds select no row
+#: group. Writing an export's rows without both costs about a third less CPU (1.5-1.7 instead of
+#: 2.3-2.5 CPU s/GB of 1000-byte values with pyarrow 2x); every other column keeps both.
+PAYLOAD_COLUMN = "value"
+
+
+def _leaf_paths(schema: pa.Schema) -> list[str]:
+    """The Parquet column paths of ``schema``'s leaves (lists as Parquet's ``list.element``)."""
+
+    def leaves(name: str, kind: pa.DataType) -> list[str]:
+        if pa.types.is_list(kind):
+            return leaves(f"{name}.list.element", kind.value_type)
+        if pa.types.is_struct(kind):
+            return [path for field in kind for path in leaves(f"{name}.{field.name}", field.type)]
+        return [name]
+
+    return [path for field in schema for path in leaves(field.name, field.type)]
+
+
+#: The columns written with dictionary encoding and statistics: all but :data:`PAYLOAD_COLUMN`.
+INDEXED_COLUMNS = [path for path in _leaf_paths(FILE_SCHEMA) if path != PAYLOAD_COLUMN]
 #: Spark's (Hive's) directory name for a null partition value: records without a timestamp.
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
@@ -71,7 +94,13 @@ def files_task(
                 writer = writers.get(relative)
                 if writer is None:
                     filesystem.create_dir(f"{root}/{relative.rpartition('/')[0]}", recursive=True)
-                    writer = pq.ParquetWriter(f"{root}/{relative}", FILE_SCHEMA, filesystem=filesystem)
+                    writer = pq.ParquetWriter(
+                        f"{root}/{relative}",
+                        FILE_SCHEMA,
+                        filesystem=filesystem,
+                        use_dictionary=INDEXED_COLUMNS,  # type: ignore[arg-type]  # a list, as documented
+                        write_statistics=INDEXED_COLUMNS,
+                    )
                     writers[relative] = writer
                     counts[relative] = 0
                 writer.write_batch(part.select(FILE_SCHEMA.names))
