@@ -15,6 +15,7 @@ from rlm.errors import ConfigError
 from rlm.pipeline.spark import submit
 from rlm.pipeline.spark.session import (
     DEFAULT_MASTER,
+    JVM_LOG_TO_STDERR,
     LOG4J2_PROPERTIES,
     SparkOptions,
     parse_conf,
@@ -43,8 +44,11 @@ def test_the_master_is_the_options_else_spark_submits_else_local() -> None:
 
 def test_quiet_logging_and_arrow_unless_conf_says_otherwise() -> None:
     _, conf = session_settings(SparkOptions(), under_spark_submit=False)
-    assert conf["spark.driver.extraJavaOptions"] == f"-Dlog4j.configurationFile={LOG4J2_PROPERTIES}"
+    options = f"-Dlog4j.configurationFile={LOG4J2_PROPERTIES} {JVM_LOG_TO_STDERR}"
+    assert conf["spark.driver.extraJavaOptions"] == options
     assert LOG4J2_PROPERTIES.is_file()
+    _, conf = session_settings(SparkOptions(quiet=False), under_spark_submit=False)
+    assert conf["spark.driver.extraJavaOptions"] == JVM_LOG_TO_STDERR
     assert conf["spark.sql.execution.arrow.pyspark.enabled"] == "true"
     _, conf = session_settings(SparkOptions(), under_spark_submit=True)
     assert "spark.driver.extraJavaOptions" not in conf  # spark-submit started the JVM already

@@ -24,6 +24,10 @@ from rlm.errors import ConfigError
 DEFAULT_MASTER = "local[*]"
 #: rlm's Spark logging: errors only (see the file).
 LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
+#: The JVM's own log (class data sharing, GC, ...: warnings at its default level) goes to stderr, not
+#: to stdout as it does by default, so that stdout carries only what rlm prints (a ``--json``
+#: document stays parseable when the JVM warns of, say, a class archive it cannot use).
+JVM_LOG_TO_STDERR = "-Xlog:disable -Xlog:all=warning:stderr"
 #: What rlm sets unless ``--conf`` sets it otherwise.
 DEFAULT_CONF: dict[str, str] = {
     "spark.sql.execution.arrow.pyspark.enabled": "true",
@@ -68,13 +72,15 @@ def _under_spark_submit() -> bool:
 def session_settings(options: SparkOptions, *, under_spark_submit: bool) -> tuple[str | None, dict[str, str]]:
     """The master to set (``None``: leave spark-submit's) and the settings to give the builder.
 
-    Outside spark-submit rlm starts the JVM, so its quiet logging goes in the driver's Java
-    options; under spark-submit the JVM runs already and spark-submit's settings stand.
+    Outside spark-submit rlm starts the JVM, so the driver's Java options send the JVM's own log to
+    stderr (:data:`JVM_LOG_TO_STDERR`) and set the quiet logging; under spark-submit the JVM runs
+    already and spark-submit's settings stand.
     """
     master = options.master or (None if under_spark_submit else DEFAULT_MASTER)
     conf = dict(DEFAULT_CONF)
-    if options.quiet and not under_spark_submit:
-        conf["spark.driver.extraJavaOptions"] = f"-Dlog4j.configurationFile={LOG4J2_PROPERTIES}"
+    if not under_spark_submit:
+        quiet = f"-Dlog4j.configurationFile={LOG4J2_PROPERTIES} " if options.quiet else ""
+        conf["spark.driver.extraJavaOptions"] = quiet + JVM_LOG_TO_STDERR
     conf.update(options.conf)
     return master, conf
 
