@@ -3,8 +3,6 @@
 * ``spark``: one SparkSession (``local[2]``) for the whole test session, started the first time a
   test asks for it, so a run without Spark tests never starts a JVM. Every test using it is marked
   ``spark`` (``pytest -m spark`` runs them, ``-m "not spark"`` skips them).
-* ``class_archive``: the class data sharing archive the test JVMs start from (the session's, and
-  those of jobs run in processes of their own).
 * ``healthy_tier``: a tiered sample log directory (every codec, legacy batches, transactions and
   aborts) per backend pair, built once per session; read-only. ``healthy_tiers`` gives the same
   tiers by backend name.
@@ -22,7 +20,7 @@ import pytest
 
 from rlm.log.produce import ProduceSpec, produce
 from tests.metadata_support import drop_postgres_database
-from tests.pipeline.spark_conf import ensure_class_archive, small_job_conf
+from tests.pipeline.spark_conf import finish_archive, session_archive, small_job_conf
 from tests.pipeline.tiers import AWS_ENV, Tier, build_tier
 
 if TYPE_CHECKING:
@@ -53,25 +51,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def class_archive() -> Path:
-    """The class archive the test JVMs start from (written the first time a worktree needs it: see
-    :mod:`tests.pipeline.spark_conf`)."""
-    return ensure_class_archive()
-
-
-@pytest.fixture(scope="session")
-def spark(class_archive: Path) -> Iterator[SparkSession]:
+def spark() -> Iterator[SparkSession]:
     """The test session's SparkSession: local[2], the test JVM settings (:mod:`tests.pipeline.spark_conf`),
-    S3 test credentials for executors."""
+    S3 test credentials for executors. Its JVM writes the test JVMs' class archive as it exits if
+    there is none yet."""
     from rlm.pipeline.spark.session import SparkOptions, build_session
 
+    archive, writing = session_archive()
     conf = (
-        *small_job_conf(shuffle_partitions=2),
+        *small_job_conf(shuffle_partitions=2, archive_at_exit=writing),
         *((f"spark.executorEnv.{name}", value) for name, value in AWS_ENV.items()),
     )
     session = build_session(SparkOptions(master="local[2]", app_name="rlm tests", conf=conf))
+    gateway = session.sparkContext._gateway
     yield session
     session.stop()
+    if writing is not None and gateway is not None and gateway.proc is not None:
+        finish_archive(gateway.proc, writing, archive)
 
 
 @pytest.fixture

@@ -2,6 +2,9 @@
 
     python -m tests.pipeline.killed_export POINT rlm-spark-export-arguments...
 
+The run joins the test session's JVM (:mod:`tests.pipeline.shared_jvm`) when its environment names
+one: every point is in the driver, after the run's Spark work.
+
 The commit runs as it always does (its real moves, :data:`~rlm.pipeline.export.commit.MOVE_THREADS`
 at a time); the process dies when it reaches POINT:
 
@@ -28,6 +31,7 @@ from rlm.metastore.model import TopicPartition
 from rlm.pipeline.export import job
 from rlm.pipeline.export.commit import MANIFEST_SUFFIX, Manifest
 from rlm.pipeline.export.files import Files, LocalFiles
+from tests.pipeline import shared_jvm
 
 POINTS = ("before-commit", "mid-manifest", "mid-move", "before-ledger", "before-cleanup")
 
@@ -90,6 +94,8 @@ def main_killed(point: str, argv: list[str]) -> int:
         _kill_at_ledger(after=point == "before-cleanup")
     else:
         raise SystemExit(f"unknown point {point!r}; one of {', '.join(POINTS)}")
+    if shared_jvm.joins():
+        shared_jvm.join()
     return main(["spark", "export", *argv])
 
 

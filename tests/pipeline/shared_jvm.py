@@ -41,7 +41,7 @@ def join() -> SparkSession:
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
-    gateway = launch_gateway()  # connects to the port of the environment, starts nothing
+    gateway = launch_gateway()  # type: ignore[no-untyped-call]  # joins the environment's port
     jvm = gateway.jvm
     context = jvm.org.apache.spark.SparkContext.getOrCreate()
     spark_context = SparkContext(gateway=gateway, jsc=jvm.org.apache.spark.api.java.JavaSparkContext(context))

@@ -10,11 +10,11 @@ Both change how Spark runs a plan, not what it computes. The rest is rlm's own (
 logging), and no web UI.
 
 A JVM starting Spark spends most of its first seconds finding, parsing and verifying classes in
-Spark's jars: the test JVMs map them from a class data sharing archive instead
-(:func:`ensure_class_archive`), which saves about five CPU seconds of each JVM (a killed export's
-process: 13 s instead of 18 s). The archive is written once per worktree (``build/test-jvm``, kept
-for later runs, about 50 CPU seconds) by a JVM that runs a few small queries; a JVM that finds it
-missing or stale (another JDK or Spark) runs without it.
+Spark's jars: the test JVMs map them from a class data sharing archive instead, which saves about
+five CPU seconds of each JVM. The test session's JVM writes the archive as it exits when there is
+none yet (:func:`session_archive`; ``build/test-jvm``, kept for later runs): the first run in a
+worktree pays a few seconds for it, later runs start from it. A JVM that finds it missing or stale
+(another JDK or Spark) runs without it.
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 #: The Java options of a test JVM, besides rlm's logging configuration.
@@ -53,39 +52,37 @@ def class_archive() -> Path:
 
 
 def java_options(*, archive_at_exit: Path | None = None) -> str:
-    """``spark.driver.extraJavaOptions`` for a test JVM: rlm's quiet logging, :data:`JIT_OPTIONS`,
-    and the class archive if there is one (or, with ``archive_at_exit``, the archive to write)."""
-    from rlm.pipeline.spark.session import LOG4J2_PROPERTIES  # pyspark loads only for Spark tests
+    """``spark.driver.extraJavaOptions`` for a test JVM: rlm's quiet logging, the JVM's log on stderr,
+    :data:`JIT_OPTIONS`, and the class archive if there is one (or, with ``archive_at_exit``, the
+    archive to write)."""
+    from rlm.pipeline.spark.session import JVM_LOG_TO_STDERR, LOG4J2_PROPERTIES  # pyspark: Spark tests only
 
-    options = f"-Dlog4j.configurationFile={LOG4J2_PROPERTIES} {JIT_OPTIONS}"
+    options = f"-Dlog4j.configurationFile={LOG4J2_PROPERTIES} {JVM_LOG_TO_STDERR} {JIT_OPTIONS}"
     if archive_at_exit is not None:
         return f"{options} -XX:ArchiveClassesAtExit={archive_at_exit}"
     archive = class_archive()
     return f"{options} -XX:SharedArchiveFile={archive}" if archive.is_file() else options
 
 
-def ensure_class_archive() -> Path:
-    """Write :func:`class_archive` unless it exists: a JVM (``python -m tests.pipeline.spark_conf``)
-    runs a few small queries and dumps the classes it loaded as it exits."""
+def session_archive() -> tuple[Path, Path | None]:
+    """The archive and, when it is missing, the temporary path the session's JVM is to write it to
+    as it exits (:func:`finish_archive` gives it its name)."""
     archive = class_archive()
     if archive.is_file():
-        return archive
+        return archive, None
     archive.parent.mkdir(parents=True, exist_ok=True)
-    partial = archive.with_name(f"{archive.name}.{os.getpid()}.part")
-    root = Path(__file__).resolve().parents[2]
-    path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.pipeline.spark_conf", str(partial)],
-        env={**os.environ, "PYTHONPATH": path},
-        capture_output=True,
-        check=False,
-        timeout=600,
-    )
-    if done.returncode != 0 or not partial.is_file():
-        partial.unlink(missing_ok=True)
-        raise RuntimeError(f"the class archive was not written:\n{done.stderr.decode()[-3000:]}")
-    partial.rename(archive)
-    return archive
+    return archive, archive.with_name(f"{archive.name}.{os.getpid()}.part")
+
+
+def finish_archive(process: subprocess.Popen[bytes], partial: Path, archive: Path) -> None:
+    """Let the stopped session's JVM ``process`` exit (it exits at its stdin's end), writing
+    ``partial``; name it ``archive``. A JVM that wrote nothing leaves no archive (later runs write
+    it again)."""
+    assert process.stdin is not None
+    process.stdin.close()
+    process.wait(timeout=300)
+    if partial.is_file():
+        partial.rename(archive)
 
 
 def small_job_conf(
@@ -103,29 +100,3 @@ def small_job_conf(
 def conf_arguments(conf: tuple[tuple[str, str], ...]) -> list[str]:
     """``conf`` as ``--conf key=value`` arguments of an ``rlm spark`` command."""
     return [arg for key, value in conf for arg in ("--conf", f"{key}={value}")]
-
-
-def _write_archive(path: Path) -> None:
-    """Run a few queries of the kinds rlm's jobs run (Arrow in and out of Python, aggregations,
-    joins, windows) in a JVM that writes its classes to ``path`` as it exits; wait for it to exit."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as sf
-
-    from rlm.pipeline.spark.session import SparkOptions, build_session
-
-    conf = small_job_conf(1, archive_at_exit=path)
-    session = build_session(SparkOptions(master="local[1]", app_name="rlm test class archive", conf=conf))
-    frame = session.createDataFrame([(i, i % 3, f"k{i % 7}") for i in range(200)], "a long, b int, k string")
-    frame.mapInArrow(lambda batches: batches, frame.schema).groupBy("b").agg(sf.max("a")).collect()
-    frame.groupBy("b").applyInArrow(lambda table: table, frame.schema).join(
-        sf.broadcast(frame.select("k").distinct()), "k"
-    ).withColumn("n", sf.row_number().over(Window.partitionBy("b").orderBy("a"))).persist().count()
-    gateway = session.sparkContext._gateway
-    session.stop()
-    assert gateway is not None
-    gateway.proc.stdin.close()  # the JVM exits on its stdin's end, writing the archive
-    gateway.proc.wait(timeout=600)
-
-
-if __name__ == "__main__":
-    _write_archive(Path(sys.argv[1]))

@@ -26,7 +26,7 @@ from rlm.cli import main
 from rlm.pipeline.export.files import LocalFiles
 from tests.pipeline.export_support import Row, exported, oracle_rows, read_duckdb, read_pyarrow
 from tests.pipeline.killed_export import POINTS
-from tests.pipeline.spark_conf import conf_arguments, small_job_conf
+from tests.pipeline.shared_jvm import gateway_env
 from tests.pipeline.tiers import Tier
 
 pytestmark = pytest.mark.usefixtures("aws_env")
@@ -148,7 +148,8 @@ def test_incremental_runs_add_only_new_records(
 
 @dataclass(frozen=True)
 class KilledRun:
-    """An export in a process of its own (its own Spark, local[1]), killed at ``point``."""
+    """An export in a process of its own (its driver: its Spark work runs on the session's JVM),
+    killed at ``point``."""
 
     process: subprocess.Popen[bytes]
     output: Path
@@ -159,9 +160,12 @@ class KilledRun:
         assert code == -signal.SIGKILL, self.stderr.read_text(errors="replace")[-3000:]
 
 
-def _start_killed_run(tier: Tier, directory: Path, point: str, *, incremental: bool) -> KilledRun:
-    """Start the export of ``tier`` into ``directory / "out"``, to be killed at ``point``."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+def _start_killed_run(
+    spark: SparkSession, tier: Tier, directory: Path, point: str, *, incremental: bool
+) -> KilledRun:
+    """Start the export of ``tier`` into ``directory / "out"`` on ``spark``'s JVM, to be killed at
+    ``point``."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), **gateway_env(spark)}
     output, stderr = directory / "out", directory / "stderr"
     command = [
         sys.executable,
@@ -170,9 +174,6 @@ def _start_killed_run(tier: Tier, directory: Path, point: str, *, incremental: b
         point,
         "--config",
         str(tier.config),
-        "--master",
-        "local[1]",
-        *conf_arguments(small_job_conf()),
         "--quiet",
         *(["--incremental"] if incremental else []),
         "--output",
@@ -194,12 +195,11 @@ def killed_runs(
     request: pytest.FixtureRequest,
     healthy_tiers: Callable[[str, pytest.FixtureRequest], Tier],
     tmp_path_factory: pytest.TempPathFactory,
-    class_archive: Path,
+    spark: SparkSession,
 ) -> Iterator[dict[tuple[str, bool], KilledRun]]:
     """The killed runs of the module's selected tests, by ``(point, incremental)``, all started at
     once on the sqlite-fs healthy tier (each into an output of its own) when the module starts:
-    their JVMs start side by side while the tests before theirs run. At the end, any run still
-    going is killed."""
+    they run beside the tests before theirs. At the end, any run still going is killed."""
     wanted = []
     for item in request.session.items:
         if getattr(item, "module", None) is not sys.modules[__name__]:
@@ -216,7 +216,9 @@ def killed_runs(
         for point, incremental in wanted:
             tier = healthy_tiers("sqlite-fs", request)
             directory = tmp_path_factory.mktemp(f"killed-{point}-{'incremental' if incremental else 'plain'}")
-            runs[point, incremental] = _start_killed_run(tier, directory, point, incremental=incremental)
+            runs[point, incremental] = _start_killed_run(
+                spark, tier, directory, point, incremental=incremental
+            )
         yield runs
     finally:
         for run in runs.values():

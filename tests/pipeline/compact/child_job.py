@@ -1,4 +1,4 @@
-"""``rlm spark compact`` (its own Spark, ``local[1]``) in a child process, held at a chosen point.
+"""``rlm spark compact`` in a child process, held at a chosen point.
 
     python -m tests.pipeline.compact.child_job POINT MARKER rlm-spark-compact-arguments...
 
@@ -14,6 +14,11 @@ task) writes its pid to the file MARKER and waits; the test then kills the job's
 * ``together``: not killed: once its leases are taken, the job waits for the twin job whose
   MARKER is given as ``--twin PATH`` (the first argument after MARKER) to take its leases, then
   runs to its end (two jobs at once on one topic).
+
+A job held in a task (``read``, ``write``) runs on a Spark of its own (``local[1]``), whose JVM
+the kill takes down with the task; the others are held in the driver between or after their
+Spark work and join the test session's JVM (:mod:`tests.pipeline.shared_jvm`), as
+:data:`OWN_JVM` says.
 
 The job's clock is :data:`~tests.pipeline.compact.test_reference_job.NOW`, as the reference
 compaction's, so that their outputs compare byte for byte.
@@ -42,10 +47,13 @@ from rlm.pipeline.spark import compact
 from rlm.pipeline.stage import Collect, Stage
 from rlm.pipeline.storage import StorageSpec
 from rlm.storage.protocol import RemoteStorage
+from tests.pipeline import shared_jvm
 from tests.pipeline.compact.test_reference_job import NOW
 from tests.pipeline.spark_conf import conf_arguments, small_job_conf
 
 POINTS = ("read", "decide", "write", "swap", "swapped-one", "together")
+#: The points held inside a task: their jobs start a JVM of their own.
+OWN_JVM = ("read", "write")
 #: How long a held process waits for its kill before giving up (the test run is gone): the jobs of
 #: a test module start together, and each is killed when its test comes.
 HOLD_S = 1800.0
@@ -155,8 +163,11 @@ def run(point: str, marker: Path, argv: list[str]) -> int:
         argv = argv[2:]
     else:
         raise SystemExit(f"unknown point {point!r}, expected one of {', '.join(POINTS)}")
-    small = conf_arguments(small_job_conf(shuffle_partitions=1))
-    return main(["spark", "compact", "--master", "local[1]", *small, "--quiet", *argv])
+    if point in OWN_JVM:
+        small = conf_arguments(small_job_conf(shuffle_partitions=1))
+        return main(["spark", "compact", "--master", "local[1]", *small, "--quiet", *argv])
+    shared_jvm.join()
+    return main(["spark", "compact", "--quiet", *argv])
 
 
 if __name__ == "__main__":

@@ -1,9 +1,11 @@
 """``rlm spark compact`` in processes of its own: killed in each stage, and two jobs at once.
 
-Each job runs :mod:`tests.pipeline.compact.child_job` (its own Spark, ``local[1]``) in a new
-process group. A killed job is held at its point until its test kills the whole group with
-SIGKILL: the driver and the JVM die at once, the executors' Python workers when their daemon
-sees the JVM gone; the test waits until none of them is left. The next job (on the session's
+Each job runs :mod:`tests.pipeline.compact.child_job` in a new process group. A killed job is
+held at its point until its test kills the whole group with SIGKILL. A job held in a task has a
+Spark of its own (``local[1]``): the driver and the JVM die at once, the executors' Python workers
+when their daemon sees the JVM gone. A job held in its driver runs its Spark work on the session's
+JVM (:mod:`tests.pipeline.shared_jvm`), where none of it is left at its point: the kill takes the
+driver. The test waits until none of the job's processes is left. The next job (on the session's
 Spark) must then clean up what the killed one left and compact as if nothing had happened.
 
 The jobs do not share anything (each has a tier of its own: database, bucket or directory), so
@@ -30,6 +32,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from rlm.metastore.model import TopicPartition
+from tests.pipeline.compact.child_job import OWN_JVM
 from tests.pipeline.compact.conftest import E2E_LOG, PARTITIONS
 from tests.pipeline.compact.support import (
     Survivor,
@@ -43,6 +46,7 @@ from tests.pipeline.compact.support import (
 from tests.pipeline.compact.test_reference_job import NOW, run
 from tests.pipeline.compact.test_spark_job import run as run_on
 from tests.pipeline.conftest import make_tier
+from tests.pipeline.shared_jvm import gateway_env
 from tests.pipeline.tiers import AWS_ENV, Tier
 
 pytestmark = [pytest.mark.slow, pytest.mark.spark, pytest.mark.usefixtures("aws_env")]
@@ -52,16 +56,20 @@ PATIENCE_S = 600.0
 P0 = PARTITIONS[0]
 
 
-def start_job(point: str, marker: Path, *argv: str, out: Path) -> subprocess.Popen[bytes]:
-    """Start ``rlm spark compact ARGV`` held at ``point``, in a process group of its own; its
-    stdout goes to ``out``, its stderr beside it (``.err``)."""
+def start_job(
+    spark: SparkSession, point: str, marker: Path, *argv: str, out: Path
+) -> subprocess.Popen[bytes]:
+    """Start ``rlm spark compact ARGV`` held at ``point``, in a process group of its own (on
+    ``spark``'s JVM unless the point is in a task); its stdout goes to ``out``, its stderr beside
+    it (``.err``)."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    joined = {} if point in OWN_JVM else gateway_env(spark)
     with out.open("wb") as stdout, out.with_suffix(".err").open("wb") as stderr:
         return subprocess.Popen(
             [sys.executable, "-m", "tests.pipeline.compact.child_job", point, str(marker), *argv],
             cwd=ROOT,
             # executors import the held tasks by name; the S3 credentials are moto's
-            env={**os.environ, **AWS_ENV, "PYTHONPATH": path},
+            env={**os.environ, **AWS_ENV, "PYTHONPATH": path, **joined},
             stdout=stdout,
             stderr=stderr,
             start_new_session=True,
@@ -79,9 +87,9 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
-def kill_when_reached(job: subprocess.Popen[bytes], marker: Path, out: Path) -> None:
+def kill_when_reached(job: subprocess.Popen[bytes], marker: Path, out: Path, *, own_jvm: bool) -> None:
     """Wait for the job to reach its point; SIGKILL its process group; wait for every process it
-    had started (JVM, Python daemon and workers) to be gone."""
+    had started (with ``own_jvm``: JVM, Python daemon and workers) to be gone."""
     deadline = time.monotonic() + PATIENCE_S
     while not marker.exists():
         assert job.poll() is None, f"the job ended ({job.returncode}) before its point:\n{_stderr(out)}"
@@ -89,7 +97,8 @@ def kill_when_reached(job: subprocess.Popen[bytes], marker: Path, out: Path) -> 
         time.sleep(0.2)
     tree = [psutil.Process(job.pid), *psutil.Process(job.pid).children(recursive=True)]
     assert int(marker.read_text()) in {p.pid for p in tree}  # the process held is the job's
-    assert any(p.name().startswith("java") for p in tree)  # a real Spark: a JVM of its own
+    # a real Spark: a JVM of its own, or the session's
+    assert any(p.name().startswith("java") for p in tree) == own_jvm
     os.killpg(job.pid, signal.SIGKILL)
     assert job.wait(timeout=60) == -signal.SIGKILL
     while any(_alive(p) for p in tree) and time.monotonic() < deadline:
@@ -142,7 +151,9 @@ def _selected_cases(session: pytest.Session) -> list[tuple[str, str]]:
     return cases
 
 
-def _start_case(kind: str, point: str, request: pytest.FixtureRequest, directory: Path) -> Case:
+def _start_case(
+    spark: SparkSession, kind: str, point: str, request: pytest.FixtureRequest, directory: Path
+) -> Case:
     tier = make_tier(kind, request, directory / "tier", E2E_LOG)
     before = {tp: survivors(tier, tp) for tp in PARTITIONS}
     objects_before = stored_keys(tier)
@@ -152,7 +163,9 @@ def _start_case(kind: str, point: str, request: pytest.FixtureRequest, directory
         outs = (directory / "a.out", directory / "b.out")
         jobs = tuple(
             Job(
-                start_job(TOGETHER, mine, "--twin", str(twin), "--config", str(config), "--json", out=out),
+                start_job(
+                    spark, TOGETHER, mine, "--twin", str(twin), "--config", str(config), "--json", out=out
+                ),
                 mine,
                 out,
             )
@@ -162,20 +175,24 @@ def _start_case(kind: str, point: str, request: pytest.FixtureRequest, directory
         # Leases that expire at once: the next job takes the partitions over without waiting.
         config = compacted_config(tier, directory / "compact.yaml", **{"remote.compaction.lease.ttl.ms": 1})
         marker, out = directory / "reached", directory / "job.out"
-        jobs = (Job(start_job(point, marker, "--config", str(config), out=out), marker, out),)
+        jobs = (Job(start_job(spark, point, marker, "--config", str(config), out=out), marker, out),)
     return Case(tier, before, objects_before, jobs)
 
 
 @pytest.fixture(scope="module")
 def started(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, class_archive: Path
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    spark: SparkSession,
 ) -> Iterator[dict[tuple[str, str], Case]]:
     """The jobs of every selected test of the module, started at once, by ``(kind, point)``; at the
     end, the process group of any job still running is killed."""
     cases: dict[tuple[str, str], Case] = {}
     try:
         for kind, point in _selected_cases(request.session):
-            cases[kind, point] = _start_case(kind, point, request, tmp_path_factory.mktemp(f"{kind}-{point}"))
+            cases[kind, point] = _start_case(
+                spark, kind, point, request, tmp_path_factory.mktemp(f"{kind}-{point}")
+            )
         yield cases
     finally:
         for case in cases.values():
@@ -197,7 +214,7 @@ def test_a_job_killed_in_a_stage_leaves_nothing_after_the_next_cleanup(
     case = started[kind, point]
     tier, before = case.tier, case.before
     (job,) = case.jobs
-    kill_when_reached(job.process, job.marker, job.out)
+    kill_when_reached(job.process, job.marker, job.out, own_jvm=point in OWN_JVM)
 
     # The metadata is untouched, or fully swapped (the first partition, killed after its swap).
     swapped = {P0} if point == "swapped-one" else set()
