@@ -5,7 +5,9 @@ ranged GET on the event loop, or a file read off it). While the batches of one c
 the next chunk is being read: at most two chunks (and a batch larger than a chunk, read whole)
 are held, whatever the range's size. The consumer sets the pace: the read after the next starts
 only when it asks for more, so a slow client slows the reads. Closing the iterator cancels the
-read in flight at once.
+read in flight at once. Once the range's last chunk is in and no read is in flight, ``on_last``
+is called (a caller reading range after range starts the next one's first read there, keeping
+to the same two chunks).
 """
 
 from __future__ import annotations
@@ -24,8 +26,11 @@ ReadRange = Callable[[int, int], Awaitable[bytes]]
 _PREFIX = struct.Struct(">qi")
 
 
-async def _chunks(read: ReadRange, start: int, end: int, chunk_bytes: int) -> AsyncIterator[bytes]:
-    """The bytes ``[start, end)`` in order, the next chunk read while the current one is used."""
+async def _chunks(
+    read: ReadRange, start: int, end: int, chunk_bytes: int, on_last: Callable[[], None] | None = None
+) -> AsyncIterator[bytes]:
+    """The bytes ``[start, end)`` in order, the next chunk read while the current one is used;
+    ``on_last()`` before the last chunk is yielded (no read is in flight then)."""
     position = start
     pending: asyncio.Task[bytes] | None = None
     try:
@@ -39,6 +44,8 @@ async def _chunks(read: ReadRange, start: int, end: int, chunk_bytes: int) -> As
                 pending = asyncio.ensure_future(read(position, min(chunk_bytes, end - position)))
             if not data:
                 return
+            if pending is None and on_last is not None:
+                on_last()
             yield data
     finally:
         if pending is not None:
@@ -48,14 +55,21 @@ async def _chunks(read: ReadRange, start: int, end: int, chunk_bytes: int) -> As
 
 
 async def batches_in_range(
-    read: ReadRange, start: int, end: int, *, chunk_bytes: int, name: str
+    read: ReadRange,
+    start: int,
+    end: int,
+    *,
+    chunk_bytes: int,
+    name: str,
+    on_last: Callable[[], None] | None = None,
 ) -> AsyncGenerator[tuple[BatchHeader, bytes], None]:
     """Yield ``(header, batch bytes)`` for each whole batch in ``[start, end)`` (``start`` at a batch
     boundary); header positions are positions in the object or file named ``name``.
 
     A batch cut by ``end`` is not yielded (the tail of a file the broker is appending to). Each
     batch's bytes are copied once out of the chunks; only a batch begun in one chunk and ended in
-    a later one is gathered first (a chunk is never copied whole).
+    a later one is gathered first (a chunk is never copied whole). ``on_last()`` is called once
+    the last chunk is read, before its batches are yielded (see the module docstring).
 
     Raises:
         CorruptDataError: a batch header is not valid (located in ``name``).
@@ -63,7 +77,7 @@ async def batches_in_range(
     tail = bytearray()  # the bytes of a batch begun in the chunks before
     tail_total: int | None = None  # its size, once its header's start is in
     at = start  # the position of the next batch (of tail[0] when there is a tail)
-    async for chunk in _chunks(read, start, end, chunk_bytes):
+    async for chunk in _chunks(read, start, end, chunk_bytes, on_last):
         with memoryview(chunk) as view:
             used = 0
             if tail:

@@ -96,3 +96,25 @@ def test_closing_the_iterator_cancels_the_read_ahead() -> None:
     asyncio.run(first_then_close())
     assert len(reads.asked) == 2  # one chunk read ahead, never more
     assert reads.cancelled == 1
+
+
+@pytest.mark.parametrize("chunk", [17, 4096, 1 << 20])
+def test_on_last_is_called_once_the_last_chunk_is_in_with_no_read_in_flight(chunk: int) -> None:
+    reads = Reads(LOG)
+    calls: list[tuple[int, int]] = []  # (reads asked, batches taken) at each call
+    taken: list[int] = []
+
+    def on_last() -> None:
+        calls.append((len(reads.asked), len(taken)))
+
+    async def run() -> None:
+        found = batches_in_range(reads.read, 0, len(LOG), chunk_bytes=chunk, name="x.log", on_last=on_last)
+        async for header, _ in found:
+            taken.append(header.base_offset)
+
+    asyncio.run(run())
+    assert len(calls) == 1
+    asked, before = calls[0]
+    assert asked == len(reads.asked)  # no read asked after it
+    assert reads.asked[-1][0] + reads.asked[-1][1] == len(LOG)  # the last read was the end's
+    assert before < len(taken)  # the last chunk's batches came after it
