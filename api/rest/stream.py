@@ -192,7 +192,7 @@ def _query(
 
 
 async def _ndjson(
-    plan: RangePlan, batches: AsyncIterator[StreamBatch], streams: RecordStreams
+    plan: RangePlan, batches: AsyncIterator[list[StreamBatch]], streams: RecordStreams
 ) -> AsyncIterator[bytes]:
     try:
         async for piece in streams.encoded(group_batches(batches, PIECE_BYTES), partial(ndjson_lines, plan)):
@@ -201,13 +201,13 @@ async def _ndjson(
         yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
 
 
-async def _raw(batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
+async def _raw(batches: AsyncIterator[list[StreamBatch]]) -> AsyncIterator[bytes]:
     async for group in group_batches(batches, RAW_PIECE_BYTES):
         yield b"".join([batch.data for batch in group])
 
 
 async def _arrow(
-    plan: RangePlan, batches: AsyncIterator[StreamBatch], streams: RecordStreams
+    plan: RangePlan, batches: AsyncIterator[list[StreamBatch]], streams: RecordStreams
 ) -> AsyncIterator[bytes | memoryview]:
     writer = ArrowStreamWriter()
 
@@ -236,7 +236,7 @@ async def _stream_records(
         )
     slot, planned = await open_stream(rt, _query(tp, **query_args), timeout_ms)
     streams = rt.streams
-    batches = streams.batches(planned)
+    batches = streams.runs(planned)
     body: AsyncIterator[bytes | memoryview]
     if media == NDJSON:
         body = _ndjson(planned, batches, streams)

@@ -63,8 +63,27 @@ async def batches_in_range(
     name: str,
     on_last: Callable[[], None] | None = None,
 ) -> AsyncGenerator[tuple[BatchHeader, bytes], None]:
+    """Each batch of :func:`batch_runs_in_range`, one at a time."""
+    async with contextlib.aclosing(
+        batch_runs_in_range(read, start, end, chunk_bytes=chunk_bytes, name=name, on_last=on_last)
+    ) as runs:
+        async for run in runs:
+            for batch in run:
+                yield batch
+
+
+async def batch_runs_in_range(
+    read: ReadRange,
+    start: int,
+    end: int,
+    *,
+    chunk_bytes: int,
+    name: str,
+    on_last: Callable[[], None] | None = None,
+) -> AsyncGenerator[list[tuple[BatchHeader, bytes]], None]:
     """Yield ``(header, batch bytes)`` for each whole batch in ``[start, end)`` (``start`` at a batch
-    boundary); header positions are positions in the object or file named ``name``.
+    boundary), a chunk's batches in one list (a run: no empty one); header positions are
+    positions in the object or file named ``name``.
 
     A batch cut by ``end`` is not yielded (the tail of a file the broker is appending to). Each
     batch's bytes are copied once out of the chunks; only a batch begun in one chunk and ended in
@@ -72,35 +91,44 @@ async def batches_in_range(
     the last chunk is read, before its batches are yielded (see the module docstring).
 
     Raises:
-        CorruptDataError: a batch header is not valid (located in ``name``).
+        CorruptDataError: a batch header is not valid (located in ``name``); the batches before
+            it are yielded first.
     """
     tail = bytearray()  # the bytes of a batch begun in the chunks before
     tail_total: int | None = None  # its size, once its header's start is in
     at = start  # the position of the next batch (of tail[0] when there is a tail)
     async for chunk in _chunks(read, start, end, chunk_bytes, on_last):
-        with memoryview(chunk) as view:
-            used = 0
-            if tail:
-                if tail_total is None:  # its size field is (partly) in this chunk
-                    tail_total = _whole_size(bytes(tail) + chunk[: LOG_OVERHEAD + 5], 0, at, name)
-                if tail_total is None or len(tail) + len(view) < tail_total:
-                    tail += view  # not ended yet: gathered
-                    continue
-                used = tail_total - len(tail)
-                tail += view[:used]
-                data = bytes(tail)
-                yield _batch(data, at, name), data
-                at += tail_total
-                tail.clear()
-            while True:
-                tail_total = _whole_size(view, used, at, name)
-                if tail_total is None or used + tail_total > len(view):
-                    break
-                data = bytes(view[used : used + tail_total])  # one copy of the batch, none of the chunk
-                yield _batch(data, at, name), data
-                used += tail_total
-                at += tail_total
-            tail += view[used:]
+        run: list[tuple[BatchHeader, bytes]] = []
+        try:
+            with memoryview(chunk) as view:
+                used = 0
+                if tail:
+                    if tail_total is None:  # its size field is (partly) in this chunk
+                        tail_total = _whole_size(bytes(tail) + chunk[: LOG_OVERHEAD + 5], 0, at, name)
+                    if tail_total is None or len(tail) + len(view) < tail_total:
+                        tail += view  # not ended yet: gathered
+                        continue
+                    used = tail_total - len(tail)
+                    tail += view[:used]
+                    data = bytes(tail)
+                    run.append((_batch(data, at, name), data))
+                    at += tail_total
+                    tail.clear()
+                while True:
+                    tail_total = _whole_size(view, used, at, name)
+                    if tail_total is None or used + tail_total > len(view):
+                        break
+                    data = bytes(view[used : used + tail_total])  # one copy of the batch, none of the chunk
+                    run.append((_batch(data, at, name), data))
+                    used += tail_total
+                    at += tail_total
+                tail += view[used:]
+        except CorruptDataError:
+            if run:  # what came before the corrupt batch goes first
+                yield run
+            raise
+        if run:
+            yield run
 
 
 def _whole_size(buffer: bytes | bytearray | memoryview, used: int, at: int, name: str) -> int | None:

@@ -29,10 +29,12 @@ from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
 from rlm.metastore.model import RemoteSegment
 from rlm.pipeline.transactions import AbortedIndex
-from rlm.stream.chunks import batches_in_range
+from rlm.stream.chunks import batch_runs_in_range
 from rlm.stream.plan import RangePlan
 
 T = TypeVar("T")
+_CONTROL = 0x20
+"""The control flag of a v2 batch's attributes (``BatchHeader.is_control``)."""
 RunBlocking = Callable[[Callable[[], T]], Awaitable[T]]
 """Runs a blocking call off the event loop and awaits it."""
 
@@ -110,6 +112,7 @@ class BatchReader:
         self.chunk_bytes = chunk_bytes
         self._meter = meter
         self._aborted = AbortedIndex(plan.aborted)
+        self._any_aborted = bool(plan.aborted)
         self.next_offset = plan.start
         """The offset the stream continues from."""
         self._ahead: asyncio.Task[_NextSegment] | None = None
@@ -118,14 +121,22 @@ class BatchReader:
         return await self._run(call)  # type: ignore[return-value]
 
     async def batches(self) -> AsyncGenerator[StreamBatch, None]:
-        """Every batch the stream sends, in offset order."""
+        """Every batch the stream sends, in offset order (those of :meth:`runs`, one at a time)."""
+        async with contextlib.aclosing(self.runs()) as runs:
+            async for run in runs:
+                for batch in run:
+                    yield batch
+
+    async def runs(self) -> AsyncGenerator[list[StreamBatch], None]:
+        """Every batch the stream sends, in offset order, those of a chunk read in one list (a run;
+        none is empty): the batches cost no step of the generators each."""
         plan = self.plan
         try:
             while self.next_offset < plan.end:
                 if plan.local_start is not None and self.next_offset >= plan.local_start:
                     async with contextlib.aclosing(self._local()) as local:
-                        async for batch in local:
-                            yield batch
+                        async for run in local:
+                            yield run
                     return
                 async with contextlib.aclosing(self._remote_segment()) as remote:
                     async for found in remote:
@@ -168,8 +179,8 @@ class BatchReader:
             with contextlib.suppress(BaseException):
                 await ahead
 
-    async def _remote_segment(self) -> AsyncGenerator[StreamBatch | None, None]:
-        """The batches of the segment holding the next offset; None once the range is done."""
+    async def _remote_segment(self) -> AsyncGenerator[list[StreamBatch] | None, None]:
+        """The runs of the segment holding the next offset; None once the range is done."""
         plan, tp, offset = self.plan, self.plan.tp, self.next_offset
         ahead: _NextSegment | None = None
         if self._ahead is not None:
@@ -197,7 +208,7 @@ class BatchReader:
             return await self._counted(self.remote.read_range(key, at, length))
 
         async with contextlib.aclosing(
-            batches_in_range(
+            batch_runs_in_range(
                 read,
                 position,
                 segment.size_bytes,
@@ -206,20 +217,28 @@ class BatchReader:
                 on_last=lambda: self._start_ahead(segment),
             )
         ) as found:
-            async for header, data in found:
-                if header.last_offset < self.next_offset:
-                    continue
-                if plan.local_start is not None and header.base_offset >= plan.local_start:
-                    return  # the broker has the rest
-                if self._past_the_end(header):
-                    yield None
-                    return
-                self.next_offset = header.last_offset + 1
-                if self._sent(header):
-                    yield StreamBatch(header, data, "remote", key)
+            async for run in found:
+                sent: list[StreamBatch] = []
+                for header, data in run:
+                    if header.last_offset < self.next_offset:
+                        continue
+                    if plan.local_start is not None and header.base_offset >= plan.local_start:
+                        if sent:
+                            yield sent
+                        return  # the broker has the rest
+                    if self._past_the_end(header):
+                        if sent:
+                            yield sent
+                        yield None
+                        return
+                    self.next_offset = header.last_offset + 1
+                    if self._sent(header):
+                        sent.append(StreamBatch(header, data, "remote", key))
+                if sent:
+                    yield sent
         self.next_offset = max(self.next_offset, segment.end_offset + 1)
 
-    async def _local(self) -> AsyncGenerator[StreamBatch, None]:
+    async def _local(self) -> AsyncGenerator[list[StreamBatch], None]:
         local = self.plan.local
         assert local is not None
         segments = await self._blocking(local.segments)
@@ -235,18 +254,24 @@ class BatchReader:
                     return await self._counted(self._blocking(lambda: source.read(at, length)))  # noqa: B023
 
                 async with contextlib.aclosing(
-                    batches_in_range(
+                    batch_runs_in_range(
                         read, position, source.size, chunk_bytes=self.chunk_bytes, name=source.name
                     )
                 ) as found:
-                    async for header, data in found:
-                        if header.last_offset < self.next_offset:
-                            continue
-                        if self._past_the_end(header):
-                            return
-                        self.next_offset = header.last_offset + 1
-                        if self._sent(header):
-                            yield StreamBatch(header, data, "local", source.name)
+                    async for run in found:
+                        sent: list[StreamBatch] = []
+                        for header, data in run:
+                            if header.last_offset < self.next_offset:
+                                continue
+                            if self._past_the_end(header):
+                                if sent:
+                                    yield sent
+                                return
+                            self.next_offset = header.last_offset + 1
+                            if self._sent(header):
+                                sent.append(StreamBatch(header, data, "local", source.name))
+                        if sent:
+                            yield sent
             finally:
                 source.close()
 
@@ -254,7 +279,9 @@ class BatchReader:
         return header.base_offset >= self.plan.end or header.last_offset >= self.plan.limit
 
     def _sent(self, header: BatchHeader) -> bool:
-        return not header.is_control and not self._aborted.is_aborted(header)
+        if header.magic >= 2 and header.attributes & _CONTROL:
+            return False
+        return not self._any_aborted or not self._aborted.is_aborted(header)
 
     async def _counted(self, read: Awaitable[bytes]) -> bytes:
         if self._meter is None:
