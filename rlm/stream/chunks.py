@@ -24,6 +24,9 @@ from rlm.log.model import LOG_OVERHEAD, MIN_SIZE_FIELD, BatchHeader
 ReadRange = Callable[[int, int], Awaitable[bytes]]
 """Reads ``length`` bytes from ``position`` (fewer only where the object or file ends)."""
 _PREFIX = struct.Struct(">qi")
+#: Stored bytes of a run at most (a batch larger than that excepted): a chunk's batches are copied
+#: out of it a run at a time, so that the chunk and copies of all its batches are not held at once.
+RUN_BYTES = 256 * 1024
 
 
 async def _chunks(
@@ -82,8 +85,8 @@ async def batch_runs_in_range(
     on_last: Callable[[], None] | None = None,
 ) -> AsyncGenerator[list[tuple[BatchHeader, bytes]], None]:
     """Yield ``(header, batch bytes)`` for each whole batch in ``[start, end)`` (``start`` at a batch
-    boundary), a chunk's batches in one list (a run: no empty one); header positions are
-    positions in the object or file named ``name``.
+    boundary), batches of one chunk in lists (runs: none empty, of about :data:`RUN_BYTES`);
+    header positions are positions in the object or file named ``name``.
 
     A batch cut by ``end`` is not yielded (the tail of a file the broker is appending to). Each
     batch's bytes are copied once out of the chunks; only a batch begun in one chunk and ended in
@@ -99,6 +102,7 @@ async def batch_runs_in_range(
     at = start  # the position of the next batch (of tail[0] when there is a tail)
     async for chunk in _chunks(read, start, end, chunk_bytes, on_last):
         run: list[tuple[BatchHeader, bytes]] = []
+        held = 0
         try:
             with memoryview(chunk) as view:
                 used = 0
@@ -113,6 +117,7 @@ async def batch_runs_in_range(
                     data = bytes(tail)
                     run.append((_batch(data, at, name), data))
                     at += tail_total
+                    held = tail_total
                     tail.clear()
                 while True:
                     tail_total = _whole_size(view, used, at, name)
@@ -122,6 +127,10 @@ async def batch_runs_in_range(
                     run.append((_batch(data, at, name), data))
                     used += tail_total
                     at += tail_total
+                    held += tail_total
+                    if held >= RUN_BYTES:
+                        yield run
+                        run, held = [], 0
                 tail += view[used:]
         except CorruptDataError:
             if run:  # what came before the corrupt batch goes first
