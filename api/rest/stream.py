@@ -211,12 +211,13 @@ async def _arrow(
 ) -> AsyncIterator[bytes | memoryview]:
     writer = ArrowStreamWriter()
 
-    def encode(group: list[StreamBatch]) -> bytes | memoryview:
+    def encode(group: list[StreamBatch]) -> list[bytes | memoryview]:
         return writer.write(record_batch(plan, group))
 
     groups = group_batches(batches, streams.chunk_bytes, RECORDS_PER_MESSAGE)
-    async for piece in streams.encoded(groups, encode):
-        yield piece
+    async for parts in streams.encoded(groups, encode):
+        for part in parts:
+            yield part
     yield writer.end()
 
 
