@@ -314,7 +314,8 @@ typedef struct {
 } cols_t;
 
 /* Take the GIL back if the walk released it (cols_release): every call of the C API on the record
- * path (growing a buffer, setting an error) comes after this. */
+ * path (growing a buffer, setting an error) comes after this; a buffer grown, grow gives it up
+ * again. */
 static inline void cols_gil(cols_t *c) {
     if (c->released != NULL) {
         PyEval_RestoreThread(c->released);
@@ -335,6 +336,7 @@ static inline void cols_release(cols_t *c) {
  * knows how many it goes to, it grows to what the rows so far extrapolate to (at most eightfold),
  * so a column is copied about once rather than at every doubling. */
 static int grow(cols_t *c, int col, Py_ssize_t need) {
+    int released = c->released != NULL; /* given up again once the buffer has grown */
     cols_gil(c);
     Py_ssize_t cap = c->cap[col] * 2;
     int64_t rows = c->used[C_OFFSET] / 8;
@@ -360,6 +362,9 @@ static int grow(cols_t *c, int col, Py_ssize_t need) {
     }
     c->base[col] = (unsigned char *)PyByteArray_AS_STRING(c->buffers[col]);
     c->cap[col] = cap;
+    if (released) {
+        cols_release(c);
+    }
     return 0;
 }
 
