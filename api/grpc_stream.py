@@ -115,7 +115,7 @@ class ReadRecordsServicer:
             await abort_for(context, exc, "ReadRecords")
         streams = self.runtime.streams
         with outcome_of(slot):
-            async with contextlib.aclosing(streams.batches(plan)) as batches:
+            async with contextlib.aclosing(streams.runs(plan)) as batches:
                 groups = group_batches(batches, streams.chunk_bytes, RECORDS_PER_MESSAGE)
                 try:
                     async for answer in streams.encoded(groups, partial(_message, plan, raw=request.raw)):

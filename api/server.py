@@ -23,6 +23,7 @@ from typing import Any
 import uvicorn
 
 from api.auth import TokenAuthenticator
+from api.http_protocol import ChunkedHttpProtocol
 from api.rest.app import create_app
 from rlm.bootstrap import Runtime, build_runtime
 from rlm.config import Settings
@@ -92,6 +93,7 @@ async def _serve(
     http = _Uvicorn(
         uvicorn.Config(
             app,
+            http=ChunkedHttpProtocol,
             host=settings.http_host,
             port=settings.http_port,
             log_config=None,

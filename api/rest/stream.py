@@ -192,7 +192,7 @@ def _query(
 
 
 async def _ndjson(
-    plan: RangePlan, batches: AsyncIterator[StreamBatch], streams: RecordStreams
+    plan: RangePlan, batches: AsyncIterator[list[StreamBatch]], streams: RecordStreams
 ) -> AsyncIterator[bytes]:
     try:
         async for piece in streams.encoded(group_batches(batches, PIECE_BYTES), partial(ndjson_lines, plan)):
@@ -201,22 +201,23 @@ async def _ndjson(
         yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
 
 
-async def _raw(batches: AsyncIterator[StreamBatch]) -> AsyncIterator[bytes]:
+async def _raw(batches: AsyncIterator[list[StreamBatch]]) -> AsyncIterator[bytes]:
     async for group in group_batches(batches, RAW_PIECE_BYTES):
         yield b"".join([batch.data for batch in group])
 
 
 async def _arrow(
-    plan: RangePlan, batches: AsyncIterator[StreamBatch], streams: RecordStreams
+    plan: RangePlan, batches: AsyncIterator[list[StreamBatch]], streams: RecordStreams
 ) -> AsyncIterator[bytes | memoryview]:
     writer = ArrowStreamWriter()
 
-    def encode(group: list[StreamBatch]) -> bytes | memoryview:
+    def encode(group: list[StreamBatch]) -> list[bytes | memoryview]:
         return writer.write(record_batch(plan, group))
 
     groups = group_batches(batches, streams.chunk_bytes, RECORDS_PER_MESSAGE)
-    async for piece in streams.encoded(groups, encode):
-        yield piece
+    async for parts in streams.encoded(groups, encode):
+        for part in parts:
+            yield part
     yield writer.end()
 
 
@@ -236,7 +237,7 @@ async def _stream_records(
         )
     slot, planned = await open_stream(rt, _query(tp, **query_args), timeout_ms)
     streams = rt.streams
-    batches = streams.batches(planned)
+    batches = streams.runs(planned)
     body: AsyncIterator[bytes | memoryview]
     if media == NDJSON:
         body = _ndjson(planned, batches, streams)

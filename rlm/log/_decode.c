@@ -310,12 +310,34 @@ typedef struct {
     Py_ssize_t cap[NCOL];
     int64_t *used;
     int64_t goal_rows; /* the rows the call expects to reach (0: unknown), to size buffers at once */
+    PyThreadState *released; /* the thread's state while the GIL is released (see cols_gil) */
 } cols_t;
+
+/* Take the GIL back if the walk released it (cols_release): every call of the C API on the record
+ * path (growing a buffer, setting an error) comes after this; a buffer grown, grow gives it up
+ * again. */
+static inline void cols_gil(cols_t *c) {
+    if (c->released != NULL) {
+        PyEval_RestoreThread(c->released);
+        c->released = NULL;
+    }
+}
+
+/* Release the GIL while records are decoded (other threads, the event loop among them, run in the
+ * meantime). The buffers are the caller's, reached by no other thread; the bytes decoded are held
+ * by a buffer view. */
+static inline void cols_release(cols_t *c) {
+    if (c->released == NULL) {
+        c->released = PyEval_SaveThread();
+    }
+}
 
 /* Room for `need` bytes in column col. A buffer at least doubles; once rows are in and the call
  * knows how many it goes to, it grows to what the rows so far extrapolate to (at most eightfold),
  * so a column is copied about once rather than at every doubling. */
 static int grow(cols_t *c, int col, Py_ssize_t need) {
+    int released = c->released != NULL; /* given up again once the buffer has grown */
+    cols_gil(c);
     Py_ssize_t cap = c->cap[col] * 2;
     int64_t rows = c->used[C_OFFSET] / 8;
     if (c->goal_rows > rows && rows >= 64) {
@@ -340,6 +362,9 @@ static int grow(cols_t *c, int col, Py_ssize_t need) {
     }
     c->base[col] = (unsigned char *)PyByteArray_AS_STRING(c->buffers[col]);
     c->cap[col] = cap;
+    if (released) {
+        cols_release(c);
+    }
     return 0;
 }
 
@@ -399,6 +424,7 @@ static inline void put_bit(cols_t *c, int col, int64_t index, int valid) {
 static inline int put_end(cols_t *c, int offsets_col, int data_col) {
     int64_t size = c->used[data_col];
     if (size > INT32_MAX) {
+        cols_gil(c);
         PyErr_SetString(PyExc_ValueError, "more than 2 GiB in one column");
         return -1;
     }
@@ -482,6 +508,7 @@ static int cols_open(PyObject *buffers, PyObject *used, cols_t *c, Py_buffer *us
     }
     c->used = (int64_t *)used_view->buf;
     c->goal_rows = 0;
+    c->released = NULL;
     for (int i = 0; i < NCOL; i++) {
         if (c->used[i] < 0 || c->used[i] > c->cap[i]) {
             PyBuffer_Release(used_view);
@@ -536,6 +563,7 @@ static inline int data_put(cols_t *c, data_col_t *d, const blob_t *blob) {
         d->size += blob->len;
     }
     if (d->size > INT32_MAX) {
+        cols_gil(c);
         PyErr_SetString(PyExc_ValueError, "more than 2 GiB in one column");
         return -1;
     }
@@ -602,6 +630,7 @@ static const char *put_records(cols_t *c, const batch_t *b, Py_ssize_t pos, int6
         if (keep) {
             int64_t headers = used[C_HKEY_OFFSETS] / 4 - 1;
             if (headers > INT32_MAX) {
+                cols_gil(c);
                 PyErr_SetString(PyExc_ValueError, "more than 2**31 headers in one column");
                 return NULL;
             }

@@ -6,6 +6,10 @@
 #ifndef RLM_DECODE_LOG_H
 #define RLM_DECODE_LOG_H
 
+/* The records of a batch (its payload decompressed) of at least this many bytes are decoded with
+ * the GIL released: below it, giving the GIL up and taking it back costs more than it frees. */
+#define RELEASE_GIL_BYTES 4096
+
 /* The largest max_rows the buffers are sized for ahead (larger: they double as they fill). */
 #define GOAL_ROWS_MAX (1 << 22)
 
@@ -40,7 +44,12 @@ static const char *put_batch(cols_t *c, batch_t *b, const unsigned char *d, int6
                              plain_out_t *out, int64_t *appended) {
     int64_t index = 0;
     if (codec == 0) {
-        return put_records(c, b, (Py_ssize_t)p + V2_HEADER_SIZE, count, first, last, batch_no, appended, &index);
+        if (size >= RELEASE_GIL_BYTES) {
+            cols_release(c);
+        }
+        const char *why = put_records(c, b, (Py_ssize_t)p + V2_HEADER_SIZE, count, first, last, batch_no, appended, &index);
+        cols_gil(c);
+        return why;
     }
     const char *why = plain_decompress(calls, codec, d + p + V2_HEADER_SIZE, size - V2_HEADER_SIZE, out);
     if (why != NULL || PyErr_Occurred()) {
@@ -49,7 +58,11 @@ static const char *put_batch(cols_t *c, batch_t *b, const unsigned char *d, int6
     }
     b->d = out->at;
     b->end = out->len;
+    if (out->len >= RELEASE_GIL_BYTES) {
+        cols_release(c);
+    }
     why = put_records(c, b, 0, count, first, last, batch_no, appended, &index);
+    cols_gil(c);
     plain_out_release(out);
     return why;
 }

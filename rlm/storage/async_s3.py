@@ -165,11 +165,18 @@ async def _skip(body: Any, count: int) -> None:
 
 
 async def _read_up_to(body: Any, count: int) -> bytes:
-    chunks: list[bytes] = []
+    """Up to ``count`` bytes of ``body``, copied once: the pieces aiohttp received are taken as
+    they are (``readany``; a ``read(n)`` of aiohttp joins the pieces it holds first) and joined
+    at the end."""
+    content = getattr(body.raw_stream, "content", None)
+    read = body.read if content is None else lambda _: content.readany()
+    pieces: list[bytes] = []
     while count > 0:
-        chunk = await body.read(count)
-        if not chunk:
+        piece = await read(count)
+        if not piece:
             break
-        chunks.append(chunk)
-        count -= len(chunk)
-    return b"".join(chunks)
+        if len(piece) > count:  # a whole object answered: its rest is not wanted
+            piece = piece[:count]
+        pieces.append(piece)
+        count -= len(piece)
+    return pieces[0] if len(pieces) == 1 else b"".join(pieces)

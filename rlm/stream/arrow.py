@@ -7,7 +7,9 @@ leader_epoch``, typed as the export types them.
 
 from __future__ import annotations
 
+import io
 from collections.abc import Sequence
+from typing import cast
 
 import pyarrow as pa
 
@@ -69,31 +71,78 @@ def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBa
 
 #: The IPC stream's end marker: a continuation token and a zero length.
 END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+#: Parts of a message of at least this many bytes are handed out as views of Arrow's buffers;
+#: smaller ones (message headers, padding, short columns) are gathered into one bytes object.
+VIEW_BYTES = 16 * 1024
+
+
+class _Parts:
+    """The sink of Arrow's IPC stream writer: keeps what the writer gives it. The writer hands a
+    column's buffer over as it is (a ``pyarrow.Buffer`` of the column's own memory), so that a
+    message is never copied whole: large parts stay views, small ones are gathered."""
+
+    closed = False
+    """Read by Arrow's file wrapper before each write."""
+
+    def __init__(self) -> None:
+        self._parts: list[bytes | memoryview] = []
+        self._small = bytearray()
+
+    def write(self, data: bytes | pa.Buffer) -> int:
+        view = memoryview(data)
+        if view.nbytes >= VIEW_BYTES:
+            self._gathered()
+            self._parts.append(view)
+        else:
+            self._small += view
+        return view.nbytes
+
+    def flush(self) -> None:
+        """Nothing is buffered for the writer."""
+
+    def _gathered(self) -> None:
+        if self._small:
+            self._parts.append(bytes(self._small))
+            self._small.clear()
+
+    def take(self) -> list[bytes | memoryview]:
+        """What was written since the last call, in order."""
+        self._gathered()
+        parts, self._parts = self._parts, []
+        return parts
 
 
 class ArrowStreamWriter:
     """Arrow IPC stream bytes, handed out as they are made: the schema message first (with the
     first batch), one message per record batch, and the end-of-stream marker from :meth:`end`.
 
-    Each message is serialized once by Arrow (``serialize``: the encapsulated IPC message the stream
-    format is a sequence of) and joined with what goes with it: no file object in between."""
+    The messages are written by Arrow's stream writer into a sink that keeps the parts it is
+    given (:class:`_Parts`): the columns' buffers are not copied into a message buffer, they are
+    sent from where the decoder put them. The bytes are those of ``Schema.serialize``, each
+    ``RecordBatch.serialize`` and the end marker, one after the other."""
 
     def __init__(self) -> None:
-        self._schema: bytes | None = STREAM_SCHEMA.serialize().to_pybytes()
+        self._sink = _Parts()
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
 
-    def _head(self) -> list[bytes]:
-        schema, self._schema = self._schema, None
-        return [] if schema is None else [schema]
+    def _stream(self) -> pa.ipc.RecordBatchStreamWriter:
+        if self._writer is None:
+            sink = pa.PythonFile(cast(io.IOBase, self._sink), mode="w")  # it only writes and flushes
+            self._writer = pa.ipc.new_stream(sink, STREAM_SCHEMA)
+        return self._writer
 
-    def write(self, batch: pa.RecordBatch) -> bytes | memoryview:
-        """The bytes of ``batch``'s message (and of the schema before the first): after the first,
-        a view of the buffer Arrow serialized the message into (not copied again)."""
+    def write(self, batch: pa.RecordBatch) -> list[bytes | memoryview]:
+        """The parts of ``batch``'s message (and of the schema's before the first), in order:
+        views of the batch's own buffers among them (it must not change while they are held)."""
         if not batch.num_rows:
-            return b""
-        head = self._head()
-        message = batch.serialize()
-        return b"".join([*head, message]) if head else memoryview(message)
+            return []
+        if not batch.schema.equals(STREAM_SCHEMA):  # the same columns, typed as the stream's
+            batch = pa.RecordBatch.from_arrays(batch.columns, schema=STREAM_SCHEMA)
+        self._stream().write_batch(batch)
+        return self._sink.take()
 
     def end(self) -> bytes:
         """The rest of the stream: the schema when nothing was written, and the end marker."""
-        return b"".join([*self._head(), END_OF_STREAM])
+        self._stream().close()
+        parts = self._sink.take()
+        return b"".join(parts)

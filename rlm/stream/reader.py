@@ -7,6 +7,10 @@ ranged chunks (:mod:`rlm.stream.chunks`). Once the next offset is one the broker
 and none is skipped. Blocking calls (the metadata store, index files, file reads) run on the
 stream's executor, never on the event loop; remote bytes come from an :class:`AsyncRangeReader`.
 
+Once a remote segment's last chunk is read, the segment after it is looked up and its first chunk
+read while the last one's batches are sent (:class:`_NextSegment`), so that a stream does not
+wait for S3 at every segment boundary; it still holds two chunks at most.
+
 Batches sent: every stored batch overlapping ``[start, end)`` that lies wholly below the last
 fetchable offset, but control batches (transaction markers) and, with READ_COMMITTED, the batches
 of aborted transactions.
@@ -14,6 +18,7 @@ of aborted transactions.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import NamedTuple, Protocol, TypeVar
@@ -22,11 +27,14 @@ from rlm.errors import OffsetOutOfRangeError
 from rlm.log.model import BatchHeader
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
+from rlm.metastore.model import RemoteSegment
 from rlm.pipeline.transactions import AbortedIndex
-from rlm.stream.chunks import batches_in_range
+from rlm.stream.chunks import batch_runs_in_range
 from rlm.stream.plan import RangePlan
 
 T = TypeVar("T")
+_CONTROL = 0x20
+"""The control flag of a v2 batch's attributes (``BatchHeader.is_control``)."""
 RunBlocking = Callable[[Callable[[], T]], Awaitable[T]]
 """Runs a blocking call off the event loop and awaits it."""
 
@@ -72,6 +80,16 @@ class StreamBatch(NamedTuple):
     """The object key or file the batch was read from, for error messages."""
 
 
+class _NextSegment(NamedTuple):
+    """The remote segment holding ``offset``, looked up ahead, with its first ``length`` bytes when
+    the stream reads it from its start (``first`` is None otherwise)."""
+
+    offset: int
+    segment: RemoteSegment | None
+    length: int
+    first: bytes | None
+
+
 class BatchReader:
     """Reads the batches of one :class:`RangePlan`."""
 
@@ -94,34 +112,83 @@ class BatchReader:
         self.chunk_bytes = chunk_bytes
         self._meter = meter
         self._aborted = AbortedIndex(plan.aborted)
+        self._any_aborted = bool(plan.aborted)
         self.next_offset = plan.start
         """The offset the stream continues from."""
+        self._ahead: asyncio.Task[_NextSegment] | None = None
 
     async def _blocking(self, call: Callable[[], T]) -> T:
         return await self._run(call)  # type: ignore[return-value]
 
     async def batches(self) -> AsyncGenerator[StreamBatch, None]:
-        """Every batch the stream sends, in offset order."""
-        plan = self.plan
-        while self.next_offset < plan.end:
-            if plan.local_start is not None and self.next_offset >= plan.local_start:
-                async with contextlib.aclosing(self._local()) as local:
-                    async for batch in local:
-                        yield batch
-                return
-            async with contextlib.aclosing(self._remote_segment()) as remote:
-                async for found in remote:
-                    if found is None:
-                        return
-                    yield found
+        """Every batch the stream sends, in offset order (those of :meth:`runs`, one at a time)."""
+        async with contextlib.aclosing(self.runs()) as runs:
+            async for run in runs:
+                for batch in run:
+                    yield batch
 
-    async def _remote_segment(self) -> AsyncGenerator[StreamBatch | None, None]:
-        """The batches of the segment holding the next offset; None once the range is done."""
-        plan, tp, offset = self.plan, self.plan.tp, self.next_offset
-        store = self.service.store
-        segment = await self._blocking(
+    async def runs(self) -> AsyncGenerator[list[StreamBatch], None]:
+        """Every batch the stream sends, in offset order, those of a chunk read in one list (a run;
+        none is empty): the batches cost no step of the generators each."""
+        plan = self.plan
+        try:
+            while self.next_offset < plan.end:
+                if plan.local_start is not None and self.next_offset >= plan.local_start:
+                    async with contextlib.aclosing(self._local()) as local:
+                        async for run in local:
+                            yield run
+                    return
+                async with contextlib.aclosing(self._remote_segment()) as remote:
+                    async for found in remote:
+                        if found is None:
+                            return
+                        yield found
+        finally:
+            await self._drop_ahead()
+
+    async def _segment_for(self, offset: int) -> RemoteSegment | None:
+        tp, store = self.plan.tp, self.service.store
+        return await self._blocking(
             lambda: self.service.ask_store(lambda: store.segment_for_offset(tp, offset))
         )
+
+    async def _look_ahead(self, offset: int) -> _NextSegment:
+        """The segment holding ``offset``, and its first chunk when it is read from its start."""
+        segment = await self._segment_for(offset)
+        if segment is None or offset > segment.start_offset:
+            return _NextSegment(offset, segment, 0, None)
+        length = min(self.chunk_bytes, segment.size_bytes)
+        first = (
+            await self._counted(self.remote.read_range(segment.layout.log_key, 0, length)) if length else None
+        )
+        return _NextSegment(offset, segment, length, first)
+
+    def _start_ahead(self, segment: RemoteSegment) -> None:
+        """Look up (and start reading) the segment after ``segment`` when the range goes on there."""
+        plan, offset = self.plan, segment.end_offset + 1
+        if self._ahead is not None or offset >= plan.end:
+            return
+        if plan.local_start is not None and offset >= plan.local_start:
+            return
+        self._ahead = asyncio.ensure_future(self._look_ahead(offset))
+
+    async def _drop_ahead(self) -> None:
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            ahead.cancel()
+            with contextlib.suppress(BaseException):
+                await ahead
+
+    async def _remote_segment(self) -> AsyncGenerator[list[StreamBatch] | None, None]:
+        """The runs of the segment holding the next offset; None once the range is done."""
+        plan, tp, offset = self.plan, self.plan.tp, self.next_offset
+        ahead: _NextSegment | None = None
+        if self._ahead is not None:
+            task, self._ahead = self._ahead, None
+            ahead = await task
+            if ahead.offset != offset:
+                ahead = None  # looked up for another offset: as if it had not been
+        segment = ahead.segment if ahead is not None else await self._segment_for(offset)
         if segment is None:
             raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}")
         if offset <= segment.start_offset:  # from the object's start: no index to fetch
@@ -131,27 +198,47 @@ class BatchReader:
                 lambda: self.indexes.offset_index(segment).lookup(offset).position
             )
         key = segment.layout.log_key
+        first = ahead if ahead is not None and ahead.first is not None and position == 0 else None
 
         async def read(at: int, length: int) -> bytes:
+            nonlocal first
+            if first is not None and first.first is not None and (at, length) == (0, first.length):
+                data, first = first.first, None
+                return data
             return await self._counted(self.remote.read_range(key, at, length))
 
         async with contextlib.aclosing(
-            batches_in_range(read, position, segment.size_bytes, chunk_bytes=self.chunk_bytes, name=key)
+            batch_runs_in_range(
+                read,
+                position,
+                segment.size_bytes,
+                chunk_bytes=self.chunk_bytes,
+                name=key,
+                on_last=lambda: self._start_ahead(segment),
+            )
         ) as found:
-            async for header, data in found:
-                if header.last_offset < self.next_offset:
-                    continue
-                if plan.local_start is not None and header.base_offset >= plan.local_start:
-                    return  # the broker has the rest
-                if self._past_the_end(header):
-                    yield None
-                    return
-                self.next_offset = header.last_offset + 1
-                if self._sent(header):
-                    yield StreamBatch(header, data, "remote", key)
+            async for run in found:
+                sent: list[StreamBatch] = []
+                for header, data in run:
+                    if header.last_offset < self.next_offset:
+                        continue
+                    if plan.local_start is not None and header.base_offset >= plan.local_start:
+                        if sent:
+                            yield sent
+                        return  # the broker has the rest
+                    if self._past_the_end(header):
+                        if sent:
+                            yield sent
+                        yield None
+                        return
+                    self.next_offset = header.last_offset + 1
+                    if self._sent(header):
+                        sent.append(StreamBatch(header, data, "remote", key))
+                if sent:
+                    yield sent
         self.next_offset = max(self.next_offset, segment.end_offset + 1)
 
-    async def _local(self) -> AsyncGenerator[StreamBatch, None]:
+    async def _local(self) -> AsyncGenerator[list[StreamBatch], None]:
         local = self.plan.local
         assert local is not None
         segments = await self._blocking(local.segments)
@@ -167,18 +254,24 @@ class BatchReader:
                     return await self._counted(self._blocking(lambda: source.read(at, length)))  # noqa: B023
 
                 async with contextlib.aclosing(
-                    batches_in_range(
+                    batch_runs_in_range(
                         read, position, source.size, chunk_bytes=self.chunk_bytes, name=source.name
                     )
                 ) as found:
-                    async for header, data in found:
-                        if header.last_offset < self.next_offset:
-                            continue
-                        if self._past_the_end(header):
-                            return
-                        self.next_offset = header.last_offset + 1
-                        if self._sent(header):
-                            yield StreamBatch(header, data, "local", source.name)
+                    async for run in found:
+                        sent: list[StreamBatch] = []
+                        for header, data in run:
+                            if header.last_offset < self.next_offset:
+                                continue
+                            if self._past_the_end(header):
+                                if sent:
+                                    yield sent
+                                return
+                            self.next_offset = header.last_offset + 1
+                            if self._sent(header):
+                                sent.append(StreamBatch(header, data, "local", source.name))
+                        if sent:
+                            yield sent
             finally:
                 source.close()
 
@@ -186,7 +279,9 @@ class BatchReader:
         return header.base_offset >= self.plan.end or header.last_offset >= self.plan.limit
 
     def _sent(self, header: BatchHeader) -> bool:
-        return not header.is_control and not self._aborted.is_aborted(header)
+        if header.magic >= 2 and header.attributes & _CONTROL:
+            return False
+        return not self._any_aborted or not self._aborted.is_aborted(header)
 
     async def _counted(self, read: Awaitable[bytes]) -> bytes:
         if self._meter is None:

@@ -138,9 +138,9 @@ class RecordStreams:
         """:func:`encode_ahead` on the streams' executor."""
         return encode_ahead(groups, encode, self._executor)
 
-    def batches(self, plan: RangePlan) -> AsyncGenerator[StreamBatch, None]:
-        """The batches of ``plan`` (:class:`~rlm.stream.reader.BatchReader`); close the iterator
-        (``contextlib.aclosing``) to cancel its reads."""
+    def runs(self, plan: RangePlan) -> AsyncGenerator[list[StreamBatch], None]:
+        """The batches of ``plan``, a chunk's in one list (:meth:`~rlm.stream.reader.BatchReader.runs`);
+        close the iterator (``contextlib.aclosing``) to cancel its reads."""
         reader = BatchReader(
             plan,
             self.service,
@@ -150,7 +150,7 @@ class RecordStreams:
             chunk_bytes=self.chunk_bytes,
             meter=self._meter,
         )
-        return reader.batches()
+        return reader.runs()
 
     def close(self) -> None:
         """Stop the executor (for a process without a running loop); idempotent."""
@@ -195,18 +195,22 @@ async def encode_ahead(
 
 
 async def group_batches(
-    batches: AsyncIterator[StreamBatch], size: int, records: int | None = None
+    runs: AsyncIterator[list[StreamBatch]], size: int, records: int | None = None
 ) -> AsyncIterator[list[StreamBatch]]:
-    """The batches, gathered into groups of about ``size`` stored bytes (or ``records`` records)."""
+    """The batches of ``runs``, gathered into groups of about ``size`` stored bytes (or
+    ``records`` records), whatever runs they came in: a group ends at the batch that reaches
+    either bound."""
     pending: list[StreamBatch] = []
     held = count = 0
-    async for batch in batches:
-        pending.append(batch)
-        held += len(batch.data)
-        count += max(1, batch.header.record_count)
-        if held >= size or (records is not None and count >= records):
-            yield pending
-            pending, held, count = [], 0, 0
+    most = records if records is not None else 1 << 62
+    async for run in runs:
+        for batch in run:
+            pending.append(batch)
+            held += len(batch.data)
+            count += max(1, batch.header.record_count)
+            if held >= size or count >= most:
+                yield pending
+                pending, held, count = [], 0, 0
     if pending:
         yield pending
 

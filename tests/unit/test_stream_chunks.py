@@ -8,7 +8,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from rlm.errors import CorruptRecordError
-from rlm.stream.chunks import batches_in_range
+from rlm.stream.chunks import RUN_BYTES, batch_runs_in_range, batches_in_range
 
 
 def kafka_batch(base_offset: int, records: int, value_bytes: int) -> bytes:
@@ -96,3 +96,39 @@ def test_closing_the_iterator_cancels_the_read_ahead() -> None:
     asyncio.run(first_then_close())
     assert len(reads.asked) == 2  # one chunk read ahead, never more
     assert reads.cancelled == 1
+
+
+@pytest.mark.parametrize("chunk", [17, 4096, 1 << 20])
+def test_on_last_is_called_once_the_last_chunk_is_in_with_no_read_in_flight(chunk: int) -> None:
+    reads = Reads(LOG)
+    calls: list[tuple[int, int]] = []  # (reads asked, batches taken) at each call
+    taken: list[int] = []
+
+    def on_last() -> None:
+        calls.append((len(reads.asked), len(taken)))
+
+    async def run() -> None:
+        found = batches_in_range(reads.read, 0, len(LOG), chunk_bytes=chunk, name="x.log", on_last=on_last)
+        async for header, _ in found:
+            taken.append(header.base_offset)
+
+    asyncio.run(run())
+    assert len(calls) == 1
+    asked, before = calls[0]
+    assert asked == len(reads.asked)  # no read asked after it
+    assert reads.asked[-1][0] + reads.asked[-1][1] == len(LOG)  # the last read was the end's
+    assert before < len(taken)  # the last chunk's batches came after it
+
+
+def test_runs_hold_about_run_bytes_each() -> None:
+    log = b"".join(kafka_batch(base * 3, 3, 20_000) for base in range(40))  # 40 batches of 60 KB
+    reads = Reads(log)
+
+    async def runs() -> list[list[int]]:
+        found = batch_runs_in_range(reads.read, 0, len(log), chunk_bytes=1 << 20, name="x.log")
+        return [[header.size for header, _ in run] async for run in found]
+
+    sizes = asyncio.run(runs())
+    assert sum(len(run) for run in sizes) == 40
+    assert all(sum(run) - run[-1] < RUN_BYTES for run in sizes)  # a run ends at the batch reaching it
+    assert max(sum(run) for run in sizes) >= RUN_BYTES  # runs were cut: the test tested something

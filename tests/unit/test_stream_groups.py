@@ -15,7 +15,7 @@ from rlm.metastore.model import TopicPartition
 from rlm.pipeline.columns import decode_columns
 from rlm.pipeline.reader import RawBatch
 from rlm.pipeline.transactions import AbortedIndex
-from rlm.stream.arrow import STREAM_COLUMNS, record_batch
+from rlm.stream.arrow import END_OF_STREAM, STREAM_COLUMNS, STREAM_SCHEMA, ArrowStreamWriter, record_batch
 from rlm.stream.ndjson import lines, ndjson_lines
 from rlm.stream.plan import RangePlan
 from rlm.stream.reader import StreamBatch
@@ -106,3 +106,23 @@ def test_a_corrupt_batch_of_a_group_is_named_in_its_object(codec: Codec) -> None
         with pytest.raises(CorruptDataError) as raised:
             encode(plan, batches)
         assert (raised.value.path, raised.value.position) == ("obj", batches[1].header.position)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(batch_specs, max_size=4), st.integers(0, 8), st.sampled_from([1, 100, 1 << 20]))
+def test_the_arrow_stream_is_the_serialized_messages_one_after_the_other(
+    groups: list[list[Spec]], start: int, value_bytes: int
+) -> None:
+    plan = RangePlan(TP, start, 2**62, 2**62, None, None)
+    writer, parts = ArrowStreamWriter(), []
+    expected = [STREAM_SCHEMA.serialize().to_pybytes()]
+    for specs in groups:
+        if specs:  # values of every size: views of the columns' buffers and gathered small parts
+            specs[0][0].append((None, b"v" * value_bytes, []))
+        batch = record_batch(plan, stream_batches(specs))
+        parts += writer.write(batch)
+        if batch.num_rows:
+            expected.append(batch.serialize().to_pybytes())
+    parts.append(writer.end())
+    assert b"".join(parts) == b"".join(expected) + END_OF_STREAM
+    assert pa.ipc.open_stream(b"".join(parts)).schema == STREAM_SCHEMA
