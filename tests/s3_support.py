@@ -38,6 +38,7 @@ from moto.server import ThreadedMotoServer
 from rlm.storage.events import StorageEvents
 from rlm.storage.retry import RetryPolicy
 from rlm.storage.s3 import S3Storage
+from rlm.storage.s3_client import new_session
 from rlm.storage.s3_config import MIN_PART_BYTES, S3Config
 
 if TYPE_CHECKING:
@@ -80,8 +81,9 @@ class S3Server:
     addressing_style: Literal["auto", "path", "virtual"] = "auto"
 
     def session(self) -> boto3.session.Session:
-        """A session with static test credentials."""
-        return boto3.session.Session(
+        """A session with static test credentials (sharing what botocore's loaders read, as rlm's
+        own sessions do: :func:`rlm.storage.s3_client.new_session`)."""
+        return new_session(
             aws_access_key_id=self.access_key_id, aws_secret_access_key="rlm-test-secret", region_name=REGION
         )
 

@@ -43,9 +43,15 @@ _loaded: dict[str | None, dict[Any, Any]] = {}
 _loaded_lock = threading.Lock()
 
 
-def new_session() -> boto3.session.Session:
-    """A new boto3 session (credentials and region from the standard AWS chain) that reads
-    botocore's data files once per process.
+def new_session(
+    *,
+    aws_access_key_id: str | None = None,
+    aws_secret_access_key: str | None = None,
+    region_name: str | None = None,
+) -> boto3.session.Session:
+    """A new boto3 session that reads botocore's data files once per process. Its credentials and
+    region come from the standard AWS chain unless given (as :class:`boto3.session.Session` takes
+    them).
 
     Each session's loader parses the S3 service model and the endpoint rules again, a tenth of a
     second of CPU or more, which a process opening a client per job (a driver, a test) pays each
@@ -59,7 +65,12 @@ def new_session() -> boto3.session.Session:
     with _loaded_lock:
         loader._cache = _loaded.setdefault(data_path, {})  # type: ignore[attr-defined]  # see above
     core.register_component("data_loader", loader)
-    return boto3.session.Session(botocore_session=core)
+    return boto3.session.Session(
+        aws_access_key_id=aws_access_key_id,
+        aws_secret_access_key=aws_secret_access_key,
+        region_name=region_name,
+        botocore_session=core,
+    )
 
 
 def s3_client(session: boto3.session.Session, config: S3Config) -> S3Client:
