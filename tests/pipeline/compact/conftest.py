@@ -1,9 +1,13 @@
-"""The log the end-to-end and fault tests on Spark tier, and its reference compaction."""
+"""The log the end-to-end and fault tests on Spark tier, its reference compaction, and the jobs
+of the kill and race tests (:mod:`tests.pipeline.compact.killed_jobs`), started as the first test
+here begins and tested last of the pipeline tests."""
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -12,6 +16,9 @@ from tests.pipeline.compact.support import TOPIC, Survivor, survivors, write_key
 from tests.pipeline.compact.test_reference_job import run
 from tests.pipeline.conftest import make_tier
 from tests.pipeline.tiers import Tier
+
+if TYPE_CHECKING:
+    from tests.pipeline.compact.killed_jobs import Case
 
 #: Small: a test runs several jobs on it, some with a Spark of their own.
 E2E_LOG = functools.partial(write_keyed_log, seed=21, batches=30)
@@ -33,3 +40,21 @@ def reference(
 def e2e_tier(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Tier:
     """:data:`E2E_LOG` tiered on the backend pair ``kind`` (a test parameter)."""
     return make_tier(kind, request, tmp_path / "tier", E2E_LOG)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    from tests.pipeline.compact import killed_jobs  # imports this module
+
+    killed_jobs.last(items)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def started(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[tuple[str, str], Case]]:
+    """The jobs of the selected kill and race tests, started once, as the first test here begins
+    (:func:`tests.pipeline.compact.killed_jobs.started`): they make their way to their points
+    while the other tests run."""
+    from tests.pipeline.compact import killed_jobs as jobs  # imports this module
+
+    yield from jobs.started(request, tmp_path_factory)
