@@ -116,7 +116,7 @@ class ReadRecordsServicer:
         streams = self.runtime.streams
         with outcome_of(slot):
             async with contextlib.aclosing(streams.runs(plan)) as batches:
-                groups = group_batches(batches, streams.chunk_bytes, RECORDS_PER_MESSAGE)
+                groups = group_batches(batches, streams.group_bytes, RECORDS_PER_MESSAGE)
                 try:
                     async for answer in streams.encoded(groups, partial(_message, plan, raw=request.raw)):
                         yield answer

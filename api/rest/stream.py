@@ -209,14 +209,10 @@ async def _raw(batches: AsyncIterator[list[StreamBatch]]) -> AsyncIterator[bytes
 async def _arrow(
     plan: RangePlan, batches: AsyncIterator[list[StreamBatch]], streams: RecordStreams
 ) -> AsyncIterator[bytes | memoryview]:
-    writer = ArrowStreamWriter()
-
-    def encode(group: list[StreamBatch]) -> list[bytes | memoryview]:
-        return writer.write(record_batch(plan, group))
-
-    groups = group_batches(batches, streams.chunk_bytes, RECORDS_PER_MESSAGE)
-    async for parts in streams.encoded(groups, encode):
-        for part in parts:
+    writer = ArrowStreamWriter()  # on the loop, in order: the batches are made ahead, at once
+    groups = group_batches(batches, streams.group_bytes, RECORDS_PER_MESSAGE)
+    async for batch in streams.encoded(groups, partial(record_batch, plan)):
+        for part in writer.write(batch):
             yield part
     yield writer.end()
 

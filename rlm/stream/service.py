@@ -6,15 +6,18 @@
   that (the one being sent and the one read ahead), a batch larger than a chunk excepted.
 * Blocking calls (metadata, index files, the broker's files) run on the streams' own bounded
   executor; remote objects are read on the event loop by an :class:`AsyncRangeReader`.
-* Records are encoded (NDJSON lines, Arrow messages) on that executor too, a group of batches at a
-  time, one group ahead of the piece being sent (:func:`encode_ahead`): the event loop
-  reads and sends while a group is decoded and encoded (largely without the GIL, in C), and each
-  stream holds at most one encoded piece more than the one being sent.
+* Records are decoded and encoded (NDJSON lines, Arrow record batches) on that executor too, a
+  group of batches at a time, ahead of the piece being sent (:func:`encode_ahead`): as many groups
+  of a stream at once as the executor has threads (:attr:`RecordStreams.encodings`; the C decoder
+  and line writer run without the GIL), while the event loop reads and sends. A stream holds at
+  most that many encoded pieces more than the one being sent, and its groups are that much
+  smaller (:attr:`RecordStreams.group_bytes`), so that they hold no more read bytes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -93,6 +96,9 @@ class RecordStreams:
         self._active = 0
         self._meter = _Meter(metrics)
         self._executor = ThreadPoolExecutor(io_threads, thread_name_prefix="rlm-stream-io")
+        self.encodings = io_threads
+        """Groups a stream has encoded at once: one per thread of the executor. The C decoder and
+        line writer give up the GIL, so that a stream's encodings run on as many cores."""
 
     @property
     def chunk_bytes(self) -> int:
@@ -134,9 +140,17 @@ class RecordStreams:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, call)
 
+    @property
+    def group_bytes(self) -> int:
+        """Stored bytes per group of batches encoded as one piece (at most): a chunk shared by the
+        :attr:`encodings` a stream has in flight, so that they hold no more read bytes than the
+        one group of a chunk they replace."""
+        return max(1, self.chunk_bytes // self.encodings)
+
     def encoded(self, groups: AsyncIterator[G], encode: Callable[[G], T]) -> AsyncGenerator[T, None]:
-        """:func:`encode_ahead` on the streams' executor."""
-        return encode_ahead(groups, encode, self._executor)
+        """:func:`encode_ahead` on the streams' executor, :attr:`encodings` groups at once
+        (``encode`` keeps no state from one group to the next)."""
+        return encode_ahead(groups, encode, self._executor, self.encodings)
 
     def runs(self, plan: RangePlan) -> AsyncGenerator[list[StreamBatch], None]:
         """The batches of ``plan``, a chunk's in one list (:meth:`~rlm.stream.reader.BatchReader.runs`);
@@ -158,16 +172,18 @@ class RecordStreams:
 
 
 async def encode_ahead(
-    groups: AsyncIterator[G], encode: Callable[[G], T], executor: Executor
+    groups: AsyncIterator[G], encode: Callable[[G], T], executor: Executor, ahead: int = 1
 ) -> AsyncGenerator[T, None]:
-    """``encode`` of each of ``groups``, in order, made on ``executor``: the next group is read
-    while one is encoded, and encoded while the last is sent (the consumer holds it). At most
-    one ``encode`` runs for a stream, so that it may keep state from one group to the next.
+    """``encode`` of each of ``groups``, in order, made on ``executor``: up to ``ahead`` groups
+    are encoded at once, while the next group is read and the last piece is sent (the consumer
+    holds it). ``encode`` must keep no state from one group to the next when ``ahead`` > 1.
 
     What was encoded before ``groups`` fails is yielded before the failure is raised; closing
-    the iterator drops the encoding in flight (it runs to its end, unseen)."""
+    the iterator drops the encodings in flight (they run to their end, unseen)."""
+    if ahead < 1:
+        raise ValueError(f"ahead must be ≥ 1, not {ahead}")
     loop = asyncio.get_running_loop()
-    pending: asyncio.Future[T] | None = None
+    pending: collections.deque[asyncio.Future[T]] = collections.deque()
     try:
         while True:
             try:
@@ -175,23 +191,20 @@ async def encode_ahead(
             except StopAsyncIteration:
                 break
             except Exception:
-                if pending is not None:  # what was read before the failure goes first
-                    done, pending = pending, None
-                    yield await done
+                while pending:  # what was read before the failure goes first
+                    yield await pending.popleft()
                 raise
-            if pending is None:
-                pending = loop.run_in_executor(executor, encode, group)
+            if len(pending) < ahead:
+                pending.append(loop.run_in_executor(executor, encode, group))
                 continue
-            done, pending = pending, None
-            piece = await done
-            pending = loop.run_in_executor(executor, encode, group)
+            piece = await pending.popleft()
+            pending.append(loop.run_in_executor(executor, encode, group))
             yield piece
-        if pending is not None:
-            done, pending = pending, None
-            yield await done
+        while pending:
+            yield await pending.popleft()
     finally:
-        if pending is not None:
-            pending.cancel()
+        for future in pending:
+            future.cancel()
 
 
 async def group_batches(

@@ -1,5 +1,6 @@
-"""A stream's groups encoded off the event loop, one ahead of the piece sent: in order, one at a
-time, what was read before a failure sent before it, and nothing left running once closed."""
+"""A stream's groups encoded off the event loop, ahead of the piece sent: in order, as many at a
+time as asked, what was read before a failure sent before it, and nothing left running once
+closed."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ async def numbers(count: int, fail_at: int | None = None) -> AsyncIterator[int]:
         yield i
 
 
-def test_groups_are_encoded_in_order_one_at_a_time_off_the_loop(executor: ThreadPoolExecutor) -> None:
+@pytest.mark.parametrize("ahead", [1, 2, 3])
+def test_groups_are_encoded_in_order_as_many_at_a_time_as_asked_off_the_loop(ahead: int) -> None:
     running = 0
     most = 0
     threads: set[int] = set()
@@ -41,17 +43,27 @@ def test_groups_are_encoded_in_order_one_at_a_time_off_the_loop(executor: Thread
             running += 1
             most = max(most, running)
         threads.add(threading.get_ident())
-        time.sleep(0.01)  # long enough for a second one to start, were it allowed to
+        time.sleep(0.02)  # long enough for the others to start, were they allowed to
         with lock:
             running -= 1
         return f"piece {i}"
 
-    async def main() -> list[str]:
-        return [piece async for piece in encode_ahead(numbers(7), encode, executor)]
+    async def main(executor: ThreadPoolExecutor) -> list[str]:
+        return [piece async for piece in encode_ahead(numbers(9), encode, executor, ahead)]
 
-    assert asyncio.run(main()) == [f"piece {i}" for i in range(7)]
-    assert most == 1
+    with ThreadPoolExecutor(4) as executor:  # more threads than the encodings allowed
+        assert asyncio.run(main(executor)) == [f"piece {i}" for i in range(9)]
+    assert most == ahead
     assert threading.get_ident() not in threads
+
+
+def test_ahead_must_be_at_least_one(executor: ThreadPoolExecutor) -> None:
+    async def main() -> None:
+        async for _ in encode_ahead(numbers(1), str, executor, 0):
+            pass
+
+    with pytest.raises(ValueError, match="ahead must be ≥ 1, not 0"):
+        asyncio.run(main())
 
 
 def test_what_was_read_before_a_failure_is_sent_before_it(executor: ThreadPoolExecutor) -> None:
@@ -89,7 +101,8 @@ def test_an_encoding_failure_ends_the_pieces_where_it_happens(executor: ThreadPo
     assert str(failure) == "group 2 is corrupt"
 
 
-def test_closing_drops_the_encoding_in_flight(executor: ThreadPoolExecutor) -> None:
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_closing_drops_the_encodings_in_flight(executor: ThreadPoolExecutor, ahead: int) -> None:
     started = threading.Event()
     release = threading.Event()
     encoded: list[int] = []
@@ -103,14 +116,15 @@ def test_closing_drops_the_encoding_in_flight(executor: ThreadPoolExecutor) -> N
 
     async def main() -> list[int]:
         got = []
-        async with contextlib.aclosing(encode_ahead(numbers(10), encode, executor)) as pieces:
+        async with contextlib.aclosing(encode_ahead(numbers(10), encode, executor, ahead)) as pieces:
             async for piece in pieces:
                 got.append(piece)
                 await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
-                break  # group 1 is being encoded
+                break  # group 1 is being encoded (and group 2 beside it, two at a time)
         release.set()
         return got
 
     assert asyncio.run(main()) == [0]
     executor.shutdown(wait=True)
-    assert encoded == [0, 1]  # the group in flight ran to its end; no later one started
+    # the groups in flight ran to their end; no later one started
+    assert sorted(encoded) == list(range(ahead + 1))
