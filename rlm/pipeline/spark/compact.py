@@ -49,7 +49,7 @@ from rlm.pipeline.compact.rules import Kind
 from rlm.pipeline.compact.segment import OutputPlan, SegmentChange, write_output
 from rlm.pipeline.plan import PartitionPlan
 from rlm.pipeline.spark.progress import StageProgress
-from rlm.pipeline.spark.stage import collect_stage, map_segments
+from rlm.pipeline.spark.stage import collect_stage, map_segments, prepare_worker
 from rlm.pipeline.stage import Collect, Stage, arrow_schema
 from rlm.pipeline.storage import StorageSpec, executor_storage
 
@@ -374,6 +374,7 @@ class _WriteOutputs:
         self.write = write
 
     def __call__(self, table: pa.Table) -> pa.Table:
+        prepare_worker(self.storage)
         groups: list[Any] = table.column("group").to_pylist()
         whats: list[Any] = table.column("what").to_pylist()
         offsets: list[Any] = table.column("offset").to_pylist()

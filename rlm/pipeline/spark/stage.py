@@ -14,15 +14,17 @@ more CPU than the job's few rows.
 
 An executor's Python worker runs many tasks one after another, and PySpark's daemon runs a full
 garbage collection after each of them: over every object of the process, the imported modules and
-the storage client (botocore's service models) included, some 60-90 ms of CPU per task. Before its
-first task a worker opens the storage client and freezes what it holds then (``gc.freeze``), so
-the collections after a task look only at what tasks made.
+the storage client (botocore's service models) included, some 60-90 ms of CPU per task. Before a
+task a worker opens the storage client (once) and freezes what it holds (``gc.freeze``) when it
+has imported modules since it last did (:func:`prepare_worker`), so that the collections after a
+task look only at what tasks made.
 """
 
 from __future__ import annotations
 
 import gc
 import pickle
+import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 
@@ -33,9 +35,11 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.spark.progress import StageProgress
 from rlm.pipeline.stage import Stage
-from rlm.pipeline.storage import executor_storage
+from rlm.pipeline.storage import StorageSpec, executor_storage
 
-_frozen = threading.Event()
+_freeze_lock = threading.Lock()
+#: ``len(sys.modules)`` when the objects of this process were last frozen.
+_frozen_at = [0]
 
 
 def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
@@ -49,14 +53,21 @@ def spark_arrow_schema(schema: pa.Schema) -> pa.Schema:
     )
 
 
-def _prepare_worker(stage: Stage) -> None:
-    """Once per executor process: open the stage's storage client, then freeze every object the
-    process holds (see the module's description)."""
-    if _frozen.is_set():
-        return
-    executor_storage(stage.storage)
-    gc.freeze()
-    _frozen.set()
+def prepare_worker(storage: StorageSpec) -> None:
+    """Before a task: open the storage client of ``storage`` (once per executor process), and
+    freeze every object the process holds whenever modules were imported since the last time
+    (see the module's description).
+
+    A worker runs tasks of several kinds (RDD jobs, ``mapInArrow``, ``applyInArrow``), and the
+    first of a kind imports what PySpark needs for it (pandas and pyarrow serializers among them):
+    frozen once before that, the worker would walk those modules' objects after each later task,
+    some 25 ms of CPU per task."""
+    executor_storage(storage)
+    with _freeze_lock:
+        modules = len(sys.modules)
+        if modules != _frozen_at[0]:
+            gc.freeze()
+            _frozen_at[0] = modules
 
 
 class _RunStage:
@@ -69,7 +80,7 @@ class _RunStage:
         self.schema = spark_arrow_schema(stage.schema)
 
     def _run(self, number: int) -> Iterator[pa.RecordBatch]:
-        _prepare_worker(self.stage)
+        prepare_worker(self.stage.storage)
         summary: SegmentSummary = pickle.loads(self.summaries[number])
         return self.stage.run(summary)
 
