@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 #: Small: a test runs several jobs on it, some with a Spark of their own.
 E2E_LOG = functools.partial(write_keyed_log, seed=21, batches=30)
 PARTITIONS = (TopicPartition(TOPIC, 0), TopicPartition(TOPIC, 1))
+#: The kill and race tests (a node id prefix), whose jobs :func:`started` starts.
+KILLED_JOBS_MODULE = "tests/pipeline/compact/test_spark_faults.py"
+#: Every pipeline test (a node id prefix).
+PIPELINE = "tests/pipeline/"
 
 
 @pytest.fixture(scope="session")
@@ -43,9 +47,14 @@ def e2e_tier(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Tier:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    from tests.pipeline.compact import killed_jobs  # imports this module
-
-    killed_jobs.last(items)
+    """The tests of :data:`KILLED_JOBS_MODULE` after every other pipeline test (the order of the
+    rest kept), so that their jobs, started with the first test here, run beside the others."""
+    mine = [item for item in items if item.nodeid.startswith(KILLED_JOBS_MODULE)]
+    if not mine:
+        return
+    rest = [item for item in items if not item.nodeid.startswith(KILLED_JOBS_MODULE)]
+    after = max((i + 1 for i, item in enumerate(rest) if item.nodeid.startswith(PIPELINE)), default=0)
+    items[:] = [*rest[:after], *mine, *rest[after:]]
 
 
 @pytest.fixture(scope="session", autouse=True)

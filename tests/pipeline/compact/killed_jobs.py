@@ -10,9 +10,9 @@ driver.
 
 The jobs do not share anything (each has a tier of its own: database, bucket or directory), so
 they all start at once, as the first test of ``tests/pipeline/compact`` begins (the session
-fixture ``killed_jobs``), while the tests of the module run last of the pipeline tests
-(:func:`last`): the jobs start their JVMs and make their way to their points while the other
-Spark tests run, and wait there for their tests.
+fixture ``started`` of its ``conftest.py``), while the tests of the module run last of the
+pipeline tests (that ``conftest.py`` puts them there): the jobs start their JVMs and make their
+way to their points while the other Spark tests run, and wait there for their tests.
 """
 
 from __future__ import annotations
@@ -32,17 +32,13 @@ from pyspark.sql import SparkSession
 
 from rlm.metastore.model import TopicPartition
 from tests.pipeline.compact.child_job import OWN_JVM
-from tests.pipeline.compact.conftest import E2E_LOG, PARTITIONS
+from tests.pipeline.compact.conftest import E2E_LOG, KILLED_JOBS_MODULE, PARTITIONS
 from tests.pipeline.compact.support import Survivor, compacted_config, stored_keys, survivors
 from tests.pipeline.conftest import make_tier
 from tests.pipeline.shared_jvm import gateway_env
 from tests.pipeline.tiers import AWS_ENV, Tier
 
 ROOT = Path(__file__).resolve().parents[3]
-#: The test module whose jobs these are (a node id prefix).
-MODULE = "tests/pipeline/compact/test_spark_faults.py"
-#: The tests of every pipeline module (a node id prefix): :data:`MODULE` runs after them.
-PIPELINE = "tests/pipeline/"
 #: Seconds a job may take to reach its point, or to finish.
 PATIENCE_S = 600.0
 #: The point of the race of two jobs (not killed).
@@ -117,23 +113,12 @@ class Case:
     jobs: tuple[Job, ...]
 
 
-def last(items: list[pytest.Item]) -> None:
-    """Move the tests of :data:`MODULE` after every other pipeline test, in place (the order of
-    the rest is kept)."""
-    mine = [item for item in items if item.nodeid.startswith(MODULE)]
-    if not mine:
-        return
-    rest = [item for item in items if not item.nodeid.startswith(MODULE)]
-    after = max((i + 1 for i, item in enumerate(rest) if item.nodeid.startswith(PIPELINE)), default=0)
-    items[:] = [*rest[:after], *mine, *rest[after:]]
-
-
 def selected_cases(items: Sequence[pytest.Item]) -> list[tuple[str, str]]:
-    """``(kind, point)`` of the selected tests of :data:`MODULE`, in the order they run
+    """``(kind, point)`` of the selected tests of :data:`KILLED_JOBS_MODULE`, in the order they run
     (:data:`TOGETHER`: the race of two jobs)."""
     cases = []
     for item in items:
-        if not item.nodeid.startswith(MODULE):
+        if not item.nodeid.startswith(KILLED_JOBS_MODULE):
             continue
         params = item.callspec.params  # type: ignore[attr-defined]
         cases.append((params["kind"], params.get("point", TOGETHER)))
@@ -171,9 +156,9 @@ def _start_case(
 def started(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[tuple[str, str], Case]]:
-    """The jobs of every selected test of :data:`MODULE`, started at once, by ``(kind, point)``
-    (none, and no Spark asked for, when none is selected); at the end, the process group of any
-    job still running is killed."""
+    """The jobs of every selected test of :data:`KILLED_JOBS_MODULE`, started at once, by
+    ``(kind, point)`` (none, and no Spark asked for, when none is selected); at the end, the
+    process group of any job still running is killed."""
     cases: dict[tuple[str, str], Case] = {}
     selected = selected_cases(request.session.items)
     if not selected:
