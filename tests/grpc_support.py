@@ -28,7 +28,8 @@ from rlm.storage.protocol import RemoteStorage
 
 
 class GatedStorage(DelegatingStorage):
-    """The filesystem store, with ranged reads that can be held at a gate and a probe that can fail."""
+    """The filesystem store, with reads (ranged and streamed, piece by piece) that can be held at a
+    gate and a probe that can fail."""
 
     def __init__(self, inner: RemoteStorage) -> None:
         super().__init__(inner)
@@ -47,16 +48,30 @@ class GatedStorage(DelegatingStorage):
         finally:
             self.open.set()
 
-    def read_range(self, key: str, start: int, length: int) -> bytes:
+    def at_gate(self) -> None:
+        """Wait while the gate is closed (each read of the store does, first)."""
         if not self.open.is_set():
             self._arrivals.release()
             self.open.wait()
+
+    def read_range(self, key: str, start: int, length: int) -> bytes:
+        self.at_gate()
         return self.inner.read_range(key, start, length)
 
     def stream_range(
         self, key: str, start: int, length: int, *, piece_bytes: int = 1 << 23
     ) -> Iterator[bytes]:
-        return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
+        """The inner store's pieces, each read once past the gate (:meth:`at_gate`)."""
+        return self._gated(self.inner.stream_range(key, start, length, piece_bytes=piece_bytes))
+
+    def _gated(self, pieces: Iterator[bytes]) -> Iterator[bytes]:
+        with contextlib.closing(pieces):  # type: ignore[type-var]
+            while True:
+                self.at_gate()
+                piece = next(pieces, None)
+                if piece is None:
+                    return
+                yield piece
 
     def object_size(self, key: str) -> int | None:
         if self.unavailable:

@@ -5,7 +5,10 @@ Used by range streams, so that waiting for S3 holds no thread. It reads the obje
 its answers to the same rules: a ranged answer is used only when it provably holds the asked-for
 bytes (:func:`rlm.storage.s3_range.answer_span`), errors are translated as the store translates
 them (:mod:`rlm.storage.s3_errors`), and a retriable failure (5xx, throttling, a reset connection,
-a body cut short) is retried with the store's policy: each read is one GET, retried whole.
+a body cut short) is retried with the store's policy: each ranged read is one GET, retried whole;
+a streamed read (:meth:`AsyncS3Reader.stream_range`) is one GET read piece by piece, and one that
+fails part way is resumed by another GET from where it stopped, as the store's own streamed reads
+are (:meth:`rlm.storage.s3.S3Storage.stream_range`).
 
 aiobotocore clients belong to one event loop: one is made per loop on first use, and closed by
 :meth:`AsyncS3Reader.close` (on the loop that made it).
@@ -17,8 +20,9 @@ import asyncio
 import contextlib
 import logging
 import random
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from functools import partial
+from typing import Any, TypeVar
 
 import aiohttp
 from aiobotocore.config import AioConfig
@@ -27,12 +31,14 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from rlm.errors import RlmError, StorageUnavailableError
 from rlm.storage.layout import validate_key
+from rlm.storage.protocol import check_stream_arguments
 from rlm.storage.s3 import S3Storage
 from rlm.storage.s3_client import client_options
 from rlm.storage.s3_config import S3Config
 from rlm.storage.s3_errors import s3_error_code, translate
-from rlm.storage.s3_range import answer_span
+from rlm.storage.s3_range import Span, answer_span
 
+T = TypeVar("T")
 _log = logging.getLogger(__name__)
 #: Errors of aiohttp and of the socket that mean the connection broke: retried.
 _BROKEN = (aiohttp.ClientError, ConnectionError, asyncio.TimeoutError)
@@ -98,11 +104,15 @@ class AsyncS3Reader:
         full_key = self._key_prefix + validate_key(key)
         if length == 0:
             return b""
+        return await self._retried(key, lambda: self._get(key, full_key, start, length))
+
+    async def _retried(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, retried with the store's policy while it fails retriably."""
         policy = self.config.retry
         attempt = 1
         while True:
             try:
-                return await self._get(key, full_key, start, length)
+                return await call()
             except RlmError as exc:
                 if not exc.retriable:
                     raise
@@ -116,7 +126,9 @@ class AsyncS3Reader:
                 await self._sleep(wait)
                 attempt += 1
 
-    async def _get(self, key: str, full_key: str, start: int, length: int) -> bytes:
+    async def _open(self, key: str, full_key: str, start: int, length: int) -> tuple[Any, Span] | None:
+        """The body of a GET of ``[start, start + length)`` read up to the asked-for bytes, and
+        where they are in it; None when the object ends before ``start``."""
         client = await self._client()
         what = f"S3 GetObject {key!r}"
         try:
@@ -125,27 +137,98 @@ class AsyncS3Reader:
             )
         except ClientError as exc:
             if s3_error_code(exc) == "InvalidRange":  # the object exists but ends before start
-                return b""
+                return None
             raise translate(exc, operation="GetObject", key=key) from exc
         except BotoCoreError as exc:
             raise translate(exc, operation="GetObject", key=key) from exc
         except _BROKEN as exc:
             raise StorageUnavailableError(f"{what}: {type(exc).__name__}: {exc}", key=key) from exc
         status = response["ResponseMetadata"]["HTTPStatusCode"]
-        span = answer_span(status, response.get("ContentRange"), start, length, what)
+        body = response["Body"]
         try:
-            async with response["Body"] as body:
+            span = answer_span(status, response.get("ContentRange"), start, length, what)
+            with _translated(key):
                 await _skip(body, span.skip)
+        except BaseException:
+            body.close()
+            raise
+        return body, span
+
+    async def _get(self, key: str, full_key: str, start: int, length: int) -> bytes:
+        opened = await self._open(key, full_key, start, length)
+        if opened is None:
+            return b""
+        body, span = opened
+        with _translated(key):
+            async with body:
                 data = await _read_up_to(body, span.length)
-        except BotoCoreError as exc:
-            raise translate(exc, operation="GetObject", key=key) from exc
-        except _BROKEN as exc:
-            raise StorageUnavailableError(f"{what}: {type(exc).__name__}: {exc}", key=key) from exc
         if span.exact and len(data) != span.length:
             raise StorageUnavailableError(
-                f"{what}: the body ended after {len(data)} of {span.length} bytes", key=key
+                f"S3 GetObject {key!r}: the body ended after {len(data)} of {span.length} bytes", key=key
             )
         return data
+
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int
+    ) -> AsyncGenerator[bytearray, None]:
+        """``length`` bytes of ``key`` from ``start``, ``piece_bytes`` at a time (the last piece
+        excepted; fewer bytes only where the object ends), from one GET read as the pieces are
+        taken: a consumer that stops taking them stops the reads (TCP's window). A GET that fails
+        part way is followed by another from where it stopped, at most ``retry.max_attempts``
+        failures in a row. Close the iterator to end the GET.
+
+        Raises:
+            ValueError: ``start`` or ``length`` is negative, or ``piece_bytes`` is not positive.
+            InvalidObjectKeyError: The key is not allowed.
+            as :meth:`read_range`, when the pieces are taken.
+        """
+        check_stream_arguments(start, length, piece_bytes)
+        return self._stream(key, self._key_prefix + validate_key(key), start, start + length, piece_bytes)
+
+    async def _stream(
+        self, key: str, full_key: str, position: int, end: int, piece_bytes: int
+    ) -> AsyncGenerator[bytearray, None]:
+        policy = self.config.retry
+        failures = 0
+        while position < end:
+            opened = await self._retried(key, partial(self._open, key, full_key, position, end - position))
+            if opened is None:
+                return  # the object ends before ``position``
+            body, span = opened
+            pieces = _Pieces(body, span.length)
+            try:
+                while position < end:
+                    wanted = min(piece_bytes, end - position, pieces.left)
+                    try:
+                        with _translated(key):
+                            piece = await pieces.take(wanted)
+                        if span.exact and len(piece) < wanted:
+                            raise StorageUnavailableError(
+                                f"S3 GetObject {key!r}: the body ended {pieces.left} bytes early", key=key
+                            )
+                    except RlmError as exc:
+                        failures += 1
+                        if not exc.retriable or failures >= policy.max_attempts:
+                            if exc.retriable:
+                                exc.add_note(f"gave up after {failures} failures in a row")
+                            raise
+                        wait = policy.delay(failures, self._draw())
+                        _log.info(
+                            "S3 GetObject %s broke at byte %d, resuming in %.3f s: %s",
+                            key,
+                            position,
+                            wait,
+                            exc,
+                        )
+                        await self._sleep(wait)
+                        break  # another GET from ``position``
+                    if not piece:
+                        return  # the object ends here
+                    failures = 0
+                    position += len(piece)
+                    yield piece
+            finally:
+                body.close()
 
     async def close(self) -> None:
         """Close the client of the running loop (others belong to loops that are gone); idempotent."""
@@ -154,6 +237,50 @@ class AsyncS3Reader:
         self._clients.clear()
         if made is not None:
             await made[0].aclose()
+
+
+@contextlib.contextmanager
+def _translated(key: str) -> Iterator[None]:
+    """Errors of reading a body as the store's: a broken connection is retriable."""
+    try:
+        yield
+    except BotoCoreError as exc:
+        raise translate(exc, operation="GetObject", key=key) from exc
+    except _BROKEN as exc:
+        raise StorageUnavailableError(f"S3 GetObject {key!r}: {type(exc).__name__}: {exc}", key=key) from exc
+
+
+class _Pieces:
+    """Pieces of exactly the asked-for size out of a body, at most ``left`` bytes in all: the
+    pieces aiohttp received (``readany``) are copied into the asked-for piece as they arrive, so
+    that a piece is held once, with one received piece beside it."""
+
+    def __init__(self, body: Any, left: int) -> None:
+        content = getattr(body.raw_stream, "content", None)
+        self._read: Callable[[int], Awaitable[bytes]] = (
+            body.read if content is None else lambda _: content.readany()
+        )
+        self.left = left
+        self._rest = memoryview(b"")
+
+    async def take(self, count: int) -> bytearray:
+        """``count`` bytes, fewer only where the body ends."""
+        count = min(count, self.left)
+        out = bytearray(count)
+        got = 0
+        while got < count:
+            if not self._rest:
+                piece = await self._read(count - got)
+                if not piece:
+                    del out[got:]
+                    break
+                self._rest = memoryview(piece)
+            part = self._rest[: count - got]
+            out[got : got + len(part)] = part
+            got += len(part)
+            self._rest = self._rest[len(part) :]
+        self.left -= got
+        return out
 
 
 async def _skip(body: Any, count: int) -> None:

@@ -1,13 +1,13 @@
 """Whole batches out of a byte range read in chunks, with one chunk of read-ahead.
 
-The range is read ``chunk_bytes`` at a time through an awaitable ``read(position, length)`` (a
-ranged GET on the event loop, or a file read off it). While the batches of one chunk are taken,
-the next chunk is being read: at most two chunks (and a batch larger than a chunk, read whole)
-are held, whatever the range's size. The consumer sets the pace: the read after the next starts
-only when it asks for more, so a slow client slows the reads. Closing the iterator cancels the
-read in flight at once. Once the range's last chunk is in and no read is in flight, ``on_last``
-is called (a caller reading range after range starts the next one's first read there, keeping
-to the same two chunks).
+The range is read a chunk at a time: by an awaitable ``read(position, length)`` (a file read off
+the event loop: :func:`ranged`), or from a streamed read of an object (one GET). While the
+batches of one chunk are taken, the next chunk is being read (:func:`read_ahead`): at most two
+chunks (and a batch larger than a chunk, read whole) are held, whatever the range's size. The
+consumer sets the pace: the read after the next starts only when it asks for more, so a slow
+client slows the reads. Closing the iterator cancels the read in flight at once. Once the range's
+last chunk is in and no read is in flight, ``on_last`` is called (a caller reading range after
+range starts the next one's first read there, keeping to the same two chunks).
 """
 
 from __future__ import annotations
@@ -15,13 +15,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 
 from rlm.errors import CorruptDataError, CorruptRecordError
 from rlm.log.batches import parse_header
 from rlm.log.model import LOG_OVERHEAD, MIN_SIZE_FIELD, BatchHeader
 
-ReadRange = Callable[[int, int], Awaitable[bytes]]
+Chunk = bytes | bytearray
+"""Bytes read of an object or file (a streamed read's pieces are filled in place)."""
+ReadRange = Callable[[int, int], Awaitable[Chunk]]
 """Reads ``length`` bytes from ``position`` (fewer only where the object or file ends)."""
 _PREFIX = struct.Struct(">qi")
 #: Stored bytes of a run at most (a batch larger than that excepted): a chunk's batches are copied
@@ -29,22 +31,40 @@ _PREFIX = struct.Struct(">qi")
 RUN_BYTES = 256 * 1024
 
 
-async def _chunks(
-    read: ReadRange, start: int, end: int, chunk_bytes: int, on_last: Callable[[], None] | None = None
-) -> AsyncIterator[bytes]:
-    """The bytes ``[start, end)`` in order, the next chunk read while the current one is used;
-    ``on_last()`` before the last chunk is yielded (no read is in flight then)."""
+async def ranged(read: ReadRange, start: int, end: int, chunk_bytes: int) -> AsyncGenerator[Chunk, None]:
+    """The bytes ``[start, end)`` in chunks of ``chunk_bytes``, each one ranged read, read when
+    asked for (fewer bytes only where the object or file ends)."""
     position = start
-    pending: asyncio.Task[bytes] | None = None
+    while position < end:
+        data = await read(position, min(chunk_bytes, end - position))
+        if not data:
+            return
+        position += len(data)
+        yield data
+
+
+async def read_ahead(
+    chunks: AsyncGenerator[Chunk, None], start: int, end: int, on_last: Callable[[], None] | None = None
+) -> AsyncGenerator[Chunk, None]:
+    """The chunks of ``[start, end)`` in order, the next one read while the current one is used
+    (one chunk ahead, never more); ``on_last()`` before the chunk reaching ``end`` is yielded (no
+    read is in flight then). Closing the iterator cancels the read in flight at once and closes
+    ``chunks``."""
+    position = start
+    pending: asyncio.Future[Chunk] | None = None
     try:
         if position < end:
-            pending = asyncio.ensure_future(read(position, min(chunk_bytes, end - position)))
+            pending = asyncio.ensure_future(anext(chunks))
         while pending is not None:
-            data = await pending
-            pending = None
+            try:
+                data = await pending
+            except StopAsyncIteration:
+                return
+            finally:
+                pending = None
             position += len(data)
             if data and position < end:
-                pending = asyncio.ensure_future(read(position, min(chunk_bytes, end - position)))
+                pending = asyncio.ensure_future(anext(chunks))
             if not data:
                 return
             if pending is None and on_last is not None:
@@ -55,6 +75,7 @@ async def _chunks(
             pending.cancel()
             with contextlib.suppress(BaseException):
                 await pending
+        await chunks.aclose()
 
 
 async def batches_in_range(
@@ -88,10 +109,26 @@ async def batch_runs_in_range(
     boundary), batches of one chunk in lists (runs: none empty, of about :data:`RUN_BYTES`);
     header positions are positions in the object or file named ``name``.
 
-    A batch cut by ``end`` is not yielded (the tail of a file the broker is appending to). Each
-    batch's bytes are copied once out of the chunks; only a batch begun in one chunk and ended in
-    a later one is gathered first (a chunk is never copied whole). ``on_last()`` is called once
-    the last chunk is read, before its batches are yielded (see the module docstring).
+    The range is read by :func:`ranged` reads, one chunk ahead (:func:`read_ahead`): see
+    :func:`batch_runs` and the module docstring.
+    """
+    chunks = read_ahead(ranged(read, start, end, chunk_bytes), start, end, on_last)
+    async with contextlib.aclosing(batch_runs(chunks, start, name=name)) as runs:
+        async for run in runs:
+            yield run
+
+
+async def batch_runs(
+    chunks: AsyncGenerator[Chunk, None], start: int, *, name: str
+) -> AsyncGenerator[list[tuple[BatchHeader, bytes]], None]:
+    """Yield ``(header, batch bytes)`` for each whole batch of ``chunks`` (consecutive bytes of
+    the object or file named ``name`` from ``start``, a batch boundary), batches of one chunk in
+    lists (runs: none empty, of about :data:`RUN_BYTES`); header positions are positions in
+    ``name``. ``chunks`` is closed at the end.
+
+    A batch cut by the chunks' end is not yielded (the tail of a file the broker is appending
+    to). Each batch's bytes are copied once out of the chunks; only a batch begun in one chunk and
+    ended in a later one is gathered first (a chunk is never copied whole).
 
     Raises:
         CorruptDataError: a batch header is not valid (located in ``name``); the batches before
@@ -100,44 +137,48 @@ async def batch_runs_in_range(
     tail = bytearray()  # the bytes of a batch begun in the chunks before
     tail_total: int | None = None  # its size, once its header's start is in
     at = start  # the position of the next batch (of tail[0] when there is a tail)
-    async for chunk in _chunks(read, start, end, chunk_bytes, on_last):
-        run: list[tuple[BatchHeader, bytes]] = []
-        held = 0
-        try:
-            with memoryview(chunk) as view:
-                used = 0
-                if tail:
-                    if tail_total is None:  # its size field is (partly) in this chunk
-                        tail_total = _whole_size(bytes(tail) + chunk[: LOG_OVERHEAD + 5], 0, at, name)
-                    if tail_total is None or len(tail) + len(view) < tail_total:
-                        tail += view  # not ended yet: gathered
-                        continue
-                    used = tail_total - len(tail)
-                    tail += view[:used]
-                    data = bytes(tail)
-                    run.append((_batch(data, at, name), data))
-                    at += tail_total
-                    held = tail_total
-                    tail.clear()
-                while True:
-                    tail_total = _whole_size(view, used, at, name)
-                    if tail_total is None or used + tail_total > len(view):
-                        break
-                    data = bytes(view[used : used + tail_total])  # one copy of the batch, none of the chunk
-                    run.append((_batch(data, at, name), data))
-                    used += tail_total
-                    at += tail_total
-                    held += tail_total
-                    if held >= RUN_BYTES:
-                        yield run
-                        run, held = [], 0
-                tail += view[used:]
-        except CorruptDataError:
-            if run:  # what came before the corrupt batch goes first
+    try:
+        async for chunk in chunks:
+            run: list[tuple[BatchHeader, bytes]] = []
+            held = 0
+            try:
+                with memoryview(chunk) as view:
+                    used = 0
+                    if tail:
+                        if tail_total is None:  # its size field is (partly) in this chunk
+                            tail_total = _whole_size(bytes(tail) + chunk[: LOG_OVERHEAD + 5], 0, at, name)
+                        if tail_total is None or len(tail) + len(view) < tail_total:
+                            tail += view  # not ended yet: gathered
+                            continue
+                        used = tail_total - len(tail)
+                        tail += view[:used]
+                        data = bytes(tail)
+                        run.append((_batch(data, at, name), data))
+                        at += tail_total
+                        held = tail_total
+                        tail.clear()
+                    while True:
+                        tail_total = _whole_size(view, used, at, name)
+                        if tail_total is None or used + tail_total > len(view):
+                            break
+                        # one copy of the batch, none of the chunk
+                        data = bytes(view[used : used + tail_total])
+                        run.append((_batch(data, at, name), data))
+                        used += tail_total
+                        at += tail_total
+                        held += tail_total
+                        if held >= RUN_BYTES:
+                            yield run
+                            run, held = [], 0
+                    tail += view[used:]
+            except CorruptDataError:
+                if run:  # what came before the corrupt batch goes first
+                    yield run
+                raise
+            if run:
                 yield run
-            raise
-        if run:
-            yield run
+    finally:
+        await chunks.aclose()
 
 
 def _whole_size(buffer: bytes | bytearray | memoryview, used: int, at: int, name: str) -> int | None:

@@ -1,15 +1,17 @@
 """The batches of a planned range, remote segments first, then the broker's files.
 
 The remote tier is read from the segment holding the next offset (overlapping segments are legal:
-batches below the next offset are stepped over), from the position its offset index gives, in
-ranged chunks (:mod:`rlm.stream.chunks`). Once the next offset is one the broker still has
-(:attr:`RangePlan.local_start`), the rest is read from its segment files: no offset is sent twice
-and none is skipped. Blocking calls (the metadata store, index files, file reads) run on the
-stream's executor, never on the event loop; remote bytes come from an :class:`AsyncRangeReader`.
+batches below the next offset are stepped over), from the position its offset index gives to the
+segment's end, by one streamed read of the store (one GET on S3, resumed where it broke:
+:meth:`AsyncRangeReader.stream_range`) taken a chunk at a time (:mod:`rlm.stream.chunks`). Once
+the next offset is one the broker still has (:attr:`RangePlan.local_start`), the rest is read from
+its segment files: no offset is sent twice and none is skipped. Blocking calls (the metadata
+store, index files, file reads) run on the stream's executor, never on the event loop; remote
+bytes come from an :class:`AsyncRangeReader`.
 
-Once a remote segment's last chunk is read, the segment after it is looked up and its first chunk
-read while the last one's batches are sent (:class:`_NextSegment`), so that a stream does not
-wait for S3 at every segment boundary; it still holds two chunks at most.
+Once a remote segment's last chunk is read, the segment after it is looked up and its read begun,
+its first chunk taken, while the last one's batches are sent (:class:`_NextSegment`), so that a
+stream does not wait for S3 at every segment boundary; it still holds two chunks at most.
 
 Batches sent: every stored batch overlapping ``[start, end)`` that lies wholly below the last
 fetchable offset, but control batches (transaction markers) and, with READ_COMMITTED, the batches
@@ -29,7 +31,7 @@ from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
 from rlm.metastore.model import RemoteSegment
 from rlm.pipeline.transactions import AbortedIndex
-from rlm.stream.chunks import batch_runs_in_range
+from rlm.stream.chunks import Chunk, batch_runs, batch_runs_in_range, read_ahead
 from rlm.stream.plan import RangePlan
 
 T = TypeVar("T")
@@ -51,6 +53,19 @@ class AsyncRangeReader(Protocol):
             NotFoundError: No object is stored under ``key``.
             StorageUnavailableError: Retries are spent (retriable).
             StorageError: The store refused the read, or answered other bytes than asked.
+        """
+        ...
+
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int
+    ) -> AsyncGenerator[Chunk, None]:
+        """As :meth:`RemoteStorage.stream_range <rlm.storage.protocol.RemoteStorage.stream_range>`:
+        ``length`` bytes of ``key`` from ``start``, ``piece_bytes`` at a time (the last piece
+        excepted), from one read of the store (one GET on S3), resumed from where it stopped when
+        it fails part way, within the backend's retries. Close the iterator to end the read.
+
+        Raises:
+            as :meth:`read_range`, when the pieces are taken.
         """
         ...
 
@@ -81,13 +96,14 @@ class StreamBatch(NamedTuple):
 
 
 class _NextSegment(NamedTuple):
-    """The remote segment holding ``offset``, looked up ahead, with its first ``length`` bytes when
-    the stream reads it from its start (``first`` is None otherwise)."""
+    """The remote segment holding ``offset``, looked up ahead; when the stream reads it from its
+    start, its read begun (``pieces``) and its first piece taken (``first``; empty where the
+    object is)."""
 
     offset: int
     segment: RemoteSegment | None
-    length: int
-    first: bytes | None
+    pieces: AsyncGenerator[Chunk, None] | None
+    first: Chunk
 
 
 class BatchReader:
@@ -156,12 +172,22 @@ class BatchReader:
         """The segment holding ``offset``, and its first chunk when it is read from its start."""
         segment = await self._segment_for(offset)
         if segment is None or offset > segment.start_offset:
-            return _NextSegment(offset, segment, 0, None)
-        length = min(self.chunk_bytes, segment.size_bytes)
-        first = (
-            await self._counted(self.remote.read_range(segment.layout.log_key, 0, length)) if length else None
-        )
-        return _NextSegment(offset, segment, length, first)
+            return _NextSegment(offset, segment, None, b"")
+        pieces = self._remote_pieces(segment.layout.log_key, 0, segment.size_bytes)
+        try:
+            first = await anext(pieces, b"")
+        except BaseException:
+            await pieces.aclose()
+            raise
+        return _NextSegment(offset, segment, pieces, first)
+
+    async def _remote_pieces(self, key: str, start: int, end: int) -> AsyncGenerator[Chunk, None]:
+        """The bytes ``[start, end)`` of ``key`` in chunks, from one streamed read of the store
+        (each chunk counted as a read)."""
+        pieces = self.remote.stream_range(key, start, end - start, piece_bytes=self.chunk_bytes)
+        async with contextlib.aclosing(pieces):
+            while piece := await self._counted(anext(pieces, b"")):
+                yield piece
 
     def _start_ahead(self, segment: RemoteSegment) -> None:
         """Look up (and start reading) the segment after ``segment`` when the range goes on there."""
@@ -177,7 +203,9 @@ class BatchReader:
         if ahead is not None:
             ahead.cancel()
             with contextlib.suppress(BaseException):
-                await ahead
+                found = await ahead
+                if found.pieces is not None:
+                    await found.pieces.aclose()
 
     async def _remote_segment(self) -> AsyncGenerator[list[StreamBatch] | None, None]:
         """The runs of the segment holding the next offset; None once the range is done."""
@@ -186,8 +214,10 @@ class BatchReader:
         if self._ahead is not None:
             task, self._ahead = self._ahead, None
             ahead = await task
-            if ahead.offset != offset:
-                ahead = None  # looked up for another offset: as if it had not been
+            if ahead.offset != offset:  # looked up for another offset: as if it had not been
+                if ahead.pieces is not None:
+                    await ahead.pieces.aclose()
+                ahead = None
         segment = ahead.segment if ahead is not None else await self._segment_for(offset)
         if segment is None:
             raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}")
@@ -198,23 +228,17 @@ class BatchReader:
                 lambda: self.indexes.offset_index(segment).lookup(offset).position
             )
         key = segment.layout.log_key
-        first = ahead if ahead is not None and ahead.first is not None and position == 0 else None
-
-        async def read(at: int, length: int) -> bytes:
-            nonlocal first
-            if first is not None and first.first is not None and (at, length) == (0, first.length):
-                data, first = first.first, None
-                return data
-            return await self._counted(self.remote.read_range(key, at, length))
-
+        if ahead is not None and ahead.pieces is not None and position == 0:
+            chunks = _then(ahead.first, ahead.pieces)  # the read begun ahead goes on
+        else:
+            if ahead is not None and ahead.pieces is not None:
+                await ahead.pieces.aclose()
+            chunks = self._remote_pieces(key, position, segment.size_bytes)
         async with contextlib.aclosing(
-            batch_runs_in_range(
-                read,
+            batch_runs(
+                read_ahead(chunks, position, segment.size_bytes, lambda: self._start_ahead(segment)),
                 position,
-                segment.size_bytes,
-                chunk_bytes=self.chunk_bytes,
                 name=key,
-                on_last=lambda: self._start_ahead(segment),
             )
         ) as found:
             async for run in found:
@@ -250,7 +274,7 @@ class BatchReader:
             source = await self._blocking(segment.open)
             try:
 
-                async def read(at: int, length: int) -> bytes:
+                async def read(at: int, length: int) -> Chunk:
                     return await self._counted(self._blocking(lambda: source.read(at, length)))  # noqa: B023
 
                 async with contextlib.aclosing(
@@ -283,13 +307,23 @@ class BatchReader:
             return False
         return not self._any_aborted or not self._aborted.is_aborted(header)
 
-    async def _counted(self, read: Awaitable[bytes]) -> bytes:
+    async def _counted(self, read: Awaitable[Chunk]) -> Chunk:
         if self._meter is None:
             return await read
         self._meter.read_started()
-        data = b""
+        data: Chunk = b""
         try:
             data = await read
         finally:
             self._meter.read_ended(len(data))
         return data
+
+
+async def _then(first: Chunk, rest: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:
+    """``first`` (none when empty: the object ended), then the pieces of ``rest``."""
+    async with contextlib.aclosing(rest):
+        if not first:
+            return
+        yield first
+        async for piece in rest:
+            yield piece

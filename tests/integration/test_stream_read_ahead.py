@@ -2,21 +2,22 @@
 
 The batches read through the stream's reader (:class:`rlm.stream.reader.BatchReader`) over a
 partition tiered to several segments, with the remote reads recorded: by the time the last batch
-of a segment is taken, the next segment's first chunk has been asked for, each chunk is asked for
-once, and the batches are those of the brute-force read.
+of a segment is taken, the next segment's read has begun, each segment is read by one streamed
+read (one GET on S3) and nothing else, and the batches are those of the brute-force read.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from typing import TypeVar
 
 import pytest
 
 from rlm.log.batches import decode_batch
 from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.stream.chunks import Chunk
 from rlm.stream.plan import RangeQuery
 from rlm.stream.reader import AsyncRangeReader, BatchReader, StreamBatch
 from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
@@ -35,15 +36,23 @@ def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
 
 
 class Recorded:
-    """The stream's remote reader, each read recorded as ``(key, start, length)``."""
+    """The stream's remote reader, each read recorded as ``(key, start, length)``: streamed reads
+    in ``asked``, ranged ones in ``ranged``."""
 
     def __init__(self, inner: AsyncRangeReader) -> None:
         self.inner = inner
         self.asked: list[tuple[str, int, int]] = []
+        self.ranged: list[tuple[str, int, int]] = []
 
     async def read_range(self, key: str, start: int, length: int) -> bytes:
-        self.asked.append((key, start, length))
+        self.ranged.append((key, start, length))
         return await self.inner.read_range(key, start, length)
+
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int
+    ) -> AsyncGenerator[Chunk, None]:
+        self.asked.append((key, start, length))
+        return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
 
     async def close(self) -> None:
         """The inner reader belongs to the runtime."""
@@ -83,7 +92,8 @@ def test_the_next_segment_is_read_while_the_last_chunk_of_one_is_taken(tiered: T
         return taken
 
     taken = asyncio.run(read())
-    assert len(recorded.asked) == len(set(recorded.asked)), "a chunk was read twice"
+    assert len(recorded.asked) == len({key for key, _, _ in recorded.asked}), "a segment was read twice"
+    assert recorded.ranged == []  # a segment is read by one streamed read, not chunk by chunk
     records = [r for b in taken for r in decode_batch(b.data, b.header._replace(position=0))]
     assert [r for r in records if plan.start <= r.offset < plan.end] == expected(
         truth, truth.log_start_offset, None, False
