@@ -182,9 +182,14 @@ class BatchReader:
         return _NextSegment(offset, segment, pieces, first)
 
     async def _remote_pieces(self, key: str, start: int, end: int) -> AsyncGenerator[Chunk, None]:
-        """The bytes ``[start, end)`` of ``key`` in chunks, from one streamed read of the store
-        (each chunk counted as a read)."""
-        pieces = self.remote.stream_range(key, start, end - start, piece_bytes=self.chunk_bytes)
+        """The bytes ``[start, end)`` of ``key`` in pieces of half a chunk, from one streamed read
+        of the store (each piece counted as a read).
+
+        A piece costs no round trip (the read is open), so that it need not be large: half a
+        chunk, one taken and one ahead, keeps a remote stream's read bytes to one chunk, which
+        leaves the other half of its window to the pieces being encoded and sent."""
+        piece_bytes = max(1, self.chunk_bytes // 2)
+        pieces = self.remote.stream_range(key, start, end - start, piece_bytes=piece_bytes)
         async with contextlib.aclosing(pieces):
             while piece := await self._counted(anext(pieces, b"")):
                 yield piece
