@@ -3,14 +3,14 @@
 The remote tier is read from the segment holding the next offset (overlapping segments are legal:
 batches below the next offset are stepped over), from the position its offset index gives to the
 segment's end, by one streamed read of the store (one GET on S3, resumed where it broke:
-:meth:`AsyncRangeReader.stream_range`) taken a chunk at a time (:mod:`rlm.stream.chunks`). Once
+:meth:`AsyncRangeReader.stream_range`) taken half a chunk at a time (:mod:`rlm.stream.chunks`). Once
 the next offset is one the broker still has (:attr:`RangePlan.local_start`), the rest is read from
 its segment files: no offset is sent twice and none is skipped. Blocking calls (the metadata
 store, index files, file reads) run on the stream's executor, never on the event loop; remote
 bytes come from an :class:`AsyncRangeReader`.
 
-Once a remote segment's last chunk is read, the segment after it is looked up and its read begun,
-its first chunk taken, while the last one's batches are sent (:class:`_NextSegment`), so that a
+Once a remote segment's last piece is read, the segment after it is looked up and its read begun,
+its first piece taken, while the last one's batches are sent (:class:`_NextSegment`), so that a
 stream does not wait for S3 at every segment boundary; it still holds two chunks at most.
 
 Batches sent: every stored batch overlapping ``[start, end)`` that lies wholly below the last
