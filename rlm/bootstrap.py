@@ -328,7 +328,8 @@ def _record_streams(
 
     remote: AsyncRangeReader
     if isinstance(storage, S3Storage):
-        remote = AsyncS3Reader.for_storage(storage)
+        # A stream holds up to two GETs open: its segment's and the next one's, read ahead.
+        remote = AsyncS3Reader.for_storage(storage, connections=2 * settings.remote_fetch_max_streams)
     else:
         remote = ThreadedRangeReader(storage)
     return RecordStreams(

@@ -45,7 +45,12 @@ _BROKEN = (aiohttp.ClientError, ConnectionError, asyncio.TimeoutError)
 
 
 class AsyncS3Reader:
-    """Ranged GETs of ``bucket`` under ``prefix``, awaited (an ``AsyncRangeReader``)."""
+    """Ranged and streamed GETs of ``bucket`` under ``prefix``, awaited (an ``AsyncRangeReader``).
+
+    A streamed read holds its connection until it is closed, however slowly its pieces are taken:
+    ``connections`` (at least ``config.max_pool_connections``) is how many the client keeps, so
+    that as many reads can be open at once; one more waits for a connection to be given back.
+    """
 
     def __init__(
         self,
@@ -54,11 +59,13 @@ class AsyncS3Reader:
         config: S3Config,
         credentials: dict[str, str | None],
         *,
+        connections: int = 0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         draw: Callable[[], float] = random.random,
     ) -> None:
         self.bucket = bucket
         self.config = config
+        self.connections = max(connections, config.max_pool_connections)
         self._key_prefix = f"{prefix}/" if prefix else ""
         self._credentials = credentials
         self._sleep = sleep
@@ -66,9 +73,12 @@ class AsyncS3Reader:
         self._clients: dict[asyncio.AbstractEventLoop, tuple[contextlib.AsyncExitStack, Any]] = {}
 
     @classmethod
-    def for_storage(cls, storage: S3Storage) -> AsyncS3Reader:
-        """A reader of ``storage``'s objects, with its settings and credentials."""
-        return cls(storage.bucket, storage.prefix, storage.config, storage.credentials())
+    def for_storage(cls, storage: S3Storage, *, connections: int = 0) -> AsyncS3Reader:
+        """A reader of ``storage``'s objects, with its settings and credentials (and room for
+        ``connections`` open reads, when that is more than the store's pool)."""
+        return cls(
+            storage.bucket, storage.prefix, storage.config, storage.credentials(), connections=connections
+        )
 
     async def _client(self) -> Any:
         loop = asyncio.get_running_loop()
@@ -82,7 +92,7 @@ class AsyncS3Reader:
                 "s3",
                 endpoint_url=config.endpoint_url,
                 region_name=config.region,
-                config=AioConfig(**client_options(config)),
+                config=AioConfig(**{**client_options(config), "max_pool_connections": self.connections}),
                 **self._credentials,
             )
         )

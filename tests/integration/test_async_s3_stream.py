@@ -1,6 +1,7 @@
 """Streamed reads of S3 on the event loop (:meth:`rlm.storage.async_s3.AsyncS3Reader.stream_range`),
 through a fault proxy in front of moto's server: one GET read piece by piece, resumed from where
-it broke, given up after the store's retries in a row."""
+it broke, given up after the store's retries in a row; as many open at once as the reader has
+connections for."""
 
 from __future__ import annotations
 
@@ -102,6 +103,48 @@ def test_bad_arguments_are_refused_at_the_call(proxied: tuple[S3Proxy, AsyncS3Re
         reader.stream_range(KEY, -1, 10, piece_bytes=10)
     with pytest.raises(ValueError, match="at least one byte"):
         reader.stream_range(KEY, 0, 10, piece_bytes=0)
+
+
+#: An object larger than what the socket buffers and aiohttp take in while its read is not taken:
+#: a read of it left open keeps its connection.
+LARGE = 16 * 1024 * 1024
+
+
+def first_pieces(reader: AsyncS3Reader, reads: int, patience_s: float) -> list[bool]:
+    """Open ``reads`` streamed reads of the large object at once, each kept open, and say of each
+    whether its first piece came within ``patience_s``."""
+
+    async def run() -> list[bool]:
+        opened = [reader.stream_range("large", 0, LARGE, piece_bytes=4096) for _ in range(reads)]
+        came = []
+        try:
+            for pieces in opened:
+                try:
+                    came.append(len(await asyncio.wait_for(anext(pieces), patience_s)) == 4096)
+                except TimeoutError:
+                    came.append(False)
+        finally:
+            for pieces in opened:
+                await pieces.aclose()
+            await reader.close()
+        return came
+
+    return asyncio.run(run())
+
+
+def test_as_many_reads_stay_open_at_once_as_the_reader_has_connections(moto_s3: MotoS3) -> None:
+    bucket = moto_s3.new_bucket()
+    one = dataclasses.replace(IMPATIENT, max_pool_connections=1)
+    storage = moto_s3.storage(bucket, "tier", one)
+    storage.put_object("large", bytes(LARGE))
+    try:
+        # The store's own pool: a second open read waits for the first one's connection.
+        assert first_pieces(AsyncS3Reader.for_storage(storage), 2, 1.0) == [True, False]
+        reader = AsyncS3Reader.for_storage(storage, connections=6)
+        assert reader.connections == 6
+        assert first_pieces(reader, 6, 30.0) == [True] * 6
+    finally:
+        storage.close()
 
 
 async def _read_range_then_close(reader: AsyncS3Reader) -> None:

@@ -22,6 +22,7 @@ from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
 from rlm.bootstrap import build_runtime
 from rlm.log.logdir import LogDir
+from rlm.storage.async_s3 import AsyncS3Reader
 from tests.grpc_support import ServerThread, free_port
 from tests.integration.test_fetch import PLAN
 from tests.integration.test_stream import NDJSON, URL, expected, from_ndjson, stop_grpc
@@ -107,3 +108,11 @@ def test_a_store_that_keeps_failing_ends_the_stream_with_an_error(faulty: Faulty
     )
     error: grpc.Call = failed.value  # type: ignore[assignment]
     assert error.code() is grpc.StatusCode.UNAVAILABLE and "GetObject" in (error.details() or "")
+
+
+def test_the_s3_reader_has_a_connection_for_each_get_the_streams_may_hold(faulty: Faulty) -> None:
+    rt = faulty.tiered.runtime
+    remote = rt.streams.remote
+    assert isinstance(remote, AsyncS3Reader)  # an S3 store is read with aiobotocore
+    # Each stream holds its segment's GET and, at a segment's end, the next one's.
+    assert remote.connections == 2 * rt.settings.remote_fetch_max_streams > remote.config.max_pool_connections
