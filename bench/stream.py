@@ -298,7 +298,8 @@ async def concurrent_slow_streams(url: str, params: dict[str, str], pid: int) ->
     import aiohttp
 
     peak = {"Threads": 0, "VmRSS": 0}
-    idle = proc_status(pid)["Threads"]
+    before = proc_status(pid)
+    idle = before["Threads"]
     names: dict[str, int] = {}
     done = asyncio.Event()
 
@@ -335,6 +336,10 @@ async def concurrent_slow_streams(url: str, params: dict[str, str], pid: int) ->
         "threads_max": peak["Threads"],
         "threads_at_max_by_name": names,
         "rss_max_mib": peak["VmRSS"] // 1024,
+        # What the server held before the streams (its heap keeps what earlier streams freed):
+        # the rest of the peak is the streams'.
+        "rss_before_mib": before["VmRSS"] // 1024,
+        "rss_per_stream_mib": round((peak["VmRSS"] - before["VmRSS"]) / 1024 / STREAMS, 2),
     }
 
 

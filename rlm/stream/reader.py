@@ -3,7 +3,7 @@
 The remote tier is read from the segment holding the next offset (overlapping segments are legal:
 batches below the next offset are stepped over), from the position its offset index gives to the
 segment's end, by one streamed read of the store (one GET on S3, resumed where it broke:
-:meth:`AsyncRangeReader.stream_range`) taken half a chunk at a time (:mod:`rlm.stream.chunks`). Once
+:meth:`AsyncRangeReader.stream_range`) taken a piece at a time (:mod:`rlm.stream.chunks`). Once
 the next offset is one the broker still has (:attr:`RangePlan.local_start`), the rest is read from
 its segment files: no offset is sent twice and none is skipped. Blocking calls (the metadata
 store, index files, file reads) run on the stream's executor, never on the event loop; remote
@@ -35,6 +35,11 @@ from rlm.stream.chunks import Chunk, batch_runs, batch_runs_in_range, read_ahead
 from rlm.stream.plan import RangePlan
 
 T = TypeVar("T")
+#: Pieces a remote segment's read is taken in, per chunk. A piece of an open read costs no round
+#: trip, so that it need not be large: a quarter chunk taken and one ahead hold half a chunk of read
+#: bytes, leaving the rest of a stream's window to what the HTTP client holds of its open reads
+#: (aiohttp's buffer, up to 512 KiB each) and to the pieces being encoded and sent.
+PIECES_PER_CHUNK = 4
 _CONTROL = 0x20
 """The control flag of a v2 batch's attributes (``BatchHeader.is_control``)."""
 RunBlocking = Callable[[Callable[[], T]], Awaitable[T]]
@@ -182,13 +187,9 @@ class BatchReader:
         return _NextSegment(offset, segment, pieces, first)
 
     async def _remote_pieces(self, key: str, start: int, end: int) -> AsyncGenerator[Chunk, None]:
-        """The bytes ``[start, end)`` of ``key`` in pieces of half a chunk, from one streamed read
-        of the store (each piece counted as a read).
-
-        A piece costs no round trip (the read is open), so that it need not be large: half a
-        chunk, one taken and one ahead, keeps a remote stream's read bytes to one chunk, which
-        leaves the other half of its window to the pieces being encoded and sent."""
-        piece_bytes = max(1, self.chunk_bytes // 2)
+        """The bytes ``[start, end)`` of ``key`` in pieces of :data:`PIECES_PER_CHUNK` to a chunk,
+        from one streamed read of the store (each piece counted as a read)."""
+        piece_bytes = max(1, self.chunk_bytes // PIECES_PER_CHUNK)
         pieces = self.remote.stream_range(key, start, end - start, piece_bytes=piece_bytes)
         async with contextlib.aclosing(pieces):
             while piece := await self._counted(anext(pieces, b"")):
