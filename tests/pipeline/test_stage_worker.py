@@ -38,7 +38,8 @@ def test_objects_are_frozen_again_only_after_new_imports(tmp_path: Path) -> None
 
     made = [[i] for i in range(1000)]  # what a task makes (no module imported), tracked by gc
     prepare_worker(spec)
-    assert gc.get_freeze_count() == frozen
+    # Nothing frozen since: not the task's objects (the count may only fall, as frozen objects die).
+    assert gc.get_freeze_count() <= frozen
 
     sys.modules["rlm_test_serializers"] = types.ModuleType("rlm_test_serializers")  # a new kind's imports
     prepare_worker(spec)
