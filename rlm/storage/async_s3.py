@@ -5,10 +5,10 @@ Used by range streams, so that waiting for S3 holds no thread. It reads the obje
 its answers to the same rules: a ranged answer is used only when it provably holds the asked-for
 bytes (:func:`rlm.storage.s3_range.answer_span`), errors are translated as the store translates
 them (:mod:`rlm.storage.s3_errors`), and a retriable failure (5xx, throttling, a reset connection,
-a body cut short) is retried with the store's policy: each ranged read is one GET, retried whole;
-a streamed read (:meth:`AsyncS3Reader.stream_range`) is one GET read piece by piece, and one that
-fails part way is resumed by another GET from where it stopped, as the store's own streamed reads
-are (:meth:`rlm.storage.s3.S3Storage.stream_range`).
+a body cut short) is retried with the store's policy: a streamed read
+(:meth:`AsyncS3Reader.stream_range`) is one GET read piece by piece, and one that fails part way
+is resumed by another GET from where it stopped, as the store's own streamed reads are
+(:meth:`rlm.storage.s3.S3Storage.stream_range`).
 
 aiobotocore clients belong to one event loop: one is made per loop on first use, and closed by
 :meth:`AsyncS3Reader.close` (on the loop that made it).
@@ -45,7 +45,7 @@ _BROKEN = (aiohttp.ClientError, ConnectionError, asyncio.TimeoutError)
 
 
 class AsyncS3Reader:
-    """Ranged and streamed GETs of ``bucket`` under ``prefix``, awaited (an ``AsyncRangeReader``).
+    """Streamed GETs of ``bucket`` under ``prefix``, awaited (an ``AsyncRangeReader``).
 
     A streamed read holds its connection until it is closed, however slowly its pieces are taken:
     ``connections`` (at least ``config.max_pool_connections``) is how many the client keeps, so
@@ -99,23 +99,6 @@ class AsyncS3Reader:
         self._clients[loop] = (stack, client)
         return client
 
-    async def read_range(self, key: str, start: int, length: int) -> bytes:
-        """``length`` bytes of ``key`` from ``start`` (fewer only where the object ends).
-
-        Raises:
-            ValueError: ``start`` or ``length`` is negative.
-            InvalidObjectKeyError: The key is not allowed.
-            NotFoundError: No object is stored under ``key``.
-            StorageUnavailableError: Retries are spent (retriable).
-            StorageError: The store refused the read, or answered other bytes than asked.
-        """
-        if start < 0 or length < 0:
-            raise ValueError(f"bad range: start {start}, length {length}")
-        full_key = self._key_prefix + validate_key(key)
-        if length == 0:
-            return b""
-        return await self._retried(key, lambda: self._get(key, full_key, start, length))
-
     async def _retried(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
         """``call()``, retried with the store's policy while it fails retriably."""
         policy = self.config.retry
@@ -164,20 +147,6 @@ class AsyncS3Reader:
             raise
         return body, span
 
-    async def _get(self, key: str, full_key: str, start: int, length: int) -> bytes:
-        opened = await self._open(key, full_key, start, length)
-        if opened is None:
-            return b""
-        body, span = opened
-        with _translated(key):
-            async with body:
-                data = await _read_up_to(body, span.length)
-        if span.exact and len(data) != span.length:
-            raise StorageUnavailableError(
-                f"S3 GetObject {key!r}: the body ended after {len(data)} of {span.length} bytes", key=key
-            )
-        return data
-
     def stream_range(
         self, key: str, start: int, length: int, *, piece_bytes: int
     ) -> AsyncGenerator[bytearray, None]:
@@ -190,7 +159,9 @@ class AsyncS3Reader:
         Raises:
             ValueError: ``start`` or ``length`` is negative, or ``piece_bytes`` is not positive.
             InvalidObjectKeyError: The key is not allowed.
-            as :meth:`read_range`, when the pieces are taken.
+            NotFoundError: No object is stored under ``key`` (when the pieces are taken).
+            StorageUnavailableError: Retries are spent (retriable).
+            StorageError: The store refused the read, or answered other bytes than asked.
         """
         check_stream_arguments(start, length, piece_bytes)
         return self._stream(key, self._key_prefix + validate_key(key), start, start + length, piece_bytes)
@@ -299,21 +270,3 @@ async def _skip(body: Any, count: int) -> None:
         if not chunk:
             return
         count -= len(chunk)
-
-
-async def _read_up_to(body: Any, count: int) -> bytes:
-    """Up to ``count`` bytes of ``body``, copied once: the pieces aiohttp received are taken as
-    they are (``readany``; a ``read(n)`` of aiohttp joins the pieces it holds first) and joined
-    at the end."""
-    content = getattr(body.raw_stream, "content", None)
-    read = body.read if content is None else lambda _: content.readany()
-    pieces: list[bytes] = []
-    while count > 0:
-        piece = await read(count)
-        if not piece:
-            break
-        if len(piece) > count:  # a whole object answered: its rest is not wanted
-            piece = piece[:count]
-        pieces.append(piece)
-        count -= len(piece)
-    return pieces[0] if len(pieces) == 1 else b"".join(pieces)

@@ -47,19 +47,7 @@ RunBlocking = Callable[[Callable[[], T]], Awaitable[T]]
 
 
 class AsyncRangeReader(Protocol):
-    """Ranged reads of remote objects for an event loop (the async side of ``RemoteStorage``)."""
-
-    async def read_range(self, key: str, start: int, length: int) -> bytes:
-        """As :meth:`RemoteStorage.read_range <rlm.storage.protocol.RemoteStorage.read_range>`:
-        ``length`` bytes from ``start``, fewer only where the object ends; retried within the
-        backend's policy.
-
-        Raises:
-            NotFoundError: No object is stored under ``key``.
-            StorageUnavailableError: Retries are spent (retriable).
-            StorageError: The store refused the read, or answered other bytes than asked.
-        """
-        ...
+    """Streamed reads of remote objects for an event loop (the async side of ``RemoteStorage``)."""
 
     def stream_range(
         self, key: str, start: int, length: int, *, piece_bytes: int
@@ -69,8 +57,10 @@ class AsyncRangeReader(Protocol):
         excepted), from one read of the store (one GET on S3), resumed from where it stopped when
         it fails part way, within the backend's retries. Close the iterator to end the read.
 
-        Raises:
-            as :meth:`read_range`, when the pieces are taken.
+        Raises (when the pieces are taken):
+            NotFoundError: No object is stored under ``key``.
+            StorageUnavailableError: Retries are spent (retriable).
+            StorageError: The store refused the read, or answered other bytes than asked.
         """
         ...
 
