@@ -38,9 +38,17 @@ def test_objects_are_frozen_again_only_after_new_imports(tmp_path: Path) -> None
 
     made = [[i] for i in range(1000)]  # what a task makes (no module imported), tracked by gc
     prepare_worker(spec)
-    # Nothing frozen since: not the task's objects (the count may only fall, as frozen objects die).
-    assert gc.get_freeze_count() <= frozen
+    assert not frozen_now(made)  # nothing frozen again
 
     sys.modules["rlm_test_serializers"] = types.ModuleType("rlm_test_serializers")  # a new kind's imports
     prepare_worker(spec)
-    assert gc.get_freeze_count() >= frozen + len(made)
+    assert frozen_now(made)
+
+
+def frozen_now(thing: object) -> bool:
+    """Whether ``thing`` is in the permanent generation (``gc.get_objects`` lists the others only).
+
+    Counts would not tell: the freeze count falls whenever a frozen object dies, which other
+    threads of a test process may cause at any time."""
+    assert gc.is_tracked(thing)
+    return not any(o is thing for o in gc.get_objects())
