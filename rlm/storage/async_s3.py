@@ -233,13 +233,13 @@ def _translated(key: str) -> Iterator[None]:
 
 class _Pieces:
     """Pieces of exactly the asked-for size out of a body, at most ``left`` bytes in all: the
-    pieces aiohttp received (``readany``) are copied into the asked-for piece as they arrive, so
-    that a piece is held once, with one received piece beside it."""
+    pieces aiohttp received are copied into the asked-for piece one at a time, as they arrive
+    (:func:`_received`), so that a piece is held once, with one received piece beside it."""
 
     def __init__(self, body: Any, left: int) -> None:
         content = getattr(body.raw_stream, "content", None)
         self._read: Callable[[int], Awaitable[bytes]] = (
-            body.read if content is None else lambda _: content.readany()
+            body.read if content is None else lambda _: _received(content)
         )
         self.left = left
         self._rest = memoryview(b"")
@@ -262,6 +262,16 @@ class _Pieces:
             self._rest = self._rest[len(part) :]
         self.left -= got
         return out
+
+
+async def _received(content: aiohttp.StreamReader) -> bytes:
+    """The first piece of a body aiohttp holds, as the socket gave it (``readchunk``: ``readany``
+    would join all it holds into one more copy, hundreds of KiB for each open GET); empty at the
+    body's end."""
+    while True:
+        data, _ = await content.readchunk()
+        if data or content.at_eof():
+            return data
 
 
 async def _skip(body: Any, count: int) -> None:
