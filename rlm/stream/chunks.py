@@ -23,11 +23,13 @@ from rlm.log.model import LOG_OVERHEAD, MIN_SIZE_FIELD, BatchHeader
 
 Chunk = bytes | bytearray
 """Bytes read of an object or file (a streamed read's pieces are filled in place)."""
+Batch = bytes | memoryview
+"""A whole batch's bytes: a view of the chunk it lies in, or its own bytes where it spans two."""
 ReadRange = Callable[[int, int], Awaitable[Chunk]]
 """Reads ``length`` bytes from ``position`` (fewer only where the object or file ends)."""
 _PREFIX = struct.Struct(">qi")
-#: Stored bytes of a run at most (a batch larger than that excepted): a chunk's batches are copied
-#: out of it a run at a time, so that the chunk and copies of all its batches are not held at once.
+#: Stored bytes of a run at most (a batch larger than that excepted): a chunk's batches are handed
+#: out a run at a time, so that its first batches are on their way while the rest are parsed.
 RUN_BYTES = 256 * 1024
 
 
@@ -86,7 +88,7 @@ async def batches_in_range(
     chunk_bytes: int,
     name: str,
     on_last: Callable[[], None] | None = None,
-) -> AsyncGenerator[tuple[BatchHeader, bytes], None]:
+) -> AsyncGenerator[tuple[BatchHeader, Batch], None]:
     """Each batch of :func:`batch_runs_in_range`, one at a time."""
     async with contextlib.aclosing(
         batch_runs_in_range(read, start, end, chunk_bytes=chunk_bytes, name=name, on_last=on_last)
@@ -104,7 +106,7 @@ async def batch_runs_in_range(
     chunk_bytes: int,
     name: str,
     on_last: Callable[[], None] | None = None,
-) -> AsyncGenerator[list[tuple[BatchHeader, bytes]], None]:
+) -> AsyncGenerator[list[tuple[BatchHeader, Batch]], None]:
     """Yield ``(header, batch bytes)`` for each whole batch in ``[start, end)`` (``start`` at a batch
     boundary), batches of one chunk in lists (runs: none empty, of about :data:`RUN_BYTES`);
     header positions are positions in the object or file named ``name``.
@@ -120,15 +122,16 @@ async def batch_runs_in_range(
 
 async def batch_runs(
     chunks: AsyncGenerator[Chunk, None], start: int, *, name: str
-) -> AsyncGenerator[list[tuple[BatchHeader, bytes]], None]:
+) -> AsyncGenerator[list[tuple[BatchHeader, Batch]], None]:
     """Yield ``(header, batch bytes)`` for each whole batch of ``chunks`` (consecutive bytes of
     the object or file named ``name`` from ``start``, a batch boundary), batches of one chunk in
     lists (runs: none empty, of about :data:`RUN_BYTES`); header positions are positions in
     ``name``. ``chunks`` is closed at the end.
 
     A batch cut by the chunks' end is not yielded (the tail of a file the broker is appending
-    to). Each batch's bytes are copied once out of the chunks; only a batch begun in one chunk and
-    ended in a later one is gathered first (a chunk is never copied whole).
+    to). A batch is a view of its chunk (a chunk is held while a batch of it is), not a copy; only
+    a batch begun in one chunk and ended in a later one is gathered into bytes of its own (a chunk
+    is never copied whole).
 
     Raises:
         CorruptDataError: a batch header is not valid (located in ``name``); the batches before
@@ -139,7 +142,7 @@ async def batch_runs(
     at = start  # the position of the next batch (of tail[0] when there is a tail)
     try:
         async for chunk in chunks:
-            run: list[tuple[BatchHeader, bytes]] = []
+            run: list[tuple[BatchHeader, Batch]] = []
             held = 0
             try:
                 with memoryview(chunk) as view:
@@ -152,8 +155,8 @@ async def batch_runs(
                             continue
                         used = tail_total - len(tail)
                         tail += view[:used]
-                        data = bytes(tail)
-                        run.append((_batch(data, at, name), data))
+                        whole = bytes(tail)
+                        run.append((_batch(whole, at, name), whole))
                         at += tail_total
                         held = tail_total
                         tail.clear()
@@ -161,8 +164,7 @@ async def batch_runs(
                         tail_total = _whole_size(view, used, at, name)
                         if tail_total is None or used + tail_total > len(view):
                             break
-                        # one copy of the batch, none of the chunk
-                        data = bytes(view[used : used + tail_total])
+                        data = view[used : used + tail_total]  # outlives ``view``
                         run.append((_batch(data, at, name), data))
                         used += tail_total
                         at += tail_total
@@ -198,7 +200,7 @@ def _whole_size(buffer: bytes | bytearray | memoryview, used: int, at: int, name
     return int(LOG_OVERHEAD + size)
 
 
-def _batch(data: bytes, at: int, name: str) -> BatchHeader:
+def _batch(data: Batch, at: int, name: str) -> BatchHeader:
     """The header of the batch ``data``, at ``at`` in ``name``.
 
     Raises:

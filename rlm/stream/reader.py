@@ -31,7 +31,7 @@ from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
 from rlm.metastore.model import RemoteSegment
 from rlm.pipeline.transactions import AbortedIndex
-from rlm.stream.chunks import Chunk, batch_runs, batch_runs_in_range, read_ahead
+from rlm.stream.chunks import Batch, Chunk, batch_runs, batch_runs_in_range, read_ahead
 from rlm.stream.plan import RangePlan
 
 T = TypeVar("T")
@@ -84,7 +84,8 @@ class StreamBatch(NamedTuple):
 
     header: BatchHeader
     """``position`` is the batch's position in its object or file."""
-    data: bytes
+    data: Batch
+    """A view of the chunk it was read in (:data:`rlm.stream.chunks.Batch`): ``bytes(data)`` to keep it."""
     tier: str
     name: str
     """The object key or file the batch was read from, for error messages."""
