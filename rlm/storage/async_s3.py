@@ -26,14 +26,14 @@ from typing import Any, TypeVar
 
 import aiohttp
 from aiobotocore.config import AioConfig
-from aiobotocore.session import get_session
+from aiobotocore.session import AioSession
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rlm.errors import RlmError, StorageUnavailableError
 from rlm.storage.layout import validate_key
 from rlm.storage.protocol import check_stream_arguments
 from rlm.storage.s3 import S3Storage
-from rlm.storage.s3_client import client_options
+from rlm.storage.s3_client import client_options, share_loaded_data
 from rlm.storage.s3_config import S3Config
 from rlm.storage.s3_errors import s3_error_code, translate
 from rlm.storage.s3_range import Span, answer_span
@@ -87,8 +87,10 @@ class AsyncS3Reader:
             return made[1]
         stack = contextlib.AsyncExitStack()
         config = self.config
+        session = AioSession()
+        share_loaded_data(session)
         client = await stack.enter_async_context(
-            get_session().create_client(
+            session.create_client(
                 "s3",
                 endpoint_url=config.endpoint_url,
                 region_name=config.region,

@@ -60,17 +60,24 @@ def new_session(
     same files.
     """
     core = botocore.session.Session()
-    data_path = core.get_config_variable("data_path")
-    loader = create_loader(data_path)
-    with _loaded_lock:
-        loader._cache = _loaded.setdefault(data_path, {})  # type: ignore[attr-defined]  # see above
-    core.register_component("data_loader", loader)
+    share_loaded_data(core)
     return boto3.session.Session(
         aws_access_key_id=aws_access_key_id,
         aws_secret_access_key=aws_secret_access_key,
         region_name=region_name,
         botocore_session=core,
     )
+
+
+def share_loaded_data(core: botocore.session.Session) -> None:
+    """Give ``core`` (a botocore session, aiobotocore's too) a data loader that shares what the
+    other sessions of the process read (:func:`new_session`): the parsed S3 model and endpoint
+    rules are some 11 MiB of objects each time they are read."""
+    data_path = core.get_config_variable("data_path")
+    loader = create_loader(data_path)
+    with _loaded_lock:
+        loader._cache = _loaded.setdefault(data_path, {})  # type: ignore[attr-defined]  # see new_session
+    core.register_component("data_loader", loader)
 
 
 def s3_client(session: boto3.session.Session, config: S3Config) -> S3Client:
