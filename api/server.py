@@ -94,6 +94,7 @@ async def _serve(
         uvicorn.Config(
             app,
             http=ChunkedHttpProtocol,
+            ws="none",  # no route is a WebSocket: not importing a WebSocket server saves 4 MiB
             host=settings.http_host,
             port=settings.http_port,
             log_config=None,
