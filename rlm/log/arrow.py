@@ -4,10 +4,20 @@ Keys, values and headers are copied once, from the records into the column buffe
 here wrap those buffers as they are (``pa.py_buffer`` over a view), so the buffers must not be
 appended to once wrapped (:func:`record_arrays` trims them and a view held keeps them from
 growing).
+
+The few arrays made of Python values (a label or an epoch per batch, a scalar to compare with)
+are made from buffers too (:func:`strings`, :func:`int32s`, :func:`int64_scalar`): pyarrow's
+conversion of Python objects (``pa.array``, ``pa.scalar``) imports pandas where it is installed,
+some 50 MiB a server would then hold for as long as it runs.
 """
 
 from __future__ import annotations
 
+import itertools
+import struct
+import sys
+from array import array
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import pyarrow as pa
@@ -82,3 +92,36 @@ def record_arrays(cols: ColumnBuffers) -> RecordArrays:
             HEADERS_TYPE, rows, [None, buf(HEADER_OFFSETS)], null_count=0, children=[header_table]
         ),
     )
+
+
+def strings(values: Sequence[str]) -> pa.Array[Any]:
+    """A UTF-8 string array of ``values`` (none null)."""
+    data = [value.encode() for value in values]
+    ends = array("i", itertools.accumulate((len(item) for item in data), initial=0))
+    if sys.byteorder == "big":
+        ends.byteswap()
+    buffers = [None, pa.py_buffer(ends), pa.py_buffer(b"".join(data))]
+    return pa.Array.from_buffers(pa.string(), len(values), buffers, null_count=0)
+
+
+def int32s(values: Sequence[int | None]) -> pa.Array[Any]:
+    """An int32 array of ``values``, null where a value is None."""
+    numbers = array("i", (0 if value is None else value for value in values))
+    if sys.byteorder == "big":
+        numbers.byteswap()
+    nulls = sum(value is None for value in values)
+    validity = None
+    if nulls:
+        bits = sum(1 << i for i, value in enumerate(values) if value is not None)
+        validity = pa.py_buffer(bits.to_bytes((len(values) + 7) // 8, "little"))
+    return pa.Array.from_buffers(pa.int32(), len(values), [validity, pa.py_buffer(numbers)], null_count=nulls)
+
+
+def int64_scalar(value: int) -> pa.Scalar[Any]:
+    """An int64 scalar of ``value``, to compare a column with."""
+    return pa.Array.from_buffers(pa.int64(), 1, [None, pa.py_buffer(struct.pack("<q", value))])[0]
+
+
+def empty_batch(schema: pa.Schema) -> pa.RecordBatch:
+    """A record batch of ``schema`` without rows."""
+    return pa.RecordBatch.from_arrays([pa.nulls(0, field.type) for field in schema], schema=schema)

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlm.errors import CorruptDataError
-from rlm.log.arrow import HEADER_TYPE, record_arrays
+from rlm.log.arrow import HEADER_TYPE, int64_scalar, record_arrays
 from rlm.log.columns import ColumnBuffers, append_batch
 from rlm.log.model import NO_TIMESTAMP, BatchHeader
 from rlm.metastore.model import TopicPartition
@@ -53,6 +53,9 @@ RECORD_SCHEMA = arrow_schema(
 EXPORT_COLUMNS: tuple[str, ...] = tuple(RECORD_SCHEMA.names[:10])
 #: Records per Arrow batch a stage yields (bounds an executor's memory, not a batch of Kafka's).
 RECORDS_PER_ARROW_BATCH = 8192
+_TIMESTAMP_TYPE = RECORD_SCHEMA.field("timestamp").type
+_NO_TIMESTAMP = int64_scalar(NO_TIMESTAMP)
+_NULL_TIMESTAMP = pa.nulls(1, _TIMESTAMP_TYPE)[0]
 
 
 def decode_columns(
@@ -126,9 +129,11 @@ def decode_columns(
 
 def export_timestamps(stored: pa.Array[Any]) -> pa.Array[Any]:
     """The ``timestamp`` column of stored timestamps (int64): null where a record has none."""
-    no_timestamp = pc.equal(stored, pa.scalar(NO_TIMESTAMP, pa.int64()))
-    timestamps = stored.view(pa.timestamp("ms", tz="UTC"))
-    return pc.if_else(no_timestamp, None, timestamps) if pc.any(no_timestamp).as_py() else timestamps
+    no_timestamp = pc.equal(stored, _NO_TIMESTAMP)
+    timestamps = stored.view(_TIMESTAMP_TYPE)
+    return (
+        pc.if_else(no_timestamp, _NULL_TIMESTAMP, timestamps) if pc.any(no_timestamp).as_py() else timestamps
+    )
 
 
 def records_task(storage: RemoteStorage, summary: SegmentSummary) -> Iterator[pa.RecordBatch]:

@@ -13,7 +13,7 @@ from typing import cast
 
 import pyarrow as pa
 
-from rlm.log.arrow import record_arrays
+from rlm.log.arrow import empty_batch, int32s, record_arrays, strings
 from rlm.pipeline.columns import RECORD_SCHEMA, decode_columns, export_timestamps
 from rlm.pipeline.reader import RawBatch
 from rlm.pipeline.transactions import AbortedIndex
@@ -39,7 +39,7 @@ def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBa
         CorruptDataError: a batch fails its CRC or cannot be decoded (names its object or file).
     """
     if not batches:
-        return pa.RecordBatch.from_pylist([], STREAM_SCHEMA)
+        return empty_batch(STREAM_SCHEMA)
     cols = decode_group(plan, batches)
     if cols is None:  # a corrupt batch: decoded one by one, which says which
         decoded = decode_columns(
@@ -53,10 +53,8 @@ def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBa
         return decoded.select(list(STREAM_COLUMNS))
     arrays = record_arrays(cols)
     headers = [b.header for b in batches]
-    kinds = pa.array([h.timestamp_type.label for h in headers], pa.string())
-    epochs = pa.array(
-        [h.leader_epoch if h.magic >= 2 and h.leader_epoch >= 0 else None for h in headers], pa.int32()
-    )
+    kinds = strings([h.timestamp_type.label for h in headers])
+    epochs = int32s([h.leader_epoch if h.magic >= 2 and h.leader_epoch >= 0 else None for h in headers])
     columns = (
         arrays.offset,
         export_timestamps(arrays.timestamp),
