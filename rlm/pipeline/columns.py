@@ -11,7 +11,7 @@ none); ``timestamp_type`` is Kafka's name (``CreateTime``, ``LogAppendTime``, ``
 ``key``/``value`` null for a null key or value (a tombstone); ``leader_epoch`` and ``producer_id``
 null where the batch has none (-1, or a legacy batch); control records (transaction markers) are
 rows with ``is_control`` true and their key/value as stored; ``aborted`` is true for the records of
-an aborted transaction (see :class:`~rlm.pipeline.transactions.AbortedIndex`).
+an aborted transaction (see :class:`~rlm.log.aborted.AbortedIndex`).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlm.errors import CorruptDataError
+from rlm.log.aborted import AbortedIndex
 from rlm.log.arrow import HEADER_TYPE, int64_scalar, record_arrays
 from rlm.log.columns import ColumnBuffers, append_batch
 from rlm.log.model import NO_TIMESTAMP, BatchHeader
@@ -31,7 +32,6 @@ from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import RawBatch, SegmentReader
 from rlm.pipeline.stage import Stage, arrow_schema
 from rlm.pipeline.storage import StorageSpec
-from rlm.pipeline.transactions import AbortedIndex
 from rlm.storage.protocol import RemoteStorage
 
 RECORD_SCHEMA = arrow_schema(

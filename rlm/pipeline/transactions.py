@@ -4,17 +4,16 @@ An aborted transaction is listed in the transaction index of the segment holding
 marker, which may come after the segments holding its records. So a job that needs the aborted
 flag first collects every transaction index of the partitions it reads (:data:`ABORTED_STAGE` on
 executors, a few bytes per segment), then attaches to each segment the transactions touching it
-(:func:`attach_aborted`), then reads records. :class:`AbortedIndex` answers per batch.
+(:func:`attach_aborted`), then reads records. :class:`~rlm.log.aborted.AbortedIndex` answers
+per batch.
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from rlm.log.model import BatchHeader
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.metastore.model import IndexType, TopicPartition
 from rlm.pipeline.plan import PartitionPlan, SegmentSummary, with_aborted
@@ -31,39 +30,6 @@ ABORTED_SCHEMA = arrow_schema(
     pa.field("last_offset", pa.int64()),
     pa.field("last_stable_offset", pa.int64()),
 )
-
-
-class AbortedIndex:
-    """The aborted transactions of one segment's range, looked up per batch."""
-
-    def __init__(self, entries: Iterable[AbortedTxn]) -> None:
-        ranges: dict[int, list[tuple[int, int]]] = {}
-        for txn in entries:
-            ranges.setdefault(txn.producer_id, []).append((txn.first_offset, txn.last_offset))
-        self._firsts: dict[int, list[int]] = {}
-        self._lasts: dict[int, list[int]] = {}
-        for producer, spans in ranges.items():
-            spans.sort()
-            self._firsts[producer] = [first for first, _ in spans]
-            self._lasts[producer] = [last for _, last in spans]
-
-    def __bool__(self) -> bool:
-        return bool(self._firsts)
-
-    def is_aborted(self, header: BatchHeader) -> bool:
-        """Whether the batch's records belong to an aborted transaction.
-
-        A transactional data batch holds records of one transaction of one producer; it is aborted
-        when an aborted transaction of that producer spans its base offset. Control batches and
-        non-transactional batches are never aborted.
-        """
-        if header.is_control or not header.is_transactional:
-            return False
-        firsts = self._firsts.get(header.producer_id)
-        if firsts is None:
-            return False
-        at = bisect.bisect_right(firsts, header.base_offset) - 1
-        return at >= 0 and header.base_offset <= self._lasts[header.producer_id][at]
 
 
 def read_aborted(storage: RemoteStorage, summary: SegmentSummary) -> list[AbortedTxn]:

@@ -13,10 +13,10 @@ from typing import cast
 
 import pyarrow as pa
 
+from rlm.log.aborted import AbortedIndex
 from rlm.log.arrow import empty_batch, int32s, record_arrays, strings
 from rlm.pipeline.columns import RECORD_SCHEMA, decode_columns, export_timestamps
 from rlm.pipeline.reader import RawBatch
-from rlm.pipeline.transactions import AbortedIndex
 from rlm.stream.plan import RangePlan
 from rlm.stream.reader import StreamBatch
 from rlm.stream.records import decode_group

@@ -26,11 +26,11 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import NamedTuple, Protocol, TypeVar
 
 from rlm.errors import OffsetOutOfRangeError
+from rlm.log.aborted import AbortedIndex
 from rlm.log.model import BatchHeader
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
 from rlm.metastore.model import RemoteSegment
-from rlm.pipeline.transactions import AbortedIndex
 from rlm.stream.chunks import Batch, Chunk, batch_runs, batch_runs_in_range, read_ahead
 from rlm.stream.plan import RangePlan
 

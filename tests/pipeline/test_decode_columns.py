@@ -7,6 +7,7 @@ import pyarrow as pa
 import pytest
 
 from rlm.errors import CorruptDataError
+from rlm.log.aborted import AbortedIndex
 from rlm.log.batches import parse_header
 from rlm.log.legacy import encode_legacy_batch
 from rlm.log.model import Codec, ControlType, Record
@@ -14,7 +15,6 @@ from rlm.log.v2 import encode_control_batch, encode_v2_batch, parse_v2_header
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.columns import RECORD_SCHEMA, decode_columns
 from rlm.pipeline.reader import RawBatch
-from rlm.pipeline.transactions import AbortedIndex
 
 TP = TopicPartition("orders", 3)
 

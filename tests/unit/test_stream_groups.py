@@ -9,12 +9,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlm.errors import CorruptDataError
+from rlm.log.aborted import AbortedIndex
 from rlm.log.model import Codec, Record, TimestampType
 from rlm.log.v2 import encode_v2_batch, parse_v2_header
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.columns import decode_columns
 from rlm.pipeline.reader import RawBatch
-from rlm.pipeline.transactions import AbortedIndex
 from rlm.stream.arrow import END_OF_STREAM, STREAM_COLUMNS, STREAM_SCHEMA, ArrowStreamWriter, record_batch
 from rlm.stream.ndjson import lines, ndjson_lines
 from rlm.stream.plan import RangePlan

@@ -19,13 +19,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlm.errors import CorruptDataError, RlmError
+from rlm.log.aborted import AbortedIndex
 from rlm.pipeline.columns import decode_columns
 from rlm.pipeline.compact.rules import Fact, Kind, Strategy, order_key
 from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import RawBatch, SegmentReader
 from rlm.pipeline.stage import Stage, arrow_schema
 from rlm.pipeline.storage import StorageSpec
-from rlm.pipeline.transactions import AbortedIndex
 from rlm.storage.protocol import RemoteStorage
 
 #: ``kind`` of an error row.

@@ -23,12 +23,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlm.log.aborted import AbortedIndex
 from rlm.log.model import BatchHeader, Record, TimestampType
 from rlm.log.v2 import encode_v2_batch
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.columns import decode_columns
 from rlm.pipeline.reader import RawBatch
-from rlm.pipeline.transactions import AbortedIndex
 
 
 @dataclass(frozen=True)

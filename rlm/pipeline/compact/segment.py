@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.errors import CorruptDataError
+from rlm.log.aborted import AbortedIndex
 from rlm.log.batches import parse_header
 from rlm.log.checkpoints import EpochEntry, encode_leader_epoch_checkpoint
 from rlm.log.recovery import IndexRebuilder, TransactionTracker
@@ -26,7 +27,6 @@ from rlm.metastore.model import IndexType, LeaderEpochEntry, RemoteSegment, Segm
 from rlm.pipeline.compact.rewrite import Counts, Keep, RewriteParams, empty_batch, rewrite_batches
 from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import SegmentReader
-from rlm.pipeline.transactions import AbortedIndex
 from rlm.storage.description import PENDING, SWAPPED, describe
 from rlm.storage.layout import IndexBlob, segment_keys
 from rlm.storage.protocol import RemoteStorage
