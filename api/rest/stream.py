@@ -20,6 +20,7 @@ partitions get their 4xx; above ``remote.fetch.max.streams`` streams the answer 
 from __future__ import annotations
 
 import asyncio
+import importlib
 import json
 from collections.abc import AsyncIterator
 from functools import partial
@@ -44,7 +45,6 @@ from rlm.bootstrap import Runtime
 from rlm.lookup.plans import IsolationLevel
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
-from rlm.stream.arrow import RECORDS_PER_MESSAGE, ArrowStreamWriter, record_batch
 from rlm.stream.ndjson import ndjson_lines
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import StreamBatch
@@ -209,9 +209,12 @@ async def _raw(batches: AsyncIterator[list[StreamBatch]]) -> AsyncIterator[bytes
 async def _arrow(
     plan: RangePlan, batches: AsyncIterator[list[StreamBatch]], streams: RecordStreams
 ) -> AsyncIterator[bytes | memoryview]:
-    writer = ArrowStreamWriter()  # on the loop, in order: the batches are made ahead, at once
-    groups = group_batches(batches, streams.group_bytes, RECORDS_PER_MESSAGE)
-    async for batch in streams.encoded(groups, partial(record_batch, plan)):
+    # pyarrow is imported by the first Arrow stream, off the event loop (a tenth of a second), not
+    # by the server: a process that never streams Arrow does not hold it (some 45 MiB).
+    arrow = await streams.run(partial(importlib.import_module, "rlm.stream.arrow"))
+    writer = arrow.ArrowStreamWriter()  # on the loop, in order: the batches are made ahead, at once
+    groups = group_batches(batches, streams.group_bytes, arrow.RECORDS_PER_MESSAGE)
+    async for batch in streams.encoded(groups, partial(arrow.record_batch, plan)):
         for part in writer.write(batch):
             yield part
     yield writer.end()

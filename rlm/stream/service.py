@@ -136,7 +136,8 @@ class RecordStreams:
         """
         return plan_range(self.service, self.indexes, query)
 
-    async def _run(self, call: Callable[[], T]) -> T:
+    async def run(self, call: Callable[[], T]) -> T:
+        """``call()`` on the streams' executor: a blocking call, off the event loop."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, call)
 
@@ -160,7 +161,7 @@ class RecordStreams:
             self.service,
             self.indexes,
             self.remote,
-            self._run,
+            self.run,
             chunk_bytes=self.chunk_bytes,
             meter=self._meter,
         )
