@@ -26,6 +26,7 @@ from api.auth import TokenAuthenticator
 from api.http_protocol import ChunkedHttpProtocol
 from api.rest.app import create_app
 from rlm.bootstrap import Runtime, build_runtime
+from rlm.collector import set_aside
 from rlm.config import Settings
 from rlm.loops import BackgroundLoop
 
@@ -103,6 +104,8 @@ async def _serve(
             ssl_keyfile=str(settings.tls_key_file) if settings.tls_key_file else None,
         )
     )
+    frozen = set_aside()  # what start-up made stays: later full collections skip it
+    log.debug("objects set aside from the collector: %d", frozen)
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
