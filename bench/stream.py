@@ -23,7 +23,8 @@ nothing inside the time, so that it takes as little as it can of the cores it me
 moto reads a whole object for each ranged GET, so that chunked reads pay more than one GET per
 object there: the raw ratio is a floor for real S3. Every figure comes with ``os.getloadavg()``.
 Each timed figure is the median of :data:`REPEATS` runs after an untimed warm-up run (the
-server's first Arrow stream imports pyarrow).
+server's first Arrow stream imports pyarrow); the runs are given too (``runs_s``). This process's
+garbage collector is off while a figure is timed, as ``timeit`` has it (:func:`collector_off`).
 
 The range is of 160,000 records in segments of 8 MiB by default (about 33 MB over four remote
 objects, uncompressed values a little more): long enough that records/s measure a stream's
@@ -45,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -53,9 +55,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: import rlm from the checkout
@@ -69,6 +71,7 @@ from rlm.log.model import BatchHeader, Codec  # noqa: E402
 from rlm.log.produce import ProduceSpec, produce  # noqa: E402
 from rlm.stream.service import DEFAULT_IO_THREADS  # noqa: E402
 
+T = TypeVar("T")
 BUCKET = "bench"
 AUTH = {"Authorization": f"Bearer {READ_TOKEN}"}
 OCTET = "application/octet-stream"
@@ -183,16 +186,16 @@ def drop_tiered_locally(log_dir: Path, highest_tiered: int) -> None:
 
 
 class Streamed:
-    """A streamed body as received (its pieces), its size and the seconds it took.
+    """A streamed body's size and the seconds it took, and its pieces as received when kept.
 
     Its ``repr`` is short: asyncio formats the result of a finished task when it reprs it, and the
     repr of tens of megabytes of bytes costs the client half a second of CPU between timed runs."""
 
     __slots__ = ("pieces", "seconds", "size")
 
-    def __init__(self, pieces: list[bytes], seconds: float) -> None:
+    def __init__(self, pieces: list[bytes], size: int, seconds: float) -> None:
         self.pieces = pieces
-        self.size = sum(len(piece) for piece in pieces)
+        self.size = size
         self.seconds = seconds
 
     def body(self) -> bytes:
@@ -202,22 +205,29 @@ class Streamed:
         return f"Streamed({self.size} bytes in {self.seconds:.3f} s)"
 
 
-async def timed_stream(url: str, media: str, params: dict[str, str]) -> Streamed:
-    """The body at ``url``, timed from the request to its last byte. The pieces are kept as they
-    arrive (``iter_any``: no re-joining into larger pieces, nothing joined inside the time), so
-    that the client, on the same machine, takes as little of the time measured as it can."""
+async def timed_stream(url: str, media: str, params: dict[str, str], *, keep: bool = False) -> Streamed:
+    """The body at ``url``, timed from the request to its last byte, its pieces kept (``keep``)
+    or only counted. The pieces are taken as they arrive (``iter_any``: no re-joining into larger
+    pieces, nothing joined inside the time), so that the client, on the same machine, takes as
+    little of the time measured as it can. Timed runs keep nothing: a client holding every run's
+    body grows its heap by hundreds of megabytes a round, and the pages it touches first (zeroed
+    by the kernel, on a new virtual machine first backed by the host) took it more CPU than
+    receiving the body, on whichever stream reached them."""
     import aiohttp
 
     started = time.perf_counter()
     pieces = []
+    size = 0
     async with (
         aiohttp.ClientSession() as session,
         session.get(url, params=params, headers={**AUTH, "Accept": media}) as answer,
     ):
         assert answer.status == 200, await answer.text()
         async for piece in answer.content.iter_any():
-            pieces.append(piece)
-    return Streamed(pieces, time.perf_counter() - started)
+            size += len(piece)
+            if keep:
+                pieces.append(piece)
+    return Streamed(pieces, size, time.perf_counter() - started)
 
 
 async def bare_gets(endpoint: str, keys: list[str]) -> tuple[int, float]:
@@ -234,12 +244,32 @@ async def bare_gets(endpoint: str, keys: list[str]) -> tuple[int, float]:
     return total, time.perf_counter() - started
 
 
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    """This process's garbage collector off while a figure is timed, after a collection (as
+    ``timeit`` times): a full collection of the client's heap took 160-200 ms, more than half of
+    one stream, and fell on whichever stream was running."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def timed(run: Coroutine[Any, Any, T]) -> T:
+    """``run`` to its end, timed by itself, with :func:`collector_off`."""
+    with collector_off():
+        return asyncio.run(run)
+
+
 def decode_once(raw: bytes, headers: list[BatchHeader]) -> tuple[int, float, float]:
     """Records of rlm's own decoder over the batches of ``raw`` (``headers``), and the wall and
-    CPU seconds it took."""
-    started, cpu = time.perf_counter(), time.process_time()
-    records = sum(len(decode_batch(raw, h)) for h in headers)
-    return records, time.perf_counter() - started, time.process_time() - cpu
+    CPU seconds it took (:func:`collector_off`)."""
+    with collector_off():
+        started, cpu = time.perf_counter(), time.process_time()
+        records = sum(len(decode_batch(raw, h)) for h in headers)
+        return records, time.perf_counter() - started, time.process_time() - cpu
 
 
 def cpu_seconds(pid: int) -> float:
@@ -408,22 +438,23 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
     """NDJSON and Arrow records/s over ``[0, highest]`` vs rlm's own decode of the same batches."""
     url = f"{served.http}/v1/topics/{TOPIC}/partitions/0/records"
     params = {"offset": "0", "end_offset": str(highest + 1)}
-    raw = asyncio.run(timed_stream(url, "application/octet-stream", params)).body()
+    raw = asyncio.run(timed_stream(url, "application/octet-stream", params, keep=True)).body()
     headers = list(iter_headers(BytesSource(raw), 0))
     records = decode_once(raw, headers)[0]  # warm-up
     decodes: list[tuple[int, float, float]] = []
     server_cpu: dict[str, list[float]] = {"ndjson": [], "arrow": []}
     media_types = {"ndjson": "application/x-ndjson", "arrow": "application/vnd.apache.arrow.stream"}
     runs: dict[str, list[Streamed]] = {"bare": [], "ndjson": [], "arrow": []}
+    bodies: dict[str, bytes] = {}
     with bare_server(len(raw), CEILING_PIECE_BYTES) as bare:
         urls = {"bare": (bare, OCTET, {}), **{n: (url, m, params) for n, m in media_types.items()}}
-        for where, media, args in urls.values():
-            asyncio.run(timed_stream(where, media, args))  # warm-up (imports, caches)
+        for name, (where, media, args) in urls.items():  # warm-up (imports, caches); the bodies
+            bodies[name] = asyncio.run(timed_stream(where, media, args, keep=True)).body()
         for _ in range(REPEATS):  # interleaved, so that all (the decode too) see the same load
             decodes.append(decode_once(raw, headers))
             for name, (where, media, args) in urls.items():
                 before = cpu_seconds(served.process.pid)
-                runs[name].append(asyncio.run(timed_stream(where, media, args)))
+                runs[name].append(timed(timed_stream(where, media, args)))
                 if name in server_cpu:
                     server_cpu[name].append(cpu_seconds(served.process.pid) - before)
     own = records / median([seconds for _, seconds, _ in decodes])
@@ -434,13 +465,17 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
         "http_ceiling": figure(
             {
                 "bare_endpoint_mb_per_s": round(ceiling, 1),
+                "runs_s": [round(r.seconds, 3) for r in bare_runs],
                 "piece_bytes": CEILING_PIECE_BYTES,
                 "raw_records_per_s_at_ceiling": round(ceiling * MIB * records / len(raw)),
             }
         )
     }
     for name, target in (("ndjson", 0.5), ("arrow", 0.8)):
-        body, seconds = runs[name][0].body(), median([r.seconds for r in runs[name]])
+        body, seconds = bodies[name], median([r.seconds for r in runs[name]])
+        if any(r.size != len(body) for r in runs[name]):
+            sizes = [r.size for r in runs[name]]
+            raise SystemExit(f"{name}: the runs' sizes {sizes} differ from the first body's {len(body)}")
         if name == "ndjson":
             sent = body.count(b"\n")
         else:
@@ -457,6 +492,7 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
                 "rlm_records_per_s": round(rate),
                 "rlm_decode_records_per_s": round(own),
                 "ratio": round(rate / own, 2),
+                "runs_s": [round(r.seconds, 3) for r in runs[name]],
                 "server_cpu_us_per_record": round(sum(server_cpu[name]) / REPEATS / sent * 1e6, 2),
                 "rlm_decode_cpu_us_per_record": round(decode_cpu * 1e6, 2),
                 "target_ratio_min": target,
@@ -483,8 +519,8 @@ def run(served: Any, endpoint: str, highest: int) -> dict[str, Any]:
     asyncio.run(bare_gets(endpoint, keys))
     raw_runs, bare_runs = [], []
     for _ in range(REPEATS):  # interleaved, so that both see the same load
-        raw_runs.append(asyncio.run(timed_stream(url, "application/octet-stream", params)))
-        bare_runs.append(asyncio.run(bare_gets(endpoint, keys)))
+        raw_runs.append(timed(timed_stream(url, "application/octet-stream", params)))
+        bare_runs.append(timed(bare_gets(endpoint, keys)))
     raw_size, raw_s = raw_runs[0].size, median([r.seconds for r in raw_runs])
     bare_size, bare_s = bare_runs[0][0], median([r[1] for r in bare_runs])
     raw_mbps, bare_mbps = raw_size / MIB / raw_s, bare_size / MIB / bare_s
