@@ -60,6 +60,7 @@ def append_log_columns(
     max_rows: int,
     calls: tuple[Callable[..., object], ...],
     positions: bytearray | None,
+    expected_rows: int = 0,
     /,
 ) -> tuple[int, int, int]: ...
 def decompress_plain(

@@ -68,7 +68,7 @@ static const char *put_batch(cols_t *c, batch_t *b, const unsigned char *d, int6
 }
 
 /* append_log_columns(buffers, used, buf, pos, end, verify_crc, first_offset, last_offset, batch_no,
- *                    max_rows, calls, positions) -> (position, batches, rows)
+ *                    max_rows, calls, positions[, expected_rows]) -> (position, batches, rows)
  *
  * Walk the batches of buf[pos:end] and append the records with first_offset <= offset <=
  * last_offset of each, as append_batch_columns does; the i-th batch walked is batch number
@@ -78,16 +78,19 @@ static const char *put_batch(cols_t *c, batch_t *b, const unsigned char *d, int6
  * a batch once rows >= max_rows, and before any batch it does not take: not v2, not whole before
  * end, not well-formed, a bad CRC, an unknown codec, a payload it gives up on (a library raising
  * among them), records it gives up on. Nothing of that batch stays appended; the caller goes on
- * from the position returned. When it raises (memory), nothing of the call stays appended. */
+ * from the position returned. When it raises (memory), nothing of the call stays appended.
+ * expected_rows (0: unknown; else max_rows when that is small) is the rows the call is expected to
+ * append: it only sizes the buffers (see grow). */
 static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 12) {
-        PyErr_SetString(PyExc_TypeError, "takes 12 arguments");
+    if (nargs != 12 && nargs != 13) {
+        PyErr_SetString(PyExc_TypeError, "takes 12 or 13 arguments");
         return NULL;
     }
-    int64_t p, end, first, last, batch_no, max_rows;
+    int64_t p, end, first, last, batch_no, max_rows, expected_rows = 0;
     if (as_int64(args[3], &p) || as_int64(args[4], &end) || as_int64(args[6], &first) ||
-        as_int64(args[7], &last) || batch_number(args[8], &batch_no) || as_int64(args[9], &max_rows)) {
+        as_int64(args[7], &last) || batch_number(args[8], &batch_no) || as_int64(args[9], &max_rows) ||
+        (nargs == 13 && as_int64(args[12], &expected_rows))) {
         return NULL;
     }
     int verify = PyObject_IsTrue(args[5]);
@@ -120,7 +123,9 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
     }
     const unsigned char *d = (const unsigned char *)view.buf;
     int64_t rows_before = c.used[C_OFFSET] / 8;
-    if (max_rows <= GOAL_ROWS_MAX) { /* an Arrow batch's worth: buffers sized for it (see grow) */
+    if (expected_rows > 0 && expected_rows <= GOAL_ROWS_MAX) { /* buffers sized for them (see grow) */
+        c.goal_rows = rows_before + expected_rows;
+    } else if (max_rows <= GOAL_ROWS_MAX) { /* an Arrow batch's worth */
         c.goal_rows = rows_before + max_rows;
     }
     int64_t start[NCOL];

@@ -335,12 +335,17 @@ def append_log(
     max_rows: int = _NO_ROW_LIMIT,
     verify_crc: bool = True,
     positions: bytearray | None = None,
+    expected_rows: int = 0,
     in_c: bool = True,
 ) -> LogProgress:
     """Append the records with offsets in ``[first_offset, last_offset]`` of the batches of ``buf``
     from ``pos`` on, batch after batch, until the end of ``buf`` or, once ``max_rows`` rows are
     appended, before the next batch. The ``i``-th batch walked gets batch number ``batch_no + i``;
     its position is appended to ``positions`` (int64, little-endian) when given.
+
+    ``expected_rows`` (0: unknown), the rows the call is expected to append (the record counts of
+    the batches' headers, say), changes nothing but how the C walk grows the buffers: to what the
+    rows so far extrapolate to, rather than doubling (each growth copies a buffer).
 
     With ``in_c`` (and the C module built) one C call takes every run of v2 batches it can (the
     common compressed frames among them); other batches, and all of them without ``in_c`` (the
@@ -370,6 +375,7 @@ def append_log(
                 min(max_rows - rows, _NO_ROW_LIMIT),
                 calls,
                 positions,
+                max(0, expected_rows - rows),
             )
             batches += walked
             rows += appended

@@ -32,8 +32,9 @@ def decode_group(plan: RangePlan, batches: Sequence[StreamBatch]) -> ColumnBuffe
     if not batches:
         return cols
     data = batches[0].data if len(batches) == 1 else b"".join([batch.data for batch in batches])
+    expected = sum(batch.header.record_count for batch in batches)
     try:
-        append_log(cols, data, first_offset=plan.start, last_offset=plan.end - 1)
+        append_log(cols, data, first_offset=plan.start, last_offset=plan.end - 1, expected_rows=expected)
     except CorruptDataError:
         return None
     return cols

@@ -88,6 +88,7 @@ def _check(log: bytes | memoryview, **kwargs: object) -> Outcome:
     max_rows=st.one_of(st.integers(1, 20), st.just(2**63)),
     prefill=st.integers(0, 9),
     verify=st.booleans(),
+    expected_rows=st.one_of(st.just(0), st.integers(-3, 40), st.just(2**40)),
 )
 def test_valid_and_extreme_logs(
     batches: list[BatchSpec],
@@ -99,6 +100,7 @@ def test_valid_and_extreme_logs(
     max_rows: int,
     prefill: int,
     verify: bool,
+    expected_rows: int,
 ) -> None:
     log = _log(batches, base_offset, log_append)
     answer, _, _ = _check(
@@ -109,6 +111,7 @@ def test_valid_and_extreme_logs(
         max_rows=max_rows,
         prefill=prefill,
         verify_crc=verify,
+        expected_rows=expected_rows,
     )
     if batches and batch_no >= 0 and batch_no + len(batches) <= INT32_MAX and max_rows > 100:
         assert answer[:2] == ("ok", len(log))  # every batch taken (a legacy message set is one a message)
@@ -177,6 +180,24 @@ def test_any_bytes(data: bytes, pos: int) -> None:
 
 
 @needs_c
+@needs_c
+@pytest.mark.parametrize("codec", [Codec.NONE, Codec.ZSTD, Codec.LZ4])
+@pytest.mark.parametrize("expected_rows", [1, 64, 1199, 1200, 1201, 50_000, 2**40])
+def test_expected_rows_only_sizes_the_buffers(codec: Codec, expected_rows: int) -> None:
+    # Enough rows (1200, values of 50-400 bytes) that the buffers grow by extrapolation (from 64
+    # rows on), to a size too small, exact or too large; a range that leaves out some rows.
+    rng = random.Random(expected_rows)
+    specs: list[BatchSpec] = [
+        (codec, [(b"k%d" % i, rng.randbytes(rng.randint(50, 400)), [("h", b"v")]) for i in range(300)])
+        for _ in range(4)
+    ]
+    log = _log(specs)
+    without = _check(log, first_offset=5, last_offset=1190)
+    with_hint = _check(log, first_offset=5, last_offset=1190, expected_rows=expected_rows)
+    assert with_hint == without
+    assert without[0] == ("ok", len(log), 4, 1186)
+
+
 def test_the_c_walk_takes_every_v2_batch_of_a_log() -> None:
     from rlm.log import _decode
 
