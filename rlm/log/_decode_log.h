@@ -79,8 +79,8 @@ static const char *put_batch(cols_t *c, batch_t *b, const unsigned char *d, int6
  * end, not well-formed, a bad CRC, an unknown codec, a payload it gives up on (a library raising
  * among them), records it gives up on. Nothing of that batch stays appended; the caller goes on
  * from the position returned. When it raises (memory), nothing of the call stays appended.
- * expected_rows (0: unknown; else max_rows when that is small) is the rows the call is expected to
- * append: it only sizes the buffers (see grow). */
+ * expected_rows (absent or 0: unknown) is the rows the call is expected to append: it only sizes
+ * the buffers (see grow); where it is unknown, max_rows does when it is small. */
 static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 12 && nargs != 13) {

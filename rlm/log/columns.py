@@ -375,7 +375,7 @@ def append_log(
                 min(max_rows - rows, _NO_ROW_LIMIT),
                 calls,
                 positions,
-                max(0, expected_rows - rows),
+                min(max(0, expected_rows - rows), _NO_ROW_LIMIT),
             )
             batches += walked
             rows += appended

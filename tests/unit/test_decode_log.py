@@ -88,7 +88,7 @@ def _check(log: bytes | memoryview, **kwargs: object) -> Outcome:
     max_rows=st.one_of(st.integers(1, 20), st.just(2**63)),
     prefill=st.integers(0, 9),
     verify=st.booleans(),
-    expected_rows=st.one_of(st.just(0), st.integers(-3, 40), st.just(2**40)),
+    expected_rows=st.one_of(st.just(0), st.integers(-3, 40), st.just(2**40), st.just(2**70)),
 )
 def test_valid_and_extreme_logs(
     batches: list[BatchSpec],
