@@ -11,6 +11,9 @@ NDJSON stream of 1000-byte values, that was about a fifth of the server's CPU. `
 blocks up to :data:`MMAP_THRESHOLD_BYTES` on the heap and up to :data:`TRIM_THRESHOLD_BYTES` free
 at a heap's top mapped.
 
+What streams freed is handed back once they have gone idle (:func:`give_back_freed_heap`): a server
+that has streamed then returns to near the memory it started with, rather than keeping its burst's.
+
 Either glibc environment variable (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``) set
 leaves malloc as the environment configures it; other C libraries are left alone.
 """
@@ -39,14 +42,39 @@ def keep_freed_blocks(environ: Mapping[str, str] = os.environ) -> bool:
     """
     if any(name in environ for name in ENVIRONMENT):
         return False
-    try:
-        libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018 (present in glibc alone)
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+    libc = _glibc()
+    if libc is None:
         return False
+    mallopt = libc.mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
         mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
     )
+
+
+def give_back_freed_heap() -> bool:
+    """Hand the free pages of the C heap back to the kernel (glibc's ``malloc_trim(0)``): what a
+    burst of streams freed, which the thresholds above keep mapped while streams run. ``serve``
+    calls it when its streams have gone idle (:meth:`rlm.stream.service.RecordStreams.when_idle`).
+
+    Returns:
+        Whether memory was handed back: False where none was free, or the C library is not glibc.
+    """
+    libc = _glibc()
+    if libc is None:
+        return False
+    trim = libc.malloc_trim
+    trim.argtypes = (ctypes.c_size_t,)
+    trim.restype = ctypes.c_int
+    return bool(trim(0))
+
+
+def _glibc() -> ctypes.CDLL | None:
+    """The process's C library where it is glibc, else None."""
+    try:
+        libc = ctypes.CDLL(None)
+        libc.gnu_get_libc_version  # noqa: B018 (present in glibc alone)
+    except (OSError, AttributeError):
+        return None
+    return libc

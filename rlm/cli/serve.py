@@ -8,12 +8,15 @@ import logging
 import os
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlm.cli.common import add_settings_options, settings_from_args
-from rlm.cli.heap import keep_freed_blocks
+from rlm.cli.heap import give_back_freed_heap, keep_freed_blocks
 from rlm.config import Settings
 from rlm.errors import BrokerIdUnknownError
+
+if TYPE_CHECKING:
+    from rlm.bootstrap import Runtime
 
 log = logging.getLogger("rlm.serve")
 #: How often ``--wait-for-broker-id`` looks for the broker's meta.properties.
@@ -64,7 +67,12 @@ def _serve(args: argparse.Namespace) -> int:
         changes["grpc_port"] = args.grpc_port
     if changes:
         settings = settings.replace(**changes)
-    return _run(serve(settings))
+    return _run(serve(settings, ready=_give_back_when_idle))
+
+
+def _give_back_when_idle(runtime: Runtime) -> None:
+    """What a burst of streams freed is handed back to the kernel once the streams are idle."""
+    runtime.streams.when_idle(give_back_freed_heap)
 
 
 def _settings_once_known(args: argparse.Namespace) -> Settings:

@@ -12,6 +12,8 @@
   and line writer run without the GIL), while the event loop reads and sends. A stream holds at
   most that many encoded pieces more than the one being sent, and its groups are that much
   smaller (:attr:`RecordStreams.group_bytes`), so that they hold no more read bytes.
+* Calls registered with :meth:`RecordStreams.when_idle` run on that executor once a burst of
+  streams is over (``rlm serve`` hands the memory the streams freed back to the kernel).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TypeVar
@@ -31,6 +34,7 @@ from rlm.stream.reader import AsyncRangeReader, BatchReader, StreamBatch
 
 T = TypeVar("T")
 G = TypeVar("G")
+log = logging.getLogger(__name__)
 
 DEFAULT_BUFFER_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_STREAMS = 64
@@ -40,6 +44,9 @@ DEFAULT_MAX_STREAMS = 64
 DEFAULT_IO_THREADS = 2
 #: Seconds a refused client is told to wait (``Retry-After``).
 RETRY_AFTER_S = 1
+#: Seconds without a stream after which the process's idle calls run (:meth:`RecordStreams.when_idle`):
+#: the end of a burst of streams, not the gap between one client's streams.
+IDLE_AFTER_S = 2.0
 
 
 class StreamSlot:
@@ -84,6 +91,7 @@ class RecordStreams:
         buffer_bytes: int = DEFAULT_BUFFER_BYTES,
         max_streams: int = DEFAULT_MAX_STREAMS,
         io_threads: int = DEFAULT_IO_THREADS,
+        idle_after_s: float = IDLE_AFTER_S,
     ) -> None:
         if buffer_bytes < 2 or max_streams < 1 or io_threads < 1:
             raise ValueError("buffer_bytes must be ≥ 2, max_streams and io_threads ≥ 1")
@@ -94,6 +102,9 @@ class RecordStreams:
         self.buffer_bytes = buffer_bytes
         self.max_streams = max_streams
         self._active = 0
+        self._idle_after_s = idle_after_s
+        self._idle_calls: list[Callable[[], object]] = []
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._meter = _Meter(metrics)
         self._executor = ThreadPoolExecutor(io_threads, thread_name_prefix="rlm-stream-io")
         self.encodings = io_threads
@@ -118,6 +129,9 @@ class RecordStreams:
                 self.metrics.streams_refused.inc()
             return None
         self._active += 1
+        if self._idle_timer is not None:  # not idle after all
+            self._idle_timer.cancel()
+            self._idle_timer = None
         if self.metrics is not None:
             self.metrics.streams_active.inc()
         return StreamSlot(self)
@@ -127,6 +141,26 @@ class RecordStreams:
         if self.metrics is not None:
             self.metrics.streams_active.dec()
             self.metrics.streams.labels(outcome).inc()
+        if self._active == 0 and self._idle_calls:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # released off a loop: nothing to wait on
+                return
+            if self._idle_timer is not None:
+                self._idle_timer.cancel()
+            self._idle_timer = loop.call_later(self._idle_after_s, self._idle, loop)
+
+    def when_idle(self, call: Callable[[], object]) -> None:
+        """Run ``call`` on the streams' executor each time no stream has been sent for
+        ``idle_after_s`` after the last one ended (once per burst of streams; not before the first)."""
+        self._idle_calls.append(call)
+
+    def _idle(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._idle_timer = None
+        if self._active:
+            return
+        for call in self._idle_calls:
+            loop.run_in_executor(self._executor, _logged, call)
 
     def plan(self, query: RangeQuery) -> RangePlan:
         """Resolve ``query`` (blocking; may search the remote tier: run it on the reader pool).
@@ -169,7 +203,18 @@ class RecordStreams:
 
     def close(self) -> None:
         """Stop the executor (for a process without a running loop); idempotent."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _logged(call: Callable[[], object]) -> None:
+    """``call()``, an error logged rather than left in a future no one awaits."""
+    try:
+        call()
+    except Exception:
+        log.exception("an idle call of the streams failed")
 
 
 async def encode_ahead(

@@ -50,3 +50,44 @@ def test_nothing_is_set_where_the_environment_sets_a_threshold() -> None:
     from rlm.cli.heap import keep_freed_blocks
 
     assert keep_freed_blocks({"MALLOC_TRIM_THRESHOLD_": "0"}) is False
+
+
+#: RSS (KiB) given back by give_back_freed_heap, after 64 blocks of 4 MiB were made (every page
+#: written) and every other one freed under serve's thresholds: freed between live blocks, not at
+#: the heap's top, they stay resident until handed back.
+RSS_GIVEN_BACK = """
+from pathlib import Path
+from rlm.cli.heap import give_back_freed_heap, keep_freed_blocks
+
+def rss() -> int:
+    status = Path("/proc/self/status").read_text().splitlines()
+    return int(next(line for line in status if line.startswith("VmRSS")).split()[1])
+
+print(keep_freed_blocks())
+blocks = []
+for _ in range(64):
+    block = bytearray(4 << 20)
+    block[::4096] = b"x" * 1024
+    blocks.append(block)
+live = blocks[1::2]
+del blocks, block
+kept = rss()
+print(give_back_freed_heap())
+print(kept - rss())
+"""
+
+
+@on_glibc
+def test_what_was_freed_is_handed_back_when_asked() -> None:
+    set_, given, dropped = run(RSS_GIVEN_BACK)
+    assert set_ == "True"
+    assert given == "True"
+    # 128 MiB freed and kept resident (without the call, RSS does not move): most of it leaves.
+    assert int(dropped) > 100 * 1024
+
+
+def test_nothing_is_handed_back_without_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlm.cli import heap
+
+    monkeypatch.setattr(heap, "_glibc", lambda: None)
+    assert heap.give_back_freed_heap() is False
