@@ -888,6 +888,9 @@ static PyMethodDef methods[] = {
     {"crc32c", (PyCFunction)crc32c_py, METH_O, "CRC-32C of a buffer."},
     {"decompress_plain", (PyCFunction)(void (*)(void))decompress_plain, METH_FASTCALL,
      "A compressed v2 payload as the log walk decompresses it."},
+    {"decompress_native", (PyCFunction)(void (*)(void))decompress_native, METH_FASTCALL,
+     "A compressed v2 payload as the log walk decompresses it without the GIL."},
+    {"set_native", (PyCFunction)set_native, METH_O, "Turn native decompression on or off; the codecs it does."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -904,6 +907,7 @@ PyMODINIT_FUNC PyInit__decode(void) {
     if (codecs_init() < 0) {
         return NULL;
     }
+    native_init();
 #ifdef HAVE_CRC_INSTRUCTION
     crc_shift_init();
     __builtin_cpu_init();

@@ -34,7 +34,7 @@ static int codecs_init(void) {
 
 /* A decompressed payload: the bytes of `held` (a buffer object's view) or of the scratch memory. */
 typedef struct {
-    unsigned char *scratch; /* PyMem memory of scratch_cap bytes, for outputs built here */
+    unsigned char *scratch; /* PyMem_Raw memory of scratch_cap bytes, for outputs built here */
     Py_ssize_t scratch_cap;
     Py_buffer held;
     int holding;
@@ -51,7 +51,7 @@ static void plain_out_release(plain_out_t *o) {
 
 static void plain_out_free(plain_out_t *o) {
     plain_out_release(o);
-    PyMem_Free(o->scratch);
+    PyMem_RawFree(o->scratch); /* raw: grown without the GIL too (_decode_native.h) */
     o->scratch = NULL;
     o->scratch_cap = 0;
 }
@@ -225,7 +225,7 @@ static const char *plain_snappy(PyObject *calls, const unsigned char *at, int64_
     if (total > o->scratch_cap || o->scratch == NULL) {
         Py_ssize_t cap = (Py_ssize_t)(total > 2 * o->scratch_cap ? total : 2 * o->scratch_cap);
         cap = cap < 64 ? 64 : cap;
-        unsigned char *grown = PyMem_Realloc(o->scratch, (size_t)cap);
+        unsigned char *grown = PyMem_RawRealloc(o->scratch, (size_t)cap);
         if (grown == NULL) {
             PyErr_NoMemory();
             return NULL;
@@ -239,33 +239,51 @@ static const char *plain_snappy(PyObject *calls, const unsigned char *at, int64_
     return why;
 }
 
-/* lz4, as _lz4_plain: one frame with Kafka's descriptor (independent 64 KiB blocks, no checksums,
- * no content size) ending at the end of the payload. */
-static const char *plain_lz4(PyObject *calls, const unsigned char *at, int64_t n, plain_out_t *o) {
+static uint32_t le32(const unsigned char *at) {
+    return (uint32_t)at[0] | (uint32_t)at[1] << 8 | (uint32_t)at[2] << 16 | (uint32_t)at[3] << 24;
+}
+
+#define LZ4_KAFKA_BLOCK (64 * 1024)
+
+/* Kafka's lz4 frame, as _lz4_plain walks it: its descriptor (independent 64 KiB blocks, no
+ * checksums, no content size), blocks of at most 64 KiB (a block's size after the 4 bytes
+ * giving it, its high bit marking a block stored as it is), an end mark at the end of the
+ * payload. NULL (*blocks set), or why not. */
+static const char *kafka_lz4_frame(const unsigned char *at, int64_t n, int64_t *blocks) {
     static const unsigned char kafka_header[7] = {0x04, 0x22, 0x4D, 0x18, 0x60, 0x40, 0x82};
     if (n < 7 || memcmp(at, kafka_header, 7) != 0) {
         return "lz4: not Kafka's frame descriptor";
     }
-    int64_t pos = 7, blocks = 0;
+    int64_t pos = 7, count = 0;
     for (;;) {
         if (n - pos < 4) {
             return "lz4: no end mark";
         }
-        uint32_t size = (uint32_t)at[pos] | (uint32_t)at[pos + 1] << 8 | (uint32_t)at[pos + 2] << 16 |
-                        (uint32_t)at[pos + 3] << 24;
+        uint32_t size = le32(at + pos);
         pos += 4;
         if (size == 0) {
             break;
         }
         size &= 0x7FFFFFFFu;
-        if (size > 64 * 1024) {
+        if (size > LZ4_KAFKA_BLOCK) {
             return "lz4: a block larger than the frame's";
         }
         pos += size;
-        blocks++;
+        count++;
     }
-    if (pos != n || blocks * 64 * 1024 > PLAIN_MAX_SIZE) {
+    if (pos != n || count * LZ4_KAFKA_BLOCK > PLAIN_MAX_SIZE) {
         return "lz4: not one frame alone";
+    }
+    *blocks = count;
+    return NULL;
+}
+
+/* lz4, as _lz4_plain: one frame as Kafka writes it (kafka_lz4_frame), by the library's call. */
+static const char *plain_lz4(PyObject *calls, const unsigned char *at, int64_t n, plain_out_t *o) {
+    int64_t blocks;
+    const char *why = kafka_lz4_frame(at, n, &blocks);
+    if (why != NULL) {
+        return why;
     }
     hold(call_on_view(PyTuple_GET_ITEM(calls, 2), at, n, NULL, NULL), o); /* an error stays set */
     return NULL;
@@ -311,6 +329,15 @@ static const char *plain_decompress(PyObject *calls, int codec, const unsigned c
     }
 }
 
+/* The codec and the payload of the tests' calls (args[0], args[1]): 0 (the payload held), or -1. */
+static int codec_and_payload(PyObject *const *args, long *codec, Py_buffer *payload) {
+    *codec = PyLong_AsLong(args[0]);
+    if (*codec == -1 && PyErr_Occurred()) {
+        return -1;
+    }
+    return PyObject_GetBuffer(args[1], payload, PyBUF_SIMPLE);
+}
+
 /* decompress_plain(calls, codec, payload) -> bytes: plain_decompress alone, for the tests: the
  * decompressed payload, or ValueError when it gives up (or what a library raised). */
 static PyObject *decompress_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
@@ -319,9 +346,9 @@ static PyObject *decompress_plain(PyObject *module, PyObject *const *args, Py_ss
         PyErr_SetString(PyExc_TypeError, "takes calls (a tuple of 5), codec, payload");
         return NULL;
     }
-    long codec = PyLong_AsLong(args[1]);
+    long codec;
     Py_buffer payload;
-    if ((codec == -1 && PyErr_Occurred()) || PyObject_GetBuffer(args[2], &payload, PyBUF_SIMPLE) < 0) {
+    if (codec_and_payload(args + 1, &codec, &payload) < 0) {
         return NULL;
     }
     plain_out_t out = {NULL, 0, {0}, 0, NULL, 0};
@@ -336,5 +363,7 @@ static PyObject *decompress_plain(PyObject *module, PyObject *const *args, Py_ss
     PyBuffer_Release(&payload);
     return result;
 }
+
+#include "_decode_native.h"
 
 #endif

@@ -38,23 +38,37 @@ static int put_position(PyObject *positions, int64_t p) {
 }
 
 /* The records of the v2 batch b (count of them, size bytes at d + p) appended, a compressed one's
- * decompressed into *out: NULL, or why not (a Python error may be set). */
+ * decompressed into *out: natively where the codec is (native_has: without the GIL), else by the
+ * library calls (the GIL taken for them). The GIL, once given up (cols_release), stays given up for
+ * the batches after: only what needs it (a library call, a buffer grown, an error) takes it back.
+ * NULL, or why not; a Python error may be set only while the GIL is held (c->released NULL). */
 static const char *put_batch(cols_t *c, batch_t *b, const unsigned char *d, int64_t p, int64_t size, int codec,
                              int64_t count, int64_t first, int64_t last, int32_t batch_no, PyObject *calls,
-                             plain_out_t *out, int64_t *appended) {
+                             plain_out_t *out, native_state_t *native_state, int64_t *appended) {
     int64_t index = 0;
     if (codec == 0) {
         if (size >= RELEASE_GIL_BYTES) {
             cols_release(c);
         }
-        const char *why = put_records(c, b, (Py_ssize_t)p + V2_HEADER_SIZE, count, first, last, batch_no, appended, &index);
-        cols_gil(c);
-        return why;
+        return put_records(c, b, (Py_ssize_t)p + V2_HEADER_SIZE, count, first, last, batch_no, appended, &index);
     }
-    const char *why = plain_decompress(calls, codec, d + p + V2_HEADER_SIZE, size - V2_HEADER_SIZE, out);
-    if (why != NULL || PyErr_Occurred()) {
-        plain_out_release(out);
-        return why != NULL ? why : "not decompressed";
+    const unsigned char *payload = d + p + V2_HEADER_SIZE;
+    const char *why;
+    if (native_has(codec)) {
+        if (size >= RELEASE_GIL_BYTES) {
+            cols_release(c);
+        }
+        why = native_decompress(codec, payload, size - V2_HEADER_SIZE, out, native_state);
+        if (why != NULL) {
+            return why;
+        }
+    } else {
+        cols_gil(c);
+        why = plain_decompress(calls, codec, payload, size - V2_HEADER_SIZE, out);
+        if (why != NULL || PyErr_Occurred()) {
+            plain_out_release(out);
+            return why != NULL ? why : "not decompressed";
+        }
     }
     b->d = out->at;
     b->end = out->len;
@@ -62,8 +76,10 @@ static const char *put_batch(cols_t *c, batch_t *b, const unsigned char *d, int6
         cols_release(c);
     }
     why = put_records(c, b, 0, count, first, last, batch_no, appended, &index);
-    cols_gil(c);
-    plain_out_release(out);
+    if (out->holding) {
+        cols_gil(c);
+        plain_out_release(out);
+    }
     return why;
 }
 
@@ -134,6 +150,7 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
     int64_t batches = 0, rows = 0;
     int failed = 0;
     plain_out_t out = {NULL, 0, {0}, 0, NULL, 0};
+    native_state_t native_state = {NULL};
     while (p < end && rows < max_rows && batch_no + batches <= INT32_MAX) {
         batch_t b;
         int64_t count, size, appended = 0;
@@ -143,9 +160,10 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
         }
         int64_t saved[NCOL];
         memcpy(saved, c.used, sizeof saved);
-        const char *why =
-            put_batch(&c, &b, d, p, size, codec, count, first, last, (int32_t)(batch_no + batches), calls, &out, &appended);
-        if (why != NULL || PyErr_Occurred()) {
+        const char *why = put_batch(&c, &b, d, p, size, codec, count, first, last, (int32_t)(batch_no + batches),
+                                    calls, &out, &native_state, &appended);
+        if (why != NULL || (c.released == NULL && PyErr_Occurred())) {
+            cols_gil(&c);
             rollback(&c, saved);
             if (PyErr_Occurred() && !stops_on_error()) {
                 failed = 1;
@@ -154,14 +172,19 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
             }
             break;
         }
-        if (put_position(positions, p) < 0) {
-            failed = 1;
-            break;
+        if (positions != Py_None) {
+            cols_gil(&c);
+            if (put_position(positions, p) < 0) {
+                failed = 1;
+                break;
+            }
         }
         rows += appended;
         batches++;
         p += size;
     }
+    cols_gil(&c);
+    native_state_free(&native_state);
     if (failed) {
         rollback(&c, start);
         if (positions != Py_None && PyByteArray_GET_SIZE(positions) > positions_start) {

@@ -1,13 +1,15 @@
 """rlm.log.columns.append_log: the C walk over a log's batches (rlm.log._decode.append_log_columns,
-compressed batches decompressed in C through rlm.log.codecs.plain_calls) never answers differently
+compressed batches decompressed natively where the system's libzstd and liblz4 are, through
+rlm.log.codecs.plain_calls otherwise: tests/unit/test_decode_native.py) never answers differently
 from the Python reference (append_log_py) on valid, extreme and mutated logs: the same rows, the
 same progress, the same error naming the same position; and the fast decompressors, in Python
 (rlm.log.codecs.PLAIN_DECOMPRESSORS) and in C, never differ from rlm.log.codecs.decompress."""
 
 from __future__ import annotations
 
+import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -57,6 +59,19 @@ def _log(batches: list[BatchSpec], base_offset: int = 0, log_append: bool = Fals
 
 
 Outcome = tuple[tuple[object, ...], list[bytes], bytes]
+
+
+@contextlib.contextmanager
+def library_calls() -> Iterator[None]:
+    """The C walk decompresses every codec with the library calls it is given, none natively
+    (``rlm.log._decode.set_native``), inside the block."""
+    from rlm.log import _decode
+
+    _decode.set_native(False)
+    try:
+        yield
+    finally:
+        _decode.set_native(True)
 
 
 def _outcome(fn: Callable[..., LogProgress], log: bytes | memoryview, **kwargs: object) -> Outcome:
@@ -251,9 +266,10 @@ def test_the_c_walk_stops_before_a_batch_it_does_not_take() -> None:
         before = [bytes(cols.view(c)) for c in range(len(columns.COLUMNS))]
         calls = codecs.plain_calls()
         table = (*calls[:2], lz4_call, *calls[3:])
-        got = _decode.append_log_columns(
-            cols.buffers, cols.used, log, 0, len(log), True, 0, 9, 0, 99, table, None
-        )
+        with library_calls():  # lz4 by the call given, not natively
+            got = _decode.append_log_columns(
+                cols.buffers, cols.used, log, 0, len(log), True, 0, 9, 0, 99, table, None
+            )
         assert got == (len(good), 1, 1)  # the second batch is left, nothing of it appended
         after = _prefilled(3)
         columns.append_log_py(after, good, first_offset=0, last_offset=9)
@@ -267,19 +283,23 @@ def test_the_c_walk_stops_before_a_batch_it_does_not_take() -> None:
         bytes(kept[0])
 
 
+def mutated_payload(rng: random.Random, codec: Codec, repeats: int) -> tuple[bytes, bytes]:
+    """Bytes, and a payload of them as ``codec`` frames them, now and then mutated: bytes flipped,
+    bytes or a second frame after it, its end cut."""
+    raw = rng.randbytes(rng.randint(0, 50)) * rng.randint(1, repeats) * rng.choice([1, 1, 1, 5])
+    payload = bytearray(codecs.compress(codec, raw))
+    for _ in range(rng.choice([0, 0, 1, 2])):
+        payload[rng.randrange(len(payload))] = rng.randrange(256)
+    if rng.random() < 0.2:
+        payload += rng.randbytes(rng.randint(1, 30)) if rng.random() < 0.5 else codecs.compress(codec, raw)
+    return raw, bytes(payload[: len(payload) - rng.choice([0, 0, 0, 1, 5])])
+
+
 def test_fast_decompressors_never_differ_from_the_reference() -> None:
     rng = random.Random(47)
     for _ in range(1500):
         codec = rng.choice([Codec.GZIP, Codec.SNAPPY, Codec.LZ4, Codec.ZSTD])
-        raw = rng.randbytes(rng.randint(0, 50)) * rng.randint(1, 400) * rng.choice([1, 1, 1, 5])
-        payload = bytearray(codecs.compress(codec, raw))
-        for _ in range(rng.choice([0, 0, 1, 2])):
-            payload[rng.randrange(len(payload))] = rng.randrange(256)
-        if rng.random() < 0.2:
-            payload += (
-                rng.randbytes(rng.randint(1, 30)) if rng.random() < 0.5 else codecs.compress(codec, raw)
-            )
-        data = bytes(payload[: len(payload) - rng.choice([0, 0, 0, 1, 5])])
+        raw, data = mutated_payload(rng, codec, 400)
         try:
             want: object = codecs.decompress(codec, data)
         except Exception as exc:
