@@ -2,7 +2,7 @@
 # The rlm image: `docker build -t rlm .` (the service), `docker build --target spark -t rlm-spark .`
 # (the same plus PySpark and a Java runtime, for the pipeline jobs).
 #
-#   build    compiles the wheel (with the C search loops, rlm/log/_scan.c) and installs it with its
+#   build    compiles the wheel (with its C extensions: rlm/log/_scan.c, _decode.c, rlm/stream/_ndjson.c) and installs it with its
 #            dependencies, at the versions of requirements.lock, into /opt/rlm/venv
 #   runtime  slim Python 3.11, no compiler, the venv copied in, non-root user 10001, `rlm` entrypoint
 #   spark    runtime + Java 17 + PySpark
@@ -22,11 +22,13 @@ COPY alembic/ alembic/
 COPY api/ api/
 COPY metadata/ metadata/
 COPY rlm/ rlm/
-# The extension is optional in pyproject.toml (a machine without a compiler still installs rlm);
-# here it must be built: the import below fails the build if it was not.
+# The extensions are optional in pyproject.toml (a machine without a compiler still installs rlm);
+# here they must be built, and the record decoder must find the base image's libzstd and liblz4
+# (codecs 4 and 3, decompressed without the GIL): the check below fails the build if not.
 RUN /opt/rlm/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
     && /opt/rlm/venv/bin/pip install --constraint requirements.lock /wheels/rlm-*.whl \
-    && /opt/rlm/venv/bin/python -c "import rlm.log._scan"
+    && /opt/rlm/venv/bin/python -c "import rlm.log._scan, rlm.stream._ndjson; from rlm.log import _decode; \
+assert _decode.set_native(True) == (3, 4), 'libzstd.so.1 or liblz4.so.1 is not in the image'"
 
 FROM ${PYTHON_IMAGE} AS runtime
 LABEL org.opencontainers.image.title="rlm" \
