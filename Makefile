@@ -11,7 +11,7 @@ S3RVER := build/s3rver/node_modules/.bin/s3rver
 
 # The editable install also builds the C search loops (rlm/log/_scan.c), the C record decoder
 # (rlm/log/_decode.c) and the C NDJSON writer of streams (rlm/stream/_ndjson.c) in place.
-$(STAMP): pyproject.toml requirements.lock rlm/log/_scan.c rlm/log/_decode.c rlm/log/_decode_checks.h rlm/log/_decode_log.h rlm/log/_decode_codecs.h rlm/log/_columns.h rlm/stream/_ndjson.c
+$(STAMP): pyproject.toml requirements.lock rlm/log/_scan.c rlm/log/_decode.c rlm/log/_decode_checks.h rlm/log/_decode_log.h rlm/log/_decode_codecs.h rlm/log/_decode_native.h rlm/log/_decode_tuples.h rlm/log/_decode_walk.h rlm/log/_columns.h rlm/stream/_ndjson.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check -r requirements.lock
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
