@@ -12,12 +12,13 @@
  *           frame walked here.
  *
  * A library that is not there leaves its codec to the Python call (set_native says which are
- * here). gzip stays with ISA-L's Python call (about twice as fast as zlib's inflate), snappy with
- * cramjam's (a decoder written here ran at two thirds of its speed).
+ * here). gzip stays with ISA-L's Python call (about 1.7 times as fast as zlib's inflate), snappy
+ * with cramjam's: a table-driven decoder written here walked snappy batches at nine tenths of its
+ * speed, and range streams gained nothing clear from it.
  *
  * Each decides as its Python reference (_decode_codecs.h) decides, or gives up: the walk then stops
- * before the batch and the caller's reference decodes it (and says what is wrong). A frame given
- * up on here is never decoded differently: the tests check native against the Python calls.
+ * before the batch and the caller's reference decodes it (and says what is wrong). No frame is
+ * decoded here into other bytes than there: the tests check native against the Python reference.
  */
 #ifndef RLM_DECODE_NATIVE_H
 #define RLM_DECODE_NATIVE_H
