@@ -5,7 +5,8 @@ temporary file beside the target, fsyncs it, renames it over the target and fsyn
 directory, so readers see the old object or the new one, never a mix, even after a crash.
 Temporary files are named ``.<name>.<32 hex digits>`` + :data:`TMP_SUFFIX`; listings skip them
 and keys may not end with the suffix. A put that fails removes its temporary file; one whose
-process is killed leaves it, for ``abort_incomplete_puts`` to remove.
+process is killed leaves it (its sidecar's, when it was killed writing that), for
+``abort_incomplete_puts`` to remove.
 Directories are kept after their last object is deleted: there is one per partition, and
 removing them would race with a concurrent put into the same partition. Unlike S3, a key cannot
 name an object and also be the directory of other keys (``a`` and ``a/b``); rlm's key layout
@@ -241,8 +242,9 @@ class FilesystemStorage:
         keys = [*keys, *(upload.key for upload in uploads)]
         paths = {key: self._path(key) for key in keys}  # check every key before removing anything
         by_directory: dict[Path, dict[str, str]] = {}
-        for key, path in paths.items():
-            by_directory.setdefault(path.parent, {})[path.name] = key
+        for key, path in paths.items():  # a put writes its object's sidecar first, by a put of its own
+            names = by_directory.setdefault(path.parent, {})
+            names[path.name] = names[path.name + META_SUFFIX] = key
         for directory, names in by_directory.items():
             try:
                 with os.scandir(directory) as entries:
