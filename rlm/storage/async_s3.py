@@ -251,17 +251,20 @@ class _Pieces:
         count = min(count, self.left)
         out = bytearray(count)
         got = 0
-        while got < count:
-            if not self._rest:
-                piece = await self._read(count - got)
-                if not piece:
-                    del out[got:]
-                    break
-                self._rest = memoryview(piece)
-            part = self._rest[: count - got]
-            out[got : got + len(part)] = part
-            got += len(part)
-            self._rest = self._rest[len(part) :]
+        # Copied through a view: a bytearray's own slice assignment copies a memoryview into a
+        # new bytearray first, a second copy of every byte.
+        with memoryview(out) as into:
+            while got < count:
+                if not self._rest:
+                    piece = await self._read(count - got)
+                    if not piece:
+                        break
+                    self._rest = memoryview(piece)
+                part = self._rest[: count - got]
+                into[got : got + len(part)] = part
+                got += len(part)
+                self._rest = self._rest[len(part) :]
+        del out[got:]  # the body ended early
         self.left -= got
         return out
 
