@@ -45,6 +45,7 @@ from rlm.bootstrap import Runtime
 from rlm.lookup.plans import IsolationLevel
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
+from rlm.stream.chunks import joined
 from rlm.stream.ndjson import ndjson_lines
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import StreamBatch
@@ -201,9 +202,9 @@ async def _ndjson(
         yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
 
 
-async def _raw(batches: AsyncIterator[list[StreamBatch]]) -> AsyncIterator[bytes]:
+async def _raw(batches: AsyncIterator[list[StreamBatch]]) -> AsyncIterator[bytes | memoryview]:
     async for group in group_batches(batches, RAW_PIECE_BYTES):
-        yield b"".join([batch.data for batch in group])
+        yield joined([batch.data for batch in group])
 
 
 async def _arrow(

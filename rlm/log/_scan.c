@@ -1,10 +1,12 @@
 /*
- * rlm.log._scan: the two inner loops of a timestamp search, in C.
+ * rlm.log._scan: the inner loops of a timestamp search, and the header walk of a stream's chunks
+ * (with the view of batches that lie end to end), in C.
  *
- * Both have a pure-Python reference (rlm/log/scan.py) that defines what they answer; these only
- * answer faster. Neither ever reports corruption itself: on anything unexpected (a field out of
- * range, a read past the buffer, an arithmetic overflow) find_record raises ValueError and
- * skip_below stops, and the Python code then takes over at that point and says what is wrong.
+ * Each has a pure-Python reference (rlm/log/scan.py) that defines what it answers; these only
+ * answer faster. None ever reports corruption itself: on anything unexpected (a field out of
+ * range, a read past the buffer, an arithmetic overflow) find_record raises ValueError, and
+ * skip_below and v2_headers stop, and the Python code then takes over at that point and says what
+ * is wrong.
  * Every read is bounds-checked against the buffer: the bytes come from files on disk and remote
  * objects, and may be anything.
  */
@@ -21,6 +23,10 @@
 
 static uint32_t be32(const unsigned char *p) {
     return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3];
+}
+
+static int16_t be16(const unsigned char *p) {
+    return (int16_t)(((uint16_t)p[0] << 8) | (uint16_t)p[1]);
 }
 
 static uint64_t be64(const unsigned char *p) {
@@ -209,18 +215,169 @@ static PyObject *skip_below(PyObject *module, PyObject *const *args, Py_ssize_t 
     return PyLong_FromLongLong((long long)pos);
 }
 
+/* v2_headers(data, pos, at, budget, header_type) -> (headers, pos)
+ *
+ * The headers of the whole v2 batches of data from pos, one after the other, as parse_v2_header
+ * reads them, each a header_type (BatchHeader: a tuple of its 14 fields) whose position is at
+ * plus its distance from pos; taken until budget bytes are (the batch that reaches it included).
+ * Returns them and the position after the last. Stops, saying nothing, before a batch cut by the
+ * data's end, a batch that is not v2, and anything parse_v2_header refuses (or a last offset past
+ * int64): the Python loop reads that batch. */
+static PyObject *v2_headers(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "v2_headers takes 5 arguments");
+        return NULL;
+    }
+    int64_t pos, at, budget;
+    if (as_int64(args[1], &pos) || as_int64(args[2], &at) || as_int64(args[3], &budget)) {
+        return NULL;
+    }
+    if (!PyType_Check(args[4]) || !PyType_IsSubtype((PyTypeObject *)args[4], &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "v2_headers: header_type must be a tuple type");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)args[4];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        return NULL;
+    }
+    PyObject *found = PyList_New(0);
+    if (found == NULL) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const unsigned char *d = (const unsigned char *)view.buf;
+    const int64_t len = (int64_t)view.len, start = pos;
+    while (pos >= 0 && pos - start < budget && len - pos >= V2_HEADER_SIZE) {
+        const unsigned char *h = d + pos;
+        int64_t length = (int32_t)be32(h + 8);
+        int64_t total = LOG_OVERHEAD + length;
+        if (length < MIN_SIZE_FIELD || total > len - pos || h[MAGIC_OFFSET] != 2 || total < V2_HEADER_SIZE) {
+            break;
+        }
+        int64_t base = (int64_t)be64(h);
+        int16_t attributes = be16(h + 21);
+        int32_t last_delta = (int32_t)be32(h + LAST_OFFSET_DELTA);
+        int32_t count = (int32_t)be32(h + 57);
+        int64_t last;
+        if (count < 0 || last_delta < 0 || (attributes & 0x07) > 4 ||
+            __builtin_add_overflow(base, (int64_t)last_delta, &last)) {
+            break;
+        }
+        PyObject *header = type->tp_alloc(type, 14);
+        if (header == NULL) {
+            goto failed;
+        }
+        PyObject *fields[14] = {
+            PyLong_FromLongLong((long long)(at + (pos - start))),
+            PyLong_FromLongLong((long long)base),
+            PyLong_FromLongLong((long long)last),
+            PyLong_FromLongLong((long long)total),
+            PyLong_FromLong((long)(int32_t)be32(h + 12)), /* partition leader epoch */
+            PyLong_FromLong(2),
+            PyLong_FromUnsignedLong((unsigned long)be32(h + 17)), /* crc */
+            PyLong_FromLong((long)attributes),
+            PyLong_FromLongLong((long long)(int64_t)be64(h + 27)), /* base timestamp */
+            PyLong_FromLongLong((long long)(int64_t)be64(h + MAX_TIMESTAMP)),
+            PyLong_FromLongLong((long long)(int64_t)be64(h + 43)), /* producer id */
+            PyLong_FromLong((long)be16(h + 51)),                  /* producer epoch */
+            PyLong_FromLong((long)(int32_t)be32(h + 53)),         /* base sequence */
+            PyLong_FromLong((long)count),
+        };
+        int missing = 0;
+        for (int i = 0; i < 14; i++) {
+            missing |= fields[i] == NULL;
+            PyTuple_SET_ITEM(header, i, fields[i]);
+        }
+        if (missing || PyList_Append(found, header) < 0) {
+            Py_DECREF(header);
+            goto failed;
+        }
+        Py_DECREF(header);
+        pos += total;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(NL)", found, (long long)pos);
+failed:
+    Py_DECREF(found);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+/* adjoining(views) -> memoryview | None
+ *
+ * One view of all the bytes of a list of views, where they are memoryviews of one object lying end
+ * to end in it, in order (the batches of a chunk, say): a slice of that object's buffer, no copy.
+ * None otherwise (the caller joins them). */
+static PyObject *adjoining(PyObject *module, PyObject *views) {
+    (void)module;
+    if (!PyList_Check(views)) {
+        PyErr_SetString(PyExc_TypeError, "adjoining takes a list of memoryviews");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(views);
+    PyObject *owner = NULL;
+    const char *start = NULL, *end = NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *item = PyList_GET_ITEM(views, i);
+        if (!PyMemoryView_Check(item)) {
+            Py_RETURN_NONE;
+        }
+        Py_buffer b;
+        if (PyObject_GetBuffer(item, &b, PyBUF_SIMPLE) < 0) { /* released, or not contiguous bytes */
+            PyErr_Clear();
+            Py_RETURN_NONE;
+        }
+        const char *at = (const char *)b.buf;
+        Py_ssize_t len = b.len;
+        PyBuffer_Release(&b);
+        PyObject *of = PyMemoryView_GET_BUFFER(item)->obj;
+        if (of == NULL || (i > 0 && (of != owner || at != end))) {
+            Py_RETURN_NONE;
+        }
+        if (i == 0) {
+            owner = of;
+            start = at;
+        }
+        end = at + len;
+    }
+    if (owner == NULL) {
+        Py_RETURN_NONE;
+    }
+    PyObject *whole = PyMemoryView_FromObject(owner);
+    if (whole == NULL) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    Py_buffer *w = PyMemoryView_GET_BUFFER(whole);
+    const char *base = (const char *)w->buf;
+    PyObject *result = Py_None;
+    if (w->ndim == 1 && w->itemsize == 1 && (w->strides == NULL || w->strides[0] == 1) && w->suboffsets == NULL &&
+        start >= base && end <= base + w->len) {
+        result = PySequence_GetSlice(whole, start - base, end - base);
+    } else {
+        Py_INCREF(result);
+    }
+    Py_DECREF(whole);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"find_record", (PyCFunction)(void (*)(void))find_record, METH_FASTCALL,
      "First record of a v2 batch's records at or after a timestamp and an offset."},
     {"skip_below", (PyCFunction)(void (*)(void))skip_below, METH_FASTCALL,
      "Position of the first v2 batch a timestamp search cannot step over."},
+    {"v2_headers", (PyCFunction)(void (*)(void))v2_headers, METH_FASTCALL,
+     "Headers of the whole v2 batches from a position, up to a number of bytes."},
+    {"adjoining", (PyCFunction)adjoining, METH_O, "One view of views lying end to end in one object, or None."},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT,
     .m_name = "rlm.log._scan",
-    .m_doc = "The inner loops of a timestamp search, in C.",
+    .m_doc = "The inner loops of a timestamp search and of a chunk's batch headers, in C.",
     .m_size = 0,
     .m_methods = methods,
 };

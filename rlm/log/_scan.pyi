@@ -1,5 +1,7 @@
 """The C loops of :mod:`rlm.log.scan` (see there for what they answer)."""
 
+from rlm.log.model import BatchHeader
+
 def find_record(
     data: bytes | bytearray | memoryview,
     pos: int,
@@ -15,3 +17,7 @@ def find_record(
 def skip_below(
     data: bytes | bytearray | memoryview, pos: int, limit: int, timestamp: int, start_offset: int, /
 ) -> int: ...
+def v2_headers(
+    data: bytes | bytearray | memoryview, pos: int, at: int, budget: int, header_type: type[BatchHeader], /
+) -> tuple[list[BatchHeader], int]: ...
+def adjoining(views: list[bytes | memoryview], /) -> memoryview | None: ...

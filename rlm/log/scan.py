@@ -1,5 +1,6 @@
 """The two inner loops of a timestamp search: stepping over the v2 batches below the target, and
-finding the first record at or after it inside the batch that holds it.
+finding the first record at or after it inside the batch that holds it; and the loop that reads
+the headers of a stream's chunk, batch after batch (:func:`v2_headers`).
 
 Each is defined here in Python, the reference; the C module :mod:`rlm.log._scan` (built with the
 package when a C compiler is there) runs the same loops some twenty times faster. The C code never
@@ -13,7 +14,7 @@ from __future__ import annotations
 import struct
 
 from rlm.errors import CorruptRecordError
-from rlm.log.model import LOG_OVERHEAD, MAGIC_OFFSET, MIN_SIZE_FIELD, V2_HEADER_SIZE
+from rlm.log.model import LOG_OVERHEAD, MAGIC_OFFSET, MIN_SIZE_FIELD, V2_HEADER_SIZE, BatchHeader
 from rlm.log.varint import read_uvarint
 
 try:
@@ -164,3 +165,50 @@ def skip_below_py(data: Buffer, pos: int, limit: int, timestamp: int, start_offs
             return pos
         pos += total
     return pos
+
+
+def v2_headers(data: Buffer, pos: int, at: int, budget: int) -> tuple[list[BatchHeader], int]:
+    """The headers of the whole v2 batches of ``data`` from ``pos``, one after the other, as
+    :func:`rlm.log.v2.parse_v2_header` reads them, each with the position ``at`` plus its
+    distance from ``pos``; taken until ``budget`` bytes are (the batch that reaches it included).
+    Returns them and the position after the last.
+
+    Stops, without judging, before a batch cut by the end of ``data``, one that is not v2, and one
+    the parser would refuse (or whose last offset is past int64): the caller's parser reads that
+    batch and says what it is.
+    """
+    if _scan is not None:
+        try:
+            return _scan.v2_headers(data, pos, at, budget, BatchHeader)
+        except (OverflowError, BufferError):
+            pass  # a bound beyond int64, or not a plain buffer: the reference reads them
+    return v2_headers_py(data, pos, at, budget)
+
+
+def v2_headers_py(data: Buffer, pos: int, at: int, budget: int) -> tuple[list[BatchHeader], int]:
+    """:func:`v2_headers` in Python: the reference."""
+    from rlm.log.v2 import parse_v2_header  # not at the top: that module imports this one
+
+    found: list[BatchHeader] = []
+    start, size_of = pos, len(data)
+    while pos >= 0 and pos - start < budget and size_of - pos >= V2_HEADER_SIZE:
+        _, length = _PREFIX.unpack_from(data, pos)
+        total = LOG_OVERHEAD + length
+        if length < MIN_SIZE_FIELD or total > size_of - pos or data[pos + MAGIC_OFFSET] != 2:
+            break
+        try:
+            header = parse_v2_header(data, pos, at + pos - start)
+        except CorruptRecordError:
+            break
+        if header.last_offset > _INT64_MAX:
+            break
+        found.append(header)
+        pos += total
+    return found, pos
+
+
+def adjoining(views: list[bytes | memoryview]) -> memoryview | None:
+    """One view of all the bytes of ``views`` where they are memoryviews of one object that lie
+    end to end in it, in order (a slice of that object, not a copy); None otherwise, and where the
+    C module is not built (the caller joins them)."""
+    return None if _scan is None else _scan.adjoining(views)

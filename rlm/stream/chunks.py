@@ -20,6 +20,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from rlm.errors import CorruptDataError, CorruptRecordError
 from rlm.log.batches import parse_header
 from rlm.log.model import LOG_OVERHEAD, MIN_SIZE_FIELD, BatchHeader
+from rlm.log.scan import adjoining, v2_headers
 
 Chunk = bytes | bytearray
 """Bytes read of an object or file (a streamed read's pieces are filled in place)."""
@@ -161,6 +162,19 @@ async def batch_runs(
                         held = tail_total
                         tail.clear()
                     while True:
+                        headers, end = v2_headers(view, used, at, RUN_BYTES - held)
+                        if headers:  # read in C, up to the run's end or a batch it leaves to the parser
+                            base = used - at
+                            run += [
+                                (h, view[base + h.position : base + h.position + h.size]) for h in headers
+                            ]
+                            held += end - used
+                            at += end - used
+                            used = end
+                            if held >= RUN_BYTES:
+                                yield run
+                                run, held = [], 0
+                            continue
                         tail_total = _whole_size(view, used, at, name)
                         if tail_total is None or used + tail_total > len(view):
                             break
@@ -181,6 +195,15 @@ async def batch_runs(
                 yield run
     finally:
         await chunks.aclose()
+
+
+def joined(batches: list[Batch]) -> Batch:
+    """The bytes of ``batches`` end to end: a view of the chunk they were read in where they lie so
+    in it (batches of one chunk, in order: no copy), else their bytes joined."""
+    if len(batches) == 1:
+        return batches[0]
+    view = adjoining(batches)
+    return b"".join(batches) if view is None else view
 
 
 def _whole_size(buffer: bytes | bytearray | memoryview, used: int, at: int, name: str) -> int | None:

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from rlm.errors import CorruptDataError
 from rlm.log import columns as c
 from rlm.log.columns import ColumnBuffers, append_batch, append_log
+from rlm.stream.chunks import joined
 from rlm.stream.plan import RangePlan
 from rlm.stream.reader import StreamBatch
 
@@ -31,7 +32,7 @@ def decode_group(plan: RangePlan, batches: Sequence[StreamBatch]) -> ColumnBuffe
     cols = ColumnBuffers()
     if not batches:
         return cols
-    data = batches[0].data if len(batches) == 1 else b"".join([batch.data for batch in batches])
+    data = joined([batch.data for batch in batches])
     expected = sum(batch.header.record_count for batch in batches)
     try:
         append_log(cols, data, first_offset=plan.start, last_offset=plan.end - 1, expected_rows=expected)

@@ -1,9 +1,10 @@
 """rlm.log.scan: the C loops never answer differently from the Python reference, on valid records
-and batches and on any bytes at all; where the C gives up, the reference's answer or error is what
-callers get."""
+and batches and on any bytes at all (and the reference's headers are the parser's); where the C
+gives up, the reference's answer or error is what callers get."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 
@@ -13,7 +14,9 @@ from hypothesis import strategies as st
 
 from rlm.errors import CorruptRecordError
 from rlm.log import scan
-from rlm.log.model import Codec, Record, TimestampType
+from rlm.log.batches import parse_header
+from rlm.log.legacy import encode_legacy_entry
+from rlm.log.model import BatchHeader, Codec, Record, TimestampType
 from rlm.log.v2 import encode_record, encode_v2_batch
 
 INT64_MAX = 2**63 - 1
@@ -179,6 +182,23 @@ def _batch(base_offset: int, timestamps: list[int], codec: Codec) -> bytes:
     )
 
 
+#: Batches of a log: each one's timestamps and codec.
+batch_specs_st = st.lists(
+    st.tuples(st.lists(st.integers(0, 10**6), min_size=1, max_size=4), st.sampled_from(list(Codec))),
+    min_size=1,
+    max_size=6,
+)
+
+
+def _batches(specs: list[tuple[list[int], Codec]]) -> list[bytes]:
+    """A batch of each spec's timestamps and codec, at the offsets that follow one another."""
+    parts, offset = [], 0
+    for stamps, codec in specs:
+        parts.append(_batch(offset, stamps, codec))
+        offset += len(stamps)
+    return parts
+
+
 def _check_skip(data: bytes, pos: int, limit: int, timestamp: int, start: int) -> int:
     expected = scan.skip_below_py(data, pos, limit, timestamp, start)
     assert scan.skip_below(data, pos, limit, timestamp, start) == expected
@@ -194,11 +214,7 @@ def _check_skip(data: bytes, pos: int, limit: int, timestamp: int, start: int) -
 
 @settings(max_examples=300, deadline=None)
 @given(
-    batches=st.lists(
-        st.tuples(st.lists(st.integers(0, 10**6), min_size=1, max_size=4), st.sampled_from(list(Codec))),
-        min_size=1,
-        max_size=6,
-    ),
+    batches=batch_specs_st,
     timestamp=st.one_of(st.integers(0, 10**6 + 1), st.integers(-(2**70), 2**70)),
     start=st.integers(-5, 30),
     first=st.integers(0, 5),
@@ -215,11 +231,8 @@ def test_skip_below(
     flips: list[tuple[int, int]],
     tail: bytes,
 ) -> None:
-    parts, offset, bounds = [], 0, [0]
-    for stamps, codec in batches:
-        parts.append(_batch(offset, stamps, codec))
-        offset += len(stamps)
-        bounds.append(bounds[-1] + len(parts[-1]))
+    parts = _batches(batches)
+    bounds = [0, *itertools.accumulate(len(part) for part in parts)]
     data = bytearray(b"".join(parts) + tail)
     for where, value in flips:
         data[where % len(data)] = value
@@ -247,3 +260,75 @@ def test_skip_below_in_c_steps_over_many_batches_in_one_call() -> None:
     stop = _scan.skip_below(data, 0, len(data), 1005, 0)
     assert stop == scan.skip_below_py(data, 0, len(data), 1005, 0) > 0
     assert data[stop : stop + 8] == (300).to_bytes(8, "big")  # the batch of 1000..1005 starts there
+
+
+# -- v2_headers ---------------------------------------------------------------------------------
+
+
+def _check_headers(data: bytes | bytearray, pos: int, at: int, budget: int) -> tuple[list[BatchHeader], int]:
+    expected = scan.v2_headers_py(data, pos, at, budget)
+    assert scan.v2_headers(memoryview(data), pos, at, budget) == expected
+    if scan.ACCELERATED:
+        from rlm.log import _scan
+
+        assert _scan.v2_headers(data, pos, at, budget, BatchHeader) == expected
+    return expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    batches=batch_specs_st,
+    at=st.integers(0, 2**40),
+    budget=st.integers(0, 2000),
+    flips=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
+    cut=st.integers(0, 100),
+    legacy=st.booleans(),
+    first=st.integers(0, 5),
+)
+def test_v2_headers(
+    batches: list[tuple[list[int], Codec]],
+    at: int,
+    budget: int,
+    flips: list[tuple[int, int]],
+    cut: int,
+    legacy: bool,
+    first: int,
+) -> None:
+    parts = _batches(batches)
+    offset = sum(len(stamps) for stamps, _ in batches)
+    if legacy:  # a v1 entry in the middle: read by the parser, not here
+        parts.insert(len(parts) // 2, encode_legacy_entry(offset, None, b"v", magic=1, timestamp=5))
+    data = bytearray(b"".join(parts))
+    for where, value in flips:
+        data[where % len(data)] = value
+    data = data[: max(0, len(data) - cut)]
+    start = sum(len(p) for p in parts[: min(first, len(parts) - 1)])
+    headers, end = _check_headers(data, start, at, budget)
+    pos = start
+    for header in headers:  # each as the parser reads it, one after the other
+        assert header == parse_header(data, pos, at + pos - start)
+        pos += header.size
+    assert end == pos
+    if not flips and not cut and not legacy:  # valid batches: all of them, up to the budget
+        sizes = [len(p) for p in parts[min(first, len(parts) - 1) :]]
+        whole = next((i + 1 for i in range(len(sizes)) if sum(sizes[: i + 1]) >= budget), len(sizes))
+        assert len(headers) == (whole if budget > 0 else 0)
+
+
+def test_v2_headers_stop_where_the_parser_must_say_what_is_wrong() -> None:
+    good = _batch(0, [1, 2], Codec.NONE)
+    second = bytearray(_batch(2, [3], Codec.NONE))
+    second[21:23] = (7).to_bytes(2, "big")  # an unknown codec
+    headers, end = _check_headers(good + second + good, 0, 100, 1 << 30)
+    assert [h.position for h in headers] == [100] and end == len(good)
+    with pytest.raises(CorruptRecordError, match="unknown compression codec"):
+        parse_header(good + second, end)
+    # A batch cut by the end, and bytes too few for a header, are left as they are.
+    assert _check_headers(good + good[:-1], 0, 0, 1 << 30)[1] == len(good)
+    assert _check_headers(good[:40], 0, 0, 1 << 30) == ([], 0)
+
+
+def test_v2_headers_read_a_chunk_of_many_batches() -> None:
+    data = b"".join(_batch(i * 3, [i, i + 1, i + 2], Codec.NONE) for i in range(500))
+    headers, end = _check_headers(data, 0, 0, len(data))
+    assert end == len(data) and [h.base_offset for h in headers] == list(range(0, 1500, 3))

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Callable
 
 import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from rlm.errors import CorruptRecordError
-from rlm.stream.chunks import RUN_BYTES, batch_runs_in_range, batches_in_range
+from rlm.log.scan import adjoining
+from rlm.stream.chunks import RUN_BYTES, Batch, batch_runs_in_range, batches_in_range, joined
 
 
 def kafka_batch(base_offset: int, records: int, value_bytes: int) -> bytes:
@@ -137,3 +140,39 @@ def test_runs_hold_about_run_bytes_each() -> None:
     assert sum(len(run) for run in sizes) == 40
     assert all(sum(run) - run[-1] < RUN_BYTES for run in sizes)  # a run ends at the batch reaching it
     assert max(sum(run) for run in sizes) >= RUN_BYTES  # runs were cut: the test tested something
+
+
+def test_batches_of_one_chunk_are_joined_without_a_copy() -> None:
+    async def views() -> list[Batch]:
+        found = batch_runs_in_range(Reads(LOG).read, 0, len(LOG), chunk_bytes=1 << 20, name="x.log")
+        return [data async for run in found for _, data in run]
+
+    batches = asyncio.run(views())
+    whole = joined(batches)
+    first = batches[0]
+    assert isinstance(whole, memoryview) and isinstance(first, memoryview)
+    assert whole.obj is first.obj  # a view of the chunk read, not a copy
+    assert whole == LOG
+    assert joined(batches[1:3]) == LOG[len(FIRST) : len(FIRST) + len(batches[1]) + len(batches[2])]
+    assert joined(batches[:1]) is batches[0]
+
+
+@pytest.mark.parametrize(
+    "pick",
+    [
+        lambda views, other: [views[0], views[2]],  # a gap between them
+        lambda views, other: [views[1], views[0]],  # out of order
+        lambda views, other: [views[0], other[1]],  # end to end in the log, but of two chunks
+        lambda views, other: [bytes(views[0]), views[1]],  # bytes of their own
+    ],
+)
+def test_batches_that_do_not_lie_end_to_end_in_one_chunk_are_copied(
+    pick: Callable[[list[memoryview], list[memoryview]], list[Batch]],
+) -> None:
+    bounds = [0, len(FIRST), len(FIRST) + len(kafka_batch(3, 3, 3000)), len(LOG)]
+    chunk, other = memoryview(LOG), memoryview(bytearray(LOG))
+    views = [chunk[a:b] for a, b in itertools.pairwise(bounds)]
+    others = [other[a:b] for a, b in itertools.pairwise(bounds)]
+    batches = pick(views, others)
+    assert adjoining(batches) is None
+    assert joined(batches) == b"".join(batches)
