@@ -83,6 +83,25 @@ static const char *put_batch(cols_t *c, batch_t *b, const unsigned char *d, int6
     return why;
 }
 
+/* Room in the value column, at once, for the values of the uncompressed v2 batches the walk starts
+ * with (up to max_rows records): their records' bytes bound them. The column then grows by no copy
+ * for them (a range stream's groups of uncompressed batches; trim gives back what is not used). */
+static int reserve_plain_values(cols_t *c, const unsigned char *d, int64_t p, int64_t end, int64_t max_rows) {
+    int64_t bytes = 0, rows = 0;
+    while (end - p >= V2_HEADER_SIZE && rows < max_rows) {
+        int64_t size = (int64_t)(int32_t)be32(d + p + 8) + 12;
+        unsigned attributes = ((unsigned)d[p + 21] << 8) | d[p + 22];
+        int64_t count = (int32_t)be32(d + p + 57);
+        if (size < V2_HEADER_SIZE || size > end - p || d[p + 16] != 2 || (attributes & 0x07) != 0 || count < 0) {
+            break;
+        }
+        bytes += size - V2_HEADER_SIZE;
+        rows += count;
+        p += size;
+    }
+    return bytes > 0 ? reserve(c, C_VALUE_DATA, (Py_ssize_t)bytes) : 0;
+}
+
 /* append_log_columns(buffers, used, buf, pos, end, verify_crc, first_offset, last_offset, batch_no,
  *                    max_rows, calls, positions[, expected_rows]) -> (position, batches, rows)
  *
@@ -143,6 +162,11 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
         c.goal_rows = rows_before + expected_rows;
     } else if (max_rows <= GOAL_ROWS_MAX) { /* an Arrow batch's worth */
         c.goal_rows = rows_before + max_rows;
+    }
+    if (reserve_plain_values(&c, d, p, end, max_rows) < 0) {
+        PyBuffer_Release(&view);
+        PyBuffer_Release(&used_view);
+        return NULL;
     }
     int64_t start[NCOL];
     memcpy(start, c.used, sizeof start);

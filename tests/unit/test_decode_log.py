@@ -195,7 +195,6 @@ def test_any_bytes(data: bytes, pos: int) -> None:
 
 
 @needs_c
-@needs_c
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.ZSTD, Codec.LZ4])
 @pytest.mark.parametrize("expected_rows", [1, 64, 1199, 1200, 1201, 50_000, 2**40])
 def test_expected_rows_only_sizes_the_buffers(codec: Codec, expected_rows: int) -> None:
@@ -211,6 +210,25 @@ def test_expected_rows_only_sizes_the_buffers(codec: Codec, expected_rows: int) 
     with_hint = _check(log, first_offset=5, last_offset=1190, expected_rows=expected_rows)
     assert with_hint == without
     assert without[0] == ("ok", len(log), 4, 1186)
+
+
+@needs_c
+def test_the_values_of_uncompressed_batches_get_their_room_at_once() -> None:
+    # Their records' bytes bound their values: the value column is sized for them when the walk
+    # starts (up to max_rows records), not grown, and copied, as rows come.
+    rng = random.Random(3)
+    log = _log([(Codec.NONE, [(None, rng.randbytes(1000), []) for _ in range(30)]) for _ in range(10)])
+    payloads, pos = [], 0
+    while pos < len(log):
+        header = parse_header(log, pos)
+        payloads.append(header.size - 61)
+        pos += header.size
+    cols = columns.ColumnBuffers()
+    append_log(cols, log, first_offset=0, last_offset=INT64_MAX)
+    assert (cols.used[columns.VALUE_DATA], len(cols.buffers[columns.VALUE_DATA])) == (300_000, sum(payloads))
+    cols = columns.ColumnBuffers()
+    append_log(cols, log, first_offset=0, last_offset=INT64_MAX, max_rows=30)
+    assert (cols.used[columns.VALUE_DATA], len(cols.buffers[columns.VALUE_DATA])) == (30_000, payloads[0])
 
 
 def test_the_c_walk_takes_every_v2_batch_of_a_log() -> None:
