@@ -213,12 +213,12 @@ async def _arrow(
     # pyarrow is imported by the first Arrow stream, off the event loop (a tenth of a second), not
     # by the server: a process that never streams Arrow does not hold it (some 45 MiB).
     arrow = await streams.run(partial(importlib.import_module, "rlm.stream.arrow"))
-    writer = arrow.ArrowStreamWriter()  # on the loop, in order: the batches are made ahead, at once
+    yield arrow.SCHEMA_MESSAGE
     groups = group_batches(batches, streams.group_bytes, arrow.RECORDS_PER_MESSAGE)
-    async for batch in streams.encoded(groups, partial(arrow.record_batch, plan)):
-        for part in writer.write(batch):
-            yield part
-    yield writer.end()
+    async for message in streams.encoded(groups, partial(arrow.message, plan)):
+        if message is not None:
+            yield memoryview(message)
+    yield arrow.END_OF_STREAM
 
 
 async def _stream_records(

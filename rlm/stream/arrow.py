@@ -8,11 +8,10 @@ leader_epoch``, typed as the export types them.
 from __future__ import annotations
 
 import functools
-import io
 import sys
 from array import array
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
 import pyarrow as pa
 
@@ -74,6 +73,20 @@ def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBa
     return pa.RecordBatch.from_arrays(list(columns), schema=STREAM_SCHEMA)
 
 
+def message(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.Buffer | None:
+    """The IPC message of :func:`record_batch` (``RecordBatch.serialize``), None when it has no
+    rows. An Arrow stream is :data:`SCHEMA_MESSAGE`, these messages one after the other, and
+    :data:`END_OF_STREAM`.
+
+    The message is made where this is called: on a stream's encoding thread, where Arrow copies
+    the columns into it in one call, without the GIL. The event loop only sends it: an IPC writer
+    there hands each of a message's buffers to a Python sink, taking the GIL back for each while
+    the encoding threads want it too (a range stream of uncompressed records spent a third of its
+    event loop's time there)."""
+    batch = record_batch(plan, batches)
+    return batch.serialize() if batch.num_rows else None
+
+
 #: Rows of the buffers :func:`_repeated` keeps (a message's, with room for its last batch's).
 _REPEATED_ROWS = 4 * RECORDS_PER_MESSAGE
 
@@ -112,80 +125,7 @@ def _repeated_buffers(
     return pa.py_buffer(ends), pa.py_buffer(encoded * _REPEATED_ROWS), pa.py_buffer(values), validity
 
 
+#: The IPC stream's first message: its schema.
+SCHEMA_MESSAGE = STREAM_SCHEMA.serialize().to_pybytes()
 #: The IPC stream's end marker: a continuation token and a zero length.
 END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
-#: Parts of a message of at least this many bytes are handed out as views of Arrow's buffers;
-#: smaller ones (message headers, padding, short columns) are gathered into one bytes object.
-VIEW_BYTES = 16 * 1024
-
-
-class _Parts:
-    """The sink of Arrow's IPC stream writer: keeps what the writer gives it. The writer hands a
-    column's buffer over as it is (a ``pyarrow.Buffer`` of the column's own memory), so that a
-    message is never copied whole: large parts stay views, small ones are gathered."""
-
-    closed = False
-    """Read by Arrow's file wrapper before each write."""
-
-    def __init__(self) -> None:
-        self._parts: list[bytes | memoryview] = []
-        self._small = bytearray()
-
-    def write(self, data: bytes | pa.Buffer) -> int:
-        view = memoryview(data)
-        if view.nbytes >= VIEW_BYTES:
-            self._gathered()
-            self._parts.append(view)
-        else:
-            self._small += view
-        return view.nbytes
-
-    def flush(self) -> None:
-        """Nothing is buffered for the writer."""
-
-    def _gathered(self) -> None:
-        if self._small:
-            self._parts.append(bytes(self._small))
-            self._small.clear()
-
-    def take(self) -> list[bytes | memoryview]:
-        """What was written since the last call, in order."""
-        self._gathered()
-        parts, self._parts = self._parts, []
-        return parts
-
-
-class ArrowStreamWriter:
-    """Arrow IPC stream bytes, handed out as they are made: the schema message first (with the
-    first batch), one message per record batch, and the end-of-stream marker from :meth:`end`.
-
-    The messages are written by Arrow's stream writer into a sink that keeps the parts it is
-    given (:class:`_Parts`): the columns' buffers are not copied into a message buffer, they are
-    sent from where the decoder put them. The bytes are those of ``Schema.serialize``, each
-    ``RecordBatch.serialize`` and the end marker, one after the other."""
-
-    def __init__(self) -> None:
-        self._sink = _Parts()
-        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
-
-    def _stream(self) -> pa.ipc.RecordBatchStreamWriter:
-        if self._writer is None:
-            sink = pa.PythonFile(cast(io.IOBase, self._sink), mode="w")  # it only writes and flushes
-            self._writer = pa.ipc.new_stream(sink, STREAM_SCHEMA)
-        return self._writer
-
-    def write(self, batch: pa.RecordBatch) -> list[bytes | memoryview]:
-        """The parts of ``batch``'s message (and of the schema's before the first), in order:
-        views of the batch's own buffers among them (it must not change while they are held)."""
-        if not batch.num_rows:
-            return []
-        if not batch.schema.equals(STREAM_SCHEMA):  # the same columns, typed as the stream's
-            batch = pa.RecordBatch.from_arrays(batch.columns, schema=STREAM_SCHEMA)
-        self._stream().write_batch(batch)
-        return self._sink.take()
-
-    def end(self) -> bytes:
-        """The rest of the stream: the schema when nothing was written, and the end marker."""
-        self._stream().close()
-        parts = self._sink.take()
-        return b"".join(parts)

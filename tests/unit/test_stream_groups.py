@@ -15,7 +15,14 @@ from rlm.log.v2 import encode_v2_batch, parse_v2_header
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.columns import decode_columns
 from rlm.pipeline.reader import RawBatch
-from rlm.stream.arrow import END_OF_STREAM, STREAM_COLUMNS, STREAM_SCHEMA, ArrowStreamWriter, record_batch
+from rlm.stream.arrow import (
+    END_OF_STREAM,
+    SCHEMA_MESSAGE,
+    STREAM_COLUMNS,
+    STREAM_SCHEMA,
+    message,
+    record_batch,
+)
 from rlm.stream.ndjson import lines, ndjson_lines
 from rlm.stream.plan import RangePlan
 from rlm.stream.reader import StreamBatch
@@ -114,15 +121,19 @@ def test_the_arrow_stream_is_the_serialized_messages_one_after_the_other(
     groups: list[list[Spec]], start: int, value_bytes: int
 ) -> None:
     plan = RangePlan(TP, start, 2**62, 2**62, None, None)
-    writer, parts = ArrowStreamWriter(), []
-    expected = [STREAM_SCHEMA.serialize().to_pybytes()]
+    sent, expected, batches = [SCHEMA_MESSAGE], [STREAM_SCHEMA.serialize().to_pybytes()], []
     for specs in groups:
-        if specs:  # values of every size: views of the columns' buffers and gathered small parts
+        if specs:  # values of every size
             specs[0][0].append((None, b"v" * value_bytes, []))
+        made = message(plan, stream_batches(specs))
         batch = record_batch(plan, stream_batches(specs))
-        parts += writer.write(batch)
-        if batch.num_rows:
+        assert (made is None) == (batch.num_rows == 0)
+        if made is not None:
+            sent.append(made.to_pybytes())
             expected.append(batch.serialize().to_pybytes())
-    parts.append(writer.end())
-    assert b"".join(parts) == b"".join(expected) + END_OF_STREAM
-    assert pa.ipc.open_stream(b"".join(parts)).schema == STREAM_SCHEMA
+            batches.append(batch)
+    sent.append(END_OF_STREAM)
+    assert b"".join(sent) == b"".join(expected) + END_OF_STREAM
+    read = pa.ipc.open_stream(b"".join(sent))
+    assert read.schema == STREAM_SCHEMA
+    assert read.read_all() == pa.Table.from_batches(batches, schema=STREAM_SCHEMA)
