@@ -8,7 +8,8 @@ Side by side, in the same run:
   the same ``.log`` objects, read whole front to back (target: ≥ 0.8x), interleaved;
 * NDJSON and Arrow records/s vs rlm's own decode of the same batches in one process
   (:func:`rlm.log.batches.decode_batch`; targets ≥ 0.5x and ≥ 0.8x), over the broker's files
-  (``local``, before they are deleted) and over S3 (``remote``, bounded by the S3 server); the
+  (``local``, before they are deleted) and over S3 (``remote``, bounded by the S3 server: the
+  records/s its bare GETs' MB/s allow are given, ``records_per_s_at_s3_ceiling``); the
   decode is timed between the streams, and the server's CPU seconds per record (all its threads)
   are given beside the decode's, which a shared machine's load changes less than wall figures;
 * the ceiling the HTTP hop itself sets: a bare endpoint (uvicorn as ``rlm serve`` runs it, a
@@ -437,8 +438,9 @@ def main() -> None:
         moto.wait(30)
 
 
-def encodings(served: Any, highest: int) -> dict[str, Any]:
-    """NDJSON and Arrow records/s over ``[0, highest]`` vs rlm's own decode of the same batches."""
+def encodings(served: Any, highest: int, s3_mb_per_s: float | None = None) -> dict[str, Any]:
+    """NDJSON and Arrow records/s over ``[0, highest]`` vs rlm's own decode of the same batches;
+    over S3, beside the records/s the S3 server's own rate (``s3_mb_per_s``, a bare GET's) allows."""
     url = f"{served.http}/v1/topics/{TOPIC}/partitions/0/records"
     params = {"offset": "0", "end_offset": str(highest + 1)}
     raw = asyncio.run(timed_stream(url, "application/octet-stream", params, keep=True)).body()
@@ -510,6 +512,10 @@ def encodings(served: Any, highest: int) -> dict[str, Any]:
                 "in_process_encode_records_per_s": round(encode_rate(raw, name)),
             }
         )
+        if s3_mb_per_s is not None:  # the stored bytes of every record come through the S3 server
+            at_s3 = s3_mb_per_s * MIB * records / len(raw)
+            result[name]["records_per_s_at_s3_ceiling"] = round(at_s3)
+            result[name]["ratio_at_s3_ceiling"] = round(at_s3 / own, 2)
     return result
 
 
@@ -546,7 +552,7 @@ def run(served: Any, endpoint: str, highest: int) -> dict[str, Any]:
             }
         ),
     }
-    result["remote"] = encodings(served, highest)
+    result["remote"] = encodings(served, highest, bare_mbps)
     status, _ = http_get(f"{served.http}/readyz")
     assert status == 200
     many = asyncio.run(concurrent_slow_streams(url, params, served.process.pid))
