@@ -289,7 +289,7 @@ def encode_rate(raw: bytes, name: str) -> float:
     import pyarrow as pa
 
     from rlm.metastore.model import TopicPartition
-    from rlm.stream.arrow import END_OF_STREAM, SCHEMA_MESSAGE, message
+    from rlm.stream.arrow import END_OF_STREAM, SCHEMA_MESSAGE, MessageWriter, message
     from rlm.stream.ndjson import ndjson_lines
     from rlm.stream.plan import RangePlan
     from rlm.stream.reader import StreamBatch
@@ -321,9 +321,10 @@ def encode_rate(raw: bytes, name: str) -> float:
             times.append(time.perf_counter() - started)
             records = sum(piece.count(b"\n") for piece in pieces)  # counted outside the time
             continue
-        messages = [message(plan, group) for group in groups()]
+        writer = MessageWriter()
+        parts = [part for group in groups() for part in writer.parts(message(plan, group))]
         times.append(time.perf_counter() - started)
-        body = SCHEMA_MESSAGE + b"".join(m.to_pybytes() for m in messages if m is not None) + END_OF_STREAM
+        body = SCHEMA_MESSAGE + b"".join(parts) + END_OF_STREAM
         records = pa.ipc.open_stream(body).read_all().num_rows  # counted outside the time
     return records / median(times)
 

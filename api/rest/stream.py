@@ -214,10 +214,11 @@ async def _arrow(
     # by the server: a process that never streams Arrow does not hold it (some 45 MiB).
     arrow = await streams.run(partial(importlib.import_module, "rlm.stream.arrow"))
     yield arrow.SCHEMA_MESSAGE
+    writer = arrow.MessageWriter()  # on the loop, in order: the messages are made ahead, at once
     groups = group_batches(batches, streams.group_bytes, arrow.RECORDS_PER_MESSAGE)
-    async for message in streams.encoded(groups, partial(arrow.message, plan)):
-        if message is not None:
-            yield memoryview(message)
+    async for made in streams.encoded(groups, partial(arrow.message, plan)):
+        for part in writer.parts(made):
+            yield part
     yield arrow.END_OF_STREAM
 
 

@@ -8,10 +8,11 @@ leader_epoch``, typed as the export types them.
 from __future__ import annotations
 
 import functools
+import io
 import sys
 from array import array
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -28,6 +29,7 @@ STREAM_SCHEMA = pa.schema([RECORD_SCHEMA.field(name) for name in STREAM_COLUMNS]
 #: Records per Arrow record batch sent (bounds what one message holds).
 RECORDS_PER_MESSAGE = 8192
 _NOTHING_ABORTED = AbortedIndex(())
+_CODEC_BITS = 0x07
 
 
 def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBatch:
@@ -73,18 +75,31 @@ def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBa
     return pa.RecordBatch.from_arrays(list(columns), schema=STREAM_SCHEMA)
 
 
-def message(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.Buffer | None:
-    """The IPC message of :func:`record_batch` (``RecordBatch.serialize``), None when it has no
-    rows. An Arrow stream is :data:`SCHEMA_MESSAGE`, these messages one after the other, and
-    :data:`END_OF_STREAM`.
+Message = pa.Buffer | pa.RecordBatch
+"""What :func:`message` makes of a group: its IPC message, or the record batch the event loop
+writes one (:class:`MessageWriter`)."""
 
-    The message is made where this is called: on a stream's encoding thread, where Arrow copies
-    the columns into it in one call, without the GIL. The event loop only sends it: an IPC writer
-    there hands each of a message's buffers to a Python sink, taking the GIL back for each while
-    the encoding threads want it too (a range stream of uncompressed records spent a third of its
-    event loop's time there)."""
+
+def message(plan: RangePlan, batches: Sequence[StreamBatch]) -> Message | None:
+    """The IPC message of :func:`record_batch` (``RecordBatch.serialize``) where ``batches`` are
+    uncompressed, the record batch itself where some are; None when it has no rows. An Arrow
+    stream is :data:`SCHEMA_MESSAGE`, the messages one after the other (:meth:`MessageWriter.parts`),
+    and :data:`END_OF_STREAM`.
+
+    Called on a stream's encoding thread. Of uncompressed batches the message is made there too,
+    Arrow copying the columns into it in one call without the GIL: the event loop is what such a
+    stream waits on, and an IPC writer there hands each of a message's buffers to a Python sink,
+    taking the GIL back for each while the encoding threads want it too (the writer took a third
+    of the event loop's time of a local stream of uncompressed records). Of compressed batches
+    the encoding threads, decompressing, are what a stream waits on: one more copy there cost a
+    stream more (6-8 %, measured side by side) than the writer costs the event loop, which sends
+    the columns' own buffers."""
     batch = record_batch(plan, batches)
-    return batch.serialize() if batch.num_rows else None
+    if not batch.num_rows:
+        return None
+    if any(b.header.attributes & _CODEC_BITS for b in batches):
+        return batch
+    return batch.serialize()
 
 
 #: Rows of the buffers :func:`_repeated` keeps (a message's, with room for its last batch's).
@@ -129,3 +144,74 @@ def _repeated_buffers(
 SCHEMA_MESSAGE = STREAM_SCHEMA.serialize().to_pybytes()
 #: The IPC stream's end marker: a continuation token and a zero length.
 END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+#: Parts of a message of at least this many bytes are handed out as views of Arrow's buffers;
+#: smaller ones (message headers, padding, short columns) are gathered into one bytes object.
+VIEW_BYTES = 16 * 1024
+
+
+class _Parts:
+    """The sink of Arrow's IPC stream writer: keeps what the writer gives it, the first ``skip``
+    bytes left out. The writer hands a column's buffer over as it is (a ``pyarrow.Buffer`` of the
+    column's own memory), so that a message is never copied whole: large parts stay views, small
+    ones are gathered."""
+
+    closed = False
+    """Read by Arrow's file wrapper before each write."""
+
+    def __init__(self, skip: int = 0) -> None:
+        self._parts: list[bytes | memoryview] = []
+        self._small = bytearray()
+        self._skip = skip
+
+    def write(self, data: bytes | pa.Buffer) -> int:
+        view = memoryview(data)
+        written = view.nbytes
+        if self._skip:
+            cut = min(self._skip, written)
+            view, self._skip = view[cut:], self._skip - cut
+        if view.nbytes >= VIEW_BYTES:
+            self._gathered()
+            self._parts.append(view)
+        elif view.nbytes:
+            self._small += view
+        return written
+
+    def flush(self) -> None:
+        """Nothing is buffered for the writer."""
+
+    def _gathered(self) -> None:
+        if self._small:
+            self._parts.append(bytes(self._small))
+            self._small.clear()
+
+    def take(self) -> list[bytes | memoryview]:
+        """What was written since the last call, in order."""
+        self._gathered()
+        parts, self._parts = self._parts, []
+        return parts
+
+
+class MessageWriter:
+    """The bytes of a stream's messages (:func:`message`), in order, for the event loop: a
+    serialized message as it is; a record batch's message written by Arrow's IPC stream writer
+    into a sink that keeps the parts it is given (:class:`_Parts`), the columns' buffers sent from
+    where the decoder put them, not copied. The writer's schema message is left out: a stream
+    sends :data:`SCHEMA_MESSAGE` first. The bytes of a record batch's message are those of its
+    ``RecordBatch.serialize``."""
+
+    def __init__(self) -> None:
+        self._sink = _Parts(skip=len(SCHEMA_MESSAGE))
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+
+    def parts(self, made: Message | None) -> list[bytes | memoryview]:
+        """The bytes of ``made``'s message (none for None), in order: views of the batch's own
+        buffers among them (it must not change while they are held)."""
+        if made is None:
+            return []
+        if isinstance(made, pa.Buffer):
+            return [memoryview(made)]
+        if self._writer is None:  # its first write begins with the schema message, left out
+            sink = pa.PythonFile(cast(io.IOBase, self._sink), mode="w")  # it only writes and flushes
+            self._writer = pa.ipc.new_stream(sink, STREAM_SCHEMA)
+        self._writer.write_batch(made)
+        return self._sink.take()

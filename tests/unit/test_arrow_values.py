@@ -60,7 +60,7 @@ from rlm.log.model import Record, TimestampType
 from rlm.log.v2 import encode_v2_batch, parse_v2_header
 from rlm.log.batches import parse_header
 from rlm.metastore.model import TopicPartition
-from rlm.stream.arrow import END_OF_STREAM, SCHEMA_MESSAGE, message, record_batch
+from rlm.stream.arrow import END_OF_STREAM, SCHEMA_MESSAGE, MessageWriter, message, record_batch
 from rlm.stream.plan import RangePlan
 from rlm.stream.reader import StreamBatch
 
@@ -79,7 +79,7 @@ batches = [
 ]
 plan = RangePlan(TopicPartition("t", 0), 0, 3, 2**62, None, None)
 made = record_batch(plan, batches)
-stream = SCHEMA_MESSAGE + message(plan, batches).to_pybytes() + END_OF_STREAM
+stream = SCHEMA_MESSAGE + b"".join(MessageWriter().parts(message(plan, batches))) + END_OF_STREAM
 assert message(plan, []) is None
 assert pa.ipc.open_stream(stream).read_all().num_rows == made.num_rows
 print(made.num_rows, made.column("timestamp").null_count, made.column("leader_epoch").null_count)

@@ -20,6 +20,7 @@ from rlm.stream.arrow import (
     SCHEMA_MESSAGE,
     STREAM_COLUMNS,
     STREAM_SCHEMA,
+    MessageWriter,
     message,
     record_batch,
 )
@@ -115,23 +116,35 @@ def test_a_corrupt_batch_of_a_group_is_named_in_its_object(codec: Codec) -> None
         assert (raised.value.path, raised.value.position) == ("obj", batches[1].header.position)
 
 
-@settings(max_examples=30, deadline=None)
-@given(st.lists(batch_specs, max_size=4), st.integers(0, 8), st.sampled_from([1, 100, 1 << 20]))
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(batch_specs, max_size=4),
+    st.integers(0, 8),
+    st.sampled_from([1, 100, 1 << 20]),
+    st.lists(st.booleans(), min_size=4, max_size=4),
+)
 def test_the_arrow_stream_is_the_serialized_messages_one_after_the_other(
-    groups: list[list[Spec]], start: int, value_bytes: int
+    groups: list[list[Spec]], start: int, value_bytes: int, plain: list[bool]
 ) -> None:
     plan = RangePlan(TP, start, 2**62, 2**62, None, None)
-    sent, expected, batches = [SCHEMA_MESSAGE], [STREAM_SCHEMA.serialize().to_pybytes()], []
-    for specs in groups:
-        if specs:  # values of every size
+    writer = MessageWriter()
+    sent: list[bytes | memoryview] = [SCHEMA_MESSAGE]
+    expected, batches = [STREAM_SCHEMA.serialize().to_pybytes()], []
+    for group, uncompressed in zip(groups, plain, strict=False):
+        specs = group
+        if uncompressed:  # a group of uncompressed batches: serialized where it is encoded
+            specs = [(records, kind, epoch, Codec.NONE) for records, kind, epoch, _ in group]
+        if specs:  # values of every size: views of the columns' buffers and gathered small parts
             specs[0][0].append((None, b"v" * value_bytes, []))
         made = message(plan, stream_batches(specs))
         batch = record_batch(plan, stream_batches(specs))
         assert (made is None) == (batch.num_rows == 0)
         if made is not None:
-            sent.append(made.to_pybytes())
+            compressed = any(codec is not Codec.NONE for *_, codec in specs)
+            assert isinstance(made, pa.RecordBatch if compressed else pa.Buffer)
             expected.append(batch.serialize().to_pybytes())
             batches.append(batch)
+        sent += writer.parts(made)
     sent.append(END_OF_STREAM)
     assert b"".join(sent) == b"".join(expected) + END_OF_STREAM
     read = pa.ipc.open_stream(b"".join(sent))
