@@ -108,10 +108,16 @@ class Served:
 
 
 def start_rlm(
-    work: Path, log_dir: Path, *, database: str | None = None, extra: dict[str, Any] | None = None
+    work: Path,
+    log_dir: Path,
+    *,
+    database: str | None = None,
+    extra: dict[str, Any] | None = None,
+    root: Path = ROOT,
 ) -> Served:
     """``rlm serve`` over ``log_dir`` and ``database`` (default: a new SQLite file), with the
-    ``extra`` settings (over the defaults here); ready when this returns."""
+    ``extra`` settings (over the defaults here), run from the checkout ``root`` (this one by
+    default); ready when this returns."""
     from metadata.schema import upgrade
 
     database = database or f"sqlite:///{work / 'metadata.db'}"
@@ -144,7 +150,7 @@ def start_rlm(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=env,
-            cwd=ROOT,
+            cwd=root,
         )
     served = Served(process, f"http://127.0.0.1:{http_port}", f"127.0.0.1:{grpc_port}")
     wait_for(lambda: http_get(f"{served.http}/readyz")[0] == 200, "rlm serve ready", process, 60)
