@@ -2,7 +2,9 @@
 
 Records are decoded by the pipeline's one column decoder (:func:`rlm.pipeline.columns.decode_columns`),
 then the stream's columns are selected: ``offset, timestamp, timestamp_type, key, value, headers,
-leader_epoch``, typed as the export types them.
+leader_epoch``, typed as the export types them. A group's IPC message is made on the encoding
+thread where its batches are uncompressed, by the event loop's :class:`MessageWriter` from the
+columns' own buffers where they are not (:func:`message` says why).
 """
 
 from __future__ import annotations

@@ -6,10 +6,10 @@
   that (the one being sent and the one read ahead), a batch larger than a chunk excepted.
 * Blocking calls (metadata, index files, the broker's files) run on the streams' own bounded
   executor; remote objects are read on the event loop by an :class:`AsyncRangeReader`.
-* Records are decoded and encoded (NDJSON lines, Arrow record batches) on that executor too, a
-  group of batches at a time, ahead of the piece being sent (:func:`encode_ahead`): as many groups
-  of a stream at once as the executor has threads (:attr:`RecordStreams.encodings`; the C decoder
-  and line writer run without the GIL), while the event loop reads and sends. A stream holds at
+* Records are decoded and encoded (NDJSON lines, Arrow record batches and messages) on that
+  executor too, a group of batches at a time, ahead of the piece being sent (:func:`encode_ahead`):
+  as many groups of a stream at once as the executor has threads (:attr:`RecordStreams.encodings`;
+  the C decoder and line writer run without the GIL), while the event loop reads and sends. A stream holds at
   most that many encoded pieces more than the one being sent, and its groups are that much
   smaller (:attr:`RecordStreams.group_bytes`), so that they hold no more read bytes.
 * Calls registered with :meth:`RecordStreams.when_idle` run on that executor once a burst of
