@@ -392,6 +392,28 @@ def main() -> None:
     if args.bare_server:
         run_bare_server(*args.bare_server)
         return
+    with s3_server() as endpoint, tempfile.TemporaryDirectory(prefix="rlm-bench-stream-") as tmp:
+        work = Path(tmp)
+        spec = partition_spec(args.records, codecs, args.value_bytes, args.segment_mib)
+        produce(work / "logs", spec)
+        served = start_rlm(work, work / "logs", extra=stream_settings(endpoint, "tier"))
+        try:
+            partition = tiered_partition(served)
+            highest = int(partition["highest_tiered_offset"])
+            workload = {"codecs": [c.name.lower() for c in codecs], "value_bytes": args.value_bytes}
+            result = {"python": platform.python_version(), "workload": workload}
+            result["local"] = encodings(served, highest)
+            drop_tiered_locally(work / "logs", highest)
+            result.update(run(served, endpoint, highest))
+            print(json.dumps(result))
+        finally:
+            stop(served)
+
+
+@contextlib.contextmanager
+def s3_server() -> Iterator[str]:
+    """The endpoint of moto's S3 server (its own process) with the bucket :data:`BUCKET`, while
+    open; this process's AWS credentials are set for it."""
     os.environ.update(
         {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
     )
@@ -400,43 +422,39 @@ def main() -> None:
         import boto3
 
         boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
-        with tempfile.TemporaryDirectory(prefix="rlm-bench-stream-") as tmp:
-            work = Path(tmp)
-            spec = ProduceSpec(
-                topics=1,
-                partitions=1,
-                records=args.records,
-                value_bytes=args.value_bytes,
-                segment_bytes=args.segment_mib * MIB,
-                index_interval_bytes=64 * 1024,
-                transaction_ratio=0.0,
-                codecs=codecs,
-                seed=1,
-            )
-            produce(work / "logs", spec)
-            settings = {
-                "remote.url": f"s3://{BUCKET}/tier",
-                "s3.endpoint.url": endpoint,
-                "s3.region": "us-east-1",
-                "s3.addressing.style": "path",
-                "log.dirs.watch": False,
-                "remote.fetch.stream.buffer.bytes": BUFFER_BYTES,
-            }
-            served = start_rlm(work, work / "logs", extra=settings)
-            try:
-                partition = tiered_partition(served)
-                highest = int(partition["highest_tiered_offset"])
-                workload = {"codecs": [c.name.lower() for c in codecs], "value_bytes": args.value_bytes}
-                result = {"python": platform.python_version(), "workload": workload}
-                result["local"] = encodings(served, highest)
-                drop_tiered_locally(work / "logs", highest)
-                result.update(run(served, endpoint, highest))
-                print(json.dumps(result))
-            finally:
-                stop(served)
+        yield endpoint
     finally:
         moto.terminate()
         moto.wait(30)
+
+
+def partition_spec(
+    records: int, codecs: tuple[Codec, ...], value_bytes: int, segment_mib: int
+) -> ProduceSpec:
+    """The generated partition streamed: one topic of one partition, no transactions."""
+    return ProduceSpec(
+        topics=1,
+        partitions=1,
+        records=records,
+        value_bytes=value_bytes,
+        segment_bytes=segment_mib * MIB,
+        index_interval_bytes=64 * 1024,
+        transaction_ratio=0.0,
+        codecs=codecs,
+        seed=1,
+    )
+
+
+def stream_settings(endpoint: str, prefix: str) -> dict[str, Any]:
+    """``rlm serve``'s settings over the S3 server at ``endpoint`` (objects under ``prefix``)."""
+    return {
+        "remote.url": f"s3://{BUCKET}/{prefix}",
+        "s3.endpoint.url": endpoint,
+        "s3.region": "us-east-1",
+        "s3.addressing.style": "path",
+        "log.dirs.watch": False,
+        "remote.fetch.stream.buffer.bytes": BUFFER_BYTES,
+    }
 
 
 def encodings(served: Any, highest: int, s3_mb_per_s: float | None = None) -> dict[str, Any]:

@@ -35,18 +35,17 @@ if str(ROOT) not in sys.path:  # run as a script: import rlm from the checkout
 
 from bench.api import TOPIC, Served, start_rlm, stop, tiered_partition  # noqa: E402
 from bench.stream import (  # noqa: E402
-    BUCKET,
-    BUFFER_BYTES,
-    MIB,
     cpu_seconds,
     drop_tiered_locally,
     median,
-    start_moto,
+    partition_spec,
+    s3_server,
+    stream_settings,
     timed,
     timed_stream,
 )
 from rlm.log.model import Codec  # noqa: E402
-from rlm.log.produce import ProduceSpec, produce  # noqa: E402
+from rlm.log.produce import produce  # noqa: E402
 
 MEDIA = {
     "arrow": "application/vnd.apache.arrow.stream",
@@ -67,49 +66,21 @@ def main() -> None:
     if not (args.other / "rlm" / "__main__.py").is_file():
         raise SystemExit(f"--other {args.other} is not a checkout of rlm")
     codecs = tuple(Codec[name.strip().upper()] for name in args.codecs.split(","))
-    os.environ.update(
-        {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-    )
-    moto, endpoint = start_moto()
-    try:
-        import boto3
-
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
-        with tempfile.TemporaryDirectory(prefix="rlm-bench-stream-ab-") as tmp:
-            result = compare(Path(tmp), endpoint, args, codecs)
-            print(json.dumps(result))
-    finally:
-        moto.terminate()
-        moto.wait(30)
+    with s3_server() as endpoint, tempfile.TemporaryDirectory(prefix="rlm-bench-stream-ab-") as tmp:
+        print(json.dumps(compare(Path(tmp), endpoint, args, codecs)))
 
 
 def compare(work: Path, endpoint: str, args: argparse.Namespace, codecs: tuple[Codec, ...]) -> dict[str, Any]:
-    spec = ProduceSpec(
-        topics=1,
-        partitions=1,
-        records=args.records,
-        value_bytes=1000,
-        segment_bytes=8 * MIB,
-        index_interval_bytes=64 * 1024,
-        transaction_ratio=0.0,
-        codecs=codecs,
-        seed=1,
-    )
+    spec = partition_spec(args.records, codecs, 1000, 8)
     produce(work / "logs", spec)
     served: list[Served] = []
     try:
         for name, root in (("this", ROOT), ("other", args.other.resolve())):
             (work / name).mkdir()
             shutil.copytree(work / "logs", work / name / "logs")
-            settings = {
-                "remote.url": f"s3://{BUCKET}/{name}",
-                "s3.endpoint.url": endpoint,
-                "s3.region": "us-east-1",
-                "s3.addressing.style": "path",
-                "log.dirs.watch": False,
-                "remote.fetch.stream.buffer.bytes": BUFFER_BYTES,
-            }
-            served.append(start_rlm(work / name, work / name / "logs", extra=settings, root=root))
+            served.append(
+                start_rlm(work / name, work / name / "logs", extra=stream_settings(endpoint, name), root=root)
+            )
         highest = [int(tiered_partition(s)["highest_tiered_offset"]) for s in served]
         if highest[0] != highest[1]:
             raise SystemExit(f"the two servers tiered different ranges: {highest}")
