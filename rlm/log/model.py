@@ -118,6 +118,11 @@ class BatchHeader(NamedTuple):
         return Codec(self.attributes & 0x07)
 
     @property
+    def is_compressed(self) -> bool:
+        """Whether its records are compressed (a codec other than none)."""
+        return bool(self.attributes & 0x07)
+
+    @property
     def timestamp_type(self) -> TimestampType:
         """CreateTime or LogAppendTime (v0 has no timestamps)."""
         if self.magic == 0:

@@ -31,7 +31,6 @@ STREAM_SCHEMA = pa.schema([RECORD_SCHEMA.field(name) for name in STREAM_COLUMNS]
 #: Records per Arrow record batch sent (bounds what one message holds).
 RECORDS_PER_MESSAGE = 8192
 _NOTHING_ABORTED = AbortedIndex(())
-_CODEC_BITS = 0x07
 
 
 def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBatch:
@@ -99,7 +98,7 @@ def message(plan: RangePlan, batches: Sequence[StreamBatch]) -> Message | None:
     batch = record_batch(plan, batches)
     if not batch.num_rows:
         return None
-    if any(b.header.attributes & _CODEC_BITS for b in batches):
+    if any(b.header.is_compressed for b in batches):
         return batch
     return batch.serialize()
 
