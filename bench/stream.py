@@ -15,6 +15,12 @@ Side by side, in the same run:
 * the ceiling the HTTP hop itself sets: a bare endpoint (uvicorn as ``rlm serve`` runs it, a
   streamed body of constant pieces, nothing read or encoded) to the same client, in MB/s, and the
   records/s it allows each medium at the bytes a record takes in it (``http_ceiling``);
+* the ceiling the machine's cores set (``cpu_ceiling``), as the server, the client and the S3
+  server share them: the CPU a record takes at least, as the sum of the in-process encoding's
+  (decode included) and, at the bytes the record takes in the medium, of what the bare
+  endpoint's server and its client spend per byte, and the records/s all the cores allow at that.
+  It leaves out what a stream spends besides (its file or S3 reads, the event loop's steps, the
+  threads' hand-offs), so that no stream runs faster: a target above it is beyond this machine;
 * 64 concurrent raw streams to slow readers: the server's threads (target: ≤ its configured pools
   + 8) and resident memory (target: ≤ 64 x ``remote.fetch.stream.buffer.bytes`` + 200 MiB).
 
@@ -85,6 +91,8 @@ BUFFER_BYTES = 4 * 1024 * 1024
 MIB = 1024 * 1024
 #: Pieces of the bare endpoint's body (those of ``rlm serve``'s streams are 256-512 KiB).
 CEILING_PIECE_BYTES = 512 * 1024
+#: Cores the server, the client and (remote) the S3 server share (:func:`encodings`' ``cpu_ceiling``).
+CORES = os.cpu_count() or 1
 #: Timed runs of each figure (after one untimed run that warms imports and caches): the median.
 REPEATS = 5
 
@@ -141,15 +149,16 @@ def run_bare_server(port: int, size: int, piece: int) -> None:
 
 
 @contextlib.contextmanager
-def bare_server(size: int, piece: int) -> Iterator[str]:
-    """The URL of a bare endpoint (:func:`run_bare_server`) in a process of its own, while open."""
+def bare_server(size: int, piece: int) -> Iterator[tuple[str, int]]:
+    """The URL of a bare endpoint (:func:`run_bare_server`) in a process of its own, while open,
+    and the process's id."""
     port = free_port()
     script = str(Path(__file__).resolve())
     process = subprocess.Popen([sys.executable, script, "--bare-server", str(port), str(size), str(piece)])
     url = f"http://127.0.0.1:{port}/bytes"
     try:
         wait_for(lambda: http_get(url.replace("/bytes", "/ready"))[0] == 200, "bare server", process, 30)
-        yield url
+        yield url, process.pid
     finally:
         process.terminate()
         process.wait(30)
@@ -196,12 +205,14 @@ class Streamed:
     Its ``repr`` is short: asyncio formats the result of a finished task when it reprs it, and the
     repr of tens of megabytes of bytes costs the client half a second of CPU between timed runs."""
 
-    __slots__ = ("pieces", "seconds", "size")
+    __slots__ = ("cpu_seconds", "pieces", "seconds", "size")
 
-    def __init__(self, pieces: list[bytes], size: int, seconds: float) -> None:
+    def __init__(self, pieces: list[bytes], size: int, seconds: float, cpu_seconds: float) -> None:
         self.pieces = pieces
         self.size = size
         self.seconds = seconds
+        self.cpu_seconds = cpu_seconds
+        """The client's: this process's CPU seconds while the body was read."""
 
     def body(self) -> bytes:
         return b"".join(self.pieces)
@@ -220,7 +231,7 @@ async def timed_stream(url: str, media: str, params: dict[str, str], *, keep: bo
     receiving the body, on whichever stream reached them."""
     import aiohttp
 
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     pieces = []
     size = 0
     async with (
@@ -232,7 +243,7 @@ async def timed_stream(url: str, media: str, params: dict[str, str], *, keep: bo
             size += len(piece)
             if keep:
                 pieces.append(piece)
-    return Streamed(pieces, size, time.perf_counter() - started)
+    return Streamed(pieces, size, time.perf_counter() - started, time.process_time() - cpu)
 
 
 async def bare_gets(endpoint: str, keys: list[str]) -> tuple[int, float]:
@@ -283,50 +294,73 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def encode_rate(raw: bytes, name: str) -> float:
+def encode_rate(raw: bytes, name: str) -> tuple[float, float]:
     """Records/s of the stream's own encoder of ``name`` (ndjson, arrow) over ``raw``, in one
-    process, grouped as the server groups them: what the encoding costs without the HTTP hop."""
+    process, grouped as the server groups them: what the encoding costs without the HTTP hop; and
+    the CPU seconds it takes a record (the median run's). The batches are views of ``raw``, as a
+    stream's are of the chunks it reads. A timed run keeps no piece it makes, as a stream sends
+    and drops them: a run keeping them all touches new pages for each (it took 1.0 µs of CPU per
+    NDJSON record, against 0.38). The records encoded are counted in an untimed run that keeps
+    them."""
+    # glibc gives a block above its mmap threshold (128 KiB at first) fresh pages of its own, and
+    # raises the threshold to a block's size when one is freed: one freed larger than any piece
+    # made here puts the pieces on the heap, as a server's are once its first chunks are freed. A
+    # first NDJSON run without it took 3 times the CPU, faulting in new pages for every piece.
+    scratch = bytearray(2 * BUFFER_BYTES)
+    del scratch
     import pyarrow as pa
 
     from rlm.metastore.model import TopicPartition
-    from rlm.stream.arrow import END_OF_STREAM, SCHEMA_MESSAGE, MessageWriter, message
+    from rlm.stream.arrow import END_OF_STREAM, RECORDS_PER_MESSAGE, SCHEMA_MESSAGE, MessageWriter, message
     from rlm.stream.ndjson import ndjson_lines
     from rlm.stream.plan import RangePlan
     from rlm.stream.reader import StreamBatch
 
+    view = memoryview(raw)
     headers = list(iter_headers(BytesSource(raw), 0))
-    batches = [StreamBatch(h, raw[h.position : h.position + h.size], "local", "bench") for h in headers]
+    batches = [StreamBatch(h, view[h.position : h.position + h.size], "local", "bench") for h in headers]
     plan = RangePlan(TopicPartition(TOPIC, 0), 0, 2**62, 2**62, None, None)
     from api.rest.stream import PIECE_BYTES
 
-    group_bytes = PIECE_BYTES if name == "ndjson" else BUFFER_BYTES // 2
+    if name == "ndjson":
+        group_bytes, most = PIECE_BYTES, 1 << 62
+    else:  # as RecordStreams.group_bytes has it
+        group_bytes, most = BUFFER_BYTES // 2 // DEFAULT_IO_THREADS, RECORDS_PER_MESSAGE
+    groups: list[list[StreamBatch]] = [[]]
+    held = count = 0
+    for batch in batches:
+        groups[-1].append(batch)
+        held += len(batch.data)
+        count += batch.header.record_count
+        if held >= group_bytes or count >= most:
+            groups.append([])
+            held = count = 0
 
-    def groups() -> list[list[StreamBatch]]:
-        out: list[list[StreamBatch]] = [[]]
-        held = 0
-        for batch in batches:
-            out[-1].append(batch)
-            held += len(batch.data)
-            if held >= group_bytes:
-                out.append([])
-                held = 0
-        return out
-
-    times = []
-    records = 0
-    for _ in range(REPEATS):
-        started = time.perf_counter()
-        if name == "ndjson":
-            pieces = [ndjson_lines(plan, group) for group in groups()]
-            times.append(time.perf_counter() - started)
-            records = sum(piece.count(b"\n") for piece in pieces)  # counted outside the time
-            continue
+    def encode(kept: list[bytes | memoryview] | None) -> tuple[float, float]:
         writer = MessageWriter()
-        parts = [part for group in groups() for part in writer.parts(message(plan, group))]
-        times.append(time.perf_counter() - started)
-        body = SCHEMA_MESSAGE + b"".join(parts) + END_OF_STREAM
-        records = pa.ipc.open_stream(body).read_all().num_rows  # counted outside the time
-    return records / median(times)
+        started, cpu = time.perf_counter(), time.process_time()
+        for group in groups:
+            if name == "ndjson":
+                piece = ndjson_lines(plan, group)
+                if kept is not None:
+                    kept.append(piece)
+            else:
+                parts = writer.parts(message(plan, group))
+                if kept is not None:
+                    kept += [bytes(part) for part in parts]
+        return time.perf_counter() - started, time.process_time() - cpu
+
+    kept: list[bytes | memoryview] = []
+    encode(kept)
+    body = b"".join(kept)
+    del kept
+    if name == "ndjson":
+        records = body.count(b"\n")
+    else:
+        records = pa.ipc.open_stream(SCHEMA_MESSAGE + body + END_OF_STREAM).read_all().num_rows
+    del body
+    seconds, cpu_seconds = sorted(encode(None) for _ in range(REPEATS))[REPEATS // 2]
+    return records / seconds, cpu_seconds / records
 
 
 async def concurrent_slow_streams(url: str, params: dict[str, str], pid: int) -> dict[str, Any]:
@@ -466,25 +500,29 @@ def encodings(served: Any, highest: int, s3_mb_per_s: float | None = None) -> di
     headers = list(iter_headers(BytesSource(raw), 0))
     records = decode_once(raw, headers)[0]  # warm-up
     decodes: list[tuple[int, float, float]] = []
-    server_cpu: dict[str, list[float]] = {"ndjson": [], "arrow": []}
+    server_cpu: dict[str, list[float]] = {"bare": [], "ndjson": [], "arrow": []}
     media_types = {"ndjson": "application/x-ndjson", "arrow": "application/vnd.apache.arrow.stream"}
     runs: dict[str, list[Streamed]] = {"bare": [], "ndjson": [], "arrow": []}
     bodies: dict[str, bytes] = {}
-    with bare_server(len(raw), CEILING_PIECE_BYTES) as bare:
+    with bare_server(len(raw), CEILING_PIECE_BYTES) as (bare, bare_pid):
         urls = {"bare": (bare, OCTET, {}), **{n: (url, m, params) for n, m in media_types.items()}}
+        pids = {"bare": bare_pid, "ndjson": served.process.pid, "arrow": served.process.pid}
         for name, (where, media, args) in urls.items():  # warm-up (imports, caches); the bodies
             bodies[name] = asyncio.run(timed_stream(where, media, args, keep=True)).body()
         for _ in range(REPEATS):  # interleaved, so that all (the decode too) see the same load
             decodes.append(decode_once(raw, headers))
             for name, (where, media, args) in urls.items():
-                before = cpu_seconds(served.process.pid)
+                before = cpu_seconds(pids[name])
                 runs[name].append(timed(timed_stream(where, media, args)))
-                if name in server_cpu:
-                    server_cpu[name].append(cpu_seconds(served.process.pid) - before)
+                server_cpu[name].append(cpu_seconds(pids[name]) - before)
     own = records / median([seconds for _, seconds, _ in decodes])
     decode_cpu = sum(cpu for _, _, cpu in decodes) / len(decodes) / records
     bare_runs = runs.pop("bare")
     ceiling = bare_runs[0].size / MIB / median([r.seconds for r in bare_runs])
+    # Sums over the runs: /proc counts a process's CPU in clock ticks (10 ms), a fourth of a run.
+    bare_bytes = sum(r.size for r in bare_runs)
+    send_per_byte = sum(server_cpu["bare"]) / bare_bytes  # the bare endpoint's CPU
+    receive_per_byte = sum(r.cpu_seconds for r in bare_runs) / bare_bytes  # the client's
     result: dict[str, Any] = {
         "http_ceiling": figure(
             {
@@ -492,6 +530,8 @@ def encodings(served: Any, highest: int, s3_mb_per_s: float | None = None) -> di
                 "runs_s": [round(r.seconds, 3) for r in bare_runs],
                 "piece_bytes": CEILING_PIECE_BYTES,
                 "raw_records_per_s_at_ceiling": round(ceiling * MIB * records / len(raw)),
+                "server_cpu_us_per_mib": round(send_per_byte * MIB * 1e6, 1),
+                "client_cpu_us_per_mib": round(receive_per_byte * MIB * 1e6, 1),
             }
         )
     }
@@ -510,6 +550,14 @@ def encodings(served: Any, highest: int, s3_mb_per_s: float | None = None) -> di
             raise SystemExit(f"{name}: {sent} records streamed, {records} decoded")
         rate = sent / seconds
         at_ceiling = ceiling * MIB * sent / len(body)
+        encode_per_s, encode_cpu = encode_rate(raw, name)
+        per_record = len(body) / sent
+        floor = {
+            "encode": encode_cpu,
+            "send": send_per_byte * per_record,
+            "receive": receive_per_byte * per_record,
+        }
+        at_cpu = CORES / sum(floor.values())
         paired = median(
             [decode / run.seconds for (_, decode, _), run in zip(decodes, runs[name], strict=True)]
         )
@@ -522,13 +570,22 @@ def encodings(served: Any, highest: int, s3_mb_per_s: float | None = None) -> di
                 "ratio_of_medians": round(rate / own, 2),
                 "runs_s": [round(r.seconds, 3) for r in runs[name]],
                 "server_cpu_us_per_record": round(sum(server_cpu[name]) / REPEATS / sent * 1e6, 2),
+                "client_cpu_us_per_record": round(
+                    sum(r.cpu_seconds for r in runs[name]) / REPEATS / sent * 1e6, 2
+                ),
                 "rlm_decode_cpu_us_per_record": round(decode_cpu * 1e6, 2),
                 "target_ratio_min": target,
                 "bytes_per_record": round(len(body) / sent),
                 "records_per_s_at_http_ceiling": round(at_ceiling),
                 "ratio_at_http_ceiling": round(at_ceiling / own, 2),
                 "share_of_http_ceiling": round(rate / at_ceiling, 2),
-                "in_process_encode_records_per_s": round(encode_rate(raw, name)),
+                "in_process_encode_records_per_s": round(encode_per_s),
+                "cpu_ceiling": {
+                    "cores": CORES,
+                    "us_per_record": {part: round(cpu * 1e6, 3) for part, cpu in floor.items()},
+                    "records_per_s": round(at_cpu),
+                    "ratio": round(at_cpu / own, 2),
+                },
             }
         )
         if s3_mb_per_s is not None:  # the stored bytes of every record come through the S3 server
