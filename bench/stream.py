@@ -75,6 +75,7 @@ if str(ROOT) not in sys.path:  # run as a script: import rlm from the checkout
     sys.path.insert(0, str(ROOT))
 
 from bench.api import READ_TOKEN, TOPIC, free_port, http_get, start_rlm, stop, tiered_partition, wait_for  # noqa: E402
+from rlm.cli.heap import keep_freed_blocks  # noqa: E402
 from rlm.cli.serve import LOOP_THREADS  # noqa: E402
 from rlm.log.batches import decode_batch  # noqa: E402
 from rlm.log.byte_source import BytesSource, iter_headers  # noqa: E402
@@ -302,12 +303,9 @@ def encode_rate(raw: bytes, name: str) -> tuple[float, float]:
     and drops them: a run keeping them all touches new pages for each (it took 1.0 µs of CPU per
     NDJSON record, against 0.38). The records encoded are counted in an untimed run that keeps
     them."""
-    # glibc gives a block above its mmap threshold (128 KiB at first) fresh pages of its own, and
-    # raises the threshold to a block's size when one is freed: one freed larger than any piece
-    # made here puts the pieces on the heap, as a server's are once its first chunks are freed. A
-    # first NDJSON run without it took 3 times the CPU, faulting in new pages for every piece.
-    scratch = bytearray(2 * BUFFER_BYTES)
-    del scratch
+    # The C heap as rlm serve keeps it (rlm.cli.heap): a first NDJSON run without it took 3 times
+    # the CPU, glibc mapping fresh pages for every piece (as it does above its first threshold).
+    keep_freed_blocks()
     import pyarrow as pa
 
     from rlm.metastore.model import TopicPartition
