@@ -15,12 +15,13 @@ Side by side, in the same run:
 * the ceiling the HTTP hop itself sets: a bare endpoint (uvicorn as ``rlm serve`` runs it, a
   streamed body of constant pieces, nothing read or encoded) to the same client, in MB/s, and the
   records/s it allows each medium at the bytes a record takes in it (``http_ceiling``);
-* the ceiling the machine's cores set (``cpu_ceiling``), as the server, the client and the S3
-  server share them: the CPU a record takes at least, as the sum of the in-process encoding's
-  (decode included) and, at the bytes the record takes in the medium, of what the bare
-  endpoint's server and its client spend per byte, and the records/s all the cores allow at that.
-  It leaves out what a stream spends besides (its file or S3 reads, the event loop's steps, the
-  threads' hand-offs), so that no stream runs faster: a target above it is beyond this machine;
+* the ceiling the machine's cores set (``cpu_ceiling``), which the server and the client share:
+  the CPU a record takes at least, as the sum of the in-process encoding's (decode included) and,
+  at the bytes the record takes in the medium, of what the bare endpoint's server and its client
+  spend per byte, and the records/s all the cores allow at that. It leaves out what a stream
+  spends besides (its file or S3 reads, the event loop's steps, the threads' hand-offs, and over
+  S3 the S3 server's own share of the same cores), so that no stream runs faster: a target above
+  it is beyond this machine;
 * 64 concurrent raw streams to slow readers: the server's threads (target: ≤ its configured pools
   + 8) and resident memory (target: ≤ 64 x ``remote.fetch.stream.buffer.bytes`` + 200 MiB).
 
@@ -92,7 +93,7 @@ BUFFER_BYTES = 4 * 1024 * 1024
 MIB = 1024 * 1024
 #: Pieces of the bare endpoint's body (those of ``rlm serve``'s streams are 256-512 KiB).
 CEILING_PIECE_BYTES = 512 * 1024
-#: Cores the server, the client and (remote) the S3 server share (:func:`encodings`' ``cpu_ceiling``).
+#: Cores the server and the client share (and, remote, the S3 server): :func:`encodings`' ``cpu_ceiling``.
 CORES = os.cpu_count() or 1
 #: Timed runs of each figure (after one untimed run that warms imports and caches): the median.
 REPEATS = 5
