@@ -4,7 +4,10 @@ The answer holds whole data batches, as Kafka returns them (the first is returne
 exceeds the bound), none at or past the high watermark and no control batch (transaction
 markers), each with its decoded records at or after the offset: transports only translate it.
 Offsets the broker still has are read locally; older ones from the remote segment that holds
-them, with ranged GETs from the position its offset index gives.
+them, with ranged GETs from the position its offset index gives. A local segment the broker
+deletes between its listing and its reading (its retention, once the segment is tiered) ends the
+answer where it is; when nothing was read yet, the fetch starts again, the offset now the remote
+tier's.
 """
 
 from __future__ import annotations
@@ -24,6 +27,13 @@ from rlm.metastore.model import TopicPartition
 from rlm.metrics import Metrics
 from rlm.storage.layout import validate_topic
 from rlm.storage.protocol import RemoteStorage
+
+#: Times a fetch starts again because the broker deleted the local segment it was to read.
+MAX_FETCH_ATTEMPTS = 3
+
+
+class _SegmentGoneError(Exception):
+    """The broker deleted the local segment a fetch was to read before anything was read."""
 
 
 @dataclass
@@ -98,7 +108,15 @@ class RecordFetcher:
         started = time.perf_counter()
         tier = "none"
         try:
-            result = self._fetch(tp, offset, max_bytes, stats, checkpoint)
+            for attempt in range(1, MAX_FETCH_ATTEMPTS + 1):
+                try:
+                    result = self._fetch(tp, offset, max_bytes, stats, checkpoint)
+                    break
+                except _SegmentGoneError:  # listed again: the offset is the remote tier's now
+                    if attempt == MAX_FETCH_ATTEMPTS:
+                        raise OffsetOutOfRangeError(
+                            f"the broker's segments of {tp} kept changing under the fetch at offset {offset}"
+                        ) from None
             tier = result.tier or "none"
             return result
         finally:
@@ -142,8 +160,14 @@ class RecordFetcher:
         for i, segment in enumerate(segments):
             if i + 1 < len(segments) and segments[i + 1].base_offset <= offset:
                 continue  # wholly below the offset
-            start = segment.offset_index().lookup(offset).position
-            with segment.open() as source:
+            try:
+                start = segment.offset_index().lookup(offset).position
+                source = segment.open()
+            except FileNotFoundError:  # the broker deleted it since it was listed
+                if result.next_offset >= 0:
+                    return  # what was read is the answer
+                raise _SegmentGoneError from None
+            with source:
                 for header in iter_headers(source, start):
                     if header.last_offset < offset:
                         continue

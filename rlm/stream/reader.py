@@ -13,6 +13,13 @@ Once a remote segment's last piece is read, the segment after it is looked up an
 its first piece taken, while the last one's batches are sent (:class:`_NextSegment`), so that a
 stream does not wait for S3 at every segment boundary; it still holds two chunks at most.
 
+The broker deletes its oldest segments once they are tiered (local retention: it renames their
+files ``.deleted``, then removes them), whenever it likes. A segment the stream finds gone, or a
+listing that now starts above the next offset, sends the stream back to the remote tier for the
+offsets the broker no longer has, then to the broker's files from their new start
+(:meth:`BatchReader.runs`): nothing is skipped. Offsets neither tier holds any more end the stream
+with :class:`~rlm.errors.OffsetOutOfRangeError`.
+
 Batches sent: every stored batch overlapping ``[start, end)`` that lies wholly below the last
 fetchable offset, but control batches (transaction markers) and, with READ_COMMITTED, the batches
 of aborted transactions.
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import NamedTuple, Protocol, TypeVar
 
@@ -35,6 +43,7 @@ from rlm.stream.chunks import Batch, Chunk, batch_runs, batch_runs_in_range, rea
 from rlm.stream.plan import RangePlan
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 #: Pieces a remote segment's read is taken in, per chunk. A piece of an open read costs no round
 #: trip, so that it need not be large: an eighth of a chunk (256 KiB by default) taken and one ahead
 #: hold a quarter chunk of read bytes, leaving the rest of a stream's window to what the HTTP client
@@ -42,6 +51,9 @@ T = TypeVar("T")
 #: to the pieces being encoded and sent. 64 slow raw streams took 2.3 MiB each with eighths, 2.6
 #: with quarters (and a 4 MiB window).
 PIECES_PER_CHUNK = 8
+#: Times in a row the broker's files may be found changed under a stream (a segment gone between
+#: its listing and its opening) with no batch read in between, before the stream gives up.
+MAX_LOCAL_RELISTS = 8
 _CONTROL = 0x20
 """The control flag of a v2 batch's attributes (``BatchHeader.is_control``)."""
 RunBlocking = Callable[[Callable[[], T]], Awaitable[T]]
@@ -129,6 +141,13 @@ class BatchReader:
         self._any_aborted = bool(plan.aborted)
         self.next_offset = plan.start
         """The offset the stream continues from."""
+        self.local_start = plan.local_start
+        """The first offset the broker's log holds, as last seen: the plan's, until the broker
+        deletes segments under the stream."""
+        self._local_dir = plan.local
+        self._relist = False  # the broker's files changed under the stream: list them again
+        self._relists = 0  # at the same next offset
+        self._relisted_at = -1
         self._ahead: asyncio.Task[_NextSegment] | None = None
 
     async def _blocking(self, call: Callable[[], T]) -> T:
@@ -147,11 +166,15 @@ class BatchReader:
         plan = self.plan
         try:
             while self.next_offset < plan.end:
-                if plan.local_start is not None and self.next_offset >= plan.local_start:
+                if self._relist:
+                    await self._list_local_again()
+                if self.local_start is not None and self.next_offset >= self.local_start:
                     async with contextlib.aclosing(self._local()) as local:
                         async for run in local:
                             yield run
-                    return
+                    if not self._relist:
+                        return
+                    continue
                 async with contextlib.aclosing(self._remote_segment()) as remote:
                     async for found in remote:
                         if found is None:
@@ -159,6 +182,31 @@ class BatchReader:
                         yield found
         finally:
             await self._drop_ahead()
+
+    async def _list_local_again(self) -> None:
+        """List the broker's segments afresh (they changed under the stream): the log's new start."""
+        self._relist = False
+        self._relists = self._relists + 1 if self.next_offset == self._relisted_at else 1
+        self._relisted_at = self.next_offset
+        tp = self.plan.tp
+        if self._relists > MAX_LOCAL_RELISTS:
+            raise OffsetOutOfRangeError(
+                f"the broker's segments of {tp} kept changing under the stream at offset {self.next_offset}"
+            )
+        local = await self._blocking(lambda: self.service.pinned_partition(tp))
+        segments = await self._blocking(local.segments) if local is not None else []
+        self._local_dir = local
+        self.local_start = segments[0].base_offset if segments else None
+        log.info(
+            "the broker deleted segments of %s under a stream at offset %d: its log now starts at %s",
+            tp,
+            self.next_offset,
+            self.local_start,
+        )
+
+    def _moved(self) -> None:
+        """The broker's files changed under the stream: list them again before going on."""
+        self._relist = True
 
     async def _segment_for(self, offset: int) -> RemoteSegment | None:
         tp, store = self.plan.tp, self.service.store
@@ -193,7 +241,7 @@ class BatchReader:
         plan, offset = self.plan, segment.end_offset + 1
         if self._ahead is not None or offset >= plan.end:
             return
-        if plan.local_start is not None and offset >= plan.local_start:
+        if self.local_start is not None and offset >= self.local_start:
             return
         self._ahead = asyncio.ensure_future(self._look_ahead(offset))
 
@@ -208,7 +256,7 @@ class BatchReader:
 
     async def _remote_segment(self) -> AsyncGenerator[list[StreamBatch] | None, None]:
         """The runs of the segment holding the next offset; None once the range is done."""
-        plan, tp, offset = self.plan, self.plan.tp, self.next_offset
+        tp, offset = self.plan.tp, self.next_offset
         ahead: _NextSegment | None = None
         if self._ahead is not None:
             task, self._ahead = self._ahead, None
@@ -219,7 +267,10 @@ class BatchReader:
                 ahead = None
         segment = ahead.segment if ahead is not None else await self._segment_for(offset)
         if segment is None:
-            raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}")
+            deleted = (
+                " (the broker deleted its local segment under the stream)" if self._relisted_at >= 0 else ""
+            )
+            raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}{deleted}")
         if offset <= segment.start_offset:  # from the object's start: no index to fetch
             position = 0
         else:
@@ -245,7 +296,7 @@ class BatchReader:
                 for header, data in run:
                     if header.last_offset < self.next_offset:
                         continue
-                    if plan.local_start is not None and header.base_offset >= plan.local_start:
+                    if self.local_start is not None and header.base_offset >= self.local_start:
                         if sent:
                             yield sent
                         return  # the broker has the rest
@@ -262,15 +313,24 @@ class BatchReader:
         self.next_offset = max(self.next_offset, segment.end_offset + 1)
 
     async def _local(self) -> AsyncGenerator[list[StreamBatch], None]:
-        local = self.plan.local
+        """The runs of the broker's segments from the next offset; where a segment is gone (or the
+        listing starts above the next offset), none more: :meth:`_moved` says so to :meth:`runs`."""
+        local = self._local_dir
         assert local is not None
         segments = await self._blocking(local.segments)
+        if not segments or segments[0].base_offset > self.next_offset:
+            self._moved()  # deleted since it was listed
+            return
         for i, segment in enumerate(segments):
             if i + 1 < len(segments) and segments[i + 1].base_offset <= self.next_offset:
                 continue  # wholly below the next offset
             offset = self.next_offset
-            position = await self._blocking(lambda: segment.offset_index().lookup(offset).position)  # noqa: B023
-            source = await self._blocking(segment.open)
+            try:
+                position = await self._blocking(lambda: segment.offset_index().lookup(offset).position)  # noqa: B023
+                source = await self._blocking(segment.open)
+            except FileNotFoundError:  # the broker deleted it since it was listed
+                self._moved()
+                return
             try:
 
                 async def read(at: int, length: int) -> Chunk:

@@ -1,0 +1,181 @@
+"""Range streams and fetches whose local segments the broker deletes while they read.
+
+The broker deletes its oldest segments once they are tiered (local retention): it renames their
+files (``.deleted``) and removes them later, whenever it likes. A stream planned before that reads
+the tiered offsets it can no longer find locally from the remote tier, then the broker's files
+from their new start: the records are those of the brute-force read, no offset missing or sent
+twice. Where no tier holds them any more, the stream ends with an error that names the offset,
+never short. A fetch whose segment goes before it is read reads the remote tier; one that has
+read batches when its next segment goes answers with those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from rlm.errors import OffsetOutOfRangeError
+from rlm.log.batches import decode_batch
+from rlm.log.index import OffsetIndex
+from rlm.log.logdir import LogDir
+from rlm.log.model import Record
+from rlm.log.segment import Segment
+from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.stream.plan import RangePlan, RangeQuery
+from rlm.stream.reader import BatchReader, StreamBatch
+from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
+from tests.integration.test_stream import expected
+from tests.lookup_support import TOPIC, Tiered
+
+T = TypeVar("T")
+
+
+@pytest.fixture(params=BACKEND_PARAMS)
+def tiered(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tiered]:
+    yield from tiered_partition(request, tmp_path, auth_enabled=False, remote_fetch_stream_buffer_bytes=4096)
+
+
+async def on_threads(call: Callable[[], T]) -> T:
+    return await asyncio.get_running_loop().run_in_executor(None, call)
+
+
+def deleted_by_the_broker(segment: Segment) -> None:
+    """As the broker's retention deletes a segment: its files renamed with ``.deleted`` (their
+    removal comes later)."""
+    for path in segment.directory.glob(f"{segment.base_offset:020d}.*"):
+        if not path.name.endswith(".deleted"):
+            path.rename(path.with_name(path.name + ".deleted"))
+
+
+def tiered_local_segments(tiered: Tiered) -> list[Segment]:
+    """The broker's rolled segments whose records are all copied, oldest first."""
+    found = []
+    for segment in LogDir(tiered.partition.log_dir.path).partition(TOPIC, 0).rolled_segments():
+        last = segment.last_offset()
+        if last is None or last > tiered.truth.highest_copied:
+            break
+        found.append(segment)
+    return found
+
+
+def stream(
+    tiered: Tiered, plan: RangePlan, on_batch: Callable[[StreamBatch], Awaitable[None]] | None = None
+) -> list[Record]:
+    """The records the stream of ``plan`` sends (``on_batch`` awaited as each batch is taken)."""
+    streams = tiered.runtime.streams
+
+    async def read() -> list[StreamBatch]:
+        reader = BatchReader(
+            plan,
+            streams.service,
+            streams.indexes,
+            streams.remote,
+            on_threads,
+            chunk_bytes=streams.chunk_bytes,
+        )
+        taken = []
+        async for batch in reader.batches():
+            taken.append(batch)
+            if on_batch is not None:
+                await on_batch(batch)
+        await streams.remote.close()
+        return taken
+
+    taken = asyncio.run(read())
+    records = [r for b in taken for r in decode_batch(bytes(b.data), b.header._replace(position=0))]
+    return [r for r in records if plan.start <= r.offset < plan.end]
+
+
+def test_segments_deleted_after_planning_are_read_from_the_remote_tier(tiered: Tiered) -> None:
+    truth = tiered.truth
+    plan = tiered.runtime.streams.plan(RangeQuery(TopicPartition(TOPIC, 0), offset=truth.log_start_offset))
+    gone = tiered_local_segments(tiered)
+    assert len(gone) >= 2, "fewer than two tiered local segments: the test would test little"
+    assert plan.local_start == gone[0].base_offset
+    for segment in gone:
+        deleted_by_the_broker(segment)
+    assert stream(tiered, plan) == expected(truth, truth.log_start_offset, None, False)
+
+
+def test_segments_deleted_while_the_local_ones_are_read_are_read_from_the_remote_tier(
+    tiered: Tiered,
+) -> None:
+    truth = tiered.truth
+    tp = TopicPartition(TOPIC, 0)
+    gone = tiered_local_segments(tiered)
+    assert len(gone) >= 2, "fewer than two tiered local segments: the test would test little"
+    plan = tiered.runtime.streams.plan(RangeQuery(tp, offset=gone[0].base_offset))
+    deleted: list[int] = []
+
+    async def delete_the_next_ones(batch: StreamBatch) -> None:
+        # The first local batch is taken (its file open): the broker deletes it and the others.
+        if not deleted and batch.tier == "local":
+            for segment in gone:
+                deleted_by_the_broker(segment)
+                deleted.append(segment.base_offset)
+
+    assert stream(tiered, plan, delete_the_next_ones) == expected(truth, gone[0].base_offset, None, False)
+    assert deleted, "no local batch was read: the test tested nothing"
+
+
+def test_records_deleted_from_both_tiers_end_the_stream_with_an_error(tiered: Tiered) -> None:
+    tp = TopicPartition(TOPIC, 0)
+    gone = tiered_local_segments(tiered)
+    plan = tiered.runtime.streams.plan(RangeQuery(tp, offset=gone[0].base_offset))
+    store = tiered.runtime.store
+    for segment in gone:
+        deleted_by_the_broker(segment)
+    # ... and the remote copies of the first of them deleted by the remote tier's retention.
+    dropped = 0
+    while (copy := store.segment_for_offset(tp, gone[0].base_offset)) is not None:
+        store.update_segment_state(copy.segment_id, SegmentState.DELETE_SEGMENT_STARTED, event_time_ms=0)
+        dropped += 1
+    assert dropped, "no remote segment held the offset: the test would test nothing"
+    with pytest.raises(OffsetOutOfRangeError, match=f"offset {gone[0].base_offset}"):
+        stream(tiered, plan)
+
+
+def deleted_when_read(monkeypatch: pytest.MonkeyPatch, segment: Segment) -> list[int]:
+    """The broker deletes ``segment`` once a reader has listed it, as the reader looks it up."""
+    real = Segment.offset_index
+    deleted: list[int] = []
+
+    def offset_index(self: Segment) -> OffsetIndex:
+        if self.base_offset == segment.base_offset and not deleted:
+            deleted_by_the_broker(self)
+            deleted.append(self.base_offset)
+        return real(self)
+
+    monkeypatch.setattr(Segment, "offset_index", offset_index)
+    return deleted
+
+
+def test_a_fetch_whose_segment_is_deleted_before_it_is_read_reads_the_remote_tier(
+    tiered: Tiered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tiered_local_segments(tiered)
+    offset = gone[0].base_offset + 1
+    deleted = deleted_when_read(monkeypatch, gone[0])
+    result = tiered.runtime.fetcher.fetch(TopicPartition(TOPIC, 0), offset, 1 << 20)
+    assert deleted, "the segment was not looked up: the test tested nothing"
+    assert result.tier == "remote" and result.records
+    assert result.records == tiered.truth.data_records(offset)[: len(result.records)]
+
+
+def test_a_fetch_that_finds_its_next_segment_deleted_answers_what_it_read(
+    tiered: Tiered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tiered_local_segments(tiered)
+    assert len(gone) >= 2, "fewer than two tiered local segments: the test would test little"
+    offset = gone[0].base_offset
+    deleted = deleted_when_read(monkeypatch, gone[1])
+    result = tiered.runtime.fetcher.fetch(TopicPartition(TOPIC, 0), offset, 1 << 20)
+    assert deleted, "the segment was not looked up: the test tested nothing"
+    assert result.tier == "local" and result.records
+    assert result.next_offset == gone[1].base_offset
+    assert result.records == tiered.truth.data_records(offset)[: len(result.records)]
+    assert all(r.offset < gone[1].base_offset for r in result.records)
