@@ -96,6 +96,11 @@ class PartitionDir:
         self._listed = (bases, segments)
         return list(segments)
 
+    def forget_listing(self) -> None:
+        """Read the directory again at the next :meth:`segments`: a reader found a listed segment
+        gone (the broker deleted it) sooner than the watcher or ``stat`` tells."""
+        self._listing.forget(self.path)
+
     def pinned(self) -> PartitionDir:
         """This directory as one reader sees it: its segments listed, and the broker's checkpoints
         read, once, however often they are asked for. The segments (and their loaded indexes) are

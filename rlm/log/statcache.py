@@ -76,6 +76,12 @@ class StatCache(Generic[T]):
                 return value
         return self._get_by_stat(path, load)
 
+    def forget(self, path: Path) -> None:
+        """Drop what is kept of ``path``: the next :meth:`get` loads it (a caller that found the
+        result out of date, before the watcher or ``stat`` could tell)."""
+        with self._lock:
+            self._entries.pop(path, None)
+
     def _directory_of(self, path: Path) -> str:
         return str(path if self._listings else path.parent)
 

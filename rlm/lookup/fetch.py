@@ -110,7 +110,7 @@ class RecordFetcher:
         try:
             for attempt in range(1, MAX_FETCH_ATTEMPTS + 1):
                 try:
-                    result = self._fetch(tp, offset, max_bytes, stats, checkpoint)
+                    result = self._fetch(tp, offset, max_bytes, stats, checkpoint, relisted=attempt > 1)
                     break
                 except _SegmentGoneError:  # listed again: the offset is the remote tier's now
                     if attempt == MAX_FETCH_ATTEMPTS:
@@ -130,11 +130,15 @@ class RecordFetcher:
         max_bytes: int,
         stats: FetchStats | None,
         checkpoint: Checkpoint,
+        *,
+        relisted: bool = False,
     ) -> FetchResult:
         if max_bytes <= 0:
             raise ValueError(f"max_bytes must be > 0, not {max_bytes}")
         validate_topic(tp.topic)
         local = self.service.local_partition(tp)
+        if relisted and local is not None:  # a listed segment was gone: read the directory again
+            local.forget_listing()
         # Offsets the broker still has are read without the metadata store while it is down.
         view = self.service.usable_view(tp, local)
         self.service.require_known(tp, local, view)

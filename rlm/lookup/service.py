@@ -146,13 +146,17 @@ class LookupService:
             self._partitions.pop(tp, None)
         return None
 
-    def pinned_partition(self, tp: TopicPartition) -> PartitionDir | None:
+    def pinned_partition(self, tp: TopicPartition, *, relisted: bool = False) -> PartitionDir | None:
         """The broker's directory of ``tp`` as one lookup sees it (:meth:`PartitionDir.pinned`), or
-        None. Listing the directory tells that it still exists, so no separate check is made."""
+        None. Listing the directory tells that it still exists, so no separate check is made.
+        ``relisted``: the directory read again, not a kept listing (a reader found a listed
+        segment gone)."""
         with self._lock:
             known = self._partitions.get(tp)
         if known is not None:
             try:
+                if relisted:
+                    known.forget_listing()
                 return known.pinned()
             except FileNotFoundError:  # deleted or moved to another log directory since
                 pass

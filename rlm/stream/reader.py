@@ -193,7 +193,7 @@ class BatchReader:
             raise OffsetOutOfRangeError(
                 f"the broker's segments of {tp} kept changing under the stream at offset {self.next_offset}"
             )
-        local = await self._blocking(lambda: self.service.pinned_partition(tp))
+        local = await self._blocking(lambda: self.service.pinned_partition(tp, relisted=True))
         segments = await self._blocking(local.segments) if local is not None else []
         self._local_dir = local
         self.local_start = segments[0].base_offset if segments else None

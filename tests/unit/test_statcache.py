@@ -168,3 +168,18 @@ def test_a_cache_of_an_unwatchable_directory_falls_back_to_stat(tmp_path: Path) 
         assert cache.get(path, load) == "bb"
     finally:
         watcher.close()
+
+
+def test_a_forgotten_result_is_loaded_again_though_nothing_shows_a_change(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint"
+    path.write_text("a")
+    patient: StatCache[str] = StatCache(racy_reuse_s=3600, watcher=None)
+    load = CountingLoad()
+    assert patient.get(path, load) == "a"
+    stat = path.stat()
+    path.write_text("b")  # in place, same size, its mtime put back: stat shows nothing
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert patient.get(path, load) == "a"
+    patient.forget(path)
+    assert patient.get(path, load) == "b"
+    assert load.calls == 2
