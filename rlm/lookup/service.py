@@ -41,6 +41,7 @@ store's queries. A stale list never fails a lookup, nor answers from a deleted o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -86,6 +87,9 @@ DEFAULT_RETRY_S = 1.0
 """After the metadata store failed to answer, how long lookups do without it (by default)."""
 
 T = TypeVar("T")
+#: Times a lookup lists the broker's directory again when a segment it listed is gone (the broker's
+#: retention deleted it between the listing and the reading).
+MAX_LISTINGS = 3
 
 
 class _Unpinned:
@@ -307,7 +311,14 @@ class LookupService:
                 view = self.views.fallback(tp, local)
             if view is None:
                 return ViewNeeded(local)
-        answer = self.answer_from_view(tp, local, timestamp, view, isolation=isolation)
+        for listing in range(1, MAX_LISTINGS + 1):
+            try:
+                answer = self.answer_from_view(tp, local, timestamp, view, isolation=isolation)
+                break
+            except FileNotFoundError:  # a listed segment is gone: the broker deleted it
+                if local is None or listing == MAX_LISTINGS:
+                    raise
+                local = self.pinned_partition(tp, relisted=True)
         if answer is not None:
             return Answered(answer)
         return Search(tp, timestamp, isolation, local, view, self.reads_remote(timestamp, view))
@@ -322,11 +333,26 @@ class LookupService:
         With READ_COMMITTED answers at or above the last stable offset are dropped (-1), as Kafka
         does; with READ_UNCOMMITTED the same holds for the high watermark.
 
+        A segment the plan listed that the broker deleted since (its retention) is not an error:
+        the directory is listed again and the search made again, :data:`MAX_LISTINGS` times at
+        most (so is one that :meth:`plan` finds gone).
+
         Raises:
             MetadataUnavailableError: the metadata store does not answer.
             TaskCancelledError: ``checkpoint`` said the answer is no longer wanted.
             RlmError, OSError: the remote tier or the broker's files could not be read.
         """
+        listings = 1
+        while True:
+            try:
+                return self._search(search, stats, checkpoint)
+            except FileNotFoundError:  # a listed segment is gone: the broker deleted it
+                if search.local is None or listings >= MAX_LISTINGS:
+                    raise
+                listings += 1
+                search = dataclasses.replace(search, local=self.pinned_partition(search.tp, relisted=True))
+
+    def _search(self, search: Search, stats: FetchStats | None, checkpoint: Checkpoint) -> OffsetAnswer:
         tp, local, view, timestamp = search.tp, search.local, search.view, search.timestamp
         if timestamp >= 0:
             return self._by_timestamp(tp, local, timestamp, stats, checkpoint, search.isolation, view)

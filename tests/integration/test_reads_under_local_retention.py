@@ -1,4 +1,4 @@
-"""Range streams and fetches whose local segments the broker deletes while they read.
+"""Range streams, fetches and lookups whose local segments the broker deletes while they read.
 
 The broker deletes its oldest segments once they are tiered (local retention): it renames their
 files (``.deleted``) and removes them later, whenever it likes. A stream planned before that reads
@@ -6,7 +6,8 @@ the tiered offsets it can no longer find locally from the remote tier, then the 
 from their new start: the records are those of the brute-force read, no offset missing or sent
 twice. Where no tier holds them any more, the stream ends with an error that names the offset,
 never short. A fetch whose segment goes before it is read reads the remote tier; one that has
-read batches when its next segment goes answers with those.
+read batches when its next segment goes answers with those. A lookup that finds a segment it
+listed gone lists the directory again and answers as if it had never been there.
 """
 
 from __future__ import annotations
@@ -20,13 +21,14 @@ import pytest
 
 from rlm.errors import OffsetOutOfRangeError
 from rlm.log.batches import decode_batch
-from rlm.log.index import OffsetIndex
+from rlm.log.index import OffsetIndex, TimestampOffset
 from rlm.log.logdir import LogDir
 from rlm.log.model import Record
 from rlm.log.segment import Segment
 from rlm.metastore.model import SegmentState, TopicPartition
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import BatchReader, StreamBatch
+from rlm.timestamps import SpecialTimestamp
 from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
 from tests.integration.test_stream import expected
 from tests.lookup_support import TOPIC, Tiered
@@ -179,3 +181,38 @@ def test_a_fetch_that_finds_its_next_segment_deleted_answers_what_it_read(
     assert result.next_offset == gone[1].base_offset
     assert result.records == tiered.truth.data_records(offset)[: len(result.records)]
     assert all(r.offset < gone[1].base_offset for r in result.records)
+
+
+@pytest.mark.parametrize("asked", ["above the remote tier", "MAX_TIMESTAMP"])
+def test_a_lookup_whose_listed_segment_is_deleted_under_it_answers_from_a_new_listing(
+    tiered: Tiered, monkeypatch: pytest.MonkeyPatch, asked: str
+) -> None:
+    truth = tiered.truth
+    tp = TopicPartition(TOPIC, 0)
+    gone = tiered_local_segments(tiered)
+    real = Segment.max_timestamp_and_offset
+    missing: list[int] = []
+
+    def max_timestamp_and_offset(self: Segment, *, scan_tail: bool = False) -> TimestampOffset:
+        # The broker deletes the segment once the lookup has listed it, as the lookup reads it.
+        if self.base_offset == gone[0].base_offset and not missing:
+            deleted_by_the_broker(self)
+            try:
+                return real(self, scan_tail=scan_tail)
+            except FileNotFoundError:
+                missing.append(self.base_offset)
+                raise
+        return real(self, scan_tail=scan_tail)
+
+    max_remote = tiered.runtime.store.max_timestamp(tp)
+    assert max_remote is not None
+    monkeypatch.setattr(Segment, "max_timestamp_and_offset", max_timestamp_and_offset)
+    if asked == "MAX_TIMESTAMP":  # planned as a search (the remote tier may hold it), then searched
+        timestamp: int = SpecialTimestamp.MAX_TIMESTAMP
+        expected = truth.special(timestamp)
+    else:  # answered when planned: only the broker's files are searched (none holds one here)
+        timestamp = max_remote + 1
+        expected = truth.for_timestamp(timestamp)
+    answer = tiered.runtime.lookup.find(tp, timestamp)
+    assert (answer.offset, answer.timestamp) == (expected.offset, expected.timestamp)
+    assert missing, "the lookup found the deleted segment's files: the test tested nothing"
