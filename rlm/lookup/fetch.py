@@ -21,15 +21,12 @@ from rlm.log.byte_source import iter_headers, read_batch_bytes
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import BatchHeader, Record
 from rlm.lookup.ranged_search import Checkpoint, RemoteLogReader, SegmentIndexes, never_cancelled
-from rlm.lookup.service import LookupService
+from rlm.lookup.service import MAX_LISTINGS, LookupService
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
 from rlm.metrics import Metrics
 from rlm.storage.layout import validate_topic
 from rlm.storage.protocol import RemoteStorage
-
-#: Times a fetch starts again because the broker deleted the local segment it was to read.
-MAX_FETCH_ATTEMPTS = 3
 
 
 class _SegmentGoneError(Exception):
@@ -108,12 +105,12 @@ class RecordFetcher:
         started = time.perf_counter()
         tier = "none"
         try:
-            for attempt in range(1, MAX_FETCH_ATTEMPTS + 1):
+            for attempt in range(1, MAX_LISTINGS + 1):
                 try:
                     result = self._fetch(tp, offset, max_bytes, stats, checkpoint, relisted=attempt > 1)
                     break
                 except _SegmentGoneError:  # listed again: the offset is the remote tier's now
-                    if attempt == MAX_FETCH_ATTEMPTS:
+                    if attempt == MAX_LISTINGS:
                         raise OffsetOutOfRangeError(
                             f"the broker's segments of {tp} kept changing under the fetch at offset {offset}"
                         ) from None

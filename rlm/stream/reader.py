@@ -204,10 +204,6 @@ class BatchReader:
             self.local_start,
         )
 
-    def _moved(self) -> None:
-        """The broker's files changed under the stream: list them again before going on."""
-        self._relist = True
-
     async def _segment_for(self, offset: int) -> RemoteSegment | None:
         tp, store = self.plan.tp, self.service.store
         return await self._blocking(
@@ -314,12 +310,13 @@ class BatchReader:
 
     async def _local(self) -> AsyncGenerator[list[StreamBatch], None]:
         """The runs of the broker's segments from the next offset; where a segment is gone (or the
-        listing starts above the next offset), none more: :meth:`_moved` says so to :meth:`runs`."""
+        listing starts above the next offset), none more: ``_relist`` tells :meth:`runs` to list
+        them again."""
         local = self._local_dir
         assert local is not None
         segments = await self._blocking(local.segments)
         if not segments or segments[0].base_offset > self.next_offset:
-            self._moved()  # deleted since it was listed
+            self._relist = True  # deleted since it was listed
             return
         for i, segment in enumerate(segments):
             if i + 1 < len(segments) and segments[i + 1].base_offset <= self.next_offset:
@@ -329,7 +326,7 @@ class BatchReader:
                 position = await self._blocking(lambda: segment.offset_index().lookup(offset).position)  # noqa: B023
                 source = await self._blocking(segment.open)
             except FileNotFoundError:  # the broker deleted it since it was listed
-                self._moved()
+                self._relist = True
                 return
             try:
 
