@@ -15,7 +15,10 @@ import pytest
 
 from rlm.config import Settings, TopicSettings
 from rlm.errors import StorageUnavailableError
+from rlm.log.dirwriter import LogDirWriter
 from rlm.log.logdir import LogDir, PartitionDir
+from rlm.log.model import NO_TIMESTAMP
+from rlm.log.writer import ProducerRecord, TopicConfig
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.log_start import marker_key, read_marker
@@ -122,6 +125,34 @@ def test_time_retention_deletes_segments_whose_max_timestamp_expired(
     tiering.clock.advance(HOUR)  # segment 3 expires too
     (later,) = retention.run_once()
     assert later.deleted_segments == 1
+
+
+def test_segments_whose_records_have_no_timestamp_stay_for_retention_ms_after_they_were_tiered(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,
+    tmp_path: Path,
+) -> None:
+    log_dir = tmp_path / "logs"
+    writer = LogDirWriter(log_dir, clock=lambda: NOW, default_config=TopicConfig(segment_bytes=1 << 30))
+    appender = writer.partition(TP.topic, TP.partition, leader_epoch=0)
+    for _ in range(3):  # records written with timestamp -1, as the broker keeps them under CreateTime
+        appender.append([ProducerRecord(NO_TIMESTAMP, b"k", b"v" * 100) for _ in range(5)])
+        appender.roll()
+    appender.append([ProducerRecord(NOW, b"k", b"v")])
+    writer.close({})
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    rows = tiering.finished(TP)
+    assert [r.max_timestamp_ms for r in rows] == [NO_TIMESTAMP] * 3  # the row says what the records say
+    retention = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=2 * HOUR))
+
+    tiering.clock.advance(HOUR)
+    (outcome,) = retention.run_once()
+    assert (outcome.error, outcome.deleted_segments) == (None, 0)
+    assert _states(tiering) == [SegmentState.COPY_SEGMENT_FINISHED] * 3
+
+    tiering.clock.advance(HOUR)  # two hours since they were tiered
+    (later,) = retention.run_once()
+    assert (later.error, later.deleted_segments) == (None, 3)
 
 
 def test_retention_stops_at_the_first_segment_that_does_not_breach(
@@ -471,3 +502,15 @@ def test_rows_of_long_deleted_segments_are_purged_and_the_highest_copied_offset_
     tiering.clock.advance(100 * HOUR)
     (forever,) = kept.run_once()
     assert forever.purged_rows == 0 and len(tiering.segments(TP)) == 3
+
+
+def test_a_segment_without_timestamps_is_judged_by_when_it_was_tiered() -> None:
+    # Records written with timestamp -1 (v0 messages, or v2 under CreateTime): no max timestamp.
+    # Tiered at 9_000, the segment is 1_000 old at 10_000, however old -1 would make it.
+    untimed = [dataclasses.replace(s, event_time_ms=9_000) for s in _finished((0, 9, -1), (10, 19, -1))]
+    assert _breaching(untimed, retention_ms=5_000, now_ms=10_000) == []
+    assert _breaching(untimed, retention_ms=1_000, now_ms=10_000) == [0, 10]
+    assert _breaching(untimed, retention_ms=1_001, now_ms=10_000) == []
+    # A timed segment still goes by its records, whenever it was tiered.
+    mixed = [dataclasses.replace(SEGMENTS[0], event_time_ms=9_000), *untimed[1:]]
+    assert _breaching(mixed, retention_ms=5_000, now_ms=10_000) == [0]
