@@ -321,8 +321,10 @@ class Copier:
 
         The objects belong to this copy attempt alone (the segment id is in their keys), so they
         are deleted, and puts of them the failed put could not abort are aborted, even when the
-        lease was lost. When the FINISHED update itself failed its outcome is unknown: the objects
-        are kept unless the row says the copy did not finish.
+        lease was lost. When the FINISHED update itself failed, its outcome is unknown: the commit
+        may yet land, after any read of the row. A row read ``COPY_SEGMENT_STARTED`` is then moved
+        out of that state first (fenced, from that state only), and the objects go only once that
+        move holds; a row that finished, before or meanwhile, keeps them.
         """
         remote = prepared.remote
         keys = [remote.layout.log_key, remote.layout.index_key]
@@ -330,9 +332,12 @@ class Copier:
             current = self.store.get_segment(remote.segment_id) if outcome_unknown else None
             if current is not None and current.state is SegmentState.COPY_SEGMENT_FINISHED:
                 return
-            self.storage.abort_incomplete_puts(keys, self.store.pending_uploads(remote.segment_id))
-            self.storage.delete_objects(keys)
-            current = current or self.store.get_segment(remote.segment_id)
+            # A row read STARTED with the outcome unknown: delete_segment moves it before any
+            # object goes, and the move fails if the commit lands first.
+            if current is None or current.state is not SegmentState.COPY_SEGMENT_STARTED:
+                self.storage.abort_incomplete_puts(keys, self.store.pending_uploads(remote.segment_id))
+                self.storage.delete_objects(keys)
+                current = current or self.store.get_segment(remote.segment_id)
             if current is not None:
                 delete_segment(
                     self.store, self.storage, current, now_ms=self.clock(), lease_epoch=lease.epoch
