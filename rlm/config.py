@@ -198,6 +198,14 @@ class Settings:
     """``remote.log.metadata.deleted.segments.retention.ms``: how long the metadata store keeps the
     row of a segment whose deletion finished (for verification and orphan scans that started
     before it went); the retention loop purges older ones. -1 keeps them forever."""
+    remote_log_start_offset_from_broker: bool = False
+    """``remote.log.start.offset.from.broker``: retention also deletes the remote segments wholly
+    below the log start offset the broker checkpointed (``log-start-offset-checkpoint``, moved by
+    DeleteRecords). Off by default: a follower checkpoints the leader's log start offset, which the
+    leader's own local retention moves, so that a copier beside a follower would delete remote
+    segments as soon as the brokers delete their local copies. Turn it on where every partition's
+    copy lease is held beside its leader, or where the brokers keep their segments until rlm's
+    retention (local retention off)."""
     remote_compaction_delete_delay_ms: int = 300_000
     """``remote.compaction.delete.delay.ms``: how long the segments a compaction replaced keep
     their objects, so that lookups and fetches in flight over them finish."""

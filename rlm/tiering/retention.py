@@ -6,8 +6,10 @@ Per partition, oldest segment first, a ``COPY_SEGMENT_FINISHED`` segment is dele
   for a segment whose records carry no timestamp, when it was tiered: :func:`age_stamp`);
 * size: the partition (remote finished + local-only segments) is over ``retention.bytes`` and
   stays at or over it without this segment;
-* log start offset: it lies wholly below the log start offset the broker checkpointed, or below
-  the remote log start offset (a pass that advanced it and then died or failed left it behind);
+* log start offset: it lies wholly below the remote log start offset (a pass that advanced it
+  and then died or failed left it behind), or, with ``remote.log.start.offset.from.broker`` on,
+  below the log start offset the broker checkpointed (DeleteRecords). That is off by default: a
+  follower checkpoints the leader's log start offset, which the leader's local retention moves;
 
 and the pass stops at the first segment that breaches none. The remote log start offset advances
 past the deleted segments *before* anything is deleted, so readers never look for data that is
@@ -165,7 +167,9 @@ class Retention:
         remote_start = record.remote_log_start_offset if record is not None else -1
         # Finished segments below the remote log start offset are unreadable already (a pass
         # advanced it, then died or failed a delete): they go whatever the settings say now.
-        log_start = max(partition.checkpointed_log_start_offset() or -1, remote_start)
+        log_start = remote_start
+        if self.settings.remote_log_start_offset_from_broker:
+            log_start = max(partition.checkpointed_log_start_offset() or -1, remote_start)
         doomed = breaching_segments(
             finished,
             self.settings.topic(tp.topic),

@@ -92,6 +92,8 @@ def main(argv: list[str]) -> int:
         # The runtime locks its index cache directory: one of this test's own, not the default.
         remote_log_index_cache_dir=args.log_dir.parent / "index-cache",
         topic_defaults=TopicSettings(retention_ms=-1),
+        # The tests expire segments by moving the broker's log start offset, as DeleteRecords does.
+        remote_log_start_offset_from_broker=True,
     )
     storage = None
     if args.remote_url.startswith("s3:"):

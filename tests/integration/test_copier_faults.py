@@ -206,7 +206,7 @@ def test_a_retention_pass_killed_at_any_step_is_recovered(
     log_dir: Path,
 ) -> None:
     backend = make_backend(pair, request, tmp_path)
-    tiering = tiering_factory(backend, log_dir)
+    tiering = tiering_factory(backend, log_dir, remote_log_start_offset_from_broker=True)
     starts = _tier_then_expire(tiering, log_dir)
 
     assert_killed(run_child(backend, log_dir, job="retention", kill_at_step=step, nth=2))
@@ -352,7 +352,7 @@ def test_everything_is_tiered_and_intact_when_a_fifth_of_s3_requests_fail(
     log_dir = tmp_path / "logs"
     produce(log_dir, ProduceSpec(topics=2, partitions=2, records=1500, segment_bytes=16 * 1024, seed=3))
     backend = make_backend("sqlite-s3", request, tmp_path)
-    tiering = tiering_factory(backend, log_dir)
+    tiering = tiering_factory(backend, log_dir, remote_log_start_offset_from_broker=True)
     assert backend.s3 is not None
     faults = FaultInjector(rate=0.2, faults=SERVER_ERRORS, seed=20261121)
     session = backend.s3.session()

@@ -59,9 +59,9 @@ def sqlite_fs(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return make_backend("sqlite-fs", request, tmp_path)
 
 
-def _tiered(factory: TieringFactory, pair: Backend, log_dir: Path) -> Tiering:
-    """A harness at NOW whose copier has tiered every eligible segment."""
-    tiering = factory(pair, log_dir, FakeClock(NOW))
+def _tiered(factory: TieringFactory, pair: Backend, log_dir: Path, **changes: object) -> Tiering:
+    """A harness at NOW whose copier has tiered every eligible segment (``changes`` to its settings)."""
+    tiering = factory(pair, log_dir, FakeClock(NOW), **changes)
     assert all(o.error is None for o in tiering.copier().run_once())
     return tiering
 
@@ -219,7 +219,7 @@ def test_log_start_offset_retention_deletes_segments_wholly_below_it(
 ) -> None:
     log_dir = tmp_path / "logs"
     partition = _write(log_dir, HOURLY)
-    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir, remote_log_start_offset_from_broker=True)
     bases = [s.base_offset for s in partition.segments()]
     set_log_start_offsets(log_dir, {TP: bases[3] + 2})  # DeleteRecords up to the middle of segment 3
 
@@ -231,6 +231,32 @@ def test_log_start_offset_retention_deletes_segments_wholly_below_it(
     assert_invariants(tiering.store, tiering.storage, [log_dir])
 
 
+def test_the_log_start_offset_the_broker_checkpointed_deletes_nothing_unless_asked(
+    backend: Backend,
+    tiering_factory: TieringFactory,
+    tmp_path: Path,
+) -> None:
+    # A follower checkpoints the leader's log start offset, which the leader's local retention
+    # moved: inside the follower's segment 4, as replicas roll at offsets of their own.
+    log_dir = tmp_path / "logs"
+    partition = _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, backend, log_dir)
+    bases = [s.base_offset for s in partition.segments()]
+    set_log_start_offsets(log_dir, {TP: bases[4] + 5})
+    week = _with_topic(tiering.settings, retention_ms=7 * 24 * HOUR)
+
+    (outcome,) = tiering.retention(settings=week).run_once()
+
+    assert (outcome.error, outcome.deleted_segments) == (None, 0)
+    assert _states(tiering) == [SegmentState.COPY_SEGMENT_FINISHED] * 6
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.remote_log_start_offset == -1  # never advanced
+
+    honoured = week.replace(remote_log_start_offset_from_broker=True)
+    (asked,) = tiering.retention(settings=honoured).run_once()
+    assert (asked.error, asked.deleted_segments) == (None, 4)
+
+
 def test_remote_log_start_offset_advances_before_anything_is_deleted(
     sqlite_fs: Backend,
     tiering_factory: TieringFactory,
@@ -238,7 +264,7 @@ def test_remote_log_start_offset_advances_before_anything_is_deleted(
 ) -> None:
     log_dir = tmp_path / "logs"
     partition = _write(log_dir, HOURLY)
-    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir, remote_log_start_offset_from_broker=True)
     rows = tiering.finished(TP)
     set_log_start_offsets(log_dir, {TP: partition.segments()[2].base_offset})
     steps: list[str] = []

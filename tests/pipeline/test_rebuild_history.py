@@ -80,11 +80,10 @@ def test_the_remote_log_start_offset_is_rebuilt_from_the_markers(
             tier.settings.log_dirs[0],
             {cut_tp: cut_rows[1].start_offset + 1, died_tp: died_rows[1].start_offset},
         )
-        retention = Retention(tier.settings, store, storage, Metrics(CollectorRegistry()))
+        settings = tier.settings.replace(remote_log_start_offset_from_broker=True)  # DeleteRecords
+        retention = Retention(settings, store, storage, Metrics(CollectorRegistry()))
         assert retention.enforce(partitions[cut]).deleted_segments == 1
-        dying = Retention(
-            tier.settings, store, storage, Metrics(CollectorRegistry()), step=_die_after_advance
-        )
+        dying = Retention(settings, store, storage, Metrics(CollectorRegistry()), step=_die_after_advance)
         with pytest.raises(_DiedError):
             dying.enforce(partitions[died])
         assert storage.object_size(marker_key(cut_tp, cut_rows[0].topic_id)) is not None
