@@ -22,19 +22,38 @@ def _key(row: Row) -> tuple[str, int, int]:
 
 def oracle_rows(tier: Tier) -> list[Row]:
     """Every record of the tier's finished segments as kafka-python decodes them (control records
-    included, aborted flags from the markers), in (topic, partition, offset) order."""
+    included, aborted flags from the markers, ``unstable`` flags from :func:`stable_ends`), in
+    (topic, partition, offset) order."""
     with tier.open_store() as store:
         plans: list[PartitionPlan] = [plan_partition(store, r) for r in select_partitions(store)]
-    return sorted(_oracle(tier, plans), key=_key)
+    rows = sorted(_oracle(tier, plans), key=_key)
+    ends = stable_ends(rows)
+    for row in rows:
+        row["unstable"] = row["offset"] >= ends.get((row["topic"], row["partition"]), 2**63)
+    return rows
+
+
+def stable_ends(rows: list[Row]) -> dict[tuple[str, int], int]:
+    """Per partition of ``rows`` (every record of the tier, in offset order), the first offset of
+    a transaction no later marker of its producer ends: where a read_committed reader of the tier
+    stops. Partitions with no such transaction are left out."""
+    open_first: dict[tuple[str, int], dict[int, int]] = {}
+    for row in rows:
+        ongoing = open_first.setdefault((row["topic"], row["partition"]), {})
+        if row["is_control"]:
+            ongoing.pop(row["producer_id"], None)
+        elif row["is_transactional"]:
+            ongoing.setdefault(row["producer_id"], row["offset"])
+    return {tp: min(ongoing.values()) for tp, ongoing in open_first.items() if ongoing}
 
 
 def exported(rows: list[Row], *, committed: bool = True) -> list[Row]:
-    """The export's columns of the data records among ``rows`` (aborted ones left out when
-    ``committed``)."""
+    """The export's columns of the data records among ``rows`` (when ``committed``, aborted ones
+    and those at or after the partition's tiered last stable offset left out)."""
     return [
         {name: row[name] for name in EXPORT_COLUMNS}
         for row in rows
-        if not row["is_control"] and not (committed and row["aborted"])
+        if not row["is_control"] and not (committed and (row["aborted"] or row["unstable"]))
     ]
 
 

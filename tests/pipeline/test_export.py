@@ -2,8 +2,9 @@
 
 Every exported row must equal kafka-python's decoding of the tiered ``.log`` objects (a decoder
 independent of rlm's), read back with pyarrow and with DuckDB; ``read_committed`` leaves out
-exactly the aborted records; ``--from``/``--to`` select what a brute-force search of the oracle
-selects; incremental runs add only what earlier runs did not write.
+exactly the aborted records and those from the first of a transaction whose marker is not tiered
+on; ``--from``/``--to`` select what a brute-force search of the oracle selects; incremental runs
+add only what earlier runs did not write.
 """
 
 from __future__ import annotations
@@ -24,7 +25,14 @@ from pyspark.sql import SparkSession
 
 from rlm.cli import main
 from rlm.pipeline.export.files import LocalFiles
-from tests.pipeline.export_support import Row, exported, oracle_rows, read_duckdb, read_pyarrow
+from tests.pipeline.export_support import (
+    Row,
+    exported,
+    oracle_rows,
+    read_duckdb,
+    read_pyarrow,
+    stable_ends,
+)
 from tests.pipeline.killed_export import POINTS
 from tests.pipeline.shared_jvm import gateway_env
 from tests.pipeline.tiers import Tier
@@ -74,7 +82,7 @@ def test_every_row_is_kafka_pythons_read_back_with_pyarrow_duckdb_and_pandas(
 
 
 @pytest.mark.parametrize("healthy_tier", ["sqlite-fs"], indirect=True)
-def test_read_committed_drops_exactly_the_aborted_records(
+def test_read_committed_drops_the_aborted_records_and_stops_at_the_stable_offset(
     spark: SparkSession, healthy_tier: Tier, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     oracle = oracle_rows(healthy_tier)
@@ -82,12 +90,16 @@ def test_read_committed_drops_exactly_the_aborted_records(
     assert code == 0
     everything = read_pyarrow(tmp_path / "all")
     assert everything == exported(oracle, committed=False)
-    aborted = {(r["topic"], r["partition"], r["offset"]) for r in oracle if r["aborted"]}
-    assert aborted
+    data = [r for r in oracle if not r["is_control"]]
+    aborted = {(r["topic"], r["partition"], r["offset"]) for r in data if r["aborted"]}
+    # The records of transactions whose marker is not tiered yet, and every record after them.
+    unstable = {(r["topic"], r["partition"], r["offset"]) for r in data if r["unstable"]}
+    assert aborted and unstable
     code, _ = export(capsys, healthy_tier, tmp_path / "committed")
     committed = read_pyarrow(tmp_path / "committed")
-    assert [r for r in everything if (r["topic"], r["partition"], r["offset"]) not in aborted] == committed
-    assert len(everything) - len(committed) == len(aborted)
+    left_out = aborted | unstable
+    assert [r for r in everything if (r["topic"], r["partition"], r["offset"]) not in left_out] == committed
+    assert len(everything) - len(committed) == len(left_out)
 
 
 def test_from_and_to_select_what_a_brute_force_search_selects(
@@ -111,11 +123,14 @@ def test_from_and_to_select_what_a_brute_force_search_selects(
     )
     assert 0 < len(expected) < len(exported(oracle))
     assert read_pyarrow(tmp_path / "out") == expected
-    # The ranges found are the brute-force ones: rlm's lookups, not a filter of what was read.
+    # The ranges found are the brute-force ones: rlm's lookups, not a filter of what was read
+    # (each stop no later than the partition's tiered last stable offset).
+    ends = stable_ends(oracle)
     for part in report["partitions"]:
         tp = (part["topic"], part["partition"])
         assert part["start_offset"] == starts.get(tp)
-        assert part["stop_offset"] == stops.get(tp)
+        stop = min(stops.get(tp, big), ends.get(tp, big))
+        assert part["stop_offset"] == (None if stop == big else stop)
 
 
 @pytest.mark.parametrize("healthy_tier", ["sqlite-fs"], indirect=True)

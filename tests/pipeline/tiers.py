@@ -28,7 +28,7 @@ from rlm.metastore.model import LeaderEpochEntry, ObjectLayout, RemoteSegment, S
 from rlm.metrics import Metrics
 from rlm.storage.layout import segment_keys
 from rlm.storage.protocol import RemoteStorage
-from rlm.tiering.copier import Copier
+from rlm.tiering.copier import Copier, CopyOutcome
 from tests.metadata_support import create_postgres_database, sqlite_copy
 from tests.s3_support import REGION, MotoS3
 from tests.tiering_support import Backend
@@ -103,16 +103,22 @@ def build_tier(
         backend = Backend(kind, url, f"s3://{bucket}/tier", s3, bucket)
     tier = Tier(backend, backend.settings(log_dir), directory / "rlm.yaml")
     _write_config(tier)
-    storage = tier.open_storage()
-    try:
-        with tier.open_store() as store:
-            outcomes = Copier(tier.settings, store, storage, Metrics(CollectorRegistry())).run_once()
-    finally:
-        storage.close()
+    outcomes = copy_eligible(tier)
     errors = [o.error for o in outcomes if o.error is not None]
     assert len(errors) == copy_errors, errors
     assert sum(o.copied_segments for o in outcomes) > 0
     return tier
+
+
+def copy_eligible(tier: Tier) -> list[CopyOutcome]:
+    """Run the copier once over the tier's log directory: it tiers what became eligible since
+    (segments rolled, or the high watermark raised, after the last copy)."""
+    storage = tier.open_storage()
+    try:
+        with tier.open_store() as store:
+            return Copier(tier.settings, store, storage, Metrics(CollectorRegistry())).run_once()
+    finally:
+        storage.close()
 
 
 def _write_config(tier: Tier) -> None:

@@ -8,8 +8,15 @@ first segment whose max timestamp reaches the time, its time and offset indexes,
 headers from the indexed position; a few ranged reads, never a scan of the tier. Where timestamps
 only grow along offsets this is exactly the records with T1 ≤ timestamp < T2.
 
+``read_committed`` stops each partition at the tier's last stable offset
+(:func:`rlm.pipeline.stable.tiered_stable_offset`): the first offset of a transaction whose
+COMMIT or ABORT marker is not tiered yet, whose records the transaction index cannot yet flag.
+Without it an export would write records that are aborted later, and never take them back.
+
 ``--incremental`` starts each partition at the offset the previous run of the same output stopped
-at (the ledger, :mod:`metadata.exports`).
+at (the ledger, :mod:`metadata.exports`): the range's stop when the run had one (``--to``, the
+last stable offset), else past the last tiered offset. Records held back at the last stable offset
+are thus read by the first incremental run after their marker is tiered.
 """
 
 from __future__ import annotations
@@ -98,11 +105,13 @@ def partition_range(
     from_ms: int | None = None,
     to_ms: int | None = None,
     resume_at: int | None = None,
+    stable_end: int | None = None,
 ) -> Range:
     """The offsets of the partition a run exports: from the log start (or ``resume_at``, the
-    ledger's offset, when higher), narrowed by ``from_ms``/``to_ms`` (module docstring)."""
+    ledger's offset, when higher), up to ``stable_end`` (``read_committed``: the tier's last stable
+    offset; ``None`` for no such bound), narrowed by ``from_ms``/``to_ms`` (module docstring)."""
     start = max(plan.log_start_offset, 0, resume_at if resume_at is not None else 0)
-    stop = NO_END
+    stop = NO_END if stable_end is None else stable_end
     if (from_ms is None and to_ms is None) or not plan.segments:
         return Range(start, stop)
     segments = SegmentList(s.segment for s in plan.segments)
@@ -111,7 +120,7 @@ def partition_range(
         start = NO_END if found is None else found
     if to_ms is not None:
         found = offset_for_timestamp(storage, segments, to_ms, start)
-        stop = NO_END if found is None else found
+        stop = min(stop, NO_END if found is None else found)
     return Range(start, stop)
 
 
@@ -130,7 +139,9 @@ def next_offsets(
     plans: Mapping[TopicPartition, PartitionPlan], ranges: Mapping[TopicPartition, Range]
 ) -> dict[TopicPartition, int]:
     """Where the next incremental run of each partition starts: past the last offset this run
-    covered (the partition's last finished offset, or the range's stop when lower)."""
+    covered (the partition's last finished offset, or the range's stop when lower: a
+    ``read_committed`` run's last stable offset holds the ledger at an open transaction's first
+    offset), never before the range's start."""
     found = {}
     for tp, plan in plans.items():
         offsets = ranges[tp]

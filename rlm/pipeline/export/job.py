@@ -1,9 +1,11 @@
 """``rlm spark export``, the driver's side: plan, bound, write to staging, commit, report.
 
-The driver reads metadata, the transaction indexes (a stage) and, for ``--from``/``--to``, a few
-index entries and batch headers per partition; executors read the ``.log`` objects and write the
-rows. Spark's part comes in as two callables: ``collect`` (small per-segment results) and
-``write`` (the rows of a stage, as Parquet files under a directory).
+The driver reads metadata, the transaction indexes (a stage), for ``read_committed`` the last
+segment's producer snapshot per partition (the tier's last stable offset, see
+:mod:`rlm.pipeline.export.bounds`) and, for ``--from``/``--to``, a few index entries and batch
+headers per partition; executors read the ``.log`` objects and write the rows. Spark's part
+comes in as two callables: ``collect`` (small per-segment results) and ``write`` (the rows of a
+stage, as Parquet files under a directory).
 """
 
 from __future__ import annotations
@@ -34,12 +36,13 @@ from rlm.pipeline.export.commit import (
 from rlm.pipeline.export.files import LOCK_NAME, Files
 from rlm.pipeline.export.rows import Isolation, export_stage
 from rlm.pipeline.plan import PartitionPlan, SegmentSummary, plan_partition, select_partitions
+from rlm.pipeline.stable import tiered_stable_offset
 from rlm.pipeline.stage import Collect, Stage
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import attach_aborted
 from rlm.storage.protocol import RemoteStorage
 
-#: Partitions whose ``--from``/``--to`` offsets are looked up at once.
+#: Partitions whose bounds (last stable offset, ``--from``/``--to`` offsets) are looked up at once.
 BOUND_THREADS = 8
 
 Write = Callable[[Stage, Sequence[SegmentSummary], str], int]
@@ -167,11 +170,12 @@ def plan_export(
     options: ExportOptions,
     ledger: dict[TopicPartition, int],
 ) -> ExportPlan:
-    """Decide what a run reads: the partitions chosen, their aborted transactions, their ranges.
+    """Decide what a run reads: the partitions chosen, their aborted transactions, their ranges
+    (under ``read_committed`` up to each partition's tiered last stable offset).
 
     Raises:
         NotFoundError: A topic asked for is unknown to the store.
-        CorruptDataError: An index or batch read for ``--from``/``--to`` is not valid.
+        CorruptDataError: An index or batch read for the bounds is not valid.
     """
     records = select_partitions(store, options.topics, options.partitions)
     plans = attach_aborted([plan_partition(store, r) for r in records], spec, collect)
@@ -180,11 +184,17 @@ def plan_export(
     def bounds(plan: PartitionPlan) -> Range:
         tp = plan.topic_partition
         resume_at = ledger.get(tp) if options.incremental else None
+        committed = options.isolation is Isolation.READ_COMMITTED
         return partition_range(
-            storage, plan, from_ms=options.from_ms, to_ms=options.to_ms, resume_at=resume_at
+            storage,
+            plan,
+            from_ms=options.from_ms,
+            to_ms=options.to_ms,
+            resume_at=resume_at,
+            stable_end=tiered_stable_offset(storage, plan) if committed else None,
         )
 
-    # --from/--to take a few ranged reads per partition: partitions are looked at side by side.
+    # The bounds take a few ranged reads per partition: partitions are looked at side by side.
     with ThreadPoolExecutor(max(1, min(BOUND_THREADS, len(by_tp))), "rlm-export-bounds") as pool:
         ranges = dict(zip(by_tp, pool.map(bounds, by_tp.values()), strict=True))
     narrowed = {tp: narrow(plan, ranges[tp]) for tp, plan in by_tp.items()}
