@@ -153,6 +153,9 @@ class Segment:
         return TransactionIndex.load(self.txn_index_path, self.base_offset)
 
     def _load_indexes(self) -> None:
+        # Stamped before reading: files the broker changes while they are read differ from the
+        # stamp at the next check, and are read again.
+        stamp = self._file_stamp()
         try:
             offset_index = OffsetIndex.load(
                 self.index_path, self.base_offset, max_index_size=self.max_index_size
@@ -167,7 +170,7 @@ class Segment:
             rebuilt = rebuild_segment_indexes(self, stop_at_corruption=True)
             offset_index, time_index = rebuilt.offset_index, rebuilt.time_index
         self._offset_index, self._time_index = offset_index, time_index
-        self._stamp = self._file_stamp()
+        self._stamp = stamp
         self._checked_at = self._clock()
 
     def _check_last_entry(self, index: OffsetIndex) -> None:
