@@ -294,9 +294,13 @@ class BatchReader:
                     if header.last_offset < self.next_offset:
                         continue
                     if self.local_start is not None and header.base_offset >= self.local_start:
+                        # The broker has the rest. No record lies between the next offset and
+                        # its first (compacted away, or this segment would hold it): go on from
+                        # there, not from this segment again.
+                        self.next_offset = max(self.next_offset, self.local_start)
                         if sent:
                             yield sent
-                        return  # the broker has the rest
+                        return
                     if header.last_offset >= self.plan.end and await self._past_the_end(header, data):
                         if sent:
                             yield sent
