@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -88,11 +89,22 @@ class PartitionDir:
         if listed is not None and listed[0] is bases:
             return list(listed[1])  # the listing did not change: the same objects
         known = self._segments
+        clock = self.log_dir.clock
         current = {
-            b: known.get(b) or Segment(self.path, b, max_index_size=self.max_index_size) for b in bases
+            b: known.get(b) or Segment(self.path, b, max_index_size=self.max_index_size, clock=clock)
+            for b in bases
         }
-        self._segments = current
         segments = [current[b] for b in bases]
+        if listed is not None and listed[1]:
+            # The segment that was active may have rolled: its indexes, if loaded while it was,
+            # lack the last entries the broker added at the roll, and a search that skips it on
+            # its largest timestamp must not trust them (not even for the rest of a stamp check
+            # interval). Checked before the new listing is published, so that no lookup nor
+            # segment summary of it uses the old indexes.
+            was_active = listed[1][-1]
+            if current.get(was_active.base_offset) is was_active and segments[-1] is not was_active:
+                was_active.recheck()
+        self._segments = current
         self._listed = (bases, segments)
         return list(segments)
 
@@ -185,7 +197,7 @@ class PartitionDir:
         ``STAMP_CHECK_INTERVAL_S``, as often as segments look for changed indexes)."""
         owner, key = self._summary_key()
         summary = owner._summary
-        now = time.monotonic()
+        now = self.log_dir.clock()
         if summary is None or summary.key is not key or now - summary.built_at >= STAMP_CHECK_INTERVAL_S:
             running = -1
             maxima = []
@@ -271,10 +283,19 @@ class _SegmentSummary(NamedTuple):
 class LogDir:
     """A broker log directory (one entry of ``log.dirs``)."""
 
-    def __init__(self, path: str | Path, *, watcher: DirectoryWatcher | None = None) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        watcher: DirectoryWatcher | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.path = Path(path)
         self.watcher = watcher
         """Tells when the directory's files changed (:mod:`rlm.log.watch`); None: ``stat`` does."""
+        self.clock = clock
+        """Monotonic seconds: how often segments look whether their index files changed
+        (:data:`~rlm.log.segment.STAMP_CHECK_INTERVAL_S`)."""
         self._checkpoints: StatCache[dict[TopicPartition, int]] = StatCache(watcher=watcher)
         # Joined once: the lookups ask for the checkpoints on every call.
         self._high_watermarks_path = self.path / REPLICATION_OFFSET_CHECKPOINT

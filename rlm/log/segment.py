@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rlm.errors import CorruptDataError, CorruptIndexError
@@ -37,8 +37,10 @@ class Segment:
     """A segment of one partition, named by its base offset.
 
     Index files are loaded on first use and kept; :meth:`invalidate` drops them (a broker may have
-    appended to the active segment). A missing or unreadable index is rebuilt in memory from the
-    ``.log`` — nothing in the broker's directory is ever written by reads.
+    appended to the active segment). Whether the files changed is looked at most every
+    ``STAMP_CHECK_INTERVAL_S`` of ``clock`` (monotonic seconds), or at once by :meth:`recheck`. A
+    missing or unreadable index is rebuilt in memory from the ``.log`` — nothing in the broker's
+    directory is ever written by reads.
     """
 
     def __init__(
@@ -47,10 +49,12 @@ class Segment:
         base_offset: int,
         *,
         max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.directory = Path(directory)
         self.base_offset = base_offset
         self.max_index_size = max_index_size
+        self._clock = clock
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._stamp: tuple[int, ...] | None = None
@@ -101,13 +105,24 @@ class Segment:
 
     def _current(self) -> None:
         # Looked at most every STAMP_CHECK_INTERVAL_S: lookups ask for the indexes many times a
-        # second, and a trimmed index only needs to be noticed soon after the roll.
+        # second. A segment that rolled is looked at sooner, when a listing shows the roll
+        # (PartitionDir.segments): until then searches take it for the active one and never skip it.
         if self._stamp is None:
             return
-        now = time.monotonic()
-        if now - self._checked_at < STAMP_CHECK_INTERVAL_S:
+        if self._clock() - self._checked_at < STAMP_CHECK_INTERVAL_S:
             return
-        self._checked_at = now
+        self.recheck()
+
+    def recheck(self) -> None:
+        """Look now whether the index files changed, and if so forget the loaded indexes.
+
+        For a segment that stopped being the active one: the broker completed and trimmed its
+        indexes when it rolled (its time index only then names the segment's largest timestamp),
+        and a search trusting the indexes loaded before would skip records.
+        """
+        if self._stamp is None:
+            return
+        self._checked_at = self._clock()
         if self._stamp != self._file_stamp():
             self.invalidate()
 
@@ -138,6 +153,9 @@ class Segment:
         return TransactionIndex.load(self.txn_index_path, self.base_offset)
 
     def _load_indexes(self) -> None:
+        # Stamped before reading: files the broker changes while they are read differ from the
+        # stamp at the next check, and are read again.
+        stamp = self._file_stamp()
         try:
             offset_index = OffsetIndex.load(
                 self.index_path, self.base_offset, max_index_size=self.max_index_size
@@ -152,8 +170,8 @@ class Segment:
             rebuilt = rebuild_segment_indexes(self, stop_at_corruption=True)
             offset_index, time_index = rebuilt.offset_index, rebuilt.time_index
         self._offset_index, self._time_index = offset_index, time_index
-        self._stamp = self._file_stamp()
-        self._checked_at = time.monotonic()
+        self._stamp = stamp
+        self._checked_at = self._clock()
 
     def _check_last_entry(self, index: OffsetIndex) -> None:
         """Refuse an offset index whose last entry does not point at the batch it names (one

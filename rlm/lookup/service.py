@@ -119,7 +119,7 @@ class LookupService:
         self.store = store
         self.storage = storage
         self.indexes = indexes
-        self.log_dirs = tuple(LogDir(d, watcher=watcher) for d in log_dirs)
+        self.log_dirs = tuple(LogDir(d, watcher=watcher, clock=clock) for d in log_dirs)
         self.availability = availability if availability is not None else StoreAvailability(DEFAULT_RETRY_S)
         self.views = (
             views

@@ -35,6 +35,7 @@ from typing import NamedTuple, Protocol, TypeVar
 
 from rlm.errors import OffsetOutOfRangeError
 from rlm.log.aborted import AbortedIndex
+from rlm.log.batches import decode_batch
 from rlm.log.model import BatchHeader
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
@@ -293,10 +294,14 @@ class BatchReader:
                     if header.last_offset < self.next_offset:
                         continue
                     if self.local_start is not None and header.base_offset >= self.local_start:
+                        # The broker has the rest. No record lies between the next offset and
+                        # its first (compacted away, or this segment would hold it): go on from
+                        # there, not from this segment again.
+                        self.next_offset = max(self.next_offset, self.local_start)
                         if sent:
                             yield sent
-                        return  # the broker has the rest
-                    if self._past_the_end(header):
+                        return
+                    if header.last_offset >= self.plan.end and await self._past_the_end(header, data):
                         if sent:
                             yield sent
                         yield None
@@ -343,7 +348,7 @@ class BatchReader:
                         for header, data in run:
                             if header.last_offset < self.next_offset:
                                 continue
-                            if self._past_the_end(header):
+                            if header.last_offset >= self.plan.end and await self._past_the_end(header, data):
                                 if sent:
                                     yield sent
                                 return
@@ -355,8 +360,18 @@ class BatchReader:
             finally:
                 source.close()
 
-    def _past_the_end(self, header: BatchHeader) -> bool:
-        return header.base_offset >= self.plan.end or header.last_offset >= self.plan.limit
+    async def _past_the_end(self, header: BatchHeader, data: Batch) -> bool:
+        """Whether a batch ending at or past the range's end (the last fetchable offset is not
+        below it) lies wholly past it or past the last fetchable offset: then neither it nor any
+        batch after it is sent."""
+        if header.last_offset >= self.plan.limit:
+            return True
+        first = header.base_offset
+        if first < 0:
+            # A legacy compressed wrapper names only its last offset: its first is that of its
+            # first inner message (decompressed off the event loop, once or twice a stream).
+            first = await self._blocking(lambda: _first_inner_offset(header, data))
+        return first >= self.plan.end
 
     def _sent(self, header: BatchHeader) -> bool:
         if header.magic >= 2 and header.attributes & _CONTROL:
@@ -373,6 +388,11 @@ class BatchReader:
         finally:
             self._meter.read_ended(len(data))
         return data
+
+
+def _first_inner_offset(header: BatchHeader, data: Batch) -> int:
+    records = decode_batch(data, header._replace(position=0))
+    return records[0].offset if records else header.last_offset
 
 
 async def _then(first: Chunk, rest: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:

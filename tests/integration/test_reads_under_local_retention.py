@@ -7,33 +7,44 @@ from their new start: the records are those of the brute-force read, no offset m
 twice. Where no tier holds them any more, the stream ends with an error that names the offset,
 never short. A fetch whose segment goes before it is read reads the remote tier; one that has
 read batches when its next segment goes answers with those. A lookup that finds a segment it
-listed gone lists the directory again and answers as if it had never been there.
+listed gone lists the directory again and answers as if it had never been there. A remote
+segment reaching past the broker's first offset across a compaction gap hands over to its files.
 """
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 
+from rlm.bootstrap import Runtime
 from rlm.errors import OffsetOutOfRangeError
 from rlm.log.batches import decode_batch
+from rlm.log.byte_source import read_batch_bytes
+from rlm.log.dirwriter import LogDirWriter
+from rlm.log.files import segment_file_name
 from rlm.log.index import OffsetIndex, TimestampOffset
-from rlm.log.logdir import LogDir
+from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
 from rlm.log.model import Record
+from rlm.log.model import TopicPartition as LogTopicPartition
 from rlm.log.segment import Segment
+from rlm.log.writer import ProducerRecord
 from rlm.metastore.model import SegmentState, TopicPartition
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import BatchReader, StreamBatch
+from rlm.tiering.prepare import prepare_segment
 from rlm.timestamps import SpecialTimestamp
 from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
 from tests.integration.test_stream import expected
-from tests.lookup_support import TOPIC, Tiered
+from tests.lookup_support import NOW, OTHER_BROKER, TOPIC, Backend, Tiered, runtime
 
 T = TypeVar("T")
+#: Bounds a stream that must end; reached only when the behaviour is broken.
+WAIT = 10.0
 
 
 @pytest.fixture(params=BACKEND_PARAMS)
@@ -216,3 +227,79 @@ def test_a_lookup_whose_listed_segment_is_deleted_under_it_answers_from_a_new_li
     answer = tiered.runtime.lookup.find(tp, timestamp)
     assert (answer.offset, answer.timestamp) == (expected.offset, expected.timestamp)
     assert missing, "the lookup found the deleted segment's files: the test tested nothing"
+
+
+def test_a_remote_segment_reaching_into_the_local_log_past_a_gap_hands_over_to_it(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    """A remote segment of other boundaries (another leader's copy) reaching past the broker's
+    first local offset, with no records between the last one sent and that offset (compacted away):
+    the stream goes on from the broker's files, not from the same remote segment again and again."""
+    log_dir = tmp_path / "logs"
+    writer = LogDirWriter(log_dir, clock=lambda: NOW)
+    appender = writer.partition(TOPIC, 0)
+    for offset in range(40):
+        if offset in (10, 20, 30):
+            appender.roll()
+        appender.append([ProducerRecord(NOW + offset, None, b"v%d" % offset)])
+    writer.close({LogTopicPartition(TOPIC, 0): 40})
+    partition = LogDir(log_dir).partition(TOPIC, 0)
+    rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), tmp_path, log_dir)
+    try:
+        # One remote segment of offsets 0-24 lacking 15-19, then the broker deletes 0-19 locally.
+        _upload(rt, partition, [o for o in range(25) if not 15 <= o < 20])
+        for segment in partition.segments()[:2]:
+            deleted_by_the_broker(segment)
+        plan = rt.streams.plan(RangeQuery(TopicPartition(TOPIC, 0), offset=0, end_offset=30))
+        assert (plan.local_start, plan.end) == (20, 30)
+        streams = rt.streams
+
+        async def read() -> list[int]:
+            reader = BatchReader(
+                plan,
+                streams.service,
+                streams.indexes,
+                streams.remote,
+                on_threads,
+                chunk_bytes=streams.chunk_bytes,
+            )
+            offsets = [b.header.last_offset async for b in reader.batches()]
+            await streams.remote.close()
+            return offsets
+
+        # WAIT bounds a stream that would otherwise never end.
+        sent = asyncio.run(asyncio.wait_for(read(), WAIT))
+        assert sent == [o for o in range(30) if not 15 <= o < 20]
+    finally:
+        rt.close()
+
+
+def _upload(rt: Runtime, partition: PartitionDir, offsets: list[int]) -> None:
+    """Copy the batches of ``offsets`` as one remote segment, as another broker would have."""
+    staging = partition.log_dir.path.parent / "copy" / partition.path.name
+    staging.mkdir(parents=True)
+    shutil.copyfile(partition.path / PARTITION_METADATA, staging / PARTITION_METADATA)
+    with open(staging / segment_file_name(offsets[0], ".log"), "wb") as out:
+        for segment in partition.segments():
+            with segment.open() as source:
+                for header in segment.headers():
+                    if header.last_offset in offsets:
+                        out.write(read_batch_bytes(source, header))
+    prepared = prepare_segment(
+        PartitionDir(staging, LogDir(staging.parent)),
+        Segment(staging, offsets[0]),
+        broker_id=OTHER_BROKER,
+        now_ms=NOW,
+        epochs=partition.leader_epochs(),
+    )
+    remote = prepared.remote
+    rt.store.add_segment(remote)
+    rt.storage.put_object(remote.layout.log_key, prepared.log_path, size=remote.size_bytes)
+    rt.storage.put_object(remote.layout.index_key, prepared.index_blob.data)
+    rt.store.update_segment_state(
+        remote.segment_id,
+        SegmentState.COPY_SEGMENT_FINISHED,
+        event_time_ms=NOW,
+        expected=SegmentState.COPY_SEGMENT_STARTED,
+    )
+    shutil.rmtree(staging.parent)

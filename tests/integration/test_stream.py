@@ -5,6 +5,7 @@ changes, a high watermark below the log end; tiered, with the older half deleted
 ranges start remote and end local. Raw streams are parsed with kafka-python as a consumer would;
 NDJSON and Arrow streams must hold exactly the appended data records of the range (no control
 record, no aborted record under read_committed, nothing at or past the last fetchable offset).
+Raw streams over legacy compressed wrappers, in both tiers, end at the wrapper holding the end.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import asyncio
 import base64
 import json
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
+from kafka.record import MemoryRecords
 
 from api.auth import TokenAuthenticator
 from api.gen.rlm.v1 import rlm_pb2 as pb
@@ -26,10 +29,21 @@ from api.gen.rlm.v1 import rlm_pb2_grpc
 from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
 from rlm.bootstrap import Runtime
-from rlm.log.model import Record
+from rlm.log.logdir import LogDir
+from rlm.log.model import Codec, Record
 from tests.grpc_support import ServerThread, code_of, free_port
 from tests.integration.test_fetch import BACKEND_PARAMS, parse_with_kafka_python, tiered_partition
-from tests.lookup_support import TOPIC, Tiered, Truth
+from tests.lookup_support import (
+    TOPIC,
+    Backend,
+    BatchPlan,
+    PartitionPlan,
+    Tiered,
+    Truth,
+    runtime,
+    tier_partition,
+    write_partition,
+)
 
 NDJSON = "application/x-ndjson"
 OCTET = "application/octet-stream"
@@ -285,3 +299,56 @@ def test_ndjson_lines_are_the_json_answers_record_objects(client: TestClient, ti
     end = records[-1]["offset"] + 1
     body, _ = read(client, NDJSON, offset=start, end_offset=end)
     assert [json.loads(line) for line in body.decode().splitlines()] == records
+
+
+#: Twelve legacy (v1) gzip wrappers of three records each, then v2 batches; in several segments,
+#: the older half deleted locally: ranges of wrappers are read from both tiers.
+LEGACY_PLAN = PartitionPlan(
+    batches=tuple(
+        BatchPlan(timestamps=(i * 10, i * 10 + 1, i * 10 + 2), codec=Codec.GZIP, kind="legacy")
+        for i in range(12)
+    )
+    + tuple(BatchPlan(timestamps=(200 + i,)) for i in range(4)),
+    segment_bytes=600,
+    tiering="remote",
+    local_deleted=0.5,
+)
+
+
+def _batch_offsets(raw: bytes) -> list[tuple[int, int]]:
+    """First and last offset of each batch, as kafka-python reads them (legacy wrappers too)."""
+    memory = MemoryRecords(raw)
+    out = []
+    while memory.has_next():
+        offsets = [r.offset for r in memory.next_batch()]
+        out.append((offsets[0], offsets[-1]))
+    return out
+
+
+def test_raw_streams_end_at_the_legacy_wrapper_holding_the_end_offset(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    """A compressed v1 wrapper names only its last offset (its base offset reads -1): the stream
+    must still stop at the first wrapper lying wholly past the end, in both tiers."""
+    log_dir = tmp_path / "logs"
+    truth = write_partition(log_dir, LEGACY_PLAN)
+    backend = Backend("sqlite-fs", sqlite_template=sqlite_template)
+    rt = runtime(backend, tmp_path, log_dir, auth_enabled=False)
+    try:
+        tiered = tier_partition(rt, LogDir(log_dir).partition(TOPIC, 0), truth, LEGACY_PLAN)
+        local = tiered.truth.local_start_offset
+        assert 3 < local < 36, tiered.notes
+        app = create_app(
+            rt.settings, runtime_=rt, authenticator=TokenAuthenticator.from_settings(rt.settings)
+        )
+        with TestClient(app) as client:
+            for start, end in [(0, 3), (0, 4), (4, 5), (3, 9), (local - 3, local), (30, 36), (34, 40)]:
+                body, _ = read(client, OCTET, offset=start, end_offset=end)
+                sent = _batch_offsets(body)
+                wrappers = [
+                    (first, first + 2) for first in range(0, 36, 3) if first + 2 >= start and first < end
+                ]
+                v2 = [(o, o) for o in range(36, 40) if start <= o < end]
+                assert sent == wrappers + v2, (start, end)
+    finally:
+        rt.close()

@@ -156,3 +156,31 @@ def test_active_segment_appended_after_indexes_were_loaded(tmp_path: Path) -> No
     assert partition.find_offset_by_timestamp(TS + 50) == TimestampAndOffset(TS + 50, 10, 1)
     latest = partition.max_timestamp_offset()
     assert latest is not None and (latest.offset, latest.timestamp) == (19, TS + 59)
+
+
+def test_segment_rolled_after_its_indexes_were_loaded_is_not_skipped(tmp_path: Path) -> None:
+    """A segment whose indexes were loaded while it was active, then appended to and rolled: the
+    next lookup uses the indexes the broker completed at the roll, not the ones loaded before, even
+    within the interval in which segments do not look at their files (the clock does not move)."""
+    from rlm.log.logdir import LogDir
+    from tests.clock import FakeClock
+
+    appender = PartitionAppender(
+        tmp_path / "t-0", TopicConfig(index_interval_bytes=1, timestamp_after_max_ms=2**62), clock=lambda: TS
+    )
+    for ts in (TS, TS + 1, TS + 2):
+        appender.append([ProducerRecord(ts, b"k", b"v")])  # offsets 0-2
+    appender.roll()
+    for ts in (TS + 100, TS + 101, TS + 102):
+        appender.append([ProducerRecord(ts, b"k", b"v")])  # offsets 3-5, segment 3 active
+    partition = LogDir(tmp_path, clock=FakeClock(100.0)).partition("t", 0)
+    assert partition.find_offset_by_timestamp(TS + 101) == TimestampAndOffset(TS + 101, 4, 0)
+
+    appender.append([ProducerRecord(TS + 9000, b"k", b"v")])  # offset 6, still in segment 3
+    appender.roll()
+    appender.append([ProducerRecord(TS + 8000, b"k", b"v")])  # offset 7, segment 7 active
+    partition.forget_listing()  # the directory changed within its mtime's tick: read it now
+    assert [s.base_offset for s in partition.segments()] == [0, 3, 7]
+    assert partition.find_offset_by_timestamp(TS + 8000) == TimestampAndOffset(TS + 9000, 6, 0)
+    assert partition.find_offset_by_timestamp(TS + 9000) == TimestampAndOffset(TS + 9000, 6, 0)
+    assert partition.max_timestamp_offset() == TimestampAndOffset(TS + 9000, 6, 0)
