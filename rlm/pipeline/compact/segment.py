@@ -89,8 +89,7 @@ def group_segments(
     size = 0.0
     for summary, change in zip(segments, changes, strict=True):
         s = summary.segment
-        whole = summary.read_from == s.start_offset and summary.read_to == s.end_offset
-        if not (whole and s.end_offset <= end and change.changed):
+        if not (summary.read_whole and s.end_offset <= end and change.changed):
             if current:
                 groups.append(current)
             current, size = [], 0.0
