@@ -9,6 +9,7 @@ and markers, once past their delete horizon.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +19,20 @@ from pyspark.sql import SparkSession
 from rlm.config import Settings
 from rlm.log.dirwriter import LogDirWriter
 from rlm.log.model import ControlType
-from rlm.log.txnindex import AbortedTxn
+from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.writer import ProducerRecord, TopicConfig
-from rlm.metastore.model import TopicPartition
+from rlm.metastore.model import IndexType, TopicPartition
 from rlm.pipeline.compact.engine import Engine, InProcessEngine, segment_change
 from rlm.pipeline.compact.job import CompactOptions, CompactReport, compact
+from rlm.pipeline.compact.rewrite import Keep, RewriteParams
 from rlm.pipeline.compact.rules import Decisions, Fact, Kind, decide
+from rlm.pipeline.compact.segment import OutputPlan, write_output
 from rlm.pipeline.plan import PartitionPlan, plan_partition
 from rlm.pipeline.spark.compact import SparkEngine
+from rlm.pipeline.stage import run_in_process
 from rlm.pipeline.storage import StorageSpec
-from rlm.pipeline.transactions import read_aborted
+from rlm.pipeline.transactions import attach_aborted, read_aborted
+from rlm.storage.layout import IndexBlob
 from tests.pipeline.compact.support import WRITTEN_AT, Survivor, compacting, survivors
 from tests.pipeline.compact.test_rules import fact
 from tests.pipeline.conftest import make_tier
@@ -229,6 +234,31 @@ def test_a_held_transactional_record_keeps_its_marker() -> None:
     assert decided.kept == {2, 3} and not decided.empty_markers
     facts[0] = fact(1, b"K", aborted=True, **txn)
     assert decide(facts, last=3).kept == {3}
+
+
+# -- the transaction index of an output whose start state is unknown ------------------------------
+
+
+def test_an_output_without_a_snapshot_at_its_start_keeps_an_abort_entry_reaching_below_it(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # The later of two overlapping copies starts where no copy ends: no producer snapshot there.
+    tier = held_tier(request, tmp_path)
+    spec = StorageSpec.from_settings(tier.settings)
+    (plan,) = attach_aborted([_plan(tier, ABORTED)], spec, run_in_process)
+    later = dataclasses.replace(plan.segments[1], previous_snapshot=None)
+    assert AbortedTxn(PID, 1, 2, 3) in later.aborted  # what the copied index said
+    output = OutputPlan((later,), uuid.uuid4(), RewriteParams(NOW, 1000))
+    keep = Keep(3, frozenset({2, 3}), frozenset(), frozenset())
+    storage = tier.open_storage()
+    try:
+        row = write_output(storage, output, keep, now_ms=NOW).row
+        size = storage.object_size(row.layout.index_key) or 0
+        blob = IndexBlob(storage.read_range(row.layout.index_key, 0, size), row.layout.index_ranges)
+    finally:
+        storage.close()
+    index = TransactionIndex.from_bytes(row.start_offset, blob.extract(IndexType.TRANSACTION) or b"")
+    assert [e.first_offset for e in index.entries()] == [1]  # not the marker's own offset
 
 
 # -- Spark ----------------------------------------------------------------------------------------
