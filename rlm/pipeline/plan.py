@@ -79,6 +79,12 @@ class SegmentSummary:
         return self.segment.layout.index_key
 
     @property
+    def read_whole(self) -> bool:
+        """Whether every offset of the segment is read from this copy (neither the remote log start
+        offset nor a later copy takes any)."""
+        return self.read_from == self.segment.start_offset and self.read_to == self.segment.end_offset
+
+    @property
     def start_state_known(self) -> bool:
         """Whether the open transactions at the segment's start are known: from the previous
         segment's producer snapshot, or because the segment starts the partition (offset 0)."""

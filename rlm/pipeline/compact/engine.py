@@ -73,7 +73,7 @@ def segment_change(facts: Sequence[Fact], decisions: Decisions) -> SegmentChange
     """What the decisions change in one segment whose facts are ``facts``."""
     removed = stamped = kept = 0
     for f in facts:
-        touched = f.kind != Kind.LEGACY and f.batch_last <= decisions.end
+        touched = not f.is_held and f.batch_last <= decisions.end
         if touched and f.offset not in decisions.kept:
             removed += 1
             continue

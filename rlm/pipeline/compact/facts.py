@@ -47,6 +47,7 @@ FACT_SCHEMA = arrow_schema(
     pa.field("horizon_passed", pa.bool_()),
     pa.field("has_horizon", pa.bool_()),
     pa.field("young", pa.bool_()),
+    pa.field("held", pa.bool_()),
     pa.field("error", pa.string()),
 )
 _BATCHES_PER_DECODE = 256
@@ -196,6 +197,8 @@ def fact_batch(
         ),
         "has_horizon": per_batch([h.has_delete_horizon for h in headers], pa.bool_()),
         "young": young,
+        # a segment read only in part is never rewritten: all its records stay as they are
+        "held": per_batch([h.magic < 2 or not summary.read_whole for h in headers], pa.bool_()),
         "error": pa.nulls(rows, pa.string()),
     }
     return pa.RecordBatch.from_arrays([columns[f.name] for f in FACT_SCHEMA], schema=FACT_SCHEMA)
@@ -216,6 +219,7 @@ def fact_from_row(row: dict[str, Any]) -> Fact:
         horizon_passed=row["horizon_passed"],
         has_horizon=row["has_horizon"],
         young=row["young"],
+        held=row["held"],
     )
 
 

@@ -9,9 +9,10 @@ a partition and a segment are numbers (:attr:`SegmentIds.ids`), not strings.
   one row per batch of facts with its first young offset (kind :data:`YOUNG`) and one per
   producer with its last batch's last offset (kind :data:`PRODUCER_LAST`).
 * :class:`Candidates` (stage ``pick winners``, once the ends are known): each key's best
-  candidate in the segment (highest ``(o1, o2, offset)``) and one row counting the segment's
-  records and those touched (``key`` null; or the segment's error, ``error`` set). Spark's
-  hash aggregation then takes the best over segments, so its memory holds keys, not records.
+  candidate in the segment (highest ``(o1, o2, offset)``, with ``held_any``: whether a held
+  candidate of the key is among them) and one row counting the segment's records and those
+  touched (``key`` null; or the segment's error, ``error`` set). Spark's hash aggregation then
+  takes the best over segments, so its memory holds keys, not records.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ FEW_SCHEMA = arrow_schema(
     pa.field("tombstone", pa.bool_()),
     pa.field("horizon_passed", pa.bool_()),
     pa.field("has_horizon", pa.bool_()),
+    pa.field("held", pa.bool_()),
     pa.field("error", pa.string()),
 )
 CANDIDATE_SCHEMA = arrow_schema(
@@ -57,6 +59,8 @@ CANDIDATE_SCHEMA = arrow_schema(
     pa.field("tombstone", pa.bool_()),
     pa.field("horizon_passed", pa.bool_()),
     pa.field("has_horizon", pa.bool_()),
+    pa.field("held", pa.bool_()),
+    pa.field("held_any", pa.bool_()),
     pa.field("total", pa.int64()),
     pa.field("touched", pa.int64()),
     pa.field("error", pa.string()),
@@ -164,16 +168,19 @@ class Candidates(SegmentIds):
                 yield _numbered(batch.select(["error"]), part, seg, CANDIDATE_SCHEMA)
                 return
             kind = batch.column("kind")
-            touch = pc.and_(
-                pc.not_equal(kind, _int8(Kind.LEGACY)), pc.less_equal(batch.column("batch_last"), _int64(end))
-            )
+            held = pc.or_(batch.column("held"), pc.equal(kind, _int8(Kind.LEGACY)))
+            in_range = pc.less_equal(batch.column("batch_last"), _int64(end))
+            touch = pc.and_(in_range, pc.invert(held))
             total += batch.num_rows
             touched += pc.sum(touch.cast(pa.int64())).as_py() or 0
+            # held records compete too: a tombstone stays while one of its key does
             candidate = pc.and_(
-                pc.and_(touch, pc.equal(kind, _int8(Kind.DATA))),
+                pc.and_(in_range, pc.not_equal(kind, _int8(Kind.CONTROL))),
                 pc.and_(pc.is_valid(batch.column("key")), pc.invert(batch.column("aborted"))),
             )
-            best.append(best_per_key(pa.Table.from_batches([batch.filter(candidate)])))
+            rows = batch.set_column(batch.schema.get_field_index("held"), "held", held).filter(candidate)
+            rows = rows.append_column("held_any", rows.column("held"))
+            best.append(best_per_key(pa.Table.from_batches([rows])))
         found = best_per_key(pa.concat_tables(best)) if best else None
         if found is not None and found.num_rows:
             for chunk in found.to_batches(max_chunksize=65536):
@@ -183,12 +190,22 @@ class Candidates(SegmentIds):
 
 
 def best_per_key(table: pa.Table) -> pa.Table:
-    """Each key's row with the highest ``(o1, o2, offset)``."""
-    table = table.select(["key", "o1", "o2", "offset", "tombstone", "horizon_passed", "has_horizon"])
+    """Each key's row with the highest ``(o1, o2, offset)``, its ``held_any`` true when that of any
+    row of the key is."""
+    table = table.select(
+        ["key", "o1", "o2", "offset", "tombstone", "horizon_passed", "has_horizon", "held", "held_any"]
+    )
     if table.num_rows < 2:
         return table
     ordered = table.take(pc.sort_indices(table, sort_keys=_BEST_FIRST))
     keys = ordered.column("key").combine_chunks()
     changes = pc.not_equal(keys.slice(1), keys.slice(0, len(keys) - 1))
     first = pa.concat_arrays([pa.array([True]), changes])
-    return ordered.filter(first)
+    # each key's rows are a run: the run's number (a cumulative count of its starts) says which
+    # rows share a key, and a run holds a held row when its count of held rows is not zero
+    run = pc.subtract(pc.cumulative_sum(first.cast(pa.int64())), _int64(1))
+    held = ordered.column("held_any").combine_chunks().cast(pa.int64())
+    per_run = pa.table({"run": run, "held": held}).group_by("run").aggregate([("held", "sum")])
+    by_run = per_run.sort_by("run").column("held_sum")
+    best = ordered.filter(first)
+    return best.set_column(best.schema.get_field_index("held_any"), "held_any", pc.greater(by_run, _int64(0)))

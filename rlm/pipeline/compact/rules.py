@@ -10,15 +10,22 @@ The rules (issue §3):
 
 * Only batches wholly at or below the *compactable end* are touched: the offset before the first
   record younger than ``min.compaction.lag.ms`` or of a transaction whose marker is not tiered
-  yet (Kafka's first uncleanable offset and last stable offset). Batches after it, and legacy
-  (v0/v1) batches, are kept as they are, and their records supersede nothing.
+  yet (Kafka's first uncleanable offset and last stable offset). Batches after it are kept as
+  they are, and their records supersede nothing.
+* *Held* records stay as they are although they lie at or below the end: those of legacy (v0/v1)
+  batches, which are copied byte for byte, and those of segments read only in part (the remote
+  log start offset inside them, or a later copy overlapping them), which are never rewritten
+  (:func:`~rlm.pipeline.compact.segment.group_segments`). They are never listed as kept or
+  removed, but they count as surviving: a held record competes for its key, and a held
+  transactional record keeps its transaction's marker.
 * Winner per key: :func:`order_key` (``offset``, ``timestamp`` or ``header``); records without a
   key and records of aborted transactions are removed.
 * The record at the highest tiered offset is always kept.
-* A tombstone whose batch's delete horizon has passed is removed; a kept tombstone's batch is
+* A tombstone whose batch's delete horizon has passed is removed, unless a held record of its key
+  stays below it (removing it would bring that record's value back); a kept tombstone's batch is
   stamped with a horizon when it has none.
-* A transaction marker is removed when no record of its transaction is kept and its batch's delete
-  horizon has passed; a kept marker of an emptied transaction gets a horizon.
+* A transaction marker is removed when no record of its transaction is kept or held and its
+  batch's delete horizon has passed; a kept marker of an emptied transaction gets a horizon.
 """
 
 from __future__ import annotations
@@ -97,7 +104,7 @@ class Kind(enum.IntEnum):
     DATA = 0
     CONTROL = 1
     LEGACY = 2
-    """A record of a v0/v1 batch: kept as it is."""
+    """A record of a v0/v1 batch: held (kept as it is)."""
 
 
 class Fact(NamedTuple):
@@ -119,6 +126,14 @@ class Fact(NamedTuple):
     has_horizon: bool
     young: bool
     """Younger than ``min.compaction.lag.ms``."""
+    held: bool = False
+    """The record stays as it is whatever the rules decide: its segment is read only in part, so
+    it is never rewritten (legacy records are held whatever this says)."""
+
+    @property
+    def is_held(self) -> bool:
+        """Held: a legacy record, or one of a segment read only in part."""
+        return self.held or self.kind == Kind.LEGACY
 
 
 @dataclass(frozen=True)
@@ -130,7 +145,8 @@ class Decisions:
     last: int
     """The highest tiered offset (always kept)."""
     kept: frozenset[int]
-    """Offsets of kept records (data and control) in batches ending at or below ``end``."""
+    """Offsets of kept records (data and control) in batches ending at or below ``end``; held
+    records are not listed (they stay whatever the rules decide)."""
     empty_markers: frozenset[int]
     """Offsets of kept control records whose transaction has no kept record (their batch gets a
     delete horizon)."""
@@ -162,17 +178,22 @@ def decide(facts: Sequence[Fact], last: int) -> Decisions:
     in offset order; ``last`` the highest tiered offset."""
     end = compactable_end(facts, last)
     winners: dict[bytes, Fact] = {}
+    held_keys: set[bytes] = set()
     for f in facts:
-        if f.kind == Kind.DATA and f.batch_last <= end and f.key is not None and not f.aborted:
+        if f.kind != Kind.CONTROL and f.batch_last <= end and f.key is not None and not f.aborted:
+            if f.is_held:
+                held_keys.add(f.key)
             best = winners.get(f.key)
             if best is None or f.order > best.order:
                 winners[f.key] = f
     winning = {f.offset for f in winners.values()}
     kept: set[int] = set()
     for f in facts:
-        if f.kind != Kind.DATA or f.batch_last > end:
+        if f.kind != Kind.DATA or f.batch_last > end or f.is_held:
             continue
-        if f.offset == last or (f.offset in winning and not (f.tombstone and f.horizon_passed)):
+        # a held record of the key stays below the winner: its tombstone must stay too
+        gone = f.tombstone and f.horizon_passed and f.key not in held_keys
+        if f.offset == last or (f.offset in winning and not gone):
             kept.add(f.offset)
     # Each transactional record belongs to the next marker of its producer.
     live: set[int] = set()
@@ -180,12 +201,12 @@ def decide(facts: Sequence[Fact], last: int) -> Decisions:
     empty: set[int] = set()
     for f in facts:
         if f.kind == Kind.DATA and f.transactional:
-            alive = f.batch_last > end or f.offset in kept
+            alive = f.batch_last > end or f.is_held or f.offset in kept
             pending[f.producer_id] = pending.get(f.producer_id, False) or alive
         elif f.kind == Kind.CONTROL:
             if pending.pop(f.producer_id, False):
                 live.add(f.offset)
-            if f.batch_last > end:
+            if f.batch_last > end or f.is_held:
                 continue
             if f.offset in live:
                 kept.add(f.offset)

@@ -4,8 +4,11 @@ An output segment replaces consecutive input segments of one partition that comp
 (a record removed, a batch given a delete horizon), merged while their estimated output stays
 within ``segment.bytes``. Its base offset is its first input's, its end offset its last input's;
 its offset, time and transaction indexes are built as Kafka's recovery builds them, from the
-bytes written; its producer snapshot is its last input's (compaction keeps every producer's last
-batch, so the producer state at its end is unchanged) and its leader epochs are its inputs'.
+bytes written (the transactions open at its start come from the producer snapshot taken there or,
+without one, from the aborted transactions spanning its start, so that a kept ABORT marker's
+entry still covers its records before the output); its producer snapshot is its last input's
+(compaction keeps every producer's last batch, so the producer state at its end is unchanged) and
+its leader epochs are its inputs'.
 """
 
 from __future__ import annotations
@@ -89,8 +92,7 @@ def group_segments(
     size = 0.0
     for summary, change in zip(segments, changes, strict=True):
         s = summary.segment
-        whole = summary.read_from == s.start_offset and summary.read_to == s.end_offset
-        if not (whole and s.end_offset <= end and change.changed):
+        if not (summary.read_whole and s.end_offset <= end and change.changed):
             if current:
                 groups.append(current)
             current, size = [], 0.0
@@ -126,6 +128,22 @@ def merged_epochs(inputs: Sequence[SegmentSummary]) -> tuple[LeaderEpochEntry, .
     return tuple(epochs)
 
 
+def open_at_start(storage: RemoteStorage, first: SegmentSummary) -> TransactionTracker:
+    """The transactions open at the start of ``first``: from the producer snapshot taken there.
+    Without one (the later of two overlapping copies starts where no copy ends) the aborted
+    transactions spanning the start are open there: their markers' entries then start where
+    their transactions did, as the copied transaction indexes say, not at the markers."""
+    if first.previous_snapshot is None:
+        start = first.segment.start_offset
+        return TransactionTracker(
+            {t.producer_id: t.first_offset for t in first.aborted if t.first_offset < start <= t.last_offset}
+        )
+    reader = SegmentReader(storage, first)
+    return TransactionTracker.from_snapshot(
+        decode_snapshot(reader.read_ref(first.previous_snapshot), path=first.previous_snapshot.key)
+    )
+
+
 def write_output(
     storage: RemoteStorage, plan: OutputPlan, keep: Keep, *, now_ms: int, write: bool = True
 ) -> WrittenSegment:
@@ -140,12 +158,7 @@ def write_output(
     first = plan.inputs[0]
     tp = first.topic_partition
     counts = Counts()
-    tracker = TransactionTracker()
-    if first.previous_snapshot is not None:
-        reader = SegmentReader(storage, first)
-        tracker = TransactionTracker.from_snapshot(
-            decode_snapshot(reader.read_ref(first.previous_snapshot), path=first.previous_snapshot.key)
-        )
+    tracker = open_at_start(storage, first)
     epochs = merged_epochs(plan.inputs)
     rebuilder = IndexRebuilder(plan.start_offset, tracker=tracker)
     log_key, index_key = plan.object_keys()

@@ -7,8 +7,9 @@
 2. ``pick winners``: one task per segment reads it again and hands Spark each key's best record
    in the segment (:class:`~rlm.pipeline.compact.partial.Candidates`); the winner per (partition,
    key) is a hash aggregation (``max`` of ``(o1, o2, offset, ...)``) over a shuffle, whose memory
-   holds keys, not records (it spills). Each transaction marker's liveness is a window over the
-   transactional records only. One job brings what changes per segment to the driver.
+   holds keys, not records (it spills); the same aggregation says whether a key has a held record
+   (see :mod:`~rlm.pipeline.compact.rules`). Each transaction marker's liveness is a window over
+   the transactional records only. One job brings what changes per segment to the driver.
 3. ``write segments``: the kept offsets, empty transactions' markers and producers' last batches
    are shuffled to the output segment holding them; one task per output segment (``applyInArrow``)
    rereads its inputs, keeps those offsets, writes the segment and its index object, and returns
@@ -194,7 +195,8 @@ class SparkEngine:
         candidates = map_segments(self.session, stage, summaries)
         key = sf.col("key")
         packed = (
-            sf.col("seg").cast("long") * 8
+            sf.col("seg").cast("long") * 16
+            + _flag(sf.col("held")) * 8
             + _flag(sf.col("tombstone")) * 4
             + _flag(sf.col("horizon_passed")) * 2
             + _flag(sf.col("has_horizon"))
@@ -209,12 +211,19 @@ class SparkEngine:
             # grouped by the error too: a string aggregate would turn the hash aggregation to a sort
             candidates.groupBy(
                 PART, "key", sf.when(key.isNull(), sf.col("seg")).alias("counted"), "error"
-            ).agg(*best, sf.sum("total").alias("total"), sf.sum("touched").alias("touched"))
+            ).agg(
+                *best,
+                sf.max(_flag(sf.col("held_any"))).alias("held_any"),
+                sf.sum("total").alias("total"),
+                sf.sum("touched").alias("touched"),
+            )
         )
         winners = reduced.filter(key.isNotNull()).select(
             PART,
             "offset",
-            (sf.col("packed") / 8).cast("int").alias("seg"),
+            (sf.col("packed") / 16).cast("int").alias("seg"),
+            ((sf.col("packed").bitwiseAND(8)) != 0).alias("held"),
+            (sf.col("held_any") == 1).alias("held_any"),
             ((sf.col("packed").bitwiseAND(4)) != 0).alias("tombstone"),
             ((sf.col("packed").bitwiseAND(2)) != 0).alias("horizon_passed"),
             ((sf.col("packed").bitwiseAND(1)) != 0).alias("has_horizon"),
@@ -224,11 +233,14 @@ class SparkEngine:
         )
         kind, offset = sf.col("kind"), sf.col("offset")
         records = few.filter(kind >= 0).join(limits, PART)
-        touch = (kind != Kind.LEGACY) & (sf.col("batch_last") <= sf.col("end"))
+        held = (kind == Kind.LEGACY) | sf.coalesce(sf.col("held"), sf.lit(False))
+        touch = ~held & (sf.col("batch_last") <= sf.col("end"))
         last_kept = records.filter((kind == Kind.DATA) & touch & (offset == sf.col("last")))
         shape = [PART, "offset", "seg", "tombstone", "has_horizon"]
+        # a held winner stays as it is; a tombstone stays while a held record of its key does
+        gone = sf.col("tombstone") & sf.col("horizon_passed") & ~sf.col("held_any")
         kept_data = (
-            winners.filter(~(sf.col("tombstone") & sf.col("horizon_passed")))
+            winners.filter(~sf.col("held") & ~gone)
             .select(*shape)
             .unionByName(last_kept.select(*shape))
             .dropDuplicates([PART, "offset"])

@@ -35,6 +35,7 @@ def fact(
     horizon_passed: bool = False,
     has_horizon: bool = False,
     young: bool = False,
+    held: bool = False,
 ) -> Fact:
     return Fact(
         offset,
@@ -49,6 +50,7 @@ def fact(
         horizon_passed or False,
         has_horizon or horizon_passed,
         young,
+        held,
     )
 
 
@@ -206,6 +208,6 @@ def test_the_last_batch_of_each_producer_is_known() -> None:
     assert decide(facts, last=5).last_batches == {1, 5}
 
 
-def test_legacy_records_are_not_candidates() -> None:
+def test_legacy_records_are_never_listed_as_kept() -> None:
     facts = [fact(0, b"a", kind=Kind.LEGACY), fact(1, b"a")]
     assert decide(facts, last=1).kept == {1}
