@@ -1,7 +1,8 @@
 """Tables of the metadata store (SQLAlchemy 2.0 declarative models).
 
-``rlm_partition``     one row per topic-partition: remote log start offset, highest copied
-                      offset, remote log size, deletion state and the copy lease.
+``rlm_partition``     one row per topic-partition: the topic id its remote state belongs to,
+                      remote log start offset, highest copied offset, remote log size,
+                      deletion state and the copy lease.
 ``rlm_segment``       one row per remote segment (Kafka's RemoteLogSegmentMetadata).
 ``rlm_segment_epoch`` one row per (segment, leader epoch): lists a partition's segments by epoch.
 ``rlm_pending_upload`` one row per unfinished multipart upload of a segment being copied: what
@@ -94,6 +95,8 @@ class PartitionRow(Base):
     lease_expires_at_ms: Mapped[int | None] = mapped_column(BigInteger)
     lease_incarnation: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     """The holder's process (see :attr:`rlm.metastore.model.Lease.incarnation`)."""
+    topic_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    """The topic id the partition's remote state belongs to (see ``metadata.topic_ids``)."""
 
 
 class SegmentRow(Base):

@@ -121,6 +121,7 @@ def partition_from_row(row: Row[Any]) -> PartitionRecord:
         deletion_event_time_ms=(
             None if row.deletion_event_time_ms is None else int(row.deletion_event_time_ms)
         ),
+        topic_id=row.topic_id,
     )
 
 

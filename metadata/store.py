@@ -11,7 +11,17 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Engine, Row, Select, delete, insert, select, tuple_, update
 
-from metadata import compaction, exports, partitions, search, summaries, tier_summaries, tree, uploads
+from metadata import (
+    compaction,
+    exports,
+    partitions,
+    search,
+    summaries,
+    tier_summaries,
+    topic_ids,
+    tree,
+    uploads,
+)
 from metadata import skipped as skipped_ranges
 from metadata.engine import Deadlines, create_engine_for_url
 from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow
@@ -41,6 +51,7 @@ from rlm.metastore.model import (
     SegmentState,
     SkippedRange,
     StateUpdate,
+    TopicIdChange,
     TopicPartition,
     check_transition,
 )
@@ -155,6 +166,11 @@ class SqlMetadataStore:
                 raise DuplicateSegmentError(f"{what} is already stored with other metadata")
             conn.execute(insert(Segment).values(segment_values(segment, part.id)))
             conn.execute(insert(SegmentEpochRow), epoch_values(segment, part.id))
+            if part.topic_id is None and segment.topic_id is not None:
+                # The first id the partition hears of is its own (a copier adopts it first).
+                conn.execute(
+                    update(PartitionRow).where(PartitionRow.id == part.id).values(topic_id=segment.topic_id)
+                )
 
     def update_segment_state(
         self,
@@ -380,6 +396,26 @@ class SqlMetadataStore:
             row = partitions.find(conn, tp)
             assert row is not None  # locked above
             return partition_from_row(row)
+
+    def adopt_topic_id(
+        self,
+        tp: TopicPartition,
+        topic_id: UUID,
+        *,
+        event_time_ms: int,
+        lease_epoch: int | None = None,
+    ) -> TopicIdChange:
+        """See :meth:`rlm.metastore.MetadataStore.adopt_topic_id`."""
+        with self._transaction(write=False, snapshot=False) as conn:
+            row = partitions.find(conn, tp)
+        if row is not None and row.topic_id == topic_id:
+            # The usual case, every copier pass: confirmed by a read, no write transaction.
+            partitions.check_fence(row, lease_epoch)
+            return TopicIdChange(topic_id, 0, reset=False)
+        with self._transaction(write=True) as conn:
+            part = partitions.lock(conn, tp)
+            partitions.check_fence(part, lease_epoch)
+            return topic_ids.adopt(conn, part, topic_id, event_time_ms)
 
     # -- leases -------------------------------------------------------------------------------
 

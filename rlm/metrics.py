@@ -41,6 +41,11 @@ class Metrics:
             "rlm_copy_gaps_total",
             "Ranges the broker deleted before they were tiered, recorded as skipped", tp, registry=r,
         )  # fmt: skip
+        self.topic_id_changes = Counter(
+            "rlm_topic_id_changes_total",
+            "Times a partition's topic id changed (the topic was deleted and created again under the "
+            "same name) and the old topic's remote segments were retired", tp, registry=r,
+        )  # fmt: skip
         self.copy_lag_bytes = Gauge(
             "rlm_copy_lag_bytes", "Bytes of rolled segments below the high watermark not yet tiered", tp,
             registry=r,

@@ -152,7 +152,7 @@ class RecordFetcher:
             self._read_local(local, offset, max_bytes, result)
         else:
             result.tier = "remote"
-            self._read_remote(tp, offset, max_bytes, result, stats, checkpoint)
+            self._read_remote(tp, local, offset, max_bytes, result, stats, checkpoint)
         return result
 
     def _read_local(self, partition: PartitionDir, offset: int, max_bytes: int, result: FetchResult) -> None:
@@ -186,13 +186,14 @@ class RecordFetcher:
     def _read_remote(
         self,
         tp: TopicPartition,
+        local: PartitionDir | None,
         offset: int,
         max_bytes: int,
         result: FetchResult,
         stats: FetchStats | None,
         checkpoint: Checkpoint,
     ) -> None:
-        segment = self.service.ask_store(lambda: self.service.store.segment_for_offset(tp, offset))
+        segment = self.service.remote_segment_for_offset(tp, local, offset)
         if segment is None:
             raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}")
         position = self.indexes.offset_index(segment, stats).lookup(offset).position

@@ -74,6 +74,7 @@ from rlm.lookup.ranged_search import (
 )
 from rlm.lookup.segment_lists import DEFAULT_MAX_SEGMENTS, SegmentList, SegmentLists
 from rlm.lookup.stats import FetchStats
+from rlm.lookup.topic_ids import is_other_topic, local_topic_id, of_local_topic
 from rlm.lookup.views import DEFAULT_TTL_S, RemoteTierView, RemoteViews
 from rlm.metastore.availability import StoreAvailability
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
@@ -194,6 +195,17 @@ class LookupService:
             if fallback is None:
                 raise
             return fallback
+
+    def remote_segment_for_offset(
+        self, tp: TopicPartition, local: PartitionDir | None, offset: int
+    ) -> RemoteSegment | None:
+        """The finished remote segment holding ``offset``, or None; never one of a deleted topic
+        of the same name (:mod:`rlm.lookup.topic_ids`).
+
+        Raises:
+            MetadataUnavailableError: the metadata store does not answer.
+        """
+        return of_local_topic(self.ask_store(lambda: self.store.segment_for_offset(tp, offset)), local)
 
     def ask_store(self, ask: Callable[[], T]) -> T:
         """``ask()``, a call of the metadata store, unless the store is down (then this raises
@@ -524,6 +536,7 @@ class LookupService:
     ) -> OffsetAnswer:
         """The remote search over ``listed``, or over the store's answers when None."""
         from_offset = start
+        local_id = local_topic_id(local)
         while True:
             checkpoint()
             if listed is not None:
@@ -535,6 +548,9 @@ class LookupService:
                 segment = self.ask_store(ask)
             if segment is None:
                 return OffsetAnswer.none()
+            if is_other_topic(segment.topic_id, local_id):  # a deleted topic's, not yet retired
+                from_offset = segment.end_offset + 1
+                continue
             begin = max(start, segment.start_offset, from_offset)
             if local is not None and begin >= local_start:
                 # The broker still has this range: reading it locally costs no GET.
@@ -575,22 +591,28 @@ class LookupService:
             if answer.tier is not None:
                 return self._below_high_watermark(answer, local, isolation, earliest)
             # The record holding the remote maximum lies below the log start offset.
-            best = max(best, self._remote_max_timestamp(tp, earliest, stats, checkpoint))
+            best = max(best, self._remote_max_timestamp(tp, local, earliest, stats, checkpoint))
         if best < 0:
             return OffsetAnswer.none()
         return self._by_timestamp(tp, local, best, stats, checkpoint, isolation, view)
 
     def _remote_max_timestamp(
-        self, tp: TopicPartition, earliest: int, stats: FetchStats | None, checkpoint: Checkpoint
+        self,
+        tp: TopicPartition,
+        local: PartitionDir | None,
+        earliest: int,
+        stats: FetchStats | None,
+        checkpoint: Checkpoint,
     ) -> int:
         """The largest timestamp of the remote records at or after ``earliest`` (-1 when none)."""
         best = -1
         straddling = []
+        local_id = local_topic_id(local)
         finished = self.ask_store(
             lambda: list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
         )
         for segment in finished:
-            if segment.end_offset < earliest:
+            if segment.end_offset < earliest or is_other_topic(segment.topic_id, local_id):
                 continue
             if segment.start_offset >= earliest:
                 best = max(best, segment.max_timestamp_ms)
@@ -611,7 +633,7 @@ class LookupService:
         epochs = local.leader_epochs() if local is not None else []
         if epochs:
             return epoch_for_offset(epochs, offset)
-        segment = self.ask_store(lambda: self.store.segment_for_offset(tp, offset))
+        segment = self.remote_segment_for_offset(tp, local, offset)
         return _segment_epoch(segment, offset) if segment is not None else -1
 
     def _tier_of(
@@ -622,8 +644,7 @@ class LookupService:
         in_local = local is not None and bool(local.segments()) and local.segments()[0].base_offset <= offset
         if in_local and not remote_first:
             return "local"
-        segment = self.ask_store(lambda: self.store.segment_for_offset(tp, offset))
-        if segment is not None:
+        if self.remote_segment_for_offset(tp, local, offset) is not None:
             return "remote"
         return "local" if in_local else None
 

@@ -8,6 +8,10 @@ request at once). A view is reused for ``ttl_s`` (default 1 s), and read again a
 broker's first local segment changed since (local retention deleted segments) or on
 :meth:`RemoteViews.invalidate`.
 
+A partition whose record in the store is of another topic id than the broker's directory (the
+topic was deleted and created again under the same name, and the copier has not retired the old
+topic's state yet) gets the view of an empty remote tier (:mod:`rlm.lookup.topic_ids`).
+
 Answers stay exact under a view up to ``ttl_s`` old but for the log start offset: segments copied
 meanwhile only raise the max remote timestamp, and a timestamp above the stale one is then in
 segments the broker still has (it deleted none since), where the local search finds it; a lower max
@@ -35,12 +39,14 @@ lookup fails with a retriable error at once rather than answer wrongly.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rlm.log.logdir import PartitionDir
+from rlm.lookup.topic_ids import is_other_topic, local_topic_id
 from rlm.metastore.availability import StoreAvailability
 from rlm.metastore.model import PartitionRecord, RemoteTierSummary, TopicPartition
 from rlm.metastore.protocol import MetadataStore
@@ -129,7 +135,10 @@ class RemoteViews:
         bases = {tp: _first_base(local) for tp, local in partitions.items()}
         now = self._clock()
         summaries = self.availability.call(lambda: self.store.remote_tier_summaries(list(partitions)))
-        views = {tp: _view(summaries.get(tp), base, now) for tp, base in bases.items()}
+        views = {
+            tp: _view(_of_local_topic(summaries.get(tp), partitions[tp]), base, now)
+            for tp, base in bases.items()
+        }
         kept = {tp: v for tp, v in views.items() if v.known or partitions[tp] is not None}
         with self._lock:
             self._views.update(kept)
@@ -201,6 +210,19 @@ def _view(summary: RemoteTierSummary | None, local_base: int | None, now: float)
         local_base=local_base,
         read_at=now,
     )
+
+
+def _of_local_topic(
+    summary: RemoteTierSummary | None, local: PartitionDir | None
+) -> RemoteTierSummary | None:
+    """The summary, or one of an empty remote tier when the store's record is of a deleted topic
+    of the same name (:mod:`rlm.lookup.topic_ids`): its segments and log start are not this one's."""
+    if summary is None or not is_other_topic(summary.record.topic_id, local_topic_id(local)):
+        return summary
+    record = dataclasses.replace(
+        summary.record, remote_log_start_offset=-1, highest_copied_offset=-1, remote_log_size_bytes=0
+    )
+    return RemoteTierSummary(record, None, None)
 
 
 def _version(record: PartitionRecord) -> tuple[int, int, int]:

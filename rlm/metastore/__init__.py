@@ -19,6 +19,7 @@ from rlm.metastore.model import (
     SkipKind,
     SkippedRange,
     StateUpdate,
+    TopicIdChange,
     TopicPartition,
     check_transition,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "SkipKind",
     "SkippedRange",
     "StateUpdate",
+    "TopicIdChange",
     "TopicPartition",
     "check_transition",
 ]

@@ -274,6 +274,25 @@ class PartitionRecord:
     deletion_state: PartitionState | None
     """``None`` while the partition is not being deleted."""
     deletion_event_time_ms: int | None
+    topic_id: UUID | None = None
+    """The topic id the partition's remote state belongs to (``partition.metadata``'s); ``None``
+    while no segment or copier has told it. A topic deleted and created again under the same name
+    has a new id: the remote state of the old one is not the new topic's
+    (:meth:`~rlm.metastore.protocol.MetadataStore.adopt_topic_id`)."""
+
+
+class TopicIdChange(NamedTuple):
+    """What :meth:`~rlm.metastore.protocol.MetadataStore.adopt_topic_id` did."""
+
+    previous: UUID | None
+    """The topic id recorded before (``None`` when there was none)."""
+    retired: int
+    """Segments of another topic moved to ``DELETE_SEGMENT_STARTED`` (their objects are the
+    deleter's to remove); when above 0, or when ``previous`` was another id, the partition's
+    remote state was reset."""
+    reset: bool
+    """Whether the highest copied offset, the remote log start offset, the per-epoch offsets and
+    the skipped ranges were set back to what the remaining segments say (nothing, usually)."""
 
 
 #: Longest reason a skipped range keeps.

@@ -34,6 +34,7 @@ from rlm.metastore.model import (
     SegmentState,
     SkippedRange,
     StateUpdate,
+    TopicIdChange,
     TopicPartition,
 )
 
@@ -46,7 +47,8 @@ class MetadataStore(Protocol):
     def add_segment(self, segment: RemoteSegment, *, lease_epoch: int | None = None) -> None:
         """Record a segment whose copy is starting.
 
-        Idempotent: adding the same segment again (same id, same fields) is a no-op.
+        Idempotent: adding the same segment again (same id, same fields) is a no-op. A partition
+        with no topic id recorded takes the segment's (see :meth:`adopt_topic_id`).
 
         Raises:
             InvalidStateTransitionError: ``segment.state`` is not ``COPY_SEGMENT_STARTED``.
@@ -152,7 +154,8 @@ class MetadataStore(Protocol):
         """The highest offset ever copied (of ``leader_epoch`` when given), or -1.
 
         Counts segments that reached ``COPY_SEGMENT_FINISHED``, even if since deleted, so the
-        copier never copies an offset range twice. Never decreases.
+        copier never copies an offset range twice. Never decreases, but when
+        :meth:`adopt_topic_id` retires a deleted topic's remote state.
         """
         ...
 
@@ -209,6 +212,36 @@ class MetadataStore(Protocol):
 
         Raises:
             InvalidStateTransitionError: The move is not allowed; the message names both states.
+            StaleLeaseError: ``lease_epoch`` is stale.
+        """
+        ...
+
+    def adopt_topic_id(
+        self,
+        tp: TopicPartition,
+        topic_id: UUID,
+        *,
+        event_time_ms: int,
+        lease_epoch: int | None = None,
+    ) -> TopicIdChange:
+        """Make ``topic_id`` (the broker's ``partition.metadata``) the id the partition's remote
+        state belongs to, as Kafka keys remote state by ``TopicIdPartition``.
+
+        * Already recorded: nothing changes (one read of the partition).
+        * None recorded (a new partition, or one copied from a broker without
+          ``partition.metadata``): the id is adopted; segments without an id stay the
+          partition's.
+        * Another id recorded (the topic was deleted and created again under the same name), or
+          none recorded while segments of another id are live: in one transaction, every
+          ``COPY_SEGMENT_STARTED`` and ``COPY_SEGMENT_FINISHED`` segment of another id (and,
+          when another id was recorded, every one without an id: it was copied before) moves to
+          ``DELETE_SEGMENT_STARTED``, so lookups stop finding it at once and the usual deletion
+          removes its objects; and what the partition records is set back to what its remaining
+          finished segments say (none, usually): the highest copied offset, per epoch too (the
+          only way it falls), the remote log size, the remote log start offset (-1), the skipped
+          ranges (none) and the deletion state (none).
+
+        Raises:
             StaleLeaseError: ``lease_epoch`` is stale.
         """
         ...

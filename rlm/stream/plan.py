@@ -25,6 +25,7 @@ from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.plans import IsolationLevel
 from rlm.lookup.service import LookupService
+from rlm.lookup.topic_ids import is_other_topic, local_topic_id
 from rlm.metastore.model import IndexType, SegmentState, TopicPartition
 from rlm.storage.layout import validate_topic
 
@@ -147,8 +148,11 @@ def _aborted(
         finished = service.ask_store(
             lambda: list(service.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
         )
+        local_id = local_topic_id(local)
         for segment in finished:
             if segment.end_offset < start or segment.start_offset >= local_start or segment.txn_index_empty:
+                continue
+            if is_other_topic(segment.topic_id, local_id):  # a deleted topic's (rlm.lookup.topic_ids)
                 continue
             data = indexes.get(segment, IndexType.TRANSACTION)
             if not data:

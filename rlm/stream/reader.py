@@ -206,10 +206,8 @@ class BatchReader:
         )
 
     async def _segment_for(self, offset: int) -> RemoteSegment | None:
-        tp, store = self.plan.tp, self.service.store
-        return await self._blocking(
-            lambda: self.service.ask_store(lambda: store.segment_for_offset(tp, offset))
-        )
+        tp, local = self.plan.tp, self.plan.local
+        return await self._blocking(lambda: self.service.remote_segment_for_offset(tp, local, offset))
 
     async def _look_ahead(self, offset: int) -> _NextSegment:
         """The segment holding ``offset``, and its first chunk when it is read from its start."""

@@ -4,7 +4,11 @@ Per partition and pass:
 
 1. take or renew the partition's copy lease (only one sidecar copies a partition; every write
    below carries the lease epoch, so a sidecar that lost its lease cannot write);
-2. clean up copies a previous holder or incarnation left in ``COPY_SEGMENT_STARTED``;
+   the broker's topic id (``partition.metadata``) is adopted for the remote state: a topic
+   deleted and created again under the same name retires the deleted topic's segments and
+   offsets (:mod:`rlm.tiering.topic_identity`);
+2. clean up copies a previous holder or incarnation left in ``COPY_SEGMENT_STARTED``, and
+   finish deletions left in ``DELETE_SEGMENT_STARTED``;
 3. plan (:mod:`rlm.tiering.copy_plan`): the rolled segments ending below the high watermark, from the
    first offset the remote tier does not account for yet (copied or skipped) on; a hole the
    broker left below its local log is recorded as skipped first;
@@ -56,6 +60,7 @@ from rlm.tiering.copy_plan import Candidate, Gap, covered_through, plan_copy
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.prepare import PreparedSegment, prepare_segment
+from rlm.tiering.topic_identity import adopt_local_topic_id
 
 log = logging.getLogger("rlm.copier")
 Clock = Callable[[], int]
@@ -142,6 +147,12 @@ class Copier:
             lease = self.leases.hold(tp)
             if lease is None:
                 return CopyOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
+            # Before anything is decided with the remote state: it may be a deleted topic's.
+            change = adopt_local_topic_id(
+                self.store, partition, lease, now_ms=self.clock(), metrics=self.metrics
+            )
+            if change is not None and change.reset:
+                self.on_change(tp)
             cleaned = self._cleanup(tp, lease)
             return self._copy_eligible(partition, tp, lease, cleaned)
         except (RlmError, OSError) as exc:

@@ -43,6 +43,7 @@ from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.copier import Clock, wall_clock_ms
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.topic_identity import adopt_local_topic_id
 
 log = logging.getLogger("rlm.retention")
 
@@ -143,6 +144,12 @@ class Retention:
             lease = self.leases.hold(tp)
             if lease is None:
                 return RetentionOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
+            # A deleted topic's remote log start offset and segments are not this topic's.
+            change = adopt_local_topic_id(
+                self.store, partition, lease, now_ms=self.clock(), metrics=self.metrics
+            )
+            if change is not None and change.reset:
+                self.on_change(tp)
             outcome = self._enforce(partition, tp, lease.epoch)
             return dataclasses.replace(outcome, purged_rows=self._purge(tp, lease.epoch))
         except (RlmError, OSError) as exc:

@@ -1,0 +1,82 @@
+"""The topic id a partition's remote state belongs to, and retiring another topic's state.
+
+Kafka keys remote state by ``TopicIdPartition``: a topic deleted and created again under the same
+name is another topic (a new id in ``partition.metadata``, offsets from 0 again), and the deleted
+topic's remote segments are deleted. ``rlm_partition`` is keyed by name, so it records the id
+(``topic_id``); :func:`adopt` runs under the partition lock, in the caller's transaction, and
+either confirms the id, adopts it, or retires the other topic's state in one step: readers see the
+old topic's segments or none of them, never a mix with the new topic's offsets.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from uuid import UUID
+
+from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
+
+from metadata import tree
+from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow, SkippedRangeRow
+from rlm.metastore.model import SegmentState, TopicIdChange
+
+FINISHED = SegmentState.COPY_SEGMENT_FINISHED.value
+LIVE = (SegmentState.COPY_SEGMENT_STARTED.value, FINISHED)
+
+
+def adopt(conn: Connection, part: Row[Any], topic_id: UUID, now_ms: int) -> TopicIdChange:
+    """Make ``topic_id`` the id of partition row ``part`` (locked by the caller); see
+    :meth:`rlm.metastore.protocol.MetadataStore.adopt_topic_id`."""
+    previous: UUID | None = part.topic_id
+    if previous == topic_id:
+        return TopicIdChange(previous, 0, reset=False)
+    other = SegmentRow.topic_id != topic_id
+    if previous is not None:
+        # Segments without an id were copied before the row learned the old id: the old topic's.
+        other = or_(SegmentRow.topic_id.is_(None), other)
+    retired = conn.execute(
+        update(SegmentRow)
+        .where(SegmentRow.partition_id == part.id, SegmentRow.state.in_(LIVE), other)
+        .values(state=SegmentState.DELETE_SEGMENT_STARTED.value, event_time_ms=now_ms)
+    ).rowcount
+    reset = previous is not None or retired > 0
+    if reset:
+        _reset(conn, part.id)
+    conn.execute(update(PartitionRow).where(PartitionRow.id == part.id).values(topic_id=topic_id))
+    return TopicIdChange(previous, retired, reset=reset)
+
+
+def _reset(conn: Connection, partition_id: int) -> None:
+    """Set what the partition records back to what its remaining finished segments say."""
+    tree.rebuild(conn, partition_id)
+    finished = (SegmentRow.partition_id == partition_id, SegmentRow.state == FINISHED)
+    size, highest = conn.execute(
+        select(func.coalesce(func.sum(SegmentRow.size_bytes), 0), func.max(SegmentRow.end_offset)).where(
+            *finished
+        )
+    ).one()
+    conn.execute(
+        update(PartitionRow)
+        .where(PartitionRow.id == partition_id)
+        .values(
+            remote_log_size_bytes=int(size),
+            highest_copied_offset=-1 if highest is None else int(highest),
+            remote_log_start_offset=-1,
+            deletion_state=None,
+            deletion_event_time_ms=None,
+        )
+    )
+    conn.execute(delete(EpochOffsetRow).where(EpochOffsetRow.partition_id == partition_id))
+    epoch_last = (
+        select(
+            SegmentEpochRow.partition_id,
+            SegmentEpochRow.leader_epoch,
+            func.max(SegmentEpochRow.last_offset),
+        )
+        .join(SegmentRow, SegmentRow.segment_id == SegmentEpochRow.segment_id)
+        .where(*finished)
+        .group_by(SegmentEpochRow.partition_id, SegmentEpochRow.leader_epoch)
+    )
+    conn.execute(
+        insert(EpochOffsetRow).from_select(["partition_id", "leader_epoch", "highest_offset"], epoch_last)
+    )
+    conn.execute(delete(SkippedRangeRow).where(SkippedRangeRow.partition_id == partition_id))

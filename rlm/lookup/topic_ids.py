@@ -1,0 +1,49 @@
+"""Remote segments answer only for the topic the broker's directory holds now.
+
+A topic deleted and created again under the same name keeps its name but not its id
+(``partition.metadata``), and its offsets start from 0 again. Until the copier retires the deleted
+topic's remote state (:mod:`rlm.tiering.topic_identity`), or while another sidecar holds the
+lease and has not, the metadata store still lists the deleted topic's segments under the name:
+lookups, fetches and streams must not answer from them. A segment or a partition record with an
+id other than the broker's is another topic's; without an id on either side (older brokers, a
+query tier without log directories) nothing tells them apart and the remote tier is used as it is.
+
+A ``partition.metadata`` that cannot be parsed leaves the id unknown here: the copier, which must
+not delete on a guess, reports it as an error naming the file.
+"""
+
+from __future__ import annotations
+
+import logging
+from uuid import UUID
+
+from rlm.errors import CorruptDataError
+from rlm.log.checkpoints import topic_id_to_uuid
+from rlm.log.logdir import PartitionDir
+from rlm.metastore.model import RemoteSegment
+
+log = logging.getLogger("rlm.lookup")
+
+
+def local_topic_id(local: PartitionDir | None) -> UUID | None:
+    """The topic id of the broker's directory; None without one, or when it cannot be read."""
+    if local is None:
+        return None
+    try:
+        text = local.topic_id()
+    except (CorruptDataError, OSError) as exc:
+        log.warning("the topic id of %s is unknown: %s", local.tp, exc)
+        return None
+    return None if text is None else topic_id_to_uuid(text)
+
+
+def is_other_topic(topic_id: UUID | None, local_id: UUID | None) -> bool:
+    """Whether remote state recorded for ``topic_id`` belongs to another topic than ``local_id``."""
+    return topic_id is not None and local_id is not None and topic_id != local_id
+
+
+def of_local_topic(segment: RemoteSegment | None, local: PartitionDir | None) -> RemoteSegment | None:
+    """``segment``, or None when it is another topic's than the broker's directory holds."""
+    if segment is None or is_other_topic(segment.topic_id, local_topic_id(local)):
+        return None
+    return segment

@@ -1,0 +1,183 @@
+"""Contract of the topic id a partition's remote state belongs to, on SQLite and PostgreSQL.
+
+A topic deleted and created again under the same name has a new id and offsets from 0 again: the
+old topic's segments, highest copied offset, remote log start offset and skipped ranges must not
+answer for it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import insert, text
+
+from metadata.engine import create_engine_for_url
+from metadata.models import SegmentRow
+from metadata.rows import segment_values
+from metadata.schema import upgrade
+from metadata.store import SqlMetadataStore
+from rlm.errors import StaleLeaseError
+from rlm.metastore import RemoteSegment, SegmentState, SkipKind, SkippedRange, TopicPartition
+from tests.metadata_support import (
+    BACKENDS,
+    TP,
+    add_finished,
+    create_postgres_database,
+    drop_postgres_database,
+    segment,
+    stored_tree,
+)
+
+OLD = uuid.UUID("11111111-1111-4111-8111-111111111111")
+NEW = uuid.UUID("22222222-2222-4222-8222-222222222222")
+STARTED = SegmentState.COPY_SEGMENT_STARTED
+FINISHED = SegmentState.COPY_SEGMENT_FINISHED
+DELETING = SegmentState.DELETE_SEGMENT_STARTED
+
+
+def of(
+    topic_id: uuid.UUID | None,
+    start: int,
+    end: int,
+    max_timestamp_ms: int = 1_000,
+    *,
+    epochs: tuple[tuple[int, int], ...] | None = None,
+    tp: TopicPartition = TP,
+) -> RemoteSegment:
+    """A segment of ``tp`` copied from the topic with ``topic_id``."""
+    return dataclasses.replace(segment(start, end, max_timestamp_ms, tp=tp, epochs=epochs), topic_id=topic_id)
+
+
+def states(store: SqlMetadataStore) -> dict[uuid.UUID | None, list[SegmentState]]:
+    found: dict[uuid.UUID | None, list[SegmentState]] = {}
+    for listed in store.list_segments(TP):
+        found.setdefault(listed.topic_id, []).append(listed.state)
+    return found
+
+
+def test_the_first_segment_names_the_partitions_topic(store: SqlMetadataStore) -> None:
+    store.add_segment(of(OLD, 0, 9))
+    store.add_segment(of(NEW, 10, 19))  # an adopted id is only replaced by adopt_topic_id
+    record = store.get_partition(TP)
+    assert record is not None and record.topic_id == OLD
+
+
+def test_the_recorded_id_again_changes_nothing(store: SqlMetadataStore) -> None:
+    add_finished(store, of(OLD, 0, 9, epochs=((3, 0),)))
+    store.advance_log_start_offset(TP, 5)
+    change = store.adopt_topic_id(TP, OLD, event_time_ms=7)
+    assert (change.previous, change.retired, change.reset) == (OLD, 0, False)
+    record = store.get_partition(TP)
+    assert record is not None
+    assert (record.highest_copied_offset, record.remote_log_start_offset) == (9, 5)
+    assert store.segment_for_offset(TP, 5) is not None
+
+
+def test_a_new_topic_id_retires_the_old_topics_remote_state(store: SqlMetadataStore) -> None:
+    add_finished(store, of(OLD, 0, 9, 500, epochs=((3, 0),)), of(OLD, 10, 19, 600, epochs=((3, 10),)))
+    store.add_segment(of(OLD, 20, 29))  # a copy under way when the topic was deleted
+    store.advance_log_start_offset(TP, 10)
+    store.add_skipped_range(SkippedRange(TP, 30, 39, SkipKind.OPERATOR, "bad segment", 1))
+    store.update_segment_state(
+        next(store.list_segments(TP)).segment_id, DELETING, event_time_ms=2
+    )  # retention had started on the first one
+
+    change = store.adopt_topic_id(TP, NEW, event_time_ms=99)
+
+    assert (change.previous, change.retired, change.reset) == (OLD, 2, True)
+    assert states(store) == {OLD: [DELETING, DELETING, DELETING]}
+    assert [s.event_time_ms for s in store.list_segments(TP)][1:] == [99, 99]
+    record = store.get_partition(TP)
+    assert record is not None and record.topic_id == NEW
+    assert (record.highest_copied_offset, record.remote_log_start_offset) == (-1, -1)
+    assert record.remote_log_size_bytes == 0
+    assert store.highest_copied_offset(TP, leader_epoch=3) == -1
+    assert store.list_skipped_ranges(TP) == []
+    assert store.segment_for_offset(TP, 5) is None
+    assert store.first_segment_for_timestamp(TP, 0) is None
+    assert store.max_timestamp(TP) is None
+    assert stored_tree(store) == {}
+    summary = store.remote_tier_summaries([TP])[TP]
+    assert (summary.first_offset, summary.max_timestamp, summary.record.topic_id) == (None, None, NEW)
+
+    # The new topic is tiered from its offset 0 on, and only its segments answer.
+    fresh = of(NEW, 0, 4, 700, epochs=((0, 0),))
+    add_finished(store, fresh)
+    assert store.highest_copied_offset(TP) == 4
+    found = store.segment_for_offset(TP, 3)
+    assert found is not None and found.segment_id == fresh.segment_id
+    assert store.highest_copied_offset(TP, leader_epoch=3) == -1
+
+
+def test_adopting_an_id_keeps_segments_copied_without_one(store: SqlMetadataStore) -> None:
+    # A broker without partition.metadata: no id anywhere; a newer one writes it.
+    add_finished(store, of(None, 0, 9))
+    change = store.adopt_topic_id(TP, NEW, event_time_ms=5)
+    assert (change.previous, change.retired, change.reset) == (None, 0, False)
+    record = store.get_partition(TP)
+    assert record is not None and (record.topic_id, record.highest_copied_offset) == (NEW, 9)
+    assert states(store) == {None: [FINISHED]}
+
+
+def test_adopting_an_id_retires_live_segments_of_other_ids(store: SqlMetadataStore) -> None:
+    # What a partition the topic's re-creation reached before ids were recorded looks like.
+    add_finished(store, of(OLD, 0, 49), of(NEW, 50, 59))
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE rlm_partition SET topic_id = NULL")
+    change = store.adopt_topic_id(TP, NEW, event_time_ms=5)
+    assert (change.previous, change.retired, change.reset) == (None, 1, True)
+    assert states(store) == {OLD: [DELETING], NEW: [FINISHED]}
+    record = store.get_partition(TP)
+    assert record is not None and record.highest_copied_offset == 59
+    assert store.segment_for_offset(TP, 10) is None
+
+
+def test_a_stale_lease_cannot_adopt_an_id(store: SqlMetadataStore) -> None:
+    lease = store.acquire_lease(TP, owner=1, ttl_ms=30_000)
+    assert lease is not None
+    add_finished(store, of(OLD, 0, 9))
+    store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
+    for topic_id in (OLD, NEW):
+        with pytest.raises(StaleLeaseError):
+            store.adopt_topic_id(TP, topic_id, event_time_ms=5, lease_epoch=lease.epoch)
+    record = store.get_partition(TP)
+    assert record is not None and (record.topic_id, record.highest_copied_offset) == (OLD, 9)
+    assert states(store) == {OLD: [FINISHED]}
+
+
+@pytest.fixture(params=BACKENDS)
+def unmigrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database with no schema at all, dropped after the test."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    url = create_postgres_database()
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)
+
+
+def test_the_migration_fills_in_the_id_its_segments_agree_on(unmigrated_url: str) -> None:
+    upgrade(unmigrated_url, "0005")
+    engine = create_engine_for_url(unmigrated_url, pooled=False)
+    try:
+        with engine.begin() as conn:
+            for partition, ids in [(0, (OLD, OLD)), (1, (OLD, NEW)), (2, (None,))]:
+                partition_id = conn.execute(
+                    text("INSERT INTO rlm_partition (topic, partition) VALUES ('orders', :p) RETURNING id"),
+                    {"p": partition},
+                ).scalar_one()
+                for n, topic_id in enumerate(ids):
+                    values = segment_values(of(topic_id, 10 * n, 10 * n + 9), partition_id)
+                    conn.execute(insert(SegmentRow).values(values))
+    finally:
+        engine.dispose()
+    upgrade(unmigrated_url)
+    with SqlMetadataStore.open(unmigrated_url) as store:
+        found = [store.get_partition(TopicPartition(TP.topic, p)) for p in range(3)]
+        assert [record.topic_id if record else "missing" for record in found] == [OLD, None, None]

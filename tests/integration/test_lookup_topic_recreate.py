@@ -1,0 +1,107 @@
+"""Lookups and fetches of a topic deleted and created again under the same name, on SQLite +
+filesystem and PostgreSQL + S3.
+
+The deleted topic's segments stay listed in the metadata store under the name until the copier
+retires them, and another sidecar may hold the lease meanwhile. Whatever the copier did yet, the
+answers are the new topic's: its offsets, its log start, its records; never the deleted topic's.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlm.bootstrap import Runtime
+from rlm.log.logdir import LogDir
+from rlm.log.model import Record
+from rlm.lookup.plans import OffsetAnswer
+from rlm.metastore.model import SegmentState, TopicPartition
+from tests.lookup_support import Backend, runtime
+from tests.s3_support import MotoS3
+from tests.tiering_support import WRITER_NOW_MS, SegmentPlan, set_log_start_offsets, write_scripted_log_dir
+
+TP = TopicPartition("orders", 0)
+EARLIEST = -2
+
+
+def write_topic(log_dir: Path, segments: int, *, seed: int) -> None:
+    """Create topic ``orders`` (a new topic id): ``segments`` rolled segments of 10 records, the
+    largest timestamp of segment ``i`` at ``WRITER_NOW_MS - 1000 + i`` (offset ``10 i + 5``)."""
+    plans = [SegmentPlan(records=10, max_timestamp_ms=WRITER_NOW_MS - 1000 + i) for i in range(segments)]
+    write_scripted_log_dir(log_dir, {TP: plans}, seed=seed)
+
+
+@pytest.fixture(params=["sqlite-fs", pytest.param("postgres-s3", marks=pytest.mark.postgres)])
+def sidecar(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Runtime, Path]]:
+    """A sidecar over the old topic: 5 segments tiered, its log start 20 (retention deleted two)."""
+    log_dir = tmp_path / "logs"
+    write_topic(log_dir, 5, seed=1)
+    if request.param == "sqlite-fs":
+        backend = Backend("sqlite-fs", sqlite_template=request.getfixturevalue("sqlite_template"))
+    else:
+        s3: MotoS3 = request.getfixturevalue("moto_s3")
+        backend = Backend("postgres-s3", postgres_url=request.getfixturevalue("postgres_url"), s3=s3)
+    rt = runtime(backend, tmp_path, log_dir)
+    try:
+        assert [o.copied_segments for o in rt.copier.run_once()] == [5]
+        set_log_start_offsets(log_dir, {TP: 20})
+        assert [o.deleted_segments for o in rt.retention.run_once()] == [2]
+        yield rt, log_dir
+    finally:
+        rt.close()
+
+
+def recreate_topic(log_dir: Path) -> None:
+    """``kafka-topics --delete`` then ``--create``: 3 segments of new records, from offset 0."""
+    shutil.rmtree(log_dir)
+    write_topic(log_dir, 3, seed=2)
+
+
+def fetch_values(rt: Runtime, first: int, last: int) -> list[Record]:
+    """The records of offsets ``first``..``last``, fetched one batch run at a time."""
+    records: list[Record] = []
+    offset = first
+    while offset <= last:
+        result = rt.fetcher.fetch(TP, offset, 1 << 20)
+        records += [r for r in result.records if r.offset <= last]
+        offset = result.next_offset
+    return records
+
+
+def test_before_the_copier_runs_the_answers_are_the_new_topics(sidecar: tuple[Runtime, Path]) -> None:
+    rt, log_dir = sidecar
+    recreate_topic(log_dir)
+    local = LogDir(log_dir).partition(TP.topic, TP.partition)
+    new_records = [r for s in local.rolled_segments() for h in s.headers() for r in s.read_records(h)]
+    rt.lookup.invalidate()  # as the next refresh would: the store did not change, the broker did
+
+    # The deleted topic's remote log start (20) is not the new topic's, nor its segments' offsets.
+    assert rt.lookup.find(TP, EARLIEST).offset == 0
+    answer = rt.lookup.find(TP, WRITER_NOW_MS - 1000)
+    assert answer == OffsetAnswer(5, WRITER_NOW_MS - 1000, 0, "local")
+    assert fetch_values(rt, 0, 29) == new_records[:30]
+
+
+def test_after_the_copier_ran_remote_reads_return_the_new_topics_records(
+    sidecar: tuple[Runtime, Path],
+) -> None:
+    rt, log_dir = sidecar
+    recreate_topic(log_dir)
+    local = LogDir(log_dir).partition(TP.topic, TP.partition)
+    new_records = [r for s in local.rolled_segments() for h in s.headers() for r in s.read_records(h)]
+
+    assert [o.copied_segments for o in rt.copier.run_once()] == [3]
+    # The broker's local retention deletes the tiered segments: offsets 0..29 are remote only.
+    for segment in local.rolled_segments():
+        for path in segment.log_path.parent.glob(f"{segment.base_offset:020d}.*"):
+            path.unlink()
+    rt.lookup.invalidate()
+
+    finished = list(rt.store.list_segments(TP, states=[SegmentState.COPY_SEGMENT_FINISHED]))
+    assert [s.start_offset for s in finished] == [0, 10, 20]
+    assert rt.lookup.find(TP, EARLIEST).offset == 0
+    assert rt.lookup.find(TP, WRITER_NOW_MS - 999) == OffsetAnswer(15, WRITER_NOW_MS - 999, 0, "remote")
+    assert fetch_values(rt, 0, 29) == new_records[:30]

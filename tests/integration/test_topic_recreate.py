@@ -1,0 +1,195 @@
+"""A topic deleted and created again under the same name, on SQLite + filesystem and PostgreSQL + S3.
+
+``kafka-topics --delete orders`` then ``--create orders``: the broker's partition directory is
+replaced by one with a new topic id in ``partition.metadata`` and offsets from 0 again. Kafka keys
+remote state by ``TopicIdPartition``: the deleted topic's remote segments are deleted, and the new
+topic is tiered from its start. The copier and retention must not take the deleted topic's
+highest copied offset, remote log start offset or segments for the new topic's.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from rlm.errors import CorruptCheckpointError
+from rlm.log.checkpoints import topic_id_to_uuid
+from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
+from rlm.metastore.model import SegmentState, TopicPartition
+from tests.tiering_support import (
+    WRITER_NOW_MS,
+    Backend,
+    SegmentPlan,
+    Tiering,
+    assert_invariants,
+    set_log_start_offsets,
+    write_scripted_log_dir,
+)
+
+TP = TopicPartition("orders", 0)
+LABELS = {"topic": "orders", "partition": "0"}
+TieringFactory = Callable[..., Tiering]
+
+
+def write_topic(log_dir: Path, segments: int, *, seed: int) -> PartitionDir:
+    """Create topic ``orders`` (a new topic id) with ``segments`` rolled segments of 10 records."""
+    plans = [SegmentPlan(records=10, max_timestamp_ms=WRITER_NOW_MS - 1000 + i) for i in range(segments)]
+    write_scripted_log_dir(log_dir, {TP: plans}, seed=seed)
+    return LogDir(log_dir).partition(TP.topic, TP.partition)
+
+
+def recreate_topic(log_dir: Path, segments: int) -> PartitionDir:
+    """``kafka-topics --delete`` then ``--create``: the broker's files are gone, new ones written."""
+    shutil.rmtree(log_dir)
+    return write_topic(log_dir, segments, seed=2)
+
+
+def topic_uuid(partition: PartitionDir) -> object:
+    text = partition.topic_id()
+    assert text is not None
+    return topic_id_to_uuid(text)
+
+
+@pytest.fixture
+def tiered(backend: Backend, tiering_factory: TieringFactory, tmp_path: Path) -> tuple[Tiering, Path]:
+    """The old topic: 5 segments tiered, the first two deleted by retention (remote log start 20)."""
+    log_dir = tmp_path / "logs"
+    write_topic(log_dir, 5, seed=1)
+    tiering = tiering_factory(backend, log_dir)
+    assert [o.copied_segments for o in tiering.copier().run_once()] == [5]
+    set_log_start_offsets(log_dir, {TP: 20})
+    assert [o.deleted_segments for o in tiering.retention().run_once()] == [2]
+    record = tiering.store.get_partition(TP)
+    assert record is not None
+    assert (record.highest_copied_offset, record.remote_log_start_offset) == (49, 20)
+    return tiering, log_dir
+
+
+def test_a_recreated_topic_is_tiered_from_its_start_and_the_old_segments_are_deleted(
+    tiered: tuple[Tiering, Path],
+) -> None:
+    tiering, log_dir = tiered
+    old = tiering.finished(TP)
+    new_partition = recreate_topic(log_dir, 3)
+    new_id = topic_uuid(new_partition)
+    assert new_id != old[0].topic_id
+
+    outcome = tiering.copier().run_once()[0]
+
+    assert outcome.error is None
+    assert (outcome.copied_segments, outcome.cleaned_segments, outcome.lag_segments) == (3, 3, 0)
+    finished = tiering.finished(TP)
+    assert [(s.start_offset, s.end_offset, s.topic_id) for s in finished] == [
+        (0, 9, new_id),
+        (10, 19, new_id),
+        (20, 29, new_id),
+    ]
+    for segment in old:
+        retired = tiering.store.get_segment(segment.segment_id)
+        assert retired is not None and retired.state is SegmentState.DELETE_SEGMENT_FINISHED
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.topic_id == new_id
+    assert (record.highest_copied_offset, record.remote_log_start_offset) == (29, -1)
+    assert tiering.store.list_skipped_ranges(TP) == []
+    # Every new offset is tiered, and no object of the deleted topic is left.
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+    assert tiering.registry.get_sample_value("rlm_topic_id_changes_total", LABELS) == 1
+
+    # The next passes find the id they recorded: nothing more is retired, retention keeps all.
+    assert tiering.copier().run_once()[0].copied_segments == 0
+    assert tiering.retention().run_once()[0].deleted_segments == 0
+    assert tiering.finished(TP) == finished
+    assert tiering.registry.get_sample_value("rlm_topic_id_changes_total", LABELS) == 1
+
+
+def test_retention_does_not_apply_the_deleted_topics_log_start_to_the_new_topic(
+    tiered: tuple[Tiering, Path],
+) -> None:
+    tiering, log_dir = tiered
+    recreate_topic(log_dir, 3)
+
+    outcome = tiering.retention().run_once()[0]  # before the copier's next pass
+
+    assert outcome.error is None
+    assert outcome.log_start_offset == -1
+    assert tiering.finished(TP) == []
+    assert {s.state for s in tiering.segments(TP)} == {SegmentState.DELETE_SEGMENT_FINISHED}
+    assert tiering.copier().run_once()[0].copied_segments == 3
+    assert tiering.retention().run_once()[0].deleted_segments == 0
+    assert [s.start_offset for s in tiering.finished(TP)] == [0, 10, 20]
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_a_corrupt_partition_metadata_is_an_error_naming_it_and_deletes_nothing(
+    tiered: tuple[Tiering, Path],
+) -> None:
+    tiering, log_dir = tiered
+    old = tiering.finished(TP)
+    keys_before = sorted(tiering.storage.list_keys(""))
+    partition = recreate_topic(log_dir, 3)
+    metadata = partition.path / PARTITION_METADATA
+    metadata.write_text("version: 0\ntopic_id: not-an-id")
+
+    copied = tiering.copier().run_once()[0]
+    retained = tiering.retention().run_once()[0]
+
+    for outcome in (copied, retained):
+        assert isinstance(outcome.error, CorruptCheckpointError)
+        assert str(metadata) in str(outcome.error)
+    assert tiering.finished(TP) == old
+    assert sorted(tiering.storage.list_keys("")) == keys_before
+    record = tiering.store.get_partition(TP)
+    assert record is not None
+    assert (record.topic_id, record.highest_copied_offset, record.remote_log_start_offset) == (
+        old[0].topic_id,
+        49,
+        20,
+    )
+
+
+def test_without_partition_metadata_the_remote_state_is_kept(tiered: tuple[Tiering, Path]) -> None:
+    # A broker that writes no partition.metadata: nothing tells topics apart, so nothing changes.
+    tiering, log_dir = tiered
+    old = tiering.finished(TP)
+    partition = LogDir(log_dir).partition(TP.topic, TP.partition)
+    (partition.path / PARTITION_METADATA).unlink()
+
+    assert tiering.copier().run_once()[0].error is None
+    assert tiering.retention().run_once()[0].error is None
+
+    assert tiering.finished(TP) == old
+    record = tiering.store.get_partition(TP)
+    assert record is not None
+    assert (record.topic_id, record.highest_copied_offset, record.remote_log_start_offset) == (
+        old[0].topic_id,
+        49,
+        20,
+    )
+    assert tiering.registry.get_sample_value("rlm_topic_id_changes_total", LABELS) is None
+
+
+def test_a_partition_tiered_without_an_id_adopts_the_one_the_broker_writes(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    partition = write_topic(log_dir, 3, seed=1)
+    metadata = partition.path / PARTITION_METADATA
+    written = metadata.read_bytes()
+    metadata.unlink()
+    tiering = tiering_factory(backend, log_dir)
+    assert tiering.copier().run_once()[0].copied_segments == 3
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.topic_id is None
+
+    metadata.write_bytes(written)  # a broker upgraded to one that writes it
+    outcome = tiering.copier().run_once()[0]
+
+    assert (outcome.error, outcome.cleaned_segments) == (None, 0)
+    record = tiering.store.get_partition(TP)
+    assert record is not None
+    assert (record.topic_id, record.highest_copied_offset) == (topic_uuid(partition), 29)
+    assert [s.topic_id for s in tiering.finished(TP)] == [None, None, None]
+    assert tiering.registry.get_sample_value("rlm_topic_id_changes_total", LABELS) is None
