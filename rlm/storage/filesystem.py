@@ -17,10 +17,16 @@ not end with the suffix.
 No key may lead out of the root through a symlink inside it: reads (the hot path of remote
 lookups) and size queries have the kernel refuse that in the open itself
 (:mod:`rlm.storage.beneath`); puts and deletes check the resolved path first.
+A key part longer than :data:`PIECE_BYTES` (a partition's directory of a topic with a name of
+over 220 characters, as Kafka allows 249; a file system's names end at 255 bytes) is stored as
+directories of pieces, each but the last ending with :data:`CONTINUED`; listings join them again,
+and key parts may not end with that mark. Every directory a put creates is made durable (its
+parent fsynced) with the object, and so is the sidecar.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -51,6 +57,11 @@ META_SUFFIX = ".rlm-meta"
 #: Bytes copied at a time when putting a file.
 COPY_CHUNK_BYTES = 1024 * 1024
 _HEX_DIGITS = "0123456789abcdef"
+#: Bytes of a key part stored as one name at most; longer parts are cut into pieces this long
+#: (room is left for the temporary file's affixes and the sidecar's suffix within NAME_MAX, 255).
+PIECE_BYTES = 200
+#: Ends a stored directory name whose key part goes on in the directory below it.
+CONTINUED = "+~"
 #: ``errno`` values after which the same call may succeed later (space freed, load gone).
 _TRANSIENT_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EAGAIN, errno.EINTR})
 
@@ -69,23 +80,31 @@ class FilesystemStorage:
 
     # -- keys -----------------------------------------------------------------------------
 
-    def _check_key(self, key: str) -> None:
+    def _check_key(self, key: str) -> str:
+        """Check ``key``; returns where it is stored, relative to the root (:func:`_stored`)."""
         validate_key(key)
         for suffix in (TMP_SUFFIX, META_SUFFIX):
             if key.endswith(suffix):
                 raise InvalidObjectKeyError(f"invalid object key {key!r}: ends with {suffix}", key=key)
+        if any(part.endswith(CONTINUED) for part in key.split("/")):
+            raise InvalidObjectKeyError(
+                f"invalid object key {key!r}: a part ends with {CONTINUED}, "
+                "which marks a long part cut in pieces",
+                key=key,
+            )
+        return _stored(key)
 
     def _outside(self, key: str) -> InvalidObjectKeyError:
         return InvalidObjectKeyError(f"invalid object key {key!r}: resolves outside {self.root}", key=key)
 
     def _path(self, key: str) -> Path:
-        self._check_key(key)
+        stored = self._check_key(key)
         # The parts are checked already; this catches a symlink inside the root pointing out of it.
         try:
-            self._beneath.checked_path(key)
+            self._beneath.checked_path(stored)
         except OutsideError as exc:
             raise self._outside(key) from exc
-        return self.root / key
+        return self.root / stored
 
     # -- RemoteStorage --------------------------------------------------------------------
 
@@ -106,7 +125,7 @@ class FilesystemStorage:
         with Payload(source, size) as payload:
             tmp = _tmp_path(target)
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
+                self._make_directories(target.parent)
                 with open(tmp, "wb") as out:
                     checksum = _copy(payload, out, rate_limiter)
                     out.flush()
@@ -118,8 +137,20 @@ class FilesystemStorage:
             except OSError as exc:
                 raise _os_error(exc, key, "store") from exc
             finally:
-                tmp.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # never in place of the error that got here
+                    tmp.unlink(missing_ok=True)
             return PutResult(key, payload.size, checksum)
+
+    def _make_directories(self, directory: Path) -> None:
+        """Create ``directory`` and the missing ones above it, each one's entry made durable
+        (its parent fsynced): an object put below survives a crash with the path to it."""
+        missing: list[Path] = []
+        while directory != self.root and not directory.is_dir():
+            missing.append(directory)
+            directory = directory.parent
+        for created in reversed(missing):
+            created.mkdir(exist_ok=True)
+            fsync_dir(created.parent)
 
     @staticmethod
     def _put_sidecar(target: Path, metadata: Mapping[str, str] | None) -> None:
@@ -130,10 +161,14 @@ class FilesystemStorage:
             return
         tmp = _tmp_path(sidecar)
         try:
-            tmp.write_text(json.dumps(dict(metadata), sort_keys=True), encoding="utf-8")
+            with open(tmp, "wb") as out:
+                out.write(json.dumps(dict(metadata), sort_keys=True).encode("utf-8"))
+                out.flush()
+                os.fsync(out.fileno())  # renamed in place, it must not come back empty after a crash
             os.replace(tmp, sidecar)
         finally:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
 
     def object_metadata(self, key: str) -> dict[str, str] | None:
         if self.object_size(key) is None:
@@ -212,9 +247,9 @@ class FilesystemStorage:
 
     def _open(self, key: str, flags: int, action: str) -> int | None:
         """An fd of ``key``'s file (or directory), opened beneath the root; None when there is none."""
-        self._check_key(key)
+        stored = self._check_key(key)
         try:
-            return self._beneath.open(key, flags)
+            return self._beneath.open(stored, flags)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OutsideError as exc:
@@ -272,14 +307,22 @@ class FilesystemStorage:
         validate_key(prefix, allow_prefix=True)
         # Walk only the deepest directory the prefix names; the rest of the prefix filters names.
         directory = prefix.rpartition("/")[0]
-        top = self.root / directory if directory else self.root
+        top = self.root / _stored(directory) if directory else self.root
+
+        def unreadable(exc: OSError) -> None:
+            # A directory the walk cannot read would leave its keys out, silently: that is an
+            # error, but for one that is not there (the prefix names none, or it went meanwhile).
+            if not isinstance(exc, (FileNotFoundError, NotADirectoryError)):
+                where = Path(exc.filename).relative_to(self.root).as_posix() if exc.filename else prefix
+                raise _os_error(exc, _key_of(where), "list the keys under") from exc
+
         keys: list[str] = []
-        for dirpath, _, filenames in os.walk(top):
+        for dirpath, _, filenames in os.walk(top, onerror=unreadable):
             relative = Path(dirpath).relative_to(self.root).as_posix()
             for filename in filenames:
                 if filename.endswith((TMP_SUFFIX, META_SUFFIX)):
                     continue
-                key = filename if relative == "." else f"{relative}/{filename}"
+                key = _key_of(filename if relative == "." else f"{relative}/{filename}")
                 if key.startswith(prefix):
                     keys.append(key)
         yield from sorted(keys, key=lambda k: k.encode("utf-8", "surrogatepass"))
@@ -298,6 +341,36 @@ class FilesystemStorage:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def _stored(key: str) -> str:
+    """Where ``key`` is stored, relative to the root: each part longer than :data:`PIECE_BYTES`
+    cut into pieces of at most that many bytes (whole characters), each but the last ending with
+    :data:`CONTINUED`; ``key`` itself when no part is that long (:func:`_key_of` undoes it)."""
+    parts = key.split("/")
+    if all(len(part.encode("utf-8", "surrogatepass")) <= PIECE_BYTES for part in parts):
+        return key
+    stored: list[str] = []
+    for part in parts:
+        pieces: list[str] = []
+        piece = ""
+        for char in part:
+            if len((piece + char).encode("utf-8", "surrogatepass")) > PIECE_BYTES:
+                pieces.append(piece + CONTINUED)
+                piece = ""
+            piece += char
+        stored += [*pieces, piece]
+    return "/".join(stored)
+
+
+def _key_of(stored: str) -> str:
+    """The key stored at ``stored`` (relative to the root): pieces of a cut part joined again."""
+    if CONTINUED not in stored:
+        return stored
+    key = ""
+    for part in stored.split("/"):
+        key += part.removesuffix(CONTINUED) if part.endswith(CONTINUED) else part + "/"
+    return key.removesuffix("/")
 
 
 def _tmp_path(target: Path) -> Path:
