@@ -129,8 +129,9 @@ class PartitionDir:
         return self.segments()[:-1]
 
     def topic_id(self) -> str | None:
-        """Topic id from ``partition.metadata``, or None when the file does not exist."""
-        return read_partition_metadata(self.path / PARTITION_METADATA)
+        """Topic id from ``partition.metadata``, or None when the file does not exist (read again
+        only when the file changed: remote lookups ask for it on every search)."""
+        return self.log_dir.partition_metadata.get(self.path / PARTITION_METADATA, read_partition_metadata)
 
     def leader_epochs(self) -> list[EpochEntry]:
         """``leader-epoch-checkpoint`` entries (empty when the file does not exist)."""
@@ -297,6 +298,8 @@ class LogDir:
         """Monotonic seconds: how often segments look whether their index files changed
         (:data:`~rlm.log.segment.STAMP_CHECK_INTERVAL_S`)."""
         self._checkpoints: StatCache[dict[TopicPartition, int]] = StatCache(watcher=watcher)
+        self.partition_metadata: StatCache[str | None] = StatCache(watcher=watcher)
+        """The topic ids of the partitions' ``partition.metadata`` files, read once per change."""
         # Joined once: the lookups ask for the checkpoints on every call.
         self._high_watermarks_path = self.path / REPLICATION_OFFSET_CHECKPOINT
         self._recovery_points_path = self.path / RECOVERY_POINT_CHECKPOINT

@@ -44,7 +44,7 @@ def sidecar(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Ru
     else:
         s3: MotoS3 = request.getfixturevalue("moto_s3")
         backend = Backend("postgres-s3", postgres_url=request.getfixturevalue("postgres_url"), s3=s3)
-    rt = runtime(backend, tmp_path, log_dir)
+    rt = runtime(backend, tmp_path, log_dir, remote_log_start_offset_from_broker=True)  # DeleteRecords
     try:
         assert [o.copied_segments for o in rt.copier.run_once()] == [5]
         set_log_start_offsets(log_dir, {TP: 20})

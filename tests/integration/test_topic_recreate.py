@@ -58,7 +58,8 @@ def tiered(backend: Backend, tiering_factory: TieringFactory, tmp_path: Path) ->
     """The old topic: 5 segments tiered, the first two deleted by retention (remote log start 20)."""
     log_dir = tmp_path / "logs"
     write_topic(log_dir, 5, seed=1)
-    tiering = tiering_factory(backend, log_dir)
+    # Retention follows the broker's log start offset, as DeleteRecords moves it.
+    tiering = tiering_factory(backend, log_dir, remote_log_start_offset_from_broker=True)
     assert [o.copied_segments for o in tiering.copier().run_once()] == [5]
     set_log_start_offsets(log_dir, {TP: 20})
     assert [o.deleted_segments for o in tiering.retention().run_once()] == [2]
