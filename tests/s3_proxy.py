@@ -19,7 +19,8 @@ sends and parses real HTTP. Faults are injected per S3 operation:
   (a connection reset mid-answer).
 
 A fault may apply to every ``every``-th request of its operations only (``inject(..., every=3)``),
-so that retries of the failed request succeed.
+so that retries of the failed request succeed, and to its first ``times`` requests only (so that a
+call fails after all its retries, and the calls after it succeed).
 
 Usage::
 
@@ -121,6 +122,7 @@ class S3Proxy:
         self._upstream = (parts.hostname, parts.port)
         self._faults: dict[ProxyFault, frozenset[str] | None] = {}
         self._every: dict[ProxyFault, int] = {}
+        self._times: dict[ProxyFault, int | None] = {}
         self._seen: dict[ProxyFault, int] = {}
         self._exchanges: list[Exchange] = []
         self._lock = threading.Lock()
@@ -135,12 +137,13 @@ class S3Proxy:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def inject(self, fault: ProxyFault, *operations: str, every: int = 1) -> None:
+    def inject(self, fault: ProxyFault, *operations: str, every: int = 1, times: int | None = None) -> None:
         """Apply ``fault`` to the requests of ``operations`` (of every operation when none given);
-        with ``every``, to every ``every``-th of them only."""
+        with ``every``, to every ``every``-th of them only; with ``times``, to that many at most."""
         with self._lock:
             self._faults[fault] = frozenset(operations) if operations else None
             self._every[fault] = every
+            self._times[fault] = times
             self._seen[fault] = 0
 
     def clear(self) -> None:
@@ -180,6 +183,9 @@ class S3Proxy:
                 return False
             operations = self._faults[fault]
             if operations is not None and operation not in operations:
+                return False
+            times = self._times[fault]
+            if times is not None and self._seen[fault] >= times * self._every[fault]:
                 return False
             self._seen[fault] += 1
             return self._seen[fault] % self._every[fault] == 0

@@ -216,7 +216,11 @@ def _register_rebuild(jobs: argparse._SubParsersAction[argparse.ArgumentParser])
             "Disaster recovery: write a COPY_SEGMENT_FINISHED row for every complete segment "
             "object set under --remote into the empty, migrated database --metadata, from the "
             "objects' own descriptions (or, for objects copied before those, from reading them). "
-            "Sets that repeat a range, incomplete sets and other keys are listed as orphans."
+            "Sets that repeat a range, incomplete sets and other keys are listed as orphans; "
+            "a set missing an object is the only incomplete one. A set whose description cannot "
+            "be used is read instead (listed as a problem), and one that cannot be read either "
+            "is an orphan never deleted. When the store fails while sets are described, nothing "
+            "is written or deleted: run the job again."
         ),
     )
     _add_common_options(rebuild)
@@ -245,11 +249,19 @@ def _rebuild(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
     else:
         read = report.segments - report.from_descriptions
+        deleted = sum(o.deleted for o in report.orphans)
+        kept = len(report.orphans) - deleted
         lines = [
             f"{report.segments} segments of {report.partitions} partitions rebuilt "
             f"({report.from_descriptions} from their descriptions, {read} read), "
-            f"{len(report.orphans)} orphans{' deleted' if report.deleted_orphans else ''}"
+            f"{len(report.orphans)} orphans"
+            + (f" ({deleted} deleted, {kept} kept)" if report.deleted_orphans else "")
         ]
-        lines += [f"orphan: {', '.join(o.keys)}: {o.reason}" for o in report.orphans]
+        lines += [f"problem: {', '.join(p.keys)}: {p.reason}" for p in report.problems]
+        lines += [
+            f"orphan: {', '.join(o.keys)}: {o.reason}"
+            + (" (deleted)" if o.deleted else f" (kept: {o.kept})" if o.kept else "")
+            for o in report.orphans
+        ]
         sys.stdout.write("\n".join(lines) + "\n")
     return 0

@@ -13,7 +13,8 @@ name an object and also be the directory of other keys (``a`` and ``a/b``); rlm'
 never needs both, and such a put fails with a :class:`~rlm.errors.StorageError`.
 An object's metadata, when put with some, is a sidecar file ``<name>`` + :data:`META_SUFFIX` (JSON)
 beside it, written before the object and deleted with it; listings skip sidecars, and keys may
-not end with the suffix.
+not end with the suffix. A sidecar that is not a JSON object (damaged on disk) is a
+:class:`~rlm.errors.CorruptDataError` naming the object's key: the object itself may be whole.
 No key may lead out of the root through a symlink inside it: reads (the hot path of remote
 lookups) and size queries have the kernel refuse that in the open itself
 (:mod:`rlm.storage.beneath`); puts and deletes check the resolved path first.
@@ -38,6 +39,7 @@ from types import TracebackType
 from typing import BinaryIO
 
 from rlm.errors import (
+    CorruptDataError,
     InvalidObjectKeyError,
     NotFoundError,
     StorageError,
@@ -183,7 +185,9 @@ class FilesystemStorage:
         try:
             found = json.loads(text)
         except ValueError as exc:
-            raise StorageError(f"the metadata sidecar of {key!r} is not JSON: {exc}", key=key) from exc
+            raise CorruptDataError(f"the metadata sidecar is not JSON: {exc}", path=key) from exc
+        if not isinstance(found, dict):
+            raise CorruptDataError("the metadata sidecar is not a JSON object", path=key)
         return {str(k): str(v) for k, v in found.items()}
 
     def read_range(self, key: str, start: int, length: int) -> bytes:

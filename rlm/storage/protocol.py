@@ -155,6 +155,8 @@ class RemoteStorage(Protocol):
         such object.
 
         Raises:
+            CorruptDataError: The object is there but its stored metadata cannot be read (a
+                damaged filesystem sidecar); names ``key``.
             StorageError: The store failed.
         """
         ...

@@ -15,6 +15,14 @@ then those are chosen and the output is an orphan. The others, incomplete sets, 
 and keys that are no segment's are listed as orphans, deleted only with ``delete_orphans``.
 Overlapping sets of different ranges (a takeover's copy) are all kept, as the copier left them.
 
+Only a missing object makes a set incomplete (:class:`~rlm.pipeline.rebuild.objects.Outcome`).
+A set whose description could not be used is rebuilt from its bytes and listed among the
+report's problems; one whose bytes do not give a row either is an orphan that is never deleted
+(an operator decides). A store that failed while a set was described says nothing of the set:
+the rebuild raises, naming its objects, before it writes or deletes anything, so that it can be
+run again. Before deleting an incomplete set, the rebuild looks again: a set whose missing object
+is there by then, or that cannot be looked at, is kept, and the report says why.
+
 The remote log start offset comes from the marker retention writes beside a partition's
 segments (:mod:`rlm.storage.log_start`; a partition retention never cut has none and starts at
 its first segment, as in the original). What the objects cannot tell stays at its default: for
@@ -27,13 +35,19 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from rlm.errors import ConfigError
+from rlm.errors import ConfigError, RlmError, StorageError, StorageUnavailableError
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
-from rlm.pipeline.rebuild.objects import ObjectSet, describe_stage, description_of, object_sets
+from rlm.pipeline.rebuild.objects import (
+    ObjectSet,
+    Outcome,
+    describe_stage,
+    description_of,
+    object_sets,
+)
 from rlm.pipeline.stage import Collect
 from rlm.pipeline.storage import StorageSpec
 from rlm.storage.description import PENDING, Description
@@ -59,6 +73,26 @@ class Orphan:
 
     keys: tuple[str, ...]
     reason: str
+    deletable: bool = True
+    """Whether ``delete_orphans`` deletes them: not keys rlm did not write, nor a set that may be
+    whole (undescribable)."""
+    missing: tuple[str, ...] = ()
+    """Of an incomplete set, the keys found missing: looked at again before deleting the rest."""
+    deleted: bool = False
+    kept: str | None = None
+    """Why they were not deleted, when deleting orphans was asked."""
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"keys": list(self.keys), "reason": self.reason, "deleted": self.deleted}
+        return out if self.kept is None else {**out, "kept": self.kept}
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A set rebuilt from its bytes because its description could not be used, and why."""
+
+    keys: tuple[str, ...]
+    reason: str
 
     def to_json(self) -> dict[str, Any]:
         return {"keys": list(self.keys), "reason": self.reason}
@@ -74,6 +108,8 @@ class RebuildReport:
     seconds: float
     orphans: list[Orphan] = field(default_factory=list)
     deleted_orphans: bool = False
+    """Whether deleting orphans was asked (each orphan says whether it was deleted)."""
+    problems: list[Problem] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,6 +120,7 @@ class RebuildReport:
             "seconds": round(self.seconds, 3),
             "deleted_orphans": self.deleted_orphans,
             "orphans": [o.to_json() for o in self.orphans],
+            "problems": [p.to_json() for p in self.problems],
         }
 
 
@@ -218,6 +255,55 @@ def restore_log_starts(
             store.advance_log_start_offset(tp, offset)
 
 
+def _raise_failures(failed: Sequence[tuple[ObjectSet, dict[str, Any]]]) -> None:
+    """Stop the rebuild when the store failed while some set was described (nothing is written
+    or deleted yet).
+
+    Raises:
+        StorageUnavailableError: Every failure may pass (throttling, 5xx, timeouts).
+        StorageError: Some failure will not (access denied, ...).
+    """
+    if not failed:
+        return
+    first = failed[0][1]["problem"]
+    more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+    message = (
+        f"the store failed while segment objects were described, so nothing was written or "
+        f"deleted; run the rebuild again: {first}{more}"
+    )
+    key = failed[0][0].keys[0] if failed[0][0].keys else None
+    if all(row["retriable"] for _, row in failed):
+        raise StorageUnavailableError(message, key=key)
+    raise StorageError(message, key=key, retriable=False)
+
+
+def delete_orphans(storage: RemoteStorage, orphans: Sequence[Orphan]) -> list[Orphan]:
+    """Delete the deletable orphans; the orphans, each saying whether it was deleted or why not.
+
+    An incomplete set is looked at again first: kept when its missing object is there by now
+    (a copy still under way, or a store that answered wrongly) or when the store cannot tell.
+
+    Raises:
+        StorageError: The store failed a delete.
+    """
+    done: list[Orphan] = []
+    for o in orphans:
+        if not o.deletable:
+            done.append(replace(o, kept=o.kept or "rlm does not delete it"))
+            continue
+        try:
+            back = [key for key in o.missing if storage.object_size(key) is not None]
+        except RlmError as exc:
+            done.append(replace(o, kept=f"could not look again whether it is incomplete: {exc}"))
+            continue
+        if back:
+            done.append(replace(o, kept=f"{', '.join(back)} is there now: it may be whole"))
+        else:
+            done.append(replace(o, deleted=True))
+    storage.delete_objects([key for o in done if o.deleted for key in o.keys])
+    return done
+
+
 def rebuild(
     store: MetadataStore,
     storage: RemoteStorage,
@@ -231,6 +317,8 @@ def rebuild(
 
     Raises:
         ConfigError: The metadata database holds partitions already.
+        StorageError: The storage failed while sets were described; nothing was written or
+            deleted (:class:`StorageUnavailableError` when it may pass).
         RlmError: The store or the storage failed.
     """
     started = time.monotonic()
@@ -242,19 +330,27 @@ def rebuild(
         )
     sets, others = object_sets(storage.list_keys(), options.topics)
     markers = {key: tp for key in others if (tp := marker_partition(key)) is not None}
-    orphans = [Orphan((key,), FOREIGN) for key in others if key not in markers]
-    candidates = []
+    orphans = [Orphan((key,), FOREIGN, deletable=False) for key in others if key not in markers]
+    candidates: list[Candidate] = []
+    problems: list[Problem] = []
     if sets:
         table = collect(describe_stage(spec, now_ms), [s.provisional() for s in sets])
         found = {row["segment_id"]: row for row in table.to_pylist()}
-        for objects in sets:
-            row = found[str(objects.segment_id)]
-            if row["problem"] is not None:
-                orphans.append(Orphan(tuple(objects.keys), f"incomplete: {row['problem']}"))
+        rows = [(objects, found[str(objects.segment_id)]) for objects in sets]
+        _raise_failures([(objects, row) for objects, row in rows if row["outcome"] == Outcome.FAILED.value])
+        for objects, row in rows:
+            outcome, problem, keys = Outcome(row["outcome"]), row["problem"], tuple(objects.keys)
+            if outcome is Outcome.INCOMPLETE:
+                orphans.append(Orphan(keys, f"incomplete: {problem}", missing=tuple(row["missing"])))
+            elif outcome is Outcome.UNDESCRIBABLE:
+                reason = f"undescribable, both objects are there: {problem}"
+                orphans.append(Orphan(keys, reason, deletable=False, kept="it may be whole"))
             else:
                 candidates.append(
                     Candidate(objects, description_of(row), bool(row["from_description"]), row["compaction"])
                 )
+                if problem is not None:
+                    problems.append(Problem(keys, problem))
     chosen, duplicates = choose(candidates)
     orphans += duplicates
     for c in chosen:
@@ -265,7 +361,7 @@ def rebuild(
         )
     restore_log_starts(store, storage, markers, options.topics)
     if options.delete_orphans:
-        storage.delete_objects([key for o in orphans if o.reason != FOREIGN for key in o.keys])
+        orphans = delete_orphans(storage, orphans)
     return RebuildReport(
         partitions=len({c.objects.topic_partition for c in chosen}),
         segments=len(chosen),
@@ -273,4 +369,5 @@ def rebuild(
         seconds=time.monotonic() - started,
         orphans=orphans,
         deleted_orphans=options.delete_orphans,
+        problems=problems,
     )

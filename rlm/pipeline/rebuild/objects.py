@@ -10,11 +10,18 @@ object); the transaction index holds one 34-byte entry per abort marker of the l
 snapshot says its own length; the leader-epoch checkpoint is the rest and gives the epochs.
 
 A set is *complete* when both objects exist and agree with what describes them; only complete
-sets become rows.
+sets become rows. Describing a set has one of four outcomes (:class:`Outcome`), and only a missing
+object makes a set *incomplete*, an orphan a rebuild may delete: a description that cannot be read
+(a damaged filesystem sidecar, JSON rlm cannot parse) or that disagrees with the objects is set
+aside and the set is read instead, as if it had none; a set whose bytes do not give a row either is
+*undescribable* and kept for an operator to look at; a store that fails (throttled after its
+retries, access denied) tells nothing of the set, and the rebuild fails without writing or
+deleting anything, to be run again.
 """
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -170,40 +177,104 @@ class Described(NamedTuple):
     """A compaction output's state (:func:`rlm.storage.description.read_compaction`)."""
 
 
-def described(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> Described:
-    """What describes a set.
+class Outcome(enum.Enum):
+    """What describing a set found."""
 
-    Raises:
-        CorruptDataError: The set is incomplete or its bytes disagree with what describes them;
-            the message names the object and what is wrong.
-        RlmError: The store failed.
+    DESCRIBED = "described"
+    """Both objects are there and give the row (from the description, or from their bytes when
+    the description was missing, unreadable or wrong: ``problem`` then says what was wrong)."""
+    INCOMPLETE = "incomplete"
+    """An object of the set is missing: a copy that never finished, an orphan to delete."""
+    UNDESCRIBABLE = "undescribable"
+    """Both objects are there, but neither a description nor their bytes give a row: kept."""
+    FAILED = "failed"
+    """The store failed; nothing is known of the set, and the rebuild must not go on."""
+
+
+class Finding(NamedTuple):
+    """The outcome of describing a set."""
+
+    outcome: Outcome
+    described: Described | None = None
+    """What describes the set, when :attr:`Outcome.DESCRIBED`."""
+    problem: str | None = None
+    """What was wrong, naming the object."""
+    missing: tuple[str, ...] = ()
+    """The keys found missing, when :attr:`Outcome.INCOMPLETE`."""
+    retriable: bool = False
+    """Whether the store's failure may pass, when :attr:`Outcome.FAILED`."""
+
+
+def examine(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> Finding:
+    """Describe a set, and say what could not be.
+
+    Never raises :class:`~rlm.errors.RlmError`: a failing store is :attr:`Outcome.FAILED`.
     """
     log_key, index_key = objects.both_keys()
+    try:
+        return _examine(storage, objects, now_ms)
+    except CorruptDataError as exc:  # a description or bytes _examine did not expect to fail
+        return Finding(Outcome.UNDESCRIBABLE, problem=str(exc))
+    except RlmError as exc:
+        key = getattr(exc, "key", None) or getattr(exc, "path", None) or f"{log_key}, {index_key}"
+        text = str(exc)
+        return Finding(
+            Outcome.FAILED,
+            problem=text if key in text else f"{key}: {text}",
+            retriable=exc.retriable,
+        )
+
+
+def _examine(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> Finding:
+    log_key, index_key = objects.both_keys()
     log_size = storage.object_size(log_key)
-    metadata = storage.object_metadata(index_key)
-    for key, found in ((log_key, log_size), (index_key, metadata)):
-        if found is None:
-            raise CorruptDataError(
-                f"the object is missing: segment {objects.segment_id} is incomplete", path=key
-            )
+    damaged: str | None = None
+    metadata: dict[str, str] | None
+    try:
+        metadata = storage.object_metadata(index_key)
+    except CorruptDataError as exc:  # the object may be whole: only its metadata is unreadable
+        damaged = str(exc)
+        metadata = {} if storage.object_size(index_key) is not None else None
+    missing = tuple(key for key, found in ((log_key, log_size), (index_key, metadata)) if found is None)
+    if missing:
+        return _incomplete(objects, missing)
     assert log_size is not None and metadata is not None
-    description = read_description(metadata, index_key)
     compaction = read_compaction(metadata)
-    if description is None:
-        return Described(_read(storage, objects, log_size, now_ms), False, compaction)
-    index_size = storage.object_size(index_key)
-    index_expected = max((r.end for _, r in description.index_ranges), default=0)
-    if log_size != description.size_bytes:
-        raise CorruptDataError(
-            f"the .log object holds {log_size} bytes, its description says {description.size_bytes}",
-            path=log_key,
-        )
+    description: Description | None = None
+    if damaged is None:
+        try:
+            description = read_description(metadata, index_key)
+        except CorruptDataError as exc:
+            damaged = str(exc)
+    if description is not None:
+        index_size = storage.object_size(index_key)
+        if index_size is None:
+            return _incomplete(objects, (index_key,))  # deleted since its HEAD
+        damaged = _disagreement(description, log_key, log_size, index_key, index_size)
+        if damaged is None:
+            return Finding(Outcome.DESCRIBED, Described(description, True, compaction))
+    try:
+        read = _read(storage, objects, log_size, now_ms)
+    except CorruptDataError as exc:
+        return Finding(Outcome.UNDESCRIBABLE, problem="; ".join(p for p in (damaged, str(exc)) if p))
+    problem = None if damaged is None else f"{damaged}; rebuilt from its objects"
+    return Finding(Outcome.DESCRIBED, Described(read, False, compaction), problem)
+
+
+def _incomplete(objects: ObjectSet, missing: tuple[str, ...]) -> Finding:
+    problem = f"{', '.join(missing)}: the object is missing: segment {objects.segment_id} is incomplete"
+    return Finding(Outcome.INCOMPLETE, problem=problem, missing=missing)
+
+
+def _disagreement(d: Description, log_key: str, log_size: int, index_key: str, index_size: int) -> str | None:
+    """How the objects' sizes disagree with their description; ``None`` when they agree."""
+    index_expected = max((r.end for _, r in d.index_ranges), default=0)
+    if log_size != d.size_bytes:
+        return f"{log_key}: the .log object holds {log_size} bytes, its description says {d.size_bytes}"
     if index_size != index_expected:
-        raise CorruptDataError(
-            f"the index object holds {index_size} bytes, its description says {index_expected}",
-            path=index_key,
-        )
-    return Described(description, True, compaction)
+        says = f"its description says {index_expected}"
+        return f"{index_key}: the index object holds {index_size} bytes, {says}"
+    return None
 
 
 def _read(storage: RemoteStorage, objects: ObjectSet, log_size: int, now_ms: int) -> Description:
@@ -269,7 +340,10 @@ RANGE_TYPE = pa.struct(
 )
 DESCRIBED_SCHEMA = arrow_schema(
     pa.field("segment_id", pa.string()),
+    pa.field("outcome", pa.string()),
     pa.field("problem", pa.string()),
+    pa.field("missing", pa.list_(pa.string())),
+    pa.field("retriable", pa.bool_()),
     pa.field("from_description", pa.bool_()),
     pa.field("end_offset", pa.int64()),
     pa.field("max_timestamp_ms", pa.int64()),
@@ -284,7 +358,10 @@ DESCRIBED_SCHEMA = arrow_schema(
 
 
 def describe_task(now_ms: int, storage: RemoteStorage, summary: SegmentSummary) -> Iterator[pa.RecordBatch]:
-    """The stage task: one row describing the set the provisional summary names, or its problem."""
+    """The stage task: one row describing the set the provisional summary names (:func:`examine`).
+
+    A failing store is a row too (:attr:`Outcome.FAILED`), so that the driver, on Spark as in
+    process, stops the rebuild with an error naming the objects."""
     row = summary.segment
     objects = ObjectSet(
         row.topic_partition,
@@ -294,12 +371,16 @@ def describe_task(now_ms: int, storage: RemoteStorage, summary: SegmentSummary) 
         row.layout.log_key,
         row.layout.index_key,
     )
-    out: dict[str, object] = {"segment_id": str(row.segment_id)}
-    try:
-        d, from_description, compaction = described(storage, objects, now_ms)
-    except RlmError as exc:
-        out["problem"] = str(exc)
-    else:
+    finding = examine(storage, objects, now_ms)
+    out: dict[str, object] = {
+        "segment_id": str(row.segment_id),
+        "outcome": finding.outcome.value,
+        "problem": finding.problem,
+        "missing": list(finding.missing),
+        "retriable": finding.retriable,
+    }
+    if finding.described is not None:
+        d, from_description, compaction = finding.described
         out.update(
             from_description=from_description,
             end_offset=d.end_offset,
@@ -318,7 +399,7 @@ def describe_task(now_ms: int, storage: RemoteStorage, summary: SegmentSummary) 
 
 
 def description_of(row: dict[str, object]) -> Description:
-    """A stage row (without a problem) as a description."""
+    """A stage row of a described set (:attr:`Outcome.DESCRIBED`) as a description."""
     epochs = row["leader_epochs"]
     ranges = row["index_ranges"]
     assert isinstance(epochs, list) and isinstance(ranges, list)
