@@ -22,6 +22,11 @@ Record (DefaultRecord.java), lengths and deltas as zig-zag varints::
     length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
     keyLength varint | key | valueLength varint | value | headersCount varint |
     (headerKeyLength varint | headerKey utf-8 | headerValueLength varint | headerValue)*
+
+A record's offset is ``baseOffset + offsetDelta``: past int64 the batch is corrupt (no broker
+assigns such an offset). Its timestamp is ``baseTimestamp + timestampDelta`` in Java's long
+arithmetic, which wraps: a producer writes the delta the same way, so a batch with a timestamp of
+-1 (none) before one near ``Long.MAX_VALUE`` (the broker accepts both) reads back as written.
 """
 
 from __future__ import annotations
@@ -436,12 +441,24 @@ def _decode_records(
                 f"record {i} declares {length} bytes but its fields take {length + pos - rec_end}"
             )
         offset = base_offset + offset_delta
-        timestamp = log_append if log_append is not None else base_ts + ts_delta
+        if not -0x8000000000000000 <= offset <= 0x7FFFFFFFFFFFFFFF:
+            raise CorruptRecordError(f"record {i} has offset {offset}, outside int64")
+        if log_append is not None:
+            timestamp = log_append
+        else:
+            timestamp = base_ts + ts_delta
+            if not -0x8000000000000000 <= timestamp <= 0x7FFFFFFFFFFFFFFF:
+                timestamp = _wrap_int64(timestamp)
         append(new(Record, (offset, timestamp, key, value, headers)))
     if pos != end:
         where = "decompressed stream" if compressed else "batch"
         raise CorruptRecordError(f"{end - pos} bytes left in the {where} after its {count} records")
     return out
+
+
+def _wrap_int64(value: int) -> int:
+    """``value`` as Java's long arithmetic leaves it (two's complement, 64 bits)."""
+    return ((value + 0x8000000000000000) & _INT64_BITS) - 0x8000000000000000
 
 
 def _decode_headers(data: bytes, pos: int, rec_end: int, index: int) -> tuple[tuple[Header, ...], int]:
@@ -554,7 +571,9 @@ def encode_v2_batch(
             if rec.timestamp < -1:
                 raise ValueError(f"invalid record timestamp {rec.timestamp}")
             previous = delta
-            encode_record(body, delta, rec.timestamp - base_ts, rec.key, rec.value, rec.headers)
+            # the delta in long arithmetic, as MemoryRecordsBuilder writes it (readers wrap too)
+            ts_delta = _wrap_int64(rec.timestamp - base_ts)
+            encode_record(body, delta, ts_delta, rec.key, rec.value, rec.headers)
         payload = codecs.compress(codec, memoryview(body)) if codec else bytes(body)
         if last_offset_delta is None:
             last_offset_delta = records[-1].offset - base_offset
