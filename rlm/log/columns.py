@@ -173,8 +173,8 @@ def append_records(
     """Append the records whose offset is in ``[first_offset, last_offset]``; return how many.
 
     Raises:
-        CorruptRecordError: an offset or timestamp outside int64 (a v2 record's delta can put it
-            there), or more than 2 GiB of keys, values or headers in ``cols``.
+        CorruptRecordError: an offset or timestamp outside int64 (the decoders never make one),
+            or more than 2 GiB of keys, values or headers in ``cols``.
     """
     appended = 0
     for i, record in enumerate(records):

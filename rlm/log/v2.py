@@ -22,10 +22,23 @@ Record (DefaultRecord.java), lengths and deltas as zig-zag varints::
     length varint | attributes int8 | timestampDelta varlong | offsetDelta varint |
     keyLength varint | key | valueLength varint | value | headersCount varint |
     (headerKeyLength varint | headerKey utf-8 | headerValueLength varint | headerValue)*
+
+A record's offset is ``baseOffset + offsetDelta``: past int64 the batch is corrupt (no broker
+assigns such an offset). Its timestamp is ``baseTimestamp + timestampDelta`` in Java's long
+arithmetic, which wraps: a producer writes the delta the same way, so a batch with a timestamp of
+-1 (none) before one near ``Long.MAX_VALUE`` (the broker accepts both) reads back as written.
+
+A header key is UTF-8 by convention only: Kafka keeps its bytes (``DefaultRecord.readHeaders``)
+and its client decodes them when asked, with Java's ``new String(bytes, UTF_8)``, never failing.
+Producers of other languages send any bytes there, and the broker never checks them. The records
+decoded here present a key as Kafka's client does (:func:`header_key`: malformed sequences become
+U+FFFD); with ``raw_header_keys`` they keep its bytes instead (as surrogate escapes), which
+:func:`encode_record` writes back unchanged, for a rewrite that must not alter a kept record.
 """
 
 from __future__ import annotations
 
+import codecs as _codecs
 import struct
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -67,10 +80,39 @@ _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
 _DELETE_HORIZON = 0x40
 
+_JAVA_REPLACE = "rlm.java-utf8-replace"
+"""The decoding error handler of :func:`header_key`."""
+_RAW = "surrogateescape"
+
 _INT32_BITS = 0xFFFFFFFF
 _INT64_BITS = 0xFFFFFFFFFFFFFFFF
 
 Buffer = bytes | bytearray | memoryview
+
+
+def _java_replace(exc: UnicodeError) -> tuple[str, int]:
+    """Replace a malformed UTF-8 sequence as Java's ``new String(bytes, UTF_8)`` does.
+
+    Python's 'replace' handler makes one U+FFFD per maximal invalid subpart, as Java does, but for
+    an encoded surrogate (``ED`` then ``A0``-``BF``): Java replaces those two bytes and a
+    continuation byte after them with one U+FFFD, where Python makes one per byte.
+    """
+    if not isinstance(exc, UnicodeDecodeError):
+        raise exc
+    data, at = exc.object, exc.start
+    if data[at] == 0xED and at + 1 < len(data) and 0xA0 <= data[at + 1] <= 0xBF:
+        end = at + 3 if at + 2 < len(data) and 0x80 <= data[at + 2] <= 0xBF else at + 2
+        return "\ufffd", end
+    return "\ufffd", exc.end
+
+
+_codecs.register_error(_JAVA_REPLACE, _java_replace)
+
+
+def header_key(data: bytes) -> str:
+    """A header key's bytes as Kafka's client presents it: UTF-8, each malformed sequence
+    replaced by U+FFFD as Java replaces it."""
+    return data.decode("utf-8", _JAVA_REPLACE)
 
 
 def parse_v2_header(buf: Buffer, pos: int, position: int | None = None) -> BatchHeader:
@@ -174,8 +216,14 @@ def records_of(
     )
 
 
-def decode_v2(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> list[Record]:
+def decode_v2(
+    buf: Buffer, header: BatchHeader, *, verify_crc: bool = True, raw_header_keys: bool = False
+) -> list[Record]:
     """Decode every record of the v2 batch described by ``header`` (positions index ``buf``).
+
+    A header key that is not UTF-8 is presented as Kafka's client presents it
+    (:func:`header_key`), or, with ``raw_header_keys``, keeps its bytes as surrogate escapes
+    (what :func:`encode_record` writes back as they were).
 
     The records are decoded by the C module :mod:`rlm.log._decode` when it is built; where it gives
     up (anything not plainly well-formed) :func:`decode_records_py`, the reference, decodes them
@@ -195,12 +243,13 @@ def decode_v2(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> l
         try:
             return _decode.decode_records(Record, *records[:7])
         except (ValueError, OverflowError, BufferError):
-            pass  # not plainly well-formed: the reference says what is wrong
-    return decode_records_py(records)
+            pass  # not plainly well-formed (a header key not UTF-8, say): the reference decodes it
+    return decode_records_py(records, raw_header_keys=raw_header_keys)
 
 
-def decode_records_py(records: V2Records) -> list[Record]:
-    """The reference decoder of :func:`decode_v2`, in Python.
+def decode_records_py(records: V2Records, *, raw_header_keys: bool = False) -> list[Record]:
+    """The reference decoder of :func:`decode_v2`, in Python (the C decoder takes only header
+    keys that are UTF-8, which both ways of decoding leave alike).
 
     Raises:
         CorruptRecordError: as :func:`decode_v2`.
@@ -210,7 +259,15 @@ def decode_records_py(records: V2Records) -> list[Record]:
         data, end, pos = bytes(memoryview(data)[pos:end]), end - pos, 0
     try:
         return _decode_records(
-            data, pos, end, count, base_offset, base_timestamp, log_append, compressed=compressed
+            data,
+            pos,
+            end,
+            count,
+            base_offset,
+            base_timestamp,
+            log_append,
+            compressed=compressed,
+            key_errors=_RAW if raw_header_keys else _JAVA_REPLACE,
         )
     except IndexError as exc:
         raise CorruptRecordError("a record runs past the end of the batch data") from exc
@@ -289,6 +346,7 @@ def _decode_records(
     log_append: int | None,
     *,
     compressed: bool,
+    key_errors: str = _JAVA_REPLACE,
 ) -> list[Record]:
     # The hot loop of every record read. Varints of one and two bytes (lengths up to 8191, i.e.
     # nearly every field) are decoded inline: a function call per field would cost more than the
@@ -404,8 +462,8 @@ def _decode_records(
                     )
                 try:
                     name = data[pos:name_end].decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    raise CorruptRecordError(f"record {i} has a header key that is not UTF-8") from exc
+                except UnicodeDecodeError:
+                    name = data[pos:name_end].decode("utf-8", key_errors)
                 pos = name_end
                 u = data[pos]
                 if u == 1:
@@ -430,13 +488,20 @@ def _decode_records(
                 pos += vlen
             headers = tuple(found)
         else:
-            headers, pos = _decode_headers(data, pos, rec_end, i)
+            headers, pos = _decode_headers(data, pos, rec_end, i, key_errors)
         if pos != rec_end:
             raise CorruptRecordError(
                 f"record {i} declares {length} bytes but its fields take {length + pos - rec_end}"
             )
         offset = base_offset + offset_delta
-        timestamp = log_append if log_append is not None else base_ts + ts_delta
+        if not -0x8000000000000000 <= offset <= 0x7FFFFFFFFFFFFFFF:
+            raise CorruptRecordError(f"record {i} has offset {offset}, outside int64")
+        if log_append is not None:
+            timestamp = log_append
+        else:
+            timestamp = base_ts + ts_delta
+            if not -0x8000000000000000 <= timestamp <= 0x7FFFFFFFFFFFFFFF:
+                timestamp = _wrap_int64(timestamp)
         append(new(Record, (offset, timestamp, key, value, headers)))
     if pos != end:
         where = "decompressed stream" if compressed else "batch"
@@ -444,7 +509,14 @@ def _decode_records(
     return out
 
 
-def _decode_headers(data: bytes, pos: int, rec_end: int, index: int) -> tuple[tuple[Header, ...], int]:
+def _wrap_int64(value: int) -> int:
+    """``value`` as Java's long arithmetic leaves it (two's complement, 64 bits)."""
+    return ((value + 0x8000000000000000) & _INT64_BITS) - 0x8000000000000000
+
+
+def _decode_headers(
+    data: bytes, pos: int, rec_end: int, index: int, key_errors: str
+) -> tuple[tuple[Header, ...], int]:
     count, pos = read_varint(data, pos)
     if count < 0 or count > (rec_end - pos) // 2:
         raise CorruptRecordError(f"record {index} has an invalid header count {count}")
@@ -458,10 +530,7 @@ def _decode_headers(data: bytes, pos: int, rec_end: int, index: int) -> tuple[tu
             klen, pos = read_varint(data, pos)
         if klen < 0 or pos + klen > rec_end:
             raise CorruptRecordError(f"record {index} has an invalid header key length {klen}")
-        try:
-            name = data[pos : pos + klen].decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise CorruptRecordError(f"record {index} has a header key that is not UTF-8") from exc
+        name = data[pos : pos + klen].decode("utf-8", key_errors)
         pos += klen
         vlen = data[pos]
         if vlen < 0x80:
@@ -487,7 +556,8 @@ def encode_record(
     value: bytes | None,
     headers: Sequence[Header] = (),
 ) -> None:
-    """Append one v2 record (length prefix included) to ``out``."""
+    """Append one v2 record (length prefix included) to ``out``. A header name's surrogate
+    escapes (``raw_header_keys`` of :func:`decode_v2`) are written as the bytes they stand for."""
     body = bytearray(b"\x00")
     write_varlong(timestamp_delta, body)
     write_varint(offset_delta, body)
@@ -495,7 +565,7 @@ def encode_record(
     _write_blob(value, body)
     write_varint(len(headers), body)
     for name, hvalue in headers:
-        encoded = name.encode("utf-8")
+        encoded = name.encode("utf-8", _RAW)
         write_varint(len(encoded), body)
         body += encoded
         _write_blob(hvalue, body)
@@ -554,7 +624,9 @@ def encode_v2_batch(
             if rec.timestamp < -1:
                 raise ValueError(f"invalid record timestamp {rec.timestamp}")
             previous = delta
-            encode_record(body, delta, rec.timestamp - base_ts, rec.key, rec.value, rec.headers)
+            # the delta in long arithmetic, as MemoryRecordsBuilder writes it (readers wrap too)
+            ts_delta = _wrap_int64(rec.timestamp - base_ts)
+            encode_record(body, delta, ts_delta, rec.key, rec.value, rec.headers)
         payload = codecs.compress(codec, memoryview(body)) if codec else bytes(body)
         if last_offset_delta is None:
             last_offset_delta = records[-1].offset - base_offset

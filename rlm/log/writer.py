@@ -241,7 +241,8 @@ class PartitionAppender:
             log_append_time=log_append_time if log_append_time >= 0 else None,
         )
         max_ts = log_append_time if log_append_time >= 0 else max(ts)
-        return self._append_batch(batch, base, base + len(records) - 1, max_ts, now, log_append_time)
+        last = base + len(records) - 1
+        return self._append_batch(batch, base, last, max_ts, now, log_append_time, magic=magic)
 
     def _log_append_time(self, now: int) -> int:
         if self.config.timestamp_type is not TimestampType.LOG_APPEND_TIME:
@@ -271,7 +272,15 @@ class PartitionAppender:
                 )
 
     def _append_batch(
-        self, batch: bytes, base: int, last: int, max_ts: int, now: int, log_append_time: int
+        self,
+        batch: bytes,
+        base: int,
+        last: int,
+        max_ts: int,
+        now: int,
+        log_append_time: int,
+        *,
+        magic: int = 2,
     ) -> AppendResult:
         if self._closed:
             raise InvalidRecordError(f"the appender of {self.directory} is closed")
@@ -295,7 +304,10 @@ class PartitionAppender:
             seg.bytes_since_last_index_entry = 0
         seg.bytes_since_last_index_entry += len(batch)
         seg.size += len(batch)
-        if self.leader_epoch >= 0 and (not self.epochs or self.leader_epoch > self.epochs[-1].epoch):
+        # Legacy batches carry no leader epoch: the broker assigns epochs only for v2 batches
+        # (UnifiedLog.append, and LogSegment.recover rebuilding the cache does the same).
+        new_epoch = not self.epochs or self.leader_epoch > self.epochs[-1].epoch
+        if magic >= 2 and self.leader_epoch >= 0 and new_epoch:
             self.epochs.append(EpochEntry(self.leader_epoch, base))
         self.next_offset = last + 1
         return AppendResult(base, last, log_append_time, seg.base_offset, position)

@@ -6,10 +6,12 @@ kafka-python there), batch after batch, with nothing appended when a batch is co
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import crc32c
 import pyarrow as pa
 import pytest
 from kafka.record import MemoryRecords
@@ -21,7 +23,7 @@ from rlm.log.batches import decode_batch, parse_header
 from rlm.log.byte_source import FileSource, iter_headers
 from rlm.log.columns import ColumnBuffers, append_batch
 from rlm.log.legacy import encode_legacy_batch
-from rlm.log.model import Codec, Record, TimestampType
+from rlm.log.model import BatchHeader, Codec, Record, TimestampType
 from rlm.log.produce import ProduceSummary
 from rlm.log.v2 import V2Records, encode_record, encode_v2_batch
 
@@ -106,16 +108,50 @@ def test_a_corrupt_batch_appends_nothing_and_says_what_decode_batch_says() -> No
     assert _rows(cols) == RECORDS * 4
 
 
-def test_an_offset_or_timestamp_past_int64_is_corrupt() -> None:
+def test_an_offset_past_int64_is_corrupt_on_every_path() -> None:
     data = bytearray()
-    encode_record(data, 5, 2**63 - 1, None, b"v")
+    encode_record(data, 5, 0, None, b"v")
+    records = V2Records(bytes(data), 0, len(data), 1, 2**63 - 3, 0, None, False)
     cols = ColumnBuffers()
     for decoder in (columns.append_v2_records, columns.append_v2_records_py):
-        with pytest.raises(CorruptRecordError, match=r"record 0 has timestamp \d+, outside int64"):
-            decoder(cols, V2Records(bytes(data), 0, len(data), 1, 0, 10, None, False), 0, 10, 0)
-        with pytest.raises(CorruptRecordError, match=r"record 0 has offset \d+, outside int64"):
-            decoder(cols, V2Records(bytes(data), 0, len(data), 1, 2**63 - 3, 0, None, False), 0, 10, 0)
+        with pytest.raises(CorruptRecordError, match=r"^record 0 has offset \d+, outside int64$"):
+            decoder(cols, records, 0, 2**63 - 1, 0)
         assert cols.rows == 0
+    with pytest.raises(CorruptRecordError, match=r"^record 0 has offset \d+, outside int64$"):
+        v2.decode_records_py(records)
+    batch = bytearray(encode_v2_batch([Record(2**63 - 2, 0, None, b"a")], last_offset_delta=0))
+    batch[61:] = data  # one record at offset delta 5: base 2**63 - 2 + 5 is past int64
+    struct.pack_into(">I", batch, 17, crc32c.crc32c(bytes(batch[21:])))
+    for decode in (decode_batch, columns_rows):
+        with pytest.raises(CorruptRecordError, match=r"^record 0 has offset \d+, outside int64$"):
+            decode(bytes(batch), parse_header(bytes(batch), 0))
+
+
+def columns_rows(batch: bytes, header: BatchHeader) -> list[Record]:
+    cols = ColumnBuffers()
+    append_batch(cols, batch, header, first_offset=-(2**63), last_offset=2**63 - 1, batch_no=0)
+    return _rows(cols)
+
+
+def test_a_timestamp_past_int64_wraps_as_javas_long_arithmetic() -> None:
+    # A record of timestamp -1 (none) first and one of Long.MAX_VALUE: the producer's delta
+    # (MAX - -1) wraps, and Kafka's reader wraps base + delta back to MAX.
+    records = [Record(7, -1, b"k", b"a"), Record(8, 2**63 - 1, b"k", b"b", (("h", b"x"),))]
+    for codec in (Codec.NONE, Codec.ZSTD):
+        batch = encode_v2_batch(records, codec=codec)
+        header = parse_header(batch, 0)
+        assert decode_batch(batch, header) == records
+        assert v2.decode_records_py(v2.records_of(batch, header, True)) == records
+        assert columns_rows(batch, header) == records
+    data = bytearray()
+    encode_record(data, 5, 2**63 - 1, None, b"v")
+    wrapped = [Record(5, 10 + 2**63 - 1 - 2**64, None, b"v")]
+    raw = V2Records(bytes(data), 0, len(data), 1, 0, 10, None, False)
+    assert v2.decode_records_py(raw) == wrapped
+    for decoder in (columns.append_v2_records, columns.append_v2_records_py):
+        cols = ColumnBuffers()
+        assert decoder(cols, raw, 0, 10, 0) == 1
+        assert _rows(cols) == wrapped
 
 
 def test_a_produced_log_reads_as_kafka_python_reads_it(sample_logdir: tuple[Path, ProduceSummary]) -> None:

@@ -26,11 +26,13 @@ from rlm.log.model import (
 )
 from rlm.log.v2 import (
     crc_valid,
+    decode_records_py,
     decode_v2,
     encode_control_batch,
     encode_v2_batch,
     parse_control_record,
     parse_v2_header,
+    records_of,
     with_base_offset,
     with_leader_epoch,
 )
@@ -471,8 +473,6 @@ def test_serde_with_multi_byte_varints_everywhere() -> None:
         (padded_record(NULL_KEY_VALUE + zigzag(1) + zigzag(1) + b"a" + zigzag(105)), "header value"),
         # a header value length below -1
         (padded_record(NULL_KEY_VALUE + zigzag(1) + zigzag(1) + b"a" + zigzag(-3)), "header value"),
-        # a header key that is not UTF-8
-        (record_bytes(NULL_KEY_VALUE + zigzag(1) + zigzag(2) + b"\xff\xfe" + zigzag(-1)), "UTF-8"),
         # testUnderflowReadingTimestamp: a body of only the attributes byte
         (record_bytes(b"\x00"), "declares 1 bytes"),
         # testUnderflowReadingVarlong: a body cut inside the timestamp varlong
@@ -793,3 +793,31 @@ def test_random_edits_of_real_records_raise_only_corrupt_record_error(
             del payload[at : at + data.draw(st.integers(1, 6))]
     batch = raw_batch(bytes(payload), len(records))
     decode_or_corrupt(batch, verify_crc=True)
+
+
+@pytest.mark.parametrize(
+    ("raw", "presented"),
+    [  # as Java 17 and 25 decode them with new String(bytes, UTF_8)
+        (b"\xff\xfebin", "\ufffd\ufffdbin"),
+        (b"\xed\xa0\x80", "\ufffd"),  # an encoded surrogate: one U+FFFD (Python's 'replace': three)
+        (b"\xed\xa0\x80\xed\xb0\x80", "\ufffd\ufffd"),
+        (b"a\xed\xa0A", "a\ufffdA"),
+        (b"\xe0\x80\x80", "\ufffd\ufffd\ufffd"),
+        (b"\xf0\x9f\x98", "\ufffd"),
+        (b"\xc2\xc3", "\ufffd\ufffd"),
+    ],
+)
+def test_a_header_key_not_utf8_reads_as_kafkas_client_presents_it(raw: bytes, presented: str) -> None:
+    """Kafka keeps a header key's bytes and never rejects them; its client decodes them lazily,
+    replacing what is malformed. With raw_header_keys the bytes survive a rewrite."""
+    body = NULL_KEY_VALUE + zigzag(1) + zigzag(len(raw)) + raw + zigzag(-1)
+    batch = raw_batch(record_bytes(body), 1)
+    header = parse_v2_header(batch, 0)
+    (record,) = decode_v2(batch, header)
+    assert record.headers == ((presented, None),)
+    assert decode_records_py(records_of(batch, header, True)) == [record]
+    (kept,) = decode_v2(batch, header, raw_header_keys=True)
+    assert kept.headers[0][0].encode("utf-8", "surrogateescape") == raw
+    again = encode_v2_batch([kept])
+    assert decode_v2(again, parse_v2_header(again, 0), raw_header_keys=True) == [kept]
+    assert zigzag(len(raw)) + raw + zigzag(-1) in again

@@ -198,3 +198,22 @@ def test_live_append_indexes_equal_recovery(sample_logdir: tuple[Path, object]) 
             assert segment.time_index_path.read_bytes() == rebuilt.time_index.to_bytes(), segment
             checked += 1
     assert checked >= 8
+
+
+def test_legacy_appends_start_no_leader_epoch_as_recovery_rebuilds(tmp_path: Path) -> None:
+    """Legacy batches carry no leader epoch: the checkpoint written is the one recovery rebuilds
+    from the .log, where only v2 batches start an epoch."""
+    directory = tmp_path / "t-0"
+    appender = PartitionAppender(directory, clock=FakeClock(NOW), leader_epoch=3)
+    appender.append_legacy(_records(2), magic=1)
+    appender.append_legacy(_records(1), magic=0, codec=Codec.GZIP)
+    appender.append(_records(2))
+    appender.leader_epoch = 4
+    appender.append_legacy(_records(1), magic=1)
+    appender.append_control(ControlType.COMMIT, producer_id=7, producer_epoch=0)
+    appender.append(_records(1))
+    appender.close()
+    written = read_leader_epoch_checkpoint(directory / "leader-epoch-checkpoint")
+    assert written == [EpochEntry(3, 3), EpochEntry(4, 6)]
+    (segment,) = PartitionDir(directory).segments()
+    assert rebuild_segment_indexes(segment).epochs == written

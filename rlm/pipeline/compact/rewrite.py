@@ -11,6 +11,9 @@ control batch goes. Batches past the compactable end, legacy batches and empty b
 copied byte for byte.
 
 Records are read with :func:`rlm.pipeline.columns.decode_columns`, the pipeline's one decoder.
+The kept records of a batch encoded again are decoded once more as records that keep their header
+keys' bytes (:func:`rlm.log.v2.decode_v2` with ``raw_header_keys``): the columns hold keys as
+Kafka's client presents them, where a key that is not UTF-8 has lost its bytes to U+FFFD.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import pyarrow.compute as pc
 
 from rlm.log.aborted import AbortedIndex
 from rlm.log.model import BatchHeader, Record, TimestampType
-from rlm.log.v2 import encode_v2_batch
+from rlm.log.v2 import decode_v2, encode_v2_batch
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.columns import decode_columns
 from rlm.pipeline.reader import RawBatch
@@ -107,8 +110,8 @@ def decode_kept(
     tp: TopicPartition, batches: Sequence[RawBatch], keep: Keep, aborted: AbortedIndex, name: str
 ) -> list[_Batch]:
     """Per batch its records' counts against ``keep`` (through ``decode_columns``, with Arrow
-    compute); the kept records as :class:`Record` only for batches that change (a record
-    removed, or a delete horizon to stamp)."""
+    compute); the kept records as :class:`Record`, header keys' bytes as stored, only for
+    batches that change (a record removed, or a delete horizon to stamp)."""
     out = [_Batch() for _ in batches]
     wanted = [
         i
@@ -142,22 +145,12 @@ def decode_kept(
         if b.kept > 0 and (b.kept < b.records or _stamps(h, b)):
             changed.append((i, lo, hi))
         lo = hi
-    if changed:
-        rows = np.concatenate([np.flatnonzero(kept[lo:hi]) + lo for _, lo, hi in changed])
-        picked = table.take(pa.array(rows, pa.int64()))
-        got_offsets: list[Any] = picked.column("offset").to_pylist()
-        stamps: list[int | None] = picked.column("timestamp").cast(pa.int64()).to_pylist()
-        keys: list[bytes | None] = picked.column("key").to_pylist()
-        values: list[bytes | None] = picked.column("value").to_pylist()
-        headers: list[Any] = picked.column("headers").to_pylist()
-        at = 0
-        for i, _, _ in changed:
-            b = out[i]
-            for j in range(at, at + b.kept):
-                stamp = stamps[j]
-                hs = tuple((x["key"], x["value"]) for x in headers[j])
-                b.rows.append(Record(got_offsets[j], -1 if stamp is None else stamp, keys[j], values[j], hs))
-            at += b.kept
+    numbers = offsets.to_numpy()
+    for i, lo, hi in changed:
+        b, raw = out[i], batches[i]
+        wanted_offsets = frozenset(numbers[lo:hi][kept[lo:hi]].tolist())
+        records = decode_v2(raw.data, raw.header._replace(position=0), verify_crc=False, raw_header_keys=True)
+        b.rows = [r for r in records if r.offset in wanted_offsets]
     return out
 
 
