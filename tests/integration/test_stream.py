@@ -29,8 +29,10 @@ from api.gen.rlm.v1 import rlm_pb2_grpc
 from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
 from rlm.bootstrap import Runtime
+from rlm.log.dirwriter import LogDirWriter
 from rlm.log.logdir import LogDir
 from rlm.log.model import Codec, Record
+from rlm.log.writer import ProducerRecord, TopicConfig
 from tests.grpc_support import ServerThread, code_of, free_port
 from tests.integration.test_fetch import BACKEND_PARAMS, parse_with_kafka_python, tiered_partition
 from tests.lookup_support import (
@@ -350,5 +352,46 @@ def test_raw_streams_end_at_the_legacy_wrapper_holding_the_end_offset(
                 ]
                 v2 = [(o, o) for o in range(36, 40) if start <= o < end]
                 assert sent == wrappers + v2, (start, end)
+    finally:
+        rt.close()
+
+
+def test_a_header_key_that_is_not_utf8_reads_as_kafkas_client_shows_it(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    """Clients may send header keys of any bytes and the broker keeps them: every answer gives
+    such a key as Kafka's client decodes it (U+FFFD for what is not UTF-8), from both tiers."""
+    log_dir = tmp_path / "logs"
+    writer = LogDirWriter(
+        log_dir, clock=lambda: 1_700_000_000_000, default_config=TopicConfig(segment_bytes=1 << 30)
+    )
+    appender = writer.partition(TOPIC, 0, leader_epoch=0)
+    odd = ("\udcff\udcfebin", b"h")  # the key's bytes b"\xff\xfebin" (surrogate escapes keep them)
+    for timestamp in (1_000, 2_000):
+        appender.append([ProducerRecord(timestamp, b"k", b"v", headers=(odd, ("ok", None)))])
+        appender.roll()
+    appender.append([ProducerRecord(3_000, b"k", b"v")])
+    writer.close({})
+    rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), tmp_path, log_dir, auth_enabled=False)
+    try:
+        assert [o.error for o in rt.copier.run_once()] == [None]
+        first = LogDir(log_dir).partition(TOPIC, 0).segments()[0]
+        for path in (first.log_path, first.index_path, first.time_index_path):
+            path.unlink()  # the broker's local retention: offset 0 is read from the remote tier
+        app = create_app(
+            rt.settings, runtime_=rt, authenticator=TokenAuthenticator.from_settings(rt.settings)
+        )
+        shown = (("\ufffd\ufffdbin", b"h"), ("ok", None))
+        with TestClient(app) as client:
+            for media in (NDJSON, ARROW):
+                assert [r.headers for r in decoded(client, media, offset=0, end_offset=3)] == [
+                    shown,
+                    shown,
+                    (),
+                ]
+            bounded = client.get(URL, params={"offset": 0}).json()["records"]
+            assert [r["headers"][0][0] for r in bounded[:1]] == ["\ufffd\ufffdbin"]
+            raw, _ = read(client, OCTET, offset=0, end_offset=2)  # the stored bytes, as they are
+            assert raw.count(b"\xff\xfebin") == 2
     finally:
         rt.close()
