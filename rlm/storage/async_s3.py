@@ -21,15 +21,18 @@ import contextlib
 import logging
 import random
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from datetime import datetime
 from functools import partial
 from typing import Any, TypeVar
 
 import aiohttp
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
+from botocore.credentials import Credentials
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rlm.errors import RlmError, StorageUnavailableError
+from rlm.storage.async_credentials import store_credential_resolver
 from rlm.storage.layout import validate_key
 from rlm.storage.protocol import check_stream_arguments
 from rlm.storage.s3 import S3Storage
@@ -57,27 +60,39 @@ class AsyncS3Reader:
         bucket: str,
         prefix: str,
         config: S3Config,
-        credentials: dict[str, str | None],
+        credentials: Credentials | None,
         *,
         connections: int = 0,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         draw: Callable[[], float] = random.random,
+        now: Callable[[], datetime] | None = None,
     ) -> None:
+        """``credentials`` are the store's session's (refreshed from it when they are
+        refreshable, :mod:`rlm.storage.async_credentials`); None lets the client look in the
+        standard chain itself. ``now`` tells the time the credentials' expiry is judged by."""
         self.bucket = bucket
         self.config = config
         self.connections = max(connections, config.max_pool_connections)
         self._key_prefix = f"{prefix}/" if prefix else ""
         self._credentials = credentials
+        self._now = now
         self._sleep = sleep
         self._draw = draw
         self._clients: dict[asyncio.AbstractEventLoop, tuple[contextlib.AsyncExitStack, Any]] = {}
 
     @classmethod
-    def for_storage(cls, storage: S3Storage, *, connections: int = 0) -> AsyncS3Reader:
+    def for_storage(
+        cls, storage: S3Storage, *, connections: int = 0, now: Callable[[], datetime] | None = None
+    ) -> AsyncS3Reader:
         """A reader of ``storage``'s objects, with its settings and credentials (and room for
         ``connections`` open reads, when that is more than the store's pool)."""
         return cls(
-            storage.bucket, storage.prefix, storage.config, storage.credentials(), connections=connections
+            storage.bucket,
+            storage.prefix,
+            storage.config,
+            storage.credentials(),
+            connections=connections,
+            now=now,
         )
 
     async def _client(self) -> Any:
@@ -89,13 +104,17 @@ class AsyncS3Reader:
         config = self.config
         session = AioSession()
         share_loaded_data(session)
+        if self._credentials is not None:
+            resolver = store_credential_resolver(
+                self._credentials, **({"now": self._now} if self._now else {})
+            )
+            session.register_component("credential_provider", resolver)
         client = await stack.enter_async_context(
             session.create_client(
                 "s3",
                 endpoint_url=config.endpoint_url,
                 region_name=config.region,
                 config=AioConfig(**{**client_options(config), "max_pool_connections": self.connections}),
-                **self._credentials,
             )
         )
         self._clients[loop] = (stack, client)

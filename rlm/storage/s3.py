@@ -33,6 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
+from botocore.credentials import Credentials
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.response import StreamingBody
 
@@ -128,18 +129,11 @@ class S3Storage:
         where = f", endpoint_url={self.config.endpoint_url!r}" if self.config.endpoint_url else ""
         return f"S3Storage(bucket={self.bucket!r}, prefix={self.prefix!r}{where})"
 
-    def credentials(self) -> dict[str, str | None]:
-        """The session's credentials as client arguments (for the store's async reader), or none
-        to let that client look in the standard chain itself. Never logged."""
-        found = self._session.get_credentials()
-        if found is None:
-            return {}
-        frozen = found.get_frozen_credentials()
-        return {
-            "aws_access_key_id": frozen.access_key,
-            "aws_secret_access_key": frozen.secret_key,
-            "aws_session_token": frozen.token,
-        }
+    def credentials(self) -> Credentials | None:
+        """The session's credentials, for the store's async reader (botocore refreshes them here
+        when they are temporary), or None when the standard chain found none. Never logged."""
+        found: Credentials | None = self._session.get_credentials()
+        return found
 
     # -- plumbing -------------------------------------------------------------------------
 
