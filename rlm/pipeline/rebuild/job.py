@@ -15,6 +15,15 @@ then those are chosen and the output is an orphan. The others, incomplete sets, 
 and keys that are no segment's are listed as orphans, deleted only with ``delete_orphans``.
 Overlapping sets of different ranges (a takeover's copy) are all kept, as the copier left them.
 
+A set rebuilt from its bytes with no compaction mark read (its description could not be read, as
+a damaged sidecar, or it has none) may be a compaction's output still pending: its state is
+unknown, and the originals it would replace are the data of record until shown otherwise. When
+the sets inside its range hold the whole range, those are chosen, as for a pending output, and it
+is an orphan never deleted; when they do not (so it is chosen), the sets inside it are orphans
+never deleted. A second copy of a range whose chosen set is of unknown state and whose ``.log``
+differs in size is not a copy of it, and is never deleted either. An unknown set that holds no
+other set's range is chosen as any other.
+
 Only a missing object makes a set incomplete (:class:`~rlm.pipeline.rebuild.objects.Outcome`).
 A set whose description could not be used is rebuilt from its bytes and listed among the
 report's problems; one whose bytes do not give a row either is an orphan that is never deleted
@@ -75,7 +84,8 @@ class Orphan:
     reason: str
     deletable: bool = True
     """Whether ``delete_orphans`` deletes them: not keys rlm did not write, nor a set that may be
-    whole (undescribable)."""
+    whole (undescribable), nor one that may hold records the chosen sets do not (a set of unknown
+    compaction state holding others' range, or inside the range of one)."""
     missing: tuple[str, ...] = ()
     """Of an incomplete set, the keys found missing: looked at again before deleting the rest."""
     deleted: bool = False
@@ -137,6 +147,12 @@ class Candidate:
         """A compaction's output not (known to be) swapped in."""
         return self.compaction == PENDING
 
+    @property
+    def unknown(self) -> bool:
+        """Rebuilt from its bytes with no compaction mark read: a compaction's output never
+        swapped in cannot be told from a segment the copier wrote (module docstring)."""
+        return not self.from_description and self.compaction is None
+
     def slot(self) -> tuple[TopicPartition, int, int]:
         return (self.objects.topic_partition, self.objects.start_offset, self.description.end_offset)
 
@@ -183,14 +199,16 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
     But an output still marked pending is one whose job died before its swap (or before marking
     it swapped): while the segments it would replace hold its whole range, the original database
     holds those, and the output is the orphan; once some are gone (deleted after the swap), the
-    output is the partition's.
+    output is the partition's. A set of unknown compaction state (:attr:`Candidate.unknown`) may
+    be such an output: it is chosen or not as a pending one, and what it would replace is never
+    deleted on its word.
     """
     best: dict[tuple[TopicPartition, int, int], Candidate] = {}
     for c in candidates:
         if c.slot() not in best or c.preference() > best[c.slot()].preference():
             best[c.slot()] = c
     chosen = {id(c) for c in best.values()}
-    orphans = []
+    orphans: list[Orphan] = []
     for c in candidates:
         if id(c) not in chosen:
             kept = best[c.slot()]
@@ -199,19 +217,33 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
                 if c.pending and not kept.pending
                 else f"a second copy of the range segment {kept.objects.segment_id} holds"
             )
-            orphans.append(Orphan(tuple(c.objects.keys), reason))
+            orphan = Orphan(tuple(c.objects.keys), reason)
+            if kept.unknown and kept.description.size_bytes != c.description.size_bytes:
+                orphan = replace(
+                    orphan,
+                    deletable=False,
+                    kept=f"its .log differs in size from segment {kept.objects.segment_id}'s, whose "
+                    "compaction state could not be read: that may be a compaction's output never "
+                    "swapped in, holding fewer records",
+                )
+            orphans.append(orphan)
     survivors = list(best.values())
     for c in list(survivors):
-        inputs = _covered(c, survivors) if c.pending else None
+        inputs = _covered(c, survivors) if c.pending or c.unknown else None
         if inputs is not None:
             survivors.remove(c)
-            held_by = ", ".join(str(i.objects.segment_id) for i in inputs)
-            orphans.append(
-                Orphan(
-                    tuple(c.objects.keys),
-                    f"a compaction's output never swapped in: segments {held_by} hold its range",
+            held = ", ".join(str(i.objects.segment_id) for i in inputs)
+            keys = tuple(c.objects.keys)
+            if c.pending:
+                reason = f"a compaction's output never swapped in: segments {held} hold its range"
+                orphans.append(Orphan(keys, reason))
+            else:
+                reason = f"its compaction state could not be read, and segments {held} hold its range"
+                kept_why = (
+                    "its compaction state could not be read: whether it is a compaction's output "
+                    "never swapped in is for an operator to decide"
                 )
-            )
+                orphans.append(Orphan(keys, reason, deletable=False, kept=kept_why))
     # By partition, start offset, then the longest range first: a set is inside an earlier one's
     # range when it ends no later than the furthest end so far.
     ordered = sorted(
@@ -226,13 +258,23 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
             and cover.objects.topic_partition == c.objects.topic_partition
             and c.description.end_offset <= cover.description.end_offset
         ):
-            orphans.append(
-                Orphan(
-                    tuple(c.objects.keys),
-                    f"replaced by segment {cover.objects.segment_id}, which holds its whole range "
-                    "(a compaction's output)",
+            if cover.unknown:
+                reason = (
+                    f"inside the range of segment {cover.objects.segment_id}, chosen though its "
+                    "compaction state could not be read (a compaction's output, if swapped in)"
                 )
-            )
+                kept_why = (
+                    f"segment {cover.objects.segment_id}'s description could not be read: it may be "
+                    "a compaction's output never swapped in, without records this set holds"
+                )
+                orphan = Orphan(tuple(c.objects.keys), reason, deletable=False, kept=kept_why)
+            else:
+                reason = (
+                    f"replaced by segment {cover.objects.segment_id}, which holds its whole range "
+                    "(a compaction's output)"
+                )
+                orphan = Orphan(tuple(c.objects.keys), reason)
+            orphans.append(orphan)
             continue
         kept_sets.append(c)
     return kept_sets, orphans
