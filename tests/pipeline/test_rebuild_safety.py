@@ -5,39 +5,52 @@ from its bytes, and its ``pending`` mark is lost with the description: it cannot
 swapped-in output, nor from a segment the copier wrote. The segments it would replace are the
 data of record while its job may have died before its swap, so nothing is deleted on its word:
 when they hold its whole range they are chosen and it is kept; when they do not, it is chosen and
-they are kept.
+they are kept. An orphan whose range other sets hold (a second copy, a replaced segment, a
+compaction's output never swapped in) is deleted only when those sets' objects are still there
+when the rebuild looks again, and kept when the store cannot tell.
 
-Each test copies a tier's objects into a directory store of its own and rebuilds in this process
-into a fresh SQLite database. The compaction tier holds keyed records a compaction rewrote: one
-output per partition covering the partition's segments (all but the last of ``users-1``), its job
-killed before its swap.
+Each test copies a tier's objects into a store of its own (a directory, or a moto bucket behind
+:class:`~tests.s3_proxy.S3Proxy`) and rebuilds in this process into a fresh SQLite database. The
+compaction tiers hold keyed records a compaction rewrote: one output per partition covering the
+partition's segments (all but the last of ``users-1``), killed before its swap or swapped in.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from metadata.store import SqlMetadataStore
 from rlm.metastore.model import ByteRange, IndexType, LeaderEpochEntry, RemoteSegment, TopicPartition
+from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.rebuild.job import Candidate, Orphan, choose
 from rlm.pipeline.rebuild.objects import ObjectSet, object_sets
+from rlm.pipeline.stage import Collect, Stage, run_in_process
+from rlm.pipeline.storage import StorageSpec
 from rlm.storage.description import Description
 from rlm.storage.filesystem import META_SUFFIX
+from rlm.storage.protocol import RemoteStorage
 from tests.pipeline.compact.support import write_keyed_log
 from tests.pipeline.conftest import make_tier
 from tests.pipeline.test_rebuild import _finished, _lookups
 from tests.pipeline.test_rebuild_compaction import _compact
 from tests.pipeline.test_rebuild_faults import (
+    _copy,
     _database,
     _directory_store,
+    _other_copy,
+    _put,
     _rebuild_here,
+    _rows,
 )
 from tests.pipeline.tiers import Tier
+from tests.s3_proxy import ProxyFault, S3Proxy
+from tests.s3_support import MotoS3
 
 pytestmark = pytest.mark.usefixtures("aws_env")
 
@@ -63,6 +76,19 @@ def killed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     return _compacted(request, tmp_path_factory.mktemp("killed"), die_at_swap=True)
 
 
+@pytest.fixture(scope="module")
+def swapped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Compacted:
+    """A compaction swapped in: its outputs marked swapped, the replaced segments kept (the delay)."""
+    return _compacted(request, tmp_path_factory.mktemp("swapped"), die_at_swap=False)
+
+
+@pytest.fixture
+def healthy(
+    request: pytest.FixtureRequest, healthy_tiers: Callable[[str, pytest.FixtureRequest], Tier]
+) -> Tier:
+    return healthy_tiers("sqlite-fs", request)
+
+
 def _outputs(keys: Iterable[str], originals: Sequence[RemoteSegment]) -> dict[TopicPartition, ObjectSet]:
     """The compaction's output of each partition, among the object sets of ``keys``."""
     ids = {r.segment_id for r in originals}
@@ -81,6 +107,18 @@ def _unreadable(root: Path, objects: ObjectSet) -> None:
     its compaction mark are lost."""
     assert objects.index_key is not None
     (root / (objects.index_key + META_SUFFIX)).write_bytes(b"")
+
+
+def _then_delete(storage: RemoteStorage, keys: Sequence[str]) -> Collect:
+    """Describe the sets, then delete ``keys`` (another process, or an operator, while the rebuild
+    chooses)."""
+
+    def collect(stage: Stage, summaries: Sequence[SegmentSummary]) -> pa.Table:
+        table = run_in_process(stage, summaries)
+        storage.delete_objects(list(keys))
+        return table
+
+    return collect
 
 
 def _by_keys(orphans: Iterable[Orphan]) -> dict[tuple[str, ...], Orphan]:
@@ -177,3 +215,104 @@ def test_a_second_copy_differing_from_a_chosen_set_of_unknown_state_is_kept() ->
     # A set of unknown state holding no other set's range is chosen as any other.
     alone = _candidate(tp, 100, 199, size=4000, segment_id=uuid.UUID(int=4))
     assert choose([alone]) == ([alone], [])
+
+
+# -- looking again at what holds an orphan's range -------------------------------------------------
+
+
+def test_a_second_copy_is_kept_when_the_set_it_defers_to_is_gone(
+    healthy: Tier, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    storage, spec, keys = _directory_store(healthy, tmp_path / "remote")
+    rows = _rows(healthy)
+    vanishing, staying = rows[0], rows[3]
+    copies = {}
+    for row in (vanishing, staying):
+        copies[row.segment_id] = _other_copy(row)  # no description: the described set is chosen
+        _put(storage, row.layout.log_key, copies[row.segment_id][0])
+        _put(storage, row.layout.index_key, copies[row.segment_id][1])
+    collect = _then_delete(storage, _keys([vanishing]))
+    report = _rebuild_here(storage, spec, _database(request, tmp_path / "db"), collect)
+    orphans = _by_keys(report.orphans)
+    assert set(orphans) == set(copies.values())
+    last = orphans[copies[vanishing.segment_id]]
+    assert last.reason.startswith("a second copy") and last.held_by == _keys([vanishing])
+    assert not last.deleted and vanishing.layout.log_key in str(last.kept) and "gone" in str(last.kept)
+    assert orphans[copies[staying.segment_id]].deleted
+    expected = (set(keys) - set(_keys([vanishing]))) | set(copies[vanishing.segment_id])
+    assert sorted(storage.list_keys()) == sorted(expected)
+
+
+def test_replaced_segments_are_kept_when_the_output_holding_them_is_gone(
+    swapped: Compacted, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    tier, originals = swapped.tier, swapped.originals
+    storage, spec, keys = _directory_store(tier, tmp_path / "remote")
+    outputs = _outputs(keys, originals)
+    gone = outputs[TopicPartition("users", 0)]
+    collect = _then_delete(storage, gone.keys)
+    report = _rebuild_here(storage, spec, _database(request, tmp_path / "db"), collect)
+    orphans = _by_keys(report.orphans)
+    swapped_in = {r.segment_id for r in _finished(tier.open_store())}
+    replaced = [r for r in originals if r.segment_id not in swapped_in]
+    assert {r.topic_partition for r in replaced} == set(outputs)
+    assert set(orphans) == {_keys([r]) for r in replaced}
+    for row in replaced:
+        orphan = orphans[_keys([row])]
+        assert orphan.reason.startswith("replaced by segment")
+        if row.topic_partition == gone.topic_partition:
+            assert orphan.held_by == tuple(gone.keys) and not orphan.deleted
+            assert gone.log_key is not None and gone.log_key in str(orphan.kept)
+        else:
+            assert orphan.deleted
+    kept = [r for r in replaced if r.topic_partition == gone.topic_partition]
+    expected = set(keys) - set(gone.keys) - set(_keys(replaced)) | set(_keys(kept))
+    assert sorted(storage.list_keys()) == sorted(expected)
+
+
+def test_a_pending_output_is_kept_when_a_segment_holding_its_range_is_gone(
+    killed: Compacted, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    tier, originals = killed.tier, killed.originals
+    storage, spec, keys = _directory_store(tier, tmp_path / "remote")
+    outputs = _outputs(keys, originals)
+    tp = TopicPartition("users", 0)
+    first = next(r for r in originals if r.topic_partition == tp)
+    collect = _then_delete(storage, _keys([first]))
+    report = _rebuild_here(storage, spec, _database(request, tmp_path / "db"), collect)
+    orphans = _by_keys(report.orphans)
+    assert set(orphans) == {tuple(o.keys) for o in outputs.values()}
+    held = orphans[tuple(outputs[tp].keys)]
+    assert held.reason.startswith("a compaction's output never swapped in")
+    assert set(held.held_by) == set(_keys(r for r in originals if r.topic_partition == tp))
+    assert not held.deleted and first.layout.log_key in str(held.kept)
+    assert orphans[tuple(outputs[TopicPartition("users", 1)].keys)].deleted
+    assert set(outputs[tp].keys) <= set(storage.list_keys())
+
+
+def test_an_orphan_is_kept_when_the_store_cannot_say_whether_what_holds_its_range_is_there(
+    healthy: Tier, moto_s3: MotoS3, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    bucket = moto_s3.new_bucket()
+    row = _rows(healthy)[0]
+    copy = _other_copy(row)
+    with S3Proxy(moto_s3.endpoint_url) as proxy:
+        storage = moto_s3.storage(bucket, endpoint_url=proxy.endpoint_url)
+        keys = _copy(healthy, storage)
+        _put(storage, row.layout.log_key, copy[0])
+        _put(storage, row.layout.index_key, copy[1])
+
+        def described_then_refused(stage: Stage, summaries: Sequence[SegmentSummary]) -> pa.Table:
+            table = run_in_process(stage, summaries)
+            proxy.inject(ProxyFault.NOT_IMPLEMENTED, "HeadObject")  # refused at once, not retried
+            return table
+
+        spec = StorageSpec(f"s3://{bucket}", proxy.endpoint_url)
+        report = _rebuild_here(storage, spec, _database(request, tmp_path / "db"), described_then_refused)
+        assert proxy.exchanges_of("HeadObject")
+        proxy.clear()
+        (orphan,) = report.orphans
+        assert orphan.keys == copy and orphan.held_by == _keys([row])
+        assert not orphan.deleted
+        assert "could not look again whether the sets holding its range are still there" in str(orphan.kept)
+        assert sorted(storage.list_keys()) == sorted([*keys, *copy])
