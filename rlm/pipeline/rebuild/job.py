@@ -15,13 +15,24 @@ then those are chosen and the output is an orphan. The others, incomplete sets, 
 and keys that are no segment's are listed as orphans, deleted only with ``delete_orphans``.
 Overlapping sets of different ranges (a takeover's copy) are all kept, as the copier left them.
 
+A set rebuilt from its bytes with no compaction mark read (its description could not be read, as
+a damaged sidecar, or it has none) may be a compaction's output still pending: its state is
+unknown, and the originals it would replace are the data of record until shown otherwise. When
+the sets inside its range hold the whole range, those are chosen, as for a pending output, and it
+is an orphan never deleted; when they do not (so it is chosen), the sets inside it are orphans
+never deleted. A second copy of a range whose chosen set is of unknown state and whose ``.log``
+differs in size is not a copy of it, and is never deleted either. An unknown set that holds no
+other set's range is chosen as any other.
+
 Only a missing object makes a set incomplete (:class:`~rlm.pipeline.rebuild.objects.Outcome`).
 A set whose description could not be used is rebuilt from its bytes and listed among the
 report's problems; one whose bytes do not give a row either is an orphan that is never deleted
 (an operator decides). A store that failed while a set was described says nothing of the set:
 the rebuild raises, naming its objects, before it writes or deletes anything, so that it can be
-run again. Before deleting an incomplete set, the rebuild looks again: a set whose missing object
-is there by then, or that cannot be looked at, is kept, and the report says why.
+run again. Before deleting an orphan, the rebuild looks again: an incomplete set whose missing
+object is there by then is kept, and so is a second copy, a replaced set or a pending output when
+an object of the chosen sets that hold its range is gone by then (it may be the last copy of
+those offsets); an orphan the store cannot tell about is kept. The report says why.
 
 The remote log start offset comes from the marker retention writes beside a partition's
 segments (:mod:`rlm.storage.log_start`; a partition retention never cut has none and starts at
@@ -75,9 +86,14 @@ class Orphan:
     reason: str
     deletable: bool = True
     """Whether ``delete_orphans`` deletes them: not keys rlm did not write, nor a set that may be
-    whole (undescribable)."""
+    whole (undescribable), nor one that may hold records the chosen sets do not (a set of unknown
+    compaction state holding others' range, or inside the range of one)."""
     missing: tuple[str, ...] = ()
     """Of an incomplete set, the keys found missing: looked at again before deleting the rest."""
+    held_by: tuple[str, ...] = ()
+    """Of a set whose range other sets hold (a second copy, a replaced set, a compaction's output
+    never swapped in), the keys of those that stay (chosen, or orphans never deleted): looked at
+    again before deleting it, which is kept when one is gone."""
     deleted: bool = False
     kept: str | None = None
     """Why they were not deleted, when deleting orphans was asked."""
@@ -137,6 +153,12 @@ class Candidate:
         """A compaction's output not (known to be) swapped in."""
         return self.compaction == PENDING
 
+    @property
+    def unknown(self) -> bool:
+        """Rebuilt from its bytes with no compaction mark read: a compaction's output never
+        swapped in cannot be told from a segment the copier wrote (module docstring)."""
+        return not self.from_description and self.compaction is None
+
     def slot(self) -> tuple[TopicPartition, int, int]:
         return (self.objects.topic_partition, self.objects.start_offset, self.description.end_offset)
 
@@ -175,7 +197,8 @@ def _covered(output: Candidate, others: Sequence[Candidate]) -> list[Candidate] 
 
 def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orphan]]:
     """One complete set per (partition, start offset, end offset), and none lying wholly inside
-    another chosen set's range; the others as orphans.
+    another chosen set's range; the others as orphans, each naming the keys of the sets that
+    hold its range once orphans are deleted (:attr:`Orphan.held_by`).
 
     A set inside another's range is one a compaction replaced (its output covers the inputs'
     offsets, and is kept while the inputs wait for ``remote.compaction.delete.delay.ms``): the
@@ -183,35 +206,54 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
     But an output still marked pending is one whose job died before its swap (or before marking
     it swapped): while the segments it would replace hold its whole range, the original database
     holds those, and the output is the orphan; once some are gone (deleted after the swap), the
-    output is the partition's.
+    output is the partition's. A set of unknown compaction state (:attr:`Candidate.unknown`) may
+    be such an output: it is chosen or not as a pending one, and what it would replace is never
+    deleted on its word.
     """
     best: dict[tuple[TopicPartition, int, int], Candidate] = {}
     for c in candidates:
         if c.slot() not in best or c.preference() > best[c.slot()].preference():
             best[c.slot()] = c
     chosen = {id(c) for c in best.values()}
-    orphans = []
+    held_by: dict[int, list[Candidate]] = {}
+    found: list[tuple[Candidate, Orphan]] = []
     for c in candidates:
         if id(c) not in chosen:
             kept = best[c.slot()]
+            held_by[id(c)] = [kept]
             reason = (
                 f"a compaction's output never swapped in: segment {kept.objects.segment_id} holds its range"
                 if c.pending and not kept.pending
                 else f"a second copy of the range segment {kept.objects.segment_id} holds"
             )
-            orphans.append(Orphan(tuple(c.objects.keys), reason))
+            orphan = Orphan(tuple(c.objects.keys), reason)
+            if kept.unknown and kept.description.size_bytes != c.description.size_bytes:
+                orphan = replace(
+                    orphan,
+                    deletable=False,
+                    kept=f"its .log differs in size from segment {kept.objects.segment_id}'s, whose "
+                    "compaction state could not be read: that may be a compaction's output never "
+                    "swapped in, holding fewer records",
+                )
+            found.append((c, orphan))
     survivors = list(best.values())
     for c in list(survivors):
-        inputs = _covered(c, survivors) if c.pending else None
+        inputs = _covered(c, survivors) if c.pending or c.unknown else None
         if inputs is not None:
             survivors.remove(c)
-            held_by = ", ".join(str(i.objects.segment_id) for i in inputs)
-            orphans.append(
-                Orphan(
-                    tuple(c.objects.keys),
-                    f"a compaction's output never swapped in: segments {held_by} hold its range",
+            held_by[id(c)] = inputs
+            held = ", ".join(str(i.objects.segment_id) for i in inputs)
+            keys = tuple(c.objects.keys)
+            if c.pending:
+                reason = f"a compaction's output never swapped in: segments {held} hold its range"
+                found.append((c, Orphan(keys, reason)))
+            else:
+                reason = f"its compaction state could not be read, and segments {held} hold its range"
+                kept_why = (
+                    "its compaction state could not be read: whether it is a compaction's output "
+                    "never swapped in is for an operator to decide"
                 )
-            )
+                found.append((c, Orphan(keys, reason, deletable=False, kept=kept_why)))
     # By partition, start offset, then the longest range first: a set is inside an earlier one's
     # range when it ends no later than the furthest end so far.
     ordered = sorted(
@@ -226,15 +268,38 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
             and cover.objects.topic_partition == c.objects.topic_partition
             and c.description.end_offset <= cover.description.end_offset
         ):
-            orphans.append(
-                Orphan(
-                    tuple(c.objects.keys),
-                    f"replaced by segment {cover.objects.segment_id}, which holds its whole range "
-                    "(a compaction's output)",
+            held_by[id(c)] = [cover]
+            if cover.unknown:
+                reason = (
+                    f"inside the range of segment {cover.objects.segment_id}, chosen though its "
+                    "compaction state could not be read (a compaction's output, if swapped in)"
                 )
-            )
+                kept_why = (
+                    f"segment {cover.objects.segment_id}'s description could not be read: it may be "
+                    "a compaction's output never swapped in, without records this set holds"
+                )
+                orphan = Orphan(tuple(c.objects.keys), reason, deletable=False, kept=kept_why)
+            else:
+                reason = (
+                    f"replaced by segment {cover.objects.segment_id}, which holds its whole range "
+                    "(a compaction's output)"
+                )
+                orphan = Orphan(tuple(c.objects.keys), reason)
+            found.append((c, orphan))
             continue
         kept_sets.append(c)
+    # What holds an orphan's range once deleting is done: the sets it defers to when they stay
+    # (chosen, or orphans never deleted), else what holds theirs (each step leads inward or to a
+    # chosen set, so it ends).
+    stays = {id(c) for c in kept_sets} | {id(c) for c, o in found if not o.deletable}
+
+    def holders(c: Candidate) -> list[Candidate]:
+        return [h for d in held_by[id(c)] for h in ([d] if id(d) in stays else holders(d))]
+
+    orphans = []
+    for c, orphan in found:
+        held_keys = dict.fromkeys(key for h in holders(c) for key in h.objects.keys)
+        orphans.append(replace(orphan, held_by=tuple(held_keys)))
     return kept_sets, orphans
 
 
@@ -280,8 +345,11 @@ def _raise_failures(failed: Sequence[tuple[ObjectSet, dict[str, Any]]]) -> None:
 def delete_orphans(storage: RemoteStorage, orphans: Sequence[Orphan]) -> list[Orphan]:
     """Delete the deletable orphans; the orphans, each saying whether it was deleted or why not.
 
-    An incomplete set is looked at again first: kept when its missing object is there by now
-    (a copy still under way, or a store that answered wrongly) or when the store cannot tell.
+    Each is looked at again first (one size query per key): an incomplete set is kept when its
+    missing object is there by now (a copy still under way, or a store that answered wrongly); a
+    set whose range chosen sets hold (:attr:`Orphan.held_by`) is kept when an object of theirs is
+    gone by now (deleted by another process or an operator: this may be the last copy of those
+    offsets); either is kept when the store cannot tell.
 
     Raises:
         StorageError: The store failed a delete.
@@ -293,11 +361,21 @@ def delete_orphans(storage: RemoteStorage, orphans: Sequence[Orphan]) -> list[Or
             continue
         try:
             back = [key for key in o.missing if storage.object_size(key) is not None]
+            gone = [key for key in o.held_by if storage.object_size(key) is None]
         except RlmError as exc:
-            done.append(replace(o, kept=f"could not look again whether it is incomplete: {exc}"))
+            what = "it is incomplete" if o.missing else "the sets holding its range are still there"
+            done.append(replace(o, kept=f"could not look again whether {what}: {exc}"))
             continue
         if back:
             done.append(replace(o, kept=f"{', '.join(back)} is there now: it may be whole"))
+        elif gone:
+            done.append(
+                replace(
+                    o,
+                    kept=f"{', '.join(gone)}, of the set holding its range, is gone now: "
+                    "it may be the last copy of those offsets",
+                )
+            )
         else:
             done.append(replace(o, deleted=True))
     storage.delete_objects([key for o in done if o.deleted for key in o.keys])

@@ -1,0 +1,318 @@
+"""``rlm spark rebuild-metadata --delete-orphans`` never deletes what may be the last copy of offsets.
+
+A compaction's output whose description cannot be read (a damaged filesystem sidecar) is rebuilt
+from its bytes, and its ``pending`` mark is lost with the description: it cannot be told from a
+swapped-in output, nor from a segment the copier wrote. The segments it would replace are the
+data of record while its job may have died before its swap, so nothing is deleted on its word:
+when they hold its whole range they are chosen and it is kept; when they do not, it is chosen and
+they are kept. An orphan whose range other sets hold (a second copy, a replaced segment, a
+compaction's output never swapped in) is deleted only when those sets' objects are still there
+when the rebuild looks again, and kept when the store cannot tell.
+
+Each test copies a tier's objects into a store of its own (a directory, or a moto bucket behind
+:class:`~tests.s3_proxy.S3Proxy`) and rebuilds in this process into a fresh SQLite database. The
+compaction tiers hold keyed records a compaction rewrote: one output per partition covering the
+partition's segments (all but the last of ``users-1``), killed before its swap or swapped in.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from metadata.store import SqlMetadataStore
+from rlm.metastore.model import ByteRange, IndexType, LeaderEpochEntry, RemoteSegment, TopicPartition
+from rlm.pipeline.plan import SegmentSummary
+from rlm.pipeline.rebuild.job import Candidate, Orphan, choose
+from rlm.pipeline.rebuild.objects import ObjectSet, object_sets
+from rlm.pipeline.stage import Collect, Stage, run_in_process
+from rlm.pipeline.storage import StorageSpec
+from rlm.storage.description import Description
+from rlm.storage.filesystem import META_SUFFIX
+from rlm.storage.protocol import RemoteStorage
+from tests.pipeline.compact.support import write_keyed_log
+from tests.pipeline.conftest import make_tier
+from tests.pipeline.test_rebuild import _finished, _lookups
+from tests.pipeline.test_rebuild_compaction import _compact
+from tests.pipeline.test_rebuild_faults import (
+    _copy,
+    _database,
+    _directory_store,
+    _other_copy,
+    _put,
+    _rebuild_here,
+    _rows,
+)
+from tests.pipeline.tiers import Tier
+from tests.s3_proxy import ProxyFault, S3Proxy
+from tests.s3_support import MotoS3
+
+pytestmark = pytest.mark.usefixtures("aws_env")
+
+
+@dataclass(frozen=True)
+class Compacted:
+    tier: Tier
+    originals: list[RemoteSegment]
+    """The segments the copier wrote, by partition and start offset."""
+
+
+def _compacted(request: pytest.FixtureRequest, directory: Path, *, die_at_swap: bool) -> Compacted:
+    tier = make_tier("sqlite-fs", request, directory, lambda logs: write_keyed_log(logs, seed=5))
+    originals = sorted(_finished(tier.open_store()), key=lambda r: (r.topic_partition, r.start_offset))
+    with pytest.MonkeyPatch.context() as patch:
+        _compact(tier, patch, die_at_swap=die_at_swap)
+    return Compacted(tier, originals)
+
+
+@pytest.fixture(scope="module")
+def killed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Compacted:
+    """A compaction killed before its swap: its outputs uploaded, marked pending."""
+    return _compacted(request, tmp_path_factory.mktemp("killed"), die_at_swap=True)
+
+
+@pytest.fixture(scope="module")
+def swapped(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Compacted:
+    """A compaction swapped in: its outputs marked swapped, the replaced segments kept (the delay)."""
+    return _compacted(request, tmp_path_factory.mktemp("swapped"), die_at_swap=False)
+
+
+@pytest.fixture
+def healthy(
+    request: pytest.FixtureRequest, healthy_tiers: Callable[[str, pytest.FixtureRequest], Tier]
+) -> Tier:
+    return healthy_tiers("sqlite-fs", request)
+
+
+def _outputs(keys: Iterable[str], originals: Sequence[RemoteSegment]) -> dict[TopicPartition, ObjectSet]:
+    """The compaction's output of each partition, among the object sets of ``keys``."""
+    ids = {r.segment_id for r in originals}
+    sets, _ = object_sets(keys)
+    found = {s.topic_partition: s for s in sets if s.segment_id not in ids}
+    assert len(found) == len([s for s in sets if s.segment_id not in ids])  # one per partition
+    return found
+
+
+def _keys(rows: Iterable[RemoteSegment]) -> tuple[str, ...]:
+    return tuple(k for r in rows for k in (r.layout.log_key, r.layout.index_key))
+
+
+def _unreadable(root: Path, objects: ObjectSet) -> None:
+    """Empty the sidecar of the set's index object, as a crash can leave it: its description and
+    its compaction mark are lost."""
+    assert objects.index_key is not None
+    (root / (objects.index_key + META_SUFFIX)).write_bytes(b"")
+
+
+def _then_delete(storage: RemoteStorage, keys: Sequence[str]) -> Collect:
+    """Describe the sets, then delete ``keys`` (another process, or an operator, while the rebuild
+    chooses)."""
+
+    def collect(stage: Stage, summaries: Sequence[SegmentSummary]) -> pa.Table:
+        table = run_in_process(stage, summaries)
+        storage.delete_objects(list(keys))
+        return table
+
+    return collect
+
+
+def _by_keys(orphans: Iterable[Orphan]) -> dict[tuple[str, ...], Orphan]:
+    return {o.keys: o for o in orphans}
+
+
+def _candidate(tp: TopicPartition, start: int, end: int, *, size: int, segment_id: uuid.UUID) -> Candidate:
+    """A set rebuilt from its bytes with no compaction mark (of unknown state)."""
+    keys = ObjectSet(tp, None, start, segment_id, None, None).both_keys()
+    objects = ObjectSet(tp, None, start, segment_id, *keys)
+    description = Description(
+        end_offset=end,
+        max_timestamp_ms=0,
+        size_bytes=size,
+        leader_epochs=(LeaderEpochEntry(0, start),),
+        index_ranges=((IndexType.OFFSET, ByteRange(0, 8)),),
+        txn_index_empty=True,
+        broker_id=-1,
+        event_time_ms=1,
+    )
+    return Candidate(objects, description, from_description=False)
+
+
+# -- a compaction's output whose description cannot be read ----------------------------------------
+
+
+def test_an_unreadable_pending_output_leaves_its_originals_chosen_and_nothing_deleted(
+    killed: Compacted, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    tier, originals = killed.tier, killed.originals
+    storage, spec, keys = _directory_store(tier, tmp_path / "remote")
+    outputs = _outputs(keys, originals)
+    for objects in outputs.values():
+        _unreadable(tmp_path / "remote", objects)
+    url = _database(request, tmp_path / "db")
+    report = _rebuild_here(storage, spec, url)
+    assert sorted(storage.list_keys()) == keys  # the originals above all: they hold what it dropped
+    # The rebuilt database holds the originals, as the original database does.
+    assert {r.segment_id for r in _finished(tier.open_store())} == {r.segment_id for r in originals}
+    assert {r.segment_id for r in _finished(SqlMetadataStore.open(url))} == {r.segment_id for r in originals}
+    assert _lookups(tier, url) == _lookups(tier, tier.settings.metadata_url)
+    orphans = _by_keys(report.orphans)
+    assert set(orphans) == {tuple(o.keys) for o in outputs.values()}
+    for orphan in orphans.values():
+        assert "compaction state could not be read" in orphan.reason
+        assert not orphan.deletable and not orphan.deleted
+        assert "compaction state could not be read" in str(orphan.kept)
+    assert {p.keys for p in report.problems} == set(orphans)  # read from their bytes
+
+
+def test_the_sets_inside_an_unreadable_output_it_must_be_chosen_for_are_kept(
+    killed: Compacted, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    tier, originals = killed.tier, killed.originals
+    storage, spec, keys = _directory_store(tier, tmp_path / "remote")
+    outputs = _outputs(keys, originals)
+    tp = TopicPartition("users", 0)
+    output = outputs[tp]
+    _unreadable(tmp_path / "remote", output)
+    first, *rest = [r for r in originals if r.topic_partition == tp]
+    storage.delete_objects(list(_keys([first])))  # its first original gone: no longer held whole
+    url = _database(request, tmp_path / "db")
+    report = _rebuild_here(storage, spec, url)
+    rebuilt = {r.segment_id for r in _finished(SqlMetadataStore.open(url))}
+    assert output.segment_id in rebuilt and not rebuilt & {r.segment_id for r in rest}
+    other = outputs[TopicPartition("users", 1)]
+    assert sorted(storage.list_keys()) == sorted(set(keys) - set(_keys([first])) - set(other.keys))
+    orphans = _by_keys(report.orphans)
+    for row in rest:
+        orphan = orphans[_keys([row])]
+        assert str(output.segment_id) in orphan.reason and "could not be read" in orphan.reason
+        assert not orphan.deletable and not orphan.deleted
+        assert f"segment {output.segment_id}'s description could not be read" in str(orphan.kept)
+    # The other partition's output, described and pending, is an orphan deleted as before.
+    assert orphans[tuple(other.keys)].reason.startswith("a compaction's output never swapped in")
+    assert orphans[tuple(other.keys)].deleted
+
+
+def test_a_second_copy_differing_from_a_chosen_set_of_unknown_state_is_kept() -> None:
+    tp = TopicPartition("users", 0)
+    # A segment copied before descriptions existed, a compaction's output of the same range (its
+    # last batch kept) whose description could not be read, and a second copy of that output:
+    # none says what it is.
+    original = _candidate(tp, 0, 99, size=4000, segment_id=uuid.UUID(int=1))
+    output = _candidate(tp, 0, 99, size=2500, segment_id=uuid.UUID(int=3))
+    copy = _candidate(tp, 0, 99, size=2500, segment_id=uuid.UUID(int=2))
+    chosen, orphans = choose([original, output, copy])
+    assert chosen == [output]  # the highest segment id, as before
+    found = _by_keys(orphans)
+    kept = found[tuple(original.objects.keys)]
+    assert kept.reason.startswith("a second copy") and not kept.deletable
+    assert f"differs in size from segment {output.objects.segment_id}'s" in str(kept.kept)
+    assert found[tuple(copy.objects.keys)].deletable  # as long as the chosen one: a second copy
+    # A set of unknown state holding no other set's range is chosen as any other.
+    alone = _candidate(tp, 100, 199, size=4000, segment_id=uuid.UUID(int=4))
+    assert choose([alone]) == ([alone], [])
+
+
+# -- looking again at what holds an orphan's range -------------------------------------------------
+
+
+def test_a_second_copy_is_kept_when_the_set_it_defers_to_is_gone(
+    healthy: Tier, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    storage, spec, keys = _directory_store(healthy, tmp_path / "remote")
+    rows = _rows(healthy)
+    vanishing, staying = rows[0], rows[3]
+    copies = {}
+    for row in (vanishing, staying):
+        copies[row.segment_id] = _other_copy(row)  # no description: the described set is chosen
+        _put(storage, row.layout.log_key, copies[row.segment_id][0])
+        _put(storage, row.layout.index_key, copies[row.segment_id][1])
+    collect = _then_delete(storage, _keys([vanishing]))
+    report = _rebuild_here(storage, spec, _database(request, tmp_path / "db"), collect)
+    orphans = _by_keys(report.orphans)
+    assert set(orphans) == set(copies.values())
+    last = orphans[copies[vanishing.segment_id]]
+    assert last.reason.startswith("a second copy") and last.held_by == _keys([vanishing])
+    assert not last.deleted and vanishing.layout.log_key in str(last.kept) and "gone" in str(last.kept)
+    assert orphans[copies[staying.segment_id]].deleted
+    expected = (set(keys) - set(_keys([vanishing]))) | set(copies[vanishing.segment_id])
+    assert sorted(storage.list_keys()) == sorted(expected)
+
+
+def test_replaced_segments_are_kept_when_the_output_holding_them_is_gone(
+    swapped: Compacted, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    tier, originals = swapped.tier, swapped.originals
+    storage, spec, keys = _directory_store(tier, tmp_path / "remote")
+    outputs = _outputs(keys, originals)
+    gone = outputs[TopicPartition("users", 0)]
+    collect = _then_delete(storage, gone.keys)
+    report = _rebuild_here(storage, spec, _database(request, tmp_path / "db"), collect)
+    orphans = _by_keys(report.orphans)
+    swapped_in = {r.segment_id for r in _finished(tier.open_store())}
+    replaced = [r for r in originals if r.segment_id not in swapped_in]
+    assert {r.topic_partition for r in replaced} == set(outputs)
+    assert set(orphans) == {_keys([r]) for r in replaced}
+    for row in replaced:
+        orphan = orphans[_keys([row])]
+        assert orphan.reason.startswith("replaced by segment")
+        if row.topic_partition == gone.topic_partition:
+            assert orphan.held_by == tuple(gone.keys) and not orphan.deleted
+            assert gone.log_key is not None and gone.log_key in str(orphan.kept)
+        else:
+            assert orphan.deleted
+    kept = [r for r in replaced if r.topic_partition == gone.topic_partition]
+    expected = set(keys) - set(gone.keys) - set(_keys(replaced)) | set(_keys(kept))
+    assert sorted(storage.list_keys()) == sorted(expected)
+
+
+def test_a_pending_output_is_kept_when_a_segment_holding_its_range_is_gone(
+    killed: Compacted, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    tier, originals = killed.tier, killed.originals
+    storage, spec, keys = _directory_store(tier, tmp_path / "remote")
+    outputs = _outputs(keys, originals)
+    tp = TopicPartition("users", 0)
+    first = next(r for r in originals if r.topic_partition == tp)
+    collect = _then_delete(storage, _keys([first]))
+    report = _rebuild_here(storage, spec, _database(request, tmp_path / "db"), collect)
+    orphans = _by_keys(report.orphans)
+    assert set(orphans) == {tuple(o.keys) for o in outputs.values()}
+    held = orphans[tuple(outputs[tp].keys)]
+    assert held.reason.startswith("a compaction's output never swapped in")
+    assert set(held.held_by) == set(_keys(r for r in originals if r.topic_partition == tp))
+    assert not held.deleted and first.layout.log_key in str(held.kept)
+    assert orphans[tuple(outputs[TopicPartition("users", 1)].keys)].deleted
+    assert set(outputs[tp].keys) <= set(storage.list_keys())
+
+
+def test_an_orphan_is_kept_when_the_store_cannot_say_whether_what_holds_its_range_is_there(
+    healthy: Tier, moto_s3: MotoS3, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    bucket = moto_s3.new_bucket()
+    row = _rows(healthy)[0]
+    copy = _other_copy(row)
+    with S3Proxy(moto_s3.endpoint_url) as proxy:
+        storage = moto_s3.storage(bucket, endpoint_url=proxy.endpoint_url)
+        keys = _copy(healthy, storage)
+        _put(storage, row.layout.log_key, copy[0])
+        _put(storage, row.layout.index_key, copy[1])
+
+        def described_then_refused(stage: Stage, summaries: Sequence[SegmentSummary]) -> pa.Table:
+            table = run_in_process(stage, summaries)
+            proxy.inject(ProxyFault.NOT_IMPLEMENTED, "HeadObject")  # refused at once, not retried
+            return table
+
+        spec = StorageSpec(f"s3://{bucket}", proxy.endpoint_url)
+        report = _rebuild_here(storage, spec, _database(request, tmp_path / "db"), described_then_refused)
+        assert proxy.exchanges_of("HeadObject")
+        proxy.clear()
+        (orphan,) = report.orphans
+        assert orphan.keys == copy and orphan.held_by == _keys([row])
+        assert not orphan.deleted
+        assert "could not look again whether the sets holding its range are still there" in str(orphan.kept)
+        assert sorted(storage.list_keys()) == sorted([*keys, *copy])
