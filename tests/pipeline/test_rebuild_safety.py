@@ -197,6 +197,31 @@ def test_the_sets_inside_an_unreadable_output_it_must_be_chosen_for_are_kept(
     assert orphans[tuple(other.keys)].deleted
 
 
+def test_the_sets_inside_a_pending_output_it_must_be_chosen_for_are_kept(
+    killed: Compacted, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    tier, originals = killed.tier, killed.originals
+    storage, spec, keys = _directory_store(tier, tmp_path / "remote")
+    outputs = _outputs(keys, originals)
+    tp = TopicPartition("users", 0)
+    output = outputs[tp]
+    first, *rest = [r for r in originals if r.topic_partition == tp]
+    storage.delete_objects(list(_keys([first])))  # retention took it: the output must be chosen
+    url = _database(request, tmp_path / "db")
+    report = _rebuild_here(storage, spec, url)
+    rebuilt = {r.segment_id for r in _finished(SqlMetadataStore.open(url))}
+    assert output.segment_id in rebuilt and not rebuilt & {r.segment_id for r in rest}
+    orphans = _by_keys(report.orphans)
+    for row in rest:
+        orphan = orphans[_keys([row])]
+        assert "a compaction's output never swapped in" in orphan.reason
+        assert not orphan.deletable and not orphan.deleted
+        assert f"segment {output.segment_id} was never swapped in" in str(orphan.kept)
+    other = outputs[TopicPartition("users", 1)]
+    assert orphans[tuple(other.keys)].deleted
+    assert sorted(storage.list_keys()) == sorted(set(keys) - set(_keys([first])) - set(other.keys))
+
+
 def test_a_second_copy_differing_from_a_chosen_set_of_unknown_state_is_kept() -> None:
     tp = TopicPartition("users", 0)
     # A segment copied before descriptions existed, a compaction's output of the same range (its

@@ -20,9 +20,11 @@ a damaged sidecar, or it has none) may be a compaction's output still pending: i
 unknown, and the originals it would replace are the data of record until shown otherwise. When
 the sets inside its range hold the whole range, those are chosen, as for a pending output, and it
 is an orphan never deleted; when they do not (so it is chosen), the sets inside it are orphans
-never deleted. A second copy of a range whose chosen set is of unknown state and whose ``.log``
-differs in size is not a copy of it, and is never deleted either. An unknown set that holds no
-other set's range is chosen as any other.
+never deleted. So are the sets inside an output marked pending that is chosen because they no
+longer hold its whole range (retention, or a cleanup cut short, took some): its compaction was
+never swapped in, and they may hold records it dropped. A second copy of a range whose chosen
+set is of unknown state and whose ``.log`` differs in size is not a copy of it, and is never
+deleted either. An unknown set that holds no other set's range is chosen as any other.
 
 Only a missing object makes a set incomplete (:class:`~rlm.pipeline.rebuild.objects.Outcome`).
 A set whose description could not be used is rebuilt from its bytes and listed among the
@@ -277,6 +279,16 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
                 kept_why = (
                     f"segment {cover.objects.segment_id}'s description could not be read: it may be "
                     "a compaction's output never swapped in, without records this set holds"
+                )
+                orphan = Orphan(tuple(c.objects.keys), reason, deletable=False, kept=kept_why)
+            elif cover.pending:
+                reason = (
+                    f"inside the range of segment {cover.objects.segment_id}, a compaction's output "
+                    "never swapped in, chosen as the segments it would replace no longer hold its range"
+                )
+                kept_why = (
+                    f"segment {cover.objects.segment_id} was never swapped in: this set holds records "
+                    "of the range it may not, which the original database holds"
                 )
                 orphan = Orphan(tuple(c.objects.keys), reason, deletable=False, kept=kept_why)
             else:
