@@ -255,6 +255,8 @@ class LookupService:
             as :meth:`find`.
         """
         self.require_known(tp, local, view)
+        if view.unreadable_topic_id is not None:
+            raise view.unreadable_topic_id
         if timestamp >= 0:
             if view.max_timestamp is not None and timestamp <= view.max_timestamp:
                 return None
@@ -313,6 +315,8 @@ class LookupService:
 
         Raises:
             NotFoundError: neither a local log nor remote segments exist for ``tp``.
+            UnreadableTopicIdError: the store knows ``tp`` and the broker's ``partition.metadata``
+                cannot be read (:mod:`rlm.lookup.topic_ids`).
             ValueError: ``timestamp`` is below -5.
         """
         if isinstance(local, _Unpinned):

@@ -8,8 +8,10 @@ lookups, fetches and streams must not answer from them. A segment or a partition
 id other than the broker's is another topic's; without an id on either side (older brokers, a
 query tier without log directories) nothing tells them apart and the remote tier is used as it is.
 
-A ``partition.metadata`` that cannot be parsed leaves the id unknown here: the copier, which must
-not delete on a guess, reports it as an error naming the file.
+A ``partition.metadata`` that cannot be read or parsed leaves nothing to tell the topics apart
+by: reads that would use the remote tier fail with :class:`UnreadableTopicIdError`, which names
+the file (as Kafka takes such a log offline), rather than answer from segments that may be a
+deleted topic's. The copier, which must not delete on a guess, reports it as an error too.
 """
 
 from __future__ import annotations
@@ -19,21 +21,37 @@ from uuid import UUID
 
 from rlm.errors import CorruptDataError
 from rlm.log.checkpoints import topic_id_to_uuid
-from rlm.log.logdir import PartitionDir
+from rlm.log.logdir import PARTITION_METADATA, PartitionDir
 from rlm.metastore.model import RemoteSegment
 
 log = logging.getLogger("rlm.lookup")
 
 
+class UnreadableTopicIdError(CorruptDataError):
+    """The broker's ``partition.metadata`` of a partition cannot be read or parsed: its remote
+    segments cannot be told from those of a deleted topic of the same name."""
+
+
 def local_topic_id(local: PartitionDir | None) -> UUID | None:
-    """The topic id of the broker's directory; None without one, or when it cannot be read."""
+    """The topic id of the broker's directory; None without one (no directory, or no
+    ``partition.metadata``: an older broker).
+
+    Raises:
+        UnreadableTopicIdError: the file is there but cannot be read or parsed.
+    """
     if local is None:
         return None
     try:
         text = local.topic_id()
     except (CorruptDataError, OSError) as exc:
-        log.warning("the topic id of %s is unknown: %s", local.tp, exc)
-        return None
+        path = str(local.path / PARTITION_METADATA)
+        detail = exc.reason if isinstance(exc, CorruptDataError) else (exc.strerror or str(exc))
+        log.warning("the topic id of %s cannot be read: %s", local.tp, exc)
+        raise UnreadableTopicIdError(
+            f"the topic id of {local.tp} cannot be read ({detail}): its remote segments cannot be told "
+            "from those of a topic deleted under the same name, so the remote tier is not read",
+            path=path,
+        ) from exc
     return None if text is None else topic_id_to_uuid(text)
 
 

@@ -10,7 +10,9 @@ broker's first local segment changed since (local retention deleted segments) or
 
 A partition whose record in the store is of another topic id than the broker's directory (the
 topic was deleted and created again under the same name, and the copier has not retired the old
-topic's state yet) gets the view of an empty remote tier (:mod:`rlm.lookup.topic_ids`).
+topic's state yet) gets the view of an empty remote tier (:mod:`rlm.lookup.topic_ids`). One the
+store knows whose broker topic id cannot be read gets a view that says so, which lookups refuse
+(:attr:`RemoteTierView.unreadable_topic_id`), and which is read again each time.
 
 Answers stay exact under a view up to ``ttl_s`` old but for the log start offset: segments copied
 meanwhile only raise the max remote timestamp, and a timestamp above the stale one is then in
@@ -46,7 +48,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from rlm.log.logdir import PartitionDir
-from rlm.lookup.topic_ids import is_other_topic, local_topic_id
+from rlm.lookup.topic_ids import UnreadableTopicIdError, is_other_topic, local_topic_id
 from rlm.metastore.availability import StoreAvailability
 from rlm.metastore.model import PartitionRecord, RemoteTierSummary, TopicPartition
 from rlm.metastore.protocol import MetadataStore
@@ -76,6 +78,9 @@ class RemoteTierView:
     local_base: int | None
     """Base offset of the broker's first local segment when the view was read."""
     read_at: float
+    unreadable_topic_id: UnreadableTopicIdError | None = None
+    """Why the remote tier may not be used: the store knows the partition but the broker's
+    topic id cannot be read (:mod:`rlm.lookup.topic_ids`). Such a view is never kept."""
 
 
 class RemoteViews:
@@ -136,10 +141,13 @@ class RemoteViews:
         now = self._clock()
         summaries = self.availability.call(lambda: self.store.remote_tier_summaries(list(partitions)))
         views = {
-            tp: _view(_of_local_topic(summaries.get(tp), partitions[tp]), base, now)
-            for tp, base in bases.items()
+            tp: _local_topic_view(summaries.get(tp), partitions[tp], base, now) for tp, base in bases.items()
         }
-        kept = {tp: v for tp, v in views.items() if v.known or partitions[tp] is not None}
+        kept = {
+            tp: v
+            for tp, v in views.items()
+            if (v.known or partitions[tp] is not None) and v.unreadable_topic_id is None
+        }
         with self._lock:
             self._views.update(kept)
         return views
@@ -212,11 +220,27 @@ def _view(summary: RemoteTierSummary | None, local_base: int | None, now: float)
     )
 
 
+def _local_topic_view(
+    summary: RemoteTierSummary | None, local: PartitionDir | None, local_base: int | None, now: float
+) -> RemoteTierView:
+    """The view of ``summary`` for the topic the broker's directory holds; one that says why the
+    remote tier may not be used when the store knows the partition and the broker's topic id
+    cannot be read."""
+    try:
+        return _view(_of_local_topic(summary, local), local_base, now)
+    except UnreadableTopicIdError as exc:
+        return dataclasses.replace(_view(summary, local_base, now), unreadable_topic_id=exc)
+
+
 def _of_local_topic(
     summary: RemoteTierSummary | None, local: PartitionDir | None
 ) -> RemoteTierSummary | None:
     """The summary, or one of an empty remote tier when the store's record is of a deleted topic
-    of the same name (:mod:`rlm.lookup.topic_ids`): its segments and log start are not this one's."""
+    of the same name (:mod:`rlm.lookup.topic_ids`): its segments and log start are not this one's.
+
+    Raises:
+        UnreadableTopicIdError: the store knows the partition; the broker's topic id cannot be read.
+    """
     if summary is None or not is_other_topic(summary.record.topic_id, local_topic_id(local)):
         return summary
     record = dataclasses.replace(

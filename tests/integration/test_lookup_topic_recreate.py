@@ -15,9 +15,11 @@ from pathlib import Path
 import pytest
 
 from rlm.bootstrap import Runtime
-from rlm.log.logdir import LogDir
+from rlm.log.logdir import PARTITION_METADATA, LogDir
 from rlm.log.model import Record
+from rlm.lookup.list_offsets import ErrorCode
 from rlm.lookup.plans import OffsetAnswer
+from rlm.lookup.topic_ids import UnreadableTopicIdError
 from rlm.metastore.model import SegmentState, TopicPartition
 from tests.lookup_support import Backend, runtime
 from tests.s3_support import MotoS3
@@ -25,6 +27,7 @@ from tests.tiering_support import WRITER_NOW_MS, SegmentPlan, set_log_start_offs
 
 TP = TopicPartition("orders", 0)
 EARLIEST = -2
+LATEST_TIERED = -5
 
 
 def write_topic(log_dir: Path, segments: int, *, seed: int) -> None:
@@ -105,3 +108,30 @@ def test_after_the_copier_ran_remote_reads_return_the_new_topics_records(
     assert rt.lookup.find(TP, EARLIEST).offset == 0
     assert rt.lookup.find(TP, WRITER_NOW_MS - 999) == OffsetAnswer(15, WRITER_NOW_MS - 999, 0, "remote")
     assert fetch_values(rt, 0, 29) == new_records[:30]
+
+
+def test_an_unreadable_topic_id_fails_the_reads_that_would_use_the_remote_tier(
+    sidecar: tuple[Runtime, Path],
+) -> None:
+    rt, log_dir = sidecar
+    recreate_topic(log_dir)
+    local = LogDir(log_dir).partition(TP.topic, TP.partition)
+    metadata = local.path / PARTITION_METADATA
+    written = metadata.read_bytes()
+    metadata.write_bytes(b"version: 0\ntopic_id: not-an-id")
+    rt.lookup.invalidate()
+
+    # The store still lists the deleted topic's segments (log start 20): nothing tells them from
+    # the new topic's, so no answer is given from them, through the service or ListOffsets.
+    for timestamp in (EARLIEST, WRITER_NOW_MS - 1000, LATEST_TIERED):
+        with pytest.raises(UnreadableTopicIdError, match=r"partition\.metadata: the topic id of orders-0"):
+            rt.lookup.find(TP, timestamp)
+        result = rt.list_offsets.find_one(TP, timestamp)
+        assert result.error_code is ErrorCode.KAFKA_STORAGE_ERROR
+        assert result.error_message is not None and str(metadata) in result.error_message
+        assert "line 2" in result.error_message  # what is wrong in it
+
+    # Put right, the file is read again at once: the answers are the new topic's.
+    metadata.write_bytes(written)
+    assert rt.lookup.find(TP, EARLIEST).offset == 0
+    assert rt.lookup.find(TP, WRITER_NOW_MS - 1000) == OffsetAnswer(5, WRITER_NOW_MS - 1000, 0, "local")
