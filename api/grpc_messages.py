@@ -11,6 +11,7 @@ from __future__ import annotations
 from api.gen.rlm.v1 import rlm_pb2 as pb
 from rlm.arguments import INT32_MAX, check_range
 from rlm.dynamic_config import DynamicSettings
+from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.model import TimestampType
 from rlm.lookup.fetch import FetchResult
 from rlm.lookup.list_offsets import (
@@ -158,6 +159,7 @@ def _segment(s: RemoteSegment) -> pb.RemoteSegment:
             pb.LeaderEpochEntry(epoch=e.epoch, start_offset=e.start_offset) for e in s.leader_epochs
         ],
         txn_index_empty=s.txn_index_empty,
+        topic_id=uuid_to_topic_id(s.topic_id) if s.topic_id is not None else "",
     )
 
 

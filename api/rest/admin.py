@@ -23,6 +23,7 @@ from api.rest.schemas import (
 from rlm.arguments import INT32_MAX
 from rlm.bootstrap import Runtime
 from rlm.dynamic_config import DynamicSettings
+from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
 
@@ -94,6 +95,7 @@ def segments(
                 event_time_ms=s.event_time_ms,
                 leader_epochs=[(e.epoch, e.start_offset) for e in s.leader_epochs],
                 txn_index_empty=s.txn_index_empty,
+                topic_id=uuid_to_topic_id(s.topic_id) if s.topic_id is not None else None,
             )
             for s in page.segments
         ],

@@ -141,6 +141,11 @@ class SegmentOut(BaseModel):
     event_time_ms: int
     leader_epochs: list[tuple[int, int]]
     txn_index_empty: bool
+    topic_id: str | None = None
+    """The topic id (Kafka's base64 form) of the topic the segment was copied from; None for
+    segments copied before brokers wrote ``partition.metadata``. A topic deleted and created again
+    under the same name has a new id: its deleted incarnation's segments, listed until the copier
+    retires them, carry the old one."""
 
 
 class SegmentsOut(BaseModel):

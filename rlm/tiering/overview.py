@@ -1,4 +1,12 @@
-"""What the remote tier holds, per topic and partition, for operators (REST/gRPC read it)."""
+"""What the remote tier holds, per topic and partition, for operators (REST/gRPC read it).
+
+A topic deleted and created again under the same name keeps its deleted incarnation's segments
+in the metadata store until the copier retires them (:mod:`rlm.tiering.topic_identity`). The
+partitions' figures are those of the topic the broker's directory holds (its
+``partition.metadata``), as lookups answer for it: the other topic's segments, offsets and
+timestamps are left out of them. The segment listing shows every segment, each with its topic
+id, so that an operator sees what the store holds and whose it is.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +15,9 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from rlm.arguments import parse_int, shown
-from rlm.log.logdir import LogDir
+from rlm.errors import CorruptDataError
+from rlm.log.checkpoints import topic_id_to_uuid
+from rlm.log.logdir import LogDir, PartitionDir
 from rlm.metastore.model import PartitionRecord, RemoteSegment, SegmentState, SkippedRange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.layout import validate_topic
@@ -41,6 +51,18 @@ def remote_log_start(record: PartitionRecord | None, finished: list[RemoteSegmen
         return -1
     first = min(s.start_offset for s in finished)
     return first if record is None else max(first, record.remote_log_start_offset)
+
+
+def _topic_id(partition: PartitionDir | None) -> UUID | None:
+    """The broker's topic id of ``partition``; None without one, or when it cannot be read (an
+    operator view still shows the figures then; lookups refuse the remote tier, the copier errs)."""
+    if partition is None:
+        return None
+    try:
+        text = partition.topic_id()
+    except (CorruptDataError, OSError):
+        return None
+    return topic_id_to_uuid(text) if text is not None else None
 
 
 @dataclass(frozen=True)
@@ -98,8 +120,13 @@ class Overview:
                     skipped=skipped,
                 )
                 lag_segments, lag_bytes = plan.lag_segments, plan.lag_bytes()
-            max_ts = self.store.max_timestamp(tp)
             finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
+            topic_id = _topic_id(partition)
+            if topic_id is not None:
+                finished = [s for s in finished if s.topic_id in (None, topic_id)]
+                if record is not None and record.topic_id not in (None, topic_id):
+                    record, highest = None, -1  # the deleted topic's offsets, not yet retired
+            max_ts = max((s.max_timestamp_ms for s in finished), default=-1)
             result.append(
                 PartitionOverview(
                     tp.topic,
@@ -108,7 +135,7 @@ class Overview:
                     tiered_segments=len(finished),
                     remote_log_start_offset=remote_log_start(record, finished),
                     highest_tiered_offset=highest,
-                    max_remote_timestamp=max_ts if max_ts is not None else -1,
+                    max_remote_timestamp=max_ts,
                     copy_lag_segments=lag_segments,
                     copy_lag_bytes=lag_bytes,
                     local_log_start_offset=local_start,

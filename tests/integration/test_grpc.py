@@ -28,6 +28,7 @@ from api.gen.rlm.v1 import rlm_pb2_grpc
 from api.grpc_server import SERVICE_NAME, build_grpc_server
 from rlm.bootstrap import Runtime, build_runtime, open_remote_storage
 from rlm.errors import ConfigError
+from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.logdir import LogDir
 from rlm.log.model import Codec
 from rlm.lookup.list_offsets import ListOffsetsRequest, PartitionQuery, TopicQuery
@@ -284,6 +285,7 @@ def test_list_segments_pages_through_the_remote_segments_in_offset_order(served:
     )
     assert first.state == pb.SEGMENT_STATE_COPY_SEGMENT_FINISHED
     assert [(e.epoch, e.start_offset) for e in first.leader_epochs] == [tuple(e) for e in s.leader_epochs]
+    assert s.topic_id is not None and first.topic_id == uuid_to_topic_id(s.topic_id)
 
 
 def test_list_partitions_answers_the_overview(served: Served) -> None:

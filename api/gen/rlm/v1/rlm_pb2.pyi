@@ -656,6 +656,7 @@ class RemoteSegment(_message.Message):
     EVENT_TIME_MS_FIELD_NUMBER: _builtins.int
     LEADER_EPOCHS_FIELD_NUMBER: _builtins.int
     TXN_INDEX_EMPTY_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
     segment_id: _builtins.str
     """A UUID; a retried copy gets a new one."""
     start_offset: _builtins.int
@@ -671,6 +672,12 @@ class RemoteSegment(_message.Message):
     """Wall-clock time of the last state change, epoch milliseconds."""
     txn_index_empty: _builtins.bool
     """True when the segment has no aborted transactions."""
+    topic_id: _builtins.str
+    """The topic id (Kafka's base64 form) of the topic the segment was copied from; empty for
+    segments copied before brokers wrote partition.metadata. A topic deleted and created again
+    under the same name has a new id: its deleted incarnation's segments, listed until the
+    copier retires them, carry the old one.
+    """
     @_builtins.property
     def leader_epochs(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaderEpochEntry]:
         """The epochs that wrote the segment's records, ascending."""
@@ -688,10 +695,11 @@ class RemoteSegment(_message.Message):
         event_time_ms: _builtins.int = ...,
         leader_epochs: _abc.Iterable[Global___LeaderEpochEntry] | None = ...,
         txn_index_empty: _builtins.bool = ...,
+        topic_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "end_offset", b"end_offset", "event_time_ms", b"event_time_ms", "leader_epochs", b"leader_epochs", "max_timestamp", b"max_timestamp", "segment_id", b"segment_id", "size_bytes", b"size_bytes", "start_offset", b"start_offset", "state", b"state", "txn_index_empty", b"txn_index_empty"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "end_offset", b"end_offset", "event_time_ms", b"event_time_ms", "leader_epochs", b"leader_epochs", "max_timestamp", b"max_timestamp", "segment_id", b"segment_id", "size_bytes", b"size_bytes", "start_offset", b"start_offset", "state", b"state", "topic_id", b"topic_id", "txn_index_empty", b"txn_index_empty"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
