@@ -259,7 +259,7 @@ class Truth:
             start = max(self.local_start_offset, self.log_start_offset)
             return Expected(start, -1, self.epoch_at(start))
         if timestamp == -5:
-            if self.highest_copied < 0:
+            if self.highest_copied < 0 or self.highest_copied >= self.last_fetchable(committed):
                 return NOTHING
             return Expected(self.highest_copied, -1, self.epoch_at(self.highest_copied))
         raise ValueError(f"{timestamp} is not a special timestamp")

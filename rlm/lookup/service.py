@@ -389,8 +389,16 @@ class LookupService:
             highest = self.ask_store(lambda: self.store.highest_copied_offset(tp))
             if highest < 0:
                 return OffsetAnswer.none()
+            earliest = self.earliest_offset(tp, local, view)
+            # As for every timestamp but LATEST and EARLIEST, Kafka gives no offset at or above
+            # the last fetchable one: under READ_COMMITTED the tier may reach a transaction still
+            # open (rlm tiers up to the high watermark; Kafka itself up to the last stable offset).
+            if local is not None and highest >= self.last_fetchable(
+                local, search.isolation, log_start=earliest
+            ):
+                return OffsetAnswer.none()
             # The tier that still serves the offset: none once it is below the log start offset.
-            readable = highest >= self.earliest_offset(tp, local, view)
+            readable = highest >= earliest
             tier = self._tier_of(tp, local, highest, remote_first=True) if readable else None
             return OffsetAnswer(highest, -1, self._epoch_at(tp, local, highest), tier)
         raise ValueError(f"timestamp {timestamp} needs no search: plan it (LookupService.plan)")

@@ -96,7 +96,7 @@ def check_against_oracle(tiered: Tiered, rnd: random.Random) -> None:
         expected = truth.special(special)
         assert _got(answer) == expected, f"special {special}: {answer} != {expected} ({context})"
     # READ_COMMITTED: the last stable offset instead of the high watermark.
-    for target in [-1, -3, *rnd.sample(_targets(tiered, rnd), 5)]:
+    for target in [-1, -3, -5, *rnd.sample(_targets(tiered, rnd), 5)]:
         answer = service.find(tp, target, isolation=IsolationLevel.READ_COMMITTED)
         expected = truth.special(target, True) if target < 0 else truth.for_timestamp(target, True)
         assert _got(answer) == expected, f"read committed {target}: {answer} != {expected} ({context})"
@@ -275,6 +275,36 @@ def test_read_committed_stops_at_a_transaction_open_at_the_high_watermark(
     assert truth.high_watermark == truth.transactions[2][1]
     assert truth.last_fetchable(committed=True) == open_first < truth.high_watermark
     run_example(Backend("sqlite-fs", sqlite_template=sqlite_template), plan, seed=11)
+
+
+def test_read_committed_latest_tiered_is_unknown_when_the_tier_reaches_an_open_transaction(
+    sqlite_template: Path,
+) -> None:
+    # One batch per segment; the high watermark is the marker of the fifth transaction (boundary
+    # 9 of 12): its records are tiered, its marker is not. Under READ_COMMITTED the last stable
+    # offset is the transaction's first offset, at or below the highest tiered offset, which Kafka
+    # does not give (as for any timestamp but LATEST and EARLIEST): -1. READ_UNCOMMITTED gives it.
+    plan = PartitionPlan(_spread(6, kind="commit"), segment_bytes=1, tiering="both", high_watermark_at=9 / 12)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        truth = write_partition(root / "logs", plan)
+        open_first, marker = truth.transactions[4]
+        assert truth.high_watermark == marker
+        rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), root, root / "logs")
+        try:
+            tiered = tier_partition(rt, LogDir(root / "logs").partition(TOPIC, 0), truth, plan)
+            assert truth.last_fetchable(committed=True) == open_first <= truth.highest_copied < marker
+            committed = rt.lookup.find(tiered.tp, -5, isolation=IsolationLevel.READ_COMMITTED)
+            assert (committed.offset, committed.tier) == (-1, None)
+            assert rt.lookup.find(tiered.tp, -5).offset == truth.highest_copied
+            query = TopicQuery(tiered.tp.topic, (PartitionQuery(tiered.tp.partition, -5),))
+            (result,) = (
+                rt.list_offsets.handle(ListOffsetsRequest((query,), isolation_level=1)).topics[0].partitions
+            )
+            assert (result.error_code, result.offset) == (ErrorCode.NONE, -1)
+            check_against_oracle(tiered, random.Random(5))
+        finally:
+            rt.close()
 
 
 def test_read_committed_latest_is_raised_to_a_log_start_remote_retention_moved(
