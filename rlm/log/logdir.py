@@ -10,6 +10,7 @@ broker and are skipped. Everything here only reads.
 from __future__ import annotations
 
 import bisect
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -131,7 +132,11 @@ class PartitionDir:
     def topic_id(self) -> str | None:
         """Topic id from ``partition.metadata``, or None when the file does not exist (read again
         only when the file changed: remote lookups ask for it on every search)."""
-        return self.log_dir.partition_metadata.get(self.path / PARTITION_METADATA, read_partition_metadata)
+        return self.log_dir.partition_metadata.get(self._metadata_path, read_partition_metadata)
+
+    @functools.cached_property
+    def _metadata_path(self) -> Path:
+        return self.path / PARTITION_METADATA
 
     def leader_epochs(self) -> list[EpochEntry]:
         """``leader-epoch-checkpoint`` entries (empty when the file does not exist)."""
@@ -253,6 +258,9 @@ class _PinnedPartitionDir(PartitionDir):
 
     def pinned(self) -> PartitionDir:
         return self
+
+    def topic_id(self) -> str | None:
+        return self._owner.topic_id()  # read again when the file changes, as the owner's
 
     def _summary_key(self) -> tuple[PartitionDir, object]:
         return self._owner, self._key

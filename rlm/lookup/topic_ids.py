@@ -16,6 +16,7 @@ deleted topic's. The copier, which must not delete on a guess, reports it as an 
 
 from __future__ import annotations
 
+import functools
 import logging
 from uuid import UUID
 
@@ -52,7 +53,11 @@ def local_topic_id(local: PartitionDir | None) -> UUID | None:
             "from those of a topic deleted under the same name, so the remote tier is not read",
             path=path,
         ) from exc
-    return None if text is None else topic_id_to_uuid(text)
+    return None if text is None else _as_uuid(text)
+
+
+#: The ids of the partitions looked up, parsed once: a remote search asks for its partition's.
+_as_uuid = functools.lru_cache(maxsize=4096)(topic_id_to_uuid)
 
 
 def is_other_topic(topic_id: UUID | None, local_id: UUID | None) -> bool:

@@ -88,7 +88,7 @@ class FilesystemStorage:
         for suffix in (TMP_SUFFIX, META_SUFFIX):
             if key.endswith(suffix):
                 raise InvalidObjectKeyError(f"invalid object key {key!r}: ends with {suffix}", key=key)
-        if any(part.endswith(CONTINUED) for part in key.split("/")):
+        if CONTINUED in key and any(part.endswith(CONTINUED) for part in key.split("/")):
             raise InvalidObjectKeyError(
                 f"invalid object key {key!r}: a part ends with {CONTINUED}, "
                 "which marks a long part cut in pieces",
@@ -351,6 +351,8 @@ def _stored(key: str) -> str:
     """Where ``key`` is stored, relative to the root: each part longer than :data:`PIECE_BYTES`
     cut into pieces of at most that many bytes (whole characters), each but the last ending with
     :data:`CONTINUED`; ``key`` itself when no part is that long (:func:`_key_of` undoes it)."""
+    if len(key) <= PIECE_BYTES and key.isascii():  # no part can be longer: the common key
+        return key
     parts = key.split("/")
     if all(len(part.encode("utf-8", "surrogatepass")) <= PIECE_BYTES for part in parts):
         return key
