@@ -1,9 +1,11 @@
-"""Lookups and fetches of a topic deleted and created again under the same name, on SQLite +
-filesystem and PostgreSQL + S3.
+"""Lookups, fetches and streams of a topic deleted and created again under the same name, on
+SQLite + filesystem and PostgreSQL + S3.
 
 The deleted topic's segments stay listed in the metadata store under the name until the copier
 retires them, and another sidecar may hold the lease meanwhile. Whatever the copier did yet, the
 answers are the new topic's: its offsets, its log start, its records; never the deleted topic's.
+When the broker's ``partition.metadata`` cannot be read, nothing tells the two apart: reads fail,
+naming the file, until it is put right.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from rlm.lookup.list_offsets import ErrorCode
 from rlm.lookup.plans import OffsetAnswer
 from rlm.lookup.topic_ids import UnreadableTopicIdError
 from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.stream.plan import RangeQuery
 from tests.lookup_support import Backend, runtime
 from tests.s3_support import MotoS3
 from tests.tiering_support import WRITER_NOW_MS, SegmentPlan, set_log_start_offsets, write_scripted_log_dir
@@ -40,9 +43,18 @@ def write_topic(log_dir: Path, segments: int, *, seed: int) -> None:
     write_scripted_log_dir(log_dir, {TP: plans}, seed=seed)
 
 
-@pytest.fixture(params=["sqlite-fs", pytest.param("postgres-s3", marks=pytest.mark.postgres)])
+#: The backends of :func:`old_topic_sidecar`, for the ``params`` of its fixtures.
+BACKENDS = ["sqlite-fs", pytest.param("postgres-s3", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
 def sidecar(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Runtime, Path]]:
-    """A sidecar over the old topic: 5 segments tiered, its log start 20 (retention deleted two)."""
+    yield from old_topic_sidecar(request, tmp_path)
+
+
+def old_topic_sidecar(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Runtime, Path]]:
+    """A sidecar over the old topic: 5 segments tiered, its log start 20 (retention deleted two);
+    the backend is ``request.param``, one of :data:`BACKENDS`."""
     log_dir = tmp_path / "logs"
     write_topic(log_dir, 5, seed=1)
     if request.param == "sqlite-fs":
@@ -138,6 +150,56 @@ def test_an_unreadable_topic_id_fails_the_reads_that_would_use_the_remote_tier(
     metadata.write_bytes(written)
     assert rt.lookup.find(TP, EARLIEST).offset == 0
     assert rt.lookup.find(TP, WRITER_NOW_MS - 1000) == OffsetAnswer(5, WRITER_NOW_MS - 1000, 0, "local")
+
+
+def break_file(path: Path, how: str) -> None:
+    """Make ``partition.metadata`` unparsable (``"malformed"``) or unreadable (``"unreadable"``: a
+    directory in its place, which even root cannot read as a file)."""
+    if how == "malformed":
+        path.write_bytes(b"version: 0\ntopic_id: not-an-id")
+    else:
+        path.unlink()
+        path.mkdir()
+
+
+def put_right(path: Path, written: bytes) -> None:
+    if path.is_dir():
+        path.rmdir()
+    path.write_bytes(written)
+
+
+@pytest.mark.parametrize(("how", "what"), [("malformed", "line 2"), ("unreadable", "Is a directory")])
+def test_an_unreadable_topic_id_fails_fetches_and_streams(
+    sidecar: tuple[Runtime, Path], how: str, what: str
+) -> None:
+    rt, log_dir = sidecar
+    recreate_topic(log_dir)
+    local = LogDir(log_dir).partition(TP.topic, TP.partition)
+    new_records = [r for s in local.rolled_segments() for h in s.headers() for r in s.read_records(h)]
+    metadata = local.path / PARTITION_METADATA
+    written = metadata.read_bytes()
+    rt.lookup.invalidate()
+    assert fetch_values(rt, 25, 25) == new_records[25:26]  # the view of the new topic is kept
+
+    break_file(metadata, how)
+    # The store's remote log start (20) is the deleted topic's: neither a fetch below it nor one
+    # of the broker's own offsets may take it for the new topic's, even with the view kept.
+    expected = rf"{PARTITION_METADATA}: the topic id of orders-0 cannot be read \({what}"
+    for offset in (0, 25):
+        with pytest.raises(UnreadableTopicIdError, match=expected):
+            rt.fetcher.fetch(TP, offset, 1 << 20)
+    for query in (
+        RangeQuery(TP),
+        RangeQuery(TP, offset=0),
+        RangeQuery(TP, from_timestamp=WRITER_NOW_MS - 1000),
+    ):
+        with pytest.raises(UnreadableTopicIdError, match=expected):
+            rt.streams.plan(query)
+
+    put_right(metadata, written)
+    assert fetch_values(rt, 0, 29) == new_records[:30]
+    plan = rt.streams.plan(RangeQuery(TP))
+    assert (plan.start, plan.local_start) == (0, 0)
 
 
 def test_the_overview_counts_the_new_topics_segments_and_the_listing_names_each_ones_topic(
