@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.rest.app import create_app
 from rlm.bootstrap import Runtime
 from rlm.log.logdir import PARTITION_METADATA, LogDir
 from rlm.log.model import Record
@@ -200,43 +197,3 @@ def test_an_unreadable_topic_id_fails_fetches_and_streams(
     assert fetch_values(rt, 0, 29) == new_records[:30]
     plan = rt.streams.plan(RangeQuery(TP))
     assert (plan.start, plan.local_start) == (0, 0)
-
-
-def test_the_overview_counts_the_new_topics_segments_and_the_listing_names_each_ones_topic(
-    sidecar: tuple[Runtime, Path],
-) -> None:
-    rt, log_dir = sidecar
-    deleted_id = LogDir(log_dir).partition(TP.topic, TP.partition).topic_id()
-    recreate_topic(log_dir)
-    new_id = LogDir(log_dir).partition(TP.topic, TP.partition).topic_id()
-    assert deleted_id is not None and new_id is not None and deleted_id != new_id
-
-    # Before the copier retires them, the deleted topic's 3 live segments are no part of the
-    # partition's figures: nothing of the new topic is tiered yet.
-    (before,) = rt.overview.partitions(TP.topic)
-    assert (before.tiered_segments, before.tiered_bytes) == (0, 0)
-    assert (before.remote_log_start_offset, before.highest_tiered_offset, before.max_remote_timestamp) == (
-        -1,
-        -1,
-        -1,
-    )
-    # The listing shows what the store holds, each segment with its topic's id.
-    with TestClient(create_app(replace(rt.settings, auth_enabled=False), runtime_=rt)) as client:
-        listed = client.get(f"/v1/topics/{TP.topic}/partitions/{TP.partition}/segments")
-        assert listed.status_code == 200, listed.text
-        rows = listed.json()["segments"]
-        assert [(r["start_offset"], r["topic_id"]) for r in rows] == [
-            (o, deleted_id) for o in (0, 10, 20, 30, 40)
-        ]
-
-        assert [o.copied_segments for o in rt.copier.run_once()] == [3]
-        (after,) = rt.overview.partitions(TP.topic)
-        assert (after.tiered_segments, after.remote_log_start_offset, after.highest_tiered_offset) == (
-            3,
-            0,
-            29,
-        )
-        assert after.max_remote_timestamp == WRITER_NOW_MS - 1000 + 2
-        rows = client.get(f"/v1/topics/{TP.topic}/partitions/{TP.partition}/segments").json()["segments"]
-        finished = [(r["start_offset"], r["topic_id"]) for r in rows if r["state"] == "COPY_SEGMENT_FINISHED"]
-        assert finished == [(0, new_id), (10, new_id), (20, new_id)]

@@ -2,7 +2,8 @@
 filesystem and PostgreSQL + S3 (the sidecar of ``test_lookup_topic_recreate``).
 
 Reads of a partition whose ``partition.metadata`` cannot be read fail, naming the file, in every
-API, with the status corrupt data gets there.
+API, with the status corrupt data gets there. The operator views answer for the topic the broker
+holds: the overview counts only its segments, and the segment listing marks the deleted topic's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
 from rlm.bootstrap import Runtime
 from rlm.log.logdir import PARTITION_METADATA, LogDir
+from rlm.metastore.model import SegmentState
 from tests.grpc_support import ServerThread, code_of, free_port
 from tests.integration.test_lookup_topic_recreate import (
     BACKENDS,
@@ -132,3 +134,91 @@ def test_reads_of_a_partition_whose_topic_id_cannot_be_read_fail_naming_the_file
         assert (answer.status_code, answer.json()["offset"]) == (200, 0)
         fetched = apis.grpc.FetchRecords(pb.FetchRecordsRequest(topic=TP.topic, partition=TP.partition))
         assert fetched.records[0].offset == 0
+
+
+def test_the_overview_counts_only_the_segments_of_the_topic_the_broker_holds(
+    sidecar: tuple[Runtime, Path],
+) -> None:
+    rt, log_dir = sidecar
+    recreate_topic(log_dir)
+    new_id = broker_topic_id(log_dir)
+    with serving(rt) as apis:
+        # The deleted topic's 3 live segments, its offsets (20 to 49) and timestamps are no part
+        # of the figures: nothing of the new topic is tiered, its 3 rolled segments are to copy.
+        rest, message = overview(apis)
+        assert rest["topic_id"] == message.topic_id == new_id
+        assert rest["topic_id_error"] is None and message.topic_id_error == ""
+        for figures in (
+            (rest["tiered_segments"], rest["tiered_bytes"], rest["remote_log_start_offset"]),
+            (message.tiered_segments, message.tiered_bytes, message.remote_log_start_offset),
+        ):
+            assert figures == (0, 0, -1)
+        assert (rest["highest_tiered_offset"], rest["max_remote_timestamp"]) == (-1, -1)
+        assert (message.highest_tiered_offset, message.max_remote_timestamp) == (-1, -1)
+        assert rest["copy_lag_segments"] == message.copy_lag_segments == 3
+        assert rest["copy_lag_bytes"] == message.copy_lag_bytes > 0
+
+        assert [o.copied_segments for o in rt.copier.run_once()] == [3]
+        rest, message = overview(apis)
+        after = (
+            rest["tiered_segments"],
+            rest["remote_log_start_offset"],
+            rest["highest_tiered_offset"],
+            rest["max_remote_timestamp"],
+            rest["copy_lag_segments"],
+        )
+        assert after == (3, 0, 29, WRITER_NOW_MS - 1000 + 2, 0)
+        figures = (message.tiered_segments, message.highest_tiered_offset, message.copy_lag_segments)
+        assert figures == (3, 29, 0)
+
+
+def test_the_segment_listing_marks_the_deleted_topics_segments(sidecar: tuple[Runtime, Path]) -> None:
+    rt, log_dir = sidecar
+    deleted_id = broker_topic_id(log_dir)
+    recreate_topic(log_dir)
+    new_id = broker_topic_id(log_dir)
+    assert deleted_id != new_id
+    with serving(rt) as apis:
+        # Before the copier retires them, all the store holds is the deleted topic's.
+        rest, message = listed(apis)
+        assert rest["topic_id"] == message.topic_id == new_id
+        assert rest["topic_id_error"] is None and message.topic_id_error == ""
+        rows = [(r["start_offset"], r["topic_id"], r["deleted_topic"]) for r in rest["segments"]]
+        assert rows == [(o, deleted_id, True) for o in (0, 10, 20, 30, 40)]
+        assert [(s.start_offset, s.topic_id, s.deleted_topic) for s in message.segments] == rows
+
+        # Retired (being deleted), they are still listed, and still the deleted topic's; the new
+        # topic's copies are not.
+        assert [o.copied_segments for o in rt.copier.run_once()] == [3]
+        rest, message = listed(apis)
+        rows = [(r["start_offset"], r["state"], r["deleted_topic"]) for r in rest["segments"]]
+        assert sorted(r for r in rows if r[1] == FINISHED) == [(o, FINISHED, False) for o in (0, 10, 20)]
+        assert {r[2] for r in rows if r[1] != FINISHED} == {True}
+        finished = pb.SEGMENT_STATE_COPY_SEGMENT_FINISHED
+        assert sorted((s.start_offset, s.deleted_topic) for s in message.segments if s.state == finished) == [
+            (0, False),
+            (10, False),
+            (20, False),
+        ]
+        states = {s.state for s in rt.store.list_segments(TP)}
+        assert SegmentState.COPY_SEGMENT_FINISHED in states and len(states) > 1
+
+
+def test_with_an_unreadable_topic_id_the_operator_views_say_why(sidecar: tuple[Runtime, Path]) -> None:
+    rt, log_dir = sidecar
+    recreate_topic(log_dir)
+    metadata = LogDir(log_dir).partition(TP.topic, TP.partition).path / PARTITION_METADATA
+    break_file(metadata, "malformed")
+    named = f"{metadata}: the topic id of orders-0 cannot be read (line 2"
+    with serving(rt) as apis:
+        # Nothing tells whose the segments are: the figures are the store's, no segment is
+        # marked either way, and both views say what is wrong.
+        rest, message = overview(apis)
+        assert rest["topic_id"] is None and message.topic_id == ""
+        assert named in rest["topic_id_error"] and named in message.topic_id_error
+        assert (rest["tiered_segments"], rest["remote_log_start_offset"]) == (3, 20)
+        rest_page, page = listed(apis)
+        assert rest_page["topic_id"] is None and named in rest_page["topic_id_error"]
+        assert named in page.topic_id_error
+        assert {r["deleted_topic"] for r in rest_page["segments"]} == {None}
+        assert not any(s.HasField("deleted_topic") for s in page.segments)
