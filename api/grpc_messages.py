@@ -8,6 +8,8 @@ size of a ListOffsets request are checked by the services, for every API.
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from api.gen.rlm.v1 import rlm_pb2 as pb
 from rlm.arguments import INT32_MAX, check_range
 from rlm.dynamic_config import DynamicSettings
@@ -140,12 +142,19 @@ def segments_response(tp: TopicPartition, page: SegmentPage) -> pb.ListSegmentsR
     return pb.ListSegmentsResponse(
         topic=tp.topic,
         partition=tp.partition,
-        segments=[_segment(s) for s in page.segments],
+        segments=[_segment(s, page.of_deleted_topic(s)) for s in page.segments],
         next_page_token=page.next_page_token or "",
+        topic_id=_topic_id(page.topic_id),
+        topic_id_error=page.topic_id_error or "",
     )
 
 
-def _segment(s: RemoteSegment) -> pb.RemoteSegment:
+def _topic_id(topic_id: UUID | None) -> str:
+    """Kafka's base64 form of ``topic_id``; empty when None."""
+    return uuid_to_topic_id(topic_id) if topic_id is not None else ""
+
+
+def _segment(s: RemoteSegment, deleted_topic: bool | None) -> pb.RemoteSegment:
     return pb.RemoteSegment(
         segment_id=str(s.segment_id),
         start_offset=s.start_offset,
@@ -159,7 +168,8 @@ def _segment(s: RemoteSegment) -> pb.RemoteSegment:
             pb.LeaderEpochEntry(epoch=e.epoch, start_offset=e.start_offset) for e in s.leader_epochs
         ],
         txn_index_empty=s.txn_index_empty,
-        topic_id=uuid_to_topic_id(s.topic_id) if s.topic_id is not None else "",
+        topic_id=_topic_id(s.topic_id),
+        deleted_topic=deleted_topic,
     )
 
 
@@ -188,6 +198,8 @@ def partitions_response(partitions: list[PartitionOverview]) -> pb.ListPartition
                     )
                     for r in p.skipped_ranges
                 ],
+                topic_id=_topic_id(p.topic_id),
+                topic_id_error=p.topic_id_error or "",
             )
             for p in partitions
         ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated
+from uuid import UUID
 
 from fastapi import APIRouter, Depends, Path, Query
 
@@ -50,6 +51,8 @@ def topics(
                 copy_lag_bytes=p.copy_lag_bytes,
                 local_log_start_offset=p.local_log_start_offset,
                 high_watermark=p.high_watermark,
+                topic_id=_topic_id(p.topic_id),
+                topic_id_error=p.topic_id_error,
                 skipped_ranges=[
                     SkippedRangeOut(
                         start_offset=r.start_offset,
@@ -95,12 +98,20 @@ def segments(
                 event_time_ms=s.event_time_ms,
                 leader_epochs=[(e.epoch, e.start_offset) for e in s.leader_epochs],
                 txn_index_empty=s.txn_index_empty,
-                topic_id=uuid_to_topic_id(s.topic_id) if s.topic_id is not None else None,
+                topic_id=_topic_id(s.topic_id),
+                deleted_topic=page.of_deleted_topic(s),
             )
             for s in page.segments
         ],
         next_page_token=page.next_page_token,
+        topic_id=_topic_id(page.topic_id),
+        topic_id_error=page.topic_id_error,
     )
+
+
+def _topic_id(topic_id: UUID | None) -> str | None:
+    """Kafka's base64 form of ``topic_id``."""
+    return uuid_to_topic_id(topic_id) if topic_id is not None else None
 
 
 def _config(current: DynamicSettings) -> ConfigOut:

@@ -146,13 +146,27 @@ class SegmentOut(BaseModel):
     segments copied before brokers wrote ``partition.metadata``. A topic deleted and created again
     under the same name has a new id: its deleted incarnation's segments, listed until the copier
     retires them, carry the old one."""
+    deleted_topic: bool | None = None
+    """True for a segment of a topic deleted under this name (its topic id is not the one of the
+    broker's ``partition.metadata``): no read uses it, and the copier deletes it. False when
+    either id is unknown, as reads take it; None when the broker's topic id cannot be read
+    (``topic_id_error`` of the listing says why)."""
 
 
 class SegmentsOut(BaseModel):
+    """Every segment the store holds for the partition, of every state and topic id: the deleted
+    topic's of a topic created again under the same name are listed (as ``deleted_topic``) until
+    the copier has deleted them."""
+
     topic: str
     partition: int
     segments: list[SegmentOut]
     next_page_token: str | None
+    topic_id: str | None = None
+    """The topic id (Kafka's base64 form) of the broker's ``partition.metadata`` of the partition;
+    None without one (no directory, an older broker) or when it cannot be read."""
+    topic_id_error: str | None = None
+    """Why the broker's ``partition.metadata`` cannot be read, naming the file; None when it can."""
 
 
 class SkippedRangeOut(BaseModel):
@@ -178,6 +192,13 @@ class PartitionOut(BaseModel):
     local_log_start_offset: int
     high_watermark: int
     skipped_ranges: list[SkippedRangeOut] = []
+    topic_id: str | None = None
+    """The topic id (Kafka's base64 form) of the broker's ``partition.metadata``: the figures are of
+    that topic only, a deleted topic's of the same name left out. None without one (no directory,
+    an older broker) or when it cannot be read."""
+    topic_id_error: str | None = None
+    """Why the broker's ``partition.metadata`` cannot be read, naming the file: the figures are then
+    the store's, whichever topic's they are, and reads of the partition fail until it is put right."""
 
 
 class TopicOut(BaseModel):

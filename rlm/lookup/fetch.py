@@ -98,6 +98,8 @@ class RecordFetcher:
         Raises:
             InvalidTopicNameError: the topic name breaks Kafka's rule.
             NotFoundError: unknown topic-partition.
+            UnreadableTopicIdError: the store knows the partition and the broker's
+                ``partition.metadata`` cannot be read (:mod:`rlm.lookup.topic_ids`).
             MetadataUnavailableError: the metadata store does not answer, and the offset is not
                 in the broker's log or its log start offset is unknown without the store.
             OffsetOutOfRangeError: ``offset`` is below the log start offset or above the high watermark.
@@ -138,7 +140,7 @@ class RecordFetcher:
             local.forget_listing()
         # Offsets the broker still has are read without the metadata store while it is down.
         view = self.service.usable_view(tp, local)
-        self.service.require_known(tp, local, view)
+        self.service.require_readable(tp, local, view)
         earliest = self.service.earliest_offset(tp, local, view)
         hw = self.service.last_fetchable(local)
         if offset < earliest or (hw >= 0 and offset > hw):

@@ -175,6 +175,23 @@ class LookupService:
         if local is None and not (view if view is not None else self.remote_view(tp, local)).known:
             raise NotFoundError(f"unknown topic-partition {tp}: no local log and no remote segments")
 
+    def require_readable(self, tp: TopicPartition, local: PartitionDir | None, view: RemoteTierView) -> None:
+        """:meth:`require_known`, and that ``view``'s remote tier can be told from a deleted topic's
+        of the same name: what every read of ``tp`` (lookup, fetch, stream) checks first.
+
+        Raises:
+            NotFoundError: ``tp`` has neither a local log nor remote segments.
+            UnreadableTopicIdError: the store knows ``tp`` and the broker's ``partition.metadata``
+                cannot be read or parsed (:mod:`rlm.lookup.topic_ids`): the partition is not read,
+                as Kafka does not load such a log, rather than answered from segments and offsets
+                that may be a deleted topic's.
+        """
+        self.require_known(tp, local, view)
+        if view.unreadable_topic_id is not None:
+            raise view.unreadable_topic_id
+        if view.known:
+            local_topic_id(local)  # a view kept from before the file could not be read
+
     # -- the remote tier's summary -------------------------------------------------------------
 
     def remote_view(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
@@ -254,9 +271,7 @@ class LookupService:
         Raises:
             as :meth:`find`.
         """
-        self.require_known(tp, local, view)
-        if view.unreadable_topic_id is not None:
-            raise view.unreadable_topic_id
+        self.require_readable(tp, local, view)
         if timestamp >= 0:
             if view.max_timestamp is not None and timestamp <= view.max_timestamp:
                 return None

@@ -9,9 +9,14 @@ id other than the broker's is another topic's; without an id on either side (old
 query tier without log directories) nothing tells them apart and the remote tier is used as it is.
 
 A ``partition.metadata`` that cannot be read or parsed leaves nothing to tell the topics apart
-by: reads that would use the remote tier fail with :class:`UnreadableTopicIdError`, which names
-the file (as Kafka takes such a log offline), rather than answer from segments that may be a
-deleted topic's. The copier, which must not delete on a guess, reports it as an error too.
+by: every read of a partition the store knows (lookups, ListOffsets, fetches, streams) fails with
+:class:`UnreadableTopicIdError`, which names the file and what is wrong in it, as Kafka does not
+load such a log, rather than answer from segments and offsets that may be a deleted topic's (a
+log start offset alone, taken from them, would move the new topic's). A missing file is no error
+(older brokers write none). The copier, which must not delete on a guess, reports it as an error
+too. The transports answer it as they answer other corrupt data: lookups with
+``KAFKA_STORAGE_ERROR`` (REST 503, gRPC ``UNAVAILABLE``), fetches and streams with REST 500 and
+gRPC ``DATA_LOSS``; the message is the error's.
 """
 
 from __future__ import annotations
@@ -50,7 +55,8 @@ def local_topic_id(local: PartitionDir | None) -> UUID | None:
         log.warning("the topic id of %s cannot be read: %s", local.tp, exc)
         raise UnreadableTopicIdError(
             f"the topic id of {local.tp} cannot be read ({detail}): its remote segments cannot be told "
-            "from those of a topic deleted under the same name, so the remote tier is not read",
+            "from those of a topic deleted under the same name, so the partition is not read until "
+            "the file is put right",
             path=path,
         ) from exc
     return None if text is None else _as_uuid(text)

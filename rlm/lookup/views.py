@@ -11,8 +11,9 @@ broker's first local segment changed since (local retention deleted segments) or
 A partition whose record in the store is of another topic id than the broker's directory (the
 topic was deleted and created again under the same name, and the copier has not retired the old
 topic's state yet) gets the view of an empty remote tier (:mod:`rlm.lookup.topic_ids`). One the
-store knows whose broker topic id cannot be read gets a view that says so, which lookups refuse
-(:attr:`RemoteTierView.unreadable_topic_id`), and which is read again each time.
+store knows whose broker topic id cannot be read gets a view that says so, which lookups,
+fetches and streams refuse (:attr:`RemoteTierView.unreadable_topic_id`,
+:meth:`~rlm.lookup.service.LookupService.require_readable`), and which is read again each time.
 
 Answers stay exact under a view up to ``ttl_s`` old but for the log start offset: segments copied
 meanwhile only raise the max remote timestamp, and a timestamp above the stale one is then in

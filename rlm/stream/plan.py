@@ -86,6 +86,8 @@ def plan_range(service: LookupService, indexes: RemoteIndexCache, query: RangeQu
     Raises:
         InvalidTopicNameError: the topic name breaks Kafka's rule.
         NotFoundError: unknown topic-partition.
+        UnreadableTopicIdError: the store knows the partition and the broker's
+            ``partition.metadata`` cannot be read (:mod:`rlm.lookup.topic_ids`).
         OffsetOutOfRangeError: ``offset`` is below the log start offset.
         MetadataUnavailableError: the metadata store does not answer and the range needs it.
     """
@@ -93,7 +95,7 @@ def plan_range(service: LookupService, indexes: RemoteIndexCache, query: RangeQu
     validate_topic(tp.topic)
     local = service.pinned_partition(tp)
     view = service.usable_view(tp, local)
-    service.require_known(tp, local, view)
+    service.require_readable(tp, local, view)
     earliest = service.earliest_offset(tp, local, view)
     limit = service.last_fetchable(local, query.isolation, log_start=earliest)
     if local is None:

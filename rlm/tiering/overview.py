@@ -1,11 +1,21 @@
 """What the remote tier holds, per topic and partition, for operators (REST/gRPC read it).
 
 A topic deleted and created again under the same name keeps its deleted incarnation's segments
-in the metadata store until the copier retires them (:mod:`rlm.tiering.topic_identity`). The
-partitions' figures are those of the topic the broker's directory holds (its
-``partition.metadata``), as lookups answer for it: the other topic's segments, offsets and
-timestamps are left out of them. The segment listing shows every segment, each with its topic
-id, so that an operator sees what the store holds and whose it is.
+in the metadata store until the copier retires them (:mod:`rlm.tiering.topic_identity`). Both
+views tell them apart by the topic id of the broker's directory (its ``partition.metadata``), as
+lookups, fetches and streams do (:mod:`rlm.lookup.topic_ids`):
+
+* A partition's figures are those of the topic the broker holds: the deleted topic's segments,
+  offsets, timestamps and skipped ranges are left out of them, and the copy lag is what the
+  copier has to copy of the new topic (all of it, once it retires the old one's state). An
+  operator reads them as the figures of the topic that is there now.
+* The segment listing shows every segment the store holds, in every state, as its job is to show
+  what the store holds: each with its topic id, and the deleted topic's marked as such
+  (:meth:`SegmentPage.of_deleted_topic`); no read uses those, and the copier deletes them.
+
+Where the broker's ``partition.metadata`` cannot be read, nothing tells the topics apart: the
+figures are the store's, as it holds them, the listing marks no segment either way, and both say
+what is wrong with the file (``topic_id_error``); reads of the partition fail meanwhile.
 """
 
 from __future__ import annotations
@@ -15,9 +25,8 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from rlm.arguments import parse_int, shown
-from rlm.errors import CorruptDataError
-from rlm.log.checkpoints import topic_id_to_uuid
 from rlm.log.logdir import LogDir, PartitionDir
+from rlm.lookup.topic_ids import UnreadableTopicIdError, is_other_topic, local_topic_id
 from rlm.metastore.model import PartitionRecord, RemoteSegment, SegmentState, SkippedRange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.layout import validate_topic
@@ -42,6 +51,12 @@ class PartitionOverview:
     skipped_ranges: tuple[SkippedRange, ...] = ()
     """Offsets the remote tier will never hold, and why (``rlm copy skip``, or deleted locally
     before they were tiered)."""
+    topic_id: UUID | None = None
+    """The topic id of the broker's directory (``partition.metadata``), whose figures these are;
+    None without one (no directory, or an older broker) or when it cannot be read."""
+    topic_id_error: str | None = None
+    """Why the broker's ``partition.metadata`` cannot be read (it names the file): the figures are
+    then the store's, whichever topic's they are, and reads of the partition fail."""
 
 
 def remote_log_start(record: PartitionRecord | None, finished: list[RemoteSegment]) -> int:
@@ -53,16 +68,14 @@ def remote_log_start(record: PartitionRecord | None, finished: list[RemoteSegmen
     return first if record is None else max(first, record.remote_log_start_offset)
 
 
-def _topic_id(partition: PartitionDir | None) -> UUID | None:
-    """The broker's topic id of ``partition``; None without one, or when it cannot be read (an
-    operator view still shows the figures then; lookups refuse the remote tier, the copier errs)."""
-    if partition is None:
-        return None
+def broker_topic_id(partition: PartitionDir | None) -> tuple[UUID | None, str | None]:
+    """The topic id of the broker's directory of a partition, as reads take it
+    (:func:`~rlm.lookup.topic_ids.local_topic_id`): None without one; and why it cannot be read,
+    or None."""
     try:
-        text = partition.topic_id()
-    except (CorruptDataError, OSError):
-        return None
-    return topic_id_to_uuid(text) if text is not None else None
+        return local_topic_id(partition), None
+    except UnreadableTopicIdError as exc:
+        return None, str(exc)
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,20 @@ class SegmentPage:
     segments: tuple[RemoteSegment, ...]
     next_page_token: str | None
     """Pass back to get the next page; None on the last page."""
+    topic_id: UUID | None = None
+    """The topic id of the broker's directory of the partition; None without one (no directory,
+    or an older broker) or when it cannot be read."""
+    topic_id_error: str | None = None
+    """Why the broker's ``partition.metadata`` cannot be read (it names the file); None when it
+    can be, or there is none."""
+
+    def of_deleted_topic(self, segment: RemoteSegment) -> bool | None:
+        """Whether ``segment`` is of a topic deleted under the partition's name, not the one the
+        broker holds: no read uses it, and the copier deletes it. False when either id is unknown
+        (as reads take it); None when the broker's topic id cannot be read."""
+        if self.topic_id_error is not None:
+            return None
+        return is_other_topic(segment.topic_id, self.topic_id)
 
 
 class Overview:
@@ -100,12 +127,19 @@ class Overview:
         for tp in sorted(known):
             if topic is not None and tp.topic != topic:
                 continue
+            partition = local.get(tp)
+            topic_id, topic_id_error = broker_topic_id(partition)
             record = self.store.get_partition(tp)
-            highest = record.highest_copied_offset if record is not None else -1
             skipped = self.store.list_skipped_ranges(tp)
+            finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
+            if record is not None and is_other_topic(record.topic_id, topic_id):
+                # The deleted topic's offsets and skipped ranges, not yet retired: the new topic
+                # has nothing tiered (the copier resets them as it retires its segments).
+                record, skipped = None, []
+            finished = [s for s in finished if not is_other_topic(s.topic_id, topic_id)]
+            highest = record.highest_copied_offset if record is not None else -1
             lag_segments = lag_bytes = 0
             local_start = hw = -1
-            partition = local.get(tp)
             if partition is not None:
                 hw_value = partition.high_watermark()
                 hw = hw_value if hw_value is not None else -1
@@ -120,12 +154,6 @@ class Overview:
                     skipped=skipped,
                 )
                 lag_segments, lag_bytes = plan.lag_segments, plan.lag_bytes()
-            finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
-            topic_id = _topic_id(partition)
-            if topic_id is not None:
-                finished = [s for s in finished if s.topic_id in (None, topic_id)]
-                if record is not None and record.topic_id not in (None, topic_id):
-                    record, highest = None, -1  # the deleted topic's offsets, not yet retired
             max_ts = max((s.max_timestamp_ms for s in finished), default=-1)
             result.append(
                 PartitionOverview(
@@ -141,6 +169,8 @@ class Overview:
                     local_log_start_offset=local_start,
                     high_watermark=hw,
                     skipped_ranges=tuple(skipped),
+                    topic_id=topic_id,
+                    topic_id_error=topic_id_error,
                 )
             )
         return result
@@ -153,7 +183,8 @@ class Overview:
         page_token: str | None = None,
         states: tuple[SegmentState, ...] | None = None,
     ) -> SegmentPage:
-        """A page of ``tp``'s remote segments; the token is the last segment's offset and id.
+        """A page of ``tp``'s remote segments, of every topic the store holds under its name
+        (module docstring); the token is the last segment's offset and id.
 
         Raises:
             InvalidTopicNameError: the topic name breaks Kafka's rule.
@@ -178,4 +209,13 @@ class Overview:
         more = len(page) > limit
         page = page[:limit]
         token = f"{page[-1].start_offset}:{page[-1].segment_id}" if more and page else None
-        return SegmentPage(page, token)
+        topic_id, topic_id_error = broker_topic_id(self._partition_dir(tp))
+        return SegmentPage(page, token, topic_id, topic_id_error)
+
+    def _partition_dir(self, tp: TopicPartition) -> PartitionDir | None:
+        """The broker's directory of ``tp``, or None when no log directory has one."""
+        for log_dir in self.log_dirs:
+            path = log_dir.path / f"{tp.topic}-{tp.partition}"
+            if path.is_dir():
+                return PartitionDir(path, log_dir)
+        return None

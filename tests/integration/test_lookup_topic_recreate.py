@@ -1,22 +1,21 @@
-"""Lookups and fetches of a topic deleted and created again under the same name, on SQLite +
-filesystem and PostgreSQL + S3.
+"""Lookups, fetches and streams of a topic deleted and created again under the same name, on
+SQLite + filesystem and PostgreSQL + S3.
 
 The deleted topic's segments stay listed in the metadata store under the name until the copier
 retires them, and another sidecar may hold the lease meanwhile. Whatever the copier did yet, the
 answers are the new topic's: its offsets, its log start, its records; never the deleted topic's.
+When the broker's ``partition.metadata`` cannot be read, nothing tells the two apart: reads fail,
+naming the file, until it is put right.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from fastapi.testclient import TestClient
 
-from api.rest.app import create_app
 from rlm.bootstrap import Runtime
 from rlm.log.logdir import PARTITION_METADATA, LogDir
 from rlm.log.model import Record
@@ -24,6 +23,7 @@ from rlm.lookup.list_offsets import ErrorCode
 from rlm.lookup.plans import OffsetAnswer
 from rlm.lookup.topic_ids import UnreadableTopicIdError
 from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.stream.plan import RangeQuery
 from tests.lookup_support import Backend, runtime
 from tests.s3_support import MotoS3
 from tests.tiering_support import WRITER_NOW_MS, SegmentPlan, set_log_start_offsets, write_scripted_log_dir
@@ -40,9 +40,18 @@ def write_topic(log_dir: Path, segments: int, *, seed: int) -> None:
     write_scripted_log_dir(log_dir, {TP: plans}, seed=seed)
 
 
-@pytest.fixture(params=["sqlite-fs", pytest.param("postgres-s3", marks=pytest.mark.postgres)])
+#: The backends of :func:`old_topic_sidecar`, for the ``params`` of its fixtures.
+BACKENDS = ["sqlite-fs", pytest.param("postgres-s3", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=BACKENDS)
 def sidecar(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Runtime, Path]]:
-    """A sidecar over the old topic: 5 segments tiered, its log start 20 (retention deleted two)."""
+    yield from old_topic_sidecar(request, tmp_path)
+
+
+def old_topic_sidecar(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Runtime, Path]]:
+    """A sidecar over the old topic: 5 segments tiered, its log start 20 (retention deleted two);
+    the backend is ``request.param``, one of :data:`BACKENDS`."""
     log_dir = tmp_path / "logs"
     write_topic(log_dir, 5, seed=1)
     if request.param == "sqlite-fs":
@@ -140,41 +149,51 @@ def test_an_unreadable_topic_id_fails_the_reads_that_would_use_the_remote_tier(
     assert rt.lookup.find(TP, WRITER_NOW_MS - 1000) == OffsetAnswer(5, WRITER_NOW_MS - 1000, 0, "local")
 
 
-def test_the_overview_counts_the_new_topics_segments_and_the_listing_names_each_ones_topic(
-    sidecar: tuple[Runtime, Path],
+def break_file(path: Path, how: str) -> None:
+    """Make ``partition.metadata`` unparsable (``"malformed"``) or unreadable (``"unreadable"``: a
+    directory in its place, which even root cannot read as a file)."""
+    if how == "malformed":
+        path.write_bytes(b"version: 0\ntopic_id: not-an-id")
+    else:
+        path.unlink()
+        path.mkdir()
+
+
+def put_right(path: Path, written: bytes) -> None:
+    if path.is_dir():
+        path.rmdir()
+    path.write_bytes(written)
+
+
+@pytest.mark.parametrize(("how", "what"), [("malformed", "line 2"), ("unreadable", "Is a directory")])
+def test_an_unreadable_topic_id_fails_fetches_and_streams(
+    sidecar: tuple[Runtime, Path], how: str, what: str
 ) -> None:
     rt, log_dir = sidecar
-    deleted_id = LogDir(log_dir).partition(TP.topic, TP.partition).topic_id()
     recreate_topic(log_dir)
-    new_id = LogDir(log_dir).partition(TP.topic, TP.partition).topic_id()
-    assert deleted_id is not None and new_id is not None and deleted_id != new_id
+    local = LogDir(log_dir).partition(TP.topic, TP.partition)
+    new_records = [r for s in local.rolled_segments() for h in s.headers() for r in s.read_records(h)]
+    metadata = local.path / PARTITION_METADATA
+    written = metadata.read_bytes()
+    rt.lookup.invalidate()
+    assert fetch_values(rt, 25, 25) == new_records[25:26]  # the view of the new topic is kept
 
-    # Before the copier retires them, the deleted topic's 3 live segments are no part of the
-    # partition's figures: nothing of the new topic is tiered yet.
-    (before,) = rt.overview.partitions(TP.topic)
-    assert (before.tiered_segments, before.tiered_bytes) == (0, 0)
-    assert (before.remote_log_start_offset, before.highest_tiered_offset, before.max_remote_timestamp) == (
-        -1,
-        -1,
-        -1,
-    )
-    # The listing shows what the store holds, each segment with its topic's id.
-    with TestClient(create_app(replace(rt.settings, auth_enabled=False), runtime_=rt)) as client:
-        listed = client.get(f"/v1/topics/{TP.topic}/partitions/{TP.partition}/segments")
-        assert listed.status_code == 200, listed.text
-        rows = listed.json()["segments"]
-        assert [(r["start_offset"], r["topic_id"]) for r in rows] == [
-            (o, deleted_id) for o in (0, 10, 20, 30, 40)
-        ]
+    break_file(metadata, how)
+    # The store's remote log start (20) is the deleted topic's: neither a fetch below it nor one
+    # of the broker's own offsets may take it for the new topic's, even with the view kept.
+    expected = rf"{PARTITION_METADATA}: the topic id of orders-0 cannot be read \({what}"
+    for offset in (0, 25):
+        with pytest.raises(UnreadableTopicIdError, match=expected):
+            rt.fetcher.fetch(TP, offset, 1 << 20)
+    for query in (
+        RangeQuery(TP),
+        RangeQuery(TP, offset=0),
+        RangeQuery(TP, from_timestamp=WRITER_NOW_MS - 1000),
+    ):
+        with pytest.raises(UnreadableTopicIdError, match=expected):
+            rt.streams.plan(query)
 
-        assert [o.copied_segments for o in rt.copier.run_once()] == [3]
-        (after,) = rt.overview.partitions(TP.topic)
-        assert (after.tiered_segments, after.remote_log_start_offset, after.highest_tiered_offset) == (
-            3,
-            0,
-            29,
-        )
-        assert after.max_remote_timestamp == WRITER_NOW_MS - 1000 + 2
-        rows = client.get(f"/v1/topics/{TP.topic}/partitions/{TP.partition}/segments").json()["segments"]
-        finished = [(r["start_offset"], r["topic_id"]) for r in rows if r["state"] == "COPY_SEGMENT_FINISHED"]
-        assert finished == [(0, new_id), (10, new_id), (20, new_id)]
+    put_right(metadata, written)
+    assert fetch_values(rt, 0, 29) == new_records[:30]
+    plan = rt.streams.plan(RangeQuery(TP))
+    assert (plan.start, plan.local_start) == (0, 0)

@@ -618,10 +618,18 @@ class ListSegmentsResponse(_message.Message):
     PARTITION_FIELD_NUMBER: _builtins.int
     SEGMENTS_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_ERROR_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     next_page_token: _builtins.str
     """Pass back as page_token for the next page; empty on the last page."""
+    topic_id: _builtins.str
+    """The topic id (Kafka's base64 form) of the broker's partition.metadata of the partition;
+    empty without one (no directory, an older broker) or when it cannot be read.
+    """
+    topic_id_error: _builtins.str
+    """Why the broker's partition.metadata cannot be read, naming the file; empty when it can."""
     @_builtins.property
     def segments(self) -> _containers.RepeatedCompositeFieldContainer[Global___RemoteSegment]: ...
     def __init__(
@@ -631,10 +639,12 @@ class ListSegmentsResponse(_message.Message):
         partition: _builtins.int = ...,
         segments: _abc.Iterable[Global___RemoteSegment] | None = ...,
         next_page_token: _builtins.str = ...,
+        topic_id: _builtins.str = ...,
+        topic_id_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "partition", b"partition", "segments", b"segments", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_page_token", b"next_page_token", "partition", b"partition", "segments", b"segments", "topic", b"topic", "topic_id", b"topic_id", "topic_id_error", b"topic_id_error"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -657,6 +667,7 @@ class RemoteSegment(_message.Message):
     LEADER_EPOCHS_FIELD_NUMBER: _builtins.int
     TXN_INDEX_EMPTY_FIELD_NUMBER: _builtins.int
     TOPIC_ID_FIELD_NUMBER: _builtins.int
+    DELETED_TOPIC_FIELD_NUMBER: _builtins.int
     segment_id: _builtins.str
     """A UUID; a retried copy gets a new one."""
     start_offset: _builtins.int
@@ -678,6 +689,12 @@ class RemoteSegment(_message.Message):
     under the same name has a new id: its deleted incarnation's segments, listed until the
     copier retires them, carry the old one.
     """
+    deleted_topic: _builtins.bool
+    """True for a segment of a topic deleted under this name (its topic_id is not the one of the
+    broker's partition.metadata): no read uses it, and the copier deletes it. False when either
+    id is unknown, as reads take it; unset when the broker's topic id cannot be read (the
+    listing's topic_id_error says why).
+    """
     @_builtins.property
     def leader_epochs(self) -> _containers.RepeatedCompositeFieldContainer[Global___LeaderEpochEntry]:
         """The epochs that wrote the segment's records, ascending."""
@@ -696,12 +713,15 @@ class RemoteSegment(_message.Message):
         leader_epochs: _abc.Iterable[Global___LeaderEpochEntry] | None = ...,
         txn_index_empty: _builtins.bool = ...,
         topic_id: _builtins.str = ...,
+        deleted_topic: _builtins.bool | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_deleted_topic", b"_deleted_topic", "deleted_topic", b"deleted_topic"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "end_offset", b"end_offset", "event_time_ms", b"event_time_ms", "leader_epochs", b"leader_epochs", "max_timestamp", b"max_timestamp", "segment_id", b"segment_id", "size_bytes", b"size_bytes", "start_offset", b"start_offset", "state", b"state", "topic_id", b"topic_id", "txn_index_empty", b"txn_index_empty"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_deleted_topic", b"_deleted_topic", "broker_id", b"broker_id", "deleted_topic", b"deleted_topic", "end_offset", b"end_offset", "event_time_ms", b"event_time_ms", "leader_epochs", b"leader_epochs", "max_timestamp", b"max_timestamp", "segment_id", b"segment_id", "size_bytes", b"size_bytes", "start_offset", b"start_offset", "state", b"state", "topic_id", b"topic_id", "txn_index_empty", b"txn_index_empty"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__deleted_topic: _TypeAlias = _typing.Literal["deleted_topic"]  # noqa: Y015
+    _WhichOneofArgType__deleted_topic: _TypeAlias = _typing.Literal["_deleted_topic", b"_deleted_topic"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__deleted_topic) -> _WhichOneofReturnType__deleted_topic | None: ...
 
 Global___RemoteSegment: _TypeAlias = RemoteSegment  # noqa: Y015
 
@@ -785,6 +805,8 @@ class PartitionOverview(_message.Message):
     LOCAL_LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     HIGH_WATERMARK_FIELD_NUMBER: _builtins.int
     SKIPPED_RANGES_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_ERROR_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     tiered_bytes: _builtins.int
@@ -797,6 +819,15 @@ class PartitionOverview(_message.Message):
     copy_lag_bytes: _builtins.int
     local_log_start_offset: _builtins.int
     high_watermark: _builtins.int
+    topic_id: _builtins.str
+    """The topic id (Kafka's base64 form) of the broker's partition.metadata: the figures are of that
+    topic only, a deleted topic's of the same name left out. Empty without one (no directory, an
+    older broker) or when it cannot be read.
+    """
+    topic_id_error: _builtins.str
+    """Why the broker's partition.metadata cannot be read, naming the file: the figures are then the
+    store's, whichever topic's they are, and reads of the partition fail until it is put right.
+    """
     @_builtins.property
     def skipped_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkippedRange]:
         """Offsets the remote tier will never hold, in offset order."""
@@ -816,10 +847,12 @@ class PartitionOverview(_message.Message):
         local_log_start_offset: _builtins.int = ...,
         high_watermark: _builtins.int = ...,
         skipped_ranges: _abc.Iterable[Global___SkippedRange] | None = ...,
+        topic_id: _builtins.str = ...,
+        topic_id_error: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_lag_bytes", b"copy_lag_bytes", "copy_lag_segments", b"copy_lag_segments", "high_watermark", b"high_watermark", "highest_tiered_offset", b"highest_tiered_offset", "local_log_start_offset", b"local_log_start_offset", "max_remote_timestamp", b"max_remote_timestamp", "partition", b"partition", "remote_log_start_offset", b"remote_log_start_offset", "skipped_ranges", b"skipped_ranges", "tiered_bytes", b"tiered_bytes", "tiered_segments", b"tiered_segments", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_lag_bytes", b"copy_lag_bytes", "copy_lag_segments", b"copy_lag_segments", "high_watermark", b"high_watermark", "highest_tiered_offset", b"highest_tiered_offset", "local_log_start_offset", b"local_log_start_offset", "max_remote_timestamp", b"max_remote_timestamp", "partition", b"partition", "remote_log_start_offset", b"remote_log_start_offset", "skipped_ranges", b"skipped_ranges", "tiered_bytes", b"tiered_bytes", "tiered_segments", b"tiered_segments", "topic", b"topic", "topic_id", b"topic_id", "topic_id_error", b"topic_id_error"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
