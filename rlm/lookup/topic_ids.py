@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from pathlib import Path
 from uuid import UUID
 
 from rlm.errors import CorruptDataError
@@ -52,14 +53,24 @@ def local_topic_id(local: PartitionDir | None) -> UUID | None:
     except (CorruptDataError, OSError) as exc:
         path = str(local.path / PARTITION_METADATA)
         detail = exc.reason if isinstance(exc, CorruptDataError) else (exc.strerror or str(exc))
-        log.warning("the topic id of %s cannot be read: %s", local.tp, exc)
+        if _reported.get(local.path) != detail:  # once per problem, not once per refused read
+            _reported[local.path] = detail
+            log.warning("the topic id of %s cannot be read: %s", local.tp, exc)
         raise UnreadableTopicIdError(
             f"the topic id of {local.tp} cannot be read ({detail}): its remote segments cannot be told "
             "from those of a topic deleted under the same name, so the partition is not read until "
             "the file is put right",
             path=path,
         ) from exc
+    if _reported and local.path in _reported:
+        _reported.pop(local.path, None)
+        log.warning("the topic id of %s can be read again", local.tp)
     return None if text is None else _as_uuid(text)
+
+
+#: The problem last logged for each partition directory whose topic id could not be read, until
+#: it can.
+_reported: dict[Path, str] = {}
 
 
 #: The ids of the partitions looked up, parsed once: a remote search asks for its partition's.

@@ -123,7 +123,7 @@ def test_after_the_copier_ran_remote_reads_return_the_new_topics_records(
 
 
 def test_an_unreadable_topic_id_fails_the_reads_that_would_use_the_remote_tier(
-    sidecar: tuple[Runtime, Path],
+    sidecar: tuple[Runtime, Path], caplog: pytest.LogCaptureFixture
 ) -> None:
     rt, log_dir = sidecar
     recreate_topic(log_dir)
@@ -142,11 +142,16 @@ def test_an_unreadable_topic_id_fails_the_reads_that_would_use_the_remote_tier(
         assert result.error_code is ErrorCode.KAFKA_STORAGE_ERROR
         assert result.error_message is not None and str(metadata) in result.error_message
         assert "line 2" in result.error_message  # what is wrong in it
+    # The log says so once, not once for each of the six reads refused.
+    said = [r.getMessage() for r in caplog.records if r.name == "rlm.lookup"]
+    assert len([m for m in said if "cannot be read" in m and "line 2" in m]) == 1, said
 
     # Put right, the file is read again at once: the answers are the new topic's.
     metadata.write_bytes(written)
     assert rt.lookup.find(TP, EARLIEST).offset == 0
     assert rt.lookup.find(TP, WRITER_NOW_MS - 1000) == OffsetAnswer(5, WRITER_NOW_MS - 1000, 0, "local")
+    said = [r.getMessage() for r in caplog.records if r.name == "rlm.lookup"]
+    assert said[-1] == "the topic id of orders-0 can be read again"
 
 
 def break_file(path: Path, how: str) -> None:
