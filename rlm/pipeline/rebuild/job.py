@@ -271,33 +271,7 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
             and c.description.end_offset <= cover.description.end_offset
         ):
             held_by[id(c)] = [cover]
-            if cover.unknown:
-                reason = (
-                    f"inside the range of segment {cover.objects.segment_id}, chosen though its "
-                    "compaction state could not be read (a compaction's output, if swapped in)"
-                )
-                kept_why = (
-                    f"segment {cover.objects.segment_id}'s description could not be read: it may be "
-                    "a compaction's output never swapped in, without records this set holds"
-                )
-                orphan = Orphan(tuple(c.objects.keys), reason, deletable=False, kept=kept_why)
-            elif cover.pending:
-                reason = (
-                    f"inside the range of segment {cover.objects.segment_id}, a compaction's output "
-                    "never swapped in, chosen as the segments it would replace no longer hold its range"
-                )
-                kept_why = (
-                    f"segment {cover.objects.segment_id} was never swapped in: this set holds records "
-                    "of the range it may not, which the original database holds"
-                )
-                orphan = Orphan(tuple(c.objects.keys), reason, deletable=False, kept=kept_why)
-            else:
-                reason = (
-                    f"replaced by segment {cover.objects.segment_id}, which holds its whole range "
-                    "(a compaction's output)"
-                )
-                orphan = Orphan(tuple(c.objects.keys), reason)
-            found.append((c, orphan))
+            found.append((c, _inside(c, cover)))
             continue
         kept_sets.append(c)
     # What holds an orphan's range once deleting is done: the sets it defers to when they stay
@@ -313,6 +287,32 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
         held_keys = dict.fromkeys(key for h in holders(c) for key in h.objects.keys)
         orphans.append(replace(orphan, held_by=tuple(held_keys)))
     return kept_sets, orphans
+
+
+def _inside(c: Candidate, cover: Candidate) -> Orphan:
+    """The orphan of ``c``, wholly inside the range of the chosen ``cover``: deletable only when
+    ``cover`` is a compaction's output known to be swapped in (module docstring)."""
+    keys, cover_id = tuple(c.objects.keys), cover.objects.segment_id
+    if not (cover.unknown or cover.pending):
+        return Orphan(
+            keys, f"replaced by segment {cover_id}, which holds its whole range (a compaction's output)"
+        )
+    if cover.unknown:
+        why = "chosen though its compaction state could not be read (a compaction's output, if swapped in)"
+        kept = (
+            f"segment {cover_id}'s description could not be read: it may be a compaction's output "
+            "never swapped in, without records this set holds"
+        )
+    else:
+        why = (
+            "a compaction's output never swapped in, chosen as the segments it would replace no "
+            "longer hold its range"
+        )
+        kept = (
+            f"segment {cover_id} was never swapped in: this set holds records of the range it may "
+            "not, which the original database holds"
+        )
+    return Orphan(keys, f"inside the range of segment {cover_id}, {why}", deletable=False, kept=kept)
 
 
 def restore_log_starts(
