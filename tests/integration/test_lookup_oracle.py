@@ -18,8 +18,10 @@ answer of the lookup service must equal the oracle's, computed from the appended
 
 from __future__ import annotations
 
+import contextlib
 import random
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -277,50 +279,18 @@ def test_read_committed_stops_at_a_transaction_open_at_the_high_watermark(
     run_example(Backend("sqlite-fs", sqlite_template=sqlite_template), plan, seed=11)
 
 
-def test_read_committed_latest_tiered_is_unknown_when_the_tier_reaches_an_open_transaction(
-    sqlite_template: Path,
-) -> None:
-    # One batch per segment; the high watermark is the marker of the fifth transaction (boundary
-    # 9 of 12): its records are tiered, its marker is not. Under READ_COMMITTED the last stable
-    # offset is the transaction's first offset, at or below the highest tiered offset, which Kafka
-    # does not give (as for any timestamp but LATEST and EARLIEST): -1. READ_UNCOMMITTED gives it.
-    plan = PartitionPlan(_spread(6, kind="commit"), segment_bytes=1, tiering="both", high_watermark_at=9 / 12)
-    with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
-        truth = write_partition(root / "logs", plan)
-        open_first, marker = truth.transactions[4]
-        assert truth.high_watermark == marker
-        rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), root, root / "logs")
-        try:
-            tiered = tier_partition(rt, LogDir(root / "logs").partition(TOPIC, 0), truth, plan)
-            assert truth.last_fetchable(committed=True) == open_first <= truth.highest_copied < marker
-            committed = rt.lookup.find(tiered.tp, -5, isolation=IsolationLevel.READ_COMMITTED)
-            assert (committed.offset, committed.tier) == (-1, None)
-            assert rt.lookup.find(tiered.tp, -5).offset == truth.highest_copied
-            query = TopicQuery(tiered.tp.topic, (PartitionQuery(tiered.tp.partition, -5),))
-            (result,) = (
-                rt.list_offsets.handle(ListOffsetsRequest((query,), isolation_level=1)).topics[0].partitions
-            )
-            assert (result.error_code, result.offset) == (ErrorCode.NONE, -1)
-            check_against_oracle(tiered, random.Random(5))
-        finally:
-            rt.close()
-
-
-def test_read_committed_latest_is_raised_to_a_log_start_remote_retention_moved(
-    sqlite_template: Path,
-) -> None:
-    # One batch per segment. The high watermark is the marker of the fifth transaction (boundary
-    # 9 of 12), which is still open to consumers; its records are in a segment of their own below
-    # the high watermark, so they are tiered, and remote retention deleting every tiered segment
-    # moves the log start offset past the transaction's first offset. The broker raises the first
-    # unstable offset to the log start offset: READ_COMMITTED LATEST is the log start offset.
+@contextlib.contextmanager
+def _open_fifth_transaction(sqlite_template: Path, *, expire: bool) -> Iterator[tuple[Tiered, int]]:
+    """One batch per segment, six transactions; the high watermark is the marker of the fifth
+    (boundary 9 of 12), which is still open to consumers: its records are tiered, its marker is
+    not. With ``expire`` remote retention deletes every tiered segment. Yields the tiered partition
+    and the open transaction's first offset."""
     plan = PartitionPlan(
         _spread(6, kind="commit"),
         segment_bytes=1,
         tiering="both",
         high_watermark_at=9 / 12,
-        retention_bytes_share=0.0,
+        retention_bytes_share=0.0 if expire else None,
     )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -329,11 +299,44 @@ def test_read_committed_latest_is_raised_to_a_log_start_remote_retention_moved(
         assert truth.high_watermark == marker
         rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), root, root / "logs")
         try:
-            tiered = tier_partition(rt, LogDir(root / "logs").partition(TOPIC, 0), truth, plan)
-            assert tiered.retention_deleted > 0, tiered.notes
-            assert open_first < truth.log_start_offset <= truth.high_watermark, tiered.notes
-            answer = rt.lookup.find(tiered.tp, -1, isolation=IsolationLevel.READ_COMMITTED)
-            assert answer.offset == truth.log_start_offset == truth.last_fetchable(committed=True)
-            check_against_oracle(tiered, random.Random(3))
+            yield tier_partition(rt, LogDir(root / "logs").partition(TOPIC, 0), truth, plan), open_first
         finally:
             rt.close()
+
+
+def test_read_committed_latest_tiered_is_unknown_when_the_tier_reaches_an_open_transaction(
+    sqlite_template: Path,
+) -> None:
+    # Under READ_COMMITTED the last stable offset is the open transaction's first offset, at or
+    # below the highest tiered offset, which Kafka does not give (as for any timestamp but LATEST
+    # and EARLIEST): -1. READ_UNCOMMITTED gives it.
+    with _open_fifth_transaction(sqlite_template, expire=False) as (tiered, open_first):
+        truth, rt = tiered.truth, tiered.runtime
+        assert (
+            truth.last_fetchable(committed=True) == open_first <= truth.highest_copied < truth.high_watermark
+        )
+        committed = rt.lookup.find(tiered.tp, -5, isolation=IsolationLevel.READ_COMMITTED)
+        assert (committed.offset, committed.tier) == (-1, None)
+        assert rt.lookup.find(tiered.tp, -5).offset == truth.highest_copied
+        query = TopicQuery(tiered.tp.topic, (PartitionQuery(tiered.tp.partition, -5),))
+        (result,) = (
+            rt.list_offsets.handle(ListOffsetsRequest((query,), isolation_level=1)).topics[0].partitions
+        )
+        assert (result.error_code, result.offset) == (ErrorCode.NONE, -1)
+        check_against_oracle(tiered, random.Random(5))
+
+
+def test_read_committed_latest_is_raised_to_a_log_start_remote_retention_moved(
+    sqlite_template: Path,
+) -> None:
+    # The open transaction's records are in a segment of their own below the high watermark, so
+    # they are tiered, and remote retention deleting every tiered segment moves the log start
+    # offset past the transaction's first offset. The broker raises the first unstable offset to
+    # the log start offset: READ_COMMITTED LATEST is the log start offset.
+    with _open_fifth_transaction(sqlite_template, expire=True) as (tiered, open_first):
+        truth, rt = tiered.truth, tiered.runtime
+        assert tiered.retention_deleted > 0, tiered.notes
+        assert open_first < truth.log_start_offset <= truth.high_watermark, tiered.notes
+        answer = rt.lookup.find(tiered.tp, -1, isolation=IsolationLevel.READ_COMMITTED)
+        assert answer.offset == truth.log_start_offset == truth.last_fetchable(committed=True)
+        check_against_oracle(tiered, random.Random(3))
