@@ -73,9 +73,12 @@ class FaultInjector:
     """Answers ``rate`` of the requests (of ``operations``, or all) with one of ``faults``.
 
     At most ``max_faults`` faults are injected in all, when given; with ``in_order`` the faults
-    are taken in turn instead of at random (to script a sequence). The settings may be changed
-    while installed. ``injected`` counts the faults by kind and ``requests`` the requests seen, by
-    operation name (``PutObject``...). Thread-safe.
+    are taken in turn instead of at random (to script a sequence). With ``per_operation`` each
+    operation draws from a random sequence of its own (seeded by ``seed`` and its name), so that
+    which of its requests fail does not depend on how many requests of other operations, from
+    other threads, came first. The settings may be changed while installed. ``injected`` counts
+    the faults by kind and ``requests`` the requests seen, by operation name (``PutObject``...).
+    Thread-safe.
     """
 
     def __init__(
@@ -86,6 +89,7 @@ class FaultInjector:
         operations: Collection[str] | None = None,
         max_faults: int | None = None,
         in_order: bool = False,
+        per_operation: bool = False,
         seed: int = 0,
     ) -> None:
         self.rate = rate
@@ -97,6 +101,8 @@ class FaultInjector:
         self.injected_by_operation: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
         self._random = random.Random(seed)
+        self._seed = seed
+        self._per_operation: dict[str, random.Random] | None = {} if per_operation else None
         self._lock = threading.Lock()
         self._http = URLLib3Session()
 
@@ -122,12 +128,13 @@ class FaultInjector:
                 return None
             if self.max_faults is not None and sum(self.injected.values()) >= self.max_faults:
                 return None
-            if self._random.random() >= self.rate:
+            draws = self._random
+            if self._per_operation is not None:
+                draws = self._per_operation.setdefault(operation, random.Random(f"{self._seed}:{operation}"))
+            if draws.random() >= self.rate:
                 return None
             done = sum(self.injected.values())
-            fault = (
-                self.faults[done % len(self.faults)] if self.in_order else self._random.choice(self.faults)
-            )
+            fault = self.faults[done % len(self.faults)] if self.in_order else draws.choice(self.faults)
             self.injected[fault] += 1
             self.injected_by_operation[operation] += 1
             return fault

@@ -103,23 +103,29 @@ def test_an_encoding_failure_ends_the_pieces_where_it_happens(executor: ThreadPo
 
 @pytest.mark.parametrize("ahead", [1, 2])
 def test_closing_drops_the_encodings_in_flight(executor: ThreadPoolExecutor, ahead: int) -> None:
-    started = threading.Event()
+    # Groups 1 to ``ahead`` are in flight when group 0 is yielded; each holds its thread until
+    # released, and the consumer closes the stream only once all of them are under way (a group
+    # still queued when the stream closes is cancelled before it starts, which is also right).
+    in_flight = threading.Semaphore(0)
     release = threading.Event()
     encoded: list[int] = []
 
     def encode(i: int) -> int:
-        if i == 1:
-            started.set()
+        if i >= 1:
+            in_flight.release()
             release.wait(10)
         encoded.append(i)
         return i
+
+    def all_under_way() -> bool:
+        return all(in_flight.acquire(timeout=10) for _ in range(ahead))
 
     async def main() -> list[int]:
         got = []
         async with contextlib.aclosing(encode_ahead(numbers(10), encode, executor, ahead)) as pieces:
             async for piece in pieces:
                 got.append(piece)
-                await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+                assert await asyncio.get_running_loop().run_in_executor(None, all_under_way)
                 break  # group 1 is being encoded (and group 2 beside it, two at a time)
         release.set()
         return got
