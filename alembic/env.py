@@ -13,6 +13,7 @@ from sqlalchemy import Connection
 from alembic import context
 from metadata.engine import DEFAULT_URL, WRITE_OPTION, create_engine_for_url
 from metadata.models import Base
+from rlm.errors import MetadataError
 
 config = context.config
 
@@ -42,16 +43,28 @@ def run_migrations_offline() -> None:
 
 
 def _run(connection: Connection) -> None:
+    sqlite = connection.dialect.name == "sqlite"
+    if sqlite:
+        # Batch mode copies a table and drops the original. With foreign keys enforced, that DROP
+        # deletes the rows first: it fails on a parent still referenced, and cascades to the
+        # children of rlm_segment (its epochs and pending uploads), which would silently go.
+        # The pragma is a no-op inside a transaction, so it is set before the migration's begins;
+        # the check below refuses to commit a migration that broke a reference.
+        connection.connection.driver_connection.execute("PRAGMA foreign_keys=OFF")  # type: ignore[union-attr]
     connection.execution_options(**{WRITE_OPTION: True})
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,
         # SQLite cannot ALTER most things in place: batch mode copies the table instead.
-        render_as_batch=connection.dialect.name == "sqlite",
+        render_as_batch=sqlite,
         compare_type=True,
     )
     with context.begin_transaction():
         context.run_migrations()
+        if sqlite:
+            broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+            if broken:
+                raise MetadataError(f"the migration left rows whose references are broken: {broken[:10]}")
 
 
 def run_migrations_online() -> None:

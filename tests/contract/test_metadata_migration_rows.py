@@ -1,0 +1,79 @@
+"""Migrations of databases that hold rows, on SQLite and PostgreSQL: going down to an older
+revision and up again keeps what both revisions have."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import func, select
+
+from metadata.engine import create_engine_for_url
+from metadata.models import PendingUploadRow, SegmentEpochRow
+from metadata.schema import downgrade, upgrade
+from metadata.store import SqlMetadataStore
+from rlm.metastore import PendingUpload, SegmentState
+from tests.metadata_support import (
+    BACKENDS,
+    TP,
+    add_finished,
+    create_postgres_database,
+    drop_postgres_database,
+    segment,
+)
+
+
+@pytest.fixture(params=BACKENDS)
+def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of its own, dropped after the test."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh.db'}"
+        return
+    url = create_postgres_database()
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)
+
+
+def counts(url: str) -> tuple[int, int]:
+    """Rows of ``rlm_segment_epoch`` and of ``rlm_pending_upload``."""
+    engine = create_engine_for_url(url, pooled=False)
+    try:
+        with engine.connect() as conn:
+            epochs = conn.execute(select(func.count()).select_from(SegmentEpochRow)).scalar_one()
+            uploads = conn.execute(select(func.count()).select_from(PendingUploadRow)).scalar_one()
+            return int(epochs), int(uploads)
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.parametrize("revision", ["0005", "0003"])
+def test_going_down_and_up_again_keeps_segments_their_epochs_and_uploads(
+    fresh_url: str, revision: str
+) -> None:
+    upgrade(fresh_url)
+    finished = segment(0, 99, epochs=((0, 0), (1, 50)))
+    copying = segment(100, 199, epochs=((1, 100),))
+    upload = PendingUpload("3f/orders-0/00000000000000000100-seg.log", "upload-1")
+    with SqlMetadataStore.open(fresh_url) as store:
+        add_finished(store, finished)
+        store.add_segment(copying)
+        store.add_pending_upload(copying.segment_id, upload)
+    assert counts(fresh_url) == (3, 1)
+
+    downgrade(fresh_url, revision)
+    assert counts(fresh_url) == (3, 1)
+    upgrade(fresh_url)
+
+    with SqlMetadataStore.open(fresh_url) as store:
+        assert [s.segment_id for s in store.list_segments(TP, leader_epoch=1)] == [
+            finished.segment_id,
+            copying.segment_id,
+        ]
+        assert store.pending_uploads(copying.segment_id) == [upload]
+        assert store.highest_copied_offset(TP, leader_epoch=0) == 49
+        assert store.remote_log_size(TP) == finished.size_bytes
+        stored = store.get_segment(copying.segment_id)
+        assert stored is not None and stored.state is SegmentState.COPY_SEGMENT_STARTED
