@@ -7,6 +7,7 @@ serialized, and the swap reads the states it changes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 from uuid import UUID
@@ -147,7 +148,9 @@ def swap(
     ).all()
     old = [segment_from_row(r, tp) for r in rows]
     if len(old) != len(set(replaced)) or any(s.state is not FINISHED for s in old):
-        return False
+        # A retry of this very swap, whose commit the caller did not hear of, finds the replaced
+        # segments moved on by itself: it succeeded, and the caller must keep the new objects.
+        return _swapped_already(conn, part.id, tp, new)
     # One at a time: the tree's removal of a segment recomputes its nodes from the rows still
     # FINISHED, which must then be every other replaced segment too.
     for segment in old:
@@ -168,4 +171,33 @@ def swap(
         part = partitions.lock_by_id(conn, part.id)  # its highest offsets, as the last one left them
         summaries.segment_finished(conn, part, finished)
     conn.execute(delete(Output).where(Output.segment_id.in_([s.segment_id for s in new])))
+    return True
+
+
+def _swapped_already(
+    conn: Connection, partition_id: int, tp: TopicPartition, new: Sequence[RemoteSegment]
+) -> bool:
+    """Whether every segment of ``new`` is stored in the partition as given (state, event time and
+    deletion time aside): the rows a swap of them inserted."""
+    if not new:
+        return False
+    rows = conn.execute(
+        select(SegmentRow.__table__).where(
+            SegmentRow.partition_id == partition_id,
+            SegmentRow.segment_id.in_([segment.segment_id for segment in new]),
+        )
+    ).all()
+    stored = {row.segment_id: segment_from_row(row, tp) for row in rows}
+    for segment in new:
+        found = stored.get(segment.segment_id)
+        if found is None or found.state is SegmentState.COPY_SEGMENT_STARTED:
+            return False
+        same = dataclasses.replace(
+            found,
+            state=segment.state,
+            event_time_ms=segment.event_time_ms,
+            delete_after_ms=segment.delete_after_ms,
+        )
+        if same != segment:
+            return False
     return True

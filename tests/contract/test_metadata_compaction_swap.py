@@ -42,3 +42,42 @@ def test_a_swap_of_segments_that_each_hold_one_maximum_keeps_the_tree_exact(stor
     assert later is not None and later.segment_id == kept.segment_id
     held = store.segment_for_offset(TP, 15)
     assert held is not None and held.segment_id == compacted.segment_id
+
+
+def test_a_swap_retried_after_it_committed_reports_it_done_and_changes_nothing(
+    store: SqlMetadataStore,
+) -> None:
+    # A call whose commit was lost with the connection fails as retriable, and the contract
+    # allows the retry. The job deletes the objects of outputs whose swap it is told failed: a
+    # retry answering False would have it delete segments that are COPY_SEGMENT_FINISHED.
+    first = segment(0, 9, 9_000, size_bytes=100)
+    second = segment(10, 19, 5_000, size_bytes=200)
+    add_finished(store, first, second)
+    lease = store.acquire_compaction_lease(TP, "job", 60_000)
+    assert lease is not None
+    compacted = segment(0, 19, 9_000, size_bytes=150)
+    replaced = [first.segment_id, second.segment_id]
+    assert store.swap_compacted(lease, [compacted], replaced, now_ms=1, delete_after_ms=2)
+    before = (list(store.list_segments(TP)), store.get_partition(TP), stored_tree(store))
+
+    assert store.swap_compacted(lease, [compacted], replaced, now_ms=5, delete_after_ms=6)
+
+    assert (list(store.list_segments(TP)), store.get_partition(TP), stored_tree(store)) == before
+
+
+def test_a_swap_is_refused_when_a_replaced_segment_left_finished_otherwise(store: SqlMetadataStore) -> None:
+    first = segment(0, 9, 9_000, size_bytes=100)
+    second = segment(10, 19, 5_000, size_bytes=200)
+    add_finished(store, first, second)
+    store.update_segment_state(second.segment_id, SegmentState.DELETE_SEGMENT_STARTED, event_time_ms=3)
+    lease = store.acquire_compaction_lease(TP, "job", 60_000)
+    assert lease is not None
+    compacted = segment(0, 19, 9_000, size_bytes=150)
+
+    assert not store.swap_compacted(
+        lease, [compacted], [first.segment_id, second.segment_id], now_ms=5, delete_after_ms=6
+    )
+
+    assert store.get_segment(compacted.segment_id) is None
+    stored = store.get_segment(first.segment_id)
+    assert stored is not None and stored.state is FINISHED
