@@ -61,7 +61,9 @@ def rebuild(conn: Connection, part: Row[Any]) -> None:
         .where(PartitionRow.id == part.id)
         .values(
             remote_log_size_bytes=int(size),
-            highest_copied_offset=max(int(part.highest_copied_offset), highest or -1),
+            highest_copied_offset=max(
+                int(part.highest_copied_offset), -1 if highest is None else int(highest)
+            ),
         )
     )
     epoch_last = conn.execute(

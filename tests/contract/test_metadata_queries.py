@@ -12,7 +12,10 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sqlalchemy import insert, select
 
+from metadata.models import PartitionRow, SegmentEpochRow, SegmentRow
+from metadata.rows import epoch_values, segment_values
 from metadata.store import SqlMetadataStore
 from metadata.tree import BITS, LEVELS
 from rlm.metastore import RemoteSegment, SegmentState
@@ -187,3 +190,24 @@ def test_rebuilding_the_summaries_reproduces_them(database_url: str) -> None:
         store.rebuild_summaries(TP)
         assert stored_tree(store) == tree
         assert store.get_partition(TP) == record
+
+
+def test_rebuilding_counts_a_bulk_loaded_segment_that_ends_at_offset_zero(database_url: str) -> None:
+    # Rows written directly, as a bulk load writes them: only the rebuild derives the summaries.
+    only = segment(0, 0, 500, state=FINISHED)
+    with open_store(database_url, FakeClock()) as store:
+        store.advance_log_start_offset(TP, 0)  # the partition's row
+        with store.engine.begin() as conn:
+            partition_id = conn.execute(
+                select(PartitionRow.id).where(
+                    PartitionRow.topic == TP.topic, PartitionRow.partition == TP.partition
+                )
+            ).scalar_one()
+            conn.execute(insert(SegmentRow).values(segment_values(only, partition_id)))
+            conn.execute(insert(SegmentEpochRow), epoch_values(only, partition_id))
+
+        store.rebuild_summaries(TP)
+
+        assert store.highest_copied_offset(TP) == 0
+        assert store.highest_copied_offset(TP, leader_epoch=0) == 0
+        assert store.remote_log_size(TP) == only.size_bytes
