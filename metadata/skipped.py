@@ -2,7 +2,8 @@
 
 A range is refused when it would hide data: offsets already copied (everything at or below the
 partition's highest copied offset, and so below its remote log start offset), a copy under way,
-or another skipped range. Recording the same range again is a no-op, so a retried call is safe.
+or another skipped range. Recording the same range again is a no-op, so a retried call is safe,
+even once the copier copied on above it.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def add(conn: Connection, part: Row[Any], skipped: SkippedRange) -> SkippedRange
     what = f"cannot skip offsets {start}..{end} of {tp}"
     if part.deletion_state is not None:
         raise StateConflictError(f"{what}: the partition is {part.deletion_state}")
+    stored_ranges = ranges(conn, part.id, tp)
+    for stored in stored_ranges:
+        if (stored.start_offset, stored.end_offset, stored.kind) == (start, end, skipped.kind):
+            # Recorded already: a retry, maybe of a call whose commit the caller did not hear of.
+            # The copier may have copied on above it since, which must not make it look refused.
+            return stored
     remote_start = int(part.remote_log_start_offset)
     if remote_start >= 0 and start < remote_start:
         raise InvalidSkipRangeError(f"{what}: the remote log starts at offset {remote_start}")
@@ -48,11 +55,9 @@ def add(conn: Connection, part: Row[Any], skipped: SkippedRange) -> SkippedRange
             f"{what}: a copy of offsets {copying.start_offset}..{copying.end_offset} is under way "
             f"(segment {copying.segment_id}); try again once it finished or failed"
         )
-    for stored in ranges(conn, part.id, tp):
+    for stored in stored_ranges:
         if not stored.overlaps(start, end):
             continue
-        if (stored.start_offset, stored.end_offset, stored.kind) == (start, end, skipped.kind):
-            return stored  # recorded already: a retry
         raise InvalidSkipRangeError(
             f"{what}: offsets {stored.start_offset}..{stored.end_offset} were skipped already "
             f"({stored.reason})"

@@ -41,6 +41,20 @@ def test_recording_a_range_again_is_a_no_op(store: SqlMetadataStore) -> None:
     assert store.list_skipped_ranges(TP) == [first]
 
 
+def test_recording_a_range_again_after_the_copier_moved_past_it_is_a_no_op(store: SqlMetadataStore) -> None:
+    # An operator's skip whose commit was lost: the copier, unblocked, copies on above it and
+    # retention raises the remote log start before the retry arrives. The retry must not be told
+    # the skip failed (the message would have the operator skip offsets the copier needs).
+    skipped = _skip(100, 199)
+    store.add_skipped_range(skipped)
+    add_finished(store, segment(200, 299), segment(300, 399))
+    store.advance_log_start_offset(TP, 300)
+
+    assert store.add_skipped_range(skipped) == skipped
+
+    assert store.list_skipped_ranges(TP) == [skipped]
+
+
 def test_ranges_overlapping_tiered_data_or_another_skip_are_refused(store: SqlMetadataStore) -> None:
     add_finished(store, segment(0, 99), segment(100, 199))
     store.add_skipped_range(_skip(300, 399))
