@@ -3,7 +3,8 @@
 * PostgreSQL (production): ``postgresql+psycopg://user@host:5432/db``; a bare ``postgresql://``
   URL gets the psycopg 3 driver.
 * SQLite (embedded default): ``sqlite:///path/to/file.db``. The parent directory is created; the
-  database runs in WAL mode (readers never block the writer) with a busy timeout, and write
+  database runs in WAL mode (readers never block the writer) with a busy timeout, every commit is
+  synced to the disk (``synchronous=FULL``: a commit survives a power loss), and write
   transactions start with ``BEGIN IMMEDIATE`` so that two writers queue up instead of failing
   when one upgrades its read lock.
 
@@ -128,7 +129,10 @@ def create_engine_for_url(
         cursor = dbapi_connection.cursor()
         try:
             cursor.execute("PRAGMA journal_mode=WAL")
-            cursor.execute("PRAGMA synchronous=NORMAL")
+            # FULL: each commit reaches the disk before the call returns. NORMAL (in WAL mode)
+            # syncs only at checkpoints, so a power loss can roll back commits the caller acted
+            # on, e.g. DELETE_SEGMENT_STARTED, whose objects the caller then deleted.
+            cursor.execute("PRAGMA synchronous=FULL")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         finally:
