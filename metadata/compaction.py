@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Row, delete, insert, select, update
 from metadata import partitions, summaries
 from metadata.models import CompactionLeaseRow, CompactionOutputRow, SegmentEpochRow, SegmentRow
 from metadata.rows import epoch_values, segment_from_row, segment_values
-from rlm.errors import StaleLeaseError
+from rlm.errors import DuplicateSegmentError, StaleLeaseError
 from rlm.metastore.compaction import CompactionLease, CompactionOutput
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 
@@ -92,8 +92,31 @@ def get(conn: Connection, tp: TopicPartition) -> CompactionLease | None:
 
 
 def add_outputs(conn: Connection, lease: CompactionLease, outputs: Sequence[CompactionOutput]) -> None:
+    """Record ``outputs``; those recorded already (a retried call) are left as they are.
+
+    Raises:
+        StaleLeaseError: ``lease`` is no longer the partition's.
+        DuplicateSegmentError: An output's id is recorded with other keys, or for another partition.
+    """
     part = check(conn, lease)
-    if outputs:
+    if not outputs:
+        return
+    ids = [o.segment_id for o in outputs]
+    recorded = {
+        row.segment_id: row
+        for row in conn.execute(select(Output.__table__).where(Output.segment_id.in_(ids)))
+    }
+    new = []
+    for o in outputs:
+        row = recorded.get(o.segment_id)
+        if row is None:
+            new.append(o)
+        elif (row.partition_id, row.log_key, row.index_key) != (part.id, o.log_key, o.index_key):
+            raise DuplicateSegmentError(
+                f"compaction output {o.segment_id} of {lease.topic_partition} is already recorded "
+                f"with other objects ({row.log_key}, {row.index_key})"
+            )
+    if new:
         conn.execute(
             insert(Output),
             [
@@ -105,7 +128,7 @@ def add_outputs(conn: Connection, lease: CompactionLease, outputs: Sequence[Comp
                     "lease_epoch": o.lease_epoch,
                     "recorded_at_ms": o.recorded_at_ms,
                 }
-                for o in outputs
+                for o in new
             ],
         )
 

@@ -67,10 +67,12 @@ class CompactionStore(MetadataStore, Protocol):
         ...
 
     def add_compaction_outputs(self, lease: CompactionLease, outputs: Sequence[CompactionOutput]) -> None:
-        """Record outputs about to be written.
+        """Record outputs about to be written. Idempotent: an output recorded already is left
+        as it is.
 
         Raises:
             StaleLeaseError: ``lease`` is no longer the partition's.
+            DuplicateSegmentError: An output's id is recorded with other objects.
         """
         ...
 

@@ -4,8 +4,14 @@ what a rebuild from the rows gives; on SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import uuid
+
+import pytest
+
 from metadata.store import SqlMetadataStore
+from rlm.errors import DuplicateSegmentError
 from rlm.metastore import SegmentState
+from rlm.metastore.compaction import CompactionOutput
 from tests.metadata_support import TP, add_finished, segment, stored_tree
 
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED
@@ -81,3 +87,23 @@ def test_a_swap_is_refused_when_a_replaced_segment_left_finished_otherwise(store
     assert store.get_segment(compacted.segment_id) is None
     stored = store.get_segment(first.segment_id)
     assert stored is not None and stored.state is FINISHED
+
+
+def test_recording_outputs_again_is_a_no_op_and_other_keys_under_a_recorded_id_are_refused(
+    store: SqlMetadataStore,
+) -> None:
+    # A retry of a call whose commit was lost records nothing twice and fails nothing.
+    lease = store.acquire_compaction_lease(TP, "job", 60_000)
+    assert lease is not None
+    outputs = [
+        CompactionOutput(uuid.uuid4(), f"out-{n}.log", f"out-{n}.indexes", lease.epoch, 7) for n in range(2)
+    ]
+    store.add_compaction_outputs(lease, outputs)
+
+    store.add_compaction_outputs(lease, outputs)
+
+    assert sorted(store.compaction_outputs(TP)) == sorted(outputs)
+    moved = outputs[0]._replace(log_key="elsewhere.log")
+    with pytest.raises(DuplicateSegmentError, match=str(moved.segment_id)):
+        store.add_compaction_outputs(lease, [moved])
+    assert sorted(store.compaction_outputs(TP)) == sorted(outputs)
