@@ -186,7 +186,9 @@ class SqlMetadataStore:
             # Lock first, then read: the state read below is the one this transaction changes.
             part = _lock_partition_of(conn, segment_id, lease_epoch)
             tp = partitions.topic_partition(part)
-            row = conn.execute(select(Segment.__table__).where(Segment.segment_id == segment_id)).one()
+            row = conn.execute(select(Segment.__table__).where(Segment.segment_id == segment_id)).first()
+            if row is None:  # purged while this call waited for the lock
+                raise NotFoundError(f"no remote segment {segment_id}")
             segment = segment_from_row(row, tp)
             current = segment.state
             if current is state:
@@ -216,7 +218,9 @@ class SqlMetadataStore:
             # Under the partition's lock: a cleanup moving the segment on waits for this, or this
             # sees the state it left.
             part = _lock_partition_of(conn, segment_id, lease_epoch)
-            state = conn.execute(select(Segment.state).where(Segment.segment_id == segment_id)).scalar_one()
+            state = conn.execute(select(Segment.state).where(Segment.segment_id == segment_id)).scalar()
+            if state is None:  # purged while this call waited for the lock
+                raise NotFoundError(f"no remote segment {segment_id}")
             if state != SegmentState.COPY_SEGMENT_STARTED.value:
                 tp = partitions.topic_partition(part)
                 raise StateConflictError(
