@@ -162,8 +162,16 @@ def swap(
     now_ms: int,
     delete_after_ms: int,
 ) -> bool:
-    part = check(conn, lease)
     tp = lease.topic_partition
+    try:
+        part = check(conn, lease)
+    except StaleLeaseError:
+        # A retry of a swap that committed under this lease, which then moved on: the swap is
+        # done, and the caller must keep the new objects rather than discard them.
+        partition_id = partitions.find_id(conn, tp)
+        if partition_id is not None and _swapped_already(conn, partition_id, tp, new):
+            return True
+        raise
     rows = conn.execute(
         select(SegmentRow.__table__).where(
             SegmentRow.partition_id == part.id, SegmentRow.segment_id.in_(list(replaced))

@@ -98,9 +98,10 @@ class CompactionStore(MetadataStore, Protocol):
         (:func:`rlm.tiering.deletion.deferred`), and the outputs recorded for ``new`` are forgotten.
         Returns False, changing nothing, when a replaced segment is no longer
         COPY_SEGMENT_FINISHED (retention or another job got to it). Idempotent: a retry of a
-        swap that committed (its ``new`` segments are stored) returns True and changes nothing.
+        swap that committed (its ``new`` segments are stored) returns True and changes nothing,
+        even once the lease moved on.
 
         Raises:
-            StaleLeaseError: ``lease`` is no longer the partition's.
+            StaleLeaseError: ``lease`` is no longer the partition's (and the swap was not done).
         """
         ...

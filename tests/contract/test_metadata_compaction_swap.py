@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 from metadata.store import SqlMetadataStore
-from rlm.errors import DuplicateSegmentError
+from rlm.errors import DuplicateSegmentError, StaleLeaseError
 from rlm.metastore import SegmentState
 from rlm.metastore.compaction import CompactionOutput
 from tests.metadata_support import TP, add_finished, segment, stored_tree
@@ -107,3 +107,23 @@ def test_recording_outputs_again_is_a_no_op_and_other_keys_under_a_recorded_id_a
     with pytest.raises(DuplicateSegmentError, match=str(moved.segment_id)):
         store.add_compaction_outputs(lease, [moved])
     assert sorted(store.compaction_outputs(TP)) == sorted(outputs)
+
+
+def test_a_swap_retried_after_it_committed_and_the_lease_moved_on_still_reports_it_done(
+    store: SqlMetadataStore,
+) -> None:
+    # Told StaleLeaseError, the job would delete the outputs' objects: they are finished segments.
+    first, second = segment(0, 9, size_bytes=100), segment(10, 19, size_bytes=200)
+    add_finished(store, first, second)
+    lease = store.acquire_compaction_lease(TP, "job", 60_000)
+    assert lease is not None
+    compacted = segment(0, 19, size_bytes=150)
+    replaced = [first.segment_id, second.segment_id]
+    assert store.swap_compacted(lease, [compacted], replaced, now_ms=1, delete_after_ms=2)
+    assert store.release_compaction_lease(lease)
+    assert store.acquire_compaction_lease(TP, "next-job", 60_000) is not None
+
+    assert store.swap_compacted(lease, [compacted], replaced, now_ms=5, delete_after_ms=6)
+
+    with pytest.raises(StaleLeaseError):
+        store.swap_compacted(lease, [segment(0, 19)], replaced, now_ms=5, delete_after_ms=6)
