@@ -166,11 +166,7 @@ class SqlMetadataStore:
                 raise DuplicateSegmentError(f"{what} is already stored with other metadata")
             conn.execute(insert(Segment).values(segment_values(segment, part.id)))
             conn.execute(insert(SegmentEpochRow), epoch_values(segment, part.id))
-            if part.topic_id is None and segment.topic_id is not None:
-                # The first id the partition hears of is its own (a copier adopts it first).
-                conn.execute(
-                    update(PartitionRow).where(PartitionRow.id == part.id).values(topic_id=segment.topic_id)
-                )
+            topic_ids.segment_added(conn, part, segment.topic_id)
 
     def update_segment_state(
         self,

@@ -45,6 +45,37 @@ def adopt(conn: Connection, part: Row[Any], topic_id: UUID, now_ms: int) -> Topi
     return TopicIdChange(previous, retired, reset=reset)
 
 
+def segment_added(conn: Connection, part: Row[Any], topic_id: UUID | None) -> None:
+    """Keep partition row ``part``'s id (locked by the caller) true after a segment of ``topic_id``
+    was inserted into it.
+
+    The first id the partition hears of is its own (a copier adopts the broker's first). A segment
+    of another id (rebuild-metadata finding a deleted topic's objects beside its successor's, or a
+    copy that read ``partition.metadata`` before the topic was created again) leaves the id
+    unknown: which topic the partition holds is for the broker's file to say, and
+    :func:`adopt` then retires the other topic's segments. Keeping the first id instead would let
+    the other topic's offsets count as copied ones (the adopted id again changes nothing), so the
+    copier would skip the partition's own offsets below them.
+    """
+    if topic_id is None or part.topic_id == topic_id:
+        return
+    if part.topic_id is None:
+        other = conn.execute(
+            select(SegmentRow.segment_id)
+            .where(
+                SegmentRow.partition_id == part.id,
+                SegmentRow.state.in_(LIVE),
+                SegmentRow.topic_id.is_not(None),
+                SegmentRow.topic_id != topic_id,
+            )
+            .limit(1)
+        ).first()
+        if other is None:  # the first id it hears of
+            conn.execute(update(PartitionRow).where(PartitionRow.id == part.id).values(topic_id=topic_id))
+        return  # else unknown already, and it stays so
+    conn.execute(update(PartitionRow).where(PartitionRow.id == part.id).values(topic_id=None))
+
+
 def _reset(conn: Connection, partition_id: int) -> None:
     """Set what the partition records back to what its remaining finished segments say."""
     tree.rebuild(conn, partition_id)

@@ -48,7 +48,9 @@ class MetadataStore(Protocol):
         """Record a segment whose copy is starting.
 
         Idempotent: adding the same segment again (same id, same fields) is a no-op. A partition
-        with no topic id recorded takes the segment's (see :meth:`adopt_topic_id`).
+        with no topic id recorded takes the segment's (see :meth:`adopt_topic_id`), unless live
+        segments of another id are stored; one with another id recorded is left with none, so
+        that the next :meth:`adopt_topic_id` retires the segments that are not the broker's topic's.
 
         Raises:
             InvalidStateTransitionError: ``segment.state`` is not ``COPY_SEGMENT_STARTED``.

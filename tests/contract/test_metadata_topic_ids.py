@@ -61,9 +61,33 @@ def states(store: SqlMetadataStore) -> dict[uuid.UUID | None, list[SegmentState]
 
 def test_the_first_segment_names_the_partitions_topic(store: SqlMetadataStore) -> None:
     store.add_segment(of(OLD, 0, 9))
-    store.add_segment(of(NEW, 10, 19))  # an adopted id is only replaced by adopt_topic_id
     record = store.get_partition(TP)
     assert record is not None and record.topic_id == OLD
+    store.add_segment(of(None, 10, 19))  # a segment without an id changes nothing
+    record = store.get_partition(TP)
+    assert record is not None and record.topic_id == OLD
+
+
+@pytest.mark.parametrize("first", [OLD, NEW])
+def test_segments_of_two_topics_leave_the_id_to_the_broker(store: SqlMetadataStore, first: uuid.UUID) -> None:
+    # rebuild-metadata over a bucket that still holds a deleted topic's objects beside those of
+    # the topic created again under its name, in either order: the partition's id is unknown
+    # until the broker's partition.metadata is adopted, which retires the deleted topic's.
+    second = NEW if first == OLD else OLD
+    add_finished(store, of(first, 0, 9 if first == NEW else 49), of(second, 0, 9 if second == NEW else 49))
+    add_finished(store, of(first, 60, 69))  # another of the first id keeps it unknown
+    record = store.get_partition(TP)
+    assert record is not None and record.topic_id is None
+
+    change = store.adopt_topic_id(TP, NEW, event_time_ms=5)
+
+    assert (change.previous, change.reset) == (None, True)
+    record = store.get_partition(TP)
+    assert record is not None and record.topic_id == NEW
+    new_end = 69 if first == NEW else 9
+    assert record.highest_copied_offset == new_end  # not the deleted topic's 49 (or 69)
+    assert states(store)[OLD] == [DELETING] * (2 if first == OLD else 1)
+    assert all(state is FINISHED for state in states(store)[NEW])
 
 
 def test_the_recorded_id_again_changes_nothing(store: SqlMetadataStore) -> None:
