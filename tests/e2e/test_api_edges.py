@@ -1,0 +1,80 @@
+"""Edge input of the APIs that parses but could be answered wrongly or differently per transport.
+
+* ISO-8601 times finer than a millisecond: Kafka compares whole milliseconds, so "the first
+  record at or after T" is the first at or after T rounded up; rounding down answers a record
+  from before the time asked for. Fractions are read exactly (no float), every digit counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+import pytest
+from fastapi.testclient import TestClient
+
+from api.gen.rlm.v1 import rlm_pb2 as pb
+from api.gen.rlm.v1 import rlm_pb2_grpc
+from tests.e2e.conftest import ADMIN_TOKEN
+from tests.grpc_support import code_of
+
+READ = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
+TOPIC = "orders"
+OFFSETS = f"/v1/topics/{TOPIC}/partitions/0/offsets"
+#: The first record of the in-process partition (offset 0) has this timestamp; the next
+#: (offset 1) is 700 ms later.
+FIRST_MS = 1_700_000_000_000
+
+
+def rest_offset(api_client: TestClient, timestamp: str) -> dict[str, Any]:
+    response = api_client.get(OFFSETS, params={"timestamp": timestamp})
+    assert response.status_code == 200, response.text
+    answer: dict[str, Any] = response.json()
+    return answer
+
+
+# -- ISO-8601 fractions ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("iso", "millis"),
+    [
+        ("2023-11-14T22:13:20Z", FIRST_MS),
+        ("2023-11-14T22:13:20.000Z", FIRST_MS),
+        ("2023-11-14T22:13:20.001Z", FIRST_MS + 1),
+        ("2023-11-14T22:13:20.0005Z", FIRST_MS + 1),
+        ("2023-11-14T22:13:20.000001Z", FIRST_MS + 1),
+        ("2023-11-14T22:13:20.0000001Z", FIRST_MS + 1),  # beyond microseconds: still after
+        ("2023-11-14T22:13:20.000000000Z", FIRST_MS),
+        ("2023-11-14T22:13:20,0005Z", FIRST_MS + 1),
+        ("2023-11-14T23:13:20.0005+01:00", FIRST_MS + 1),
+        ("2023-11-14T22:13:20.700000001Z", FIRST_MS + 701),
+    ],
+)
+def test_an_iso_time_finer_than_a_millisecond_rounds_up_on_rest_and_grpc(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub, iso: str, millis: int
+) -> None:
+    expected = rest_offset(api_client, str(millis))
+    got = rest_offset(api_client, iso)
+    assert got == expected, (iso, got, expected)
+    assert got["timestamp"] >= millis  # never a record from before the time asked for
+    answer = api_stub.GetOffset(pb.GetOffsetRequest(topic=TOPIC, partition=0, timestamp=iso), metadata=READ)
+    assert (answer.offset, answer.timestamp) == (expected["offset"], expected["timestamp"])
+
+
+def test_the_first_answer_after_a_fraction_is_not_the_record_before_it(api_client: TestClient) -> None:
+    at_first = rest_offset(api_client, "2023-11-14T22:13:20Z")
+    assert (at_first["offset"], at_first["timestamp"]) == (0, FIRST_MS)
+    half_past = rest_offset(api_client, "2023-11-14T22:13:20.0005Z")
+    assert half_past["offset"] != 0 and half_past["timestamp"] > FIRST_MS, half_past
+
+
+@pytest.mark.parametrize("iso", ["1969-12-31T23:59:59.9999Z", "1969-12-31T23:59:59.999999+00:00"])
+def test_a_time_a_fraction_of_a_millisecond_before_1970_is_refused(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub, iso: str
+) -> None:
+    response = api_client.get(OFFSETS, params={"timestamp": iso})
+    assert response.status_code == 400 and "before 1970" in response.json()["error"], response.text
+    request = pb.GetOffsetRequest(topic=TOPIC, partition=0, timestamp=iso)
+    code, details = code_of(lambda: api_stub.GetOffset(request, metadata=READ))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "before 1970" in details, details
