@@ -13,6 +13,7 @@ from uuid import UUID
 from api.gen.rlm.v1 import rlm_pb2 as pb
 from rlm.arguments import INT32_MAX, check_range
 from rlm.dynamic_config import DynamicSettings
+from rlm.errors import InvalidArgumentError
 from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.model import TimestampType
 from rlm.lookup.fetch import FetchResult
@@ -30,6 +31,8 @@ MAX_TIMEOUT_MS = 3_600_000
 DEFAULT_FETCH_BYTES = 1024 * 1024
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 DEFAULT_PAGE_SIZE = 100
+#: The words for a required field left unset: proto3 reads an unset number as 0, a real value.
+REQUIRED = "is required (0 too must be set)"
 
 TIERS = {None: pb.TIER_UNSPECIFIED, "local": pb.TIER_LOCAL, "remote": pb.TIER_REMOTE}
 TIMESTAMP_TYPES = {
@@ -63,6 +66,8 @@ def list_offsets_request(request: pb.ListOffsetsRequest, deadline_ms: int | None
     for i, topic in enumerate(request.topics):
         for j, p in enumerate(topic.partitions):
             check_range(p.partition_index, f"topics[{i}].partitions[{j}].partition_index", 0, INT32_MAX)
+            if not p.HasField("timestamp"):
+                raise InvalidArgumentError(f"topics[{i}].partitions[{j}].timestamp", REQUIRED)
         queries = tuple(PartitionQuery(p.partition_index, p.timestamp) for p in topic.partitions)
         topics.append(TopicQuery(topic.name, queries))
     return ListOffsetsRequest(tuple(topics), timeout_ms, request.isolation_level)
@@ -99,6 +104,13 @@ def offset_response(tp: TopicPartition, result: PartitionResult) -> pb.GetOffset
         leader_epoch=result.leader_epoch,
         tier=TIERS[result.tier],
     )
+
+
+def fetch_offset(request: pb.FetchRecordsRequest) -> int:
+    """The offset a fetch starts at, which must be set (proto3 would read a forgotten one as 0)."""
+    if not request.HasField("offset"):
+        raise InvalidArgumentError("offset", REQUIRED)
+    return request.offset
 
 
 def fetch_bytes(request: pb.FetchRecordsRequest) -> int:

@@ -78,3 +78,46 @@ def test_a_time_a_fraction_of_a_millisecond_before_1970_is_refused(
     request = pb.GetOffsetRequest(topic=TOPIC, partition=0, timestamp=iso)
     code, details = code_of(lambda: api_stub.GetOffset(request, metadata=READ))
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "before 1970" in details, details
+
+
+# -- fields a gRPC request leaves unset -----------------------------------------------------------
+
+
+def test_a_list_offsets_partition_without_a_timestamp_is_refused_on_rest_and_grpc(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub
+) -> None:
+    posted = api_client.post(
+        "/v1/list-offsets", json={"topics": [{"name": TOPIC, "partitions": [{"partition_index": 0}]}]}
+    )
+    assert posted.status_code == 400 and "topics.0.partitions.0.timestamp" in posted.json()["error"]
+    # proto3 sends no 0: without presence, a forgotten timestamp would be answered as timestamp 0
+    # (the earliest record), where REST refuses it.
+    forgotten = pb.ListOffsetsRequest(
+        topics=[pb.ListOffsetsTopic(name=TOPIC, partitions=[pb.ListOffsetsPartition(partition_index=0)])]
+    )
+    code, details = code_of(lambda: api_stub.ListOffsets(forgotten, metadata=READ, timeout=10))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT, details
+    assert "topics[0].partitions[0].timestamp" in details and "required" in details, details
+    zero = pb.ListOffsetsRequest(
+        topics=[
+            pb.ListOffsetsTopic(
+                name=TOPIC, partitions=[pb.ListOffsetsPartition(partition_index=0, timestamp=0)]
+            )
+        ]
+    )
+    [answer] = api_stub.ListOffsets(zero, metadata=READ, timeout=10).topics[0].partitions
+    assert (answer.error_code, answer.offset, answer.timestamp) == (0, 0, FIRST_MS)
+
+
+def test_a_fetch_without_an_offset_is_refused_on_rest_and_grpc(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub
+) -> None:
+    records = api_client.get(f"/v1/topics/{TOPIC}/partitions/0/records")
+    assert records.status_code == 400 and "offset" in records.json()["error"], records.text
+    forgotten = pb.FetchRecordsRequest(topic=TOPIC, partition=0)
+    code, details = code_of(lambda: api_stub.FetchRecords(forgotten, metadata=READ, timeout=10))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "offset" in details and "required" in details
+    fetched = api_stub.FetchRecords(
+        pb.FetchRecordsRequest(topic=TOPIC, partition=0, offset=0, max_bytes=1), metadata=READ, timeout=10
+    )
+    assert fetched.records[0].offset == 0
