@@ -36,6 +36,7 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from api.auth import Scope
+from api.rest.accept import Accept
 from api.rest.deps import require, runtime
 from api.rest.errors import ApiError, status_for
 from api.rest.schemas import MAX_TIMEOUT_MS, text_int
@@ -54,6 +55,7 @@ from rlm.timestamps import parse_timestamp
 
 PATH = "/v1/topics/{topic}/partitions/{partition}/records"
 NDJSON = "application/x-ndjson"
+JSON = "application/json"
 OCTET = "application/octet-stream"
 ARROW = "application/vnd.apache.arrow.stream"
 #: Arguments only streams take: they make a request a stream whatever its ``Accept``.
@@ -70,19 +72,19 @@ ISOLATION = {
 }
 
 
-def streamed_media(accept: str) -> str | None:
-    """The streamed media type ``accept`` asks for, or None."""
-    for media in (NDJSON, ARROW, OCTET):
-        if media in accept:
-            return media
-    return None
+def streamed_media(accept: str | None) -> str | None:
+    """The streamed media type an ``Accept`` header prefers (:mod:`api.rest.accept`: q-values,
+    wildcards; equal weights in the order NDJSON, Arrow, octet-stream), or None."""
+    return Accept.parse(accept).best((NDJSON, ARROW, OCTET))
 
 
 def asks_stream(scope: AsgiScope) -> bool:
-    """Whether a request is one for this route: a streamed media type other than octet-stream
-    (which alone keeps the bounded answer), or a range argument."""
-    media = streamed_media(Headers(scope=scope).get("accept", ""))
-    if media in (NDJSON, ARROW):
+    """Whether a request is one for this route: ``Accept`` names NDJSON or Arrow with a weight
+    above 0 and no lower than JSON's (octet-stream alone keeps the bounded answer), or a range
+    argument."""
+    accept = Accept.parse(Headers(scope=scope).get("accept"))
+    streamed = max(accept.explicit(NDJSON), accept.explicit(ARROW))
+    if streamed > 0 and streamed >= accept.weight(JSON):
         return True
     query: bytes = scope.get("query_string", b"")
     return any(query.startswith(arg) or b"&" + arg in query for arg in RANGE_ARGUMENTS)
@@ -229,7 +231,7 @@ async def _stream_records(
     query_args: dict[str, Any],
     timeout_ms: int | None,
 ) -> StreamingResponse:
-    media = streamed_media(request_headers.get("accept", ""))
+    media = streamed_media(request_headers.get("accept"))
     if media is None:
         raise ApiError(
             406,

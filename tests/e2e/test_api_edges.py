@@ -121,3 +121,65 @@ def test_a_fetch_without_an_offset_is_refused_on_rest_and_grpc(
         pb.FetchRecordsRequest(topic=TOPIC, partition=0, offset=0, max_bytes=1), metadata=READ, timeout=10
     )
     assert fetched.records[0].offset == 0
+
+
+# -- Accept ---------------------------------------------------------------------------------------
+
+RECORDS = f"/v1/topics/{TOPIC}/partitions/0/records"
+NDJSON = "application/x-ndjson"
+OCTET = "application/octet-stream"
+ARROW = "application/vnd.apache.arrow.stream"
+#: A range of the in-process partition (both tiers hold records there).
+RANGE = {"offset": "50", "end_offset": "53"}
+
+
+def media_of(response: Any) -> str:
+    return str(response.headers["content-type"]).split(";")[0]
+
+
+@pytest.mark.parametrize(
+    ("accept", "media"),
+    [
+        (f"{NDJSON};q=0, {OCTET}", OCTET),  # q=0: "not acceptable", never the one sent
+        (f"{NDJSON};q=0.2, {ARROW};q=0.9", ARROW),
+        (f"{OCTET};q=0.5, {NDJSON}", NDJSON),
+        (f"{NDJSON}, {OCTET}", NDJSON),  # equal: the server's order, as before
+        ("Application/X-NDJSON", NDJSON),  # media types are case-insensitive
+        (f"{NDJSON} ; q=1.0", NDJSON),
+        ("*/*", NDJSON),  # curl's default: any streamed type will do
+        ("application/*;q=0.5, text/html", NDJSON),
+    ],
+)
+def test_a_stream_is_sent_in_the_media_type_accept_prefers(
+    api_client: TestClient, accept: str, media: str
+) -> None:
+    response = api_client.get(RECORDS, params=RANGE, headers={"Accept": accept})
+    assert response.status_code == 200, response.text
+    assert media_of(response) == media, (accept, response.headers)
+
+
+@pytest.mark.parametrize(
+    "accept", [f"{NDJSON};q=0", f"{NDJSON};q=0, {ARROW};q=0, {OCTET};q=0", "text/html", "*/*;q=0"]
+)
+def test_a_stream_whose_every_media_type_is_refused_answers_406(api_client: TestClient, accept: str) -> None:
+    response = api_client.get(RECORDS, params=RANGE, headers={"Accept": accept})
+    assert response.status_code == 406, (accept, response.status_code, response.text[:200])
+    assert "Accept" in response.json()["error"]
+
+
+@pytest.mark.parametrize(
+    ("accept", "media"),
+    [
+        (f"application/json, {OCTET};q=0", "application/json"),
+        (f"application/json, {OCTET};q=0.1", "application/json"),
+        (f"application/json;q=0.5, {OCTET}", OCTET),
+        (f"application/json, {OCTET}", OCTET),  # equal: raw, as before
+        (OCTET.upper(), OCTET),
+        ("*/*", "application/json"),
+        (f"{NDJSON};q=0, application/json", "application/json"),  # q=0 asks no stream
+    ],
+)
+def test_the_bounded_answer_follows_accept_q_values(api_client: TestClient, accept: str, media: str) -> None:
+    response = api_client.get(RECORDS, params={"offset": "50", "max_bytes": "1"}, headers={"Accept": accept})
+    assert response.status_code == 200, response.text
+    assert media_of(response) == media, (accept, response.headers)
