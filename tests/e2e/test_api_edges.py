@@ -129,8 +129,9 @@ RECORDS = f"/v1/topics/{TOPIC}/partitions/0/records"
 NDJSON = "application/x-ndjson"
 OCTET = "application/octet-stream"
 ARROW = "application/vnd.apache.arrow.stream"
-#: A range of the in-process partition (both tiers hold records there).
-RANGE = {"offset": "50", "end_offset": "53"}
+#: A range of the in-process partition in the broker's log (the session's runtime outlives the
+#: apps of other modules, whose end closes its remote readers).
+RANGE = {"offset": "100", "end_offset": "103"}
 
 
 def media_of(response: Any) -> str:
@@ -183,3 +184,33 @@ def test_the_bounded_answer_follows_accept_q_values(api_client: TestClient, acce
     response = api_client.get(RECORDS, params={"offset": "50", "max_bytes": "1"}, headers={"Accept": accept})
     assert response.status_code == 200, response.text
     assert media_of(response) == media, (accept, response.headers)
+
+
+# -- unknown partitions ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("topic", "partition"), [("nosuch", 0), (TOPIC, 7)])
+def test_the_segments_of_an_unknown_partition_are_not_found_like_its_offsets(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub, topic: str, partition: int
+) -> None:
+    offsets = api_client.get(f"/v1/topics/{topic}/partitions/{partition}/offsets", params={"timestamp": "0"})
+    assert offsets.status_code == 404
+    listed = api_client.get(f"/v1/topics/{topic}/partitions/{partition}/segments")
+    assert listed.status_code == 404, listed.text  # not an empty page: "known, nothing tiered"
+    assert f"{topic}-{partition}" in listed.json()["error"]
+    request = pb.ListSegmentsRequest(topic=topic, partition=partition)
+    code, details = code_of(lambda: api_stub.ListSegments(request, metadata=READ, timeout=10))
+    assert code is grpc.StatusCode.NOT_FOUND and f"{topic}-{partition}" in details, details
+
+
+def test_the_segments_of_a_known_partition_are_listed(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub
+) -> None:
+    listed = api_client.get(f"/v1/topics/{TOPIC}/partitions/0/segments", params={"limit": "1"})
+    assert listed.status_code == 200 and len(listed.json()["segments"]) == 1, listed.text
+    token = listed.json()["next_page_token"]
+    last = api_client.get(
+        f"/v1/topics/{TOPIC}/partitions/0/segments",
+        params={"page_token": "9" * 18 + ":" + token.split(":", 1)[1]},
+    )
+    assert last.status_code == 200 and last.json()["segments"] == [], last.text  # past the end: an empty page
