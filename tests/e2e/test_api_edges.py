@@ -214,3 +214,38 @@ def test_the_segments_of_a_known_partition_are_listed(
         params={"page_token": "9" * 18 + ":" + token.split(":", 1)[1]},
     )
     assert last.status_code == 200 and last.json()["segments"] == [], last.text  # past the end: an empty page
+
+
+# -- stream starts ---------------------------------------------------------------------------------
+
+#: The high watermark and log end offset of the in-process partition.
+HIGH_WATERMARK = 136
+
+
+@pytest.mark.parametrize("isolation", ["read_uncommitted", "read_committed"])
+@pytest.mark.parametrize("offset", [HIGH_WATERMARK + 1, 10**12])
+def test_a_stream_from_past_the_end_of_the_log_is_out_of_range_like_a_fetch(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub, offset: int, isolation: str
+) -> None:
+    fetched = api_client.get(RECORDS, params={"offset": str(offset)})
+    assert fetched.status_code == 404 and "outside" in fetched.json()["error"], fetched.text
+    params = {"offset": str(offset), "isolation_level": isolation}
+    streamed = api_client.get(RECORDS, params=params, headers={"Accept": NDJSON})
+    assert streamed.status_code == 404, (streamed.status_code, streamed.headers, streamed.text[:200])
+    assert f"offset {offset} of {TOPIC}-0" in streamed.json()["error"]
+    assert str(HIGH_WATERMARK) in streamed.json()["error"]
+    request = pb.ReadRecordsRequest(
+        topic=TOPIC, partition=0, offset=offset, isolation_level=1 if isolation == "read_committed" else 0
+    )
+    code, details = code_of(lambda: list(api_stub.ReadRecords(request, metadata=READ, timeout=10)))
+    assert code is grpc.StatusCode.OUT_OF_RANGE and f"offset {offset}" in details, details
+
+
+def test_a_stream_from_the_high_watermark_is_empty_not_an_error(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub
+) -> None:
+    streamed = api_client.get(RECORDS, params={"offset": str(HIGH_WATERMARK)}, headers={"Accept": NDJSON})
+    assert streamed.status_code == 200 and streamed.text == "", streamed.text
+    assert streamed.headers["x-rlm-start-offset"] == str(HIGH_WATERMARK)
+    request = pb.ReadRecordsRequest(topic=TOPIC, partition=0, offset=HIGH_WATERMARK)
+    assert [m.records for m in api_stub.ReadRecords(request, metadata=READ, timeout=10)] in ([], [[]])
