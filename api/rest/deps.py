@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Collection
+from urllib.parse import parse_qsl
 
 from fastapi import Request
 from starlette.datastructures import Headers
@@ -87,4 +88,26 @@ class BearerAuthentication:
                 await problem(refusal.status, refusal.message, refusal.headers)(scope, receive, send)
                 return
             scope.setdefault("state", {})[SCOPE_STATE] = granted
+        await self.app(scope, receive, send)
+
+
+class SingleQueryValues:
+    """ASGI middleware refusing (400) a request that gives a query parameter more than once
+    (``?timestamp=latest&timestamp=0``): the routes would each take one of the values, silently.
+    No route takes a list. Installed inside :class:`BearerAuthentication`: a caller without a
+    token learns nothing of how its query parses."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        query: bytes = scope.get("query_string", b"") if scope["type"] == "http" else b""
+        if b"&" in query:  # one parameter cannot repeat: no work on the hot path
+            seen: set[str] = set()
+            for name, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+                if name in seen:
+                    message = f"invalid request: query.{name[:64]} is given more than once"
+                    await problem(400, message)(scope, receive, send)
+                    return
+                seen.add(name)
         await self.app(scope, receive, send)

@@ -249,3 +249,33 @@ def test_a_stream_from_the_high_watermark_is_empty_not_an_error(
     assert streamed.headers["x-rlm-start-offset"] == str(HIGH_WATERMARK)
     request = pb.ReadRecordsRequest(topic=TOPIC, partition=0, offset=HIGH_WATERMARK)
     assert [m.records for m in api_stub.ReadRecords(request, metadata=READ, timeout=10)] in ([], [[]])
+
+
+# -- a parameter given twice ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "query", "name"),
+    [
+        (OFFSETS, [("timestamp", "latest"), ("timestamp", "0")], "timestamp"),
+        (OFFSETS, [("timestamp", "0"), ("timeout_ms", "5"), ("timeout_ms", "50000")], "timeout_ms"),
+        (RECORDS, [("offset", "100"), ("offset", "0")], "offset"),
+        (RECORDS, [("offset", "100"), ("end_offset", "101"), ("end_offset", "103")], "end_offset"),
+        (RECORDS, [("from_timestamp", "earliest"), ("from_timestamp", "latest")], "from_timestamp"),
+        (f"/v1/topics/{TOPIC}/partitions/0/segments", [("limit", "1"), ("limit", "2")], "limit"),
+    ],
+)
+def test_a_query_parameter_given_twice_is_refused_not_one_of_them_taken(
+    api_client: TestClient, path: str, query: list[tuple[str, str]], name: str
+) -> None:
+    response = api_client.get(path, params=query, headers={"Accept": NDJSON})
+    assert response.status_code == 400, (query, response.status_code, response.text[:200])
+    error = response.json()["error"]
+    assert f"query.{name}" in error and "more than once" in error, error
+
+
+def test_a_parameter_given_twice_without_a_token_is_still_401(api_client: TestClient) -> None:
+    response = api_client.get(
+        OFFSETS, params=[("timestamp", "0"), ("timestamp", "1")], headers={"Authorization": "Bearer nope"}
+    )
+    assert response.status_code == 401
