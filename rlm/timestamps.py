@@ -35,6 +35,8 @@ SPECIAL_NAMES = {
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: The fraction of the seconds of an ISO-8601 time (the first fraction in the text: a date has none).
 _FRACTION = re.compile(r"(?<=\d)[.,](\d+)")
+#: The seconds of a leap second (23:59:60), which ISO-8601 allows and epoch time has no room for.
+_LEAP_SECOND = re.compile(r"[Tt ]\d\d:?\d\d:?60(?![0-9])")
 
 #: The longest timestamp argument read (ISO-8601 with a zone and microseconds has 32 characters).
 MAX_TIMESTAMP_CHARS = 64
@@ -76,8 +78,15 @@ def parse_timestamp(text: str, name: str = "timestamp") -> int:
     if text != text.strip():
         raise InvalidTimestampError(name, f"{shown(text)} has spaces around the value")
     try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        # RFC 3339 allows a lower-case "z" (and "t", which datetime takes already).
+        parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
     except ValueError:
+        if _LEAP_SECOND.search(text):
+            raise InvalidTimestampError(
+                name,
+                f"{shown(text)} is a leap second, which epoch milliseconds cannot name: "
+                "write :59.999 or the next minute's :00",
+            ) from None
         raise InvalidTimestampError(
             name,
             f"{shown(text)} is not epoch milliseconds, ISO-8601, or one of {', '.join(SPECIAL_NAMES)}",

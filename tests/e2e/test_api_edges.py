@@ -279,3 +279,29 @@ def test_a_parameter_given_twice_without_a_token_is_still_401(api_client: TestCl
         OFFSETS, params=[("timestamp", "0"), ("timestamp", "1")], headers={"Authorization": "Bearer nope"}
     )
     assert response.status_code == 401
+
+
+# -- ISO-8601 forms -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "iso", ["2023-11-14T22:13:20.0005z", "2023-11-14t22:13:20.0005z", "2023-11-14T22:13:20.0005+00:00"]
+)
+def test_rfc_3339s_lower_case_z_is_utc_on_rest_and_grpc(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub, iso: str
+) -> None:
+    expected = rest_offset(api_client, str(FIRST_MS + 1))
+    assert rest_offset(api_client, iso) == expected
+    answer = api_stub.GetOffset(pb.GetOffsetRequest(topic=TOPIC, partition=0, timestamp=iso), metadata=READ)
+    assert answer.offset == expected["offset"]
+
+
+@pytest.mark.parametrize("iso", ["2016-12-31T23:59:60Z", "2016-12-31T23:59:60.5+00:00"])
+def test_a_leap_second_is_refused_in_words_that_say_so(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub, iso: str
+) -> None:
+    response = api_client.get(OFFSETS, params={"timestamp": iso})
+    assert response.status_code == 400 and "leap second" in response.json()["error"], response.text
+    request = pb.GetOffsetRequest(topic=TOPIC, partition=0, timestamp=iso)
+    code, details = code_of(lambda: api_stub.GetOffset(request, metadata=READ))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and "leap second" in details, details
