@@ -40,6 +40,24 @@ async def runtime(request: Request) -> Runtime:
     return found
 
 
+def refuse_unknown_query(request: Request, taken: Collection[str]) -> None:
+    """Raise 400 for a query parameter not in ``taken``: ignored, it would answer another question
+    than the one asked (``isolation_level`` where the route has none, a misspelt ``end_offset``)."""
+    for name in request.query_params:
+        if name not in taken:
+            takes = ", ".join(sorted(taken)) or "none"
+            raise ApiError(
+                400, f"invalid request: query.{name[:64]} is not a parameter of this route (it takes {takes})"
+            )
+
+
+async def known_query(request: Request) -> None:
+    """A dependency refusing the query parameters its route does not declare (400)."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is not None:
+        refuse_unknown_query(request, [field.alias for field in dependant.query_params])
+
+
 def check_scope(request: Request, scope: Scope) -> Scope:
     """The caller's scope when it allows ``scope``; raises 401 or 403 otherwise.
 

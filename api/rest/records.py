@@ -11,7 +11,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.auth import Scope
 from api.rest.accept import Accept
-from api.rest.deps import require, runtime
+from api.rest.deps import known_query, require, runtime
 from api.rest.errors import ApiError
 from api.rest.offsets import ERRORS
 from api.rest.schemas import MAX_TIMEOUT_MS, RecordOut, RecordsOut, text_int
@@ -23,7 +23,7 @@ from rlm.lookup.pool import CancelToken, run_on
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
 
-router = APIRouter(prefix="/v1", tags=["records"])
+router = APIRouter(prefix="/v1", tags=["records"], dependencies=[Depends(known_query)])
 OCTET = "application/octet-stream"
 JSON = "application/json"
 MAX_FETCH_BYTES = 64 * 1024 * 1024

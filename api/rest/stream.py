@@ -37,7 +37,7 @@ from starlette.types import Scope as AsgiScope
 
 from api.auth import Scope
 from api.rest.accept import Accept
-from api.rest.deps import require, runtime
+from api.rest.deps import known_query, require, runtime
 from api.rest.errors import ApiError, status_for
 from api.rest.schemas import MAX_TIMEOUT_MS, text_int
 from api.streaming import open_stream
@@ -100,7 +100,9 @@ class StreamRoute(APIRoute):
         return match, child
 
 
-router = APIRouter(prefix="/v1", tags=["records"], route_class=StreamRoute)
+router = APIRouter(
+    prefix="/v1", tags=["records"], route_class=StreamRoute, dependencies=[Depends(known_query)]
+)
 
 
 class _SlotStream(StreamingResponse):

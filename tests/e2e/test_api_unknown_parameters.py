@@ -1,0 +1,71 @@
+"""A query parameter a route does not take is refused (400 naming it and what the route takes),
+never ignored: ``isolation_level`` on the single-partition lookup (only POST /v1/list-offsets
+takes one) would otherwise answer READ_UNCOMMITTED to a caller who asked READ_COMMITTED, and a
+misspelt range bound (``end_ofset``) would answer the bounded page as if it were the range.
+"""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+TOPIC = "orders"
+PARTITION = f"/v1/topics/{TOPIC}/partitions/0"
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "accept", "unknown", "taken"),
+    [
+        (
+            f"{PARTITION}/offsets",
+            {"timestamp": "0", "isolation_level": "1"},
+            None,
+            "isolation_level",
+            "timestamp",
+        ),
+        (f"{PARTITION}/offsets", {"timestamp": "0", "timeout": "5"}, None, "timeout", "timeout_ms"),
+        (f"{PARTITION}/records", {"offset": "100", "end_ofset": "101"}, None, "end_ofset", "max_bytes"),
+        (f"{PARTITION}/records", {"offset": "100", "max_bytes": "1", "raw": "1"}, None, "raw", "offset"),
+        (
+            f"{PARTITION}/records",
+            {"offset": "100", "end_offset": "103", "to_timestmp": "0"},
+            "application/x-ndjson",
+            "to_timestmp",
+            "to_timestamp",
+        ),
+        (f"{PARTITION}/segments", {"page": "2"}, None, "page", "page_token"),
+        ("/v1/topics", {"topics": TOPIC}, None, "topics", "topic"),
+    ],
+)
+def test_a_parameter_the_route_does_not_take_is_refused_naming_it(
+    api_client: TestClient, path: str, params: dict[str, str], accept: str | None, unknown: str, taken: str
+) -> None:
+    headers = {"Accept": accept} if accept else {}
+    response = api_client.get(path, params=params, headers=headers)
+    assert response.status_code == 400, (params, response.status_code, response.text[:200])
+    error = response.json()["error"]
+    assert f"query.{unknown}" in error and taken in error, error
+
+
+def test_the_parameters_a_route_takes_still_pass(api_client: TestClient) -> None:
+    assert (
+        api_client.get(f"{PARTITION}/offsets", params={"timestamp": "0", "timeout_ms": "5000"}).status_code
+        == 200
+    )
+    fetched = api_client.get(
+        f"{PARTITION}/records", params={"offset": "100", "max_bytes": "1", "timeout_ms": "5000"}
+    )
+    assert fetched.status_code == 200
+    streamed = api_client.get(
+        f"{PARTITION}/records",
+        params={
+            "offset": "100",
+            "end_offset": "101",
+            "isolation_level": "read_committed",
+            "timeout_ms": "5000",
+        },
+        headers={"Accept": "application/x-ndjson"},
+    )
+    assert streamed.status_code == 200
+    assert api_client.get(f"{PARTITION}/segments", params={"limit": "1", "page_token": ""}).status_code == 200
+    assert api_client.get("/v1/topics", params={"topic": TOPIC}).status_code == 200
