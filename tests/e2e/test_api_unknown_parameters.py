@@ -2,6 +2,7 @@
 never ignored: ``isolation_level`` on the single-partition lookup (only POST /v1/list-offsets
 takes one) would otherwise answer READ_UNCOMMITTED to a caller who asked READ_COMMITTED, and a
 misspelt range bound (``end_ofset``) would answer the bounded page as if it were the range.
+A body that is no JSON object is named as the body (not as ``: ...`` or a bare position).
 """
 
 from __future__ import annotations
@@ -69,3 +70,21 @@ def test_the_parameters_a_route_takes_still_pass(api_client: TestClient) -> None
     assert streamed.status_code == 200
     assert api_client.get(f"{PARTITION}/segments", params={"limit": "1", "page_token": ""}).status_code == 200
     assert api_client.get("/v1/topics", params={"topic": TOPIC}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type", "words"),
+    [
+        (b"{nope", "application/json", "body: not valid JSON at character 1"),
+        (b"[]", "application/json", "body: "),
+        (b'{"topics": []}', "text/plain", "body: "),
+        (b"", "application/json", "body: "),
+    ],
+)
+def test_a_list_offsets_body_that_is_no_json_object_is_named_as_the_body(
+    api_client: TestClient, content: bytes, content_type: str, words: str
+) -> None:
+    response = api_client.post("/v1/list-offsets", content=content, headers={"Content-Type": content_type})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert words in error and ": :" not in error and not error.startswith("invalid request: 1:"), error
