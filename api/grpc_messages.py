@@ -31,6 +31,7 @@ MAX_TIMEOUT_MS = 3_600_000
 DEFAULT_FETCH_BYTES = 1024 * 1024
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
 #: The words for a required field left unset: proto3 reads an unset number as 0, a real value.
 REQUIRED = "is required (0 too must be set)"
 
@@ -147,7 +148,10 @@ def fetch_response(tp: TopicPartition, result: FetchResult) -> pb.FetchRecordsRe
 
 
 def page_size(request: pb.ListSegmentsRequest) -> int:
-    return request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
+    """The page size asked for, checked here to name the field (the service calls it ``limit``)."""
+    if not request.HasField("page_size"):
+        return DEFAULT_PAGE_SIZE
+    return check_range(request.page_size, "page_size", 1, MAX_PAGE_SIZE)
 
 
 def segments_response(tp: TopicPartition, page: SegmentPage) -> pb.ListSegmentsResponse:

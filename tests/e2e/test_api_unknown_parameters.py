@@ -7,9 +7,16 @@ A body that is no JSON object is named as the body (not as ``: ...`` or a bare p
 
 from __future__ import annotations
 
+import grpc
 import pytest
 from fastapi.testclient import TestClient
 
+from api.gen.rlm.v1 import rlm_pb2 as pb
+from api.gen.rlm.v1 import rlm_pb2_grpc
+from tests.e2e.conftest import ADMIN_TOKEN
+from tests.grpc_support import code_of
+
+READ = (("authorization", f"Bearer {ADMIN_TOKEN}"),)
 TOPIC = "orders"
 PARTITION = f"/v1/topics/{TOPIC}/partitions/0"
 
@@ -88,3 +95,15 @@ def test_a_list_offsets_body_that_is_no_json_object_is_named_as_the_body(
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert words in error and ": :" not in error and not error.startswith("invalid request: 1:"), error
+
+
+# -- words that name what was wrong -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0, -1, 1001])
+def test_a_grpc_page_size_out_of_range_is_named_as_page_size(
+    api_stub: rlm_pb2_grpc.RemoteLogManagerStub, size: int
+) -> None:
+    request = pb.ListSegmentsRequest(topic=TOPIC, partition=0, page_size=size)
+    code, details = code_of(lambda: api_stub.ListSegments(request, metadata=READ, timeout=10))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and details.startswith("page_size"), details
