@@ -35,6 +35,8 @@ SPECIAL_NAMES = {
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 #: The fraction of the seconds of an ISO-8601 time (the first fraction in the text: a date has none).
 _FRACTION = re.compile(r"(?<=\d)[.,](\d+)")
+#: A time whose zone offset's '+' arrived as a space (unencoded in a URL query).
+_SPACED_OFFSET = re.compile(r"\d \d\d(:?\d\d)?$")
 #: The seconds of a leap second (23:59:60), which ISO-8601 allows and epoch time has no room for.
 _LEAP_SECOND = re.compile(r"[Tt ]\d\d:?\d\d:?60(?![0-9])")
 
@@ -81,6 +83,12 @@ def parse_timestamp(text: str, name: str = "timestamp") -> int:
         # RFC 3339 allows a lower-case "z" (and "t", which datetime takes already).
         parsed = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text)
     except ValueError:
+        if _SPACED_OFFSET.search(text):
+            raise InvalidTimestampError(
+                name,
+                f"{shown(text)} has a space where its zone offset's '+' belongs: a '+' in a URL "
+                "query means a space, write it %2B (or give the time in UTC, with Z)",
+            ) from None
         if _LEAP_SECOND.search(text):
             raise InvalidTimestampError(
                 name,

@@ -100,6 +100,16 @@ def test_a_list_offsets_body_that_is_no_json_object_is_named_as_the_body(
 # -- words that name what was wrong -----------------------------------------------------------------
 
 
+def test_an_unencoded_plus_of_a_zone_offset_is_explained(api_client: TestClient) -> None:
+    """A '+' left unencoded in a URL query arrives as a space: the answer says so."""
+    response = api_client.get(f"{PARTITION}/offsets?timestamp=2023-11-14T23:13:20+01:00")
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert "%2B" in error and "query.timestamp" in error, error
+    encoded = api_client.get(f"{PARTITION}/offsets?timestamp=2023-11-14T23:13:20%2B01:00")
+    assert encoded.status_code == 200, encoded.text
+
+
 @pytest.mark.parametrize("size", [0, -1, 1001])
 def test_a_grpc_page_size_out_of_range_is_named_as_page_size(
     api_stub: rlm_pb2_grpc.RemoteLogManagerStub, size: int
