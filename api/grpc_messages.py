@@ -11,7 +11,7 @@ from __future__ import annotations
 from uuid import UUID
 
 from api.gen.rlm.v1 import rlm_pb2 as pb
-from rlm.arguments import INT32_MAX, check_range
+from rlm.arguments import INT32_MAX, INT64_MAX, check_range
 from rlm.dynamic_config import DynamicSettings
 from rlm.errors import InvalidArgumentError
 from rlm.log.checkpoints import uuid_to_topic_id
@@ -108,10 +108,11 @@ def offset_response(tp: TopicPartition, result: PartitionResult) -> pb.GetOffset
 
 
 def fetch_offset(request: pb.FetchRecordsRequest) -> int:
-    """The offset a fetch starts at, which must be set (proto3 would read a forgotten one as 0)."""
+    """The offset a fetch starts at, which must be set (proto3 would read a forgotten one as 0)
+    and not negative (INVALID_ARGUMENT, as REST refuses it; not OUT_OF_RANGE)."""
     if not request.HasField("offset"):
         raise InvalidArgumentError("offset", REQUIRED)
-    return request.offset
+    return check_range(request.offset, "offset", 0, INT64_MAX)
 
 
 def fetch_bytes(request: pb.FetchRecordsRequest) -> int:

@@ -117,3 +117,14 @@ def test_a_grpc_page_size_out_of_range_is_named_as_page_size(
     request = pb.ListSegmentsRequest(topic=TOPIC, partition=0, page_size=size)
     code, details = code_of(lambda: api_stub.ListSegments(request, metadata=READ, timeout=10))
     assert code is grpc.StatusCode.INVALID_ARGUMENT and details.startswith("page_size"), details
+
+
+@pytest.mark.parametrize("offset", [-1, -(2**63)])
+def test_a_negative_fetch_offset_is_an_invalid_argument_on_both_apis(
+    api_client: TestClient, api_stub: rlm_pb2_grpc.RemoteLogManagerStub, offset: int
+) -> None:
+    rest = api_client.get(f"{PARTITION}/records", params={"offset": str(offset)})
+    assert rest.status_code == 400 and "query.offset" in rest.json()["error"], rest.text
+    request = pb.FetchRecordsRequest(topic=TOPIC, partition=0, offset=offset)
+    code, details = code_of(lambda: api_stub.FetchRecords(request, metadata=READ, timeout=10))
+    assert code is grpc.StatusCode.INVALID_ARGUMENT and details.startswith("offset"), (code, details)
