@@ -25,6 +25,7 @@ import json
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Annotated, Any
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.openapi.utils import get_openapi
@@ -87,6 +88,9 @@ def asks_stream(scope: AsgiScope) -> bool:
     if streamed > 0 and streamed >= accept.weight(JSON):
         return True
     query: bytes = scope.get("query_string", b"")
+    if b"%" in query or b"+" in query:  # names written encoded: compared once decoded, as routes read them
+        names = {name for name, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True)}
+        return any(arg[:-1].decode() in names for arg in RANGE_ARGUMENTS)
     return any(query.startswith(arg) or b"&" + arg in query for arg in RANGE_ARGUMENTS)
 
 

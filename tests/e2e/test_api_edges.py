@@ -305,3 +305,10 @@ def test_a_leap_second_is_refused_in_words_that_say_so(
     request = pb.GetOffsetRequest(topic=TOPIC, partition=0, timestamp=iso)
     code, details = code_of(lambda: api_stub.GetOffset(request, metadata=READ))
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "leap second" in details, details
+
+
+def test_a_range_argument_whose_name_is_percent_encoded_still_asks_a_stream(api_client: TestClient) -> None:
+    # '_' may be written %5F: the name is the same once decoded, as the routes read it.
+    response = api_client.get(f"{RECORDS}?offset=100&end%5Foffset=102", headers={"Accept": OCTET})
+    assert response.status_code == 200, response.text
+    assert response.headers["x-rlm-end-offset"] == "102", response.headers
