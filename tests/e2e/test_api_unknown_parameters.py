@@ -2,7 +2,10 @@
 never ignored: ``isolation_level`` on the single-partition lookup (only POST /v1/list-offsets
 takes one) would otherwise answer READ_UNCOMMITTED to a caller who asked READ_COMMITTED, and a
 misspelt range bound (``end_ofset``) would answer the bounded page as if it were the range.
-A body that is no JSON object is named as the body (not as ``: ...`` or a bare position).
+A body that is no JSON object is named as the body (not as ``: ...`` or a bare position), and a
+key given twice in one of its objects is refused, as a query parameter given twice is. The words of
+other refusals name what the caller wrote: an unencoded '+', gRPC's ``page_size``; and a negative
+fetch offset is the same error class on both APIs.
 """
 
 from __future__ import annotations
@@ -128,3 +131,49 @@ def test_a_negative_fetch_offset_is_an_invalid_argument_on_both_apis(
     request = pb.FetchRecordsRequest(topic=TOPIC, partition=0, offset=offset)
     code, details = code_of(lambda: api_stub.FetchRecords(request, metadata=READ, timeout=10))
     assert code is grpc.StatusCode.INVALID_ARGUMENT and details.startswith("offset"), (code, details)
+
+
+# -- JSON bodies ----------------------------------------------------------------------------------
+
+JSON = {"Content-Type": "application/json"}
+
+
+@pytest.mark.parametrize(
+    ("body", "key"),
+    [
+        (
+            b'{"topics": [{"name": "orders", "partitions": '
+            b'[{"partition_index": 0, "timestamp": 0, "timestamp": -1}]}]}',
+            "timestamp",
+        ),
+        (b'{"topics": [{"name": "orders", "name": "other", "partitions": []}]}', "name"),
+        (b'{"topics": [], "isolation_level": 0, "isolation_level": 1}', "isolation_level"),
+    ],
+)
+def test_a_key_given_twice_in_a_json_object_is_refused_not_one_of_its_values_taken(
+    api_client: TestClient, body: bytes, key: str
+) -> None:
+    response = api_client.post("/v1/list-offsets", content=body, headers=JSON)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert "body" in error and repr(key) in error and "twice" in error, error
+
+
+def test_a_setting_given_twice_is_refused_and_nothing_changes(api_client: TestClient) -> None:
+    before = api_client.get("/v1/config").json()
+    body = b'{"remote_log_offset_reader_threads": 3, "remote_log_offset_reader_threads": 7}'
+    response = api_client.patch("/v1/config", content=body, headers=JSON)
+    assert response.status_code == 400 and "twice" in response.json()["error"], response.text
+    assert api_client.get("/v1/config").json() == before
+
+
+def test_a_json_number_too_long_for_python_is_named_not_a_parse_failure(api_client: TestClient) -> None:
+    body = (
+        b'{"topics": [{"name": "orders", "partitions": [{"partition_index": 0, "timestamp": '
+        + b"9" * 5000
+        + b"}]}]}"
+    )
+    response = api_client.post("/v1/list-offsets", content=body, headers=JSON)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert "body" in error and "digits" in error and "There was an error" not in error, error
