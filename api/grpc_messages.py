@@ -11,8 +11,9 @@ from __future__ import annotations
 from uuid import UUID
 
 from api.gen.rlm.v1 import rlm_pb2 as pb
-from rlm.arguments import INT32_MAX, check_range
+from rlm.arguments import INT32_MAX, INT64_MAX, check_range
 from rlm.dynamic_config import DynamicSettings
+from rlm.errors import InvalidArgumentError
 from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.model import TimestampType
 from rlm.lookup.fetch import FetchResult
@@ -30,6 +31,9 @@ MAX_TIMEOUT_MS = 3_600_000
 DEFAULT_FETCH_BYTES = 1024 * 1024
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+#: The words for a required field left unset: proto3 reads an unset number as 0, a real value.
+REQUIRED = "is required (0 too must be set)"
 
 TIERS = {None: pb.TIER_UNSPECIFIED, "local": pb.TIER_LOCAL, "remote": pb.TIER_REMOTE}
 TIMESTAMP_TYPES = {
@@ -63,6 +67,8 @@ def list_offsets_request(request: pb.ListOffsetsRequest, deadline_ms: int | None
     for i, topic in enumerate(request.topics):
         for j, p in enumerate(topic.partitions):
             check_range(p.partition_index, f"topics[{i}].partitions[{j}].partition_index", 0, INT32_MAX)
+            if not p.HasField("timestamp"):
+                raise InvalidArgumentError(f"topics[{i}].partitions[{j}].timestamp", REQUIRED)
         queries = tuple(PartitionQuery(p.partition_index, p.timestamp) for p in topic.partitions)
         topics.append(TopicQuery(topic.name, queries))
     return ListOffsetsRequest(tuple(topics), timeout_ms, request.isolation_level)
@@ -101,6 +107,14 @@ def offset_response(tp: TopicPartition, result: PartitionResult) -> pb.GetOffset
     )
 
 
+def fetch_offset(request: pb.FetchRecordsRequest) -> int:
+    """The offset a fetch starts at, which must be set (proto3 would read a forgotten one as 0)
+    and not negative (INVALID_ARGUMENT, as REST refuses it; not OUT_OF_RANGE)."""
+    if not request.HasField("offset"):
+        raise InvalidArgumentError("offset", REQUIRED)
+    return check_range(request.offset, "offset", 0, INT64_MAX)
+
+
 def fetch_bytes(request: pb.FetchRecordsRequest) -> int:
     """The byte bound of a fetch: ``max_bytes``, checked, or the default."""
     if not request.HasField("max_bytes"):
@@ -135,7 +149,10 @@ def fetch_response(tp: TopicPartition, result: FetchResult) -> pb.FetchRecordsRe
 
 
 def page_size(request: pb.ListSegmentsRequest) -> int:
-    return request.page_size if request.HasField("page_size") else DEFAULT_PAGE_SIZE
+    """The page size asked for, checked here to name the field (the service calls it ``limit``)."""
+    if not request.HasField("page_size"):
+        return DEFAULT_PAGE_SIZE
+    return check_range(request.page_size, "page_size", 1, MAX_PAGE_SIZE)
 
 
 def segments_response(tp: TopicPartition, page: SegmentPage) -> pb.ListSegmentsResponse:

@@ -97,7 +97,7 @@ class RemoteLogManagerServicer(ReadRecordsServicer, rlm_pb2_grpc.RemoteLogManage
     ) -> pb.FetchRecordsResponse:
         tp = msg.topic_partition(request.topic, request.partition)
         max_bytes = msg.fetch_bytes(request)
-        offset = request.offset
+        offset = msg.fetch_offset(request)
         deadline_ms = _deadline_ms(context)
         fetcher = self.runtime.fetcher
 

@@ -8,7 +8,8 @@ from uuid import UUID
 from fastapi import APIRouter, Depends, Path, Query
 
 from api.auth import Scope
-from api.rest.deps import require, runtime
+from api.rest.deps import known_query, require, runtime
+from api.rest.json_body import StrictJsonRoute
 from api.rest.offsets import ERRORS
 from api.rest.schemas import (
     ConfigOut,
@@ -28,7 +29,9 @@ from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
 
-router = APIRouter(prefix="/v1", tags=["admin"])
+router = APIRouter(
+    prefix="/v1", tags=["admin"], dependencies=[Depends(known_query)], route_class=StrictJsonRoute
+)
 
 
 @router.get("/topics", response_model=TopicsOut, responses=ERRORS, summary="What is tiered, per partition")

@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from api.auth import Scope, TokenAuthenticator
 from api.rest import admin, errors, lookup_route, offsets, records, stream
-from api.rest.deps import BearerAuthentication, require, runtime
+from api.rest.deps import BearerAuthentication, SingleQueryValues, require, runtime
 from api.rest.schemas import Health
 from rlm import __version__
 from rlm.bootstrap import Runtime, build_runtime
@@ -54,6 +54,7 @@ def create_app(
     errors.install(app)
     # Everything but the probes and the API's own documentation needs a token.
     public = (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url)
+    app.add_middleware(SingleQueryValues)  # added first: it runs inside the authentication
     app.add_middleware(
         BearerAuthentication, authenticator=auth, public={"/healthz", "/readyz", *filter(None, public)}
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Collection
+from urllib.parse import parse_qsl
 
 from fastapi import Request
 from starlette.datastructures import Headers
@@ -37,6 +38,24 @@ async def runtime(request: Request) -> Runtime:
     if found is None:
         raise ApiError(503, "rlm is starting up or shutting down")
     return found
+
+
+def refuse_unknown_query(request: Request, taken: Collection[str]) -> None:
+    """Raise 400 for a query parameter not in ``taken``: ignored, it would answer another question
+    than the one asked (``isolation_level`` where the route has none, a misspelt ``end_offset``)."""
+    for name in request.query_params:
+        if name not in taken:
+            takes = ", ".join(sorted(taken)) or "none"
+            raise ApiError(
+                400, f"invalid request: query.{name[:64]} is not a parameter of this route (it takes {takes})"
+            )
+
+
+async def known_query(request: Request) -> None:
+    """A dependency refusing the query parameters its route does not declare (400)."""
+    dependant = getattr(request.scope.get("route"), "dependant", None)
+    if dependant is not None:
+        refuse_unknown_query(request, [field.alias for field in dependant.query_params])
 
 
 def check_scope(request: Request, scope: Scope) -> Scope:
@@ -87,4 +106,26 @@ class BearerAuthentication:
                 await problem(refusal.status, refusal.message, refusal.headers)(scope, receive, send)
                 return
             scope.setdefault("state", {})[SCOPE_STATE] = granted
+        await self.app(scope, receive, send)
+
+
+class SingleQueryValues:
+    """ASGI middleware refusing (400) a request that gives a query parameter more than once
+    (``?timestamp=latest&timestamp=0``): the routes would each take one of the values, silently.
+    No route takes a list. Installed inside :class:`BearerAuthentication`: a caller without a
+    token learns nothing of how its query parses."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
+        query: bytes = scope.get("query_string", b"") if scope["type"] == "http" else b""
+        if b"&" in query:  # one parameter cannot repeat: no work on the hot path
+            seen: set[str] = set()
+            for name, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True):
+                if name in seen:
+                    message = f"invalid request: query.{name[:64]} is given more than once"
+                    await problem(400, message)(scope, receive, send)
+                    return
+                seen.add(name)
         await self.app(scope, receive, send)

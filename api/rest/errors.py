@@ -89,7 +89,15 @@ def install(app: FastAPI) -> None:
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         parts = []
         for err in exc.errors()[:5]:
-            where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+            loc = tuple(err.get("loc", ()))
+            if err.get("type") == "json_invalid":  # its loc holds the position, not a field
+                position = loc[1] if len(loc) > 1 else "?"
+                detail = err.get("ctx", {}).get("error")
+                said = f": {detail}" if isinstance(detail, str) else ""
+                parts.append(f"body: not valid JSON at character {position} (counting from 0){said}")
+                continue
+            # The body itself (not one of its fields) is named as such.
+            where = ".".join(str(p) for p in loc if p != "body") or "body"
             found = err.get("ctx", {}).get("error")
             # The shared parser's words (rlm.arguments) rather than pydantic's wrapping of them.
             what = found.reason if isinstance(found, InvalidArgumentError) else err.get("msg", "invalid")

@@ -21,7 +21,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from api.auth import Scope
-from api.rest.deps import arrived, check_scope, runtime
+from api.rest.deps import arrived, check_scope, refuse_unknown_query, runtime
 from api.rest.errors import RETRIABLE_STATUSES, STATUS_FOR_CODE, ApiError
 from api.rest.schemas import MAX_TIMEOUT_MS, OffsetResponse, Problem
 from rlm.arguments import INT32_MAX, parse_int
@@ -65,10 +65,13 @@ PARAMETERS: list[dict[str, Any]] = [
     },
 ]
 
+QUERY_NAMES = frozenset(p["name"] for p in PARAMETERS if p["in"] == "query")
+
 
 async def get_offset(request: Request) -> Response:
     """The offset of the first record at or after a timestamp, as JSON (:class:`OffsetResponse`)."""
     check_scope(request, Scope.READ)
+    refuse_unknown_query(request, QUERY_NAMES)
     rt = await runtime(request)
     path, query = request.path_params, request.query_params
     topic = path["topic"]

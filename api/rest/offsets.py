@@ -14,7 +14,8 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Scope
-from api.rest.deps import arrived, require, runtime
+from api.rest.deps import arrived, known_query, require, runtime
+from api.rest.json_body import StrictJsonRoute
 from api.rest.schemas import (
     ListOffsetsIn,
     ListOffsetsOut,
@@ -25,7 +26,9 @@ from api.rest.schemas import (
 from rlm.bootstrap import Runtime
 from rlm.lookup.list_offsets import ListOffsetsRequest, ListOffsetsResponse, PartitionQuery, TopicQuery
 
-router = APIRouter(prefix="/v1", tags=["offsets"])
+router = APIRouter(
+    prefix="/v1", tags=["offsets"], dependencies=[Depends(known_query)], route_class=StrictJsonRoute
+)
 #: Answers of at most this many partitions are serialized on the event loop, not in a thread.
 SERIALIZE_INLINE_PARTITIONS = 64
 ERRORS: dict[int | str, dict[str, object]] = {

@@ -10,7 +10,8 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from api.auth import Scope
-from api.rest.deps import require, runtime
+from api.rest.accept import Accept
+from api.rest.deps import known_query, require, runtime
 from api.rest.errors import ApiError
 from api.rest.offsets import ERRORS
 from api.rest.schemas import MAX_TIMEOUT_MS, RecordOut, RecordsOut, text_int
@@ -22,8 +23,9 @@ from rlm.lookup.pool import CancelToken, run_on
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
 
-router = APIRouter(prefix="/v1", tags=["records"])
+router = APIRouter(prefix="/v1", tags=["records"], dependencies=[Depends(known_query)])
 OCTET = "application/octet-stream"
+JSON = "application/json"
 MAX_FETCH_BYTES = 64 * 1024 * 1024
 
 
@@ -58,7 +60,11 @@ async def get_records(
         result = await run_on(rt.fetch_pool, read, timeout_s, label=tp, what=what)
     except RequestTimedOutError as exc:
         raise ApiError(504, f"{what} did not finish in time") from exc
-    if OCTET in request.headers.get("accept", ""):
+    accept = Accept.parse(request.headers.get("accept"))
+    # Raw batches when Accept names them and weighs them no lower than JSON (without a header, or
+    # with */*, JSON).
+    raw = accept.explicit(OCTET)
+    if raw > 0 and raw >= accept.weight(JSON):
         return Response(
             result.raw,
             media_type=OCTET,

@@ -25,6 +25,7 @@ import json
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Annotated, Any
+from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.openapi.utils import get_openapi
@@ -36,7 +37,8 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from api.auth import Scope
-from api.rest.deps import require, runtime
+from api.rest.accept import Accept
+from api.rest.deps import known_query, require, runtime
 from api.rest.errors import ApiError, status_for
 from api.rest.schemas import MAX_TIMEOUT_MS, text_int
 from api.streaming import open_stream
@@ -54,6 +56,7 @@ from rlm.timestamps import parse_timestamp
 
 PATH = "/v1/topics/{topic}/partitions/{partition}/records"
 NDJSON = "application/x-ndjson"
+JSON = "application/json"
 OCTET = "application/octet-stream"
 ARROW = "application/vnd.apache.arrow.stream"
 #: Arguments only streams take: they make a request a stream whatever its ``Accept``.
@@ -70,21 +73,24 @@ ISOLATION = {
 }
 
 
-def streamed_media(accept: str) -> str | None:
-    """The streamed media type ``accept`` asks for, or None."""
-    for media in (NDJSON, ARROW, OCTET):
-        if media in accept:
-            return media
-    return None
+def streamed_media(accept: str | None) -> str | None:
+    """The streamed media type an ``Accept`` header prefers (:mod:`api.rest.accept`: q-values,
+    wildcards; equal weights in the order NDJSON, Arrow, octet-stream), or None."""
+    return Accept.parse(accept).best((NDJSON, ARROW, OCTET))
 
 
 def asks_stream(scope: AsgiScope) -> bool:
-    """Whether a request is one for this route: a streamed media type other than octet-stream
-    (which alone keeps the bounded answer), or a range argument."""
-    media = streamed_media(Headers(scope=scope).get("accept", ""))
-    if media in (NDJSON, ARROW):
+    """Whether a request is one for this route: ``Accept`` names NDJSON or Arrow with a weight
+    above 0 and no lower than JSON's (octet-stream alone keeps the bounded answer), or a range
+    argument."""
+    accept = Accept.parse(Headers(scope=scope).get("accept"))
+    streamed = max(accept.explicit(NDJSON), accept.explicit(ARROW))
+    if streamed > 0 and streamed >= accept.weight(JSON):
         return True
     query: bytes = scope.get("query_string", b"")
+    if b"%" in query or b"+" in query:  # names written encoded: compared once decoded, as routes read them
+        names = {name for name, _ in parse_qsl(query.decode("latin-1"), keep_blank_values=True)}
+        return any(arg[:-1].decode() in names for arg in RANGE_ARGUMENTS)
     return any(query.startswith(arg) or b"&" + arg in query for arg in RANGE_ARGUMENTS)
 
 
@@ -98,7 +104,9 @@ class StreamRoute(APIRoute):
         return match, child
 
 
-router = APIRouter(prefix="/v1", tags=["records"], route_class=StreamRoute)
+router = APIRouter(
+    prefix="/v1", tags=["records"], route_class=StreamRoute, dependencies=[Depends(known_query)]
+)
 
 
 class _SlotStream(StreamingResponse):
@@ -229,7 +237,7 @@ async def _stream_records(
     query_args: dict[str, Any],
     timeout_ms: int | None,
 ) -> StreamingResponse:
-    media = streamed_media(request_headers.get("accept", ""))
+    media = streamed_media(request_headers.get("accept"))
     if media is None:
         raise ApiError(
             406,

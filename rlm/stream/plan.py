@@ -9,7 +9,9 @@ it, which the stream leaves out) and the last fetchable offset: the high waterma
 fetchable offset is the highest offset copied, plus one.
 
 A range that starts at or past its end is empty: it is not an error (a stream from the high
-watermark has nothing to send yet). A start below the log start offset is one.
+watermark has nothing to send yet). An ``offset`` below the log start offset or past the end of
+the broker's log is one, as Kafka answers a fetch (a query tier, which does not know the end,
+answers an empty range).
 
 Planning may search the remote tier (a timestamp's offset, aborted transactions): it runs on the
 reader pool, never on an event loop.
@@ -88,7 +90,7 @@ def plan_range(service: LookupService, indexes: RemoteIndexCache, query: RangeQu
         NotFoundError: unknown topic-partition.
         UnreadableTopicIdError: the store knows the partition and the broker's
             ``partition.metadata`` cannot be read (:mod:`rlm.lookup.topic_ids`).
-        OffsetOutOfRangeError: ``offset`` is below the log start offset.
+        OffsetOutOfRangeError: ``offset`` is below the log start offset or past the log end offset.
         MetadataUnavailableError: the metadata store does not answer and the range needs it.
     """
     tp = query.tp
@@ -105,6 +107,16 @@ def plan_range(service: LookupService, indexes: RemoteIndexCache, query: RangeQu
             raise OffsetOutOfRangeError(
                 f"offset {query.offset} of {tp} is below the log start offset {earliest}"
             )
+        # Past the end of the log is out of range, as Kafka answers a fetch (between the high
+        # watermark and the log end, which a stale checkpoint can put there, the range is empty);
+        # without the broker's log the end is not known here.
+        if local is not None:
+            log_end = max(service.last_fetchable(local), local.log_end_offset())
+            if query.offset > log_end:
+                raise OffsetOutOfRangeError(
+                    f"offset {query.offset} of {tp} is outside [{earliest}, {log_end}]: "
+                    "past the end of the log"
+                )
         start = query.offset
     elif query.from_timestamp is not None:
         start = _offset_for(service, tp, query.from_timestamp, query.isolation, limit)

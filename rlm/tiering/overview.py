@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from uuid import UUID
 
 from rlm.arguments import parse_int, shown
+from rlm.errors import NotFoundError
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.lookup.topic_ids import UnreadableTopicIdError, is_other_topic, local_topic_id
 from rlm.metastore.model import PartitionRecord, RemoteSegment, SegmentState, SkippedRange, TopicPartition
@@ -189,6 +190,8 @@ class Overview:
         Raises:
             InvalidTopicNameError: the topic name breaks Kafka's rule.
             ValueError: ``limit`` is not 1..1000 or the token is malformed.
+            NotFoundError: the first page of a partition the store holds no segment of and no log
+                directory has.
         """
         validate_topic(tp.topic)
         if not 1 <= limit <= 1000:
@@ -209,7 +212,11 @@ class Overview:
         more = len(page) > limit
         page = page[:limit]
         token = f"{page[-1].start_offset}:{page[-1].segment_id}" if more and page else None
-        topic_id, topic_id_error = broker_topic_id(self._partition_dir(tp))
+        local = self._partition_dir(tp)
+        if not page and after is None and local is None:
+            # As lookups and fetches answer: an empty first page would say "known, nothing tiered".
+            raise NotFoundError(f"unknown topic-partition {tp}: no local log and no remote segments")
+        topic_id, topic_id_error = broker_topic_id(local)
         return SegmentPage(page, token, topic_id, topic_id_error)
 
     def _partition_dir(self, tp: TopicPartition) -> PartitionDir | None:

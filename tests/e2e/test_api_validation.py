@@ -86,7 +86,11 @@ def test_a_bad_topic_name_answers_the_same_on_every_api(
     assert "invalid topic name" in answer["error_message"]
 
     request = pb.ListOffsetsRequest(
-        topics=[pb.ListOffsetsTopic(name=name, partitions=[pb.ListOffsetsPartition(partition_index=0)])]
+        topics=[
+            pb.ListOffsetsTopic(
+                name=name, partitions=[pb.ListOffsetsPartition(partition_index=0, timestamp=0)]
+            )
+        ]
     )
     [grpc_answer] = api_stub.ListOffsets(request, metadata=READ, timeout=10).topics[0].partitions
     assert grpc_answer.error_code == 17 and "invalid topic name" in grpc_answer.error_message
@@ -106,7 +110,9 @@ def test_a_bad_topic_name_is_refused_by_the_other_operations_too(
     assert_refused(segments, "invalid topic name")
     assert_refused(api_client.get("/v1/topics", params={"topic": name}), "invalid topic name")
     for call in (
-        lambda: api_stub.FetchRecords(pb.FetchRecordsRequest(topic=name, partition=0), metadata=READ),
+        lambda: api_stub.FetchRecords(
+            pb.FetchRecordsRequest(topic=name, partition=0, offset=0), metadata=READ
+        ),
         lambda: api_stub.ListSegments(pb.ListSegmentsRequest(topic=name, partition=0), metadata=READ),
         lambda: api_stub.ListPartitions(pb.ListPartitionsRequest(topic=name), metadata=READ),
     ):

@@ -404,7 +404,7 @@ def test_a_request_naming_10000_partitions_keeps_its_deadline_and_more_are_refus
         topics=[
             pb.ListOffsetsTopic(
                 name="never-produced",
-                partitions=[pb.ListOffsetsPartition(partition_index=p) for p in range(10_000)],
+                partitions=[pb.ListOffsetsPartition(partition_index=p, timestamp=0) for p in range(10_000)],
             )
         ],
     )
@@ -419,6 +419,8 @@ def test_a_request_naming_10000_partitions_keeps_its_deadline_and_more_are_refus
         "10001 partitions" in refused.json()["error"]
         and "list.offsets.max.partitions" in refused.json()["error"]
     )
-    request.topics.append(pb.ListOffsetsTopic(name="one-more", partitions=[pb.ListOffsetsPartition()]))
+    request.topics.append(
+        pb.ListOffsetsTopic(name="one-more", partitions=[pb.ListOffsetsPartition(timestamp=0)])
+    )
     code, details = grpc_code(lambda: outage.stub.ListOffsets(request, metadata=READ_METADATA, timeout=60))
     assert code is grpc.StatusCode.INVALID_ARGUMENT and "list.offsets.max.partitions" in details

@@ -132,7 +132,9 @@ def test_reads_of_a_partition_whose_topic_id_cannot_be_read_fail_naming_the_file
         put_right(metadata, written)
         answer = apis.rest.get(f"{PARTITION}/offsets", params={"timestamp": "earliest"})
         assert (answer.status_code, answer.json()["offset"]) == (200, 0)
-        fetched = apis.grpc.FetchRecords(pb.FetchRecordsRequest(topic=TP.topic, partition=TP.partition))
+        fetched = apis.grpc.FetchRecords(
+            pb.FetchRecordsRequest(topic=TP.topic, partition=TP.partition, offset=0)
+        )
         assert fetched.records[0].offset == 0
 
 

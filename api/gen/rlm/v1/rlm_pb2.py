@@ -24,19 +24,19 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61pi/gen/rlm/v1/rlm.proto\x12\x06rlm.v1\"G\n\x10GetOffsetRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x11\n\ttimestamp\x18\x03 \x01(\t\"\x8a\x01\n\x11GetOffsetResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x1a\n\x04tier\x18\x06 \x01(\x0e\x32\x0c.rlm.v1.Tier\"\x7f\n\x12ListOffsetsRequest\x12\x17\n\x0fisolation_level\x18\x01 \x01(\x05\x12(\n\x06topics\x18\x02 \x03(\x0b\x32\x18.rlm.v1.ListOffsetsTopic\x12\x17\n\ntimeout_ms\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\r\n\x0b_timeout_ms\"R\n\x10ListOffsetsTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.rlm.v1.ListOffsetsPartition\"B\n\x14ListOffsetsPartition\x12\x17\n\x0fpartition_index\x18\x01 \x01(\x05\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\"G\n\x13ListOffsetsResponse\x12\x30\n\x06topics\x18\x01 \x03(\x0b\x32 .rlm.v1.ListOffsetsTopicResponse\"b\n\x18ListOffsetsTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x38\n\npartitions\x18\x02 \x03(\x0b\x32$.rlm.v1.ListOffsetsPartitionResponse\"\xb2\x01\n\x1cListOffsetsPartitionResponse\x12\x17\n\x0fpartition_index\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x1a\n\rerror_message\x18\x06 \x01(\tH\x00\x88\x01\x01\x42\x10\n\x0e_error_message\"m\n\x13\x46\x65tchRecordsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x16\n\tmax_bytes\x18\x04 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_max_bytes\"\xb7\x01\n\x14\x46\x65tchRecordsResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x1a\n\x04tier\x18\x03 \x01(\x0e\x32\x0c.rlm.v1.Tier\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x05 \x01(\x03\x12\x1f\n\x07records\x18\x06 \x03(\x0b\x32\x0e.rlm.v1.Record\x12\x13\n\x0braw_batches\x18\x07 \x01(\x0c\"\x80\x02\n\x12ReadRecordsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x06offset\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x17\n\nend_offset\x18\x04 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0e\x66rom_timestamp\x18\x05 \x01(\tH\x02\x88\x01\x01\x12\x19\n\x0cto_timestamp\x18\x06 \x01(\tH\x03\x88\x01\x01\x12\x17\n\x0fisolation_level\x18\x07 \x01(\x05\x12\x0b\n\x03raw\x18\x08 \x01(\x08\x42\t\n\x07_offsetB\r\n\x0b_end_offsetB\x11\n\x0f_from_timestampB\x0f\n\r_to_timestamp\"u\n\x13ReadRecordsResponse\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x03\x12\x12\n\nend_offset\x18\x02 \x01(\x03\x12\x1f\n\x07records\x18\x03 \x03(\x0b\x32\x0e.rlm.v1.Record\x12\x13\n\x0braw_batches\x18\x04 \x01(\x0c\"\xcf\x01\n\x06Record\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12-\n\x0etimestamp_type\x18\x03 \x01(\x0e\x32\x15.rlm.v1.TimestampType\x12\x10\n\x03key\x18\x04 \x01(\x0cH\x00\x88\x01\x01\x12\x12\n\x05value\x18\x05 \x01(\x0cH\x01\x88\x01\x01\x12%\n\x07headers\x18\x06 \x03(\x0b\x32\x14.rlm.v1.RecordHeader\x12\x14\n\x0cleader_epoch\x18\x07 \x01(\x05\x42\x06\n\x04_keyB\x08\n\x06_value\"9\n\x0cRecordHeader\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\x05value\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\x08\n\x06_value\"q\n\x13ListSegmentsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x16\n\tpage_size\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\npage_token\x18\x04 \x01(\tB\x0c\n\n_page_size\"\xa4\x01\n\x14ListSegmentsResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\'\n\x08segments\x18\x03 \x03(\x0b\x32\x15.rlm.v1.RemoteSegment\x12\x17\n\x0fnext_page_token\x18\x04 \x01(\t\x12\x10\n\x08topic_id\x18\x05 \x01(\t\x12\x16\n\x0etopic_id_error\x18\x06 \x01(\t\"\xd1\x02\n\rRemoteSegment\x12\x12\n\nsegment_id\x18\x01 \x01(\t\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\x12\x12\n\nend_offset\x18\x03 \x01(\x03\x12\x15\n\rmax_timestamp\x18\x04 \x01(\x03\x12\x12\n\nsize_bytes\x18\x05 \x01(\x03\x12#\n\x05state\x18\x06 \x01(\x0e\x32\x14.rlm.v1.SegmentState\x12\x11\n\tbroker_id\x18\x07 \x01(\x05\x12\x15\n\revent_time_ms\x18\x08 \x01(\x03\x12/\n\rleader_epochs\x18\t \x03(\x0b\x32\x18.rlm.v1.LeaderEpochEntry\x12\x17\n\x0ftxn_index_empty\x18\n \x01(\x08\x12\x10\n\x08topic_id\x18\x0b \x01(\t\x12\x1a\n\rdeleted_topic\x18\x0c \x01(\x08H\x00\x88\x01\x01\x42\x10\n\x0e_deleted_topic\"7\n\x10LeaderEpochEntry\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"&\n\x15ListPartitionsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"G\n\x16ListPartitionsResponse\x12-\n\npartitions\x18\x01 \x03(\x0b\x32\x19.rlm.v1.PartitionOverview\"\x85\x03\n\x11PartitionOverview\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0ctiered_bytes\x18\x03 \x01(\x03\x12\x17\n\x0ftiered_segments\x18\x04 \x01(\x03\x12\x1f\n\x17remote_log_start_offset\x18\x05 \x01(\x03\x12\x1d\n\x15highest_tiered_offset\x18\x06 \x01(\x03\x12\x1c\n\x14max_remote_timestamp\x18\x07 \x01(\x03\x12\x19\n\x11\x63opy_lag_segments\x18\x08 \x01(\x03\x12\x16\n\x0e\x63opy_lag_bytes\x18\t \x01(\x03\x12\x1e\n\x16local_log_start_offset\x18\n \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x0b \x01(\x03\x12,\n\x0eskipped_ranges\x18\x0c \x03(\x0b\x32\x14.rlm.v1.SkippedRange\x12\x10\n\x08topic_id\x18\r \x01(\t\x12\x16\n\x0etopic_id_error\x18\x0e \x01(\t\"n\n\x0cSkippedRange\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x03\x12\x12\n\nend_offset\x18\x02 \x01(\x03\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x16\n\x0erecorded_at_ms\x18\x05 \x01(\x03\"\x12\n\x10GetConfigRequest\"\x9f\x01\n\rDynamicConfig\x12(\n remote_log_offset_reader_threads\x18\x01 \x01(\x05\x12.\n&remote_list_offsets_request_timeout_ms\x18\x02 \x01(\x05\x12\x34\n,remote_log_manager_copy_max_bytes_per_second\x18\x03 \x01(\x03\"\xb5\x02\n\x13UpdateConfigRequest\x12-\n remote_log_offset_reader_threads\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x33\n&remote_list_offsets_request_timeout_ms\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x39\n,remote_log_manager_copy_max_bytes_per_second\x18\x03 \x01(\x03H\x02\x88\x01\x01\x42#\n!_remote_log_offset_reader_threadsB)\n\'_remote_list_offsets_request_timeout_msB/\n-_remote_log_manager_copy_max_bytes_per_second*=\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\x0e\n\nTIER_LOCAL\x10\x01\x12\x0f\n\x0bTIER_REMOTE\x10\x02*\x94\x01\n\rTimestampType\x12\x1e\n\x1aTIMESTAMP_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bTIMESTAMP_TYPE_NO_TIMESTAMP\x10\x01\x12\x1e\n\x1aTIMESTAMP_TYPE_CREATE_TIME\x10\x02\x12\"\n\x1eTIMESTAMP_TYPE_LOG_APPEND_TIME\x10\x03*\xd3\x01\n\x0cSegmentState\x12\x1d\n\x19SEGMENT_STATE_UNSPECIFIED\x10\x00\x12&\n\"SEGMENT_STATE_COPY_SEGMENT_STARTED\x10\x01\x12\'\n#SEGMENT_STATE_COPY_SEGMENT_FINISHED\x10\x02\x12(\n$SEGMENT_STATE_DELETE_SEGMENT_STARTED\x10\x03\x12)\n%SEGMENT_STATE_DELETE_SEGMENT_FINISHED\x10\x04\x32\xcf\x04\n\x10RemoteLogManager\x12@\n\tGetOffset\x12\x18.rlm.v1.GetOffsetRequest\x1a\x19.rlm.v1.GetOffsetResponse\x12\x46\n\x0bListOffsets\x12\x1a.rlm.v1.ListOffsetsRequest\x1a\x1b.rlm.v1.ListOffsetsResponse\x12I\n\x0c\x46\x65tchRecords\x12\x1b.rlm.v1.FetchRecordsRequest\x1a\x1c.rlm.v1.FetchRecordsResponse\x12H\n\x0bReadRecords\x12\x1a.rlm.v1.ReadRecordsRequest\x1a\x1b.rlm.v1.ReadRecordsResponse0\x01\x12I\n\x0cListSegments\x12\x1b.rlm.v1.ListSegmentsRequest\x1a\x1c.rlm.v1.ListSegmentsResponse\x12O\n\x0eListPartitions\x12\x1d.rlm.v1.ListPartitionsRequest\x1a\x1e.rlm.v1.ListPartitionsResponse\x12<\n\tGetConfig\x12\x18.rlm.v1.GetConfigRequest\x1a\x15.rlm.v1.DynamicConfig\x12\x42\n\x0cUpdateConfig\x12\x1b.rlm.v1.UpdateConfigRequest\x1a\x15.rlm.v1.DynamicConfigb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x61pi/gen/rlm/v1/rlm.proto\x12\x06rlm.v1\"G\n\x10GetOffsetRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x11\n\ttimestamp\x18\x03 \x01(\t\"\x8a\x01\n\x11GetOffsetResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0e\n\x06offset\x18\x03 \x01(\x03\x12\x11\n\ttimestamp\x18\x04 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x1a\n\x04tier\x18\x06 \x01(\x0e\x32\x0c.rlm.v1.Tier\"\x7f\n\x12ListOffsetsRequest\x12\x17\n\x0fisolation_level\x18\x01 \x01(\x05\x12(\n\x06topics\x18\x02 \x03(\x0b\x32\x18.rlm.v1.ListOffsetsTopic\x12\x17\n\ntimeout_ms\x18\x03 \x01(\x05H\x00\x88\x01\x01\x42\r\n\x0b_timeout_ms\"R\n\x10ListOffsetsTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x30\n\npartitions\x18\x02 \x03(\x0b\x32\x1c.rlm.v1.ListOffsetsPartition\"U\n\x14ListOffsetsPartition\x12\x17\n\x0fpartition_index\x18\x01 \x01(\x05\x12\x16\n\ttimestamp\x18\x02 \x01(\x03H\x00\x88\x01\x01\x42\x0c\n\n_timestamp\"G\n\x13ListOffsetsResponse\x12\x30\n\x06topics\x18\x01 \x03(\x0b\x32 .rlm.v1.ListOffsetsTopicResponse\"b\n\x18ListOffsetsTopicResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x38\n\npartitions\x18\x02 \x03(\x0b\x32$.rlm.v1.ListOffsetsPartitionResponse\"\xb2\x01\n\x1cListOffsetsPartitionResponse\x12\x17\n\x0fpartition_index\x18\x01 \x01(\x05\x12\x12\n\nerror_code\x18\x02 \x01(\x05\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\x12\x0e\n\x06offset\x18\x04 \x01(\x03\x12\x14\n\x0cleader_epoch\x18\x05 \x01(\x05\x12\x1a\n\rerror_message\x18\x06 \x01(\tH\x00\x88\x01\x01\x42\x10\n\x0e_error_message\"}\n\x13\x46\x65tchRecordsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x06offset\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x16\n\tmax_bytes\x18\x04 \x01(\x05H\x01\x88\x01\x01\x42\t\n\x07_offsetB\x0c\n\n_max_bytes\"\xb7\x01\n\x14\x46\x65tchRecordsResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x1a\n\x04tier\x18\x03 \x01(\x0e\x32\x0c.rlm.v1.Tier\x12\x16\n\x0ehigh_watermark\x18\x04 \x01(\x03\x12\x13\n\x0bnext_offset\x18\x05 \x01(\x03\x12\x1f\n\x07records\x18\x06 \x03(\x0b\x32\x0e.rlm.v1.Record\x12\x13\n\x0braw_batches\x18\x07 \x01(\x0c\"\x80\x02\n\x12ReadRecordsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x13\n\x06offset\x18\x03 \x01(\x03H\x00\x88\x01\x01\x12\x17\n\nend_offset\x18\x04 \x01(\x03H\x01\x88\x01\x01\x12\x1b\n\x0e\x66rom_timestamp\x18\x05 \x01(\tH\x02\x88\x01\x01\x12\x19\n\x0cto_timestamp\x18\x06 \x01(\tH\x03\x88\x01\x01\x12\x17\n\x0fisolation_level\x18\x07 \x01(\x05\x12\x0b\n\x03raw\x18\x08 \x01(\x08\x42\t\n\x07_offsetB\r\n\x0b_end_offsetB\x11\n\x0f_from_timestampB\x0f\n\r_to_timestamp\"u\n\x13ReadRecordsResponse\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x03\x12\x12\n\nend_offset\x18\x02 \x01(\x03\x12\x1f\n\x07records\x18\x03 \x03(\x0b\x32\x0e.rlm.v1.Record\x12\x13\n\x0braw_batches\x18\x04 \x01(\x0c\"\xcf\x01\n\x06Record\x12\x0e\n\x06offset\x18\x01 \x01(\x03\x12\x11\n\ttimestamp\x18\x02 \x01(\x03\x12-\n\x0etimestamp_type\x18\x03 \x01(\x0e\x32\x15.rlm.v1.TimestampType\x12\x10\n\x03key\x18\x04 \x01(\x0cH\x00\x88\x01\x01\x12\x12\n\x05value\x18\x05 \x01(\x0cH\x01\x88\x01\x01\x12%\n\x07headers\x18\x06 \x03(\x0b\x32\x14.rlm.v1.RecordHeader\x12\x14\n\x0cleader_epoch\x18\x07 \x01(\x05\x42\x06\n\x04_keyB\x08\n\x06_value\"9\n\x0cRecordHeader\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\x12\n\x05value\x18\x02 \x01(\x0cH\x00\x88\x01\x01\x42\x08\n\x06_value\"q\n\x13ListSegmentsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x16\n\tpage_size\x18\x03 \x01(\x05H\x00\x88\x01\x01\x12\x12\n\npage_token\x18\x04 \x01(\tB\x0c\n\n_page_size\"\xa4\x01\n\x14ListSegmentsResponse\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\'\n\x08segments\x18\x03 \x03(\x0b\x32\x15.rlm.v1.RemoteSegment\x12\x17\n\x0fnext_page_token\x18\x04 \x01(\t\x12\x10\n\x08topic_id\x18\x05 \x01(\t\x12\x16\n\x0etopic_id_error\x18\x06 \x01(\t\"\xd1\x02\n\rRemoteSegment\x12\x12\n\nsegment_id\x18\x01 \x01(\t\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\x12\x12\n\nend_offset\x18\x03 \x01(\x03\x12\x15\n\rmax_timestamp\x18\x04 \x01(\x03\x12\x12\n\nsize_bytes\x18\x05 \x01(\x03\x12#\n\x05state\x18\x06 \x01(\x0e\x32\x14.rlm.v1.SegmentState\x12\x11\n\tbroker_id\x18\x07 \x01(\x05\x12\x15\n\revent_time_ms\x18\x08 \x01(\x03\x12/\n\rleader_epochs\x18\t \x03(\x0b\x32\x18.rlm.v1.LeaderEpochEntry\x12\x17\n\x0ftxn_index_empty\x18\n \x01(\x08\x12\x10\n\x08topic_id\x18\x0b \x01(\t\x12\x1a\n\rdeleted_topic\x18\x0c \x01(\x08H\x00\x88\x01\x01\x42\x10\n\x0e_deleted_topic\"7\n\x10LeaderEpochEntry\x12\r\n\x05\x65poch\x18\x01 \x01(\x05\x12\x14\n\x0cstart_offset\x18\x02 \x01(\x03\"&\n\x15ListPartitionsRequest\x12\r\n\x05topic\x18\x01 \x01(\t\"G\n\x16ListPartitionsResponse\x12-\n\npartitions\x18\x01 \x03(\x0b\x32\x19.rlm.v1.PartitionOverview\"\x85\x03\n\x11PartitionOverview\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0ctiered_bytes\x18\x03 \x01(\x03\x12\x17\n\x0ftiered_segments\x18\x04 \x01(\x03\x12\x1f\n\x17remote_log_start_offset\x18\x05 \x01(\x03\x12\x1d\n\x15highest_tiered_offset\x18\x06 \x01(\x03\x12\x1c\n\x14max_remote_timestamp\x18\x07 \x01(\x03\x12\x19\n\x11\x63opy_lag_segments\x18\x08 \x01(\x03\x12\x16\n\x0e\x63opy_lag_bytes\x18\t \x01(\x03\x12\x1e\n\x16local_log_start_offset\x18\n \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x0b \x01(\x03\x12,\n\x0eskipped_ranges\x18\x0c \x03(\x0b\x32\x14.rlm.v1.SkippedRange\x12\x10\n\x08topic_id\x18\r \x01(\t\x12\x16\n\x0etopic_id_error\x18\x0e \x01(\t\"n\n\x0cSkippedRange\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x03\x12\x12\n\nend_offset\x18\x02 \x01(\x03\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x16\n\x0erecorded_at_ms\x18\x05 \x01(\x03\"\x12\n\x10GetConfigRequest\"\x9f\x01\n\rDynamicConfig\x12(\n remote_log_offset_reader_threads\x18\x01 \x01(\x05\x12.\n&remote_list_offsets_request_timeout_ms\x18\x02 \x01(\x05\x12\x34\n,remote_log_manager_copy_max_bytes_per_second\x18\x03 \x01(\x03\"\xb5\x02\n\x13UpdateConfigRequest\x12-\n remote_log_offset_reader_threads\x18\x01 \x01(\x05H\x00\x88\x01\x01\x12\x33\n&remote_list_offsets_request_timeout_ms\x18\x02 \x01(\x05H\x01\x88\x01\x01\x12\x39\n,remote_log_manager_copy_max_bytes_per_second\x18\x03 \x01(\x03H\x02\x88\x01\x01\x42#\n!_remote_log_offset_reader_threadsB)\n\'_remote_list_offsets_request_timeout_msB/\n-_remote_log_manager_copy_max_bytes_per_second*=\n\x04Tier\x12\x14\n\x10TIER_UNSPECIFIED\x10\x00\x12\x0e\n\nTIER_LOCAL\x10\x01\x12\x0f\n\x0bTIER_REMOTE\x10\x02*\x94\x01\n\rTimestampType\x12\x1e\n\x1aTIMESTAMP_TYPE_UNSPECIFIED\x10\x00\x12\x1f\n\x1bTIMESTAMP_TYPE_NO_TIMESTAMP\x10\x01\x12\x1e\n\x1aTIMESTAMP_TYPE_CREATE_TIME\x10\x02\x12\"\n\x1eTIMESTAMP_TYPE_LOG_APPEND_TIME\x10\x03*\xd3\x01\n\x0cSegmentState\x12\x1d\n\x19SEGMENT_STATE_UNSPECIFIED\x10\x00\x12&\n\"SEGMENT_STATE_COPY_SEGMENT_STARTED\x10\x01\x12\'\n#SEGMENT_STATE_COPY_SEGMENT_FINISHED\x10\x02\x12(\n$SEGMENT_STATE_DELETE_SEGMENT_STARTED\x10\x03\x12)\n%SEGMENT_STATE_DELETE_SEGMENT_FINISHED\x10\x04\x32\xcf\x04\n\x10RemoteLogManager\x12@\n\tGetOffset\x12\x18.rlm.v1.GetOffsetRequest\x1a\x19.rlm.v1.GetOffsetResponse\x12\x46\n\x0bListOffsets\x12\x1a.rlm.v1.ListOffsetsRequest\x1a\x1b.rlm.v1.ListOffsetsResponse\x12I\n\x0c\x46\x65tchRecords\x12\x1b.rlm.v1.FetchRecordsRequest\x1a\x1c.rlm.v1.FetchRecordsResponse\x12H\n\x0bReadRecords\x12\x1a.rlm.v1.ReadRecordsRequest\x1a\x1b.rlm.v1.ReadRecordsResponse0\x01\x12I\n\x0cListSegments\x12\x1b.rlm.v1.ListSegmentsRequest\x1a\x1c.rlm.v1.ListSegmentsResponse\x12O\n\x0eListPartitions\x12\x1d.rlm.v1.ListPartitionsRequest\x1a\x1e.rlm.v1.ListPartitionsResponse\x12<\n\tGetConfig\x12\x18.rlm.v1.GetConfigRequest\x1a\x15.rlm.v1.DynamicConfig\x12\x42\n\x0cUpdateConfig\x12\x1b.rlm.v1.UpdateConfigRequest\x1a\x15.rlm.v1.DynamicConfigb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'api.gen.rlm.v1.rlm_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TIER']._serialized_start=3619
-  _globals['_TIER']._serialized_end=3680
-  _globals['_TIMESTAMPTYPE']._serialized_start=3683
-  _globals['_TIMESTAMPTYPE']._serialized_end=3831
-  _globals['_SEGMENTSTATE']._serialized_start=3834
-  _globals['_SEGMENTSTATE']._serialized_end=4045
+  _globals['_TIER']._serialized_start=3654
+  _globals['_TIER']._serialized_end=3715
+  _globals['_TIMESTAMPTYPE']._serialized_start=3718
+  _globals['_TIMESTAMPTYPE']._serialized_end=3866
+  _globals['_SEGMENTSTATE']._serialized_start=3869
+  _globals['_SEGMENTSTATE']._serialized_end=4080
   _globals['_GETOFFSETREQUEST']._serialized_start=36
   _globals['_GETOFFSETREQUEST']._serialized_end=107
   _globals['_GETOFFSETRESPONSE']._serialized_start=110
@@ -46,47 +46,47 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LISTOFFSETSTOPIC']._serialized_start=379
   _globals['_LISTOFFSETSTOPIC']._serialized_end=461
   _globals['_LISTOFFSETSPARTITION']._serialized_start=463
-  _globals['_LISTOFFSETSPARTITION']._serialized_end=529
-  _globals['_LISTOFFSETSRESPONSE']._serialized_start=531
-  _globals['_LISTOFFSETSRESPONSE']._serialized_end=602
-  _globals['_LISTOFFSETSTOPICRESPONSE']._serialized_start=604
-  _globals['_LISTOFFSETSTOPICRESPONSE']._serialized_end=702
-  _globals['_LISTOFFSETSPARTITIONRESPONSE']._serialized_start=705
-  _globals['_LISTOFFSETSPARTITIONRESPONSE']._serialized_end=883
-  _globals['_FETCHRECORDSREQUEST']._serialized_start=885
-  _globals['_FETCHRECORDSREQUEST']._serialized_end=994
-  _globals['_FETCHRECORDSRESPONSE']._serialized_start=997
-  _globals['_FETCHRECORDSRESPONSE']._serialized_end=1180
-  _globals['_READRECORDSREQUEST']._serialized_start=1183
-  _globals['_READRECORDSREQUEST']._serialized_end=1439
-  _globals['_READRECORDSRESPONSE']._serialized_start=1441
-  _globals['_READRECORDSRESPONSE']._serialized_end=1558
-  _globals['_RECORD']._serialized_start=1561
-  _globals['_RECORD']._serialized_end=1768
-  _globals['_RECORDHEADER']._serialized_start=1770
-  _globals['_RECORDHEADER']._serialized_end=1827
-  _globals['_LISTSEGMENTSREQUEST']._serialized_start=1829
-  _globals['_LISTSEGMENTSREQUEST']._serialized_end=1942
-  _globals['_LISTSEGMENTSRESPONSE']._serialized_start=1945
-  _globals['_LISTSEGMENTSRESPONSE']._serialized_end=2109
-  _globals['_REMOTESEGMENT']._serialized_start=2112
-  _globals['_REMOTESEGMENT']._serialized_end=2449
-  _globals['_LEADEREPOCHENTRY']._serialized_start=2451
-  _globals['_LEADEREPOCHENTRY']._serialized_end=2506
-  _globals['_LISTPARTITIONSREQUEST']._serialized_start=2508
-  _globals['_LISTPARTITIONSREQUEST']._serialized_end=2546
-  _globals['_LISTPARTITIONSRESPONSE']._serialized_start=2548
-  _globals['_LISTPARTITIONSRESPONSE']._serialized_end=2619
-  _globals['_PARTITIONOVERVIEW']._serialized_start=2622
-  _globals['_PARTITIONOVERVIEW']._serialized_end=3011
-  _globals['_SKIPPEDRANGE']._serialized_start=3013
-  _globals['_SKIPPEDRANGE']._serialized_end=3123
-  _globals['_GETCONFIGREQUEST']._serialized_start=3125
-  _globals['_GETCONFIGREQUEST']._serialized_end=3143
-  _globals['_DYNAMICCONFIG']._serialized_start=3146
-  _globals['_DYNAMICCONFIG']._serialized_end=3305
-  _globals['_UPDATECONFIGREQUEST']._serialized_start=3308
-  _globals['_UPDATECONFIGREQUEST']._serialized_end=3617
-  _globals['_REMOTELOGMANAGER']._serialized_start=4048
-  _globals['_REMOTELOGMANAGER']._serialized_end=4639
+  _globals['_LISTOFFSETSPARTITION']._serialized_end=548
+  _globals['_LISTOFFSETSRESPONSE']._serialized_start=550
+  _globals['_LISTOFFSETSRESPONSE']._serialized_end=621
+  _globals['_LISTOFFSETSTOPICRESPONSE']._serialized_start=623
+  _globals['_LISTOFFSETSTOPICRESPONSE']._serialized_end=721
+  _globals['_LISTOFFSETSPARTITIONRESPONSE']._serialized_start=724
+  _globals['_LISTOFFSETSPARTITIONRESPONSE']._serialized_end=902
+  _globals['_FETCHRECORDSREQUEST']._serialized_start=904
+  _globals['_FETCHRECORDSREQUEST']._serialized_end=1029
+  _globals['_FETCHRECORDSRESPONSE']._serialized_start=1032
+  _globals['_FETCHRECORDSRESPONSE']._serialized_end=1215
+  _globals['_READRECORDSREQUEST']._serialized_start=1218
+  _globals['_READRECORDSREQUEST']._serialized_end=1474
+  _globals['_READRECORDSRESPONSE']._serialized_start=1476
+  _globals['_READRECORDSRESPONSE']._serialized_end=1593
+  _globals['_RECORD']._serialized_start=1596
+  _globals['_RECORD']._serialized_end=1803
+  _globals['_RECORDHEADER']._serialized_start=1805
+  _globals['_RECORDHEADER']._serialized_end=1862
+  _globals['_LISTSEGMENTSREQUEST']._serialized_start=1864
+  _globals['_LISTSEGMENTSREQUEST']._serialized_end=1977
+  _globals['_LISTSEGMENTSRESPONSE']._serialized_start=1980
+  _globals['_LISTSEGMENTSRESPONSE']._serialized_end=2144
+  _globals['_REMOTESEGMENT']._serialized_start=2147
+  _globals['_REMOTESEGMENT']._serialized_end=2484
+  _globals['_LEADEREPOCHENTRY']._serialized_start=2486
+  _globals['_LEADEREPOCHENTRY']._serialized_end=2541
+  _globals['_LISTPARTITIONSREQUEST']._serialized_start=2543
+  _globals['_LISTPARTITIONSREQUEST']._serialized_end=2581
+  _globals['_LISTPARTITIONSRESPONSE']._serialized_start=2583
+  _globals['_LISTPARTITIONSRESPONSE']._serialized_end=2654
+  _globals['_PARTITIONOVERVIEW']._serialized_start=2657
+  _globals['_PARTITIONOVERVIEW']._serialized_end=3046
+  _globals['_SKIPPEDRANGE']._serialized_start=3048
+  _globals['_SKIPPEDRANGE']._serialized_end=3158
+  _globals['_GETCONFIGREQUEST']._serialized_start=3160
+  _globals['_GETCONFIGREQUEST']._serialized_end=3178
+  _globals['_DYNAMICCONFIG']._serialized_start=3181
+  _globals['_DYNAMICCONFIG']._serialized_end=3340
+  _globals['_UPDATECONFIGREQUEST']._serialized_start=3343
+  _globals['_UPDATECONFIGREQUEST']._serialized_end=3652
+  _globals['_REMOTELOGMANAGER']._serialized_start=4083
+  _globals['_REMOTELOGMANAGER']._serialized_end=4674
 # @@protoc_insertion_point(module_scope)

@@ -231,19 +231,21 @@ class ListOffsetsPartition(_message.Message):
     partition_index: _builtins.int
     timestamp: _builtins.int
     """Epoch milliseconds, or -1 latest, -2 earliest, -3 max timestamp, -4 earliest local,
-    -5 latest tiered.
+    -5 latest tiered. Required (set it, 0 included): a partition without one is INVALID_ARGUMENT.
     """
     def __init__(
         self,
         *,
         partition_index: _builtins.int = ...,
-        timestamp: _builtins.int = ...,
+        timestamp: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_timestamp", b"_timestamp", "timestamp", b"timestamp"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition_index", b"partition_index", "timestamp", b"timestamp"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_timestamp", b"_timestamp", "partition_index", b"partition_index", "timestamp", b"timestamp"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__timestamp: _TypeAlias = _typing.Literal["timestamp"]  # noqa: Y015
+    _WhichOneofArgType__timestamp: _TypeAlias = _typing.Literal["_timestamp", b"_timestamp"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__timestamp) -> _WhichOneofReturnType__timestamp | None: ...
 
 Global___ListOffsetsPartition: _TypeAlias = ListOffsetsPartition  # noqa: Y015
 
@@ -342,6 +344,7 @@ class FetchRecordsRequest(_message.Message):
     topic: _builtins.str
     partition: _builtins.int
     offset: _builtins.int
+    """Required (set it, 0 included): a request without one is INVALID_ARGUMENT."""
     max_bytes: _builtins.int
     """Stop adding batches past this many bytes (1 to 67108864; the first batch is returned whole
     whatever its size); 1048576 when absent. Decoded records of compressed batches take more room
@@ -352,16 +355,21 @@ class FetchRecordsRequest(_message.Message):
         *,
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
-        offset: _builtins.int = ...,
+        offset: _builtins.int | None = ...,
         max_bytes: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "max_bytes", b"max_bytes"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "_offset", b"_offset", "max_bytes", b"max_bytes", "offset", b"offset"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "max_bytes", b"max_bytes", "offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes", "_offset", b"_offset", "max_bytes", b"max_bytes", "offset", b"offset", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__max_bytes: _TypeAlias = _typing.Literal["max_bytes"]  # noqa: Y015
     _WhichOneofArgType__max_bytes: _TypeAlias = _typing.Literal["_max_bytes", b"_max_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__offset: _TypeAlias = _typing.Literal["offset"]  # noqa: Y015
+    _WhichOneofArgType__offset: _TypeAlias = _typing.Literal["_offset", b"_offset"]  # noqa: Y015
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_bytes) -> _WhichOneofReturnType__max_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__offset) -> _WhichOneofReturnType__offset | None: ...
 
 Global___FetchRecordsRequest: _TypeAlias = FetchRecordsRequest  # noqa: Y015
 
