@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 from rlm.config import load_settings
+from rlm.errors import InvalidArgumentError
+from rlm.timestamps import SpecialTimestamp, parse_timestamp
 
 
 def _milliseconds(text: str) -> int:
@@ -129,18 +130,19 @@ def _compact(args: argparse.Namespace) -> int:
 
 
 def _timestamp_ms(text: str) -> int:
-    """Epoch milliseconds, or an ISO-8601 time (UTC unless it names its zone)."""
-    if text.lstrip("-").isdigit():
-        return int(text)
+    """Epoch milliseconds, or an ISO-8601 time (UTC unless it names its zone), parsed as every API
+    parses a timestamp (:func:`~rlm.timestamps.parse_timestamp`: exact, a fraction of a
+    millisecond rounded up); the special values name no time to export from or to."""
     try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
+        at = parse_timestamp(text)
+    except InvalidArgumentError as exc:
+        raise argparse.ArgumentTypeError(exc.reason) from None
+    if at < 0:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is neither epoch milliseconds nor an ISO-8601 time (2026-11-26T08:00:00Z)"
-        ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
+            f"{text!r} is a special value ({SpecialTimestamp(at).name}): give epoch milliseconds "
+            "or an ISO-8601 time"
+        )
+    return at
 
 
 def _register_export(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
