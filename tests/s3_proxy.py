@@ -8,6 +8,10 @@ sends and parses real HTTP. Faults are injected per S3 operation:
 * ``NOT_IMPLEMENTED``: answer 501 ``NotImplemented`` (a store without the call);
 * ``IGNORE_RANGE``: drop the ``Range`` header, so the server answers 200 with the whole object;
 * ``WRONG_CONTENT_RANGE``: relay a 206 whose ``Content-Range`` says other bytes than asked;
+* ``RANGE_AS_200``: relay a 206 as a 200, its ``Content-Range`` and ranged body kept (a store
+  that honours ``Range`` but answers 200);
+* ``SHORT_206``: relay a 206 with the first half of its body only, ``Content-Length`` saying so
+  and ``Content-Range`` unchanged (a store or proxy that sends less than it announces);
 * ``REJECT_CHECKSUM_HEADERS``: answer 400 ``InvalidArgument`` to any request carrying an
   ``x-amz-checksum-*`` or ``x-amz-sdk-checksum-algorithm`` header (as Backblaze B2 does);
 * ``NO_CHECKSUM_ON_HEAD``: remove the ``x-amz-checksum-*`` headers from HEAD answers (a store that
@@ -54,6 +58,8 @@ class ProxyFault(enum.Enum):
     NOT_IMPLEMENTED = "501 NotImplemented"
     IGNORE_RANGE = "Range dropped: 200 with the whole object"
     WRONG_CONTENT_RANGE = "206 whose Content-Range is one byte further than asked"
+    RANGE_AS_200 = "206 relayed as 200, Content-Range and ranged body kept"
+    SHORT_206 = "206 with half its body, Content-Length saying so, Content-Range unchanged"
     REJECT_CHECKSUM_HEADERS = "400 InvalidArgument to checksum headers"
     NO_CHECKSUM_ON_HEAD = "x-amz-checksum-* removed from HEAD answers"
     CORRUPT_BODY = "first byte of the request body flipped"
@@ -242,6 +248,10 @@ class S3Proxy:
                 (name, _shifted(value) if name.lower() == "content-range" else value)
                 for name, value in answer_headers
             ]
+        if status == 206 and self._applies(ProxyFault.RANGE_AS_200, operation):
+            status = 200
+        if status == 206 and len(answer) > 1 and self._applies(ProxyFault.SHORT_206, operation):
+            answer = answer[: len(answer) // 2]  # the relayed Content-Length is the answer's
         if method == "HEAD" and self._applies(ProxyFault.NO_CHECKSUM_ON_HEAD, operation):
             answer_headers = [
                 (n, v) for n, v in answer_headers if not n.lower().startswith("x-amz-checksum-")

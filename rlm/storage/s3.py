@@ -37,7 +37,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import BotoCoreError, ClientError
 from botocore.response import StreamingBody
 
-from rlm.errors import ConfigError, InvalidObjectKeyError, NotFoundError, StorageError
+from rlm.errors import ConfigError, InvalidObjectKeyError, NotFoundError
 from rlm.metastore.model import PendingUpload
 from rlm.storage.events import NoEvents, StorageEvents
 from rlm.storage.layout import validate_key
@@ -50,7 +50,7 @@ from rlm.storage.s3_client import new_session, s3_client
 from rlm.storage.s3_config import S3Config
 from rlm.storage.s3_errors import NOT_FOUND_CODES, error_for_code, s3_error_code, translate
 from rlm.storage.s3_multipart import MultipartUploader, Uploaded, body_checksum, s3_crc32c, stored_object
-from rlm.storage.s3_range import parse_content_range, ranged_answer, skip
+from rlm.storage.s3_range import Span, answer_span, ranged_answer, skip
 from rlm.storage.s3_verify import PutVerifier
 
 if TYPE_CHECKING:
@@ -237,9 +237,10 @@ class S3Storage:
         it stopped, at most ``retry.max_attempts`` times in a row."""
         failures = 0
         while position < end:
-            body = self._call("GetObject", key, partial(self._open_range, key, full_key, position, end))
-            if body is None:
+            opened = self._call("GetObject", key, partial(self._open_range, key, full_key, position, end))
+            if opened is None:
                 return  # the object ends before ``position``
+            body, _ = opened
             with body:
                 while position < end:
                     try:
@@ -257,11 +258,12 @@ class S3Storage:
                     position += len(piece)
                     yield piece
 
-    def _open_range(self, key: str, full_key: str, position: int, end: int) -> StreamingBody | None:
-        """The body of a GET of ``[position, end)``, read up to ``position``; ``None`` when the
-        object ends before ``position``. The answer is held to the rules of
-        :mod:`rlm.storage.s3_range`: a 200 (the store ignored ``Range``) is read past its head; a
-        206 must cover the range up to the object's end."""
+    def _open_range(
+        self, key: str, full_key: str, position: int, end: int
+    ) -> tuple[StreamingBody, Span] | None:
+        """The body of a GET of ``[position, end)``, read up to ``position``, and where the asked-for
+        bytes are in it; ``None`` when the object ends before ``position``. The answer is held to the
+        rules of :mod:`rlm.storage.s3_range` (:func:`~rlm.storage.s3_range.answer_span`)."""
         try:
             response = self._client.get_object(
                 Bucket=self.bucket, Key=full_key, Range=f"bytes={position}-{end - 1}"
@@ -272,27 +274,18 @@ class S3Storage:
             raise
         body: StreamingBody = response["Body"]
         status = response["ResponseMetadata"]["HTTPStatusCode"]
-        if status == 200:
-            skip(body, position)
-            return body
-        announced = parse_content_range(response.get("ContentRange"))
-        wanted_last = end - 1
-        if announced is not None and announced.total is not None:
-            if position >= announced.total:
+        try:
+            span = answer_span(
+                status, response.get("ContentRange"), position, end - position, f"S3 GetObject {key!r}"
+            )
+            if span.exact and span.length == 0:  # the object ends before ``position``
                 body.close()
                 return None
-            wanted_last = min(wanted_last, announced.total - 1)
-        covered = announced is not None and announced.first <= position <= wanted_last <= announced.last
-        if status != 206 or announced is None or not covered:
+            skip(body, span.skip)
+        except BaseException:
             body.close()
-            raise StorageError(
-                f"S3 GetObject {key!r}: asked for bytes={position}-{end - 1}, the store answered "
-                f"{status} with Content-Range {response.get('ContentRange')!r}",
-                key=key,
-                retriable=False,
-            )
-        skip(body, position - announced.first)
-        return body
+            raise
+        return body, span
 
     def object_size(self, key: str) -> int | None:
         full_key = self._full_key(key)
