@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 from botocore.credentials import Credentials
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, IncompleteReadError
 from botocore.response import StreamingBody
 
 from rlm.errors import ConfigError, InvalidObjectKeyError, NotFoundError
@@ -234,17 +234,24 @@ class S3Storage:
 
     def _stream(self, key: str, full_key: str, position: int, end: int, piece_bytes: int) -> Iterator[bytes]:
         """One ranged GET read piece by piece; a read failing part way opens another GET from where
-        it stopped, at most ``retry.max_attempts`` times in a row."""
+        it stopped, at most ``retry.max_attempts`` times in a row. A 206 body that ends before the
+        bytes its ``Content-Range`` announced is such a failure, not the object's end."""
         failures = 0
         while position < end:
             opened = self._call("GetObject", key, partial(self._open_range, key, full_key, position, end))
             if opened is None:
                 return  # the object ends before ``position``
-            body, _ = opened
+            body, span = opened
+            # A 206 holds every announced byte; a 200's length is checked by botocore.
+            opened_at, announced_end = position, position + span.length if span.exact else position
             with body:
                 while position < end:
                     try:
                         piece = body.read(min(piece_bytes, end - position))
+                        if not piece and position < announced_end:
+                            raise IncompleteReadError(
+                                actual_bytes=position - opened_at, expected_bytes=span.length
+                            )
                     except BotoCoreError as exc:
                         failures += 1
                         error = translate(exc, operation="GetObject", key=key)

@@ -1,5 +1,5 @@
 """Answers to ranged GETs whose headers do not match what they say elsewhere, played by the fault
-proxy in front of moto: a ranged body labelled 200.
+proxy in front of moto: a ranged body labelled 200, a 206 sending less than its ``Content-Range``.
 Every read (``read_range``, the store's streamed reads and the async reader's) gives the asked-for
 bytes or an error, never other bytes or fewer as if the object ended there."""
 
@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from rlm.errors import StorageUnavailableError
 from rlm.storage.async_s3 import AsyncS3Reader
 from rlm.storage.retry import RetryPolicy
 from rlm.storage.s3 import S3Storage
@@ -63,3 +64,31 @@ def test_a_ranged_body_labelled_200_gives_the_asked_bytes(proxied: tuple[S3Proxy
     gets = proxy.exchanges_of("GetObject")
     assert {e.status for e in gets} == {200}  # what the client saw
     assert all("content-range" in e.response_headers for e in gets)
+
+
+def test_a_206_sending_less_than_its_content_range_is_resumed(proxied: tuple[S3Proxy, S3Storage]) -> None:
+    proxy, storage = proxied
+    for start, length in RANGES[1:]:  # one byte cannot be halved
+        asked = DATA[start : start + length]
+        proxy.inject(ProxyFault.SHORT_206, "GetObject", times=1)
+        assert storage.read_range(KEY, start, length) == asked, (start, length)
+        proxy.inject(ProxyFault.SHORT_206, "GetObject", times=1)
+        assert b"".join(storage.stream_range(KEY, start, length, piece_bytes=7)) == asked, (start, length)
+        proxy.inject(ProxyFault.SHORT_206, "GetObject", times=1)
+        assert async_streamed(storage, start, length, 7) == asked, (start, length)
+
+
+def test_a_206_that_keeps_sending_half_its_content_range_is_resumed_until_whole(
+    proxied: tuple[S3Proxy, S3Storage],
+) -> None:
+    proxy, storage = proxied
+    proxy.inject(ProxyFault.SHORT_206, "GetObject")  # every answer: half of what is left
+    asked = DATA[100:900]
+    before = len(proxy.exchanges_of("GetObject"))
+    # Each GET gives some bytes: the streamed read goes on from where each stopped.
+    assert b"".join(storage.stream_range(KEY, 100, 800, piece_bytes=7)) == asked
+    resumed = [e.headers["range"] for e in proxy.exchanges_of("GetObject")[before:]]
+    assert resumed[:3] == ["bytes=100-899", "bytes=500-899", "bytes=700-899"]
+    # One read asks for the whole range again each time: it gives up, never returns half.
+    with pytest.raises(StorageUnavailableError, match="gave up after 3 attempts"):
+        storage.read_range(KEY, 100, 800)
