@@ -20,7 +20,11 @@ sends and parses real HTTP. Faults are injected per S3 operation:
   transit, after the client computed its checksums);
 * ``SERVER_ERROR``: answer 500 ``InternalError`` without forwarding;
 * ``CUT_BODY``: send the upstream answer's headers and half its body, then close the connection
-  (a connection reset mid-answer).
+  (a connection reset mid-answer);
+* ``SMALL_PAGES``: ask for listing pages of two entries (``max-keys=2``), so that a few keys
+  cross many page ends;
+* ``IGNORE_CONTINUATION``: drop a listing's ``continuation-token``, so the server answers its
+  first page again (a store that does not implement it).
 
 A fault may apply to every ``every``-th request of its operations only (``inject(..., every=3)``),
 so that retries of the failed request succeed, and to its first ``times`` requests only (so that a
@@ -46,7 +50,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit
 
 #: Headers that belong to one connection, not to the request or answer.
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "expect", "content-length"})
@@ -65,6 +69,8 @@ class ProxyFault(enum.Enum):
     CORRUPT_BODY = "first byte of the request body flipped"
     SERVER_ERROR = "500 InternalError"
     CUT_BODY = "half the answer's body, then the connection closed"
+    SMALL_PAGES = "listing pages of two entries"
+    IGNORE_CONTINUATION = "continuation-token dropped: the first page again"
 
 
 @dataclass(frozen=True)
@@ -238,6 +244,8 @@ class S3Proxy:
         if self._applies(ProxyFault.SERVER_ERROR, operation):
             return _error(500, "InternalError", "We encountered an internal error. Please try again.", method)
         forwarded = {name: value for name, value in headers.items() if name.lower() not in _HOP_BY_HOP}
+        if operation == "ListObjectsV2":
+            target = self._listing_target(target)
         if operation == "GetObject" and self._applies(ProxyFault.IGNORE_RANGE, operation):
             forwarded = {name: value for name, value in forwarded.items() if name.lower() != "range"}
         if body and self._applies(ProxyFault.CORRUPT_BODY, operation):
@@ -259,6 +267,16 @@ class S3Proxy:
         if len(answer) > 1 and self._applies(ProxyFault.CUT_BODY, operation):
             answer = CutBody(answer)
         return status, answer_headers, answer
+
+    def _listing_target(self, target: str) -> str:
+        """A ListObjectsV2 request's path and query, with the listing faults applied."""
+        parts = urlsplit(target)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        if self._applies(ProxyFault.SMALL_PAGES, "ListObjectsV2"):
+            query = [(n, v) for n, v in query if n != "max-keys"] + [("max-keys", "2")]
+        if self._applies(ProxyFault.IGNORE_CONTINUATION, "ListObjectsV2"):
+            query = [(n, v) for n, v in query if n != "continuation-token"]
+        return f"{parts.path}?{urlencode(query, quote_via=quote, safe='-_.~')}"
 
     def _send(
         self, method: str, target: str, headers: dict[str, str], body: bytes

@@ -37,7 +37,7 @@ from botocore.credentials import Credentials
 from botocore.exceptions import BotoCoreError, ClientError, IncompleteReadError
 from botocore.response import StreamingBody
 
-from rlm.errors import ConfigError, InvalidObjectKeyError, NotFoundError
+from rlm.errors import ConfigError, InvalidObjectKeyError, NotFoundError, StorageError
 from rlm.metastore.model import PendingUpload
 from rlm.storage.events import NoEvents, StorageEvents
 from rlm.storage.layout import validate_key
@@ -346,16 +346,29 @@ class S3Storage:
         validate_key(prefix, allow_prefix=True)
         full_prefix = self._key_prefix + prefix
         token: str | None = None
+        followed: set[str] = set()
         while True:
             args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix}
             if token is not None:
                 args["ContinuationToken"] = token
             page = self._call("ListObjectsV2", prefix, partial(self._client.list_objects_v2, **args))
+            truncated = bool(page.get("IsTruncated"))
+            following = page.get("NextContinuationToken") or None
+            # A store that ignores the token answers with a page already listed: checked before
+            # its keys are given again, as the listing would never end.
+            if truncated and (following is None or following in followed):
+                raise StorageError(
+                    f"S3 ListObjectsV2 {prefix!r}: the listing is truncated but names no next page, "
+                    f"or the same page again (NextContinuationToken {following!r})",
+                    key=prefix,
+                    retriable=False,
+                )
             for entry in page.get("Contents", []):
                 yield entry["Key"][len(self._key_prefix) :]
-            if not page.get("IsTruncated"):
+            if not truncated or following is None:
                 return
-            token = page["NextContinuationToken"]
+            followed.add(following)
+            token = following
 
     def close(self) -> None:
         """Wait for running part uploads, stop the owned pool, close connections; idempotent."""
