@@ -21,6 +21,8 @@ sends and parses real HTTP. Faults are injected per S3 operation:
 * ``SERVER_ERROR``: answer 500 ``InternalError`` without forwarding;
 * ``CUT_BODY``: send the upstream answer's headers and half its body, then close the connection
   (a connection reset mid-answer);
+* ``REFUSE_RANGE_PAST_END``: answer 416 ``InvalidRange`` to a GET whose range runs past the
+  object's end, though it starts inside it (a store that does not shorten such a range);
 * ``SMALL_PAGES``: ask for listing pages of two entries (``max-keys=2``), so that a few keys
   cross many page ends;
 * ``IGNORE_CONTINUATION``: drop a listing's ``continuation-token``, so the server answers its
@@ -69,6 +71,7 @@ class ProxyFault(enum.Enum):
     CORRUPT_BODY = "first byte of the request body flipped"
     SERVER_ERROR = "500 InternalError"
     CUT_BODY = "half the answer's body, then the connection closed"
+    REFUSE_RANGE_PAST_END = "416 InvalidRange to a range that starts inside the object and ends past it"
     SMALL_PAGES = "listing pages of two entries"
     IGNORE_CONTINUATION = "continuation-token dropped: the first page again"
 
@@ -256,6 +259,12 @@ class S3Proxy:
                 (name, _shifted(value) if name.lower() == "content-range" else value)
                 for name, value in answer_headers
             ]
+        if (
+            status == 206
+            and _runs_past_the_end(forwarded, answer_headers)
+            and self._applies(ProxyFault.REFUSE_RANGE_PAST_END, operation)
+        ):
+            return _error(416, "InvalidRange", "The requested range is not satisfiable", method)
         if status == 206 and self._applies(ProxyFault.RANGE_AS_200, operation):
             status = 200
         if status == 206 and len(answer) > 1 and self._applies(ProxyFault.SHORT_206, operation):
@@ -307,6 +316,17 @@ class CutBody(bytes):
 def _error(status: int, code: str, message: str, method: str) -> tuple[int, list[tuple[str, str]], bytes]:
     body = b"" if method == "HEAD" else error_xml(code, message)
     return status, [("Content-Type", "application/xml")], body
+
+
+def _runs_past_the_end(request_headers: dict[str, str], answer_headers: list[tuple[str, str]]) -> bool:
+    """Whether a 206 answers a ``bytes=a-b`` range with fewer bytes, as the object ends before ``b``."""
+    asked = {n.lower(): v for n, v in request_headers.items()}.get("range", "")
+    answered = {n.lower(): v for n, v in answer_headers}.get("content-range", "")
+    if not asked.startswith("bytes=") or not answered.startswith("bytes "):
+        return False
+    asked_last = asked.removeprefix("bytes=").partition("-")[2]
+    answered_last = answered.removeprefix("bytes ").partition("/")[0].partition("-")[2]
+    return asked_last.isdigit() and answered_last.isdigit() and int(answered_last) < int(asked_last)
 
 
 def _shifted(content_range: str) -> str:

@@ -50,7 +50,7 @@ from rlm.storage.s3_client import new_session, s3_client
 from rlm.storage.s3_config import S3Config
 from rlm.storage.s3_errors import NOT_FOUND_CODES, error_for_code, s3_error_code, translate
 from rlm.storage.s3_multipart import MultipartUploader, Uploaded, body_checksum, s3_crc32c, stored_object
-from rlm.storage.s3_range import Span, answer_span, ranged_answer, skip
+from rlm.storage.s3_range import Span, answer_span, check_refused_range, ranged_answer, skip
 from rlm.storage.s3_verify import PutVerifier
 
 if TYPE_CHECKING:
@@ -215,7 +215,8 @@ class S3Storage:
                     Bucket=self.bucket, Key=full_key, Range=f"bytes={start}-{start + length - 1}"
                 )
             except ClientError as exc:
-                if s3_error_code(exc) == "InvalidRange":  # the object exists but ends before start
+                if s3_error_code(exc) == "InvalidRange":  # the object ends before start, if a HEAD agrees
+                    self._check_refused_range(key, full_key, start, length)
                     return b""
                 raise
             status = response["ResponseMetadata"]["HTTPStatusCode"]
@@ -277,6 +278,7 @@ class S3Storage:
             )
         except ClientError as exc:
             if s3_error_code(exc) == "InvalidRange":
+                self._check_refused_range(key, full_key, position, end - position)
                 return None
             raise
         body: StreamingBody = response["Body"]
@@ -293,6 +295,13 @@ class S3Storage:
             body.close()
             raise
         return body, span
+
+    def _check_refused_range(self, key: str, full_key: str, start: int, length: int) -> None:
+        """After a 416 to a GET of ``[start, start + length)``: a HEAD must find the object ending
+        at or before ``start`` (:func:`~rlm.storage.s3_range.check_refused_range`)."""
+        stored = stored_object(self._client, self.bucket, full_key, False)
+        size = None if stored is None else stored.size
+        check_refused_range(size, start, length, f"S3 GetObject {key!r}", key)
 
     def object_size(self, key: str) -> int | None:
         full_key = self._full_key(key)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rlm.errors import StorageUnavailableError
+from rlm.errors import StorageError, StorageUnavailableError
 from rlm.storage.async_s3 import AsyncS3Reader
 from rlm.storage.retry import RetryPolicy
 from rlm.storage.s3 import S3Storage
@@ -92,3 +92,24 @@ def test_a_206_that_keeps_sending_half_its_content_range_is_resumed_until_whole(
     # One read asks for the whole range again each time: it gives up, never returns half.
     with pytest.raises(StorageUnavailableError, match="gave up after 3 attempts"):
         storage.read_range(KEY, 100, 800)
+
+
+def test_a_416_for_a_range_starting_inside_the_object_is_an_error_not_its_end(
+    proxied: tuple[S3Proxy, S3Storage],
+) -> None:
+    proxy, storage = proxied
+    proxy.inject(ProxyFault.REFUSE_RANGE_PAST_END, "GetObject")
+    assert storage.read_range(KEY, 0, 1000) == DATA  # ends at the object's end: answered
+    refused = r"refused bytes=990-1039 \(InvalidRange\), but the object holds 1000 bytes"
+    with pytest.raises(StorageError, match=refused) as raised:
+        storage.read_range(KEY, 990, 50)
+    assert raised.value.retriable is False
+    with pytest.raises(StorageError, match=refused):
+        b"".join(storage.stream_range(KEY, 990, 50, piece_bytes=7))
+    with pytest.raises(StorageError, match=refused):
+        async_streamed(storage, 990, 50, 7)
+    # A range past the end is one still: the server's own 416, and nothing to read.
+    assert storage.read_range(KEY, 1000, 10) == b""
+    assert b"".join(storage.stream_range(KEY, 1000, 10)) == b""
+    assert async_streamed(storage, 1000, 10, 7) == b""
+    assert {e.status for e in proxy.exchanges_of("GetObject")} == {206, 416}
