@@ -8,6 +8,10 @@ sends and parses real HTTP. Faults are injected per S3 operation:
 * ``NOT_IMPLEMENTED``: answer 501 ``NotImplemented`` (a store without the call);
 * ``IGNORE_RANGE``: drop the ``Range`` header, so the server answers 200 with the whole object;
 * ``WRONG_CONTENT_RANGE``: relay a 206 whose ``Content-Range`` says other bytes than asked;
+* ``RANGE_AS_200``: relay a 206 as a 200, its ``Content-Range`` and ranged body kept (a store
+  that honours ``Range`` but answers 200);
+* ``SHORT_206``: relay a 206 with the first half of its body only, ``Content-Length`` saying so
+  and ``Content-Range`` unchanged (a store or proxy that sends less than it announces);
 * ``REJECT_CHECKSUM_HEADERS``: answer 400 ``InvalidArgument`` to any request carrying an
   ``x-amz-checksum-*`` or ``x-amz-sdk-checksum-algorithm`` header (as Backblaze B2 does);
 * ``NO_CHECKSUM_ON_HEAD``: remove the ``x-amz-checksum-*`` headers from HEAD answers (a store that
@@ -16,7 +20,13 @@ sends and parses real HTTP. Faults are injected per S3 operation:
   transit, after the client computed its checksums);
 * ``SERVER_ERROR``: answer 500 ``InternalError`` without forwarding;
 * ``CUT_BODY``: send the upstream answer's headers and half its body, then close the connection
-  (a connection reset mid-answer).
+  (a connection reset mid-answer);
+* ``REFUSE_RANGE_PAST_END``: answer 416 ``InvalidRange`` to a GET whose range runs past the
+  object's end, though it starts inside it (a store that does not shorten such a range);
+* ``SMALL_PAGES``: ask for listing pages of two entries (``max-keys=2``), so that a few keys
+  cross many page ends;
+* ``IGNORE_CONTINUATION``: drop a listing's ``continuation-token``, so the server answers its
+  first page again (a store that does not implement it).
 
 A fault may apply to every ``every``-th request of its operations only (``inject(..., every=3)``),
 so that retries of the failed request succeed, and to its first ``times`` requests only (so that a
@@ -42,7 +52,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, quote, urlencode, urlsplit
 
 #: Headers that belong to one connection, not to the request or answer.
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "transfer-encoding", "expect", "content-length"})
@@ -54,11 +64,16 @@ class ProxyFault(enum.Enum):
     NOT_IMPLEMENTED = "501 NotImplemented"
     IGNORE_RANGE = "Range dropped: 200 with the whole object"
     WRONG_CONTENT_RANGE = "206 whose Content-Range is one byte further than asked"
+    RANGE_AS_200 = "206 relayed as 200, Content-Range and ranged body kept"
+    SHORT_206 = "206 with half its body, Content-Length saying so, Content-Range unchanged"
     REJECT_CHECKSUM_HEADERS = "400 InvalidArgument to checksum headers"
     NO_CHECKSUM_ON_HEAD = "x-amz-checksum-* removed from HEAD answers"
     CORRUPT_BODY = "first byte of the request body flipped"
     SERVER_ERROR = "500 InternalError"
     CUT_BODY = "half the answer's body, then the connection closed"
+    REFUSE_RANGE_PAST_END = "416 InvalidRange to a range that starts inside the object and ends past it"
+    SMALL_PAGES = "listing pages of two entries"
+    IGNORE_CONTINUATION = "continuation-token dropped: the first page again"
 
 
 @dataclass(frozen=True)
@@ -232,6 +247,8 @@ class S3Proxy:
         if self._applies(ProxyFault.SERVER_ERROR, operation):
             return _error(500, "InternalError", "We encountered an internal error. Please try again.", method)
         forwarded = {name: value for name, value in headers.items() if name.lower() not in _HOP_BY_HOP}
+        if operation == "ListObjectsV2":
+            target = self._listing_target(target)
         if operation == "GetObject" and self._applies(ProxyFault.IGNORE_RANGE, operation):
             forwarded = {name: value for name, value in forwarded.items() if name.lower() != "range"}
         if body and self._applies(ProxyFault.CORRUPT_BODY, operation):
@@ -242,6 +259,16 @@ class S3Proxy:
                 (name, _shifted(value) if name.lower() == "content-range" else value)
                 for name, value in answer_headers
             ]
+        if (
+            status == 206
+            and _runs_past_the_end(forwarded, answer_headers)
+            and self._applies(ProxyFault.REFUSE_RANGE_PAST_END, operation)
+        ):
+            return _error(416, "InvalidRange", "The requested range is not satisfiable", method)
+        if status == 206 and self._applies(ProxyFault.RANGE_AS_200, operation):
+            status = 200
+        if status == 206 and len(answer) > 1 and self._applies(ProxyFault.SHORT_206, operation):
+            answer = answer[: len(answer) // 2]  # the relayed Content-Length is the answer's
         if method == "HEAD" and self._applies(ProxyFault.NO_CHECKSUM_ON_HEAD, operation):
             answer_headers = [
                 (n, v) for n, v in answer_headers if not n.lower().startswith("x-amz-checksum-")
@@ -249,6 +276,16 @@ class S3Proxy:
         if len(answer) > 1 and self._applies(ProxyFault.CUT_BODY, operation):
             answer = CutBody(answer)
         return status, answer_headers, answer
+
+    def _listing_target(self, target: str) -> str:
+        """A ListObjectsV2 request's path and query, with the listing faults applied."""
+        parts = urlsplit(target)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        if self._applies(ProxyFault.SMALL_PAGES, "ListObjectsV2"):
+            query = [(n, v) for n, v in query if n != "max-keys"] + [("max-keys", "2")]
+        if self._applies(ProxyFault.IGNORE_CONTINUATION, "ListObjectsV2"):
+            query = [(n, v) for n, v in query if n != "continuation-token"]
+        return f"{parts.path}?{urlencode(query, quote_via=quote, safe='-_.~')}"
 
     def _send(
         self, method: str, target: str, headers: dict[str, str], body: bytes
@@ -279,6 +316,17 @@ class CutBody(bytes):
 def _error(status: int, code: str, message: str, method: str) -> tuple[int, list[tuple[str, str]], bytes]:
     body = b"" if method == "HEAD" else error_xml(code, message)
     return status, [("Content-Type", "application/xml")], body
+
+
+def _runs_past_the_end(request_headers: dict[str, str], answer_headers: list[tuple[str, str]]) -> bool:
+    """Whether a 206 answers a ``bytes=a-b`` range with fewer bytes, as the object ends before ``b``."""
+    asked = {n.lower(): v for n, v in request_headers.items()}.get("range", "")
+    answered = {n.lower(): v for n, v in answer_headers}.get("content-range", "")
+    if not asked.startswith("bytes=") or not answered.startswith("bytes "):
+        return False
+    asked_last = asked.removeprefix("bytes=").partition("-")[2]
+    answered_last = answered.removeprefix("bytes ").partition("/")[0].partition("-")[2]
+    return asked_last.isdigit() and answered_last.isdigit() and int(answered_last) < int(asked_last)
 
 
 def _shifted(content_range: str) -> str:

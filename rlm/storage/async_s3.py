@@ -38,8 +38,8 @@ from rlm.storage.protocol import check_stream_arguments
 from rlm.storage.s3 import S3Storage
 from rlm.storage.s3_client import client_options, share_loaded_data
 from rlm.storage.s3_config import S3Config
-from rlm.storage.s3_errors import s3_error_code, translate
-from rlm.storage.s3_range import Span, answer_span
+from rlm.storage.s3_errors import NOT_FOUND_CODES, s3_error_code, translate
+from rlm.storage.s3_range import Span, answer_span, check_refused_range
 
 T = TypeVar("T")
 _log = logging.getLogger(__name__)
@@ -150,9 +150,11 @@ class AsyncS3Reader:
                 Bucket=self.bucket, Key=full_key, Range=f"bytes={start}-{start + length - 1}"
             )
         except ClientError as exc:
-            if s3_error_code(exc) == "InvalidRange":  # the object exists but ends before start
-                return None
-            raise translate(exc, operation="GetObject", key=key) from exc
+            if s3_error_code(exc) != "InvalidRange":
+                raise translate(exc, operation="GetObject", key=key) from exc
+            # The object ends before start, if a HEAD agrees.
+            check_refused_range(await self._size(client, key, full_key), start, length, what, key)
+            return None
         except BotoCoreError as exc:
             raise translate(exc, operation="GetObject", key=key) from exc
         except _BROKEN as exc:
@@ -167,6 +169,22 @@ class AsyncS3Reader:
             body.close()
             raise
         return body, span
+
+    async def _size(self, client: Any, key: str, full_key: str) -> int | None:
+        """The object's size by a HEAD; None when there is none."""
+        try:
+            head = await client.head_object(Bucket=self.bucket, Key=full_key)
+        except ClientError as exc:
+            if s3_error_code(exc) in NOT_FOUND_CODES:
+                return None
+            raise translate(exc, operation="HeadObject", key=key) from exc
+        except BotoCoreError as exc:
+            raise translate(exc, operation="HeadObject", key=key) from exc
+        except _BROKEN as exc:
+            raise StorageUnavailableError(
+                f"S3 HeadObject {key!r}: {type(exc).__name__}: {exc}", key=key
+            ) from exc
+        return int(head["ContentLength"])
 
     def stream_range(
         self, key: str, start: int, length: int, *, piece_bytes: int

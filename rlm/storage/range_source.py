@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlm.errors import CorruptIndexError, NotFoundError
+from rlm.errors import CorruptDataError, CorruptIndexError, NotFoundError
 from rlm.metastore.model import IndexType, ObjectLayout
 from rlm.storage.protocol import RemoteStorage
 
@@ -12,6 +12,10 @@ class RangeSource:
 
     Lets :func:`rlm.log.byte_source.iter_headers` walk a remote ``.log`` reading headers only: each
     window it asks for is one ranged GET.
+
+    The source is ``size`` bytes long: a read within them that the store answers with fewer bytes
+    (the object is shorter than its metadata row says) is a :class:`~rlm.errors.CorruptDataError`,
+    not the end of the log, which a scan would take for its last batch and stop at, silently.
     """
 
     def __init__(self, storage: RemoteStorage, key: str, size: int | None = None) -> None:
@@ -43,10 +47,23 @@ class RangeSource:
         return self._size
 
     def read(self, position: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``position``; fewer only past ``size``.
+
+        Raises:
+            CorruptDataError: The object ends before ``size``.
+        """
         length = max(0, min(length, self._size - position))
         if length == 0:
             return b""
-        return self._storage.read_range(self._key, position, length)
+        data = self._storage.read_range(self._key, position, length)
+        if len(data) != length:
+            raise CorruptDataError(
+                f"{len(data)} of {length} bytes read: the object is shorter than the {self._size} "
+                "bytes expected",
+                path=self._key,
+                position=position,
+            )
+        return data
 
 
 def read_index(storage: RemoteStorage, layout: ObjectLayout, kind: IndexType) -> bytes | None:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 from botocore.credentials import Credentials
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, IncompleteReadError
 from botocore.response import StreamingBody
 
 from rlm.errors import ConfigError, InvalidObjectKeyError, NotFoundError, StorageError
@@ -50,7 +50,7 @@ from rlm.storage.s3_client import new_session, s3_client
 from rlm.storage.s3_config import S3Config
 from rlm.storage.s3_errors import NOT_FOUND_CODES, error_for_code, s3_error_code, translate
 from rlm.storage.s3_multipart import MultipartUploader, Uploaded, body_checksum, s3_crc32c, stored_object
-from rlm.storage.s3_range import parse_content_range, ranged_answer, skip
+from rlm.storage.s3_range import Span, answer_span, check_refused_range, ranged_answer, skip
 from rlm.storage.s3_verify import PutVerifier
 
 if TYPE_CHECKING:
@@ -215,7 +215,8 @@ class S3Storage:
                     Bucket=self.bucket, Key=full_key, Range=f"bytes={start}-{start + length - 1}"
                 )
             except ClientError as exc:
-                if s3_error_code(exc) == "InvalidRange":  # the object exists but ends before start
+                if s3_error_code(exc) == "InvalidRange":  # the object ends before start, if a HEAD agrees
+                    self._check_refused_range(key, full_key, start, length)
                     return b""
                 raise
             status = response["ResponseMetadata"]["HTTPStatusCode"]
@@ -234,16 +235,24 @@ class S3Storage:
 
     def _stream(self, key: str, full_key: str, position: int, end: int, piece_bytes: int) -> Iterator[bytes]:
         """One ranged GET read piece by piece; a read failing part way opens another GET from where
-        it stopped, at most ``retry.max_attempts`` times in a row."""
+        it stopped, at most ``retry.max_attempts`` times in a row. A 206 body that ends before the
+        bytes its ``Content-Range`` announced is such a failure, not the object's end."""
         failures = 0
         while position < end:
-            body = self._call("GetObject", key, partial(self._open_range, key, full_key, position, end))
-            if body is None:
+            opened = self._call("GetObject", key, partial(self._open_range, key, full_key, position, end))
+            if opened is None:
                 return  # the object ends before ``position``
+            body, span = opened
+            # A 206 holds every announced byte; a 200's length is checked by botocore.
+            opened_at, announced_end = position, position + span.length if span.exact else position
             with body:
                 while position < end:
                     try:
                         piece = body.read(min(piece_bytes, end - position))
+                        if not piece and position < announced_end:
+                            raise IncompleteReadError(
+                                actual_bytes=position - opened_at, expected_bytes=span.length
+                            )
                     except BotoCoreError as exc:
                         failures += 1
                         error = translate(exc, operation="GetObject", key=key)
@@ -257,42 +266,42 @@ class S3Storage:
                     position += len(piece)
                     yield piece
 
-    def _open_range(self, key: str, full_key: str, position: int, end: int) -> StreamingBody | None:
-        """The body of a GET of ``[position, end)``, read up to ``position``; ``None`` when the
-        object ends before ``position``. The answer is held to the rules of
-        :mod:`rlm.storage.s3_range`: a 200 (the store ignored ``Range``) is read past its head; a
-        206 must cover the range up to the object's end."""
+    def _open_range(
+        self, key: str, full_key: str, position: int, end: int
+    ) -> tuple[StreamingBody, Span] | None:
+        """The body of a GET of ``[position, end)``, read up to ``position``, and where the asked-for
+        bytes are in it; ``None`` when the object ends before ``position``. The answer is held to the
+        rules of :mod:`rlm.storage.s3_range` (:func:`~rlm.storage.s3_range.answer_span`)."""
         try:
             response = self._client.get_object(
                 Bucket=self.bucket, Key=full_key, Range=f"bytes={position}-{end - 1}"
             )
         except ClientError as exc:
             if s3_error_code(exc) == "InvalidRange":
+                self._check_refused_range(key, full_key, position, end - position)
                 return None
             raise
         body: StreamingBody = response["Body"]
         status = response["ResponseMetadata"]["HTTPStatusCode"]
-        if status == 200:
-            skip(body, position)
-            return body
-        announced = parse_content_range(response.get("ContentRange"))
-        wanted_last = end - 1
-        if announced is not None and announced.total is not None:
-            if position >= announced.total:
+        try:
+            span = answer_span(
+                status, response.get("ContentRange"), position, end - position, f"S3 GetObject {key!r}"
+            )
+            if span.exact and span.length == 0:  # the object ends before ``position``
                 body.close()
                 return None
-            wanted_last = min(wanted_last, announced.total - 1)
-        covered = announced is not None and announced.first <= position <= wanted_last <= announced.last
-        if status != 206 or announced is None or not covered:
+            skip(body, span.skip)
+        except BaseException:
             body.close()
-            raise StorageError(
-                f"S3 GetObject {key!r}: asked for bytes={position}-{end - 1}, the store answered "
-                f"{status} with Content-Range {response.get('ContentRange')!r}",
-                key=key,
-                retriable=False,
-            )
-        skip(body, position - announced.first)
-        return body
+            raise
+        return body, span
+
+    def _check_refused_range(self, key: str, full_key: str, start: int, length: int) -> None:
+        """After a 416 to a GET of ``[start, start + length)``: a HEAD must find the object ending
+        at or before ``start`` (:func:`~rlm.storage.s3_range.check_refused_range`)."""
+        stored = stored_object(self._client, self.bucket, full_key, False)
+        size = None if stored is None else stored.size
+        check_refused_range(size, start, length, f"S3 GetObject {key!r}", key)
 
     def object_size(self, key: str) -> int | None:
         full_key = self._full_key(key)
@@ -346,16 +355,29 @@ class S3Storage:
         validate_key(prefix, allow_prefix=True)
         full_prefix = self._key_prefix + prefix
         token: str | None = None
+        followed: set[str] = set()
         while True:
             args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": full_prefix}
             if token is not None:
                 args["ContinuationToken"] = token
             page = self._call("ListObjectsV2", prefix, partial(self._client.list_objects_v2, **args))
+            truncated = bool(page.get("IsTruncated"))
+            following = page.get("NextContinuationToken") or None
+            # A store that ignores the token answers with a page already listed: checked before
+            # its keys are given again, as the listing would never end.
+            if truncated and (following is None or following in followed):
+                raise StorageError(
+                    f"S3 ListObjectsV2 {prefix!r}: the listing is truncated but names no next page, "
+                    f"or the same page again (NextContinuationToken {following!r})",
+                    key=prefix,
+                    retriable=False,
+                )
             for entry in page.get("Contents", []):
                 yield entry["Key"][len(self._key_prefix) :]
-            if not page.get("IsTruncated"):
+            if not truncated or following is None:
                 return
-            token = page["NextContinuationToken"]
+            followed.add(following)
+            token = following
 
     def close(self) -> None:
         """Wait for running part uploads, stop the owned pool, close connections; idempotent."""

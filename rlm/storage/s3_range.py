@@ -7,9 +7,18 @@ provably holds the asked-for bytes:
 
 * 206 whose ``Content-Range`` covers the asked-for range (up to the object's end): the asked-for
   slice of it (normally all of it);
-* 200 (the whole object): the asked-for slice, read without keeping what comes before it;
+* 200 without ``Content-Range`` (the whole object): the asked-for slice, read without keeping what
+  comes before it;
+* 200 with a ``Content-Range``: held to the rules of a 206. Its body is the bytes the header
+  names, not the object from its first byte (a store that honours ``Range`` but answers 200):
+  slicing it as the whole object would give other bytes, or none, as if the object ended;
 * anything else (a 206 without a usable ``Content-Range``, or one that does not cover the range):
   :class:`~rlm.errors.StorageError`, not retriable: the same request gets the same answer.
+
+A 416 (``InvalidRange``) says the object ends at or before the range's first byte, so there is
+nothing to read; it is believed once a HEAD agrees (:func:`check_refused_range`). A store that
+refuses a range starting inside the object, rather than shortening it to the object's end as HTTP
+asks, would otherwise have its objects read as ending early.
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from typing import NamedTuple, Protocol
 
 from botocore.exceptions import IncompleteReadError
 
-from rlm.errors import StorageError
+from rlm.errors import NotFoundError, StorageError
 
 #: Bytes read at a time while skipping the head of a longer answer.
 _SKIP_CHUNK = 1024 * 1024
@@ -101,11 +110,11 @@ def answer_span(status: int, content_range: str | None, start: int, length: int,
         StorageError: The answer does not provably hold the asked-for bytes (not retriable).
     """
     asked = f"bytes={start}-{start + length - 1}"
-    if status == 200:
-        return Span(start, length, False)
-    if status != 206:
+    if status not in (200, 206):
         raise StorageError(f"{what}: asked for {asked}, the store answered {status}", retriable=False)
     announced = parse_content_range(content_range)
+    if status == 200 and announced is None:
+        return Span(start, length, False)  # the whole object
     if announced is None:
         raise StorageError(
             f"{what}: asked for {asked}, the store answered 206 without a usable Content-Range "
@@ -119,10 +128,30 @@ def answer_span(status: int, content_range: str | None, start: int, length: int,
         wanted_last = min(wanted_last, announced.total - 1)
     if announced.first > start or announced.last < wanted_last:
         raise StorageError(
-            f"{what}: asked for {asked}, the store answered 206 with Content-Range {content_range!r}",
+            f"{what}: asked for {asked}, the store answered {status} with Content-Range {content_range!r}",
             retriable=False,
         )
     return Span(start - announced.first, wanted_last - start + 1, True)
+
+
+def check_refused_range(size: int | None, start: int, length: int, what: str, key: str) -> None:
+    """Return when a 416 (``InvalidRange``) to a GET of ``[start, start + length)`` means what it
+    says: the object, ``size`` bytes by a HEAD made after it, ends at or before ``start``.
+
+    Raises:
+        NotFoundError: The HEAD found no object (``size`` is None).
+        StorageError: The object holds byte ``start``: the store refused a range it should have
+            answered (not retriable: the same request gets the same answer).
+    """
+    if size is None:
+        raise NotFoundError(f"{what}: no such object")
+    if start < size:
+        raise StorageError(
+            f"{what}: the store refused bytes={start}-{start + length - 1} (InvalidRange), but the "
+            f"object holds {size} bytes",
+            key=key,
+            retriable=False,
+        )
 
 
 def skip(body: Readable, count: int) -> None:
