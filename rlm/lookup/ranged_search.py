@@ -73,6 +73,15 @@ class RemoteLogReader:
         data = self.storage.read_range(self.segment.layout.log_key, position, length)
         if self.stats is not None:
             self.stats.add(len(data))
+        if len(data) != length:
+            # The object is shorter than its row: read again, the same bytes would come back, and
+            # a batch cut by them is no reason to stop, as if the segment ended there.
+            raise CorruptDataError(
+                f"{len(data)} of {length} bytes read: the object is shorter than the "
+                f"{self.segment.size_bytes} bytes its metadata records",
+                path=self.segment.layout.log_key,
+                position=position,
+            )
         return data
 
     def batches(self, position: int) -> Iterator[tuple[BatchHeader, bytes]]:

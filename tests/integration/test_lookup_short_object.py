@@ -1,0 +1,47 @@
+"""A remote ``.log`` object shorter than its metadata row: lookups fail naming it. They neither
+answer from the batches before the cut as if the segment ended there, nor read the same short
+bytes again and again (a lookup spun on one, holding its reader thread, until the process ended).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rlm.errors import CorruptDataError
+from rlm.metastore.model import SegmentState
+from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
+from tests.lookup_support import Tiered
+
+
+@pytest.fixture(params=BACKEND_PARAMS)
+def tiered(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Tiered]:
+    yield from tiered_partition(request, tmp_path)
+
+
+def test_a_lookup_into_a_cut_remote_log_is_corrupt_data(tiered: Tiered) -> None:
+    rt, truth, tp = tiered.runtime, tiered.truth, tiered.tp
+    finished = [s for s in rt.store.list_segments(tp) if s.state is SegmentState.COPY_SEGMENT_FINISHED]
+    assert len(finished) >= 2, "the partition has too few remote segments to cut one"
+    cut = finished[0]
+    # The timestamp answered by the segment's last answering record: its batch lies past the cut.
+    answers = [
+        truth.for_timestamp(r.record.timestamp)
+        for r in truth.records
+        if cut.start_offset <= r.record.offset <= cut.end_offset and not r.control
+    ]
+    wanted = max((a for a in answers if a.offset <= cut.end_offset), key=lambda a: a.offset)
+    assert wanted.offset > truth.batch_holding(cut.start_offset)[1], "the segment has one batch"
+    kept = rt.storage.read_range(cut.layout.log_key, 0, cut.size_bytes // 2)
+    rt.storage.put_object(cut.layout.log_key, kept)  # the object loses its second half
+
+    reads = itertools.count()
+
+    def bounded() -> None:  # called before each remote read: a spinning search fails the test
+        assert next(reads) < 1000, "the search reads the short object again and again"
+
+    with pytest.raises(CorruptDataError, match="shorter"):
+        rt.lookup.find(tp, wanted.timestamp, checkpoint=bounded)
