@@ -63,7 +63,8 @@ def read_chunks(
 
     A thread reads the next chunk while the caller works on the current one, so at most three
     chunks are in memory. The stream ends early, without error, when the object is shorter than
-    ``size`` (the caller compares what it got with what it expected).
+    ``size`` (:func:`iter_batches` and :func:`iter_runs` report it: their callers must not take a
+    short object for a whole one).
 
     Raises:
         NotFoundError: The object is missing.
@@ -130,8 +131,8 @@ def iter_batches(chunks: Iterable[bytes], name: str, total: int) -> Iterator[Raw
 
     Raises:
         CorruptRecordError: A size field that cannot be a batch, a malformed header, a batch cut
-            short, or bytes after the last whole batch; it names the object and the position.
-            The batches before it have been yielded.
+            short, bytes after the last whole batch, or chunks ending before ``total`` bytes;
+            it names the object and the position. The batches before it have been yielded.
     """
     return _cut_stream(chunks, name, total, _batches_of)
 
@@ -177,6 +178,14 @@ def _cut_stream(chunks: Iterable[bytes], name: str, total: int, cut: _Cutter[_T]
     if carry:
         raise CorruptRecordError(
             f"{len(carry)} bytes after the last whole batch", path=name, position=position
+        )
+    if position < total:
+        # The stream ends early, without error, where the object ends: an object shorter than
+        # expected (cut at a batch boundary) would otherwise look whole, its last batches gone.
+        raise CorruptRecordError(
+            f"the object ends at byte {position}, {total - position} bytes short of the {total} expected",
+            path=name,
+            position=position,
         )
 
 

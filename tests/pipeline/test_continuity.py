@@ -3,6 +3,8 @@ the remote log start offset."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rlm.metastore.model import PartitionRecord, RemoteSegment, SkipKind, SkippedRange, TopicPartition
@@ -11,13 +13,26 @@ from rlm.pipeline.verify.continuity import continuity_problems
 from rlm.pipeline.verify.problems import Problem, ProblemKind
 from tests.metadata_support import TP, segment
 
+#: A record's highest copied offset standing for the end of the last segment checked with it.
+LAST_END = -2
 
-def _record(log_start: int = -1, highest: int = 10**9) -> PartitionRecord:
+
+def _record(log_start: int = -1, highest: int = LAST_END) -> PartitionRecord:
     return PartitionRecord(TP, log_start, highest, 0, None, None)
 
 
+def _continuity(
+    segments: list[RemoteSegment], record: PartitionRecord, skipped: list[SkippedRange] | None = None
+) -> list[Problem]:
+    """:func:`continuity_problems`, the highest copied offset ``LAST_END`` made the segments' end."""
+    if record.highest_copied_offset == LAST_END:
+        highest = max((s.end_offset for s in segments), default=-1)
+        record = dataclasses.replace(record, highest_copied_offset=highest)
+    return continuity_problems(TP, segments, record, skipped or [])
+
+
 def _problems(*segments: RemoteSegment, record: PartitionRecord | None = None) -> list[Problem]:
-    return continuity_problems(TP, list(segments), record if record is not None else _record())
+    return _continuity(list(segments), record if record is not None else _record())
 
 
 def _kinds(problems: list[Problem]) -> list[ProblemKind]:
@@ -55,15 +70,15 @@ def _skip(start: int, end: int, kind: SkipKind = SkipKind.OPERATOR) -> SkippedRa
 
 def test_a_gap_a_skipped_range_covers_is_explained() -> None:
     segments = [segment(0, 9), segment(20, 29)]
-    assert continuity_problems(TP, segments, _record(), [_skip(10, 19)]) == []
-    assert continuity_problems(TP, segments, _record(), [_skip(10, 14), _skip(15, 25)]) == []
-    assert continuity_problems(TP, segments, _record(), [_skip(5, 40, SkipKind.NOT_IN_LOCAL_LOG)]) == []
+    assert _continuity(segments, _record(), [_skip(10, 19)]) == []
+    assert _continuity(segments, _record(), [_skip(10, 14), _skip(15, 25)]) == []
+    assert _continuity(segments, _record(), [_skip(5, 40, SkipKind.NOT_IN_LOCAL_LOG)]) == []
 
 
 def test_only_the_offsets_no_skipped_range_covers_are_a_gap() -> None:
     segments = [segment(0, 9), segment(30, 39)]
     skipped = [_skip(20, 22), _skip(13, 15), _skip(100, 110)]
-    problems = continuity_problems(TP, segments, _record(), skipped)
+    problems = _continuity(segments, _record(), skipped)
     assert [(p.kind, p.offset) for p in problems] == [
         (ProblemKind.GAP, 10),
         (ProblemKind.GAP, 16),
@@ -76,8 +91,8 @@ def test_only_the_offsets_no_skipped_range_covers_are_a_gap() -> None:
 
 def test_a_skipped_range_explains_a_gap_at_the_remote_log_start() -> None:
     segments = [segment(50, 59)]
-    assert continuity_problems(TP, segments, _record(log_start=40), [_skip(0, 49)]) == []
-    (gap,) = continuity_problems(TP, segments, _record(log_start=40), [_skip(45, 49)])
+    assert _continuity(segments, _record(log_start=40), [_skip(0, 49)]) == []
+    (gap,) = _continuity(segments, _record(log_start=40), [_skip(45, 49)])
     assert gap.offset == 40 and "offsets 40..44 (5) of the gap 40..49" in gap.message
 
 
@@ -128,3 +143,19 @@ def test_the_log_start_cannot_pass_what_was_ever_copied() -> None:
         problem.kind is ProblemKind.LOG_START and "past the highest offset ever copied, 29" in problem.message
     )
     assert _problems(record=_record(log_start=30, highest=29)) == []  # everything was deleted
+
+
+def test_offsets_copied_past_the_last_finished_segment_are_a_gap() -> None:
+    # The store says offsets up to 39 were copied (the copier never copies them again), yet no
+    # finished segment holds 30..39: the tail's segment was lost.
+    last = segment(20, 29)
+    (gap,) = _problems(segment(10, 19), last, record=_record(highest=39))
+    assert gap.kind is ProblemKind.GAP and gap.offset == 30 and gap.segment_id == str(last.segment_id)
+    assert "offsets 30..39 (10) after segment [20, 29], up to the highest copied offset 39" in gap.message
+    # Every finished segment gone while the remote log start offset says nothing was deleted.
+    (gone,) = _problems(record=_record(log_start=10, highest=39))
+    assert gone.kind is ProblemKind.GAP and gone.offset == 10 and gone.segment_id is None
+    assert "offsets 10..39 (30) from the remote log start offset 10" in gone.message
+    # The tail ends where the copies do; a log start past them all is what retention leaves.
+    assert _problems(segment(10, 19), last, record=_record(highest=29)) == []
+    assert _problems(record=_record(log_start=40, highest=39)) == []

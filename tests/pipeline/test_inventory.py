@@ -84,3 +84,22 @@ def test_listing_one_partition_leaves_out_its_namesakes(tmp_path: Path) -> None:
         storage.put_object(key, b"x")
     assert list(stored_keys(storage, {mine})) == [keys[mine]]
     assert sorted(stored_keys(storage, None)) == sorted(keys.values())
+
+
+def test_a_replaced_row_waiting_out_its_deletion_delay_is_not_stale() -> None:
+    # A compaction swap leaves the rows it replaced DELETE_SEGMENT_STARTED until delete_after_ms
+    # (remote.compaction.delete.delay.ms on): no cleanup may touch them before, so the horizon
+    # runs from then.
+    tp = TopicPartition("orders", 0)
+    waiting = dataclasses.replace(
+        _row(tp, 0, SegmentState.DELETE_SEGMENT_STARTED, NOW - 5 * HOUR), delete_after_ms=NOW + HOUR
+    )
+    just_due = dataclasses.replace(
+        _row(tp, 10, SegmentState.DELETE_SEGMENT_STARTED, NOW - 5 * HOUR), delete_after_ms=NOW - HOUR + 1
+    )
+    overdue = dataclasses.replace(
+        _row(tp, 20, SegmentState.DELETE_SEGMENT_STARTED, NOW - 5 * HOUR), delete_after_ms=NOW - 2 * HOUR
+    )
+    problems = stale_rows([waiting, just_due, overdue], now_ms=NOW, horizon_ms=HOUR)
+    assert [p.segment_id for p in problems] == [str(overdue.segment_id)]
+    assert "past the cleanup horizon of 3600 s, 7200 s after its deletion delay ended" in problems[0].message

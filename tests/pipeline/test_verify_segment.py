@@ -194,3 +194,13 @@ def test_batches_of_another_leader_epoch_or_out_of_order(tier: Tier) -> None:
     assert {p.kind for p in epoch} <= {ProblemKind.LEADER_EPOCH, ProblemKind.INDEX_MISMATCH}
     order = _check(tier, second)
     assert ProblemKind.OFFSET_ORDER in [p.kind for p in order]
+
+
+def test_a_row_saying_no_transaction_was_aborted_is_the_logs(tier: Tier) -> None:
+    # Jobs read the transaction index only of segments whose row says it is not empty: a row
+    # saying so wrongly has a read_committed export keep the aborted records.
+    summary = _with_aborts(_summaries(tier))
+    wrong = dataclasses.replace(summary, segment=dataclasses.replace(summary.segment, txn_index_empty=True))
+    problem = _only(_check(tier, wrong), ProblemKind.INDEX_MISMATCH)
+    assert "the row says the segment has no aborted transaction" in problem.message
+    assert problem.object_key == summary.index_key

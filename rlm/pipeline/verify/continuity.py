@@ -2,7 +2,9 @@
 
 Judged from the metadata alone (no object is read):
 
-* Gaps: offsets after the first finished segment that no finished segment holds.
+* Gaps: offsets after the first finished segment that no finished segment holds, up to the
+  highest offset ever copied (offsets copied above the last finished segment are a gap too: the
+  copier never copies them again).
   :func:`judge_gap` is the one place a gap is judged: offsets an operator or the copier recorded
   as skipped (``rlm copy skip``, or deleted by the broker before they were tiered) are explained,
   and only the offsets of a gap that no skipped range covers are a problem.
@@ -39,7 +41,7 @@ def judge_gap(
     last: int,
     *,
     before: RemoteSegment | None,
-    after: RemoteSegment,
+    after: RemoteSegment | None,
     skipped: Sequence[SkippedRange] = (),
 ) -> list[Problem]:
     """The problems of offsets ``first`` … ``last``, which no finished segment holds.
@@ -53,13 +55,22 @@ def judge_gap(
         last: The gap's last offset.
         before: The segment holding the offsets just below (``None`` when the gap starts at the
             remote log start offset).
-        after: The segment starting right after the gap.
+        after: The segment starting right after the gap (``None`` when the gap runs to the
+            highest offset ever copied, ``last``: no finished segment holds the tail).
         skipped: The partition's skipped ranges, in any order.
     """
-    if before is None:
+    if after is None:
+        start = (
+            f"from the remote log start offset {first}"
+            if before is None
+            else f"after segment {_range(before)}"
+        )
+        where = f"{start}, up to the highest copied offset {last},"
+    elif before is None:
         where = f"between the remote log start offset {first} and segment {_range(after)}"
     else:
         where = f"between segments {_range(before)} and {_range(after)}"
+    named = after if after is not None else before
     problems = []
     for low, high in uncovered(first, last, skipped):
         part = "" if (low, high) == (first, last) else f" of the gap {first}..{last}"
@@ -70,7 +81,7 @@ def judge_gap(
                 tp.partition,
                 f"offsets {low}..{high} ({high - low + 1}){part} {where} are in no finished segment "
                 "and no skipped range",
-                segment_id=str(after.segment_id),
+                segment_id=None if named is None else str(named.segment_id),
                 offset=low,
             )
         )
@@ -163,6 +174,7 @@ def continuity_problems(
                 offset=log_start,
             )
         )
+    problems += _tail_gap(tp, live, record, skipped)
     if not live:
         return problems
     if log_start >= 0 and live[0].start_offset > log_start:
@@ -203,3 +215,22 @@ def continuity_problems(
                         problems.append(overlap)
         covering = [s for s in (*covering, segment) if s.end_offset >= segment.start_offset]
     return problems
+
+
+def _tail_gap(
+    tp: TopicPartition,
+    live: Sequence[RemoteSegment],
+    record: PartitionRecord | None,
+    skipped: Sequence[SkippedRange],
+) -> list[Problem]:
+    """The offsets above every finished segment up to the highest offset ever copied: the copier
+    never copies them again (it copies above that offset), so their segment was lost."""
+    if record is None:
+        return []
+    highest = record.highest_copied_offset
+    reach = max((s.end_offset for s in live), default=-1)
+    before = max(live, key=lambda s: s.end_offset) if live else None
+    first = max(reach + 1, record.remote_log_start_offset, 0)
+    if first > highest:
+        return []
+    return judge_gap(tp, first, highest, before=before, after=None, skipped=skipped)

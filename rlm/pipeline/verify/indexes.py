@@ -2,7 +2,8 @@
 
 * Offset and time index: equal, entry for entry, to the ones Kafka's recovery builds from the log
   (:class:`rlm.log.recovery.IndexRebuilder`), as the copier uploads them.
-* Transaction index: equal to the aborted transactions the log's markers imply. When the open
+* Transaction index: equal to the aborted transactions the log's markers imply, and empty when
+  the row says so (jobs skip the transaction index of such a segment). When the open
   transactions at the segment's start are known (the previous segment's producer snapshot, or a
   segment starting at offset 0) every field must match. Otherwise a transaction may have begun
   in an earlier segment: the entries must still be the same markers (producer id and last
@@ -132,6 +133,15 @@ def _check_transactions(
         findings.add(ProblemKind.INDEX_MISMATCH, f"transaction index: {exc.reason}", key=summary.index_key)
         return
     expected = list(rebuilt.txn_index.entries())
+    if summary.segment.txn_index_empty and (stored or expected):
+        # Jobs read the transaction index only of segments whose row says it holds entries: a
+        # read_committed reader would keep these aborted transactions' records.
+        findings.add(
+            ProblemKind.INDEX_MISMATCH,
+            "the row says the segment has no aborted transaction, yet its transaction index holds "
+            f"{len(stored)} and its markers imply {len(expected)}",
+            key=summary.index_key,
+        )
     if start_state_known:
         _compare(findings, "transaction index", stored, expected, reader, IndexType.TRANSACTION)
         return

@@ -3,7 +3,8 @@
 A live row is any row not in ``DELETE_SEGMENT_FINISHED``: an unfinished copy or delete references
 its objects legitimately (the copier's cleanup or retention removes them), so its objects are not
 orphans; the row itself is reported once it is older than the cleanup horizon, since by then a
-running copier would have cleaned it up.
+running copier would have cleaned it up (a row a compaction replaced, once the horizon has passed
+after its deletion delay).
 """
 
 from __future__ import annotations
@@ -87,22 +88,36 @@ def orphan_objects(keys: Iterable[str], referenced: Collection[str]) -> list[Pro
 
 
 def stale_rows(rows: Iterable[RemoteSegment], *, now_ms: int, horizon_ms: int) -> list[Problem]:
-    """Rows in a STARTED state whose last change is older than ``horizon_ms`` before ``now_ms``."""
+    """Rows in a STARTED state whose last change is older than ``horizon_ms`` before ``now_ms``.
+
+    A row a compaction replaced waits in ``DELETE_SEGMENT_STARTED`` until its ``delete_after_ms``
+    (no cleanup touches it before): its horizon runs from then.
+    """
     problems = []
     for row in rows:
+        if row.state not in STARTED_STATES:
+            continue
         age = now_ms - row.event_time_ms
-        if row.state in STARTED_STATES and age > horizon_ms:
-            tp = row.topic_partition
-            problems.append(
-                Problem(
-                    ProblemKind.STALE_ROW,
-                    tp.topic,
-                    tp.partition,
-                    f"segment [{row.start_offset}, {row.end_offset}] has been {row.state.value} for "
-                    f"{age // 1000} s, past the cleanup horizon of {horizon_ms // 1000} s (is the "
-                    "copier of this partition running?)",
-                    segment_id=str(row.segment_id),
-                    offset=row.start_offset,
-                )
+        due = row.delete_after_ms
+        if due is not None and row.state is SegmentState.DELETE_SEGMENT_STARTED:
+            if now_ms - due <= horizon_ms:
+                continue
+            since = f", {(now_ms - due) // 1000} s after its deletion delay ended"
+        else:
+            if age <= horizon_ms:
+                continue
+            since = ""
+        tp = row.topic_partition
+        problems.append(
+            Problem(
+                ProblemKind.STALE_ROW,
+                tp.topic,
+                tp.partition,
+                f"segment [{row.start_offset}, {row.end_offset}] has been {row.state.value} for "
+                f"{age // 1000} s, past the cleanup horizon of {horizon_ms // 1000} s{since} (is the "
+                "copier of this partition running?)",
+                segment_id=str(row.segment_id),
+                offset=row.start_offset,
             )
+        )
     return problems
