@@ -33,7 +33,7 @@ import logging
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import NamedTuple, Protocol, TypeVar
 
-from rlm.errors import OffsetOutOfRangeError
+from rlm.errors import CorruptDataError, OffsetOutOfRangeError
 from rlm.log.aborted import AbortedIndex
 from rlm.log.batches import decode_batch
 from rlm.log.model import BatchHeader
@@ -227,9 +227,19 @@ class BatchReader:
         from one streamed read of the store (each piece counted as a read)."""
         piece_bytes = max(1, self.chunk_bytes // PIECES_PER_CHUNK)
         pieces = self.remote.stream_range(key, start, end - start, piece_bytes=piece_bytes)
+        read = 0
         async with contextlib.aclosing(pieces):
             while piece := await self._counted(anext(pieces, b"")):
+                read += len(piece)
                 yield piece
+        if read < end - start:
+            # The object is shorter than its row: its last batches would be skipped silently, the
+            # stream going on from the segment's end offset.
+            raise CorruptDataError(
+                f"the object ends at byte {start + read}, short of the {end} bytes its metadata records",
+                path=key,
+                position=start + read,
+            )
 
     def _start_ahead(self, segment: RemoteSegment) -> None:
         """Look up (and start reading) the segment after ``segment`` when the range goes on there."""

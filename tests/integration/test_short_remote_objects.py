@@ -1,6 +1,8 @@
-"""A remote ``.log`` object shorter than its metadata row: lookups fail naming it. They neither
-answer from the batches before the cut as if the segment ended there, nor read the same short
-bytes again and again (a lookup spun on one, holding its reader thread, until the process ended).
+"""A remote ``.log`` object shorter than its metadata row: lookups and streams fail naming it.
+
+A lookup neither answers from the batches before the cut as if the segment ended there, nor reads
+the same short bytes again and again (it spun on one, holding its reader thread, until the
+process ended); a stream does not go on from the segment's end offset, its last batches missing.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import pytest
 
 from rlm.errors import CorruptDataError
 from rlm.metastore.model import SegmentState
+from rlm.stream.plan import RangeQuery
 from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
+from tests.integration.test_reads_under_local_retention import stream
 from tests.lookup_support import Tiered
 
 
@@ -45,3 +49,15 @@ def test_a_lookup_into_a_cut_remote_log_is_corrupt_data(tiered: Tiered) -> None:
 
     with pytest.raises(CorruptDataError, match="shorter"):
         rt.lookup.find(tp, wanted.timestamp, checkpoint=bounded)
+
+
+def test_a_stream_over_a_cut_remote_log_does_not_end_short_silently(tiered: Tiered) -> None:
+    rt, truth, tp = tiered.runtime, tiered.truth, tiered.tp
+    finished = [s for s in rt.store.list_segments(tp) if s.state is SegmentState.COPY_SEGMENT_FINISHED]
+    cut = finished[0]
+    kept = rt.storage.read_range(cut.layout.log_key, 0, cut.size_bytes // 2)
+    rt.storage.put_object(cut.layout.log_key, kept)
+    plan = rt.streams.plan(RangeQuery(tp, offset=max(cut.start_offset, truth.log_start_offset)))
+    assert plan.local_start > cut.end_offset, "the cut segment is still read from the broker's files"
+    with pytest.raises(CorruptDataError):
+        stream(tiered, plan)
