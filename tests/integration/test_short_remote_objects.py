@@ -58,6 +58,6 @@ def test_a_stream_over_a_cut_remote_log_does_not_end_short_silently(tiered: Tier
     kept = rt.storage.read_range(cut.layout.log_key, 0, cut.size_bytes // 2)
     rt.storage.put_object(cut.layout.log_key, kept)
     plan = rt.streams.plan(RangeQuery(tp, offset=max(cut.start_offset, truth.log_start_offset)))
-    assert plan.local_start > cut.end_offset, "the cut segment is still read from the broker's files"
+    assert plan.local_start is None or plan.local_start > cut.end_offset, "the cut segment is read locally"
     with pytest.raises(CorruptDataError):
         stream(tiered, plan)
