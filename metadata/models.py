@@ -13,7 +13,7 @@
 ``rlm_skipped_range`` offset ranges the remote tier will never hold, and why (an operator's skip,
                       or data the broker deleted before it was tiered).
 ``rlm_export_offset`` per (export output, topic, partition): where the next ``rlm spark export
-                      --incremental`` run starts.
+                      --incremental`` run starts, and the topic id that offset is one of.
 
 Any change here needs an Alembic migration in ``alembic/versions``; the test suite runs
 ``alembic check`` to catch a missing one.
@@ -256,3 +256,6 @@ class ExportOffsetRow(Base):
     partition: Mapped[int] = mapped_column(Integer, primary_key=True)
     next_offset: Mapped[int] = mapped_column(BigInteger)
     updated_ms: Mapped[int] = mapped_column(BigInteger)
+    topic_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    """The topic id ``next_offset`` is an offset of; ``None``: recorded before ids were, taken as
+    the partition's current topic's (see ``metadata.exports``)."""

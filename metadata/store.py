@@ -569,10 +569,15 @@ class SqlMetadataStore:
         with self._transaction(write=False, snapshot=False) as conn:
             return exports.of_output(conn, output)
 
-    def record_export_offsets(self, output: str, offsets: Mapping[TopicPartition, int]) -> None:
+    def record_export_offsets(
+        self,
+        output: str,
+        offsets: Mapping[TopicPartition, int],
+        topic_ids: Mapping[TopicPartition, UUID | None] | None = None,
+    ) -> None:
         """See :meth:`rlm.metastore.MetadataStore.record_export_offsets`."""
         with self._transaction(write=True) as conn:
-            exports.record(conn, output, offsets, self._clock())
+            exports.record(conn, output, offsets, self._clock(), topic_ids)
 
     def rebuild_summaries(self, tp: TopicPartition) -> None:
         """Recompute what is derived from the partition's segment rows: its offset tree, its

@@ -5,7 +5,8 @@ name is another topic (a new id in ``partition.metadata``, offsets from 0 again)
 topic's remote segments are deleted. ``rlm_partition`` is keyed by name, so it records the id
 (``topic_id``); :func:`adopt` runs under the partition lock, in the caller's transaction, and
 either confirms the id, adopts it, or retires the other topic's state in one step: readers see the
-old topic's segments or none of them, never a mix with the new topic's offsets.
+old topic's segments or none of them, never a mix with the new topic's offsets. A reset forgets
+the export ledger's offsets of the partition's other topics too (see :mod:`metadata.exports`).
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
 
-from metadata import tree
+from metadata import exports, tree
 from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow, SkippedRangeRow
-from rlm.metastore.model import SegmentState, TopicIdChange
+from rlm.metastore.model import SegmentState, TopicIdChange, TopicPartition
 
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED.value
 LIVE = (SegmentState.COPY_SEGMENT_STARTED.value, FINISHED)
@@ -41,6 +42,7 @@ def adopt(conn: Connection, part: Row[Any], topic_id: UUID, now_ms: int) -> Topi
     reset = previous is not None or retired > 0
     if reset:
         _reset(conn, part.id)
+        exports.forget_other_topics(conn, TopicPartition(part.topic, int(part.partition)), topic_id)
     conn.execute(update(PartitionRow).where(PartitionRow.id == part.id).values(topic_id=topic_id))
     return TopicIdChange(previous, retired, reset=reset)
 

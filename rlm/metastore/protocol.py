@@ -241,7 +241,9 @@ class MetadataStore(Protocol):
           removes its objects; and what the partition records is set back to what its remaining
           finished segments say (none, usually): the highest copied offset, per epoch too (the
           only way it falls), the remote log size, the remote log start offset (-1), the skipped
-          ranges (none) and the deletion state (none).
+          ranges (none) and the deletion state (none); and the export ledger forgets the
+          partition's offsets not recorded for ``topic_id`` (see :meth:`export_offsets`), so the
+          next incremental export starts at the new topic's log start.
 
         Raises:
             StaleLeaseError: ``lease_epoch`` is stale.
@@ -338,12 +340,26 @@ class MetadataStore(Protocol):
 
     def export_offsets(self, output: str) -> dict[TopicPartition, int]:
         """Per partition, the offset the next incremental export to ``output`` (a URI) starts at:
-        past the last one earlier runs exported; partitions never exported there are absent."""
+        past the last one earlier runs exported; partitions never exported there are absent, and
+        so are those whose offset was recorded for another topic id than the one the partition's
+        remote state now belongs to (a topic deleted and created again: see
+        :meth:`adopt_topic_id`, which forgets them)."""
         ...
 
-    def record_export_offsets(self, output: str, offsets: Mapping[TopicPartition, int]) -> None:
-        """Record where the next export to ``output`` starts in each partition given. An offset
-        never goes down: a lower one than recorded (a commit replayed) changes nothing."""
+    def record_export_offsets(
+        self,
+        output: str,
+        offsets: Mapping[TopicPartition, int],
+        topic_ids: Mapping[TopicPartition, UUID | None] | None = None,
+    ) -> None:
+        """Record where the next export to ``output`` starts in each partition given, as an offset
+        of the topic id ``topic_ids`` gives (the id the partition had when the run planned it),
+        else (``None``, or absent) of the partition's current one.
+
+        An offset never goes down within one topic id: a lower one than recorded (a commit
+        replayed) changes nothing. One of the partition's current id replaces one recorded under
+        another, lower or not; one of another id than the partition's current one (a run planned
+        before the topic was created again) is not recorded."""
         ...
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -3,17 +3,18 @@ revision and up again keeps what both revisions have."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 
 from metadata.engine import create_engine_for_url
 from metadata.models import PendingUploadRow, SegmentEpochRow
 from metadata.schema import downgrade, upgrade
 from metadata.store import SqlMetadataStore
-from rlm.metastore import PendingUpload, SegmentState
+from rlm.metastore import PendingUpload, SegmentState, TopicPartition
 from tests.metadata_support import (
     BACKENDS,
     TP,
@@ -77,3 +78,40 @@ def test_going_down_and_up_again_keeps_segments_their_epochs_and_uploads(
         assert store.remote_log_size(TP) == finished.size_bytes
         stored = store.get_segment(copying.segment_id)
         assert stored is not None and stored.state is SegmentState.COPY_SEGMENT_STARTED
+
+
+def test_ledger_rows_recorded_before_topic_ids_count_until_the_topic_is_created_again(fresh_url: str) -> None:
+    old, new = uuid.UUID(int=1), uuid.UUID(int=2)
+    upgrade(fresh_url, "0006")
+    engine = create_engine_for_url(fresh_url, pooled=False)
+    try:
+        with engine.begin() as conn:
+            for output, partition, next_offset in [
+                ("file:///a", 0, 10_000),
+                ("file:///b", 0, 7),
+                ("file:///a", 1, 5),
+            ]:
+                conn.execute(
+                    text(
+                        "INSERT INTO rlm_export_offset (output, topic, partition, next_offset, updated_ms) "
+                        "VALUES (:output, 'orders', :partition, :next_offset, 1)"
+                    ),
+                    {"output": output, "partition": partition, "next_offset": next_offset},
+                )
+    finally:
+        engine.dispose()
+    upgrade(fresh_url)
+
+    other = TopicPartition(TP.topic, 1)
+    with SqlMetadataStore.open(fresh_url) as store:
+        assert store.export_offsets("file:///a") == {TP: 10_000, other: 5}
+        store.adopt_topic_id(TP, old, event_time_ms=1)  # the id learned: the rows are its topic's
+        assert store.export_offsets("file:///a") == {TP: 10_000, other: 5}
+        store.adopt_topic_id(TP, new, event_time_ms=2)  # the topic deleted and created again
+        assert store.export_offsets("file:///a") == {other: 5}
+        assert store.export_offsets("file:///b") == {}
+        store.record_export_offsets("file:///a", {TP: 40})
+    downgrade(fresh_url, "0006")
+    upgrade(fresh_url)
+    with SqlMetadataStore.open(fresh_url) as store:
+        assert store.export_offsets("file:///a") == {TP: 40, other: 5}

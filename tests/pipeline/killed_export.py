@@ -24,6 +24,7 @@ import sys
 import threading
 from collections.abc import Mapping
 from typing import Any
+from uuid import UUID
 
 from metadata.store import SqlMetadataStore
 from rlm.cli import main
@@ -75,9 +76,14 @@ def _kill_mid_move() -> None:
 def _kill_at_ledger(*, after: bool) -> None:
     real_record = SqlMetadataStore.record_export_offsets
 
-    def record(self: SqlMetadataStore, output: str, offsets: Mapping[TopicPartition, int]) -> None:
+    def record(
+        self: SqlMetadataStore,
+        output: str,
+        offsets: Mapping[TopicPartition, int],
+        topic_ids: Mapping[TopicPartition, UUID | None] | None = None,
+    ) -> None:
         if after:
-            real_record(self, output, offsets)
+            real_record(self, output, offsets, topic_ids)
         _die()
 
     SqlMetadataStore.record_export_offsets = record  # type: ignore[method-assign]
