@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 
@@ -34,9 +35,13 @@ FILES = (
 class Ledger:
     def __init__(self) -> None:
         self.offsets: dict[TopicPartition, int] = {}
+        self.topic_ids: dict[TopicPartition, UUID | None] = {}
 
-    def advance(self, offsets: Mapping[TopicPartition, int]) -> None:
+    def advance(
+        self, offsets: Mapping[TopicPartition, int], topic_ids: Mapping[TopicPartition, UUID | None] | None
+    ) -> None:
         self.offsets.update(offsets)
+        self.topic_ids.update(topic_ids or {})
 
 
 def _stage(output: Path, run_id: str) -> None:
@@ -112,7 +117,7 @@ def test_what_a_commit_names_is_durable_before_the_next_step_relies_on_it(tmp_pa
         "write run.commit.json",
     ]
     steps.clear()
-    finish(files, str(out), manifest, lambda offsets: steps.append(f"advance {dict(offsets)}"))
+    finish(files, str(out), manifest, lambda offsets, _: steps.append(f"advance {dict(offsets)}"))
     assert sorted(steps[:2]) == ["rename part-0.parquet", "rename part-1.parquet"]
     # Every move durable (the output's directories down to the files'), then the ledger.
     assert steps[2:] == [

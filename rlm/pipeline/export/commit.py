@@ -6,11 +6,14 @@ name starts with ``_``: Spark, pyarrow, pandas; DuckDB reads ``<output>/topic=*/
 holding it) the driver writes the run's manifest, the commit journal,
 ``_rlm_staging/<run id>.commit.json``: to ``.<run id>.commit.json.tmp``, ``fsync``, renamed,
 the directory ``fsync``-ed. That rename is the commit point. The manifest names the files and
-where the next incremental run starts in each partition. Then the files are moved into the
-output's ``topic=…/partition=…/date=…`` directories, all at once (:data:`MOVE_THREADS` renames in
-flight: on an object store a rename is a copy, and the moves are what readers could see half
-done). A move is a rename: a reader sees a file whole or not at all. Once every move is made
-(and durable) the ledger is advanced, then the staging directory and the manifest are deleted.
+where the next incremental run starts in each partition, with the topic id each offset is one
+of (the partition's when the run planned it: a topic deleted and created again since is another
+topic, whose ledger such an offset must not move, see :mod:`metadata.exports`). Then the files
+are moved into the output's ``topic=…/partition=…/date=…`` directories, all at once
+(:data:`MOVE_THREADS` renames in flight: on an object store a rename is a copy, and the moves are
+what readers could see half done). A move is a rename: a reader sees a file whole or not at all.
+Once every move is made (and durable) the ledger is advanced, then the staging directory and the
+manifest are deleted.
 
 Every run first settles what earlier runs left (:func:`settle`), before it plans anything: a
 staging directory without a manifest is a run that died before its commit point, and is deleted
@@ -30,7 +33,8 @@ import json
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from uuid import UUID
 
 from rlm.errors import CorruptDataError
 from rlm.metastore.model import TopicPartition
@@ -41,8 +45,9 @@ MANIFEST_SUFFIX = ".commit.json"
 #: Renames a commit runs at once.
 MOVE_THREADS = 16
 
-Advance = Callable[[Mapping[TopicPartition, int]], None]
-"""Advances the ledger of the output to the offsets given (the metadata store's)."""
+Advance = Callable[[Mapping[TopicPartition, int], Mapping[TopicPartition, UUID | None] | None], None]
+"""Advances the ledger of the output to the offsets given, each of the topic id given for it, or
+(``None``) of unknown ids (see :func:`rlm.pipeline.export.job.record_offsets`)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +58,10 @@ class Manifest:
     files: tuple[str, ...]
     """Data files, relative to the run's staging directory (and then to the output)."""
     next_offsets: dict[TopicPartition, int]
+    topic_ids: dict[TopicPartition, UUID | None] = field(default_factory=dict)
+    """The topic id each offset is one of; ``None``: the partition had none when planned."""
+    named: bool = True
+    """Whether the manifest records ids (not one written before they were)."""
 
     def to_json(self) -> str:
         return json.dumps(
@@ -60,7 +69,12 @@ class Manifest:
                 "run_id": self.run_id,
                 "files": list(self.files),
                 "next_offsets": [
-                    {"topic": tp.topic, "partition": tp.partition, "next_offset": offset}
+                    {
+                        "topic": tp.topic,
+                        "partition": tp.partition,
+                        "next_offset": offset,
+                        "topic_id": _id_text(self.topic_ids.get(tp)),
+                    }
                     for tp, offset in sorted(self.next_offsets.items())
                 ],
             },
@@ -72,13 +86,22 @@ class Manifest:
         """Raises CorruptDataError naming ``path`` when the manifest is not one rlm wrote."""
         try:
             doc = json.loads(text)
-            offsets = {
-                TopicPartition(str(e["topic"]), int(e["partition"])): int(e["next_offset"])
-                for e in doc["next_offsets"]
-            }
-            return cls(str(doc["run_id"]), tuple(str(f) for f in doc["files"]), offsets)
-        except (ValueError, KeyError, TypeError) as exc:
+            offsets: dict[TopicPartition, int] = {}
+            topic_ids: dict[TopicPartition, UUID | None] = {}
+            named = True
+            for e in doc["next_offsets"]:
+                tp = TopicPartition(str(e["topic"]), int(e["partition"]))
+                offsets[tp] = int(e["next_offset"])
+                named = named and "topic_id" in e
+                topic_ids[tp] = None if e.get("topic_id") is None else UUID(str(e["topic_id"]))
+            files = tuple(str(f) for f in doc["files"])
+            return cls(str(doc["run_id"]), files, offsets, topic_ids if named else {}, named)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptDataError(f"the export manifest is not valid: {exc}", path=path) from exc
+
+
+def _id_text(topic_id: UUID | None) -> str | None:
+    return None if topic_id is None else str(topic_id)
 
 
 def new_run_id() -> str:
@@ -162,7 +185,7 @@ def finish(files: Files, output: str, manifest: Manifest, advance: Advance) -> i
             moved = sum(pool.map(move, manifest.files))
     # The moves must outlive a crash of the machine before the ledger says they happened.
     files.sync_dirs(directories_of(output, manifest.files))
-    advance(manifest.next_offsets)
+    advance(manifest.next_offsets, manifest.topic_ids if manifest.named else None)
     files.delete(staged)
     files.delete(manifest_path(output, manifest.run_id))
     return moved

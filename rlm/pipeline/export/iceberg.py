@@ -6,7 +6,11 @@ Spark writes the run's rows as Parquet files under the table's location
 killed before it leaves only files no snapshot references, which no reader sees. The snapshot's
 summary records where the next incremental run starts in each partition (``rlm.next-offsets``),
 so the ledger, advanced after the commit, is caught up from the table when a run died between
-the two: nothing is exported twice.
+the two: nothing is exported twice. Each offset is recorded with the topic id it is one of (the
+partition's when the run planned it): one of a topic deleted and created again since does not
+move the new topic's ledger (see :mod:`metadata.exports`). A table's snapshots written before
+ids were recorded name none: their offsets only raise an offset the ledger holds for the
+partition's current topic, never bring back one the ledger forgot.
 
 The catalog is ``export.iceberg.catalog.url`` (SQLAlchemy), by default the metadata database; on
 PostgreSQL its tables live in a schema of their own, ``rlm_iceberg``. The table is created on the
@@ -18,7 +22,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
+from uuid import UUID
 
 import pyarrow as pa
 from sqlalchemy import create_engine, text
@@ -37,6 +42,7 @@ from rlm.pipeline.export.job import (
     Write,
     check_ledger,
     plan_export,
+    record_offsets,
 )
 from rlm.pipeline.export.rows import EXPORT_SCHEMA, export_stage
 from rlm.pipeline.stage import Collect
@@ -125,29 +131,69 @@ def load_or_create(catalog: SqlCatalog, output: str, warehouse: str | None) -> T
     return catalog.create_table_if_not_exists((namespace, name), schema=TABLE_SCHEMA)
 
 
-def committed_offsets(table: Table) -> dict[TopicPartition, int]:
-    """The next offsets recorded by the table's runs, the highest of each partition."""
-    found: dict[TopicPartition, int] = {}
-    for snapshot in table.snapshots():
+class Committed(NamedTuple):
+    """A partition's next offset as the table's snapshots recorded it."""
+
+    next_offset: int
+    topic_id: UUID | None
+    """The topic id it is one of; ``None``: the partition had none when the run planned it."""
+    named: bool
+    """Whether the snapshot recorded ids at all (not one written before they were)."""
+
+
+def committed_offsets(table: Table) -> dict[TopicPartition, Committed]:
+    """The next offsets recorded by the table's runs: of each partition the highest of the topic
+    id the latest snapshot naming the partition recorded."""
+    found: dict[TopicPartition, Committed] = {}
+    for snapshot in table.snapshots():  # in commit order
         summary = snapshot.summary
         recorded = summary.additional_properties.get(NEXT_OFFSETS) if summary is not None else None
         if recorded is None:
             continue
         for entry in json.loads(recorded):
             tp = TopicPartition(entry["topic"], int(entry["partition"]))
-            found[tp] = max(found.get(tp, -1), int(entry["next_offset"]))
+            named = "topic_id" in entry
+            topic_id = UUID(entry["topic_id"]) if entry.get("topic_id") is not None else None
+            offset = int(entry["next_offset"])
+            before = found.get(tp)
+            if before is not None and (before.topic_id, before.named) == (topic_id, named):
+                offset = max(offset, before.next_offset)
+            found[tp] = Committed(offset, topic_id, named)
     return found
 
 
+def catch_up(store: MetadataStore, ledger_key: str, committed: Mapping[TopicPartition, Committed]) -> None:
+    """Record in the ledger what the table's snapshots say a run exported (a run that died after
+    its commit and before the ledger's update); see :func:`~rlm.pipeline.export.job.record_offsets`
+    for offsets recorded without ids."""
+    named = {tp: c for tp, c in committed.items() if c.named}
+    if named:
+        offsets = {tp: c.next_offset for tp, c in named.items()}
+        record_offsets(store, ledger_key, offsets, {tp: c.topic_id for tp, c in named.items()})
+    unnamed = {tp: c.next_offset for tp, c in committed.items() if not c.named}
+    if unnamed:
+        record_offsets(store, ledger_key, unnamed, None)
+
+
 def append_files(
-    table: Table, files: list[str], next_offsets: Mapping[TopicPartition, int], run_id: str
+    table: Table,
+    files: list[str],
+    next_offsets: Mapping[TopicPartition, int],
+    run_id: str,
+    topic_ids: Mapping[TopicPartition, UUID | None] | None = None,
 ) -> int:
     """Add the run's files to the table in one snapshot; returns its id."""
+    ids = topic_ids or {}
     properties = {
         "rlm.run-id": run_id,
         NEXT_OFFSETS: json.dumps(
             [
-                {"topic": tp.topic, "partition": tp.partition, "next_offset": offset}
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "next_offset": offset,
+                    "topic_id": None if ids.get(tp) is None else str(ids[tp]),
+                }
                 for tp, offset in sorted(next_offsets.items())
             ],
             separators=(",", ":"),
@@ -180,9 +226,7 @@ def export_iceberg(
     started = time.monotonic()
     ledger_key = f"iceberg:{options.output}"
     table = load_or_create(catalog, options.output, warehouse)
-    committed = committed_offsets(table)
-    if committed:  # a run that died after its commit and before the ledger's update
-        store.record_export_offsets(ledger_key, committed)
+    catch_up(store, ledger_key, committed_offsets(table))
     ledger = store.export_offsets(ledger_key)
     check_ledger(options.output, options, ledger)
     plan = plan_export(store, storage, spec, collect, options, ledger)
@@ -191,9 +235,9 @@ def export_iceberg(
     summaries = plan.summaries
     rows = write(export_stage(spec, options.isolation), summaries, directory) if summaries else 0
     written = [join(directory, name) for name in data_files(files, directory)]
-    next_offsets = plan.next_offsets()
-    snapshot = append_files(table, written, next_offsets, run_id) if written else None
-    store.record_export_offsets(ledger_key, next_offsets)
+    next_offsets, topic_ids = plan.next_offsets(), plan.topic_ids()
+    snapshot = append_files(table, written, next_offsets, run_id, topic_ids) if written else None
+    store.record_export_offsets(ledger_key, next_offsets, topic_ids)
     return ExportReport(
         options.output,
         ExportFormat.ICEBERG,

@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
+from uuid import UUID
 
 from rlm.errors import InvalidArgumentError
 from rlm.metastore.model import TopicPartition
@@ -154,6 +155,11 @@ class ExportPlan:
     def next_offsets(self) -> dict[TopicPartition, int]:
         return next_offsets(self.plans, self.ranges)
 
+    def topic_ids(self) -> dict[TopicPartition, UUID | None]:
+        """The topic id each partition's remote state belonged to when planned: the id of the
+        offsets the run exports (see :mod:`metadata.exports`)."""
+        return {tp: None if plan.record is None else plan.record.topic_id for tp, plan in self.plans.items()}
+
     def partitions(self) -> list[PartitionExport]:
         following = self.next_offsets()
         return [
@@ -199,6 +205,24 @@ def plan_export(
         ranges = dict(zip(by_tp, pool.map(bounds, by_tp.values()), strict=True))
     narrowed = {tp: narrow(plan, ranges[tp]) for tp, plan in by_tp.items()}
     return ExportPlan(by_tp, ranges, narrowed)
+
+
+def record_offsets(
+    store: MetadataStore,
+    ledger_key: str,
+    offsets: Mapping[TopicPartition, int],
+    topic_ids: Mapping[TopicPartition, UUID | None] | None,
+) -> None:
+    """Advance the ledger of ``ledger_key`` to ``offsets``, each of the topic id ``topic_ids``
+    gives. ``None``: offsets a manifest or snapshot written before ids were recorded, of unknown
+    topics: they only raise an offset the ledger holds for the partition's current topic, and
+    never bring back one it forgot (the topic was created again since, see
+    :meth:`~rlm.metastore.protocol.MetadataStore.adopt_topic_id`)."""
+    if topic_ids is None:
+        held = store.export_offsets(ledger_key)
+        offsets = {tp: offset for tp, offset in offsets.items() if tp in held}
+    if offsets:
+        store.record_export_offsets(ledger_key, offsets, topic_ids)
 
 
 def check_ledger(
@@ -251,8 +275,10 @@ def export_parquet(
                 f"another export to {output} is running (it holds {LOCK_NAME}): one run per output at a time",
             )
 
-        def advance(offsets: Mapping[TopicPartition, int]) -> None:
-            store.record_export_offsets(output, offsets)
+        def advance(
+            offsets: Mapping[TopicPartition, int], topic_ids: Mapping[TopicPartition, UUID | None] | None
+        ) -> None:
+            record_offsets(store, output, offsets, topic_ids)
 
         settled = settle(files, output, advance)
         ledger = store.export_offsets(output)
@@ -262,7 +288,7 @@ def export_parquet(
         staged = staging_dir(output, run_id)
         summaries = plan.summaries
         rows = write(export_stage(spec, options.isolation), summaries, staged) if summaries else 0
-        manifest = Manifest(run_id, tuple(data_files(files, staged)), plan.next_offsets())
+        manifest = Manifest(run_id, tuple(data_files(files, staged)), plan.next_offsets(), plan.topic_ids())
         write_manifest(files, output, manifest)
         finish(files, output, manifest, advance)
         return ExportReport(
