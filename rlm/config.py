@@ -372,6 +372,34 @@ def _from_env(env: Mapping[str, str], name: str) -> str | None:
         raise ConfigError(f"{file_var}: cannot read {path}: {exc}") from exc
 
 
+def _topics(raw: object) -> dict[str, Any]:
+    """The ``topics:`` mapping of a settings file, checked: topic names as written, each value a
+    mapping (or empty).
+
+    YAML turns some unquoted names into other things (``on`` into ``True``, ``010`` into ``8``): an
+    override under such a key would silently be another name's, and the topic would get the
+    defaults (a week's ``retention.ms`` where the override said to keep everything).
+
+    Raises:
+        ConfigError: ``topics`` is no mapping, a key is no string, or a value no mapping.
+    """
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"topics must be a mapping of topic names to topic settings, not {raw!r}")
+    topics: dict[str, Any] = {}
+    for name, values in raw.items():
+        if not isinstance(name, str):
+            raise ConfigError(
+                f"topics: the key {name!r} is not a topic name as written (YAML read it as "
+                f"{type(name).__name__}): quote the topic's name"
+            )
+        if values is not None and not isinstance(values, Mapping):
+            raise ConfigError(f"topics.{name} must be a mapping of topic settings, not {values!r}")
+        topics[name] = values or {}
+    return topics
+
+
 def _topic_settings(values: Mapping[str, Any], base: TopicSettings, where: str) -> TopicSettings:
     changes = {}
     for key, raw in values.items():
@@ -404,7 +432,7 @@ def load_settings(
         if not isinstance(loaded, dict):
             raise ConfigError(f"settings file {path} must hold a mapping of settings")
         data = loaded
-    topics = data.pop("topics", {}) or {}
+    topics = _topics(data.pop("topics", None))
     values: dict[str, Any] = {}
     for key, raw in data.items():
         name = str(key).replace(".", "_").replace("-", "_")
@@ -418,13 +446,13 @@ def load_settings(
     values.update(overrides)
     if "broker_id" not in values and values.get("log_dirs"):
         values["broker_id"] = broker_id_from_log_dirs(values["log_dirs"])
-    defaults = _topic_settings(topics.get("defaults", {}) or {}, TopicSettings(), "topics.defaults")
+    defaults = _topic_settings(topics.get("defaults", {}), TopicSettings(), "topics.defaults")
     for name, f in _TOPIC_FIELDS.items():
         raw_env = _from_env(env, _env(_key(name)))
         if raw_env is not None:
             defaults = dataclasses.replace(defaults, **{name: _convert(name, f.type, raw_env)})
     per_topic = {
-        str(topic): _topic_settings(v or {}, defaults, f"topics.{topic}")
+        topic: _topic_settings(v, defaults, f"topics.{topic}")
         for topic, v in topics.items()
         if topic != "defaults"
     }

@@ -7,7 +7,9 @@ above the first segment left (retention deleted every segment while the broker s
 of those offsets). So retention also writes the offset it advanced to as a small object of the
 partition, ``<partition prefix>remote-log-start``, after the store and before the first delete:
 whenever a segment's objects are gone, the marker covers them. ``rlm spark rebuild-metadata``
-reads it back. The marker only rises: a pass writes the store's value, which never falls.
+reads it back, for the topic id it was written under only (a topic deleted and created again under
+the same name leaves the deleted topic's marker behind). The marker only rises: a pass writes the
+store's value, which never falls.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ import json
 from uuid import UUID
 
 from rlm.errors import CorruptDataError
+from rlm.log.checkpoints import topic_id_to_uuid
 from rlm.log.files import OFFSET_WIDTH
 from rlm.metastore.model import TopicPartition
-from rlm.storage.layout import LOG_SUFFIX, parse_segment_key, partition_prefix
+from rlm.storage.layout import LOG_SUFFIX, ZERO_TOPIC_ID, ParsedKey, parse_segment_key, partition_prefix
 from rlm.storage.protocol import RemoteStorage
 
 #: The marker's name under the partition's prefix.
@@ -41,14 +44,31 @@ def write_marker(storage: RemoteStorage, tp: TopicPartition, topic_id: UUID | No
     storage.put_object(marker_key(tp, topic_id), body)
 
 
-def marker_partition(key: str) -> TopicPartition | None:
-    """The partition whose marker ``key`` is; ``None`` when ``key`` is no marker's."""
+def _parse(key: str) -> ParsedKey | None:
     if not key.endswith(f"/{MARKER_NAME}"):
         return None
     # The prefix is a segment key's: parse one made of it.
     probe = f"{key[: -len(MARKER_NAME)]}{0:0{OFFSET_WIDTH}d}-{UUID(int=0)}{LOG_SUFFIX}"
-    parsed = parse_segment_key(probe)
+    return parse_segment_key(probe)
+
+
+def marker_partition(key: str) -> TopicPartition | None:
+    """The partition whose marker ``key`` is; ``None`` when ``key`` is no marker's."""
+    parsed = _parse(key)
     return None if parsed is None else TopicPartition(parsed.topic, parsed.partition)
+
+
+def marker_topic_id(key: str) -> UUID | None:
+    """The topic id the marker ``key`` was written for; ``None`` for a topic whose broker wrote no
+    id, or a key that is no marker's.
+
+    A topic deleted and created again under the same name leaves the deleted topic's marker under
+    the deleted topic's id: it says nothing about the new topic's log start.
+    """
+    parsed = _parse(key)
+    if parsed is None or parsed.topic_id == ZERO_TOPIC_ID:
+        return None
+    return topic_id_to_uuid(parsed.topic_id)
 
 
 def read_marker(storage: RemoteStorage, key: str) -> int | None:

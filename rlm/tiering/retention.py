@@ -11,7 +11,10 @@ Per partition, oldest segment first, a ``COPY_SEGMENT_FINISHED`` segment is dele
   below the log start offset the broker checkpointed (DeleteRecords). That is off by default: a
   follower checkpoints the leader's log start offset, which the leader's local retention moves;
 
-and the pass stops at the first segment that breaches none. The remote log start offset advances
+and the pass stops at the first segment that breaches none. Time and size apply only to topics whose
+``cleanup.policy`` has ``delete`` (as Kafka's ``UnifiedLog.deleteOldSegments``): a topic that is only
+``compact`` keeps its segments whatever ``retention.ms`` and ``retention.bytes`` say, and loses them
+only to the log start offset. The remote log start offset advances
 past the deleted segments *before* anything is deleted, so readers never look for data that is
 going away, and is written beside the segments (:mod:`rlm.storage.log_start`, for a metadata
 store rebuilt from the objects); each segment then goes ``DELETE_SEGMENT_STARTED`` → objects deleted →
@@ -85,10 +88,11 @@ def breaching_segments(
     log_start_offset: int | None,
 ) -> list[RemoteSegment]:
     """The oldest segments, in offset order, that retention deletes (pure: no I/O)."""
+    deletes = "delete" in topic.cleanup_policy.split(",")  # not a compacted-only topic
     over = -1
-    if topic.retention_bytes >= 0:
+    if deletes and topic.retention_bytes >= 0:
         over = sum(s.size_bytes for s in finished) + local_only_bytes - topic.retention_bytes
-    expired_before = now_ms - topic.retention_ms if topic.retention_ms >= 0 else None
+    expired_before = now_ms - topic.retention_ms if deletes and topic.retention_ms >= 0 else None
     chosen = []
     for segment in finished:
         by_time = expired_before is not None and age_stamp(segment) <= expired_before

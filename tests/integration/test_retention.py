@@ -540,3 +540,32 @@ def test_a_segment_without_timestamps_is_judged_by_when_it_was_tiered() -> None:
     # A timed segment still goes by its records, whenever it was tiered.
     mixed = [dataclasses.replace(SEGMENTS[0], event_time_ms=9_000), *untimed[1:]]
     assert _breaching(mixed, retention_ms=5_000, now_ms=10_000) == [0]
+
+
+def test_a_compacted_topic_keeps_its_segments_whatever_retention_ms_and_bytes_say(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,
+    tmp_path: Path,
+) -> None:
+    # cleanup.policy=compact without delete: like Kafka, neither time nor size retention applies
+    # (retention.ms defaults to a week, which would empty the remote tier of every compacted topic).
+    log_dir = tmp_path / "logs"
+    _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    rows = tiering.finished(TP)
+    compacted = TopicSettings(cleanup_policy="compact", retention_ms=HOUR, retention_bytes=0)
+    settings = tiering.settings.replace(topic_overrides={TP.topic: compacted})
+
+    (kept,) = tiering.retention(settings=settings).run_once()
+
+    assert (kept.error, kept.deleted_segments) == (None, 0)
+    assert _states(tiering) == [SegmentState.COPY_SEGMENT_FINISHED] * 6
+    # The log start offset still applies, as for Kafka's compacted logs.
+    tiering.store.advance_log_start_offset(TP, rows[2].start_offset)
+    (below_start,) = tiering.retention(settings=settings).run_once()
+    assert (below_start.error, below_start.deleted_segments) == (None, 2)
+    # compact,delete keeps time and size retention.
+    both = dataclasses.replace(compacted, cleanup_policy="compact,delete")
+    (expired,) = tiering.retention(settings=settings.replace(topic_overrides={TP.topic: both})).run_once()
+    assert (expired.error, expired.deleted_segments) == (None, 4)
+    assert_invariants(tiering.store, tiering.storage, [log_dir])

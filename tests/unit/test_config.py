@@ -71,3 +71,33 @@ def test_unknown_keys_and_bad_files_are_errors(tmp_path: Path) -> None:
 def test_replace_validates() -> None:
     with pytest.raises(ConfigError, match="copy.max.bytes.per.second"):
         Settings().replace(remote_log_manager_copy_max_bytes_per_second=0)
+
+
+@pytest.mark.parametrize(
+    ("topics", "message"),
+    [
+        # YAML reads these names as a boolean and an octal number: the override would be another
+        # topic's, and the topic itself would silently get the defaults (a week's retention).
+        ("  on: {retention.ms: -1}\n", r"topics: the key True .*bool.*quote"),
+        ("  010: {retention.ms: -1}\n", r"topics: the key 8 .*int.*quote"),
+        ("  orders: -1\n", r"topics.orders must be a mapping of topic settings, not -1"),
+        ("  defaults: [retention.ms]\n", r"topics.defaults must be a mapping of topic settings"),
+    ],
+)
+def test_topic_overrides_that_cannot_be_meant_are_errors(tmp_path: Path, topics: str, message: str) -> None:
+    config = tmp_path / "rlm.yaml"
+    config.write_text("topics:\n" + topics)
+    with pytest.raises(ConfigError, match=message):
+        load_settings(config, env={})
+
+
+def test_topics_must_be_a_mapping(tmp_path: Path) -> None:
+    config = tmp_path / "rlm.yaml"
+    config.write_text("topics: [orders]\n")
+    with pytest.raises(ConfigError, match="topics must be a mapping of topic names"):
+        load_settings(config, env={})
+    config.write_text("topics:\n  'on': {retention.ms: -1}\n  '010': {retention.bytes: 5}\n  orders:\n")
+    settings = load_settings(config, env={})
+    assert settings.topic("on").retention_ms == -1
+    assert settings.topic("010").retention_bytes == 5
+    assert settings.topic("orders") == settings.topic_defaults

@@ -64,7 +64,7 @@ from rlm.pipeline.rebuild.objects import (
 from rlm.pipeline.stage import Collect
 from rlm.pipeline.storage import StorageSpec
 from rlm.storage.description import PENDING, Description
-from rlm.storage.log_start import marker_partition, read_marker
+from rlm.storage.log_start import marker_partition, marker_topic_id, read_marker
 from rlm.storage.protocol import RemoteStorage
 
 #: Markers (remote log start offsets) read at once.
@@ -320,6 +320,8 @@ def restore_log_starts(
 ) -> None:
     """Advance each partition's remote log start offset to what its marker says (of ``topics``
     only, when some are given); a partition with a marker and no segment left is recorded too.
+    A marker written under another topic id than the partition's segments have (a deleted topic
+    of the same name) is passed over.
     The markers are read :data:`MARKER_THREADS` at a time."""
     wanted = sorted(
         ((key, tp) for key, tp in markers.items() if not topics or tp.topic in topics),
@@ -327,9 +329,15 @@ def restore_log_starts(
     )
     with ThreadPoolExecutor(max(1, min(MARKER_THREADS, len(wanted))), "rlm-rebuild-markers") as pool:
         offsets = list(pool.map(lambda item: read_marker(storage, item[0]), wanted))
-    for (_, tp), offset in zip(wanted, offsets, strict=True):
-        if offset is not None:
-            store.advance_log_start_offset(tp, offset)
+    for (key, tp), offset in zip(wanted, offsets, strict=True):
+        if offset is None:
+            continue
+        record = store.get_partition(tp)
+        own = None if record is None else record.topic_id
+        written_for = marker_topic_id(key)
+        if own is not None and written_for is not None and written_for != own:
+            continue  # a deleted topic's of the same name: not this topic's log start
+        store.advance_log_start_offset(tp, offset)
 
 
 def _raise_failures(failed: Sequence[tuple[ObjectSet, dict[str, Any]]]) -> None:
