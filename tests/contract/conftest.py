@@ -9,7 +9,13 @@ import pytest
 
 from metadata.store import SqlMetadataStore
 from tests.clock import FakeClock
-from tests.metadata_support import BACKENDS, backend_url, open_store
+from tests.metadata_support import (
+    BACKENDS,
+    backend_url,
+    create_postgres_database,
+    drop_postgres_database,
+    open_store,
+)
 
 
 @pytest.fixture
@@ -22,6 +28,19 @@ def clock() -> FakeClock[int]:
 def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """An empty, migrated database: a SQLite file, or the session's PostgreSQL database."""
     return backend_url(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=BACKENDS)
+def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A database of its own with no schema at all (migrations run on it), dropped after the test."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'empty.db'}"
+        return
+    url = create_postgres_database()
+    try:
+        yield url
+    finally:
+        drop_postgres_database(url)
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ revision and up again keeps what both revisions have."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import func, select, text
@@ -16,26 +14,10 @@ from metadata.schema import downgrade, upgrade
 from metadata.store import SqlMetadataStore
 from rlm.metastore import PendingUpload, SegmentState, TopicPartition
 from tests.metadata_support import (
-    BACKENDS,
     TP,
     add_finished,
-    create_postgres_database,
-    drop_postgres_database,
     segment,
 )
-
-
-@pytest.fixture(params=BACKENDS)
-def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database of its own, dropped after the test."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fresh.db'}"
-        return
-    url = create_postgres_database()
-    try:
-        yield url
-    finally:
-        drop_postgres_database(url)
 
 
 def counts(url: str) -> tuple[int, int]:
@@ -52,23 +34,23 @@ def counts(url: str) -> tuple[int, int]:
 
 @pytest.mark.parametrize("revision", ["0005", "0003"])
 def test_going_down_and_up_again_keeps_segments_their_epochs_and_uploads(
-    fresh_url: str, revision: str
+    empty_url: str, revision: str
 ) -> None:
-    upgrade(fresh_url)
+    upgrade(empty_url)
     finished = segment(0, 99, epochs=((0, 0), (1, 50)))
     copying = segment(100, 199, epochs=((1, 100),))
     upload = PendingUpload("3f/orders-0/00000000000000000100-seg.log", "upload-1")
-    with SqlMetadataStore.open(fresh_url) as store:
+    with SqlMetadataStore.open(empty_url) as store:
         add_finished(store, finished)
         store.add_segment(copying)
         store.add_pending_upload(copying.segment_id, upload)
-    assert counts(fresh_url) == (3, 1)
+    assert counts(empty_url) == (3, 1)
 
-    downgrade(fresh_url, revision)
-    assert counts(fresh_url) == (3, 1)
-    upgrade(fresh_url)
+    downgrade(empty_url, revision)
+    assert counts(empty_url) == (3, 1)
+    upgrade(empty_url)
 
-    with SqlMetadataStore.open(fresh_url) as store:
+    with SqlMetadataStore.open(empty_url) as store:
         assert [s.segment_id for s in store.list_segments(TP, leader_epoch=1)] == [
             finished.segment_id,
             copying.segment_id,
@@ -80,10 +62,10 @@ def test_going_down_and_up_again_keeps_segments_their_epochs_and_uploads(
         assert stored is not None and stored.state is SegmentState.COPY_SEGMENT_STARTED
 
 
-def test_ledger_rows_recorded_before_topic_ids_count_until_the_topic_is_created_again(fresh_url: str) -> None:
+def test_ledger_rows_recorded_before_topic_ids_count_until_the_topic_is_created_again(empty_url: str) -> None:
     old, new = uuid.UUID(int=1), uuid.UUID(int=2)
-    upgrade(fresh_url, "0006")
-    engine = create_engine_for_url(fresh_url, pooled=False)
+    upgrade(empty_url, "0006")
+    engine = create_engine_for_url(empty_url, pooled=False)
     try:
         with engine.begin() as conn:
             for output, partition, next_offset in [
@@ -100,10 +82,10 @@ def test_ledger_rows_recorded_before_topic_ids_count_until_the_topic_is_created_
                 )
     finally:
         engine.dispose()
-    upgrade(fresh_url)
+    upgrade(empty_url)
 
     other = TopicPartition(TP.topic, 1)
-    with SqlMetadataStore.open(fresh_url) as store:
+    with SqlMetadataStore.open(empty_url) as store:
         assert store.export_offsets("file:///a") == {TP: 10_000, other: 5}
         store.adopt_topic_id(TP, old, event_time_ms=1)  # the id learned: the rows are its topic's
         assert store.export_offsets("file:///a") == {TP: 10_000, other: 5}
@@ -111,7 +93,7 @@ def test_ledger_rows_recorded_before_topic_ids_count_until_the_topic_is_created_
         assert store.export_offsets("file:///a") == {other: 5}
         assert store.export_offsets("file:///b") == {}
         store.record_export_offsets("file:///a", {TP: 40})
-    downgrade(fresh_url, "0006")
-    upgrade(fresh_url)
-    with SqlMetadataStore.open(fresh_url) as store:
+    downgrade(empty_url, "0006")
+    upgrade(empty_url)
+    with SqlMetadataStore.open(empty_url) as store:
         assert store.export_offsets("file:///a") == {TP: 40, other: 5}

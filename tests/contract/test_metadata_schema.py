@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,10 +23,7 @@ from metadata.store import SqlMetadataStore
 from rlm.cli import db as db_cli
 from rlm.errors import MetadataUnavailableError, SchemaMismatchError
 from tests.metadata_support import (
-    BACKENDS,
     TP,
-    create_postgres_database,
-    drop_postgres_database,
     segment,
 )
 
@@ -47,19 +43,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     pass
 '''
-
-
-@pytest.fixture(params=BACKENDS)
-def empty_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database with no schema at all, dropped after the test."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    url = create_postgres_database()
-    try:
-        yield url
-    finally:
-        drop_postgres_database(url)
 
 
 def test_models_and_migrations_do_not_drift(database_url: str) -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import insert, text
@@ -23,11 +21,8 @@ from metadata.store import SqlMetadataStore
 from rlm.errors import StaleLeaseError
 from rlm.metastore import RemoteSegment, SegmentState, SkipKind, SkippedRange, TopicPartition
 from tests.metadata_support import (
-    BACKENDS,
     TP,
     add_finished,
-    create_postgres_database,
-    drop_postgres_database,
     segment,
     stored_tree,
 )
@@ -173,22 +168,9 @@ def test_a_stale_lease_cannot_adopt_an_id(store: SqlMetadataStore) -> None:
     assert states(store) == {OLD: [FINISHED]}
 
 
-@pytest.fixture(params=BACKENDS)
-def unmigrated_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """A database with no schema at all, dropped after the test."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'empty.db'}"
-        return
-    url = create_postgres_database()
-    try:
-        yield url
-    finally:
-        drop_postgres_database(url)
-
-
-def test_the_migration_fills_in_the_id_its_segments_agree_on(unmigrated_url: str) -> None:
-    upgrade(unmigrated_url, "0005")
-    engine = create_engine_for_url(unmigrated_url, pooled=False)
+def test_the_migration_fills_in_the_id_its_segments_agree_on(empty_url: str) -> None:
+    upgrade(empty_url, "0005")
+    engine = create_engine_for_url(empty_url, pooled=False)
     try:
         with engine.begin() as conn:
             for partition, ids in [(0, (OLD, OLD)), (1, (OLD, NEW)), (2, (None,))]:
@@ -201,7 +183,7 @@ def test_the_migration_fills_in_the_id_its_segments_agree_on(unmigrated_url: str
                     conn.execute(insert(SegmentRow).values(values))
     finally:
         engine.dispose()
-    upgrade(unmigrated_url)
-    with SqlMetadataStore.open(unmigrated_url) as store:
+    upgrade(empty_url)
+    with SqlMetadataStore.open(empty_url) as store:
         found = [store.get_partition(TopicPartition(TP.topic, p)) for p in range(3)]
         assert [record.topic_id if record else "missing" for record in found] == [OLD, None, None]
