@@ -10,6 +10,8 @@
 ``rlm_epoch_offset``  highest offset copied per (partition, leader epoch); only grows.
 ``rlm_offset_tree``   maxima of the COPY_SEGMENT_FINISHED segments per range of start offsets,
                       which makes timestamp and offset lookups O(log n) (see ``metadata.tree``).
+``rlm_retired_topic_id`` the topic ids a partition's remote state belonged to before the topic was
+                      deleted and created again under the same name: never adopted again.
 ``rlm_skipped_range`` offset ranges the remote tier will never hold, and why (an operator's skip,
                       or data the broker deleted before it was tiered).
 ``rlm_export_offset`` per (export output, topic, partition): where the next ``rlm spark export
@@ -212,6 +214,19 @@ class SkippedRangeRow(Base):
     kind: Mapped[str] = mapped_column(String(STATE_NAME_MAX))
     reason: Mapped[str] = mapped_column(String(SKIP_REASON_MAX))
     recorded_at_ms: Mapped[int] = mapped_column(BigInteger)
+
+
+class RetiredTopicIdRow(Base):
+    """A topic id whose remote state :func:`metadata.topic_ids.adopt` retired from a partition: the
+    id of a deleted topic, which only a stale replica's ``partition.metadata`` can still name."""
+
+    __tablename__ = "rlm_retired_topic_id"
+
+    partition_id: Mapped[int] = mapped_column(ForeignKey("rlm_partition.id"), primary_key=True)
+    topic_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    retired_at_ms: Mapped[int] = mapped_column(BigInteger)
+    successor: Mapped[uuid.UUID] = mapped_column(Uuid)
+    """The id adopted when this one was retired."""
 
 
 class CompactionLeaseRow(Base):

@@ -17,7 +17,15 @@ from uuid import UUID
 from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
 
 from metadata import exports, tree
-from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow, SkippedRangeRow
+from metadata.models import (
+    EpochOffsetRow,
+    PartitionRow,
+    RetiredTopicIdRow,
+    SegmentEpochRow,
+    SegmentRow,
+    SkippedRangeRow,
+)
+from rlm.errors import RetiredTopicIdError
 from rlm.metastore.model import SegmentState, TopicIdChange, TopicPartition
 
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED.value
@@ -30,10 +38,17 @@ def adopt(conn: Connection, part: Row[Any], topic_id: UUID, now_ms: int) -> Topi
     previous: UUID | None = part.topic_id
     if previous == topic_id:
         return TopicIdChange(previous, 0, reset=False)
+    _refuse_retired(conn, part, topic_id)
     other = SegmentRow.topic_id != topic_id
     if previous is not None:
         # Segments without an id were copied before the row learned the old id: the old topic's.
         other = or_(SegmentRow.topic_id.is_(None), other)
+    named = select(SegmentRow.topic_id).distinct()
+    named = named.where(SegmentRow.partition_id == part.id, SegmentRow.state.in_(LIVE), other)
+    ids = {i for i in conn.execute(named).scalars() if i is not None}
+    if previous is not None:
+        ids.add(previous)
+    _remember_retired(conn, part.id, ids, topic_id, now_ms)
     retired = conn.execute(
         update(SegmentRow)
         .where(SegmentRow.partition_id == part.id, SegmentRow.state.in_(LIVE), other)
@@ -45,6 +60,43 @@ def adopt(conn: Connection, part: Row[Any], topic_id: UUID, now_ms: int) -> Topi
         exports.forget_other_topics(conn, TopicPartition(part.topic, int(part.partition)), topic_id)
     conn.execute(update(PartitionRow).where(PartitionRow.id == part.id).values(topic_id=topic_id))
     return TopicIdChange(previous, retired, reset=reset)
+
+
+def _refuse_retired(conn: Connection, part: Row[Any], topic_id: UUID) -> None:
+    """Raise :class:`RetiredTopicIdError` when ``topic_id`` was retired from partition row ``part``."""
+    row = conn.execute(
+        select(RetiredTopicIdRow.retired_at_ms, RetiredTopicIdRow.successor).where(
+            RetiredTopicIdRow.partition_id == part.id, RetiredTopicIdRow.topic_id == topic_id
+        )
+    ).first()
+    if row is None:
+        return
+    raise RetiredTopicIdError(
+        f"{part.topic}-{part.partition}: topic id {topic_id} was retired at {int(row.retired_at_ms)} ms "
+        f"for {row.successor}",
+        topic_id=topic_id,
+        successor=row.successor,
+        retired_at_ms=int(row.retired_at_ms),
+    )
+
+
+def _remember_retired(
+    conn: Connection, partition_id: int, ids: set[UUID], successor: UUID, now_ms: int
+) -> None:
+    """Record ``ids`` as retired from partition ``partition_id`` for ``successor`` (those not yet)."""
+    if not ids:
+        return
+    known = conn.execute(
+        select(RetiredTopicIdRow.topic_id).where(
+            RetiredTopicIdRow.partition_id == partition_id, RetiredTopicIdRow.topic_id.in_(ids)
+        )
+    ).scalars()
+    rows = [
+        {"partition_id": partition_id, "topic_id": i, "retired_at_ms": now_ms, "successor": successor}
+        for i in sorted(ids - set(known))
+    ]
+    if rows:
+        conn.execute(insert(RetiredTopicIdRow), rows)
 
 
 def segment_added(conn: Connection, part: Row[Any], topic_id: UUID | None) -> None:

@@ -21,6 +21,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     │   ├── MetadataUnavailableError     the database cannot be reached or gave up (retriable)
     │   ├── SchemaMismatchError          the database schema is not the revision rlm needs
     │   ├── StaleLeaseError              a write carried a lease epoch that is no longer current
+    │   ├── RetiredTopicIdError          a broker named a deleted topic's id (a stale replica)
     │   ├── InvalidStateTransitionError  the state machine forbids going from one state to another
     │   ├── StateConflictError           the row is not in the state the caller expected
     │   ├── InvalidSkipRangeError        a range to skip overlaps tiered data or another skip
@@ -38,6 +39,8 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
 """
 
 from __future__ import annotations
+
+from uuid import UUID
 
 
 class RlmError(Exception):
@@ -164,6 +167,22 @@ class StaleLeaseError(MetadataError):
     The writer lost its lease (it expired and was taken over, or was released) and must stop
     writing for that partition.
     """
+
+
+class RetiredTopicIdError(MetadataError):
+    """The broker's ``partition.metadata`` names a topic id whose remote state was retired: the
+    topic was deleted and created again under the same name, and this log directory still holds
+    a replica of the deleted one (a stray log the broker deletes once it loads the topic's
+    metadata). Adopting the id again would retire the live topic's remote segments.
+    """
+
+    def __init__(self, message: str, *, topic_id: UUID, successor: UUID, retired_at_ms: int) -> None:
+        super().__init__(message)
+        self.topic_id = topic_id
+        """The id the broker named."""
+        self.successor = successor
+        """The id adopted when ``topic_id`` was retired."""
+        self.retired_at_ms = retired_at_ms
 
 
 class InvalidStateTransitionError(MetadataError):

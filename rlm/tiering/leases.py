@@ -103,6 +103,17 @@ class LeaseKeeper:
         with self._lock:
             self._leases.pop(tp, None)
 
+    def release(self, tp: TopicPartition) -> None:
+        """Give up the lease of ``tp``, if held, so another sidecar can take it at once.
+
+        Raises:
+            MetadataError: the store failed the release (the lease then expires instead).
+        """
+        with self._lock:
+            lease = self._leases.pop(tp, None)
+        if lease is not None:
+            self.store.release_lease(lease)
+
     def holder(self, tp: TopicPartition) -> str:
         """Who holds the lease of ``tp``, in words."""
         lease = self.store.get_lease(tp)

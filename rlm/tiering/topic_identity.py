@@ -13,23 +13,36 @@ tiered from its start.
 Only an id read from the broker's file counts: a partition without ``partition.metadata`` (older
 brokers) is handled as before, and one whose file cannot be read is an error naming the file,
 never a reason to delete anything.
+
+An id the store retired is never adopted again: the broker naming it holds a stale replica of the
+deleted topic (it was down while the topic was deleted and created again, and has not removed
+the log as a stray yet). Its sidecar then gives the copy lease back at once, so the live
+replica's sidecar can take it, and tiers and deletes nothing of the partition.
 """
 
 from __future__ import annotations
 
 import logging
 
+from rlm.errors import RetiredTopicIdError
 from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
 from rlm.log.logdir import PartitionDir
 from rlm.metastore.model import Lease, TopicIdChange
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
+from rlm.tiering.leases import LeaseKeeper
 
 log = logging.getLogger("rlm.copier")
 
 
 def adopt_local_topic_id(
-    store: MetadataStore, partition: PartitionDir, lease: Lease, *, now_ms: int, metrics: Metrics
+    store: MetadataStore,
+    partition: PartitionDir,
+    lease: Lease,
+    leases: LeaseKeeper,
+    *,
+    now_ms: int,
+    metrics: Metrics,
 ) -> TopicIdChange | None:
     """Make the broker's topic id of ``partition`` the one its remote state belongs to.
 
@@ -37,13 +50,31 @@ def adopt_local_topic_id(
 
     Raises:
         CorruptCheckpointError: ``partition.metadata`` cannot be parsed (the message names it).
+        RetiredTopicIdError: the broker names a deleted topic's id; ``lease`` was given back
+            (the message says what to look at).
         StaleLeaseError: ``lease`` was lost.
     """
     text = partition.topic_id()
     if text is None:
         return None
     tp = lease.topic_partition
-    change = store.adopt_topic_id(tp, topic_id_to_uuid(text), event_time_ms=now_ms, lease_epoch=lease.epoch)
+    try:
+        change = store.adopt_topic_id(
+            tp, topic_id_to_uuid(text), event_time_ms=now_ms, lease_epoch=lease.epoch
+        )
+    except RetiredTopicIdError as exc:
+        leases.release(tp)
+        raise RetiredTopicIdError(
+            f"{tp}: {partition.path / 'partition.metadata'} names topic id {text}, a deleted "
+            f"topic's: its remote state was retired at {exc.retired_at_ms} ms, when the topic "
+            f"was created again as {uuid_to_topic_id(exc.successor)}. This log directory holds a "
+            "stale replica of the deleted topic (the broker removes it as a stray log once it "
+            "loads the topic's metadata): nothing of it is tiered, no remote segment is deleted, "
+            "and the copy lease is left to the live topic's replicas",
+            topic_id=exc.topic_id,
+            successor=exc.successor,
+            retired_at_ms=exc.retired_at_ms,
+        ) from exc
     if change.reset:
         metrics.topic_id_changes.labels(tp.topic, str(tp.partition)).inc()
         previous = "not recorded" if change.previous is None else uuid_to_topic_id(change.previous)

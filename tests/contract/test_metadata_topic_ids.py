@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy import insert, text
 
 from metadata.engine import create_engine_for_url
-from metadata.models import SegmentRow
+from metadata.models import PartitionRow, SegmentRow
 from metadata.rows import segment_values
 from metadata.schema import upgrade
 from metadata.store import SqlMetadataStore
-from rlm.errors import StaleLeaseError
+from rlm.errors import RetiredTopicIdError, StaleLeaseError
 from rlm.metastore import RemoteSegment, SegmentState, SkipKind, SkippedRange, TopicPartition
 from tests.metadata_support import (
     TP,
@@ -32,6 +32,7 @@ NEW = uuid.UUID("22222222-2222-4222-8222-222222222222")
 STARTED = SegmentState.COPY_SEGMENT_STARTED
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED
 DELETING = SegmentState.DELETE_SEGMENT_STARTED
+DELETED = SegmentState.DELETE_SEGMENT_FINISHED
 
 
 def of(
@@ -155,6 +156,37 @@ def test_adopting_an_id_retires_live_segments_of_other_ids(store: SqlMetadataSto
     assert store.segment_for_offset(TP, 10) is None
 
 
+@pytest.mark.parametrize("recorded", [True, False], ids=["recorded", "named-by-segments"])
+def test_a_retired_id_is_never_adopted_again(store: SqlMetadataStore, recorded: bool) -> None:
+    # A broker that was down while the topic was deleted and created again comes back with the
+    # deleted topic's log (and id): its sidecar must not retire the live topic's segments.
+    add_finished(store, of(OLD, 0, 49))
+    if not recorded:  # the store had not learned the old id, only its segments name it
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql("UPDATE rlm_partition SET topic_id = NULL")
+    assert store.adopt_topic_id(TP, NEW, event_time_ms=99).reset
+    add_finished(store, of(NEW, 0, 4))
+
+    with pytest.raises(RetiredTopicIdError) as raised:
+        store.adopt_topic_id(TP, OLD, event_time_ms=200)
+
+    error = raised.value
+    assert (error.topic_id, error.successor, error.retired_at_ms) == (OLD, NEW, 99)
+    assert f"{TP.topic}-{TP.partition}" in str(error)
+    assert states(store) == {OLD: [DELETING], NEW: [FINISHED]}
+    record = store.get_partition(TP)
+    assert record is not None and (record.topic_id, record.highest_copied_offset) == (NEW, 4)
+    found = store.segment_for_offset(TP, 3)
+    assert found is not None and found.topic_id == NEW
+    # The live id is still confirmed, and a third topic (NEW deleted in turn) is adopted.
+    assert not store.adopt_topic_id(TP, NEW, event_time_ms=201).reset
+    third = uuid.UUID("33333333-3333-4333-8333-333333333333")
+    assert store.adopt_topic_id(TP, third, event_time_ms=300).retired == 1
+    with pytest.raises(RetiredTopicIdError) as raised:
+        store.adopt_topic_id(TP, NEW, event_time_ms=301)
+    assert (raised.value.successor, raised.value.retired_at_ms) == (third, 300)
+
+
 def test_a_stale_lease_cannot_adopt_an_id(store: SqlMetadataStore) -> None:
     lease = store.acquire_lease(TP, owner=1, ttl_ms=30_000)
     assert lease is not None
@@ -187,3 +219,30 @@ def test_the_migration_fills_in_the_id_its_segments_agree_on(empty_url: str) -> 
     with SqlMetadataStore.open(empty_url) as store:
         found = [store.get_partition(TopicPartition(TP.topic, p)) for p in range(3)]
         assert [record.topic_id if record else "missing" for record in found] == [OLD, None, None]
+
+
+def test_the_migration_remembers_the_ids_already_retired(empty_url: str) -> None:
+    upgrade(empty_url, "0007")
+    engine = create_engine_for_url(empty_url, pooled=False)
+    try:
+        with engine.begin() as conn:
+            partition_id = conn.execute(
+                insert(PartitionRow)
+                .values(topic="orders", partition=0, topic_id=NEW)
+                .returning(PartitionRow.id)
+            ).scalar_one()
+            rows = [
+                dataclasses.replace(of(OLD, 0, 9), state=DELETED, event_time_ms=40),
+                dataclasses.replace(of(OLD, 10, 19), state=DELETING, event_time_ms=42),
+                of(NEW, 0, 9),
+            ]
+            for row in rows:
+                conn.execute(insert(SegmentRow).values(segment_values(row, partition_id)))
+    finally:
+        engine.dispose()
+    upgrade(empty_url)
+    with SqlMetadataStore.open(empty_url) as store:
+        with pytest.raises(RetiredTopicIdError) as raised:
+            store.adopt_topic_id(TP, OLD, event_time_ms=50)
+        assert (raised.value.successor, raised.value.retired_at_ms) == (NEW, 42)
+        assert states(store)[NEW] == [STARTED]

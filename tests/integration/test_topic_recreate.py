@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from rlm.errors import CorruptCheckpointError
+from rlm.errors import CorruptCheckpointError, RetiredTopicIdError
 from rlm.log.checkpoints import topic_id_to_uuid
 from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
 from rlm.metastore.model import SegmentState, TopicPartition
 from tests.tiering_support import (
+    BROKER_ID,
     WRITER_NOW_MS,
     Backend,
     SegmentPlan,
@@ -121,6 +122,44 @@ def test_retention_does_not_apply_the_deleted_topics_log_start_to_the_new_topic(
     assert tiering.copier().run_once()[0].copied_segments == 3
     assert tiering.retention().run_once()[0].deleted_segments == 0
     assert [s.start_offset for s in tiering.finished(TP)] == [0, 10, 20]
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_a_stale_replica_of_the_deleted_topic_retires_nothing_and_leaves_the_lease(
+    tiered: tuple[Tiering, Path], tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    # Broker 2 was down while the topic was deleted and created again: its log dir still holds
+    # the deleted topic's replica (and id) when its sidecar finds the copy lease free.
+    tiering, log_dir = tiered
+    stale_dir = tmp_path / "stale-logs"
+    shutil.copytree(log_dir, stale_dir)
+    stale_id = topic_uuid(LogDir(stale_dir).partition(TP.topic, TP.partition))
+    new_id = topic_uuid(recreate_topic(log_dir, 3))
+    assert tiering.copier().run_once()[0].copied_segments == 3
+    live = tiering.finished(TP)
+    keys = sorted(tiering.storage.list_keys(""))
+    tiering.leases.release_all()  # the live replica's sidecar restarts
+    stale = tiering_factory(tiering.backend, stale_dir, broker_id=BROKER_ID + 1)
+
+    copied = stale.copier().run_once()[0]
+    retained = stale.retention().run_once()[0]
+
+    for outcome in (copied, retained):
+        assert isinstance(outcome.error, RetiredTopicIdError)
+        message = str(outcome.error)
+        assert str(stale_dir / TP.topic) in message and "stale replica" in message
+        assert (outcome.error.topic_id, outcome.error.successor) == (stale_id, new_id)
+    assert stale.store.get_lease(TP) is None  # given back: the live replica's sidecar takes it
+    assert tiering.finished(TP) == live
+    assert sorted(tiering.storage.list_keys("")) == keys
+    record = tiering.store.get_partition(TP)
+    assert record is not None and (record.topic_id, record.highest_copied_offset) == (new_id, 29)
+    assert stale.registry.get_sample_value("rlm_topic_id_changes_total", LABELS) is None
+
+    resumed = tiering.copier().run_once()[0]  # the live replica's sidecar takes the lease again
+    assert (resumed.error, resumed.skipped) == (None, None)
+    lease = tiering.store.get_lease(TP)
+    assert lease is not None and lease.owner == BROKER_ID
     assert_invariants(tiering.store, tiering.storage, [log_dir])
 
 
