@@ -19,6 +19,11 @@ topics:
   defaults: {retention.ms: 604800000}
   orders: {retention.ms: 2592000000, retention.bytes: 107374182400}
 ```
+
+Numbers are read as Kafka reads its properties, in decimal: the file's numbers reach the settings
+as written, not as YAML 1.1 reads them (``0100`` is 64 there, ``0x10`` 16, ``1:30`` 90, ``1_000``
+1000), and a form Kafka refuses is an error naming the setting. A topic whose name YAML would read
+as a number (``010``) keeps its name.
 """
 
 from __future__ import annotations
@@ -324,6 +329,17 @@ _SETTINGS_FIELDS = {
 _OWN_VARIABLES = frozenset(_env(_key(name)) for name in (*_SETTINGS_FIELDS, *_TOPIC_FIELDS))
 
 
+class _SettingsLoader(yaml.SafeLoader):
+    """YAML's safe loader with numbers left as the text written (see the module's docstring)."""
+
+
+_NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+_SettingsLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag not in _NUMBER_TAGS]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
 def _convert(name: str, kind: Any, raw: Any) -> Any:
     text = str(raw).strip()
     try:
@@ -376,7 +392,7 @@ def _topics(raw: object) -> dict[str, Any]:
     """The ``topics:`` mapping of a settings file, checked: topic names as written, each value a
     mapping (or empty).
 
-    YAML turns some unquoted names into other things (``on`` into ``True``, ``010`` into ``8``): an
+    YAML turns some unquoted names into other things (``on``, ``yes`` into ``True``): an
     override under such a key would silently be another name's, and the topic would get the
     defaults (a week's ``retention.ms`` where the override said to keep everything).
 
@@ -426,7 +442,7 @@ def load_settings(
         path = env["RLM_CONFIG"]
     if path is not None:
         try:
-            loaded = yaml.safe_load(Path(path).read_text()) or {}
+            loaded = yaml.load(Path(path).read_text(), Loader=_SettingsLoader) or {}
         except (OSError, yaml.YAMLError) as exc:
             raise ConfigError(f"cannot read settings file {path}: {exc}") from exc
         if not isinstance(loaded, dict):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -76,11 +77,10 @@ def test_replace_validates() -> None:
 @pytest.mark.parametrize(
     ("topics", "message"),
     [
-        # YAML reads these names as a boolean and an octal number: the override would be another
-        # topic's, and the topic itself would silently get the defaults (a week's retention).
+        # YAML reads this name as a boolean: the override would be another topic's, and the
+        # topic itself would silently get the defaults (a week's retention).
         ("  on: {retention.ms: -1}\n", r"topics: the key True .*bool.*quote"),
-        ("  010: {retention.ms: -1}\n", r"topics: the key 8 .*int.*quote"),
-        ("  orders: -1\n", r"topics.orders must be a mapping of topic settings, not -1"),
+        ("  orders: -1\n", r"topics.orders must be a mapping of topic settings, not '-1'"),
         ("  defaults: [retention.ms]\n", r"topics.defaults must be a mapping of topic settings"),
     ],
 )
@@ -88,6 +88,30 @@ def test_topic_overrides_that_cannot_be_meant_are_errors(tmp_path: Path, topics:
     config = tmp_path / "rlm.yaml"
     config.write_text("topics:\n" + topics)
     with pytest.raises(ConfigError, match=message):
+        load_settings(config, env={})
+
+
+def test_numbers_are_read_in_decimal_as_kafka_reads_them(tmp_path: Path) -> None:
+    # YAML 1.1 reads 03600000 as octal (983040) and 1:30 as 90: an hour's retention.ms typed
+    # with a leading zero would have expired records after 16 minutes. Kafka's Long.parseLong
+    # reads 03600000 as 3600000.
+    config = tmp_path / "rlm.yaml"
+    config.write_text(
+        "remote.log.manager.copier.thread.pool.size: 010\n"
+        "topics:\n  defaults: {retention.ms: 03600000}\n  010: {retention.bytes: -1}\n"
+    )
+    settings = load_settings(config, env={})
+    assert settings.remote_log_manager_copier_thread_pool_size == 10
+    assert settings.topic_defaults.retention_ms == 3_600_000
+    assert settings.topic("010").retention_bytes == -1  # the topic's name as written, not 8
+    assert settings.topic("8") == settings.topic_defaults
+
+
+@pytest.mark.parametrize("written", ["0x10", "1:30", "1_000", "1e3", "+5", "1.5", ".inf"])
+def test_number_forms_kafka_refuses_are_errors_naming_the_setting(tmp_path: Path, written: str) -> None:
+    config = tmp_path / "rlm.yaml"
+    config.write_text(f"topics:\n  defaults: {{retention.ms: {written}}}\n")
+    with pytest.raises(ConfigError, match=rf"retention\.ms.*{re.escape(written)}.*not an integer"):
         load_settings(config, env={})
 
 
