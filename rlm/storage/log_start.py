@@ -8,8 +8,15 @@ of those offsets). So retention also writes the offset it advanced to as a small
 partition, ``<partition prefix>remote-log-start``, after the store and before the first delete:
 whenever a segment's objects are gone, the marker covers them. ``rlm spark rebuild-metadata``
 reads it back, for the topic id it was written under only (a topic deleted and created again under
-the same name leaves the deleted topic's marker behind). The marker only rises: a pass writes the
-store's value, which never falls.
+the same name leaves the deleted topic's marker behind).
+
+The store's offset never falls, but the marker may: its write is not fenced by the lease, so a
+sidecar that lost its lease while stalled writes its lower value late. Retention therefore reads
+the store again after each write and writes what it finds while that is higher
+(:func:`rlm.tiering.retention.mark_log_start`): the marker ends at the store's value. Until that
+writer writes again, and if it dies before, until the next pass that advances the log start, the
+marker stays below the store's value: a store rebuilt meanwhile claims offsets whose objects are
+gone.
 """
 
 from __future__ import annotations

@@ -34,6 +34,7 @@ import logging
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from uuid import UUID
 
 from rlm.config import Settings, TopicSettings
 from rlm.errors import RlmError, StaleLeaseError
@@ -103,6 +104,36 @@ def breaching_segments(
         over -= segment.size_bytes  # whatever the reason it goes, the partition shrinks by it
         chosen.append(segment)
     return chosen
+
+
+def mark_log_start(
+    store: MetadataStore, storage: RemoteStorage, tp: TopicPartition, topic_id: UUID | None, offset: int
+) -> None:
+    """Write ``offset``, which the metadata store's remote log start offset of ``tp`` has reached,
+    as the partition's marker (:mod:`rlm.storage.log_start`), and leave the marker at the
+    metadata store's value.
+
+    The lease fences the advance in the metadata store, not the marker's write: a sidecar that
+    advanced the offset, then stalled past its lease, writes its lower value after the next
+    holder advanced further, wrote its marker and deleted the segments in between. So after each
+    write the offset is read again, and while it is higher, it is written. The last marker write
+    of all is followed by its writer's read, and any advance after that read is followed by its
+    own marker write: the marker ends at the metadata store's value (both remote stores keep the
+    last write of an object). Once the partition's remote state is another topic's (deleted and
+    created again under the same name), its offset is not this marker's.
+
+    Raises:
+        StorageError: The remote store refused the write.
+        MetadataUnavailableError: The metadata store could not be read.
+    """
+    while True:
+        write_marker(storage, tp, topic_id, offset)
+        record = store.get_partition(tp)
+        if record is None or record.remote_log_start_offset <= offset:
+            return
+        if None not in (record.topic_id, topic_id) and record.topic_id != topic_id:
+            return
+        offset = record.remote_log_start_offset
 
 
 class Retention:
@@ -195,7 +226,7 @@ class Retention:
         new_start = max(s.end_offset for s in doomed) + 1
         start = self.store.advance_log_start_offset(tp, new_start, lease_epoch=lease_epoch)
         # Before any object goes: the objects left then say where the log starts.
-        write_marker(self.storage, tp, doomed[0].topic_id, start)
+        mark_log_start(self.store, self.storage, tp, doomed[0].topic_id, start)
         self.step("log_start_advanced")
         deleted = deleted_bytes = 0
         for segment in doomed:
