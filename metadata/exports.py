@@ -14,6 +14,9 @@ the partition's remote state belonged to when the run planned it:
 
 An offset without an id (recorded before ids were, or a manifest or snapshot written then) is
 taken as the partition's current topic's; so are all offsets of a partition with no id known.
+
+Offsets fall in one case: the remote tier's copies from some offset on were replaced by the
+broker's diverged log (:mod:`metadata.truncation`); the next run exports the log's records there.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, or_, select
+from sqlalchemy import ColumnElement, Connection, and_, delete, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
@@ -81,6 +84,16 @@ def record(
                 index_elements=["output", "topic", "partition"], set_=values, where=replaces
             )
         )
+
+
+def rewind(conn: Connection, tp: TopicPartition, offset: int) -> None:
+    """Lower every output's offset of ``tp`` above ``offset`` to it: the remote tier's records
+    from ``offset`` on were replaced (see :mod:`metadata.truncation`)."""
+    conn.execute(
+        update(Offset)
+        .where(Offset.topic == tp.topic, Offset.partition == tp.partition, Offset.next_offset > offset)
+        .values(next_offset=offset)
+    )
 
 
 def forget_other_topics(conn: Connection, tp: TopicPartition, topic_id: UUID) -> None:

@@ -20,6 +20,7 @@ from metadata import (
     tier_summaries,
     topic_ids,
     tree,
+    truncation,
     uploads,
 )
 from metadata import skipped as skipped_ranges
@@ -416,6 +417,20 @@ class SqlMetadataStore:
             part = partitions.lock(conn, tp)
             partitions.check_fence(part, lease_epoch)
             return topic_ids.adopt(conn, part, topic_id, event_time_ms)
+
+    def truncate_copies(
+        self,
+        tp: TopicPartition,
+        from_offset: int,
+        *,
+        event_time_ms: int,
+        lease_epoch: int | None = None,
+    ) -> int:
+        """See :meth:`rlm.metastore.MetadataStore.truncate_copies`."""
+        with self._transaction(write=True) as conn:
+            part = partitions.lock(conn, tp)
+            partitions.check_fence(part, lease_epoch)
+            return truncation.truncate(conn, part, from_offset, event_time_ms)
 
     # -- leases -------------------------------------------------------------------------------
 

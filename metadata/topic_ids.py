@@ -14,17 +14,10 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Row, delete, func, insert, or_, select, update
+from sqlalchemy import Connection, Row, delete, insert, or_, select, update
 
-from metadata import exports, tree
-from metadata.models import (
-    EpochOffsetRow,
-    PartitionRow,
-    RetiredTopicIdRow,
-    SegmentEpochRow,
-    SegmentRow,
-    SkippedRangeRow,
-)
+from metadata import exports, recount
+from metadata.models import PartitionRow, RetiredTopicIdRow, SegmentRow, SkippedRangeRow
 from rlm.errors import RetiredTopicIdError
 from rlm.metastore.model import SegmentState, TopicIdChange, TopicPartition
 
@@ -132,36 +125,10 @@ def segment_added(conn: Connection, part: Row[Any], topic_id: UUID | None) -> No
 
 def _reset(conn: Connection, partition_id: int) -> None:
     """Set what the partition records back to what its remaining finished segments say."""
-    tree.rebuild(conn, partition_id)
-    finished = (SegmentRow.partition_id == partition_id, SegmentRow.state == FINISHED)
-    size, highest = conn.execute(
-        select(func.coalesce(func.sum(SegmentRow.size_bytes), 0), func.max(SegmentRow.end_offset)).where(
-            *finished
-        )
-    ).one()
+    recount.partition(conn, partition_id)
     conn.execute(
         update(PartitionRow)
         .where(PartitionRow.id == partition_id)
-        .values(
-            remote_log_size_bytes=int(size),
-            highest_copied_offset=-1 if highest is None else int(highest),
-            remote_log_start_offset=-1,
-            deletion_state=None,
-            deletion_event_time_ms=None,
-        )
-    )
-    conn.execute(delete(EpochOffsetRow).where(EpochOffsetRow.partition_id == partition_id))
-    epoch_last = (
-        select(
-            SegmentEpochRow.partition_id,
-            SegmentEpochRow.leader_epoch,
-            func.max(SegmentEpochRow.last_offset),
-        )
-        .join(SegmentRow, SegmentRow.segment_id == SegmentEpochRow.segment_id)
-        .where(*finished)
-        .group_by(SegmentEpochRow.partition_id, SegmentEpochRow.leader_epoch)
-    )
-    conn.execute(
-        insert(EpochOffsetRow).from_select(["partition_id", "leader_epoch", "highest_offset"], epoch_last)
+        .values(remote_log_start_offset=-1, deletion_state=None, deletion_event_time_ms=None)
     )
     conn.execute(delete(SkippedRangeRow).where(SkippedRangeRow.partition_id == partition_id))

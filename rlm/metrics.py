@@ -46,6 +46,16 @@ class Metrics:
             "Times a partition's topic id changed (the topic was deleted and created again under the "
             "same name) and the old topic's remote segments were retired", tp, registry=r,
         )  # fmt: skip
+        self.diverged_copies_replaced = Counter(
+            "rlm_diverged_copies_replaced",
+            "Remote segments retired because the broker's log diverged from them (an unclean leader "
+            "election); the log is tiered again from their start", tp, registry=r,
+        )  # fmt: skip
+        self.copies_diverged = Gauge(
+            "rlm_copies_diverged",
+            "1 while the remote tier holds records the broker's log diverged from and cannot replace "
+            "(the copies hold offsets the local log no longer has)", tp, registry=r,
+        )  # fmt: skip
         self.copy_lag_bytes = Gauge(
             "rlm_copy_lag_bytes", "Bytes of rolled segments below the high watermark not yet tiered", tp,
             registry=r,

@@ -228,8 +228,9 @@ def write_leader_epoch_checkpoint(path: StrPath, entries: Iterable[EpochEntry]) 
     atomic_write(path, encode_leader_epoch_checkpoint(entries))
 
 
-def epoch_for_offset(entries: Iterable[EpochEntry], offset: int) -> int:
-    """The leader epoch ``offset`` was written in, or -1 when it is before the first entry.
+def epoch_for_offset(entries: Iterable[tuple[int, int]], offset: int) -> int:
+    """The leader epoch ``offset`` was written in, or -1 when it is before the first entry
+    (``entries``: ``(epoch, start offset)`` pairs in offset order).
 
     Follows ``LeaderEpochFileCache.epochForOffset``: the epoch of the last entry starting at or
     before ``offset``.

@@ -256,6 +256,31 @@ class MetadataStore(Protocol):
         """
         ...
 
+    def truncate_copies(
+        self,
+        tp: TopicPartition,
+        from_offset: int,
+        *,
+        event_time_ms: int,
+        lease_epoch: int | None = None,
+    ) -> int:
+        """Retire every ``COPY_SEGMENT_STARTED`` and ``COPY_SEGMENT_FINISHED`` segment of ``tp``
+        starting at or above ``from_offset``, in one transaction, so that the broker's log is
+        tiered again from there: its records diverged from the copies' (an unclean leader
+        election, see :mod:`rlm.tiering.lineage`).
+
+        The segments move to ``DELETE_SEGMENT_STARTED`` (lookups stop finding them at once, the
+        usual deletion removes their objects); the highest copied offset, per epoch too, and the
+        remote log size fall to what the segments left say; skipped ranges from ``from_offset``
+        on are forgotten and one reaching over it ends below it; the export ledger's offsets of
+        ``tp`` above ``from_offset`` fall to it. Returns how many segments were retired (0: nothing
+        changed).
+
+        Raises:
+            StaleLeaseError: ``lease_epoch`` is stale.
+        """
+        ...
+
     # -- leases -------------------------------------------------------------------------------
 
     def acquire_lease(

@@ -8,7 +8,9 @@ Per partition and pass:
    deleted and created again under the same name retires the deleted topic's segments and
    offsets (:mod:`rlm.tiering.topic_identity`);
 2. clean up copies a previous holder or incarnation left in ``COPY_SEGMENT_STARTED``, and
-   finish deletions left in ``DELETE_SEGMENT_STARTED``;
+   finish deletions left in ``DELETE_SEGMENT_STARTED``; retire the remote copies the broker's
+   log diverged from (an unclean leader election), so that step 3 tiers the log again from their
+   start (:mod:`rlm.tiering.lineage_keeper`);
 3. plan (:mod:`rlm.tiering.copy_plan`): the rolled segments ending below the high watermark, from the
    first offset the remote tier does not account for yet (copied or skipped) on; a hole the
    broker left below its local log is recorded as skipped first;
@@ -59,6 +61,7 @@ from rlm.storage.ratelimit import RateLimiter
 from rlm.tiering.copy_plan import Candidate, Gap, covered_through, plan_copy
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.lineage_keeper import LineageKeeper
 from rlm.tiering.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.topic_identity import adopt_local_topic_id
 
@@ -115,6 +118,7 @@ class Copier:
         """Set on shutdown: the segment in flight finishes, no other starts."""
         self.on_change: Callable[[TopicPartition], None] = lambda tp: None
         """Called after a segment of a partition finished copying (lookups refresh their view)."""
+        self.lineage = LineageKeeper(store, metrics)
 
     # -- passes ----------------------------------------------------------------------------
 
@@ -154,6 +158,8 @@ class Copier:
             if change is not None and change.reset:
                 self.on_change(tp)
             cleaned = self._cleanup(tp, lease)
+            if self.lineage.follow(partition, lease, now_ms=self.clock()):
+                self.on_change(tp)
             return self._copy_eligible(partition, tp, lease, cleaned)
         except (RlmError, OSError) as exc:
             if isinstance(exc, StaleLeaseError):

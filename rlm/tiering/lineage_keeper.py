@@ -1,0 +1,129 @@
+"""Keeps a partition's remote copies on the broker's log lineage, once per copier pass.
+
+:func:`rlm.tiering.lineage.find_divergence` says where the remote tier's records stop being the
+broker's log's (an unclean leader election). When the broker's log still holds every offset of
+the copies that would go, they are retired in one store transaction
+(:meth:`~rlm.metastore.protocol.MetadataStore.truncate_copies`) and the same pass tiers the log
+again from their start: nothing is lost, and the truncated records stop answering at once. When
+it does not (local retention deleted the start of those copies since), retiring them would lose
+offsets only they hold: they are kept, and ``rlm_copies_diverged`` and an error, once per
+divergence, say which offsets answer records the log no longer has.
+
+The comparison lists the partition's finished segments, so it runs only when something it
+depends on changed: the broker's leader epochs or the highest copied offset (or when the last
+comparison could not reach the remote tier's end, being above the high watermark then).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from uuid import UUID
+
+from rlm.log.checkpoints import EpochEntry
+from rlm.log.logdir import PartitionDir
+from rlm.metastore.model import Lease, SegmentState, TopicPartition
+from rlm.metastore.protocol import MetadataStore
+from rlm.metrics import Metrics
+from rlm.tiering.lineage import Divergence, find_divergence
+
+log = logging.getLogger("rlm.copier")
+
+_Checked = tuple[tuple[EpochEntry, ...], int]
+
+
+class LineageKeeper:
+    """Compares and, where it can, replaces the remote copies of the partitions a copier holds."""
+
+    def __init__(self, store: MetadataStore, metrics: Metrics) -> None:
+        self.store = store
+        self.metrics = metrics
+        self._agreed: dict[TopicPartition, _Checked] = {}
+        """Per partition, what the last comparison that found the whole remote tier on the
+        broker's lineage depended on."""
+        self._reported: dict[TopicPartition, tuple[int, UUID]] = {}
+        """Per partition, the divergence last reported (its offset and copy)."""
+        self._lock = threading.Lock()
+
+    def follow(self, partition: PartitionDir, lease: Lease, *, now_ms: int) -> int:
+        """Retire the remote copies of ``partition`` its log diverged from, if it holds all their
+        offsets; returns how many were retired.
+
+        Raises:
+            StaleLeaseError: ``lease`` was lost.
+            MetadataError: the store failed.
+            CorruptCheckpointError: ``leader-epoch-checkpoint`` cannot be parsed.
+        """
+        tp = lease.topic_partition
+        local = tuple(partition.leader_epochs())
+        checkpointed = partition.high_watermark()
+        if not local or checkpointed is None:
+            return 0
+        # The checkpoint is flushed every few seconds: after a truncation it may lie above the log.
+        high_watermark = min(checkpointed, partition.log_end_offset())
+        highest = self.store.highest_copied_offset(tp)
+        checked = (local, highest)
+        with self._lock:
+            if self._agreed.get(tp) == checked:
+                return 0
+        record = self.store.get_partition(tp)
+        remote_start = record.remote_log_start_offset if record is not None else -1
+        finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
+        local_start = partition.log_start_offset()
+        found = find_divergence(
+            finished,
+            local,
+            log_start_offset=max(local_start, remote_start),
+            high_watermark=high_watermark,
+        )
+        labels = (tp.topic, str(tp.partition))
+        if found is None:
+            self.metrics.copies_diverged.labels(*labels).set(0)
+            with self._lock:
+                self._reported.pop(tp, None)
+                if high_watermark > highest:  # every copied offset was compared
+                    self._agreed[tp] = checked
+            return 0
+        if found.replace_from < local_start:
+            self._kept(tp, found, local_start)
+            return 0
+        retired = self.store.truncate_copies(
+            tp, found.replace_from, event_time_ms=now_ms, lease_epoch=lease.epoch
+        )
+        self.metrics.diverged_copies_replaced.labels(*labels).inc(retired)
+        self.metrics.copies_diverged.labels(*labels).set(0)
+        log.warning(
+            "%s: from offset %d the remote tier held leader epoch %d's records, the broker's log "
+            "holds epoch %d's (its log diverged: an unclean leader election); %d remote segments "
+            "from offset %d on were retired and the log is tiered again from there",
+            tp,
+            found.offset,
+            found.remote_epoch,
+            found.local_epoch,
+            retired,
+            found.replace_from,
+        )
+        return retired
+
+    def _kept(self, tp: TopicPartition, found: Divergence, local_start: int) -> None:
+        self.metrics.copies_diverged.labels(tp.topic, str(tp.partition)).set(1)
+        reported = (found.offset, found.copy.segment_id)
+        with self._lock:
+            if self._reported.get(tp) == reported:
+                return
+            self._reported[tp] = reported
+        log.error(
+            "%s: from offset %d the remote tier holds leader epoch %d's records, the broker's log "
+            "holds epoch %d's (its log diverged: an unclean leader election). Reads of those offsets, "
+            "up to %d, answer records the log no longer has. They are kept: the remote segment "
+            "holding them starts at offset %d, below the local log's start %d, and its offsets "
+            "below %d are held nowhere else",
+            tp,
+            found.offset,
+            found.remote_epoch,
+            found.local_epoch,
+            found.copy.end_offset,
+            found.replace_from,
+            local_start,
+            local_start,
+        )

@@ -1,0 +1,77 @@
+"""Contract of replacing remote copies the broker's log diverged from, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import pytest
+
+from metadata.store import SqlMetadataStore
+from rlm.errors import StaleLeaseError
+from rlm.metastore import SegmentState, SkipKind, SkippedRange
+from tests.metadata_support import TP, add_finished, segment
+
+OUT = "file:///exports/orders"
+
+
+def test_copies_from_an_offset_on_are_retired_and_the_partition_counted_again(
+    store: SqlMetadataStore,
+) -> None:
+    kept = segment(0, 99, 500, epochs=((4, 0),))
+    old = segment(100, 180, 900, epochs=((5, 100),))
+    takeover = segment(150, 250, 800, epochs=((6, 150),))
+    add_finished(store, kept, old, takeover)
+    store.add_skipped_range(SkippedRange(TP, 251, 260, SkipKind.OPERATOR, "bad segment", 1))
+    copying = segment(261, 270, epochs=((6, 261),))
+    store.add_segment(copying)
+    store.record_export_offsets(OUT, {TP: 240})
+
+    assert store.truncate_copies(TP, 100, event_time_ms=77) == 3
+
+    states = {s.segment_id: (s.state, s.event_time_ms) for s in store.list_segments(TP)}
+    for gone in (old, takeover, copying):
+        assert states[gone.segment_id] == (SegmentState.DELETE_SEGMENT_STARTED, 77)
+    assert states[kept.segment_id][0] is SegmentState.COPY_SEGMENT_FINISHED
+    record = store.get_partition(TP)
+    assert record is not None
+    assert (record.highest_copied_offset, record.remote_log_size_bytes) == (99, kept.size_bytes)
+    assert [store.highest_copied_offset(TP, leader_epoch=e) for e in (4, 5, 6)] == [99, -1, -1]
+    assert store.segment_for_offset(TP, 120) is None
+    assert store.max_timestamp(TP) == 500
+    assert store.list_skipped_ranges(TP) == []
+    assert store.export_offsets(OUT) == {TP: 100}
+    assert store.first_segment_for_timestamp(TP, 600) is None
+
+    # The broker's log is tiered again from 100 on.
+    again = segment(100, 199, 950, epochs=((4, 100), (6, 120)))
+    add_finished(store, again)
+    found = store.segment_for_offset(TP, 120)
+    assert found is not None and found.segment_id == again.segment_id
+    assert store.highest_copied_offset(TP) == 199
+
+
+def test_a_skipped_range_reaching_over_the_offset_is_cut_short(store: SqlMetadataStore) -> None:
+    add_finished(store, segment(0, 9))
+    store.add_skipped_range(SkippedRange(TP, 10, 29, SkipKind.OPERATOR, "bad segment", 1))
+    add_finished(store, segment(30, 39))
+    assert store.truncate_copies(TP, 20, event_time_ms=5) == 1
+    assert [(s.start_offset, s.end_offset) for s in store.list_skipped_ranges(TP)] == [(10, 19)]
+    assert store.highest_copied_offset(TP) == 9
+
+
+def test_nothing_to_retire_changes_nothing(store: SqlMetadataStore) -> None:
+    add_finished(store, segment(0, 99, epochs=((4, 0),)))
+    store.record_export_offsets(OUT, {TP: 100})
+    assert store.truncate_copies(TP, 100, event_time_ms=5) == 0
+    record = store.get_partition(TP)
+    assert record is not None and record.highest_copied_offset == 99
+    assert store.export_offsets(OUT) == {TP: 100}
+
+
+def test_a_stale_lease_cannot_truncate(store: SqlMetadataStore) -> None:
+    lease = store.acquire_lease(TP, owner=1, ttl_ms=30_000)
+    assert lease is not None
+    add_finished(store, segment(0, 99))
+    store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
+    with pytest.raises(StaleLeaseError):
+        store.truncate_copies(TP, 0, event_time_ms=5, lease_epoch=lease.epoch)
+    assert store.highest_copied_offset(TP) == 99
+    assert [s.state for s in store.list_segments(TP)] == [SegmentState.COPY_SEGMENT_FINISHED]
