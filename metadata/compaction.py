@@ -196,7 +196,11 @@ def swap(
         )
         summaries.segment_unfinished(conn, part, segment)
     for segment in new:
-        finished = segment.with_state(FINISHED, now_ms)
+        # An output whose records carry no timestamp keeps its event time (its inputs' newest
+        # age): retention by time judges it by that (RemoteSegment.age_ms).
+        finished = segment.with_state(
+            FINISHED, now_ms if segment.max_timestamp_ms >= 0 else segment.event_time_ms
+        )
         conn.execute(insert(SegmentRow).values(segment_values(finished, part.id)))
         conn.execute(insert(SegmentEpochRow), epoch_values(finished, part.id))
         part = partitions.lock_by_id(conn, part.id)  # its highest offsets, as the last one left them

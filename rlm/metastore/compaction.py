@@ -93,7 +93,8 @@ class CompactionStore(MetadataStore, Protocol):
         now_ms: int,
         delete_after_ms: int,
     ) -> bool:
-        """In one transaction: ``new`` become COPY_SEGMENT_FINISHED (as of ``now_ms``), ``replaced``
+        """In one transaction: ``new`` become COPY_SEGMENT_FINISHED (as of ``now_ms``; those whose
+        records carry no timestamp as of their own event time, their inputs' newest age), ``replaced``
         go DELETE_SEGMENT_STARTED with ``delete_after_ms``, when their objects may be deleted
         (:func:`rlm.tiering.deletion.deferred`), and the outputs recorded for ``new`` are forgotten.
         Returns False, changing nothing, when a replaced segment is no longer

@@ -235,6 +235,18 @@ class RemoteSegment:
                 return (entry.start_offset, last) if last >= entry.start_offset else None
         return None
 
+    def age_ms(self) -> int:
+        """What retention by time judges the segment by: its largest record timestamp; for a
+        segment whose records carry none (v0 messages, or records written with timestamp -1), its
+        event time: when it was tiered (a compaction output keeps its inputs' newest age).
+
+        Kafka judges such a segment by its file's last modification, which its cleaner carries
+        over to a cleaned segment; rlm keeps no such time, and the copy came after the last
+        write, so the segment is kept at least as long as Kafka keeps it. A timestamp of -1 is
+        never taken as the epoch: that deleted such segments on the first pass.
+        """
+        return self.max_timestamp_ms if self.max_timestamp_ms >= 0 else self.event_time_ms
+
     def with_state(self, state: SegmentState, event_time_ms: int) -> RemoteSegment:
         """A copy of this segment in ``state``, as of ``event_time_ms``."""
         return dataclasses.replace(self, state=state, event_time_ms=event_time_ms)

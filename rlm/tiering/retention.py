@@ -3,7 +3,8 @@
 Per partition, oldest segment first, a ``COPY_SEGMENT_FINISHED`` segment is deleted when
 
 * time: its max timestamp ≤ now - ``retention.ms`` (the largest record timestamp, never mtimes;
-  for a segment whose records carry no timestamp, when it was tiered: :func:`age_stamp`);
+  for a segment whose records carry no timestamp, when it was tiered:
+  :meth:`~rlm.metastore.model.RemoteSegment.age_ms`);
 * size: the partition (remote finished + local-only segments) is over ``retention.bytes`` and
   stays at or over it without this segment;
 * log start offset: it lies wholly below the remote log start offset (a pass that advanced it
@@ -66,20 +67,6 @@ class RetentionOutcome:
     """Rows of long-deleted segments forgotten."""
 
 
-def age_stamp(segment: RemoteSegment) -> int:
-    """What retention by time judges ``segment`` by: its largest record timestamp; for a segment
-    whose records carry none (v0 messages, or records written with timestamp -1), when it was
-    tiered.
-
-    Kafka judges such a segment by its file's last modification; rlm keeps no such time, and the
-    copy came after the last write, so the segment is kept at least as long as Kafka keeps it. A
-    timestamp of -1 is never taken as the epoch: that deleted such segments on the first pass.
-    """
-    if segment.max_timestamp_ms >= 0:
-        return segment.max_timestamp_ms
-    return segment.event_time_ms
-
-
 def breaching_segments(
     finished: list[RemoteSegment],
     topic: TopicSettings,
@@ -96,7 +83,7 @@ def breaching_segments(
     expired_before = now_ms - topic.retention_ms if deletes and topic.retention_ms >= 0 else None
     chosen = []
     for segment in finished:
-        by_time = expired_before is not None and age_stamp(segment) <= expired_before
+        by_time = expired_before is not None and segment.age_ms() <= expired_before
         by_size = over > 0 and over - segment.size_bytes >= 0
         by_start = log_start_offset is not None and segment.end_offset < log_start_offset
         if not (by_time or by_size or by_start):

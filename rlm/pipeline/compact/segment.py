@@ -208,7 +208,11 @@ def write_output(
             max_timestamp_ms=rebuilt.max_timestamp,
             size_bytes=position,
             broker_id=first.segment.broker_id,
-            event_time_ms=now_ms,
+            # Records without timestamps are judged by retention by the event time: the inputs'
+            # newest age carries over, as Kafka's cleaner keeps the last-modified time.
+            event_time_ms=now_ms
+            if rebuilt.max_timestamp >= 0
+            else max(i.segment.age_ms() for i in plan.inputs),
             leader_epochs=epochs,
             layout=blob.layout(keys),
             txn_index_empty=len(rebuilt.txn_index) == 0,
