@@ -17,7 +17,6 @@ is not read at all; ``rlm spark verify`` reports it.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -34,6 +33,7 @@ from rlm.metastore.model import (
 )
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.layout import validate_topic
+from rlm.tiering.lineage import read_ranges
 
 
 class IndexRef(NamedTuple):
@@ -179,17 +179,7 @@ def summarize(finished: Sequence[RemoteSegment], log_start_offset: int = -1) -> 
         found = segment.layout.index_range(IndexType.PRODUCER_SNAPSHOT)
         if found is not None:
             snapshots[segment.end_offset + 1] = IndexRef(segment.layout.index_key, found)
-    # The copies read: each reaches past every copy before it.
-    read: list[RemoteSegment] = []
-    for segment in ordered:
-        if not read or segment.end_offset > read[-1].end_offset:
-            read.append(segment)
-    read_to = {
-        id(segment): min(segment.end_offset, following.start_offset - 1)
-        for segment, following in itertools.pairwise(read)
-    }
-    if read:
-        read_to[id(read[-1])] = read[-1].end_offset
+    read_to = {id(segment): last for segment, _, last in read_ranges(ordered)}
     summaries = []
     for segment in ordered:
         first = max(segment.start_offset, log_start_offset)
