@@ -4,10 +4,11 @@
 broker's log's (an unclean leader election). When the broker's log still holds every offset of
 the copies that would go, they are retired in one store transaction
 (:meth:`~rlm.metastore.protocol.MetadataStore.truncate_copies`) and the same pass tiers the log
-again from their start: nothing is lost, and the truncated records stop answering at once. When
-it does not (local retention deleted the start of those copies since), retiring them would lose
-offsets only they hold: they are kept, and ``rlm_copies_diverged`` and an error, once per
-divergence, say which offsets answer records the log no longer has.
+again from their start: nothing is lost, and the truncated records stop answering at once. A
+diverged copy starting below the local log (local retention deleted its start since) holds
+offsets no one else has: it is kept, and ``rlm_copies_diverged`` and an error, once per
+divergence, say which offsets answer records the log no longer has; the diverged copies after it,
+which the local log holds wholly, are retired all the same.
 
 The comparison lists the partition's finished segments, so it runs only when something it
 depends on changed: the broker's leader epochs or the highest copied offset (or when the last
@@ -46,8 +47,8 @@ class LineageKeeper:
         self._lock = threading.Lock()
 
     def follow(self, partition: PartitionDir, lease: Lease, *, now_ms: int) -> int:
-        """Retire the remote copies of ``partition`` its log diverged from, if it holds all their
-        offsets; returns how many were retired.
+        """Retire the remote copies of ``partition`` its log diverged from whose offsets it holds
+        wholly; returns how many were retired.
 
         Raises:
             StaleLeaseError: ``lease`` was lost.
@@ -70,28 +71,34 @@ class LineageKeeper:
         remote_start = record.remote_log_start_offset if record is not None else -1
         finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
         local_start = partition.log_start_offset()
+        kept: Divergence | None = None
         found = find_divergence(
-            finished,
-            local,
-            log_start_offset=max(local_start, remote_start),
-            high_watermark=high_watermark,
+            finished, local, log_start_offset=max(local_start, remote_start), high_watermark=high_watermark
         )
+        while found is not None and found.replace_from < local_start:
+            # Its copy holds offsets only it has: kept. The copies read after it may still be
+            # replaced, from the first one the local log holds wholly.
+            kept = kept or found
+            found = find_divergence(
+                finished, local, log_start_offset=found.copy.end_offset + 1, high_watermark=high_watermark
+            )
         labels = (tp.topic, str(tp.partition))
-        if found is None:
+        if kept is not None:
+            self._kept(tp, kept, local_start)
+        elif found is None:
             self.metrics.copies_diverged.labels(*labels).set(0)
             with self._lock:
                 self._reported.pop(tp, None)
                 if high_watermark > highest:  # every copied offset was compared
                     self._agreed[tp] = checked
-            return 0
-        if found.replace_from < local_start:
-            self._kept(tp, found, local_start)
+        if found is None:
             return 0
         retired = self.store.truncate_copies(
             tp, found.replace_from, event_time_ms=now_ms, lease_epoch=lease.epoch
         )
         self.metrics.diverged_copies_replaced.labels(*labels).inc(retired)
-        self.metrics.copies_diverged.labels(*labels).set(0)
+        if kept is None:
+            self.metrics.copies_diverged.labels(*labels).set(0)
         log.warning(
             "%s: from offset %d the remote tier held leader epoch %d's records, the broker's log "
             "holds epoch %d's (its log diverged: an unclean leader election); %d remote segments "

@@ -107,10 +107,15 @@ def test_copies_holding_offsets_the_log_no_longer_has_are_kept_and_reported(
     with caplog.at_level(logging.ERROR, logger="rlm.copier"):
         outcomes = [copier.run_once()[0] for _ in range(2)]
 
-    assert [(o.error, o.copied_segments) for o in outcomes] == [(None, 1), (None, 0)]
-    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,)), (30, 39, (5,)), (40, 49, (6,))]
+    # Only the copy of 20..29 holds offsets the log no longer has: the one after it, which the
+    # local log holds wholly, is replaced by the new leader's records.
+    assert [(o.error, o.copied_segments) for o in outcomes] == [(None, 2), (None, 0)]
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,)), (30, 39, (6,)), (40, 49, (6,))]
     assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 1
-    assert tiering.registry.get_sample_value("rlm_diverged_copies_replaced_total", LABELS) is None
-    reported = [r.getMessage() for r in caplog.records if "diverged" in r.getMessage()]
+    assert tiering.registry.get_sample_value("rlm_diverged_copies_replaced_total", LABELS) == 1
+    reported = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(reported) == 1  # once per divergence, not every pass
     assert "from offset 25" in reported[0] and "below the local log's start 25" in reported[0]
+    assert "up to 29" in reported[0]
+    found = tiering.store.segment_for_offset(TP, 35)
+    assert found is not None and [e.epoch for e in found.leader_epochs] == [6]
