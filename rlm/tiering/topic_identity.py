@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 
-from rlm.errors import RetiredTopicIdError
+from rlm.errors import RetiredTopicIdError, RlmError
 from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
 from rlm.log.logdir import PartitionDir
 from rlm.metastore.model import Lease, TopicIdChange
@@ -50,8 +50,8 @@ def adopt_local_topic_id(
 
     Raises:
         CorruptCheckpointError: ``partition.metadata`` cannot be parsed (the message names it).
-        RetiredTopicIdError: the broker names a deleted topic's id; ``lease`` was given back
-            (the message says what to look at).
+        RetiredTopicIdError: the broker names a deleted topic's id; ``lease`` was given back, or
+            left to expire when giving it back failed (the message says what to look at).
         StaleLeaseError: ``lease`` was lost.
     """
     text = partition.topic_id()
@@ -63,7 +63,11 @@ def adopt_local_topic_id(
             tp, topic_id_to_uuid(text), event_time_ms=now_ms, lease_epoch=lease.epoch
         )
     except RetiredTopicIdError as exc:
-        leases.release(tp)
+        try:
+            leases.release(tp)
+        except RlmError as failed:
+            # The stale replica is what to report: the lease expires instead.
+            log.warning("%s: giving the copy lease back failed (it expires instead): %s", tp, failed)
         raise RetiredTopicIdError(
             f"{tp}: {partition.path / 'partition.metadata'} names topic id {text}, a deleted "
             f"topic's: its remote state was retired at {exc.retired_at_ms} ms, when the topic "

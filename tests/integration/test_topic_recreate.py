@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from rlm.errors import CorruptCheckpointError, RetiredTopicIdError
+from metadata import SqlMetadataStore
+from metadata.engine import create_engine_for_url
+from rlm.errors import CorruptCheckpointError, MetadataUnavailableError, RetiredTopicIdError
 from rlm.log.checkpoints import topic_id_to_uuid
 from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
-from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.metastore.model import Lease, SegmentState, TopicPartition
+from rlm.tiering.leases import LeaseKeeper
 from tests.tiering_support import (
     BROKER_ID,
     WRITER_NOW_MS,
@@ -125,21 +128,30 @@ def test_retention_does_not_apply_the_deleted_topics_log_start_to_the_new_topic(
     assert_invariants(tiering.store, tiering.storage, [log_dir])
 
 
-def test_a_stale_replica_of_the_deleted_topic_retires_nothing_and_leaves_the_lease(
+def stale_replica(
     tiered: tuple[Tiering, Path], tiering_factory: TieringFactory, tmp_path: Path
-) -> None:
-    # Broker 2 was down while the topic was deleted and created again: its log dir still holds
-    # the deleted topic's replica (and id) when its sidecar finds the copy lease free.
+) -> tuple[Tiering, Path]:
+    """Broker 2 was down while the topic was deleted and created again: its log dir still holds
+    the deleted topic's replica (and id) when its sidecar finds the copy lease free, the new
+    topic's 3 segments tiered. Returns broker 2's harness and log dir."""
     tiering, log_dir = tiered
     stale_dir = tmp_path / "stale-logs"
     shutil.copytree(log_dir, stale_dir)
-    stale_id = topic_uuid(LogDir(stale_dir).partition(TP.topic, TP.partition))
-    new_id = topic_uuid(recreate_topic(log_dir, 3))
+    recreate_topic(log_dir, 3)
     assert tiering.copier().run_once()[0].copied_segments == 3
+    tiering.leases.release_all()  # the live replica's sidecar restarts
+    return tiering_factory(tiering.backend, stale_dir, broker_id=BROKER_ID + 1), stale_dir
+
+
+def test_a_stale_replica_of_the_deleted_topic_retires_nothing_and_leaves_the_lease(
+    tiered: tuple[Tiering, Path], tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    tiering, log_dir = tiered
+    stale, stale_dir = stale_replica(tiered, tiering_factory, tmp_path)
+    stale_id = topic_uuid(LogDir(stale_dir).partition(TP.topic, TP.partition))
+    new_id = topic_uuid(LogDir(log_dir).partition(TP.topic, TP.partition))
     live = tiering.finished(TP)
     keys = sorted(tiering.storage.list_keys(""))
-    tiering.leases.release_all()  # the live replica's sidecar restarts
-    stale = tiering_factory(tiering.backend, stale_dir, broker_id=BROKER_ID + 1)
 
     copied = stale.copier().run_once()[0]
     retained = stale.retention().run_once()[0]
@@ -161,6 +173,33 @@ def test_a_stale_replica_of_the_deleted_topic_retires_nothing_and_leaves_the_lea
     lease = tiering.store.get_lease(TP)
     assert lease is not None and lease.owner == BROKER_ID
     assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+class ReleaseFailingStore(SqlMetadataStore):
+    """The real store, except that giving a lease back fails."""
+
+    def release_lease(self, lease: Lease) -> bool:
+        raise MetadataUnavailableError("the metadata database did not answer", kind="timeout")
+
+
+def test_a_stale_replica_whose_lease_release_fails_still_says_it_is_stale(
+    tiered: tuple[Tiering, Path], tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    tiering, _ = tiered
+    stale, _ = stale_replica(tiered, tiering_factory, tmp_path)
+    live = tiering.finished(TP)
+    failing = ReleaseFailingStore(create_engine_for_url(tiering.backend.metadata_url), clock=stale.clock)
+    stale.leases = LeaseKeeper(failing, BROKER_ID + 1, stale.settings.remote_log_manager_lease_ttl_ms)
+    try:
+        copied = stale.copier().run_once()[0]
+        retained = stale.retention().run_once()[0]
+    finally:
+        failing.close()
+
+    for outcome in (copied, retained):
+        assert isinstance(outcome.error, RetiredTopicIdError)
+        assert "stale replica" in str(outcome.error)
+    assert tiering.finished(TP) == live
 
 
 def test_a_corrupt_partition_metadata_is_an_error_naming_it_and_deletes_nothing(
