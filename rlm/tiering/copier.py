@@ -10,7 +10,8 @@ Per partition and pass:
 2. clean up copies a previous holder or incarnation left in ``COPY_SEGMENT_STARTED``, and
    finish deletions left in ``DELETE_SEGMENT_STARTED``; retire the remote copies the broker's
    log diverged from (an unclean leader election), so that step 3 tiers the log again from their
-   start (:mod:`rlm.tiering.lineage_keeper`);
+   start (:mod:`rlm.tiering.lineage_keeper`); a log behind the remote tier (a newer leader epoch
+   is tiered than its latest) tiers nothing;
 3. plan (:mod:`rlm.tiering.copy_plan`): the rolled segments ending below the high watermark, from the
    first offset the remote tier does not account for yet (copied or skipped) on; a hole the
    broker left below its local log is recorded as skipped first;
@@ -67,6 +68,10 @@ from rlm.tiering.topic_identity import adopt_local_topic_id
 
 log = logging.getLogger("rlm.copier")
 Clock = Callable[[], int]
+BEHIND = (
+    "the broker's log is behind the remote tier, which holds records of a newer leader epoch than "
+    "its latest (a follower behind it, or a replica that has not truncated to the new leader's log)"
+)
 
 
 def wall_clock_ms() -> int:
@@ -158,8 +163,11 @@ class Copier:
             if change is not None and change.reset:
                 self.on_change(tp)
             cleaned = self._cleanup(tp, lease)
-            if self.lineage.follow(partition, lease, now_ms=self.clock()):
+            followed = self.lineage.follow(partition, lease, now_ms=self.clock())
+            if followed.retired:
                 self.on_change(tp)
+            if followed.behind:
+                return CopyOutcome(tp, cleaned_segments=cleaned, skipped=BEHIND)
             return self._copy_eligible(partition, tp, lease, cleaned)
         except (RlmError, OSError) as exc:
             if isinstance(exc, StaleLeaseError):

@@ -107,3 +107,15 @@ def find_divergence(
                 return None  # the broker's log is the older one: it will be truncated
             return Divergence(offset, remote_epoch, local_epoch, segment, replaced)
     return None
+
+
+def behind(finished: Sequence[RemoteSegment], local: Sequence[EpochEntry]) -> bool:
+    """Whether the broker's log is older than the remote tier: a remote copy holds records of a
+    leader epoch above the log's latest.
+
+    Such a log has no record above the remote tier's highest offset that is the partition's: a
+    follower behind the remote tier has none of that epoch's records yet, and a replica that missed
+    the election (and has not truncated yet) holds the old leader's, which the log will drop.
+    """
+    newest = max((e.epoch for copy in finished for e in copy.leader_epochs), default=-1)
+    return bool(local) and local[-1].epoch < newest

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import NamedTuple
 from uuid import UUID
 
 from rlm.log.checkpoints import EpochEntry
@@ -26,11 +27,21 @@ from rlm.log.logdir import PartitionDir
 from rlm.metastore.model import Lease, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
-from rlm.tiering.lineage import Divergence, find_divergence
+from rlm.tiering.lineage import Divergence, behind, find_divergence
 
 log = logging.getLogger("rlm.copier")
 
 _Checked = tuple[tuple[EpochEntry, ...], int]
+
+
+class Followed(NamedTuple):
+    """What :meth:`LineageKeeper.follow` found for one partition."""
+
+    retired: int = 0
+    """Remote copies retired."""
+    behind: bool = False
+    """The broker's log is older than the remote tier (:func:`rlm.tiering.lineage.behind`): none of
+    it is to be tiered."""
 
 
 class LineageKeeper:
@@ -39,16 +50,16 @@ class LineageKeeper:
     def __init__(self, store: MetadataStore, metrics: Metrics) -> None:
         self.store = store
         self.metrics = metrics
-        self._agreed: dict[TopicPartition, _Checked] = {}
+        self._agreed: dict[TopicPartition, tuple[_Checked, bool]] = {}
         """Per partition, what the last comparison that found the whole remote tier on the
-        broker's lineage depended on."""
+        broker's lineage depended on, and whether the log was behind the remote tier."""
         self._reported: dict[TopicPartition, tuple[int, UUID]] = {}
         """Per partition, the divergence last reported (its offset and copy)."""
         self._lock = threading.Lock()
 
-    def follow(self, partition: PartitionDir, lease: Lease, *, now_ms: int) -> int:
+    def follow(self, partition: PartitionDir, lease: Lease, *, now_ms: int) -> Followed:
         """Retire the remote copies of ``partition`` its log diverged from whose offsets it holds
-        wholly; returns how many were retired.
+        wholly; returns how many were retired, and whether its log is behind the remote tier.
 
         Raises:
             StaleLeaseError: ``lease`` was lost.
@@ -59,17 +70,19 @@ class LineageKeeper:
         local = tuple(partition.leader_epochs())
         checkpointed = partition.high_watermark()
         if not local or checkpointed is None:
-            return 0
+            return Followed()
         # The checkpoint is flushed every few seconds: after a truncation it may lie above the log.
         high_watermark = min(checkpointed, partition.log_end_offset())
         highest = self.store.highest_copied_offset(tp)
         checked = (local, highest)
         with self._lock:
-            if self._agreed.get(tp) == checked:
-                return 0
+            agreed = self._agreed.get(tp)
+        if agreed is not None and agreed[0] == checked:
+            return Followed(behind=agreed[1])
         record = self.store.get_partition(tp)
         remote_start = record.remote_log_start_offset if record is not None else -1
         finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
+        older = behind(finished, local)
         local_start = partition.log_start_offset()
         kept: Divergence | None = None
         found = find_divergence(
@@ -90,9 +103,9 @@ class LineageKeeper:
             with self._lock:
                 self._reported.pop(tp, None)
                 if high_watermark > highest:  # every copied offset was compared
-                    self._agreed[tp] = checked
+                    self._agreed[tp] = (checked, older)
         if found is None:
-            return 0
+            return Followed(behind=older)
         retired = self.store.truncate_copies(
             tp, found.replace_from, event_time_ms=now_ms, lease_epoch=lease.epoch
         )
@@ -110,7 +123,7 @@ class LineageKeeper:
             retired,
             found.replace_from,
         )
-        return retired
+        return Followed(retired, older)
 
     def _kept(self, tp: TopicPartition, found: Divergence, local_start: int) -> None:
         self.metrics.copies_diverged.labels(tp.topic, str(tp.partition)).set(1)

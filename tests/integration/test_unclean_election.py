@@ -119,3 +119,20 @@ def test_copies_holding_offsets_the_log_no_longer_has_are_kept_and_reported(
     assert "up to 29" in reported[0]
     found = tiering.store.segment_for_offset(TP, 35)
     assert found is not None and [e.epoch for e in found.leader_epochs] == [6]
+
+
+def test_a_replica_that_has_not_truncated_yet_tiers_none_of_its_old_records(
+    tiered: tuple[Tiering, Path],
+) -> None:
+    tiering, log_dir = tiered
+    assert tiering.copier().run_once()[0].copied_segments == 3  # the new leader's log, up to 49
+    new_leader = spans(tiering)
+    # The old leader's replica, back before it truncates its log, holds more of epoch 5 than the
+    # remote tier holds: none of it is the partition's log.
+    write_log(log_dir, *OLD_LEADER, 5, 5, 5)
+
+    outcome = tiering.copier().run_once()[0]
+
+    assert (outcome.error, outcome.copied_segments) == (None, 0)
+    assert outcome.skipped is not None and "leader epoch" in outcome.skipped
+    assert spans(tiering) == new_leader

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rlm.log.checkpoints import EpochEntry
 from rlm.metastore.model import RemoteSegment
-from rlm.tiering.lineage import find_divergence, read_ranges
+from rlm.tiering.lineage import behind, find_divergence, read_ranges
 from tests.metadata_support import segment
 
 # The old leader led epoch 5 from offset 100; the remote tier holds its records up to 180.
@@ -79,3 +79,10 @@ def test_a_later_copy_answers_from_its_start_and_one_inside_answers_for_nothing(
 def test_a_log_without_a_leader_epoch_checkpoint_is_not_compared() -> None:
     # Legacy messages carry no epoch: the broker assigns none, and its checkpoint names none.
     assert diverges([BEFORE, OLD], ()) is None
+
+
+def test_a_log_is_behind_the_remote_tier_when_a_copy_holds_a_newer_epoch_than_its_latest() -> None:
+    assert behind([BEFORE, OLD], (EpochEntry(3, 0), EpochEntry(4, 60)))  # the old leader's 5 is newer
+    assert not behind([BEFORE, OLD], NEW_LEADER)
+    assert not behind([BEFORE, OLD], ())  # nothing known of the log
+    assert not behind([], NEW_LEADER)
