@@ -39,14 +39,16 @@ def adopt(conn: Connection, part: Row[Any], topic_id: UUID, now_ms: int) -> Topi
     named = select(SegmentRow.topic_id).distinct()
     named = named.where(SegmentRow.partition_id == part.id, SegmentRow.state.in_(LIVE), other)
     ids = {i for i in conn.execute(named).scalars() if i is not None}
-    if previous is not None:
-        ids.add(previous)
-    _remember_retired(conn, part.id, ids, topic_id, now_ms)
     retired = conn.execute(
         update(SegmentRow)
         .where(SegmentRow.partition_id == part.id, SegmentRow.state.in_(LIVE), other)
         .values(state=SegmentState.DELETE_SEGMENT_STARTED.value, event_time_ms=now_ms)
     ).rowcount
+    if previous is not None and retired > 0:
+        ids.add(previous)
+    # Only ids whose segments went: one with nothing tiered may be the live topic's yet, its
+    # replica's sidecar not having tiered anything when a stale replica's adopted another.
+    _remember_retired(conn, part.id, ids, topic_id, now_ms)
     reset = previous is not None or retired > 0
     if reset:
         _reset(conn, part.id)

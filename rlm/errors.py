@@ -14,6 +14,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     │   └── OffsetOutOfRangeError   a fetch offset below the log start or above the high watermark
     ├── ConfigError                 a setting is missing or out of range
     │   └── BrokerIdUnknownError    broker.id unset and no log dir has a meta.properties yet (retriable)
+    ├── StaleReplicaError           a broker's log is a deleted topic's (older than the remote tier's)
     ├── InvalidArgumentError        a request's argument is malformed or out of range (also a ValueError)
     ├── InvalidTopicNameError       a topic name breaks Kafka's rule (characters, length, "." or "..")
     ├── InvalidFileNameError        a file is not named the way Kafka names its log files (also a ValueError)
@@ -21,7 +22,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     │   ├── MetadataUnavailableError     the database cannot be reached or gave up (retriable)
     │   ├── SchemaMismatchError          the database schema is not the revision rlm needs
     │   ├── StaleLeaseError              a write carried a lease epoch that is no longer current
-    │   ├── RetiredTopicIdError          a broker named a deleted topic's id (a stale replica)
+    │   ├── RetiredTopicIdError          a broker named a retired topic id (also a StaleReplicaError)
     │   ├── InvalidStateTransitionError  the state machine forbids going from one state to another
     │   ├── StateConflictError           the row is not in the state the caller expected
     │   ├── InvalidSkipRangeError        a range to skip overlaps tiered data or another skip
@@ -169,7 +170,12 @@ class StaleLeaseError(MetadataError):
     """
 
 
-class RetiredTopicIdError(MetadataError):
+class StaleReplicaError(RlmError):
+    """The broker's log is a stale replica of a deleted topic: its ``partition.metadata`` names an
+    id older than the topic the remote tier holds. Nothing of it may be tiered or retired."""
+
+
+class RetiredTopicIdError(MetadataError, StaleReplicaError):
     """The broker's ``partition.metadata`` names a topic id whose remote state was retired: the
     topic was deleted and created again under the same name, and this log directory still holds
     a replica of the deleted one (a stray log the broker deletes once it loads the topic's

@@ -244,7 +244,8 @@ class MetadataStore(Protocol):
           ranges (none) and the deletion state (none); and the export ledger forgets the
           partition's offsets not recorded for ``topic_id`` (see :meth:`export_offsets`), so the
           next incremental export starts at the new topic's log start. The ids whose segments
-          were retired, and the id recorded before, are remembered as retired.
+          were retired (the id recorded before among them, when it had any) are remembered as
+          retired.
         * A retired id: refused, nothing changes. A topic's id never comes back; the broker that
           names it holds a stale replica of the deleted topic, and adopting it would retire the
           live topic's segments.

@@ -14,25 +14,36 @@ Only an id read from the broker's file counts: a partition without ``partition.m
 brokers) is handled as before, and one whose file cannot be read is an error naming the file,
 never a reason to delete anything.
 
-An id the store retired is never adopted again: the broker naming it holds a stale replica of the
-deleted topic (it was down while the topic was deleted and created again, and has not removed
-the log as a stray yet). Its sidecar then gives the copy lease back at once, so the live
-replica's sidecar can take it, and tiers and deletes nothing of the partition.
+A stale replica of the deleted topic (its broker was down while the topic was deleted and
+created again, and has not removed the log as a stray yet) names the deleted topic's id. Adopting
+it would retire the live topic's segments, so it is refused when the store retired that id
+before, or when the broker wrote its ``partition.metadata`` before the segments it would retire
+were first copied (the store never saw the id: that topic was never tiered). The sidecar then
+gives the copy lease back at once, so the live replica's sidecar can take it, and tiers and
+deletes nothing of the partition.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from uuid import UUID
 
-from rlm.errors import RetiredTopicIdError, RlmError
+from rlm.errors import RetiredTopicIdError, RlmError, StaleReplicaError
 from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
-from rlm.log.logdir import PartitionDir
-from rlm.metastore.model import Lease, TopicIdChange
+from rlm.log.logdir import PARTITION_METADATA, PartitionDir
+from rlm.metastore.model import Lease, SegmentState, TopicIdChange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.tiering.leases import LeaseKeeper
 
 log = logging.getLogger("rlm.copier")
+
+
+#: How much older than the first copy of another topic's segments the broker's
+#: ``partition.metadata`` may be and still be taken as newer: the clocks of the broker that wrote
+#: it and of the sidecar that copied them may disagree by that much.
+CLOCK_SKEW_MS = 60_000
 
 
 def adopt_local_topic_id(
@@ -50,35 +61,34 @@ def adopt_local_topic_id(
 
     Raises:
         CorruptCheckpointError: ``partition.metadata`` cannot be parsed (the message names it).
-        RetiredTopicIdError: the broker names a deleted topic's id; ``lease`` was given back, or
-            left to expire when giving it back failed (the message says what to look at).
+        StaleReplicaError: the broker names a deleted topic's id, one the store retired
+            (:class:`~rlm.errors.RetiredTopicIdError`) or one older than the remote segments it
+            would retire; ``lease`` was given back, or left to expire when giving it back failed
+            (the message says what to look at).
         StaleLeaseError: ``lease`` was lost.
     """
     text = partition.topic_id()
     if text is None:
         return None
     tp = lease.topic_partition
+    topic_id = topic_id_to_uuid(text)
+    where = partition.path / PARTITION_METADATA
     try:
-        change = store.adopt_topic_id(
-            tp, topic_id_to_uuid(text), event_time_ms=now_ms, lease_epoch=lease.epoch
-        )
+        _check_newer(store, partition, tp, topic_id, where)
+        change = store.adopt_topic_id(tp, topic_id, event_time_ms=now_ms, lease_epoch=lease.epoch)
     except RetiredTopicIdError as exc:
-        try:
-            leases.release(tp)
-        except RlmError as failed:
-            # The stale replica is what to report: the lease expires instead.
-            log.warning("%s: giving the copy lease back failed (it expires instead): %s", tp, failed)
+        _give_back(leases, tp)
         raise RetiredTopicIdError(
-            f"{tp}: {partition.path / 'partition.metadata'} names topic id {text}, a deleted "
-            f"topic's: its remote state was retired at {exc.retired_at_ms} ms, when the topic "
-            f"was created again as {uuid_to_topic_id(exc.successor)}. This log directory holds a "
-            "stale replica of the deleted topic (the broker removes it as a stray log once it "
-            "loads the topic's metadata): nothing of it is tiered, no remote segment is deleted, "
-            "and the copy lease is left to the live topic's replicas",
+            f"{tp}: {where} names topic id {text}, a deleted topic's: its remote state was retired "
+            f"at {exc.retired_at_ms} ms, when the topic was created again as "
+            f"{uuid_to_topic_id(exc.successor)}. {_STALE}",
             topic_id=exc.topic_id,
             successor=exc.successor,
             retired_at_ms=exc.retired_at_ms,
         ) from exc
+    except StaleReplicaError:
+        _give_back(leases, tp)
+        raise
     if change.reset:
         metrics.topic_id_changes.labels(tp.topic, str(tp.partition)).inc()
         previous = "not recorded" if change.previous is None else uuid_to_topic_id(change.previous)
@@ -92,3 +102,52 @@ def adopt_local_topic_id(
             change.retired,
         )
     return change
+
+
+_STALE = (
+    "This log directory holds a stale replica of the deleted topic (the broker removes it as a "
+    "stray log once it loads the topic's metadata): nothing of it is tiered, no remote segment is "
+    "deleted, and the copy lease is left to the live topic's replicas"
+)
+
+
+def _check_newer(
+    store: MetadataStore, partition: PartitionDir, tp: TopicPartition, topic_id: UUID, where: Path
+) -> None:
+    """Refuse ``topic_id`` when adopting it would retire remote segments of another topic that
+    were copied after the broker wrote ``partition.metadata`` (give or take the clocks' skew).
+
+    A topic created again under a name is created after the deleted one's segments were copied; a
+    stale replica of a deleted topic was created before the live topic's were. This tells them
+    apart where the store never saw the stale replica's id (it never tiered that topic).
+    """
+    record = store.get_partition(tp)
+    if record is None or record.topic_id == topic_id:
+        return
+    live = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
+    others = [
+        s
+        for s in store.list_segments(tp, states=live)
+        if s.topic_id != topic_id and (s.topic_id is not None or record.topic_id is not None)
+    ]
+    if not others:
+        return
+    first = min(others, key=lambda s: s.event_time_ms)
+    written_ms = where.stat().st_mtime_ns // 1_000_000
+    if written_ms + CLOCK_SKEW_MS >= first.event_time_ms:
+        return
+    other = "unknown" if first.topic_id is None else uuid_to_topic_id(first.topic_id)
+    raise StaleReplicaError(
+        f"{tp}: {where} names topic id {uuid_to_topic_id(topic_id)}, written at {written_ms} ms, "
+        f"before the remote tier's segments of topic id {other} were first copied (at "
+        f"{first.event_time_ms} ms): the broker's log is older than the topic the remote tier "
+        f"holds, so it is a deleted topic's. {_STALE}"
+    )
+
+
+def _give_back(leases: LeaseKeeper, tp: TopicPartition) -> None:
+    try:
+        leases.release(tp)
+    except RlmError as failed:
+        # The stale replica is what to report: the lease expires instead.
+        log.warning("%s: giving the copy lease back failed (it expires instead): %s", tp, failed)

@@ -187,6 +187,17 @@ def test_a_retired_id_is_never_adopted_again(store: SqlMetadataStore, recorded: 
     assert (raised.value.successor, raised.value.retired_at_ms) == (third, 300)
 
 
+def test_an_id_replaced_before_anything_of_it_was_tiered_is_not_retired(store: SqlMetadataStore) -> None:
+    # The live topic's sidecar adopted its id and tiered nothing yet; a stale replica's sidecar
+    # then adopted the deleted topic's id. Nothing was retired: the live id may come back.
+    store.adopt_topic_id(TP, NEW, event_time_ms=1)
+    assert store.adopt_topic_id(TP, OLD, event_time_ms=2).retired == 0
+    change = store.adopt_topic_id(TP, NEW, event_time_ms=3)
+    assert (change.previous, change.retired) == (OLD, 0)
+    record = store.get_partition(TP)
+    assert record is not None and record.topic_id == NEW
+
+
 def test_a_stale_lease_cannot_adopt_an_id(store: SqlMetadataStore) -> None:
     lease = store.acquire_lease(TP, owner=1, ttl_ms=30_000)
     assert lease is not None

@@ -9,6 +9,7 @@ highest copied offset, remote log start offset or segments for the new topic's.
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,12 @@ import pytest
 
 from metadata import SqlMetadataStore
 from metadata.engine import create_engine_for_url
-from rlm.errors import CorruptCheckpointError, MetadataUnavailableError, RetiredTopicIdError
+from rlm.errors import (
+    CorruptCheckpointError,
+    MetadataUnavailableError,
+    RetiredTopicIdError,
+    StaleReplicaError,
+)
 from rlm.log.checkpoints import topic_id_to_uuid
 from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
 from rlm.metastore.model import Lease, SegmentState, TopicPartition
@@ -172,6 +178,37 @@ def test_a_stale_replica_of_the_deleted_topic_retires_nothing_and_leaves_the_lea
     assert (resumed.error, resumed.skipped) == (None, None)
     lease = tiering.store.get_lease(TP)
     assert lease is not None and lease.owner == BROKER_ID
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_a_stale_replica_of_a_topic_never_tiered_retires_nothing(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    # The deleted topic was never tiered (it rolled no segment): the store never saw its id. Its
+    # stale replica's partition.metadata is older than the live topic's first copy.
+    stale_dir, log_dir = tmp_path / "stale-logs", tmp_path / "logs"
+    write_topic(stale_dir, 2, seed=3)
+    live_partition = write_topic(log_dir, 3, seed=1)
+    tiering = tiering_factory(backend, log_dir)
+    assert tiering.copier().run_once()[0].copied_segments == 3
+    live = tiering.finished(TP)
+    tiering.leases.release_all()
+    metadata = stale_dir / f"{TP.topic}-{TP.partition}" / PARTITION_METADATA
+    written_ms = min(s.event_time_ms for s in live) - 3_600_000  # an hour before the first copy
+    os.utime(metadata, ns=(written_ms * 1_000_000, written_ms * 1_000_000))
+    stale = tiering_factory(backend, stale_dir, broker_id=BROKER_ID + 1, clock=tiering.clock)
+
+    errors = [stale.copier().run_once()[0].error, stale.retention().run_once()[0].error]
+
+    for error in errors:
+        assert isinstance(error, StaleReplicaError) and not isinstance(error, RetiredTopicIdError)
+        assert str(metadata) in str(error) and "stale replica" in str(error)
+    assert stale.store.get_lease(TP) is None
+    assert tiering.finished(TP) == live
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.topic_id == topic_uuid(live_partition)
+    resumed = tiering.copier().run_once()[0]
+    assert (resumed.error, resumed.skipped) == (None, None)
     assert_invariants(tiering.store, tiering.storage, [log_dir])
 
 
