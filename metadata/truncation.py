@@ -5,9 +5,10 @@ an offset, and sets what the partition records back to what the copies left say,
 copier tiers the broker's log again from there (see :mod:`rlm.tiering.lineage`). Retired copies
 move to ``DELETE_SEGMENT_STARTED``, as retention's do: reads stop finding them at once, and the
 usual deletion removes their objects. The highest copied offset, per epoch too, falls to what the
-copies left reach; the skipped ranges from the offset on are forgotten (they named offsets of the
-truncated log), one reaching over it is cut short; the export ledger's offsets above it fall to
-it, so the next incremental export writes the broker's records there.
+copies left reach (never below the offsets retention deleted); the skipped ranges from the offset
+on are forgotten (they named offsets of the truncated log), one reaching over it is cut short;
+the export ledger's offsets above it fall to it, so the next incremental export writes the
+broker's records there.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, delete, update
 
 from metadata import exports, recount
-from metadata.models import SegmentRow, SkippedRangeRow
+from metadata.models import PartitionRow, SegmentRow, SkippedRangeRow
 from metadata.partitions import topic_partition
 from rlm.metastore.model import SegmentState
 
@@ -39,6 +40,13 @@ def truncate(conn: Connection, part: Row[Any], from_offset: int, now_ms: int) ->
     if retired == 0:
         return 0
     recount.partition(conn, part.id)
+    # Offsets retention deleted were copied: the copier resumes above them, not below.
+    deleted_below = min(from_offset, int(part.remote_log_start_offset)) - 1
+    conn.execute(
+        update(PartitionRow)
+        .where(PartitionRow.id == part.id, PartitionRow.highest_copied_offset < deleted_below)
+        .values(highest_copied_offset=deleted_below)
+    )
     ranges = SkippedRangeRow.partition_id == part.id
     conn.execute(delete(SkippedRangeRow).where(ranges, SkippedRangeRow.start_offset >= from_offset))
     conn.execute(

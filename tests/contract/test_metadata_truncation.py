@@ -57,6 +57,18 @@ def test_a_skipped_range_reaching_over_the_offset_is_cut_short(store: SqlMetadat
     assert store.highest_copied_offset(TP) == 9
 
 
+def test_offsets_retention_deleted_below_the_truncation_stay_accounted_for(store: SqlMetadataStore) -> None:
+    add_finished(store, segment(0, 99), segment(100, 199, epochs=((5, 100),)))
+    store.advance_log_start_offset(TP, 100)
+    first = next(s for s in store.list_segments(TP) if s.start_offset == 0)
+    store.update_segment_state(first.segment_id, SegmentState.DELETE_SEGMENT_STARTED, event_time_ms=3)
+    assert store.truncate_copies(TP, 100, event_time_ms=5) == 1
+    record = store.get_partition(TP)
+    assert record is not None
+    # The copier resumes at 100, not at 0 below what retention deleted.
+    assert (record.highest_copied_offset, record.remote_log_start_offset) == (99, 100)
+
+
 def test_nothing_to_retire_changes_nothing(store: SqlMetadataStore) -> None:
     add_finished(store, segment(0, 99, epochs=((4, 0),)))
     store.record_export_offsets(OUT, {TP: 100})
