@@ -18,6 +18,8 @@ from rlm.log.model import TopicPartition as TopicPartition  # noqa: PLC0414 (re-
 
 #: Kafka's "no timestamp": a segment whose batches carry no timestamps (magic 0).
 NO_TIMESTAMP = -1
+#: The broker id of a row rebuilt from objects that do not say which broker copied them (nor when).
+UNKNOWN_BROKER = -1
 
 
 class SegmentState(enum.Enum):

@@ -32,7 +32,7 @@ from uuid import UUID
 from rlm.errors import RetiredTopicIdError, RlmError, StaleReplicaError
 from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
 from rlm.log.logdir import PARTITION_METADATA, PartitionDir
-from rlm.metastore.model import Lease, SegmentState, TopicIdChange, TopicPartition
+from rlm.metastore.model import UNKNOWN_BROKER, Lease, SegmentState, TopicIdChange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.tiering.leases import LeaseKeeper
@@ -128,7 +128,10 @@ def _check_newer(
     others = [
         s
         for s in store.list_segments(tp, states=live)
-        if s.topic_id != topic_id and (s.topic_id is not None or record.topic_id is not None)
+        if s.topic_id != topic_id
+        and (s.topic_id is not None or record.topic_id is not None)
+        # A row rebuilt from objects without a description knows no copy time: not counted.
+        and s.broker_id != UNKNOWN_BROKER
     ]
     if not others:
         return

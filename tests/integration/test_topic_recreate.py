@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sqlalchemy import update
 
 from metadata import SqlMetadataStore
 from metadata.engine import create_engine_for_url
+from metadata.models import SegmentRow
 from rlm.errors import (
     CorruptCheckpointError,
     MetadataUnavailableError,
@@ -26,7 +29,7 @@ from rlm.errors import (
 )
 from rlm.log.checkpoints import topic_id_to_uuid
 from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
-from rlm.metastore.model import Lease, SegmentState, TopicPartition
+from rlm.metastore.model import UNKNOWN_BROKER, Lease, SegmentState, TopicPartition
 from rlm.tiering.leases import LeaseKeeper
 from tests.tiering_support import (
     BROKER_ID,
@@ -210,6 +213,24 @@ def test_a_stale_replica_of_a_topic_never_tiered_retires_nothing(
     resumed = tiering.copier().run_once()[0]
     assert (resumed.error, resumed.skipped) == (None, None)
     assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_segments_rebuilt_without_a_description_do_not_make_a_new_topic_stale(
+    tiered: tuple[Tiering, Path],
+) -> None:
+    # rebuild-metadata restored the deleted topic's rows from objects without a description (no
+    # broker, no copy time: the rebuild's time) after the topic was created again.
+    tiering, log_dir = tiered
+    rebuilt_ms = time.time_ns() // 1_000_000 + 86_400_000
+    with tiering.store.engine.begin() as conn:
+        conn.execute(update(SegmentRow).values(broker_id=UNKNOWN_BROKER, event_time_ms=rebuilt_ms))
+    new_partition = recreate_topic(log_dir, 3)
+
+    outcome = tiering.copier().run_once()[0]
+
+    assert (outcome.error, outcome.copied_segments) == (None, 3)
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.topic_id == topic_uuid(new_partition)
 
 
 class ReleaseFailingStore(SqlMetadataStore):

@@ -39,6 +39,7 @@ from rlm.log.snapshot import HEADER_SIZE as SNAPSHOT_HEADER_SIZE
 from rlm.log.snapshot import SNAPSHOT_VERSION
 from rlm.log.txnindex import ENTRY_SIZE as TXN_ENTRY_SIZE
 from rlm.metastore.model import (
+    UNKNOWN_BROKER,
     ByteRange,
     IndexType,
     LeaderEpochEntry,
@@ -62,9 +63,6 @@ from rlm.storage.layout import (
 )
 from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.prepare import epochs_of_segment
-
-#: The broker id of a row rebuilt from objects that do not say which broker copied them.
-UNKNOWN_BROKER = -1
 
 
 @dataclass(frozen=True)
