@@ -405,6 +405,7 @@ class SqlMetadataStore:
         *,
         event_time_ms: int,
         lease_epoch: int | None = None,
+        written_ms: int | None = None,
     ) -> TopicIdChange:
         """See :meth:`rlm.metastore.MetadataStore.adopt_topic_id`."""
         with self._transaction(write=False, snapshot=False) as conn:
@@ -416,7 +417,7 @@ class SqlMetadataStore:
         with self._transaction(write=True) as conn:
             part = partitions.lock(conn, tp)
             partitions.check_fence(part, lease_epoch)
-            return topic_ids.adopt(conn, part, topic_id, event_time_ms)
+            return topic_ids.adopt(conn, part, topic_id, event_time_ms, written_ms)
 
     def truncate_copies(
         self,

@@ -14,18 +14,26 @@ from __future__ import annotations
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Row, delete, insert, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Row, delete, insert, or_, select, update
 
 from metadata import exports, recount
 from metadata.models import PartitionRow, RetiredTopicIdRow, SegmentRow, SkippedRangeRow
-from rlm.errors import RetiredTopicIdError
-from rlm.metastore.model import SegmentState, TopicIdChange, TopicPartition
+from rlm.errors import OlderTopicIdError, RetiredTopicIdError
+from rlm.metastore.model import UNKNOWN_BROKER, SegmentState, TopicIdChange, TopicPartition
 
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED.value
 LIVE = (SegmentState.COPY_SEGMENT_STARTED.value, FINISHED)
 
 
-def adopt(conn: Connection, part: Row[Any], topic_id: UUID, now_ms: int) -> TopicIdChange:
+#: How much older than the first copy of another topic's segments a ``partition.metadata`` may be
+#: and still be taken as newer: the clocks of the broker that wrote it and of the sidecar that
+#: copied them may disagree by that much.
+CLOCK_SKEW_MS = 60_000
+
+
+def adopt(
+    conn: Connection, part: Row[Any], topic_id: UUID, now_ms: int, written_ms: int | None = None
+) -> TopicIdChange:
     """Make ``topic_id`` the id of partition row ``part`` (locked by the caller); see
     :meth:`rlm.metastore.protocol.MetadataStore.adopt_topic_id`."""
     previous: UUID | None = part.topic_id
@@ -36,6 +44,8 @@ def adopt(conn: Connection, part: Row[Any], topic_id: UUID, now_ms: int) -> Topi
     if previous is not None:
         # Segments without an id were copied before the row learned the old id: the old topic's.
         other = or_(SegmentRow.topic_id.is_(None), other)
+    if written_ms is not None:
+        _refuse_older(conn, part, topic_id, other, written_ms)
     named = select(SegmentRow.topic_id).distinct()
     named = named.where(SegmentRow.partition_id == part.id, SegmentRow.state.in_(LIVE), other)
     ids = {i for i in conn.execute(named).scalars() if i is not None}
@@ -72,6 +82,34 @@ def _refuse_retired(conn: Connection, part: Row[Any], topic_id: UUID) -> None:
         topic_id=topic_id,
         successor=row.successor,
         retired_at_ms=int(row.retired_at_ms),
+    )
+
+
+def _refuse_older(
+    conn: Connection, part: Row[Any], topic_id: UUID, other: ColumnElement[bool], written_ms: int
+) -> None:
+    """Raise :class:`OlderTopicIdError` when a segment ``topic_id`` would retire was first copied
+    after ``written_ms`` (give or take :data:`CLOCK_SKEW_MS`). Rows rebuilt from objects without a
+    description know no copy time (``UNKNOWN_BROKER``): they do not count."""
+    first = conn.execute(
+        select(SegmentRow.event_time_ms, SegmentRow.topic_id)
+        .where(
+            SegmentRow.partition_id == part.id,
+            SegmentRow.state.in_(LIVE),
+            SegmentRow.broker_id != UNKNOWN_BROKER,
+            other,
+        )
+        .order_by(SegmentRow.event_time_ms)
+        .limit(1)
+    ).first()
+    if first is None or written_ms + CLOCK_SKEW_MS >= int(first.event_time_ms):
+        return
+    raise OlderTopicIdError(
+        f"{part.topic}-{part.partition}: topic id {topic_id} was written at {written_ms} ms, before "
+        f"the segments of topic id {first.topic_id} were first copied at {int(first.event_time_ms)} ms",
+        topic_id=topic_id,
+        other=first.topic_id,
+        first_copied_ms=int(first.event_time_ms),
     )
 
 

@@ -15,6 +15,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     ├── ConfigError                 a setting is missing or out of range
     │   └── BrokerIdUnknownError    broker.id unset and no log dir has a meta.properties yet (retriable)
     ├── StaleReplicaError           a broker's log is a deleted topic's (older than the remote tier's)
+    │   └── OlderTopicIdError       its partition.metadata predates the segments it would retire
     ├── InvalidArgumentError        a request's argument is malformed or out of range (also a ValueError)
     ├── InvalidTopicNameError       a topic name breaks Kafka's rule (characters, length, "." or "..")
     ├── InvalidFileNameError        a file is not named the way Kafka names its log files (also a ValueError)
@@ -173,6 +174,20 @@ class StaleLeaseError(MetadataError):
 class StaleReplicaError(RlmError):
     """The broker's log is a stale replica of a deleted topic: its ``partition.metadata`` names an
     id older than the topic the remote tier holds. Nothing of it may be tiered or retired."""
+
+
+class OlderTopicIdError(StaleReplicaError):
+    """The broker wrote ``partition.metadata`` (naming another topic id than the remote tier's)
+    before the remote segments adopting its id would retire were first copied: a topic created
+    again is created after the deleted one's copies, a stale replica before the live one's."""
+
+    def __init__(self, message: str, *, topic_id: UUID, other: UUID | None, first_copied_ms: int) -> None:
+        super().__init__(message)
+        self.topic_id = topic_id
+        """The id the broker named."""
+        self.other = other
+        """The id of the segment first copied (None: one copied before ids were recorded)."""
+        self.first_copied_ms = first_copied_ms
 
 
 class RetiredTopicIdError(MetadataError, StaleReplicaError):

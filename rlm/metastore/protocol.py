@@ -225,6 +225,7 @@ class MetadataStore(Protocol):
         *,
         event_time_ms: int,
         lease_epoch: int | None = None,
+        written_ms: int | None = None,
     ) -> TopicIdChange:
         """Make ``topic_id`` (the broker's ``partition.metadata``) the id the partition's remote
         state belongs to, as Kafka keys remote state by ``TopicIdPartition``.
@@ -250,9 +251,16 @@ class MetadataStore(Protocol):
           names it holds a stale replica of the deleted topic, and adopting it would retire the
           live topic's segments.
 
+        * With ``written_ms`` (when the broker wrote ``partition.metadata``): refused, nothing
+          changes, when a segment it would retire was first copied more than a minute (clock
+          skew) after it. A topic created again is created after the deleted one's copies; a
+          stale replica of a topic the store never saw was created before the live one's. Rows
+          rebuilt from objects without a description (no copy time) do not count.
+
         Raises:
             RetiredTopicIdError: ``topic_id`` was retired from the partition (the error says when,
                 and for which id).
+            OlderTopicIdError: ``written_ms`` is older than the segments it would retire.
             StaleLeaseError: ``lease_epoch`` is stale.
         """
         ...

@@ -26,24 +26,16 @@ deletes nothing of the partition.
 from __future__ import annotations
 
 import logging
-from pathlib import Path
-from uuid import UUID
 
-from rlm.errors import RetiredTopicIdError, RlmError, StaleReplicaError
+from rlm.errors import OlderTopicIdError, RetiredTopicIdError, RlmError
 from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
 from rlm.log.logdir import PARTITION_METADATA, PartitionDir
-from rlm.metastore.model import UNKNOWN_BROKER, Lease, SegmentState, TopicIdChange, TopicPartition
+from rlm.metastore.model import Lease, TopicIdChange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.tiering.leases import LeaseKeeper
 
 log = logging.getLogger("rlm.copier")
-
-
-#: How much older than the first copy of another topic's segments the broker's
-#: ``partition.metadata`` may be and still be taken as newer: the clocks of the broker that wrote
-#: it and of the sidecar that copied them may disagree by that much.
-CLOCK_SKEW_MS = 60_000
 
 
 def adopt_local_topic_id(
@@ -62,8 +54,9 @@ def adopt_local_topic_id(
     Raises:
         CorruptCheckpointError: ``partition.metadata`` cannot be parsed (the message names it).
         StaleReplicaError: the broker names a deleted topic's id, one the store retired
-            (:class:`~rlm.errors.RetiredTopicIdError`) or one older than the remote segments it
-            would retire; ``lease`` was given back, or left to expire when giving it back failed
+            (:class:`~rlm.errors.RetiredTopicIdError`) or one written before the remote segments
+            it would retire were copied (:class:`~rlm.errors.OlderTopicIdError`); ``lease`` was
+            given back, or left to expire when giving it back failed
             (the message says what to look at).
         StaleLeaseError: ``lease`` was lost.
     """
@@ -74,8 +67,10 @@ def adopt_local_topic_id(
     topic_id = topic_id_to_uuid(text)
     where = partition.path / PARTITION_METADATA
     try:
-        _check_newer(store, partition, tp, topic_id, where)
-        change = store.adopt_topic_id(tp, topic_id, event_time_ms=now_ms, lease_epoch=lease.epoch)
+        written_ms = where.stat().st_mtime_ns // 1_000_000
+        change = store.adopt_topic_id(
+            tp, topic_id, event_time_ms=now_ms, lease_epoch=lease.epoch, written_ms=written_ms
+        )
     except RetiredTopicIdError as exc:
         _give_back(leases, tp)
         raise RetiredTopicIdError(
@@ -86,9 +81,18 @@ def adopt_local_topic_id(
             successor=exc.successor,
             retired_at_ms=exc.retired_at_ms,
         ) from exc
-    except StaleReplicaError:
+    except OlderTopicIdError as exc:
         _give_back(leases, tp)
-        raise
+        other = "unknown" if exc.other is None else uuid_to_topic_id(exc.other)
+        raise OlderTopicIdError(
+            f"{tp}: {where} names topic id {text}, written at {written_ms} ms, before the remote "
+            f"tier's segments of topic id {other} were first copied (at {exc.first_copied_ms} ms): "
+            f"the broker's log is older than the topic the remote tier holds, so it is a deleted "
+            f"topic's. {_STALE}",
+            topic_id=exc.topic_id,
+            other=exc.other,
+            first_copied_ms=exc.first_copied_ms,
+        ) from exc
     if change.reset:
         metrics.topic_id_changes.labels(tp.topic, str(tp.partition)).inc()
         previous = "not recorded" if change.previous is None else uuid_to_topic_id(change.previous)
@@ -109,43 +113,6 @@ _STALE = (
     "stray log once it loads the topic's metadata): nothing of it is tiered, no remote segment is "
     "deleted, and the copy lease is left to the live topic's replicas"
 )
-
-
-def _check_newer(
-    store: MetadataStore, partition: PartitionDir, tp: TopicPartition, topic_id: UUID, where: Path
-) -> None:
-    """Refuse ``topic_id`` when adopting it would retire remote segments of another topic that
-    were copied after the broker wrote ``partition.metadata`` (give or take the clocks' skew).
-
-    A topic created again under a name is created after the deleted one's segments were copied; a
-    stale replica of a deleted topic was created before the live topic's were. This tells them
-    apart where the store never saw the stale replica's id (it never tiered that topic).
-    """
-    record = store.get_partition(tp)
-    if record is None or record.topic_id == topic_id:
-        return
-    live = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
-    others = [
-        s
-        for s in store.list_segments(tp, states=live)
-        if s.topic_id != topic_id
-        and (s.topic_id is not None or record.topic_id is not None)
-        # A row rebuilt from objects without a description knows no copy time: not counted.
-        and s.broker_id != UNKNOWN_BROKER
-    ]
-    if not others:
-        return
-    first = min(others, key=lambda s: s.event_time_ms)
-    written_ms = where.stat().st_mtime_ns // 1_000_000
-    if written_ms + CLOCK_SKEW_MS >= first.event_time_ms:
-        return
-    other = "unknown" if first.topic_id is None else uuid_to_topic_id(first.topic_id)
-    raise StaleReplicaError(
-        f"{tp}: {where} names topic id {uuid_to_topic_id(topic_id)}, written at {written_ms} ms, "
-        f"before the remote tier's segments of topic id {other} were first copied (at "
-        f"{first.event_time_ms} ms): the broker's log is older than the topic the remote tier "
-        f"holds, so it is a deleted topic's. {_STALE}"
-    )
 
 
 def _give_back(leases: LeaseKeeper, tp: TopicPartition) -> None:

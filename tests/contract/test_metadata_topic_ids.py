@@ -18,7 +18,7 @@ from metadata.models import PartitionRow, SegmentRow
 from metadata.rows import segment_values
 from metadata.schema import upgrade
 from metadata.store import SqlMetadataStore
-from rlm.errors import RetiredTopicIdError, StaleLeaseError
+from rlm.errors import OlderTopicIdError, RetiredTopicIdError, StaleLeaseError
 from rlm.metastore import RemoteSegment, SegmentState, SkipKind, SkippedRange, TopicPartition
 from tests.metadata_support import (
     TP,
@@ -196,6 +196,24 @@ def test_an_id_replaced_before_anything_of_it_was_tiered_is_not_retired(store: S
     assert (change.previous, change.retired) == (OLD, 0)
     record = store.get_partition(TP)
     assert record is not None and record.topic_id == NEW
+
+
+def test_an_id_written_before_the_segments_it_would_retire_is_refused(store: SqlMetadataStore) -> None:
+    # A stale replica of a topic never tiered: its partition.metadata predates the live topic's
+    # first copy (event time 1_700_000_000_000) by more than the clock skew allowed.
+    add_finished(store, of(NEW, 0, 9))
+    first_copied = next(store.list_segments(TP)).event_time_ms
+    with pytest.raises(OlderTopicIdError) as raised:
+        store.adopt_topic_id(TP, OLD, event_time_ms=5, written_ms=first_copied - 61_000)
+    assert (raised.value.topic_id, raised.value.other, raised.value.first_copied_ms) == (
+        OLD,
+        NEW,
+        first_copied,
+    )
+    assert states(store) == {NEW: [FINISHED]}
+    # Within the skew, or written after the copy (a topic created again), the id is adopted.
+    change = store.adopt_topic_id(TP, OLD, event_time_ms=5, written_ms=first_copied - 60_000)
+    assert (change.previous, change.retired) == (NEW, 1)
 
 
 def test_a_stale_lease_cannot_adopt_an_id(store: SqlMetadataStore) -> None:
