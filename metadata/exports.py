@@ -17,6 +17,11 @@ taken as the partition's current topic's; so are all offsets of a partition with
 
 Offsets fall in one case: the remote tier's copies from some offset on were replaced by the
 broker's diverged log (:mod:`metadata.truncation`); the next run exports the log's records there.
+So that a run planned before such a replacement, committed (or rolled forward, or caught up from
+a table's snapshot) after, does not raise them again, a run records the partition's ``lineage``
+when it plans, and its offset is held at the lowest offset replaced at a later lineage. An offset
+recorded without a lineage (a manifest or snapshot written before lineages were) is taken as one
+of lineage 0, planned before every replacement.
 """
 
 from __future__ import annotations
@@ -24,11 +29,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from uuid import UUID
 
-from sqlalchemy import ColumnElement, Connection, and_, delete, or_, select, update
+from sqlalchemy import ColumnElement, Connection, and_, delete, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-from metadata.models import ExportOffsetRow, PartitionRow
+from metadata.models import CopyTruncationRow, ExportOffsetRow, PartitionRow
 from rlm.metastore.model import TopicPartition
 
 Offset = ExportOffsetRow
@@ -55,21 +60,32 @@ def record(
     offsets: Mapping[TopicPartition, int],
     now_ms: int,
     topic_ids: Mapping[TopicPartition, UUID | None] | None = None,
-) -> None:
+    lineages: Mapping[TopicPartition, int | None] | None = None,
+) -> dict[TopicPartition, int]:
     """Raise each partition's next offset to the one given (insert it when new), under the topic
-    id given for it (``topic_ids``), else the partition's current one; see the module's rules."""
+    id given for it (``topic_ids``), else the partition's current one, held below the copies
+    replaced since the lineage given for it (``lineages``); see the module's rules. Returns the
+    partitions held so, with the offset each was held at."""
     dialect_insert = pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+    held: dict[TopicPartition, int] = {}
     for tp in sorted(offsets):
         next_offset = offsets[tp]
-        # Locked, so the topic cannot be adopted anew between this check and the write.
-        current: UUID | None = conn.execute(
-            select(PartitionRow.topic_id)
+        # Locked, so the topic cannot be adopted anew, nor copies replaced, between this check
+        # and the write.
+        part = conn.execute(
+            select(PartitionRow.id, PartitionRow.topic_id, PartitionRow.lineage)
             .where(PartitionRow.topic == tp.topic, PartitionRow.partition == tp.partition)
             .with_for_update()
-        ).scalar()
+        ).first()
+        current: UUID | None = None if part is None else part.topic_id
         given = None if topic_ids is None else topic_ids.get(tp)
         if given is not None and current is not None and given != current:
             continue  # an offset of a deleted topic
+        planned = (None if lineages is None else lineages.get(tp)) or 0
+        if part is not None and int(part.lineage) > planned:
+            replaced = _replaced_since(conn, part.id, planned)
+            if replaced is not None and replaced < next_offset:
+                next_offset = held[tp] = replaced
         topic_id = given if given is not None else current
         values: dict[str, object] = {"next_offset": next_offset, "updated_ms": now_ms}
         replaces: ColumnElement[bool] = Offset.next_offset < next_offset
@@ -84,6 +100,17 @@ def record(
                 index_elements=["output", "topic", "partition"], set_=values, where=replaces
             )
         )
+    return held
+
+
+def _replaced_since(conn: Connection, partition_id: int, lineage: int) -> int | None:
+    """The lowest offset from which the partition's copies were replaced after ``lineage``."""
+    lowest: int | None = conn.execute(
+        select(func.min(CopyTruncationRow.from_offset)).where(
+            CopyTruncationRow.partition_id == partition_id, CopyTruncationRow.lineage > lineage
+        )
+    ).scalar()
+    return lowest
 
 
 def rewind(conn: Connection, tp: TopicPartition, offset: int) -> None:

@@ -99,6 +99,9 @@ class PartitionRow(Base):
     """The holder's process (see :attr:`rlm.metastore.model.Lease.incarnation`)."""
     topic_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     """The topic id the partition's remote state belongs to (see ``metadata.topic_ids``)."""
+    lineage: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    """How many times the remote copies were replaced from some offset on (see
+    ``metadata.truncation``); each time is a :class:`CopyTruncationRow`."""
 
 
 class SegmentRow(Base):
@@ -227,6 +230,19 @@ class RetiredTopicIdRow(Base):
     retired_at_ms: Mapped[int] = mapped_column(BigInteger)
     successor: Mapped[uuid.UUID] = mapped_column(Uuid)
     """The id adopted when this one was retired."""
+
+
+class CopyTruncationRow(Base):
+    """A replacement of a partition's remote copies from ``from_offset`` on (see
+    ``metadata.truncation``), the partition's ``lineage``-th: what holds back an export planned
+    before it (see ``metadata.exports``)."""
+
+    __tablename__ = "rlm_copy_truncation"
+
+    partition_id: Mapped[int] = mapped_column(ForeignKey("rlm_partition.id"), primary_key=True)
+    lineage: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    from_offset: Mapped[int] = mapped_column(BigInteger)
+    truncated_ms: Mapped[int] = mapped_column(BigInteger)
 
 
 class CompactionLeaseRow(Base):

@@ -122,6 +122,7 @@ def partition_from_row(row: Row[Any]) -> PartitionRecord:
             None if row.deletion_event_time_ms is None else int(row.deletion_event_time_ms)
         ),
         topic_id=row.topic_id,
+        lineage=int(row.lineage),
     )
 
 

@@ -590,10 +590,11 @@ class SqlMetadataStore:
         output: str,
         offsets: Mapping[TopicPartition, int],
         topic_ids: Mapping[TopicPartition, UUID | None] | None = None,
-    ) -> None:
+        lineages: Mapping[TopicPartition, int | None] | None = None,
+    ) -> dict[TopicPartition, int]:
         """See :meth:`rlm.metastore.MetadataStore.record_export_offsets`."""
         with self._transaction(write=True) as conn:
-            exports.record(conn, output, offsets, self._clock(), topic_ids)
+            return exports.record(conn, output, offsets, self._clock(), topic_ids, lineages)
 
     def rebuild_summaries(self, tp: TopicPartition) -> None:
         """Recompute what is derived from the partition's segment rows: its offset tree, its

@@ -8,17 +8,18 @@ usual deletion removes their objects. The highest copied offset, per epoch too, 
 copies left reach (never below the offsets retention deleted); the skipped ranges from the offset
 on are forgotten (they named offsets of the truncated log), one reaching over it is cut short;
 the export ledger's offsets above it fall to it, so the next incremental export writes the
-broker's records there.
+broker's records there. The partition's ``lineage`` grows by one and the offset is kept
+(``rlm_copy_truncation``): an export planned before, committed after, is held below it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, Row, delete, update
+from sqlalchemy import Connection, Row, delete, insert, update
 
 from metadata import exports, recount
-from metadata.models import PartitionRow, SegmentRow, SkippedRangeRow
+from metadata.models import CopyTruncationRow, PartitionRow, SegmentRow, SkippedRangeRow
 from metadata.partitions import topic_partition
 from rlm.metastore.model import SegmentState
 
@@ -55,4 +56,11 @@ def truncate(conn: Connection, part: Row[Any], from_offset: int, now_ms: int) ->
         .values(end_offset=from_offset - 1)
     )
     exports.rewind(conn, topic_partition(part), from_offset)
+    lineage = int(part.lineage) + 1
+    conn.execute(update(PartitionRow).where(PartitionRow.id == part.id).values(lineage=lineage))
+    conn.execute(
+        insert(CopyTruncationRow).values(
+            partition_id=part.id, lineage=lineage, from_offset=from_offset, truncated_ms=now_ms
+        )
+    )
     return int(retired)

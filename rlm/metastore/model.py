@@ -293,6 +293,11 @@ class PartitionRecord:
     while no segment or copier has told it. A topic deleted and created again under the same name
     has a new id: the remote state of the old one is not the new topic's
     (:meth:`~rlm.metastore.protocol.MetadataStore.adopt_topic_id`)."""
+    lineage: int = 0
+    """How many times the remote copies were replaced from some offset on
+    (:meth:`~rlm.metastore.protocol.MetadataStore.truncate_copies`). An export records it when it
+    plans: its commit is then held below the offsets replaced since
+    (:meth:`~rlm.metastore.protocol.MetadataStore.record_export_offsets`)."""
 
 
 class TopicIdChange(NamedTuple):

@@ -282,8 +282,10 @@ class MetadataStore(Protocol):
         usual deletion removes their objects); the highest copied offset, per epoch too, and the
         remote log size fall to what the segments left say; skipped ranges from ``from_offset``
         on are forgotten and one reaching over it ends below it; the export ledger's offsets of
-        ``tp`` above ``from_offset`` fall to it. Returns how many segments were retired (0: nothing
-        changed).
+        ``tp`` above ``from_offset`` fall to it, and the partition's
+        :attr:`~rlm.metastore.model.PartitionRecord.lineage` grows by one (an export planned
+        before is held below ``from_offset``, see :meth:`record_export_offsets`). Returns how many
+        segments were retired (0: nothing changed).
 
         Raises:
             StaleLeaseError: ``lease_epoch`` is stale.
@@ -391,7 +393,8 @@ class MetadataStore(Protocol):
         output: str,
         offsets: Mapping[TopicPartition, int],
         topic_ids: Mapping[TopicPartition, UUID | None] | None = None,
-    ) -> None:
+        lineages: Mapping[TopicPartition, int | None] | None = None,
+    ) -> dict[TopicPartition, int]:
         """Record where the next export to ``output`` starts in each partition given, as an offset
         of the topic id ``topic_ids`` gives (the id the partition had when the run planned it),
         else (``None``, or absent) of the partition's current one.
@@ -399,7 +402,14 @@ class MetadataStore(Protocol):
         An offset never goes down within one topic id: a lower one than recorded (a commit
         replayed) changes nothing. One of the partition's current id replaces one recorded under
         another, lower or not; one of another id than the partition's current one (a run planned
-        before the topic was created again) is not recorded."""
+        before the topic was created again) is not recorded.
+
+        ``lineages`` gives the :attr:`~rlm.metastore.model.PartitionRecord.lineage` each
+        partition had when the run planned (``None``, or absent: 0, before every replacement).
+        Where the copies were replaced since (:meth:`truncate_copies`), the offset recorded is held
+        at the lowest offset replaced: the run's rows from there on are of the replaced copies,
+        and the next run exports the broker's records there. Returns the partitions held so, with
+        the offset recorded for each."""
         ...
 
     # -- lifecycle ----------------------------------------------------------------------------

@@ -87,3 +87,47 @@ def test_a_stale_lease_cannot_truncate(store: SqlMetadataStore) -> None:
         store.truncate_copies(TP, 0, event_time_ms=5, lease_epoch=lease.epoch)
     assert store.highest_copied_offset(TP) == 99
     assert [s.state for s in store.list_segments(TP)] == [SegmentState.COPY_SEGMENT_FINISHED]
+
+
+def test_an_export_planned_before_a_truncation_is_held_below_it(store: SqlMetadataStore) -> None:
+    add_finished(store, segment(0, 99, epochs=((4, 0),)), segment(100, 199, epochs=((5, 100),)))
+    planned = store.get_partition(TP)
+    assert planned is not None and planned.lineage == 0
+
+    assert store.truncate_copies(TP, 100, event_time_ms=5) == 1
+    after = store.get_partition(TP)
+    assert after is not None and after.lineage == 1
+
+    # The run planned at lineage 0 and exported the old leader's 100-199: held at 100.
+    assert store.record_export_offsets(OUT, {TP: 200}, lineages={TP: planned.lineage}) == {TP: 100}
+    assert store.export_offsets(OUT) == {TP: 100}
+    # No lineage given (a manifest written before lineages were): planned before every truncation.
+    assert store.record_export_offsets(OUT, {TP: 200}) == {TP: 100}
+    assert store.export_offsets(OUT) == {TP: 100}
+    # Below the truncation nothing is held.
+    assert store.record_export_offsets(OUT, {TP: 80}, lineages={TP: 0}) == {}
+    assert store.export_offsets(OUT) == {TP: 100}
+
+    # The broker's records are tiered again and a run planned now exports them.
+    add_finished(store, segment(100, 149, epochs=((6, 100),)))
+    assert store.record_export_offsets(OUT, {TP: 150}, lineages={TP: after.lineage}) == {}
+    assert store.export_offsets(OUT) == {TP: 150}
+
+
+def test_an_export_is_held_below_the_lowest_truncation_since_it_planned(store: SqlMetadataStore) -> None:
+    add_finished(store, segment(0, 99), segment(100, 199), segment(200, 299))
+    assert store.truncate_copies(TP, 100, event_time_ms=5) == 2  # lineage 1
+    add_finished(store, segment(100, 199), segment(200, 249))
+    assert store.truncate_copies(TP, 200, event_time_ms=6) == 1  # lineage 2
+    assert store.truncate_copies(TP, 300, event_time_ms=7) == 0  # nothing retired: no lineage
+    record = store.get_partition(TP)
+    assert record is not None and record.lineage == 2
+
+    assert store.record_export_offsets("file:///a", {TP: 300}, lineages={TP: 0}) == {TP: 100}
+    assert store.record_export_offsets("file:///b", {TP: 300}, lineages={TP: 1}) == {TP: 200}
+    assert store.record_export_offsets("file:///c", {TP: 300}, lineages={TP: 2}) == {}
+    assert [store.export_offsets(o) for o in ("file:///a", "file:///b", "file:///c")] == [
+        {TP: 100},
+        {TP: 200},
+        {TP: 300},
+    ]

@@ -81,10 +81,12 @@ def _kill_at_ledger(*, after: bool) -> None:
         output: str,
         offsets: Mapping[TopicPartition, int],
         topic_ids: Mapping[TopicPartition, UUID | None] | None = None,
-    ) -> None:
+        lineages: Mapping[TopicPartition, int | None] | None = None,
+    ) -> dict[TopicPartition, int]:
         if after:
-            real_record(self, output, offsets, topic_ids)
+            real_record(self, output, offsets, topic_ids, lineages)
         _die()
+        return {}
 
     SqlMetadataStore.record_export_offsets = record  # type: ignore[method-assign]
 

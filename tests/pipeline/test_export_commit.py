@@ -6,7 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from uuid import UUID
 
@@ -36,12 +36,12 @@ class Ledger:
     def __init__(self) -> None:
         self.offsets: dict[TopicPartition, int] = {}
         self.topic_ids: dict[TopicPartition, UUID | None] = {}
+        self.lineages: dict[TopicPartition, int] = {}
 
-    def advance(
-        self, offsets: Mapping[TopicPartition, int], topic_ids: Mapping[TopicPartition, UUID | None] | None
-    ) -> None:
-        self.offsets.update(offsets)
-        self.topic_ids.update(topic_ids or {})
+    def advance(self, manifest: Manifest) -> None:
+        self.offsets.update(manifest.next_offsets)
+        self.topic_ids.update(manifest.recorded_ids or {})
+        self.lineages.update(manifest.lineages)
 
 
 def _stage(output: Path, run_id: str) -> None:
@@ -61,7 +61,8 @@ def test_an_uncommitted_run_is_discarded_and_a_committed_one_finished(tmp_path: 
     files, ledger, out = LocalFiles(), Ledger(), tmp_path / "out"
     _stage(out, "dead")
     _stage(out, "committed")
-    manifest = Manifest("committed", tuple(data_files(files, staging_dir(str(out), "committed"))), {TP: 42})
+    staged = tuple(data_files(files, staging_dir(str(out), "committed")))
+    manifest = Manifest("committed", staged, {TP: 42}, {TP: None}, lineages={TP: 3})
     assert manifest.files == FILES  # markers and checksums are not data
     write_manifest(files, str(out), manifest)
     # Half moved when the run died.
@@ -70,7 +71,8 @@ def test_an_uncommitted_run_is_discarded_and_a_committed_one_finished(tmp_path: 
     settled = settle(files, str(out), ledger.advance)
     assert settled.discarded == ("dead",) and settled.completed == ("committed",)
     assert _visible(out) == sorted(FILES)
-    assert ledger.offsets == {TP: 42}
+    # Read back from the manifest: the offset, its topic id and the lineage it was planned at.
+    assert (ledger.offsets, ledger.topic_ids, ledger.lineages) == ({TP: 42}, {TP: None}, {TP: 3})
     assert list((out / "_rlm_staging").iterdir()) == []
     assert settle(files, str(out), ledger.advance).completed == ()  # nothing left to do
 
@@ -117,7 +119,7 @@ def test_what_a_commit_names_is_durable_before_the_next_step_relies_on_it(tmp_pa
         "write run.commit.json",
     ]
     steps.clear()
-    finish(files, str(out), manifest, lambda offsets, _: steps.append(f"advance {dict(offsets)}"))
+    finish(files, str(out), manifest, lambda m: steps.append(f"advance {dict(m.next_offsets)}"))
     assert sorted(steps[:2]) == ["rename part-0.parquet", "rename part-1.parquet"]
     # Every move durable (the output's directories down to the files'), then the ledger.
     assert steps[2:] == [

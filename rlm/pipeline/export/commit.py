@@ -8,7 +8,8 @@ holding it) the driver writes the run's manifest, the commit journal,
 the directory ``fsync``-ed. That rename is the commit point. The manifest names the files and
 where the next incremental run starts in each partition, with the topic id each offset is one
 of (the partition's when the run planned it: a topic deleted and created again since is another
-topic, whose ledger such an offset must not move, see :mod:`metadata.exports`). Then the files
+topic, whose ledger such an offset must not move, see :mod:`metadata.exports`) and the
+partition's lineage then (copies replaced since hold the offset back). Then the files
 are moved into the output's ``topic=…/partition=…/date=…`` directories, all at once
 (:data:`MOVE_THREADS` renames in flight: on an object store a rename is a copy, and the moves are
 what readers could see half done). A move is a rename: a reader sees a file whole or not at all.
@@ -45,9 +46,9 @@ MANIFEST_SUFFIX = ".commit.json"
 #: Renames a commit runs at once.
 MOVE_THREADS = 16
 
-Advance = Callable[[Mapping[TopicPartition, int], Mapping[TopicPartition, UUID | None] | None], None]
-"""Advances the ledger of the output to the offsets given, each of the topic id given for it, or
-(``None``) of unknown ids (see :func:`rlm.pipeline.export.job.record_offsets`)."""
+Advance = Callable[["Manifest"], None]
+"""Advances the ledger of the output to a committed run's offsets (see
+:func:`rlm.pipeline.export.job.record_offsets`)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,14 @@ class Manifest:
     """The topic id each offset is one of; ``None``: the partition had none when planned."""
     named: bool = True
     """Whether the manifest records ids (not one written before they were)."""
+    lineages: dict[TopicPartition, int] = field(default_factory=dict)
+    """The lineage each partition had when planned (absent: 0, a manifest written before
+    lineages were; see :mod:`metadata.exports`)."""
+
+    @property
+    def recorded_ids(self) -> Mapping[TopicPartition, UUID | None] | None:
+        """The topic ids to record the offsets under; ``None``: unknown (see :attr:`named`)."""
+        return self.topic_ids if self.named else None
 
     def to_json(self) -> str:
         return json.dumps(
@@ -74,6 +83,7 @@ class Manifest:
                         "partition": tp.partition,
                         "next_offset": offset,
                         "topic_id": _id_text(self.topic_ids.get(tp)),
+                        "lineage": self.lineages.get(tp, 0),
                     }
                     for tp, offset in sorted(self.next_offsets.items())
                 ],
@@ -88,14 +98,16 @@ class Manifest:
             doc = json.loads(text)
             offsets: dict[TopicPartition, int] = {}
             topic_ids: dict[TopicPartition, UUID | None] = {}
+            lineages: dict[TopicPartition, int] = {}
             named = True
             for e in doc["next_offsets"]:
                 tp = TopicPartition(str(e["topic"]), int(e["partition"]))
                 offsets[tp] = int(e["next_offset"])
                 named = named and "topic_id" in e
                 topic_ids[tp] = None if e.get("topic_id") is None else UUID(str(e["topic_id"]))
+                lineages[tp] = int(e.get("lineage", 0))
             files = tuple(str(f) for f in doc["files"])
-            return cls(str(doc["run_id"]), files, offsets, topic_ids if named else {}, named)
+            return cls(str(doc["run_id"]), files, offsets, topic_ids if named else {}, named, lineages)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptDataError(f"the export manifest is not valid: {exc}", path=path) from exc
 
@@ -185,7 +197,7 @@ def finish(files: Files, output: str, manifest: Manifest, advance: Advance) -> i
             moved = sum(pool.map(move, manifest.files))
     # The moves must outlive a crash of the machine before the ledger says they happened.
     files.sync_dirs(directories_of(output, manifest.files))
-    advance(manifest.next_offsets, manifest.topic_ids if manifest.named else None)
+    advance(manifest)
     files.delete(staged)
     files.delete(manifest_path(output, manifest.run_id))
     return moved

@@ -10,7 +10,9 @@ the two: nothing is exported twice. Each offset is recorded with the topic id it
 partition's when the run planned it): one of a topic deleted and created again since does not
 move the new topic's ledger (see :mod:`metadata.exports`). A table's snapshots written before
 ids were recorded name none: their offsets only raise an offset the ledger holds for the
-partition's current topic, never bring back one the ledger forgot.
+partition's current topic, never bring back one the ledger forgot. Each offset also carries the
+partition's lineage when the run planned: catching up after the remote copies were replaced from
+some offset on (an unclean leader election) does not raise the ledger past that offset again.
 
 The catalog is ``export.iceberg.catalog.url`` (SQLAlchemy), by default the metadata database; on
 PostgreSQL its tables live in a schema of their own, ``rlm_iceberg``. The table is created on the
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple
 from uuid import UUID
 
@@ -139,12 +141,14 @@ class Committed(NamedTuple):
     """The topic id it is one of; ``None``: the partition had none when the run planned it."""
     named: bool
     """Whether the snapshot recorded ids at all (not one written before they were)."""
+    lineage: int = 0
+    """The partition's lineage when the run planned (0: the snapshot recorded none)."""
 
 
-def committed_offsets(table: Table) -> dict[TopicPartition, Committed]:
-    """The next offsets recorded by the table's runs: of each partition the highest of the topic
-    id the latest snapshot naming the partition recorded."""
-    found: dict[TopicPartition, Committed] = {}
+def committed_offsets(table: Table) -> dict[TopicPartition, list[Committed]]:
+    """The next offsets recorded by the table's runs: of each partition, the highest per lineage
+    of the topic id the latest snapshot naming the partition recorded."""
+    found: dict[TopicPartition, dict[int, Committed]] = {}
     for snapshot in table.snapshots():  # in commit order
         summary = snapshot.summary
         recorded = summary.additional_properties.get(NEXT_OFFSETS) if summary is not None else None
@@ -154,25 +158,38 @@ def committed_offsets(table: Table) -> dict[TopicPartition, Committed]:
             tp = TopicPartition(entry["topic"], int(entry["partition"]))
             named = "topic_id" in entry
             topic_id = UUID(entry["topic_id"]) if entry.get("topic_id") is not None else None
-            offset = int(entry["next_offset"])
-            before = found.get(tp)
-            if before is not None and (before.topic_id, before.named) == (topic_id, named):
-                offset = max(offset, before.next_offset)
-            found[tp] = Committed(offset, topic_id, named)
-    return found
+            now = Committed(int(entry["next_offset"]), topic_id, named, int(entry.get("lineage", 0)))
+            series = found.setdefault(tp, {})
+            if any((c.topic_id, c.named) != (topic_id, named) for c in series.values()):
+                series.clear()  # another topic's: the latest snapshot's id is the one
+            before = series.get(now.lineage)
+            if before is None or before.next_offset < now.next_offset:
+                series[now.lineage] = now
+    return {tp: sorted(series.values(), key=lambda c: c.lineage) for tp, series in found.items()}
 
 
-def catch_up(store: MetadataStore, ledger_key: str, committed: Mapping[TopicPartition, Committed]) -> None:
+def catch_up(
+    store: MetadataStore, ledger_key: str, committed: Mapping[TopicPartition, Sequence[Committed]]
+) -> dict[TopicPartition, int]:
     """Record in the ledger what the table's snapshots say a run exported (a run that died after
     its commit and before the ledger's update); see :func:`~rlm.pipeline.export.job.record_offsets`
-    for offsets recorded without ids."""
-    named = {tp: c for tp, c in committed.items() if c.named}
-    if named:
-        offsets = {tp: c.next_offset for tp, c in named.items()}
-        record_offsets(store, ledger_key, offsets, {tp: c.topic_id for tp, c in named.items()})
-    unnamed = {tp: c.next_offset for tp, c in committed.items() if not c.named}
-    if unnamed:
-        record_offsets(store, ledger_key, unnamed, None)
+    for offsets recorded without ids, and for what it returns."""
+    rounds: list[dict[TopicPartition, Committed]] = []
+    for tp, series in committed.items():
+        for i, c in enumerate(series):
+            if i == len(rounds):
+                rounds.append({})
+            rounds[i][tp] = c
+    held: dict[TopicPartition, int] = {}
+    for each in rounds:
+        named = {tp: c for tp, c in each.items() if c.named}
+        unnamed = {tp: c for tp, c in each.items() if not c.named}
+        for chosen, ids in ((named, {tp: c.topic_id for tp, c in named.items()}), (unnamed, None)):
+            if chosen:
+                offsets = {tp: c.next_offset for tp, c in chosen.items()}
+                lineages = {tp: c.lineage for tp, c in chosen.items()}
+                held.update(record_offsets(store, ledger_key, offsets, ids, lineages))
+    return held
 
 
 def append_files(
@@ -181,9 +198,11 @@ def append_files(
     next_offsets: Mapping[TopicPartition, int],
     run_id: str,
     topic_ids: Mapping[TopicPartition, UUID | None] | None = None,
+    lineages: Mapping[TopicPartition, int] | None = None,
 ) -> int:
     """Add the run's files to the table in one snapshot; returns its id."""
     ids = topic_ids or {}
+    planned = lineages or {}
     properties = {
         "rlm.run-id": run_id,
         NEXT_OFFSETS: json.dumps(
@@ -193,6 +212,7 @@ def append_files(
                     "partition": tp.partition,
                     "next_offset": offset,
                     "topic_id": None if ids.get(tp) is None else str(ids[tp]),
+                    "lineage": planned.get(tp, 0),
                 }
                 for tp, offset in sorted(next_offsets.items())
             ],
@@ -226,7 +246,7 @@ def export_iceberg(
     started = time.monotonic()
     ledger_key = f"iceberg:{options.output}"
     table = load_or_create(catalog, options.output, warehouse)
-    catch_up(store, ledger_key, committed_offsets(table))
+    diverged = catch_up(store, ledger_key, committed_offsets(table))
     ledger = store.export_offsets(ledger_key)
     check_ledger(options.output, options, ledger)
     plan = plan_export(store, storage, spec, collect, options, ledger)
@@ -235,9 +255,9 @@ def export_iceberg(
     summaries = plan.summaries
     rows = write(export_stage(spec, options.isolation), summaries, directory) if summaries else 0
     written = [join(directory, name) for name in data_files(files, directory)]
-    next_offsets, topic_ids = plan.next_offsets(), plan.topic_ids()
-    snapshot = append_files(table, written, next_offsets, run_id, topic_ids) if written else None
-    store.record_export_offsets(ledger_key, next_offsets, topic_ids)
+    next_offsets, topic_ids, lineages = plan.next_offsets(), plan.topic_ids(), plan.lineages()
+    snapshot = append_files(table, written, next_offsets, run_id, topic_ids, lineages) if written else None
+    diverged.update(record_offsets(store, ledger_key, next_offsets, topic_ids, lineages))
     return ExportReport(
         options.output,
         ExportFormat.ICEBERG,
@@ -247,4 +267,5 @@ def export_iceberg(
         time.monotonic() - started,
         plan.partitions(),
         snapshot_id=snapshot,
+        diverged=diverged,
     )

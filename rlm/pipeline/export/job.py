@@ -10,6 +10,7 @@ stage, as Parquet files under a directory).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +43,8 @@ from rlm.pipeline.stage import Collect, Stage
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import attach_aborted
 from rlm.storage.protocol import RemoteStorage
+
+log = logging.getLogger(__name__)
 
 #: Partitions whose bounds (last stable offset, ``--from``/``--to`` offsets) are looked up at once.
 BOUND_THREADS = 8
@@ -112,6 +115,10 @@ class ExportReport:
     settled: Settled = field(default_factory=Settled)
     snapshot_id: int | None = None
     """The Iceberg snapshot the run appended (Iceberg only)."""
+    diverged: dict[TopicPartition, int] = field(default_factory=dict)
+    """Partitions whose copies were replaced after this run (or an earlier one it completed)
+    planned, with the offset their ledger was held at: the rows exported from there on are of
+    the replaced copies (see :func:`record_offsets`)."""
 
     @property
     def segments(self) -> int:
@@ -130,6 +137,10 @@ class ExportReport:
             "discarded_runs": list(self.settled.discarded),
             "completed_runs": list(self.settled.completed),
             "partitions": [p.to_json() for p in self.partitions],
+            "diverged_partitions": [
+                {"topic": tp.topic, "partition": tp.partition, "held_at": offset}
+                for tp, offset in sorted(self.diverged.items())
+            ],
         }
 
 
@@ -159,6 +170,11 @@ class ExportPlan:
         """The topic id each partition's remote state belonged to when planned: the id of the
         offsets the run exports (see :mod:`metadata.exports`)."""
         return {tp: None if plan.record is None else plan.record.topic_id for tp, plan in self.plans.items()}
+
+    def lineages(self) -> dict[TopicPartition, int]:
+        """Each partition's lineage when planned (read before its segments were): copies
+        replaced since hold the run's offsets back (see :mod:`metadata.exports`)."""
+        return {tp: 0 if plan.record is None else plan.record.lineage for tp, plan in self.plans.items()}
 
     def partitions(self) -> list[PartitionExport]:
         following = self.next_offsets()
@@ -212,17 +228,37 @@ def record_offsets(
     ledger_key: str,
     offsets: Mapping[TopicPartition, int],
     topic_ids: Mapping[TopicPartition, UUID | None] | None,
-) -> None:
+    lineages: Mapping[TopicPartition, int | None] | None = None,
+) -> dict[TopicPartition, int]:
     """Advance the ledger of ``ledger_key`` to ``offsets``, each of the topic id ``topic_ids``
-    gives. ``None``: offsets a manifest or snapshot written before ids were recorded, of unknown
-    topics: they only raise an offset the ledger holds for the partition's current topic, and
-    never bring back one it forgot (the topic was created again since, see
-    :meth:`~rlm.metastore.protocol.MetadataStore.adopt_topic_id`)."""
+    gives, planned at the lineage ``lineages`` gives (absent: 0). ``topic_ids`` ``None``: offsets
+    a manifest or snapshot written before ids were recorded, of unknown topics: they only raise
+    an offset the ledger holds for the partition's current topic, and never bring back one it
+    forgot (the topic was created again since, see
+    :meth:`~rlm.metastore.protocol.MetadataStore.adopt_topic_id`).
+
+    Returns the partitions whose copies were replaced after the run planned (the broker's log
+    diverged from them), with the offset their ledger was held at: the run's rows from there on
+    are of the replaced copies (each is logged)."""
     if topic_ids is None:
-        held = store.export_offsets(ledger_key)
-        offsets = {tp: offset for tp, offset in offsets.items() if tp in held}
-    if offsets:
-        store.record_export_offsets(ledger_key, offsets, topic_ids)
+        known = store.export_offsets(ledger_key)
+        offsets = {tp: offset for tp, offset in offsets.items() if tp in known}
+    if not offsets:
+        return {}
+    held = store.record_export_offsets(ledger_key, offsets, topic_ids, lineages)
+    for tp, offset in sorted(held.items()):
+        log.warning(
+            "export to %s: %s's copies from offset %d on were replaced after the run planned (the "
+            "broker's log diverged from them): its rows from %d to %d are the replaced copies', "
+            "and the next incremental run exports the broker's records from %d",
+            ledger_key,
+            tp,
+            offset,
+            offset,
+            offsets[tp] - 1,
+            offset,
+        )
+    return held
 
 
 def check_ledger(
@@ -275,10 +311,14 @@ def export_parquet(
                 f"another export to {output} is running (it holds {LOCK_NAME}): one run per output at a time",
             )
 
-        def advance(
-            offsets: Mapping[TopicPartition, int], topic_ids: Mapping[TopicPartition, UUID | None] | None
-        ) -> None:
-            record_offsets(store, output, offsets, topic_ids)
+        diverged: dict[TopicPartition, int] = {}
+
+        def advance(committed: Manifest) -> None:
+            diverged.update(
+                record_offsets(
+                    store, output, committed.next_offsets, committed.recorded_ids, committed.lineages
+                )
+            )
 
         settled = settle(files, output, advance)
         ledger = store.export_offsets(output)
@@ -288,7 +328,13 @@ def export_parquet(
         staged = staging_dir(output, run_id)
         summaries = plan.summaries
         rows = write(export_stage(spec, options.isolation), summaries, staged) if summaries else 0
-        manifest = Manifest(run_id, tuple(data_files(files, staged)), plan.next_offsets(), plan.topic_ids())
+        manifest = Manifest(
+            run_id,
+            tuple(data_files(files, staged)),
+            plan.next_offsets(),
+            plan.topic_ids(),
+            lineages=plan.lineages(),
+        )
         write_manifest(files, output, manifest)
         finish(files, output, manifest, advance)
         return ExportReport(
@@ -300,4 +346,5 @@ def export_parquet(
             time.monotonic() - started,
             plan.partitions(),
             settled,
+            diverged=diverged,
         )

@@ -22,4 +22,10 @@ def render_text(report: ExportReport) -> str:
             f"{doc['topic']}-{doc['partition']}: offsets [{doc['start_offset']}, {doc['stop_offset']}) "
             f"of {doc['segments']} segments; next run starts at {doc['next_offset']}"
         )
+    for tp, offset in sorted(report.diverged.items()):
+        lines.append(
+            f"{tp}: copies from offset {offset} on were replaced after the run planned (the broker's "
+            f"log diverged from them): the rows exported from {offset} on are the replaced copies'; "
+            f"the next incremental run starts at {offset}"
+        )
     return "\n".join(lines) + "\n"
