@@ -170,17 +170,17 @@ def committed_offsets(table: Table) -> dict[TopicPartition, list[Committed]]:
 
 def catch_up(
     store: MetadataStore, ledger_key: str, committed: Mapping[TopicPartition, Sequence[Committed]]
-) -> dict[TopicPartition, int]:
+) -> None:
     """Record in the ledger what the table's snapshots say a run exported (a run that died after
     its commit and before the ledger's update); see :func:`~rlm.pipeline.export.job.record_offsets`
-    for offsets recorded without ids, and for what it returns."""
+    for offsets recorded without ids, and for offsets of runs planned before copies were
+    replaced, which stay held (said when their run committed, not again at every catch-up)."""
     rounds: list[dict[TopicPartition, Committed]] = []
     for tp, series in committed.items():
         for i, c in enumerate(series):
             if i == len(rounds):
                 rounds.append({})
             rounds[i][tp] = c
-    held: dict[TopicPartition, int] = {}
     for each in rounds:
         named = {tp: c for tp, c in each.items() if c.named}
         unnamed = {tp: c for tp, c in each.items() if not c.named}
@@ -188,8 +188,7 @@ def catch_up(
             if chosen:
                 offsets = {tp: c.next_offset for tp, c in chosen.items()}
                 lineages = {tp: c.lineage for tp, c in chosen.items()}
-                held.update(record_offsets(store, ledger_key, offsets, ids, lineages))
-    return held
+                record_offsets(store, ledger_key, offsets, ids, lineages, quiet=True)
 
 
 def append_files(
@@ -246,7 +245,7 @@ def export_iceberg(
     started = time.monotonic()
     ledger_key = f"iceberg:{options.output}"
     table = load_or_create(catalog, options.output, warehouse)
-    diverged = catch_up(store, ledger_key, committed_offsets(table))
+    catch_up(store, ledger_key, committed_offsets(table))
     ledger = store.export_offsets(ledger_key)
     check_ledger(options.output, options, ledger)
     plan = plan_export(store, storage, spec, collect, options, ledger)
@@ -257,7 +256,7 @@ def export_iceberg(
     written = [join(directory, name) for name in data_files(files, directory)]
     next_offsets, topic_ids, lineages = plan.next_offsets(), plan.topic_ids(), plan.lineages()
     snapshot = append_files(table, written, next_offsets, run_id, topic_ids, lineages) if written else None
-    diverged.update(record_offsets(store, ledger_key, next_offsets, topic_ids, lineages))
+    diverged = record_offsets(store, ledger_key, next_offsets, topic_ids, lineages)
     return ExportReport(
         options.output,
         ExportFormat.ICEBERG,

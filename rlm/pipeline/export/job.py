@@ -229,6 +229,8 @@ def record_offsets(
     offsets: Mapping[TopicPartition, int],
     topic_ids: Mapping[TopicPartition, UUID | None] | None,
     lineages: Mapping[TopicPartition, int | None] | None = None,
+    *,
+    quiet: bool = False,
 ) -> dict[TopicPartition, int]:
     """Advance the ledger of ``ledger_key`` to ``offsets``, each of the topic id ``topic_ids``
     gives, planned at the lineage ``lineages`` gives (absent: 0). ``topic_ids`` ``None``: offsets
@@ -239,13 +241,15 @@ def record_offsets(
 
     Returns the partitions whose copies were replaced after the run planned (the broker's log
     diverged from them), with the offset their ledger was held at: the run's rows from there on
-    are of the replaced copies (each is logged)."""
+    are of the replaced copies (each is logged, unless ``quiet``)."""
     if topic_ids is None:
         known = store.export_offsets(ledger_key)
         offsets = {tp: offset for tp, offset in offsets.items() if tp in known}
     if not offsets:
         return {}
     held = store.record_export_offsets(ledger_key, offsets, topic_ids, lineages)
+    if quiet:
+        return held
     for tp, offset in sorted(held.items()):
         log.warning(
             "export to %s: %s's copies from offset %d on were replaced after the run planned (the "
