@@ -10,6 +10,8 @@
 ``rlm_epoch_offset``  highest offset copied per (partition, leader epoch); only grows.
 ``rlm_offset_tree``   maxima of the COPY_SEGMENT_FINISHED segments per range of start offsets,
                       which makes timestamp and offset lookups O(log n) (see ``metadata.tree``).
+``rlm_lease_claim``   per (partition, broker): how far the broker's log reached when it last wanted
+                      the copy lease another broker held (see ``metadata.claims``).
 ``rlm_retired_topic_id`` the topic ids a partition's remote state belonged to before the topic was
                       deleted and created again under the same name: never adopted again.
 ``rlm_skipped_range`` offset ranges the remote tier will never hold, and why (an operator's skip,
@@ -102,6 +104,20 @@ class PartitionRow(Base):
     lineage: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     """How many times the remote copies were replaced from some offset on (see
     ``metadata.truncation``); each time is a :class:`CopyTruncationRow`."""
+
+
+class LeaseClaimRow(Base):
+    """A broker's claim on a partition's copy lease, replaced at each of its copier passes: its
+    log's position then (see :class:`rlm.metastore.model.LeaseClaim`)."""
+
+    __tablename__ = "rlm_lease_claim"
+
+    partition_id: Mapped[int] = mapped_column(ForeignKey("rlm_partition.id"), primary_key=True)
+    broker_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    topic_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)
+    leader_epoch: Mapped[int] = mapped_column(Integer)
+    last_offset: Mapped[int] = mapped_column(BigInteger)
+    claimed_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
 class SegmentRow(Base):

@@ -12,6 +12,7 @@ from uuid import UUID
 from sqlalchemy import Connection, Engine, Row, Select, delete, insert, select, tuple_, update
 
 from metadata import (
+    claims,
     compaction,
     exports,
     partitions,
@@ -44,6 +45,8 @@ from rlm.errors import (
 from rlm.metastore.compaction import CompactionLease, CompactionOutput, CompactionStore
 from rlm.metastore.model import (
     Lease,
+    LeaseClaim,
+    LogPosition,
     PartitionRecord,
     PartitionState,
     PendingUpload,
@@ -447,7 +450,7 @@ class SqlMetadataStore:
         """See :meth:`rlm.metastore.MetadataStore.acquire_lease`."""
         _check_ttl(ttl_ms)
         with self._transaction(write=True) as conn:
-            return partitions.acquire(
+            lease = partitions.acquire(
                 conn,
                 tp,
                 owner,
@@ -456,6 +459,9 @@ class SqlMetadataStore:
                 incarnation=incarnation,
                 replace_own_incarnation=replace_own_incarnation,
             )
+            if lease is not None:
+                claims.withdraw(conn, tp, owner)
+            return lease
 
     def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease:
         """See :meth:`rlm.metastore.MetadataStore.renew_lease`."""
@@ -473,6 +479,17 @@ class SqlMetadataStore:
         with self._transaction(write=False, snapshot=False) as conn:
             row = partitions.find(conn, tp)
         return None if row is None else lease_from_row(row)
+
+    def claim_lease(self, tp: TopicPartition, broker_id: int, position: LogPosition) -> None:
+        """See :meth:`rlm.metastore.MetadataStore.claim_lease`."""
+        with self._transaction(write=True) as conn:
+            part = partitions.lock(conn, tp)
+            claims.record(conn, int(part.id), broker_id, position, self._clock())
+
+    def lease_claims(self, tp: TopicPartition, *, max_age_ms: int) -> list[LeaseClaim]:
+        """See :meth:`rlm.metastore.MetadataStore.lease_claims`."""
+        with self._transaction(write=False, snapshot=False) as conn:
+            return claims.recent(conn, tp, self._clock() - max_age_ms)
 
     # -- compaction (rlm.metastore.compaction) -------------------------------------------------
 

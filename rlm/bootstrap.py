@@ -224,7 +224,9 @@ def build_runtime(
         raise
     watcher = None
     try:
-        leases = LeaseKeeper(store, settings.broker_id, settings.remote_log_manager_lease_ttl_ms)
+        leases = LeaseKeeper(
+            store, settings.broker_id, settings.remote_log_manager_lease_ttl_ms, metrics=metrics
+        )
         copier = Copier(settings, store, storage, metrics, leases=leases)
         retention = Retention(settings, store, storage, metrics, leases=leases)
         cache = RemoteIndexCache(

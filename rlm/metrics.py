@@ -56,6 +56,11 @@ class Metrics:
             "1 while the remote tier holds records the broker's log diverged from and cannot replace "
             "(the copies hold offsets the local log no longer has)", tp, registry=r,
         )  # fmt: skip
+        self.lease_yields = Counter(
+            "rlm_lease_yields",
+            "Copy leases this sidecar gave up to a broker whose log is ahead of its own (its broker "
+            "was down, or a follower behind)", tp, registry=r,
+        )  # fmt: skip
         self.copy_lag_bytes = Gauge(
             "rlm_copy_lag_bytes", "Bytes of rolled segments below the high watermark not yet tiered", tp,
             registry=r,

@@ -286,7 +286,10 @@ class Tiering:
     def __post_init__(self, given_metrics: Metrics | None) -> None:
         self.metrics = given_metrics or Metrics(self.registry)
         self.leases = LeaseKeeper(
-            self.store, self.settings.broker_id, self.settings.remote_log_manager_lease_ttl_ms
+            self.store,
+            self.settings.broker_id,
+            self.settings.remote_log_manager_lease_ttl_ms,
+            metrics=self.metrics,
         )
 
     @classmethod
@@ -311,7 +314,10 @@ class Tiering:
         """Continue as a restarted sidecar: a new process of the same broker, which draws an
         incarnation of its own (and so takes the broker's leases over at once)."""
         self.leases = LeaseKeeper(
-            self.store, self.settings.broker_id, self.settings.remote_log_manager_lease_ttl_ms
+            self.store,
+            self.settings.broker_id,
+            self.settings.remote_log_manager_lease_ttl_ms,
+            metrics=self.metrics,
         )
 
     def copier(self, *, step: Step = no_step, rate_limiter: RateLimiter | None = None) -> Copier:

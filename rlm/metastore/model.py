@@ -388,3 +388,38 @@ class Lease:
     def is_expired(self, now_ms: int) -> bool:
         """Whether another broker may take the lease over at ``now_ms``."""
         return now_ms >= self.expires_at_ms
+
+
+@dataclass(frozen=True)
+class LogPosition:
+    """How far a replica's log of one partition reaches: its latest leader epoch (from
+    ``leader-epoch-checkpoint``, -1 when it has none) and an offset of it (-1: none).
+
+    ``topic_id`` is the topic id of the broker's ``partition.metadata`` (None without one):
+    positions of two topic ids (a stale replica of a deleted topic) are never compared.
+    """
+
+    topic_id: UUID | None
+    leader_epoch: int
+    offset: int
+
+    def ahead_of(self, other: LogPosition) -> bool:
+        """Whether this position is strictly ahead of ``other``, of the same topic id: a newer
+        leader epoch, or the same one and a higher offset."""
+        if self.topic_id != other.topic_id:
+            return False
+        return (self.leader_epoch, self.offset) > (other.leader_epoch, other.offset)
+
+
+@dataclass(frozen=True)
+class LeaseClaim:
+    """That broker ``broker_id`` wanted the copy lease of a partition while another broker held
+    it, and how far its log reached then. A claim grants nothing: a holder that finds its own log
+    behind gives the lease up (see :mod:`rlm.tiering.leases`)."""
+
+    topic_partition: TopicPartition
+    broker_id: int
+    position: LogPosition
+    """The last offset the claimer could tier (see :class:`rlm.tiering.reach.Reach`)."""
+    claimed_at_ms: int
+    """When, by the metadata store's clock (the one leases expire by)."""

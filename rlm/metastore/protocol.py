@@ -26,6 +26,8 @@ from uuid import UUID
 
 from rlm.metastore.model import (
     Lease,
+    LeaseClaim,
+    LogPosition,
     PartitionRecord,
     PartitionState,
     PendingUpload,
@@ -309,8 +311,9 @@ class MetadataStore(Protocol):
         already held by ``owner``: by the same incarnation, or by another one when
         ``replace_own_incarnation`` (a restarted sidecar fences its previous incarnation at once).
         Every success returns a lease with a higher epoch than any before, recording
-        ``incarnation``. Returns ``None`` while another broker holds an unexpired lease, or another
-        incarnation of ``owner`` does and ``replace_own_incarnation`` is false.
+        ``incarnation``, and withdraws ``owner``'s claim (:meth:`claim_lease`). Returns ``None``
+        while another broker holds an unexpired lease, or another incarnation of ``owner`` does and
+        ``replace_own_incarnation`` is false.
         """
         ...
 
@@ -333,6 +336,21 @@ class MetadataStore(Protocol):
 
     def get_lease(self, tp: TopicPartition) -> Lease | None:
         """The current lease of ``tp``, expired or not, or ``None`` when nobody holds it."""
+        ...
+
+    def claim_lease(self, tp: TopicPartition, broker_id: int, position: LogPosition) -> None:
+        """Record, at the store's time (the one leases expire by), that broker ``broker_id`` wants
+        the copy lease of ``tp`` and how far its log reaches; replaces its previous claim.
+
+        A claim grants nothing and fences nothing: the holder reads the claims
+        (:meth:`lease_claims`) and may give the lease up. Taking the lease withdraws the taker's
+        claim; the others only grow old.
+        """
+        ...
+
+    def lease_claims(self, tp: TopicPartition, *, max_age_ms: int) -> list[LeaseClaim]:
+        """The claims on the copy lease of ``tp`` recorded less than ``max_age_ms`` ago (by the
+        store's time), one per broker, by broker id; empty when there are none."""
         ...
 
     # -- skipped ranges -----------------------------------------------------------------------

@@ -3,7 +3,9 @@
 Per partition and pass:
 
 1. take or renew the partition's copy lease (only one sidecar copies a partition; every write
-   below carries the lease epoch, so a sidecar that lost its lease cannot write);
+   below carries the lease epoch, so a sidecar that lost its lease cannot write), or claim it
+   while another broker holds it; a holder gives it up to a claim ahead of its broker's log
+   (its broker down, or a follower behind: :mod:`rlm.tiering.reach`);
    the broker's topic id (``partition.metadata``) is adopted for the remote state: a topic
    deleted and created again under the same name retires the deleted topic's segments and
    offsets (:mod:`rlm.tiering.topic_identity`);
@@ -64,6 +66,7 @@ from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.lineage_keeper import LineageKeeper
 from rlm.tiering.prepare import PreparedSegment, prepare_segment
+from rlm.tiering.reach import reach
 from rlm.tiering.topic_identity import adopt_local_topic_id
 
 log = logging.getLogger("rlm.copier")
@@ -117,7 +120,7 @@ class Copier:
         rate = settings.remote_log_manager_copy_max_bytes_per_second
         self.rate_limiter = rate_limiter or (RateLimiter(rate) if rate > 0 else None)
         self.leases = leases or LeaseKeeper(
-            store, settings.broker_id, settings.remote_log_manager_lease_ttl_ms
+            store, settings.broker_id, settings.remote_log_manager_lease_ttl_ms, metrics=metrics
         )
         self.stopping = threading.Event()
         """Set on shutdown: the segment in flight finishes, no other starts."""
@@ -153,7 +156,7 @@ class Copier:
         if not self.settings.topic(tp.topic).remote_storage_enable:
             return CopyOutcome(tp, skipped="remote.storage.enable is false")
         try:
-            lease = self.leases.hold(tp)
+            lease = self.leases.hold(tp, reach(partition))
             if lease is None:
                 return CopyOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
             # Before anything is decided with the remote state: it may be a deleted topic's.

@@ -7,6 +7,15 @@ second process was started with the same ``broker.id``: the older one finds its 
 own broker id, says so in a warning, and leaves the partition to the newer one until that lease
 expires or is released, instead of taking it back (each take starts a new epoch, and two processes
 retaking from each other would fence each other's writes forever).
+
+Leases are not tied to leadership, so a holder whose broker's log stopped growing (the broker is
+down, or a follower fell behind) would keep the lease and tier nothing new while the leader's
+local retention deletes what was never tiered. At the start of each copier and retention pass
+the keeper is told how far its broker's log reaches (:mod:`rlm.tiering.reach`): while another
+broker holds the lease, it records a claim in the store; while another broker's live claim
+(younger than the lease's time to live) is ahead of its log, it gives the lease up and does not
+take it again. A claim grants nothing by itself: the claimer takes the lease as any other, and
+every write stays fenced by the lease epoch.
 """
 
 from __future__ import annotations
@@ -16,8 +25,10 @@ import threading
 import uuid
 
 from rlm.errors import RlmError, StaleLeaseError
-from rlm.metastore.model import Lease, TopicPartition
+from rlm.metastore.model import Lease, LeaseClaim, TopicPartition
 from rlm.metastore.protocol import MetadataStore
+from rlm.metrics import Metrics
+from rlm.tiering.reach import Reach
 
 log = logging.getLogger("rlm.leases")
 
@@ -26,7 +37,13 @@ class LeaseKeeper:
     """Takes, renews, forgets and releases the partition leases of one broker's sidecar process."""
 
     def __init__(
-        self, store: MetadataStore, broker_id: int, ttl_ms: int, *, incarnation: uuid.UUID | None = None
+        self,
+        store: MetadataStore,
+        broker_id: int,
+        ttl_ms: int,
+        *,
+        incarnation: uuid.UUID | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.store = store
         self.broker_id = broker_id
@@ -37,19 +54,80 @@ class LeaseKeeper:
         self._taking: dict[TopicPartition, threading.Lock] = {}
         self._yielded: set[TopicPartition] = set()
         """Partitions another live process of this broker id took from this one."""
+        self._outrun: dict[TopicPartition, LeaseClaim] = {}
+        """Partitions left to another broker, whose claim is ahead of this broker's log."""
+        self.metrics = metrics
+        """Counts the leases given up to a claim ahead (none counted without)."""
         self._lock = threading.Lock()
 
-    def hold(self, tp: TopicPartition) -> Lease | None:
+    def hold(self, tp: TopicPartition, reach: Reach | None = None) -> Lease | None:
         """Renew the lease of ``tp`` if held, else try to take it; None while another broker (or
         another process of this broker id, which took it from this one) holds it.
 
+        With ``reach``, how far this broker's log of ``tp`` reaches (told at the start of a pass),
+        the claims decide too: while another broker's claim younger than the lease's time to live
+        is ahead of the log, the lease is given up if held (a warning, ``rlm_lease_yields_total``)
+        and not taken, and without ``reach`` (a renewal within a pass) it is not taken either
+        until a call with one finds no claim ahead; while another broker holds the lease, this
+        broker claims it.
+
         Calls for one partition are serialized: the copier and retention loops ask at the same
         time, and two takes would each start a new lease epoch, fencing the other's writes.
+
+        Raises:
+            MetadataError: the store failed (a lease being given up then expires instead).
         """
         with self._lock:
             taking = self._taking.setdefault(tp, threading.Lock())
         with taking:
-            return self._hold(tp)
+            if reach is None:
+                with self._lock:
+                    if tp in self._outrun:
+                        return None
+                return self._hold(tp)
+            ahead = self._claim_ahead(tp, reach)
+            with self._lock:
+                if ahead is None:
+                    self._outrun.pop(tp, None)
+                else:
+                    self._outrun[tp] = ahead
+            if ahead is not None:
+                self._give_way(tp, ahead, reach)
+                return None
+            lease = self._hold(tp)
+            if lease is None:
+                self.store.claim_lease(tp, self.broker_id, reach.tierable)
+            return lease
+
+    def _claim_ahead(self, tp: TopicPartition, reach: Reach) -> LeaseClaim | None:
+        """The live claim of another broker furthest ahead of this broker's log, if any is."""
+        ahead = [
+            claim
+            for claim in self.store.lease_claims(tp, max_age_ms=self.ttl_ms)
+            if claim.broker_id != self.broker_id and reach.outrun_by(claim.position)
+        ]
+        return max(ahead, key=lambda c: (c.position.leader_epoch, c.position.offset), default=None)
+
+    def _give_way(self, tp: TopicPartition, claim: LeaseClaim, reach: Reach) -> None:
+        """Give the lease of ``tp`` up, if held, to the broker of ``claim``, and say so."""
+        with self._lock:
+            lease = self._leases.pop(tp, None)
+        if lease is None or not self.store.release_lease(lease):
+            return
+        if self.metrics is not None:
+            self.metrics.lease_yields.labels(tp.topic, str(tp.partition)).inc()
+        log.warning(
+            "%s: broker %d's log is ahead of this broker's: it could tier up to offset %d of leader "
+            "epoch %d, this broker's log ends at offset %d of leader epoch %d (this broker is down, "
+            "or behind the leader); the copy lease is given up to broker %d",
+            tp,
+            claim.broker_id,
+            claim.position.offset,
+            claim.position.leader_epoch,
+            reach.held.offset,
+            reach.held.leader_epoch,
+            claim.broker_id,
+        )
 
     def _hold(self, tp: TopicPartition) -> Lease | None:
         with self._lock:
@@ -118,10 +196,16 @@ class LeaseKeeper:
         """Who holds the lease of ``tp``, in words."""
         lease = self.store.get_lease(tp)
         if lease is None:
-            return "nobody"
-        if lease.owner == self.broker_id and lease.incarnation != self.incarnation:
-            return f"another process with broker.id {lease.owner} (incarnation {lease.incarnation})"
-        return f"broker {lease.owner}"
+            who = "nobody"
+        elif lease.owner == self.broker_id and lease.incarnation != self.incarnation:
+            who = f"another process with broker.id {lease.owner} (incarnation {lease.incarnation})"
+        else:
+            who = f"broker {lease.owner}"
+        with self._lock:
+            ahead = self._outrun.get(tp)
+        if ahead is None:
+            return who
+        return f"{who} (this broker leaves it to broker {ahead.broker_id}, whose log is ahead)"
 
     def release_all(self) -> None:
         """Give up every lease (on shutdown) so another sidecar can take over at once."""

@@ -48,6 +48,7 @@ from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.copier import Clock, wall_clock_ms
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.reach import reach
 from rlm.tiering.topic_identity import adopt_local_topic_id
 
 log = logging.getLogger("rlm.retention")
@@ -142,7 +143,7 @@ class Retention:
         self.storage = storage
         self.metrics = metrics
         ttl = settings.remote_log_manager_lease_ttl_ms
-        self.leases = leases or LeaseKeeper(store, settings.broker_id, ttl)
+        self.leases = leases or LeaseKeeper(store, settings.broker_id, ttl, metrics=metrics)
         self.clock = clock
         self.step = step
         self.on_change: Callable[[TopicPartition], None] = lambda tp: None
@@ -163,7 +164,9 @@ class Retention:
         """Apply retention to one partition; never raises for a partition's error."""
         tp = TopicPartition(partition.topic, partition.partition)
         try:
-            lease = self.leases.hold(tp)
+            # With the log's reach, as the copier: retention's passes are short, so while another
+            # broker holds the lease its claim stays fresh even when copier passes are long.
+            lease = self.leases.hold(tp, reach(partition))
             if lease is None:
                 return RetentionOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
             # A deleted topic's remote log start offset and segments are not this topic's.

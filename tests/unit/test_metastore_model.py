@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import uuid
 
 import pytest
 
-from rlm.metastore import ByteRange, IndexType, LeaderEpochEntry, ObjectLayout
+from rlm.metastore import ByteRange, IndexType, LeaderEpochEntry, LogPosition, ObjectLayout
 from tests.metadata_support import LAYOUT, segment
 
 
@@ -58,3 +59,24 @@ def test_layout_finds_index_ranges_and_refuses_bad_ones() -> None:
         ObjectLayout("a", "b", ((IndexType.OFFSET, ByteRange(-1, 1)),))
     with pytest.raises(ValueError, match="empty"):
         ObjectLayout("", "b", ())
+
+
+TOPIC = uuid.UUID(int=1)
+
+
+@pytest.mark.parametrize(
+    ("position", "other", "ahead"),
+    [
+        (LogPosition(TOPIC, 5, 20), LogPosition(TOPIC, 4, 99), True),  # a newer epoch comes first
+        (LogPosition(TOPIC, 4, 99), LogPosition(TOPIC, 5, 20), False),
+        (LogPosition(TOPIC, 4, 30), LogPosition(TOPIC, 4, 29), True),
+        (LogPosition(TOPIC, 4, 29), LogPosition(TOPIC, 4, 29), False),  # equal is not ahead
+        (LogPosition(None, 4, 30), LogPosition(None, 4, 29), True),
+        (LogPosition(uuid.UUID(int=2), 9, 99), LogPosition(TOPIC, 0, 0), False),  # another topic's
+        (LogPosition(TOPIC, 9, 99), LogPosition(None, 0, 0), False),
+    ],
+)
+def test_a_log_position_is_ahead_by_epoch_then_offset_of_the_same_topic_only(
+    position: LogPosition, other: LogPosition, ahead: bool
+) -> None:
+    assert position.ahead_of(other) is ahead

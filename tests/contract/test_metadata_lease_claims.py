@@ -1,0 +1,63 @@
+"""Contract of the claims on copy leases, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import uuid
+
+from metadata.store import SqlMetadataStore
+from rlm.metastore import LeaseClaim, LogPosition, TopicPartition
+from tests.clock import FakeClock
+from tests.metadata_support import TP
+
+TTL = 30_000
+TOPIC_ID = uuid.UUID("6d5b1c2e-0f4a-4c59-9b5e-0123456789ab")
+
+
+def test_a_claim_is_recorded_per_broker_and_replaced_by_the_next(
+    store: SqlMetadataStore, clock: FakeClock[int]
+) -> None:
+    assert store.lease_claims(TP, max_age_ms=TTL) == []  # a partition the store never saw
+    store.claim_lease(TP, 2, LogPosition(TOPIC_ID, 4, 19))
+    first = clock.now
+    clock.advance(1_000)
+    store.claim_lease(TP, 3, LogPosition(None, -1, -1))
+    clock.advance(1_000)
+    store.claim_lease(TP, 2, LogPosition(TOPIC_ID, 5, 49))  # its next pass replaces its claim
+    store.claim_lease(TopicPartition("other", 0), 2, LogPosition(None, 0, 0))
+
+    assert store.lease_claims(TP, max_age_ms=TTL) == [
+        LeaseClaim(TP, 2, LogPosition(TOPIC_ID, 5, 49), first + 2_000),
+        LeaseClaim(TP, 3, LogPosition(None, -1, -1), first + 1_000),
+    ]
+
+
+def test_claims_as_old_as_the_age_asked_for_are_left_out(
+    store: SqlMetadataStore, clock: FakeClock[int]
+) -> None:
+    store.claim_lease(TP, 2, LogPosition(TOPIC_ID, 4, 19))
+    clock.advance(10_000)
+    store.claim_lease(TP, 3, LogPosition(TOPIC_ID, 4, 29))
+    clock.advance(TTL - 10_000 - 1)
+    assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=TTL)] == [2, 3]
+    clock.advance(1)
+    assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=TTL)] == [3]
+    clock.advance(10_000)
+    assert store.lease_claims(TP, max_age_ms=TTL) == []
+
+
+def test_a_claim_grants_nothing_and_taking_the_lease_withdraws_the_takers_claim_only(
+    store: SqlMetadataStore,
+) -> None:
+    held = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
+    assert held is not None
+    store.claim_lease(TP, 2, LogPosition(TOPIC_ID, 9, 1_000))
+    store.claim_lease(TP, 3, LogPosition(TOPIC_ID, 4, 19))
+    assert store.get_lease(TP) == held
+    assert store.acquire_lease(TP, owner=2, ttl_ms=TTL) is None  # still broker 1's
+    assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=TTL)] == [2, 3]
+
+    assert store.release_lease(held)
+    taken = store.acquire_lease(TP, owner=2, ttl_ms=TTL)
+
+    assert taken is not None and taken.epoch == held.epoch + 1
+    assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=TTL)] == [3]
