@@ -27,11 +27,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlm.log.aborted import AbortedIndex
-from rlm.log.model import BatchHeader, Record, TimestampType
+from rlm.log.model import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, Record, TimestampType
 from rlm.log.v2 import decode_v2, encode_v2_batch
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.columns import decode_columns
 from rlm.pipeline.reader import RawBatch
+
+#: The timestamp type's attribute bit (LogAppendTime when set).
+_TIMESTAMP_TYPE_BIT = 0x08
 
 
 @dataclass(frozen=True)
@@ -223,8 +226,19 @@ def _encode(h: BatchHeader, records: list[Record], horizon: int | None) -> bytes
 
 
 def empty_batch(h: BatchHeader) -> bytes:
-    """A header-only batch in place of the batch ``h`` heads (offsets, producer fields kept)."""
-    return _encode(h._replace(attributes=h.attributes & ~0x27), [], None)
+    """A header-only batch in place of the batch ``h`` heads when every batch of an output went:
+    its offsets, leader epoch, timestamp type and max timestamp, and no producer. The producer
+    fields of a batch that went would say what the log no longer does: read by a broker's
+    recovery, those of a marker or a transactional batch open a transaction that nothing closes,
+    those of an idempotent one a sequence the producer is past (Kafka's cleaner keeps a
+    producer's fields only in its last data batch, which compaction keeps)."""
+    plain = h._replace(
+        attributes=h.attributes & _TIMESTAMP_TYPE_BIT,
+        producer_id=NO_PRODUCER_ID,
+        producer_epoch=NO_PRODUCER_EPOCH,
+        base_sequence=NO_SEQUENCE,
+    )
+    return _encode(plain, [], None)
 
 
 def rewrite_batches(

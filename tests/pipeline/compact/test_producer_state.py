@@ -1,0 +1,173 @@
+"""What compaction leaves of producers: their sequence and epoch, and their transactions' bounds,
+as Kafka's cleaner leaves them (``LogCleaner``'s ``isBatchLastRecordOfProducer`` and
+``CleanedTransactionMetadata``).
+
+A broker (or rlm, without a producer snapshot: :mod:`rlm.pipeline.stable`) rebuilds producer state
+by reading the batches' headers: each producer's last data batch gives its sequence and epoch, a
+transactional batch opens its producer's transaction and a marker closes it. So compaction must
+leave no batch saying what the log did not say, keep each producer's last data batch (empty when
+its records go) and keep a transaction's marker while a batch of the transaction stays.
+
+Each topic of :func:`write_producer_logs` is one case, compacted at :data:`NOW` (stamping the
+horizons) and again after them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from kafka.record import MemoryRecords
+
+from rlm.config import Settings
+from rlm.log.batches import parse_header
+from rlm.log.dirwriter import LogDirWriter
+from rlm.log.model import ControlType
+from rlm.log.recovery import TransactionTracker, track_transactions
+from rlm.log.writer import ProducerRecord, TopicConfig
+from rlm.metastore.model import TopicPartition
+from rlm.pipeline.compact.engine import InProcessEngine
+from rlm.pipeline.compact.job import CompactOptions, CompactReport, compact
+from rlm.pipeline.storage import StorageSpec
+from tests.pipeline.compact.support import WRITTEN_AT, compacting
+from tests.pipeline.conftest import make_tier
+from tests.pipeline.tiers import Tier
+
+#: Producer 7 commits K=a (0, 1); K=a is written again (2); producer 7 then opens a transaction
+#: (3) whose marker is not tiered. Segment [0, 1] loses every batch once the marker's horizon
+#: passes.
+EMPTIED = TopicPartition("emptied", 0)
+#: Producer 7's only transaction: K=a committed (0, 1); K=a is written again (2), K=b (3).
+LAST_DATA = TopicPartition("last-data", 0)
+CASES = (EMPTIED, LAST_DATA)
+PID, EPOCH = 7, 3
+NOW = WRITTEN_AT + 3_600_000
+#: ``delete.retention.ms`` of the cases: each run after the first is past the horizons it stamped.
+RETENTION = 1000
+RUNS = (NOW, NOW + 5 * RETENTION, NOW + 10 * RETENTION)
+
+
+def write_producer_logs(logs: Path) -> None:
+    """The log of every case (see the constants above), each ending with an active segment."""
+    txn: dict[str, Any] = {"producer_id": PID, "producer_epoch": EPOCH}
+    with LogDirWriter(logs, clock=lambda: WRITTEN_AT, default_config=TopicConfig()) as writer:
+        log = writer.partition(EMPTIED.topic, 0)
+        log.append([ProducerRecord(WRITTEN_AT, b"a", b"1")], base_sequence=0, transactional=True, **txn)
+        log.append_control(ControlType.COMMIT, **txn)  # 1
+        log.roll()
+        log.append([ProducerRecord(WRITTEN_AT, b"a", b"2")])  # 2
+        log.append([ProducerRecord(WRITTEN_AT, b"c", b"open")], base_sequence=1, transactional=True, **txn)
+        log.roll()
+        log.append([ProducerRecord(WRITTEN_AT, b"tail", b"active")])  # 4
+
+        log = writer.partition(LAST_DATA.topic, 0)
+        log.append(
+            [ProducerRecord(WRITTEN_AT, b"a", b"1"), ProducerRecord(WRITTEN_AT, b"x", None)],
+            base_sequence=0,
+            transactional=True,
+            **txn,
+        )  # 0, 1
+        log.append_control(ControlType.COMMIT, **txn)  # 2
+        log.roll()
+        log.append([ProducerRecord(WRITTEN_AT, b"a", b"2"), ProducerRecord(WRITTEN_AT, b"x", b"3")])  # 3, 4
+        log.append([ProducerRecord(WRITTEN_AT, b"b", b"4")])  # 5
+        log.roll()
+        log.append([ProducerRecord(WRITTEN_AT, b"tail", b"active")])  # 6
+
+
+def producer_settings(settings: Settings) -> Settings:
+    base = compacting(settings, delete_retention_ms=RETENTION).topic("users")
+    return settings.replace(topic_overrides={tp.topic: dataclasses.replace(base) for tp in CASES})
+
+
+def compact_at(tier: Tier, now: int) -> CompactReport:
+    settings = producer_settings(tier.settings)
+    spec = StorageSpec.from_settings(settings)
+    storage = tier.open_storage()
+    try:
+        with tier.open_store() as store:
+            return compact(
+                store, storage, spec, InProcessEngine(spec), settings, CompactOptions(), now_ms=now
+            )
+    finally:
+        storage.close()
+
+
+@pytest.fixture
+def compacted(request: pytest.FixtureRequest, tmp_path: Path) -> Tier:
+    """The cases compacted at each of :data:`RUNS` by the reference."""
+    tier = make_tier("sqlite-fs", request, tmp_path, write_producer_logs)
+    for now in RUNS:
+        report = compact_at(tier, now)
+        assert not report.failed, report.to_json()
+    return tier
+
+
+class Batch(NamedTuple):
+    """A batch of the remote tier as kafka-python reads it."""
+
+    base_offset: int
+    last_offset: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    transactional: bool
+    control: bool
+    records: int
+
+
+def tier_logs(tier: Tier, tp: TopicPartition) -> list[bytes]:
+    """The ``.log`` bytes of the partition's finished segments, in offset order."""
+    storage = tier.open_storage()
+    try:
+        return [storage.read_range(r.layout.log_key, 0, r.size_bytes) for r in tier.finished(tp)]
+    finally:
+        storage.close()
+
+
+def batches(tier: Tier, tp: TopicPartition) -> list[Batch]:
+    out = []
+    for data in tier_logs(tier, tp):
+        memory = MemoryRecords(data)
+        while (b := memory.next_batch()) is not None:
+            last = b.base_offset + b.last_offset_delta
+            out.append(
+                Batch(
+                    b.base_offset,
+                    last,
+                    b.producer_id,
+                    b.producer_epoch,
+                    b.base_sequence,
+                    b.is_transactional,
+                    b.is_control_batch,
+                    len(list(b)),
+                )
+            )
+    return out
+
+
+def open_after_scan(tier: Tier, tp: TopicPartition) -> dict[int, int]:
+    """The transactions open at the end of the tier, found as a broker's recovery (and rlm without
+    a producer snapshot) finds them: every batch's header, in order, from offset 0."""
+    tracker = TransactionTracker()
+    for data in tier_logs(tier, tp):
+        pos = 0
+        while pos < len(data):
+            header = parse_header(data, pos)
+            track_transactions(header, tracker, data[pos : pos + header.size], tp.topic)
+            pos += header.size
+    return tracker.ongoing
+
+
+def test_an_output_that_loses_every_batch_opens_no_transaction(compacted: Tier) -> None:
+    got = batches(compacted, EMPTIED)
+    placeholder = [b for b in got if b.last_offset == 1]
+    assert placeholder, got  # the range [0, 1] is still covered
+    # it holds nothing and stands for no producer: the batch it replaces went
+    assert [(b.records, b.producer_id, b.transactional, b.control) for b in placeholder] == [
+        (0, -1, False, False)
+    ]
+    # producer 7's open transaction starts at 3, not at the placeholder
+    assert open_after_scan(compacted, EMPTIED) == {PID: 3}
