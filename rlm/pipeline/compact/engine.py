@@ -71,8 +71,11 @@ class Engine(Protocol):
 
 def segment_change(facts: Sequence[Fact], decisions: Decisions) -> SegmentChange:
     """What the decisions change in one segment whose facts are ``facts``."""
-    removed = stamped = kept = 0
+    removed = stamped = kept = total = 0
     for f in facts:
+        if f.kind == Kind.EMPTY:  # no record: the batch is copied as it is
+            continue
+        total += 1
         touched = not f.is_held and f.batch_last <= decisions.end
         if touched and f.offset not in decisions.kept:
             removed += 1
@@ -82,7 +85,7 @@ def segment_change(facts: Sequence[Fact], decisions: Decisions) -> SegmentChange
         tombstone = f.kind == Kind.DATA and f.tombstone
         if touched and not f.has_horizon and (marker or tombstone):
             stamped += 1
-    return SegmentChange(removed, stamped, kept, len(facts))
+    return SegmentChange(removed, stamped, kept, total)
 
 
 def keep_for(decisions: Decisions, plan: OutputPlan) -> Keep:

@@ -1,5 +1,6 @@
 """The first stage of compaction: one task per input segment reads it and emits, per record, what
-the rules need (:class:`~rlm.pipeline.compact.rules.Fact`) as Arrow rows of :data:`FACT_SCHEMA`.
+the rules need (:class:`~rlm.pipeline.compact.rules.Fact`) as Arrow rows of :data:`FACT_SCHEMA`,
+and one row per empty data batch (:attr:`~rlm.pipeline.compact.rules.Kind.EMPTY`).
 
 Records are decoded by :func:`rlm.pipeline.columns.decode_columns`. A segment that cannot be read
 (a CRC mismatch, a batch that does not decode, a missing object) yields one *error row* instead
@@ -20,6 +21,7 @@ import pyarrow.compute as pc
 
 from rlm.errors import CorruptDataError, RlmError
 from rlm.log.aborted import AbortedIndex
+from rlm.log.model import BatchHeader
 from rlm.pipeline.columns import decode_columns
 from rlm.pipeline.compact.rules import Fact, Kind, Strategy, order_key
 from rlm.pipeline.plan import SegmentSummary
@@ -100,18 +102,57 @@ def _facts(storage: RemoteStorage, summary: SegmentSummary, options: FactOptions
     reader = SegmentReader(storage, summary)
     aborted = AbortedIndex(summary.aborted)
     pending: list[RawBatch] = []
+    empty: list[BatchHeader] = []
     for batch in reader.batches():
         h = batch.header
-        if h.last_offset < summary.read_from or h.record_count == 0:
+        if h.last_offset < summary.read_from:
             continue
         if h.base_offset > summary.read_to:
             break
+        if h.record_count == 0:
+            if h.magic >= 2 and not h.is_control and h.last_offset <= summary.read_to:
+                empty.append(h)
+            continue
         pending.append(batch)
         if len(pending) >= _BATCHES_PER_DECODE:
             yield _decode(summary, pending, aborted, options)
             pending = []
     if pending:
         yield _decode(summary, pending, aborted, options)
+    if empty:
+        yield empty_batch_facts(summary, empty, aborted)
+
+
+def empty_batch_facts(
+    summary: SegmentSummary, headers: Sequence[BatchHeader], aborted: AbortedIndex
+) -> pa.RecordBatch:
+    """One row per empty data batch (:attr:`~rlm.pipeline.compact.rules.Kind.EMPTY`), at its last
+    offset: it holds no record, but its producer's state and its transaction."""
+    tp = summary.topic_partition
+    rows = [
+        {
+            "topic": tp.topic,
+            "partition": tp.partition,
+            "segment_id": summary.segment_id,
+            "offset": h.last_offset,
+            "batch_last": h.last_offset,
+            "kind": Kind.EMPTY,
+            "key": None,
+            "o1": 0,
+            "o2": 0,
+            "tombstone": False,
+            "aborted": aborted.is_aborted(h),
+            "producer_id": h.producer_id,
+            "transactional": h.is_transactional,
+            "horizon_passed": False,
+            "has_horizon": h.has_delete_horizon,
+            "young": False,
+            "held": not summary.read_whole,
+            "error": None,
+        }
+        for h in headers
+    ]
+    return pa.RecordBatch.from_pylist(rows, schema=FACT_SCHEMA)
 
 
 def _decode(

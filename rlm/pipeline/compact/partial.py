@@ -5,9 +5,10 @@ them with Arrow compute before anything crosses into the JVM, so that Spark sees
 a partition and a segment are numbers (:attr:`SegmentIds.ids`), not strings.
 
 * :class:`FewFacts` (stage ``read keys``): the rows the compactable end and the transaction rules
-  need: error rows, control records, transactional data records, the partition's last record,
-  one row per batch of facts with its first young offset (kind :data:`YOUNG`) and one per
-  producer with its last batch's last offset (kind :data:`PRODUCER_LAST`).
+  need: error rows, control records, transactional data records and empty batches, the
+  partition's last record, one row per batch of facts with its first young offset (kind
+  :data:`YOUNG`) and one per producer with its last data batch's last offset (kind
+  :data:`PRODUCER_LAST`).
 * :class:`Candidates` (stage ``pick winners``, once the ends are known): each key's best
   candidate in the segment (highest ``(o1, o2, offset)``, with ``held_any``: whether a held
   candidate of the key is among them) and one row counting the segment's records and those
@@ -124,12 +125,10 @@ def few_rows(batch: pa.RecordBatch, part: int, seg: int, last: int) -> list[pa.R
     """The rows of one batch of facts that the ends and the transaction rules need."""
     kind = batch.column("kind")
     offset = batch.column("offset")
+    data = pc.or_(pc.equal(kind, _int8(Kind.DATA)), pc.equal(kind, _int8(Kind.EMPTY)))
     wanted = pc.or_(
         pc.or_(pc.equal(kind, _int8(ERROR_KIND)), pc.equal(kind, _int8(Kind.CONTROL))),
-        pc.or_(
-            pc.and_(pc.equal(kind, _int8(Kind.DATA)), batch.column("transactional")),
-            pc.equal(offset, _int64(last)),
-        ),
+        pc.or_(pc.and_(data, batch.column("transactional")), pc.equal(offset, _int64(last))),
     )
     parts = [_numbered(batch.filter(wanted), part, seg, FEW_SCHEMA)]
     young = pc.min(pc.filter(offset, batch.column("young"))).as_py()
@@ -139,7 +138,8 @@ def few_rows(batch: pa.RecordBatch, part: int, seg: int, last: int) -> list[pa.R
     producers = pa.table(
         {"producer_id": batch.column("producer_id"), "batch_last": batch.column("batch_last")}
     )
-    producers = producers.filter(pc.greater_equal(producers.column("producer_id"), _int64(0)))
+    # a producer's last data batch: markers are not data batches (see rules.last_data_batches)
+    producers = producers.filter(pc.and_(data, pc.greater_equal(producers.column("producer_id"), _int64(0))))
     if producers.num_rows:
         lasts = producers.group_by("producer_id").aggregate([("batch_last", "max")])
         lasts = lasts.rename_columns({"batch_last_max": "batch_last"})
@@ -162,11 +162,13 @@ class Candidates(SegmentIds):
             return
         best: list[pa.Table] = []
         total = touched = 0
-        for batch in self.read(storage, summary):
-            if pc.any(pc.equal(batch.column("kind"), _int8(ERROR_KIND))).as_py():
+        for facts in self.read(storage, summary):
+            if pc.any(pc.equal(facts.column("kind"), _int8(ERROR_KIND))).as_py():
                 # read by the first stage, failing now: the partition fails (no winner is missing)
-                yield _numbered(batch.select(["error"]), part, seg, CANDIDATE_SCHEMA)
+                yield _numbered(facts.select(["error"]), part, seg, CANDIDATE_SCHEMA)
                 return
+            # an empty batch is no record: it is copied as it is
+            batch = facts.filter(pc.not_equal(facts.column("kind"), _int8(Kind.EMPTY)))
             kind = batch.column("kind")
             held = pc.or_(batch.column("held"), pc.equal(kind, _int8(Kind.LEGACY)))
             in_range = pc.less_equal(batch.column("batch_last"), _int64(end))

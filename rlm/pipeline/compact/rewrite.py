@@ -6,8 +6,8 @@ compressed again); its max timestamp is recomputed from the records kept (LogApp
 keep theirs). A batch that keeps a tombstone, or a transaction marker of an emptied transaction,
 gets a delete horizon (attribute bit 6, ``baseTimestamp`` = now + ``delete.retention.ms``) unless
 it has one. A data batch emptied of records stays as an empty, header-only batch when it is its
-producer's last batch (the producer's sequence state lives there), else it goes; an emptied
-control batch goes. Batches past the compactable end, legacy batches and empty batches are
+producer's last data batch (the producer's sequence and epoch live there), else it goes; an
+emptied control batch goes. Batches past the compactable end, legacy batches and empty batches are
 copied byte for byte.
 
 Records are read with :func:`rlm.pipeline.columns.decode_columns`, the pipeline's one decoder.

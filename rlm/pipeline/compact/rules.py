@@ -24,8 +24,15 @@ The rules (issue §3):
 * A tombstone whose batch's delete horizon has passed is removed, unless a held record of its key
   stays below it (removing it would bring that record's value back); a kept tombstone's batch is
   stamped with a horizon when it has none.
-* A transaction marker is removed when no record of its transaction is kept or held and its
-  batch's delete horizon has passed; a kept marker of an emptied transaction gets a horizon.
+* Each producer's last data batch stays, empty when its records go (Kafka's cleaner keeps it for
+  the producer's sequence and epoch: ``isBatchLastRecordOfProducer``). It is the last batch of
+  records, not a marker after it: a transactional producer's last batch is a marker, and Kafka's
+  ``lastDataOffset`` is the last data batch before it. Batches emptied by an earlier run are
+  facts too (:attr:`Kind.EMPTY`, one per batch): they may be that batch.
+* A transaction marker is removed when no batch of its transaction stays (a record kept or held,
+  the producer's last data batch, an empty batch) and its batch's delete horizon has passed (a
+  transactional batch without its marker opens a transaction that nothing closes, to a reader
+  rebuilding producer state from the log); a kept marker of an emptied transaction gets a horizon.
 """
 
 from __future__ import annotations
@@ -105,6 +112,10 @@ class Kind(enum.IntEnum):
     CONTROL = 1
     LEGACY = 2
     """A record of a v0/v1 batch: held (kept as it is)."""
+    EMPTY = 3
+    """An empty v2 data batch (one an earlier compaction emptied and kept): one fact per batch, at
+    its last offset, with no key. It is no record: it stays as it is, holds its producer's state
+    and keeps its transaction's marker."""
 
 
 class Fact(NamedTuple):
@@ -151,8 +162,8 @@ class Decisions:
     """Offsets of kept control records whose transaction has no kept record (their batch gets a
     delete horizon)."""
     last_batches: frozenset[int]
-    """Last offset of each producer's last batch in the tiered range (an emptied batch there is
-    kept empty, to keep the producer's sequence)."""
+    """Last offset of each producer's last data batch in the tiered range (an emptied batch there
+    is kept empty, to keep the producer's sequence and epoch; see :func:`last_data_batches`)."""
 
 
 def compactable_end(facts: Sequence[Fact], last: int) -> int:
@@ -173,6 +184,16 @@ def compactable_end(facts: Sequence[Fact], last: int) -> int:
     return end
 
 
+def last_data_batches(facts: Iterable[Fact]) -> dict[int, int]:
+    """Producer id → last offset of its last data batch (records or empty; markers are not data
+    batches: Kafka's ``lastDataOffset``)."""
+    lasts: dict[int, int] = {}
+    for f in facts:
+        if f.producer_id >= 0 and f.kind in (Kind.DATA, Kind.EMPTY):
+            lasts[f.producer_id] = max(lasts.get(f.producer_id, -1), f.batch_last)
+    return lasts
+
+
 def decide(facts: Sequence[Fact], last: int) -> Decisions:
     """The reference compaction of one partition: ``facts`` of every record of the tiered range,
     in offset order; ``last`` the highest tiered offset."""
@@ -180,7 +201,7 @@ def decide(facts: Sequence[Fact], last: int) -> Decisions:
     winners: dict[bytes, Fact] = {}
     held_keys: set[bytes] = set()
     for f in facts:
-        if f.kind != Kind.CONTROL and f.batch_last <= end and f.key is not None and not f.aborted:
+        if f.kind in (Kind.DATA, Kind.LEGACY) and f.batch_last <= end and f.key is not None and not f.aborted:
             if f.is_held:
                 held_keys.add(f.key)
             best = winners.get(f.key)
@@ -195,13 +216,17 @@ def decide(facts: Sequence[Fact], last: int) -> Decisions:
         gone = f.tombstone and f.horizon_passed and f.key not in held_keys
         if f.offset == last or (f.offset in winning and not gone):
             kept.add(f.offset)
-    # Each transactional record belongs to the next marker of its producer.
+    last_batches = frozenset(last_data_batches(facts).values())
+    # Each transactional batch belongs to the next marker of its producer.
     live: set[int] = set()
     pending: dict[int, bool] = {}
     empty: set[int] = set()
     for f in facts:
-        if f.kind == Kind.DATA and f.transactional:
-            alive = f.batch_last > end or f.is_held or f.offset in kept
+        if f.kind == Kind.EMPTY and f.transactional:
+            pending[f.producer_id] = True
+        elif f.kind == Kind.DATA and f.transactional:
+            # the producer's last data batch stays (empty when its records go)
+            alive = f.batch_last > end or f.is_held or f.offset in kept or f.batch_last in last_batches
             pending[f.producer_id] = pending.get(f.producer_id, False) or alive
         elif f.kind == Kind.CONTROL:
             if pending.pop(f.producer_id, False):
@@ -213,8 +238,4 @@ def decide(facts: Sequence[Fact], last: int) -> Decisions:
             elif f.offset == last or not f.horizon_passed:
                 kept.add(f.offset)
                 empty.add(f.offset)
-    last_batches: dict[int, int] = {}
-    for f in facts:
-        if f.producer_id >= 0:
-            last_batches[f.producer_id] = max(last_batches.get(f.producer_id, -1), f.batch_last)
-    return Decisions(end, last, frozenset(kept), frozenset(empty), frozenset(last_batches.values()))
+    return Decisions(end, last, frozenset(kept), frozenset(empty), last_batches)

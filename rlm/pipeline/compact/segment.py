@@ -7,7 +7,7 @@ its offset, time and transaction indexes are built as Kafka's recovery builds th
 bytes written (the transactions open at its start come from the producer snapshot taken there or,
 without one, from the aborted transactions spanning its start, so that a kept ABORT marker's
 entry still covers its records before the output); its producer snapshot is its last input's
-(compaction keeps every producer's last batch, so the producer state at its end is unchanged) and
+(compaction keeps every producer's last data batch, so the producer state at its end is unchanged) and
 its leader epochs are its inputs'.
 """
 

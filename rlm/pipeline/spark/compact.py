@@ -2,7 +2,8 @@
 
 1. ``read keys``: one task per input segment reads it and hands Spark only what the compactable
    end and the transaction rules need (:class:`~rlm.pipeline.compact.partial.FewFacts`: control
-   and transactional records, first young offsets, producers' last batches). One job gives the
+   and transactional records and empty batches, first young offsets, producers' last data
+   batches). One job gives the
    failed segments, then one the end per partition.
 2. ``pick winners``: one task per segment reads it again and hands Spark each key's best record
    in the segment (:class:`~rlm.pipeline.compact.partial.Candidates`); the winner per (partition,
@@ -245,19 +246,19 @@ class SparkEngine:
             .unionByName(last_kept.select(*shape))
             .dropDuplicates([PART, "offset"])
         )
-        controls = self._controls(records.withColumn("touch", touch), kept_data)
+        self._last_batches = self._cache(
+            few.filter(kind == PRODUCER_LAST)
+            .join(limits, PART)
+            .groupBy(PART, "producer_id")
+            .agg(sf.max("batch_last").alias("offset"))
+        )
+        controls = self._controls(records.withColumn("touch", touch), kept_data, self._last_batches)
         kept = self._cache(
             kept_data.select(*shape, sf.lit(False).alias("empty_marker")).unionByName(
                 controls.select(*shape, "empty_marker")
             )
         )
         self._kept = kept
-        self._last_batches = (
-            few.filter(kind == PRODUCER_LAST)
-            .join(limits, PART)
-            .groupBy(PART, "producer_id")
-            .agg(sf.max("batch_last").alias("offset"))
-        )
         stamped = sf.col("has_horizon").__invert__() & (sf.col("empty_marker") | sf.col("tombstone"))
         per_segment = kept.groupBy(PART, "seg").agg(
             sf.count(sf.lit(1)).alias("kept"), sf.sum(_flag(stamped)).alias("stamped")
@@ -289,12 +290,18 @@ class SparkEngine:
         return failed
 
     @staticmethod
-    def _controls(records: DataFrame, kept_data: DataFrame) -> DataFrame:
-        """The control records kept, with ``empty_marker`` (their transaction has no record left):
-        windows over the transactional records and markers only."""
+    def _controls(records: DataFrame, kept_data: DataFrame, last_batches: DataFrame) -> DataFrame:
+        """The control records kept, with ``empty_marker`` (their transaction has no batch left):
+        windows over the transactional batches (records and empty batches) and markers only."""
         kind, offset = sf.col("kind"), sf.col("offset")
-        txn = records.filter((kind == Kind.CONTROL) | ((kind == Kind.DATA) & sf.col("transactional"))).join(
-            kept_data.select(PART, "offset", sf.lit(True).alias("kept_data")), [PART, "offset"], "left"
+        data = kind.isin(int(Kind.DATA), int(Kind.EMPTY))
+        lasts = last_batches.select(
+            PART, sf.col("offset").alias("batch_last"), sf.lit(True).alias("last_batch")
+        )
+        txn = (
+            records.filter((kind == Kind.CONTROL) | (data & sf.col("transactional")))
+            .join(kept_data.select(PART, "offset", sf.lit(True).alias("kept_data")), [PART, "offset"], "left")
+            .join(lasts, [PART, "batch_last"], "left")
         )
         above = (
             Window.partitionBy(PART, "producer_id")
@@ -305,11 +312,14 @@ class SparkEngine:
             "marker_of",
             sf.when(sf.col("transactional"), sf.min(sf.when(kind == Kind.CONTROL, offset)).over(above)),
         )
-        alive = (
-            (kind == Kind.DATA)
-            & sf.col("transactional")
-            & (~sf.col("touch") | sf.coalesce(sf.col("kept_data"), sf.lit(False)))
+        # a batch stays: not touched, a record kept, its producer's last data batch, empty already
+        stays = (
+            ~sf.col("touch")
+            | sf.coalesce(sf.col("kept_data"), sf.lit(False))
+            | sf.coalesce(sf.col("last_batch"), sf.lit(False))
+            | (kind == Kind.EMPTY)
         )
+        alive = data & sf.col("transactional") & stays
         transaction = Window.partitionBy(PART, "producer_id", "marker_of")
         txn = txn.withColumn("live", sf.max(_flag(alive)).over(transaction) == 1)
         kept_control = (

@@ -229,11 +229,14 @@ def test_a_held_transactional_record_keeps_its_marker() -> None:
         fact(1, b"K", aborted=True, held=True, **txn),
         fact(2, None, kind=Kind.CONTROL, horizon_passed=True, **txn),
         fact(3, b"other"),
+        # the producer's next transaction: its last data batch is not the aborted one
+        fact(4, b"next", **txn),
+        fact(5, None, kind=Kind.CONTROL, **txn),
     ]
-    decided = decide(facts, last=3)
-    assert decided.kept == {2, 3} and not decided.empty_markers
+    decided = decide(facts, last=5)
+    assert decided.kept == {2, 3, 4, 5} and not decided.empty_markers
     facts[0] = fact(1, b"K", aborted=True, **txn)
-    assert decide(facts, last=3).kept == {3}
+    assert decide(facts, last=5).kept == {3, 4, 5}
 
 
 # -- the transaction index of an output whose start state is unknown ------------------------------

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from kafka.record import MemoryRecords
+from pyspark.sql import SparkSession
 
 from rlm.config import Settings
 from rlm.log.batches import parse_header
@@ -28,8 +29,9 @@ from rlm.log.model import ControlType
 from rlm.log.recovery import TransactionTracker, track_transactions
 from rlm.log.writer import ProducerRecord, TopicConfig
 from rlm.metastore.model import TopicPartition
-from rlm.pipeline.compact.engine import InProcessEngine
+from rlm.pipeline.compact.engine import Engine, InProcessEngine
 from rlm.pipeline.compact.job import CompactOptions, CompactReport, compact
+from rlm.pipeline.spark.compact import SparkEngine
 from rlm.pipeline.storage import StorageSpec
 from tests.pipeline.compact.support import WRITTEN_AT, compacting
 from tests.pipeline.conftest import make_tier
@@ -82,25 +84,28 @@ def producer_settings(settings: Settings) -> Settings:
     return settings.replace(topic_overrides={tp.topic: dataclasses.replace(base) for tp in CASES})
 
 
-def compact_at(tier: Tier, now: int) -> CompactReport:
+def compact_runs(tier: Tier, spark: SparkSession | None = None) -> list[CompactReport]:
+    """Compact the cases at each of :data:`RUNS` (on Spark when given ``spark``, by the reference
+    otherwise)."""
     settings = producer_settings(tier.settings)
     spec = StorageSpec.from_settings(settings)
-    storage = tier.open_storage()
-    try:
-        with tier.open_store() as store:
-            return compact(
-                store, storage, spec, InProcessEngine(spec), settings, CompactOptions(), now_ms=now
-            )
-    finally:
-        storage.close()
+    reports = []
+    for now in RUNS:
+        engine: Engine = InProcessEngine(spec) if spark is None else SparkEngine(spark, spec, progress=False)
+        storage = tier.open_storage()
+        try:
+            with tier.open_store() as store:
+                reports.append(compact(store, storage, spec, engine, settings, CompactOptions(), now_ms=now))
+        finally:
+            storage.close()
+    return reports
 
 
 @pytest.fixture
 def compacted(request: pytest.FixtureRequest, tmp_path: Path) -> Tier:
     """The cases compacted at each of :data:`RUNS` by the reference."""
     tier = make_tier("sqlite-fs", request, tmp_path, write_producer_logs)
-    for now in RUNS:
-        report = compact_at(tier, now)
+    for report in compact_runs(tier):
         assert not report.failed, report.to_json()
     return tier
 
@@ -171,3 +176,31 @@ def test_an_output_that_loses_every_batch_opens_no_transaction(compacted: Tier) 
     ]
     # producer 7's open transaction starts at 3, not at the placeholder
     assert open_after_scan(compacted, EMPTIED) == {PID: 3}
+
+
+def test_a_producers_last_data_batch_stays_empty_with_its_marker(compacted: Tier) -> None:
+    got = batches(compacted, LAST_DATA)
+    # K=a and x went from batch [0, 1]; it stays, empty, with the producer's sequence and epoch
+    assert Batch(0, 1, PID, EPOCH, 0, True, False, 0) in got
+    # its transaction's marker stays while it does: without it the batch would open a transaction
+    assert [b for b in got if b.control] == [Batch(2, 2, PID, EPOCH, -1, True, True, 1)]
+    assert open_after_scan(compacted, LAST_DATA) == {}
+
+
+@pytest.mark.usefixtures("aws_env")
+def test_spark_keeps_what_the_reference_keeps_of_producers(
+    spark: SparkSession, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    reference = make_tier("sqlite-fs", request, tmp_path / "reference", write_producer_logs)
+    on_spark = make_tier("sqlite-fs", request, tmp_path / "spark", write_producer_logs)
+    expected = compact_runs(reference)
+    got = compact_runs(on_spark, spark)
+    for mine, theirs in zip(got, expected, strict=True):
+        assert not mine.failed, mine.to_json()
+        assert [(p.topic_partition, p.status, p.counts) for p in mine.partitions] == [
+            (p.topic_partition, p.status, p.counts) for p in theirs.partitions
+        ]
+    for tp in CASES:
+        assert batches(on_spark, tp) == batches(reference, tp), tp
+    assert Batch(0, 1, PID, EPOCH, 0, True, False, 0) in batches(on_spark, LAST_DATA)
+    assert open_after_scan(on_spark, LAST_DATA) == {}

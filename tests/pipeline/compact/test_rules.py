@@ -168,11 +168,14 @@ def test_aborted_records_go_and_their_marker_waits_for_its_horizon() -> None:
         fact(1, b"b", aborted=True, **txn),
         fact(2, None, kind=Kind.CONTROL, **txn),
         fact(3, b"z"),
+        # the producer's next transaction: its last data batch is not the aborted one
+        fact(4, b"y", **txn),
+        fact(5, None, kind=Kind.CONTROL, **txn),
     ]
-    decided = decide(facts, last=3)
-    assert decided.kept == {2, 3} and decided.empty_markers == {2}
+    decided = decide(facts, last=5)
+    assert decided.kept == {2, 3, 4, 5} and decided.empty_markers == {2}
     facts[2] = fact(2, None, kind=Kind.CONTROL, horizon_passed=True, **txn)
-    assert decide(facts, last=3).kept == {3}
+    assert decide(facts, last=5).kept == {3, 4, 5}
 
 
 def test_a_committed_marker_stays_while_a_record_of_its_transaction_does() -> None:
@@ -186,7 +189,32 @@ def test_a_committed_marker_stays_while_a_record_of_its_transaction_does() -> No
     decided = decide(facts, last=3)
     assert decided.kept == {1, 2, 3} and not decided.empty_markers
     facts.append(fact(4, b"b"))
-    assert decide(facts, last=4).kept == {3, 4}  # the transaction is empty, its horizon passed
+    # the producer's last data batch stays, empty: so does the marker of its transaction
+    assert decide(facts, last=4).kept == {2, 3, 4}
+    facts += [fact(5, b"c", **txn), fact(6, None, kind=Kind.CONTROL, **txn)]
+    assert decide(facts, last=6).kept == {3, 4, 5, 6}  # the transaction is empty, its horizon passed
+
+
+def test_the_last_data_batch_of_a_producer_keeps_its_transactions_marker() -> None:
+    # Kafka's cleaner keeps the batch of a producer's last data offset (a marker is no data
+    # batch), empty when its records go; the marker after it stays while it does.
+    txn: dict[str, Any] = {"producer_id": 7, "transactional": True}
+    facts = [
+        fact(0, b"a", batch_last=1, **txn),
+        fact(1, b"b", batch_last=1, **txn),
+        fact(2, None, kind=Kind.CONTROL, horizon_passed=True, **txn),
+        fact(3, b"a"),
+        fact(4, b"b"),
+    ]
+    decided = decide(facts, last=4)
+    assert decided.last_batches == {1}
+    assert decided.kept == {2, 3, 4} and not decided.empty_markers
+    aborted = [f._replace(aborted=True) if f.offset < 2 else f for f in facts]
+    assert decide(aborted, last=4).kept == {2, 3, 4}  # an ABORT marker too
+    # once emptied (an earlier run), the batch is a fact of its own: the marker still stays
+    emptied = [fact(1, None, kind=Kind.EMPTY, **txn), *facts[2:]]
+    assert decide(emptied, last=4).kept == {2, 3, 4}
+    assert decide(emptied, last=4).last_batches == {1}
 
 
 def test_young_records_and_open_transactions_end_the_compactable_range() -> None:
