@@ -73,11 +73,15 @@ def segment_change(facts: Sequence[Fact], decisions: Decisions) -> SegmentChange
     """What the decisions change in one segment whose facts are ``facts``."""
     removed = stamped = kept = total = 0
     for f in facts:
-        if f.kind == Kind.EMPTY:  # no record: the batch is copied as it is
-            continue
         total += 1
         touched = not f.is_held and f.batch_last <= decisions.end
-        if touched and f.offset not in decisions.kept:
+        # an empty batch (no record) stays while it is its producer's last data batch
+        gone = (
+            f.batch_last not in decisions.last_batches
+            if f.kind == Kind.EMPTY
+            else f.offset not in decisions.kept
+        )
+        if touched and gone:
             removed += 1
             continue
         kept += 1

@@ -1,6 +1,6 @@
 """The first stage of compaction: one task per input segment reads it and emits, per record, what
 the rules need (:class:`~rlm.pipeline.compact.rules.Fact`) as Arrow rows of :data:`FACT_SCHEMA`,
-and one row per empty data batch (:attr:`~rlm.pipeline.compact.rules.Kind.EMPTY`).
+and one row per empty data batch of a producer (:attr:`~rlm.pipeline.compact.rules.Kind.EMPTY`).
 
 Records are decoded by :func:`rlm.pipeline.columns.decode_columns`. A segment that cannot be read
 (a CRC mismatch, a batch that does not decode, a missing object) yields one *error row* instead
@@ -110,7 +110,7 @@ def _facts(storage: RemoteStorage, summary: SegmentSummary, options: FactOptions
         if h.base_offset > summary.read_to:
             break
         if h.record_count == 0:
-            if h.magic >= 2 and not h.is_control and h.last_offset <= summary.read_to:
+            if h.magic >= 2 and not h.is_control and h.producer_id >= 0 and h.last_offset <= summary.read_to:
                 empty.append(h)
             continue
         pending.append(batch)
@@ -126,8 +126,8 @@ def _facts(storage: RemoteStorage, summary: SegmentSummary, options: FactOptions
 def empty_batch_facts(
     summary: SegmentSummary, headers: Sequence[BatchHeader], aborted: AbortedIndex
 ) -> pa.RecordBatch:
-    """One row per empty data batch (:attr:`~rlm.pipeline.compact.rules.Kind.EMPTY`), at its last
-    offset: it holds no record, but its producer's state and its transaction."""
+    """One row per empty data batch with a producer id (:attr:`~rlm.pipeline.compact.rules.Kind.EMPTY`),
+    at its last offset: it holds no record, but may hold its producer's state and transaction."""
     tp = summary.topic_partition
     rows = [
         {

@@ -5,7 +5,7 @@ them with Arrow compute before anything crosses into the JVM, so that Spark sees
 a partition and a segment are numbers (:attr:`SegmentIds.ids`), not strings.
 
 * :class:`FewFacts` (stage ``read keys``): the rows the compactable end and the transaction rules
-  need: error rows, control records, transactional data records and empty batches, the
+  need: error rows, control records, transactional data records, empty batches, the
   partition's last record, one row per batch of facts with its first young offset (kind
   :data:`YOUNG`) and one per producer with its last data batch's last offset (kind
   :data:`PRODUCER_LAST`).
@@ -128,7 +128,10 @@ def few_rows(batch: pa.RecordBatch, part: int, seg: int, last: int) -> list[pa.R
     data = pc.or_(pc.equal(kind, _int8(Kind.DATA)), pc.equal(kind, _int8(Kind.EMPTY)))
     wanted = pc.or_(
         pc.or_(pc.equal(kind, _int8(ERROR_KIND)), pc.equal(kind, _int8(Kind.CONTROL))),
-        pc.or_(pc.and_(data, batch.column("transactional")), pc.equal(offset, _int64(last))),
+        pc.or_(
+            pc.or_(pc.and_(data, batch.column("transactional")), pc.equal(kind, _int8(Kind.EMPTY))),
+            pc.equal(offset, _int64(last)),
+        ),
     )
     parts = [_numbered(batch.filter(wanted), part, seg, FEW_SCHEMA)]
     young = pc.min(pc.filter(offset, batch.column("young"))).as_py()
@@ -162,13 +165,11 @@ class Candidates(SegmentIds):
             return
         best: list[pa.Table] = []
         total = touched = 0
-        for facts in self.read(storage, summary):
-            if pc.any(pc.equal(facts.column("kind"), _int8(ERROR_KIND))).as_py():
+        for batch in self.read(storage, summary):
+            if pc.any(pc.equal(batch.column("kind"), _int8(ERROR_KIND))).as_py():
                 # read by the first stage, failing now: the partition fails (no winner is missing)
-                yield _numbered(facts.select(["error"]), part, seg, CANDIDATE_SCHEMA)
+                yield _numbered(batch.select(["error"]), part, seg, CANDIDATE_SCHEMA)
                 return
-            # an empty batch is no record: it is copied as it is
-            batch = facts.filter(pc.not_equal(facts.column("kind"), _int8(Kind.EMPTY)))
             kind = batch.column("kind")
             held = pc.or_(batch.column("held"), pc.equal(kind, _int8(Kind.LEGACY)))
             in_range = pc.less_equal(batch.column("batch_last"), _int64(end))

@@ -6,9 +6,9 @@ compressed again); its max timestamp is recomputed from the records kept (LogApp
 keep theirs). A batch that keeps a tombstone, or a transaction marker of an emptied transaction,
 gets a delete horizon (attribute bit 6, ``baseTimestamp`` = now + ``delete.retention.ms``) unless
 it has one. A data batch emptied of records stays as an empty, header-only batch when it is its
-producer's last data batch (the producer's sequence and epoch live there), else it goes; an
-emptied control batch goes. Batches past the compactable end, legacy batches and empty batches are
-copied byte for byte.
+producer's last data batch (the producer's sequence and epoch live there), else it goes, and so
+does an empty batch of an earlier run that no longer is; an emptied control batch goes. Batches
+past the compactable end, legacy batches and the other empty batches are copied byte for byte.
 
 Records are read with :func:`rlm.pipeline.columns.decode_columns`, the pipeline's one decoder.
 The kept records of a batch encoded again are decoded once more as records that keep their header
@@ -157,6 +157,12 @@ def decode_kept(
     return out
 
 
+def _stale(h: BatchHeader, keep: Keep) -> bool:
+    """An empty data batch of a producer that is no longer its producer's last data batch: it goes
+    (Kafka's ``DELETE_EMPTY``; a later batch holds the producer's state)."""
+    return not h.is_control and h.producer_id >= 0 and h.last_offset not in keep.last_batches
+
+
 def _stamps(h: BatchHeader, b: _Batch) -> bool:
     """The batch gets a delete horizon: it keeps a tombstone or an empty transaction's marker."""
     if h.has_delete_horizon:
@@ -174,10 +180,12 @@ def rewrite_batch(
     data = bytes(batch.data)
     counts.bytes_in += len(data)
     counts.records_in += max(h.record_count, 0) if h.magic >= 2 else decoded.records
-    if h.magic < 2 or h.record_count == 0 or h.last_offset > keep.end:
+    if h.magic < 2 or h.last_offset > keep.end or (h.record_count == 0 and not _stale(h, keep)):
         counts.records_out += h.record_count if h.magic >= 2 else 0
         counts.bytes_out += len(data)
         return data
+    if h.record_count == 0:
+        return None
     dropped = decoded.records - decoded.kept
     if not h.is_control:
         counts.tombstones_kept += decoded.kept_tombstones

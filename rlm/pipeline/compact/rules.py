@@ -28,9 +28,10 @@ The rules (issue §3):
   the producer's sequence and epoch: ``isBatchLastRecordOfProducer``). It is the last batch of
   records, not a marker after it: a transactional producer's last batch is a marker, and Kafka's
   ``lastDataOffset`` is the last data batch before it. Batches emptied by an earlier run are
-  facts too (:attr:`Kind.EMPTY`, one per batch): they may be that batch.
-* A transaction marker is removed when no batch of its transaction stays (a record kept or held,
-  the producer's last data batch, an empty batch) and its batch's delete horizon has passed (a
+  facts too (:attr:`Kind.EMPTY`, one per batch): they may be that batch, and one that no longer
+  is goes (Kafka's ``DELETE_EMPTY``).
+* A transaction marker is removed when no batch of its transaction stays (one with a record kept
+  or held, the producer's last data batch, one past the end) and its delete horizon has passed (a
   transactional batch without its marker opens a transaction that nothing closes, to a reader
   rebuilding producer state from the log); a kept marker of an emptied transaction gets a horizon.
 """
@@ -113,9 +114,9 @@ class Kind(enum.IntEnum):
     LEGACY = 2
     """A record of a v0/v1 batch: held (kept as it is)."""
     EMPTY = 3
-    """An empty v2 data batch (one an earlier compaction emptied and kept): one fact per batch, at
-    its last offset, with no key. It is no record: it stays as it is, holds its producer's state
-    and keeps its transaction's marker."""
+    """An empty v2 data batch with a producer id (one an earlier compaction emptied and kept): one
+    fact per batch, at its last offset, with no key. It stays while it is its producer's last data
+    batch (then it holds the producer's state and keeps its transaction's marker), else goes."""
 
 
 class Fact(NamedTuple):
@@ -222,9 +223,7 @@ def decide(facts: Sequence[Fact], last: int) -> Decisions:
     pending: dict[int, bool] = {}
     empty: set[int] = set()
     for f in facts:
-        if f.kind == Kind.EMPTY and f.transactional:
-            pending[f.producer_id] = True
-        elif f.kind == Kind.DATA and f.transactional:
+        if f.kind in (Kind.DATA, Kind.EMPTY) and f.transactional:
             # the producer's last data batch stays (empty when its records go)
             alive = f.batch_last > end or f.is_held or f.offset in kept or f.batch_last in last_batches
             pending[f.producer_id] = pending.get(f.producer_id, False) or alive

@@ -260,8 +260,16 @@ class SparkEngine:
         )
         self._kept = kept
         stamped = sf.col("has_horizon").__invert__() & (sf.col("empty_marker") | sf.col("tombstone"))
-        per_segment = kept.groupBy(PART, "seg").agg(
-            sf.count(sf.lit(1)).alias("kept"), sf.sum(_flag(stamped)).alias("stamped")
+        # empty batches kept (their producer's last data batch) count as kept rows of their segment
+        empty_kept = (
+            records.filter((kind == Kind.EMPTY) & touch)
+            .join(self._last_batches.select(PART, sf.col("offset").alias("batch_last")), [PART, "batch_last"])
+            .select(*shape, sf.lit(False).alias("empty_marker"))
+        )
+        per_segment = (
+            kept.unionByName(empty_kept)
+            .groupBy(PART, "seg")
+            .agg(sf.count(sf.lit(1)).alias("kept"), sf.sum(_flag(stamped)).alias("stamped"))
         )
         counted = reduced.filter(key.isNull()).select(
             PART, sf.col("counted").alias("seg"), "total", "touched", "error"
@@ -312,12 +320,11 @@ class SparkEngine:
             "marker_of",
             sf.when(sf.col("transactional"), sf.min(sf.when(kind == Kind.CONTROL, offset)).over(above)),
         )
-        # a batch stays: not touched, a record kept, its producer's last data batch, empty already
+        # a batch stays: not touched, a record kept, its producer's last data batch
         stays = (
             ~sf.col("touch")
             | sf.coalesce(sf.col("kept_data"), sf.lit(False))
             | sf.coalesce(sf.col("last_batch"), sf.lit(False))
-            | (kind == Kind.EMPTY)
         )
         alive = data & sf.col("transactional") & stays
         transaction = Window.partitionBy(PART, "producer_id", "marker_of")

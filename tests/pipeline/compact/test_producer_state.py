@@ -35,7 +35,8 @@ from rlm.pipeline.spark.compact import SparkEngine
 from rlm.pipeline.storage import StorageSpec
 from tests.pipeline.compact.support import WRITTEN_AT, compacting
 from tests.pipeline.conftest import make_tier
-from tests.pipeline.tiers import Tier
+from tests.pipeline.tiers import Tier, copy_eligible
+from tests.tiering_support import set_high_watermarks
 
 #: Producer 7 commits K=a (0, 1); K=a is written again (2); producer 7 then opens a transaction
 #: (3) whose marker is not tiered. Segment [0, 1] loses every batch once the marker's horizon
@@ -187,6 +188,70 @@ def test_a_producers_last_data_batch_stays_empty_with_its_marker(compacted: Tier
     assert open_after_scan(compacted, LAST_DATA) == {}
 
 
+#: Producer 7 commits K=a (0, 1), K=a is written again (2) | later tiered: producer 7 commits K=b
+#: (3, 4), K=b is written again (5). Its last data batch is 0, then 3.
+SUPERSEDED = TopicPartition("superseded", 0)
+#: The high watermark the partition is first tiered at, then the one at which the rest is.
+FIRST_TIERED, ALL_TIERED = 3, 6
+
+
+def write_superseded_log(logs: Path) -> None:
+    txn: dict[str, Any] = {"producer_id": PID, "producer_epoch": EPOCH, "transactional": True}
+    with LogDirWriter(logs, clock=lambda: WRITTEN_AT, default_config=TopicConfig()) as writer:
+        log = writer.partition(SUPERSEDED.topic, 0)
+        log.append([ProducerRecord(WRITTEN_AT, b"a", b"1")], base_sequence=0, **txn)  # 0
+        log.append_control(ControlType.COMMIT, producer_id=PID, producer_epoch=EPOCH)  # 1
+        log.roll()
+        log.append([ProducerRecord(WRITTEN_AT, b"a", b"2")])  # 2
+        log.roll()
+        log.append([ProducerRecord(WRITTEN_AT, b"b", b"3")], base_sequence=1, **txn)  # 3
+        log.append_control(ControlType.COMMIT, producer_id=PID, producer_epoch=EPOCH)  # 4
+        log.roll()
+        log.append([ProducerRecord(WRITTEN_AT, b"b", b"4")])  # 5
+        log.roll()
+        log.append([ProducerRecord(WRITTEN_AT, b"tail", b"active")])  # 6
+    set_high_watermarks(logs, {SUPERSEDED: FIRST_TIERED})
+
+
+def superseded_runs(tier: Tier, spark: SparkSession | None = None) -> list[CompactReport]:
+    """Compact :data:`SUPERSEDED` at the first of :data:`RUNS`, tier the rest of it, compact it at
+    the others and once more (on Spark when given ``spark``, by the reference otherwise)."""
+    settings = producer_settings(tier.settings)
+    settings = settings.replace(topic_overrides={SUPERSEDED.topic: settings.topic(EMPTIED.topic)})
+    spec = StorageSpec.from_settings(settings)
+    reports = []
+    for n, now in enumerate((*RUNS, RUNS[-1] + 1)):
+        if n == 1:
+            set_high_watermarks(settings.log_dirs[0], {SUPERSEDED: ALL_TIERED})
+            assert sum(o.copied_segments for o in copy_eligible(tier)) == 2
+        engine: Engine = InProcessEngine(spec) if spark is None else SparkEngine(spark, spec, progress=False)
+        storage = tier.open_storage()
+        try:
+            with tier.open_store() as store:
+                reports.append(compact(store, storage, spec, engine, settings, CompactOptions(), now_ms=now))
+        finally:
+            storage.close()
+        assert not reports[-1].failed, reports[-1].to_json()
+        if n == 0:
+            assert Batch(0, 0, PID, EPOCH, 0, True, False, 0) in batches(tier, SUPERSEDED)
+    return reports
+
+
+def test_an_empty_batch_that_is_no_longer_its_producers_last_goes_with_its_marker(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    tier = make_tier("sqlite-fs", request, tmp_path, write_superseded_log)
+    reports = superseded_runs(tier)
+    # Kafka's cleaner drops an empty batch once a later one holds its producer's state
+    # (BatchRetention.DELETE_EMPTY); its transaction's marker then goes after its horizon
+    assert [b for b in batches(tier, SUPERSEDED) if b.producer_id == PID] == [
+        Batch(3, 3, PID, EPOCH, 1, True, False, 0),
+        Batch(4, 4, PID, EPOCH, -1, True, True, 1),
+    ]
+    assert open_after_scan(tier, SUPERSEDED) == {}
+    assert {p.status for p in reports[-1].partitions} == {"unchanged"}  # the last run changes nothing
+
+
 @pytest.mark.usefixtures("aws_env")
 def test_spark_keeps_what_the_reference_keeps_of_producers(
     spark: SparkSession, request: pytest.FixtureRequest, tmp_path: Path
@@ -204,3 +269,10 @@ def test_spark_keeps_what_the_reference_keeps_of_producers(
         assert batches(on_spark, tp) == batches(reference, tp), tp
     assert Batch(0, 1, PID, EPOCH, 0, True, False, 0) in batches(on_spark, LAST_DATA)
     assert open_after_scan(on_spark, LAST_DATA) == {}
+    reference = make_tier("sqlite-fs", request, tmp_path / "superseded-reference", write_superseded_log)
+    on_spark = make_tier("sqlite-fs", request, tmp_path / "superseded-spark", write_superseded_log)
+    expected, got = superseded_runs(reference), superseded_runs(on_spark, spark)
+    assert [[(p.status, p.counts) for p in r.partitions] for r in got] == [
+        [(p.status, p.counts) for p in r.partitions] for r in expected
+    ]
+    assert batches(on_spark, SUPERSEDED) == batches(reference, SUPERSEDED)

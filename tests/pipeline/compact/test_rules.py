@@ -10,6 +10,7 @@ import pytest
 
 from rlm.config import TopicSettings, load_settings
 from rlm.errors import ConfigError
+from rlm.pipeline.compact.engine import segment_change
 from rlm.pipeline.compact.rules import Fact, Kind, Strategy, compactable_end, decide, header_value, order_key
 
 OFFSET = Strategy("offset")
@@ -215,6 +216,23 @@ def test_the_last_data_batch_of_a_producer_keeps_its_transactions_marker() -> No
     emptied = [fact(1, None, kind=Kind.EMPTY, **txn), *facts[2:]]
     assert decide(emptied, last=4).kept == {2, 3, 4}
     assert decide(emptied, last=4).last_batches == {1}
+
+
+def test_an_empty_batch_no_longer_its_producers_last_goes_and_frees_its_marker() -> None:
+    txn: dict[str, Any] = {"producer_id": 7, "transactional": True}
+    facts = [
+        fact(1, None, kind=Kind.EMPTY, **txn),
+        fact(2, None, kind=Kind.CONTROL, horizon_passed=True, **txn),
+        fact(3, b"a", **txn),
+        fact(4, None, kind=Kind.CONTROL, **txn),
+    ]
+    decided = decide(facts, last=4)
+    assert decided.last_batches == {3}
+    assert decided.kept == {3, 4}  # the marker of the empty batch's transaction goes
+    change = segment_change(facts, decided)
+    assert (change.removed, change.kept, change.total) == (2, 2, 4)  # the empty batch goes too
+    held = [f._replace(held=True) for f in facts]  # a segment read in part stays as it is
+    assert segment_change(held[:1], decide(held, last=4)).removed == 0
 
 
 def test_young_records_and_open_transactions_end_the_compactable_range() -> None:
