@@ -266,7 +266,7 @@ class LookupService:
 
         That is: a timestamp ≥ 0 above the max remote timestamp (only the local log can hold it),
         LATEST, MAX_TIMESTAMP without finished remote segments, EARLIEST and EARLIEST_LOCAL when
-        the answer is in the local log and its leader epoch in the broker's checkpoint.
+        the answer is in the local log (its leader epoch is the broker's checkpoint's).
 
         Raises:
             as :meth:`find`.
@@ -288,8 +288,8 @@ class LookupService:
                 return OffsetAnswer.none()
             epochs = local.leader_epochs() if local is not None else []
             earliest = self.earliest_offset(tp, local, view)
-            if not (segments and epochs) or earliest < segments[0].base_offset:
-                return None  # the epoch or the tier is the store's to tell
+            if not segments or earliest < segments[0].base_offset:
+                return None  # the tier is the store's to tell
             start = max(segments[0].base_offset, earliest)
             return OffsetAnswer(start, -1, epoch_for_offset(epochs, start), "local")
         if timestamp == SpecialTimestamp.LATEST_TIERED:
@@ -657,9 +657,17 @@ class LookupService:
         return best
 
     def _epoch_at(self, tp: TopicPartition, local: PartitionDir | None, offset: int) -> int:
-        epochs = local.leader_epochs() if local is not None else []
-        if epochs:
-            return epoch_for_offset(epochs, offset)
+        """The leader epoch that wrote ``offset``, as Kafka answers ListOffsets: from the broker's
+        ``leader-epoch-checkpoint`` (-1 when it starts above the offset or is empty); a query tier,
+        which has none, asks the remote segment holding it.
+
+        A broker's empty checkpoint is not a reason to ask the remote tier: a log whose records
+        are all legacy (v0/v1, which carry no epoch) has none, and Kafka answers no epoch for it,
+        while the remote segments' rows name an epoch for every offset (the copier gives offsets
+        that no epoch began at the first one that began in the segment, 0 when none did).
+        """
+        if local is not None:
+            return epoch_for_offset(local.leader_epochs(), offset)
         segment = self.remote_segment_for_offset(tp, local, offset)
         return _segment_epoch(segment, offset) if segment is not None else -1
 

@@ -258,6 +258,11 @@ def _peak_past_the_start(count: int) -> tuple[BatchPlan, ...]:
             PartitionPlan(_peak_past_the_start(20), tiering="both", log_start_at=0.41),
             id="max-timestamp-peak-past-the-log-start-locally",
         ),
+        pytest.param(PartitionPlan(_spread(20, kind="legacy"), tiering="both"), id="legacy-both-tiers"),
+        pytest.param(
+            PartitionPlan(_spread(20, kind="legacy"), tiering="remote", local_deleted=0.5),
+            id="legacy-mostly-remote",
+        ),
     ],
 )
 def test_named_shapes_answer_as_the_oracle(sqlite_template: Path, plan: PartitionPlan) -> None:
