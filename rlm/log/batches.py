@@ -46,6 +46,20 @@ def decode_batch(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -
     return legacy.decode_legacy(_legacy_view(buf), header, verify_crc=verify_crc)
 
 
+def first_offset(buf: Buffer, header: BatchHeader, *, verify_crc: bool = True) -> int:
+    """The offset of the batch's first record, Kafka's ``baseOffset()``: the header's, but for a
+    legacy compressed wrapper, which names only its last offset, its first inner message's (the
+    wrapper is decompressed); the last offset for a batch holding no record.
+
+    Raises:
+        CorruptRecordError: a wrapper that cannot be decoded.
+    """
+    if header.base_offset >= 0:
+        return header.base_offset
+    records = decode_batch(buf, header, verify_crc=verify_crc)
+    return records[0].offset if records else header.last_offset
+
+
 def find_record(
     buf: Buffer,
     header: BatchHeader,

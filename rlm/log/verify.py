@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.errors import CorruptDataError
+from rlm.log.batches import first_offset
+from rlm.log.byte_source import read_batch_bytes
 from rlm.log.files import offset_file_offsets, parse_base_offset, segment_file_name, warn_stray
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.logdir import LogDir, PartitionDir, parse_partition_dir_name
@@ -155,7 +157,7 @@ def _verify_offset_index(segment: Segment, scan: _Scan) -> Iterator[Problem]:
             )
             continue
         batch = scan.headers[at]
-        first = batch.base_offset if batch.base_offset >= 0 else batch.last_offset
+        first = batch.last_offset if entry.offset >= batch.last_offset else _first_offset(segment, batch)
         if entry.offset < first:
             yield Problem(
                 str(path),
@@ -163,6 +165,21 @@ def _verify_offset_index(segment: Segment, scan: _Scan) -> Iterator[Problem]:
                 f"entry {i} ({entry.offset}, {entry.position}) is below the batch there "
                 f"(offsets {first}..{batch.last_offset})",
             )
+
+
+def _first_offset(segment: Segment, batch: BatchHeader) -> int:
+    """The batch's first offset: a legacy compressed wrapper's first inner message's, which a
+    broker before Kafka 2.0 keyed its index entry by (the first offset of the append; 2.0 keys by
+    the last). The wrapper is decoded only then; one that cannot be, has its last offset (the
+    batch checks report it)."""
+    if batch.base_offset >= 0:
+        return batch.base_offset
+    with segment.open() as source:
+        data = read_batch_bytes(source, batch)
+    try:
+        return first_offset(data, batch._replace(position=0), verify_crc=False)
+    except CorruptDataError:
+        return batch.last_offset
 
 
 def _verify_time_index(segment: Segment, scan: _Scan, active: bool) -> Iterator[Problem]:

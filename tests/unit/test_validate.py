@@ -16,11 +16,15 @@ import pytest
 
 from rlm.cli import main
 from rlm.errors import CorruptRecordError
+from rlm.log.index import OffsetIndex
+from rlm.log.legacy import encode_legacy_batch
 from rlm.log.logdir import LogDir, PartitionDir
+from rlm.log.model import Codec, Record
 from rlm.log.produce import ProduceSpec, produce
 from rlm.log.segment import Segment, rebuild_segment_indexes
+from rlm.log.v2 import encode_v2_batch
 from rlm.log.validate import BatchChecker
-from rlm.log.verify import verify_partition
+from rlm.log.verify import verify_partition, verify_segment
 from rlm.tiering.prepare import prepare_segment
 
 SPEC = ProduceSpec(topics=1, partitions=1, records=900, segment_bytes=12 * 1024, legacy_batches=5, seed=3)
@@ -215,3 +219,44 @@ def test_verify_checks_every_file_kind_dump_reads(
     assert main(["log", "dump", str(path)]) == 1
     err = capsys.readouterr().err
     assert err.count(str(path)) >= 3 and "Traceback" not in err
+
+
+def _legacy_segment(directory: Path) -> Segment:
+    """v1 gzip wrappers of three records each (offsets 100-129), then v2 batches, with the offset
+    index a broker before Kafka 2.0 wrote: each entry keyed by the first offset of its append, for
+    a wrapper its first inner message's (Kafka 2.0 keys by the last offset; old logs keep theirs)."""
+    wrappers = [
+        encode_legacy_batch(
+            [Record(o, 1000 + o, b"k", b"v" * 300) for o in range(f, f + 3)], magic=1, codec=Codec.GZIP
+        )
+        for f in range(100, 130, 3)
+    ]
+    modern = [encode_v2_batch([Record(o, 2000 + o, None, b"w" * 300)]) for o in range(130, 140)]
+    directory.mkdir(parents=True)
+    segment = Segment(directory, 100)
+    segment.log_path.write_bytes(b"".join(wrappers + modern))
+    rebuilt = rebuild_segment_indexes(segment, index_interval_bytes=600)
+    old = OffsetIndex(100)
+    for entry in rebuilt.offset_index.entries():
+        header = next(segment.headers(entry.position))
+        old.append(header.base_offset if header.base_offset >= 0 else header.last_offset - 2, entry.position)
+    assert [e.offset for e in old.entries()] != [e.offset for e in rebuilt.offset_index.entries()]
+    old.write(segment.index_path)
+    rebuilt.time_index.write(segment.time_index_path)
+    return segment
+
+
+def test_an_index_keyed_by_a_legacy_wrappers_first_inner_offset_is_not_damage(tmp_path: Path) -> None:
+    segment = _legacy_segment(tmp_path / "t-0")
+    assert list(verify_segment(segment)) == []
+    # An entry below the wrapper's first inner offset still is.
+    index = OffsetIndex.load(segment.index_path, 100)
+    first = index.entry(0)
+    shifted = OffsetIndex(100)
+    shifted.append(first.offset - 1, first.position)
+    for entry in list(index.entries())[1:]:
+        shifted.append(entry.offset, entry.position)
+    shifted.write(segment.index_path)
+    (problem,) = verify_segment(segment)
+    assert problem.path == str(segment.index_path)
+    assert f"is below the batch there (offsets {first.offset}..{first.offset + 2})" in problem.message
