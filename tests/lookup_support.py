@@ -58,7 +58,7 @@ OTHER_BROKER = 2
 SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 LEGACY_CODECS = (Codec.NONE, Codec.GZIP, Codec.SNAPPY, Codec.LZ4)
 
-BatchKind = Literal["plain", "commit", "abort", "legacy"]
+BatchKind = Literal["plain", "commit", "abort", "legacy", "legacy-v0"]
 Tiering = Literal["local", "both", "remote"]
 
 
@@ -113,7 +113,9 @@ def _batch_plans(*, legacy: bool) -> st.SearchStrategy[BatchPlan]:
         BatchPlan,
         timestamps=st.lists(st.integers(0, 20_000), min_size=1, max_size=8).map(tuple),
         codec=st.sampled_from(LEGACY_CODECS if legacy else tuple(Codec)),
-        kind=st.just("legacy") if legacy else st.sampled_from(("plain", "plain", "plain", "commit", "abort")),
+        kind=st.sampled_from(("legacy", "legacy-v0"))
+        if legacy
+        else st.sampled_from(("plain", "plain", "plain", "commit", "abort")),
         new_epoch=st.just(False) if legacy else st.integers(0, 7).map(lambda n: n == 0),
         advance_ms=st.sampled_from((0, 0, 1, 50, 400)),
         value_bytes=st.integers(0, 120),
@@ -123,7 +125,7 @@ def _batch_plans(*, legacy: bool) -> st.SearchStrategy[BatchPlan]:
 @st.composite
 def partition_plans(draw: st.DrawFn) -> PartitionPlan:
     """Random partitions: CreateTime out of order or LogAppendTime, every codec, transactions with
-    commit and abort markers, legacy v1 batches first, epoch changes; tiered locally only, on
+    commit and abort markers, legacy v0 and v1 batches first, epoch changes; tiered locally only, on
     both tiers or mostly remotely; overlapping copies, remote retention and DeleteRecords.
 
     The scenario choices come from a ``Random`` seeded by the drawn batches and an integer, so
@@ -241,6 +243,8 @@ class Truth:
         if not visible:
             return NOTHING
         best = max(r.record.timestamp for r in visible)
+        if best < 0:
+            return NOTHING  # no record has a timestamp (v0 messages)
         first = next(r for r in visible if r.record.timestamp == best)
         if first.record.offset >= self.last_fetchable(committed):
             return NOTHING
@@ -329,8 +333,9 @@ def _append(appender: PartitionAppender, clock: FakeClock[int], plan: PartitionP
         if batch.new_epoch:
             appender.leader_epoch += 1
         offered = _records(batch, appender.next_offset)
-        if batch.kind == "legacy":
-            result = appender.append_legacy(offered, magic=1, codec=batch.codec)
+        if batch.kind in ("legacy", "legacy-v0"):
+            magic = 0 if batch.kind == "legacy-v0" else 1
+            result = appender.append_legacy(offered, magic=magic, codec=batch.codec)
             epoch = -1
         else:
             transactional = batch.kind != "plain"
@@ -347,6 +352,8 @@ def _append(appender: PartitionAppender, clock: FakeClock[int], plan: PartitionP
         batches.append((result.base_offset, result.last_offset))
         for i, offered_record in enumerate(offered):
             timestamp = result.log_append_time if result.log_append_time >= 0 else offered_record.timestamp
+            if batch.kind == "legacy-v0":
+                timestamp = -1  # v0 messages carry no timestamp
             record = Record(
                 result.base_offset + i,
                 timestamp,
