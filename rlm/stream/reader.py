@@ -35,7 +35,7 @@ from typing import NamedTuple, Protocol, TypeVar
 
 from rlm.errors import CorruptDataError, OffsetOutOfRangeError
 from rlm.log.aborted import AbortedIndex
-from rlm.log.batches import decode_batch
+from rlm.log.batches import first_offset
 from rlm.log.model import BatchHeader
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
@@ -378,7 +378,7 @@ class BatchReader:
         if first < 0:
             # A legacy compressed wrapper names only its last offset: its first is that of its
             # first inner message (decompressed off the event loop, once or twice a stream).
-            first = await self._blocking(lambda: _first_inner_offset(header, data))
+            first = await self._blocking(lambda: first_offset(data, header._replace(position=0)))
         return first >= self.plan.end
 
     def _sent(self, header: BatchHeader) -> bool:
@@ -396,11 +396,6 @@ class BatchReader:
         finally:
             self._meter.read_ended(len(data))
         return data
-
-
-def _first_inner_offset(header: BatchHeader, data: Batch) -> int:
-    records = decode_batch(data, header._replace(position=0))
-    return records[0].offset if records else header.last_offset
 
 
 async def _then(first: Chunk, rest: AsyncGenerator[Chunk, None]) -> AsyncGenerator[Chunk, None]:

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import pyarrow as pa
 
 from rlm.errors import CorruptDataError, RlmError
-from rlm.log.batches import crc_valid, decode_batch
+from rlm.log.batches import crc_valid, first_offset
 from rlm.log.recovery import IndexRebuilder, TransactionTracker
 from rlm.log.snapshot import decode_snapshot
 from rlm.log.v2 import parse_v2_header
@@ -247,7 +247,7 @@ class _Walk:
                 offset=header.last_offset,
             )
             return
-        first = _first_offset(raw)
+        first = first_offset(raw.data, raw.local_header, verify_crc=False)
         if first <= self.previous:
             self._out_of_order(first, header.position)
         if scan.first_offset is None:
@@ -284,15 +284,6 @@ class _Walk:
                     offset=offset,
                 )
                 return
-
-
-def _first_offset(raw: RawBatch) -> int:
-    """The batch's first offset; a legacy compressed wrapper says only its last, so its inner
-    messages are decoded (as Kafka's ``baseOffset()`` does)."""
-    if raw.header.base_offset >= 0:
-        return raw.header.base_offset
-    records = decode_batch(raw.data, raw.local_header, verify_crc=False)
-    return records[0].offset if records else raw.header.last_offset
 
 
 def _check_log(row: RemoteSegment, scan: _Scan, findings: Findings, key: str) -> None:
