@@ -74,6 +74,7 @@ from rlm.lookup.ranged_search import (
 )
 from rlm.lookup.segment_lists import DEFAULT_MAX_SEGMENTS, SegmentList, SegmentLists
 from rlm.lookup.stats import FetchStats
+from rlm.lookup.tier_stable import TierStableOffsets
 from rlm.lookup.topic_ids import is_other_topic, local_topic_id, of_local_topic
 from rlm.lookup.views import DEFAULT_TTL_S, RemoteTierView, RemoteViews
 from rlm.metastore.availability import StoreAvailability
@@ -130,6 +131,7 @@ class LookupService:
         self._partitions: dict[TopicPartition, PartitionDir] = {}
         self._stable_offsets = StableOffsetTracker()
         self._segment_lists = SegmentLists(store, max_segments=max_listed_segments)
+        self._tier_stable = TierStableOffsets(self._finished_segments, storage)
         self._lock = threading.Lock()
 
     # -- partitions --------------------------------------------------------------------------
@@ -234,6 +236,12 @@ class LookupService:
         lookup asks the metadata store. For whoever changed the remote tier in this process."""
         self.views.invalidate(tp)
         self._segment_lists.drop(tp)
+        self._tier_stable.drop(tp)
+
+    def _finished_segments(self, tp: TopicPartition) -> list[RemoteSegment]:
+        return self.ask_store(
+            lambda: list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
+        )
 
     # -- offsets -----------------------------------------------------------------------------
 
@@ -408,9 +416,7 @@ class LookupService:
             # As for every timestamp but LATEST and EARLIEST, Kafka gives no offset at or above
             # the last fetchable one: under READ_COMMITTED the tier may reach a transaction still
             # open (rlm tiers up to the high watermark; Kafka itself up to the last stable offset).
-            if local is not None and highest >= self.last_fetchable(
-                local, search.isolation, log_start=earliest
-            ):
+            if 0 <= self._fetchable_limit(tp, local, search.isolation, view, earliest) <= highest:
                 return OffsetAnswer.none()
             # The tier that still serves the offset: none once it is below the log start offset.
             readable = highest >= earliest
@@ -514,15 +520,52 @@ class LookupService:
             answer = OffsetAnswer.of(
                 local.find_offset_by_timestamp(timestamp, max(earliest, local_start)), "local"
             )
-        return self._below_high_watermark(answer, local, isolation, earliest)
+        return self._below_high_watermark(answer, tp, local, isolation, view, earliest)
 
     def _below_high_watermark(
-        self, answer: OffsetAnswer, local: PartitionDir | None, isolation: IsolationLevel, earliest: int
+        self,
+        answer: OffsetAnswer,
+        tp: TopicPartition,
+        local: PartitionDir | None,
+        isolation: IsolationLevel,
+        view: RemoteTierView,
+        earliest: int,
     ) -> OffsetAnswer:
-        limit = self.last_fetchable(local, isolation, log_start=earliest)
-        if answer.tier is not None and 0 <= limit <= answer.offset:
+        if answer.tier is None:
+            return answer
+        if 0 <= self._fetchable_limit(tp, local, isolation, view, earliest) <= answer.offset:
             return OffsetAnswer.none()  # beyond what consumers of this isolation level may read
         return answer
+
+    def _fetchable_limit(
+        self,
+        tp: TopicPartition,
+        local: PartitionDir | None,
+        isolation: IsolationLevel,
+        view: RemoteTierView,
+        earliest: int,
+    ) -> int:
+        """The offset answers stay below (-1: none): the broker's last fetchable offset; without
+        its log, for READ_COMMITTED, the remote tier's last stable offset (every tiered offset
+        is below the high watermark, not below the last stable offset)."""
+        if local is not None:
+            return self.last_fetchable(local, isolation, log_start=earliest)
+        if isolation is IsolationLevel.READ_COMMITTED:
+            found = self.tier_stable_offset(tp, view, log_start=earliest)
+            return -1 if found is None else found
+        return -1
+
+    def tier_stable_offset(self, tp: TopicPartition, view: RemoteTierView, *, log_start: int) -> int | None:
+        """The last stable offset of ``tp``'s remote tier, raised to ``log_start``: where a
+        READ_COMMITTED read without the broker's log stops (:mod:`rlm.lookup.tier_stable`);
+        None when every tiered record is settled.
+
+        Raises:
+            MetadataUnavailableError: the metadata store does not answer.
+            CorruptDataError: a producer snapshot or a scanned batch is not valid.
+            NotFoundError, StorageError: the remote tier lost an object or could not be read.
+        """
+        return self._tier_stable.get(tp, view, log_start)
 
     @staticmethod
     def _local_start(local: PartitionDir | None, earliest: int) -> int:
@@ -616,7 +659,7 @@ class LookupService:
                 tp, view, local, local_start, max_remote, earliest, stats, checkpoint
             )
             if answer.tier is not None:
-                return self._below_high_watermark(answer, local, isolation, earliest)
+                return self._below_high_watermark(answer, tp, local, isolation, view, earliest)
             # The record holding the remote maximum lies below the log start offset.
             best = max(best, self._remote_max_timestamp(tp, local, earliest, stats, checkpoint))
         if best < 0:
@@ -635,10 +678,7 @@ class LookupService:
         best = -1
         straddling = []
         local_id = local_topic_id(local)
-        finished = self.ask_store(
-            lambda: list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
-        )
-        for segment in finished:
+        for segment in self._finished_segments(tp):
             if segment.end_offset < earliest or is_other_topic(segment.topic_id, local_id):
                 continue
             if segment.start_offset >= earliest:

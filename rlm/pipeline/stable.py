@@ -47,12 +47,20 @@ def tiered_stable_offset(storage: RemoteStorage, plan: PartitionPlan) -> int | N
             and the position.
         NotFoundError / StorageError: The store lost an object or failed.
     """
-    read = [s for s in plan.segments if s.read_from <= s.read_to]
+    return stable_offset_of(storage, plan.segments, plan.log_start_offset)
+
+
+def stable_offset_of(
+    storage: RemoteStorage, segments: Sequence[SegmentSummary], log_start_offset: int = -1
+) -> int | None:
+    """:func:`tiered_stable_offset` of a partition's finished ``segments`` (summarized in offset
+    order, :func:`rlm.pipeline.plan.summarize`) whose log start offset is ``log_start_offset``
+    (-1: none recorded)."""
+    read = [s for s in segments if s.read_from <= s.read_to]
     if not read:
         return None
     ongoing = open_transactions(storage, read)
-    log_start = plan.log_start_offset if plan.log_start_offset >= 0 else None
-    return first_unstable_offset(ongoing, log_start)
+    return first_unstable_offset(ongoing, log_start_offset if log_start_offset >= 0 else None)
 
 
 def open_transactions(storage: RemoteStorage, read: Sequence[SegmentSummary]) -> dict[int, int]:

@@ -6,7 +6,9 @@ APIs take, special names included), or the log start offset. ``end`` is the smal
 ``end_offset``, the offset-for-timestamp answer of ``to_timestamp`` (the first record at or after
 it, which the stream leaves out) and the last fetchable offset: the high watermark, or with
 ``read_committed`` the last stable offset. Without the broker's log (a query tier) the last
-fetchable offset is the highest offset copied, plus one.
+fetchable offset is the highest offset copied, plus one, or with ``read_committed`` the remote
+tier's last stable offset when lower (:mod:`rlm.lookup.tier_stable`: a transaction whose marker
+is not tiered yet may still abort).
 
 A range that starts at or past its end is empty: it is not an error (a stream from the high
 watermark has nothing to send yet). An ``offset`` below the log start offset or past the end of
@@ -102,6 +104,9 @@ def plan_range(service: LookupService, indexes: RemoteIndexCache, query: RangeQu
     limit = service.last_fetchable(local, query.isolation, log_start=earliest)
     if local is None:
         limit = service.ask_store(lambda: service.store.highest_copied_offset(tp)) + 1
+        if query.isolation is IsolationLevel.READ_COMMITTED:
+            stable = service.tier_stable_offset(tp, view, log_start=earliest)
+            limit = limit if stable is None else min(limit, stable)
     if query.offset is not None:
         if query.offset < earliest:
             raise OffsetOutOfRangeError(
