@@ -360,7 +360,14 @@ class LookupService:
                 local = self.pinned_partition(tp, relisted=True)
         if answer is not None:
             return Answered(answer)
-        return Search(tp, timestamp, isolation, local, view, self.reads_remote(timestamp, view))
+        # Without the broker's log, READ_COMMITTED LATEST_TIERED is bounded by the remote tier's
+        # last stable offset, read from the tier (a producer snapshot).
+        reads_remote = self.reads_remote(timestamp, view) or (
+            local is None
+            and isolation is IsolationLevel.READ_COMMITTED
+            and timestamp == SpecialTimestamp.LATEST_TIERED
+        )
+        return Search(tp, timestamp, isolation, local, view, reads_remote)
 
     def search(
         self, search: Search, *, stats: FetchStats | None = None, checkpoint: Checkpoint = never_cancelled

@@ -24,7 +24,7 @@ from rlm.log.dirwriter import LogDirWriter
 from rlm.log.logdir import LogDir
 from rlm.log.model import ControlType
 from rlm.log.writer import ProducerRecord, TopicConfig
-from rlm.lookup.plans import IsolationLevel
+from rlm.lookup.plans import IsolationLevel, Search
 from rlm.metastore.model import TopicPartition
 from rlm.stream.plan import RangeQuery
 from tests.clock import FakeClock
@@ -132,6 +132,10 @@ def test_read_committed_list_offsets_name_nothing_at_or_past_the_tiers_stable_of
     assert tier.offset(LATEST_TIERED, uncommitted) == 3
     assert tier.offset(LATEST_TIERED, committed) == -1
     assert tier.offset(T0, committed) == 0  # before the transaction
+    # Bounding LATEST_TIERED reads the tier: the search runs on the reader pool (KIP-1075).
+    lookup = tier.query.lookup
+    planned = lookup.plan(TP, LATEST_TIERED, committed, local=None, view=lookup.usable_view(TP, None))
+    assert isinstance(planned, Search) and planned.reads_remote
 
 
 def test_once_the_marker_is_tiered_a_commit_is_read_and_an_abort_left_out(
