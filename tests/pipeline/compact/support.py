@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -23,6 +23,7 @@ from rlm.log.dirwriter import LogDirWriter
 from rlm.log.model import Codec, ControlType
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
 from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.pipeline.compact.job import CompactReport
 from rlm.storage.protocol import RemoteStorage
 from tests.pipeline.tiers import Tier
 
@@ -213,3 +214,13 @@ def assert_lookups_exact(tier: Tier, tp: TopicPartition, cache_dir: Path) -> Non
             fetched += [r["offset"] for r in page["records"]]
             offset = page["next_offset"]
     assert fetched == [s.offset for s in kept if not s.control]
+
+
+def assert_same_reports(got: Sequence[CompactReport], expected: Sequence[CompactReport]) -> None:
+    """Runs of one engine (``got``) reported what the same runs of another did, partition by
+    partition: each status and count."""
+    for mine, theirs in zip(got, expected, strict=True):
+        assert not mine.failed, mine.to_json()
+        assert [(p.topic_partition, p.status, p.counts) for p in mine.partitions] == [
+            (p.topic_partition, p.status, p.counts) for p in theirs.partitions
+        ]

@@ -33,7 +33,7 @@ from rlm.pipeline.stage import run_in_process
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import attach_aborted, read_aborted
 from rlm.storage.layout import IndexBlob
-from tests.pipeline.compact.support import WRITTEN_AT, Survivor, compacting, survivors
+from tests.pipeline.compact.support import WRITTEN_AT, Survivor, assert_same_reports, compacting, survivors
 from tests.pipeline.compact.test_rules import fact
 from tests.pipeline.conftest import make_tier
 from tests.pipeline.tiers import Tier
@@ -275,11 +275,7 @@ def test_spark_keeps_what_the_reference_keeps_of_held_records(
     on_spark = held_tier(request, tmp_path / "spark")
     expected = compact_twice(reference)
     got = compact_twice(on_spark, spark)
-    for mine, theirs in zip(got, expected, strict=True):
-        assert not mine.failed, mine.to_json()
-        assert [(p.topic_partition, p.status, p.counts) for p in mine.partitions] == [
-            (p.topic_partition, p.status, p.counts) for p in theirs.partitions
-        ]
+    assert_same_reports(got, expected)
     for tp in CASES:
         assert survivors(on_spark, tp) == survivors(reference, tp), tp
         assert aborted_entries(on_spark, tp) == aborted_entries(reference, tp), tp

@@ -33,7 +33,7 @@ from rlm.pipeline.compact.engine import Engine, InProcessEngine
 from rlm.pipeline.compact.job import CompactOptions, CompactReport, compact
 from rlm.pipeline.spark.compact import SparkEngine
 from rlm.pipeline.storage import StorageSpec
-from tests.pipeline.compact.support import WRITTEN_AT, compacting
+from tests.pipeline.compact.support import WRITTEN_AT, assert_same_reports, compacting
 from tests.pipeline.conftest import make_tier
 from tests.pipeline.tiers import Tier, copy_eligible
 from tests.tiering_support import set_high_watermarks
@@ -85,20 +85,26 @@ def producer_settings(settings: Settings) -> Settings:
     return settings.replace(topic_overrides={tp.topic: dataclasses.replace(base) for tp in CASES})
 
 
+def compact_once(tier: Tier, settings: Settings, now: int, spark: SparkSession | None) -> CompactReport:
+    """One compaction of ``tier`` at ``now`` (on Spark when given ``spark``, by the reference
+    otherwise)."""
+    spec = StorageSpec.from_settings(settings)
+    engine: Engine = InProcessEngine(spec) if spark is None else SparkEngine(spark, spec, progress=False)
+    storage = tier.open_storage()
+    try:
+        with tier.open_store() as store:
+            return compact(store, storage, spec, engine, settings, CompactOptions(), now_ms=now)
+    finally:
+        storage.close()
+
+
 def compact_runs(tier: Tier, spark: SparkSession | None = None) -> list[CompactReport]:
     """Compact the cases at each of :data:`RUNS` (on Spark when given ``spark``, by the reference
     otherwise)."""
     settings = producer_settings(tier.settings)
-    spec = StorageSpec.from_settings(settings)
     reports = []
     for now in RUNS:
-        engine: Engine = InProcessEngine(spec) if spark is None else SparkEngine(spark, spec, progress=False)
-        storage = tier.open_storage()
-        try:
-            with tier.open_store() as store:
-                reports.append(compact(store, storage, spec, engine, settings, CompactOptions(), now_ms=now))
-        finally:
-            storage.close()
+        reports.append(compact_once(tier, settings, now, spark))
     return reports
 
 
@@ -218,19 +224,12 @@ def superseded_runs(tier: Tier, spark: SparkSession | None = None) -> list[Compa
     the others and once more (on Spark when given ``spark``, by the reference otherwise)."""
     settings = producer_settings(tier.settings)
     settings = settings.replace(topic_overrides={SUPERSEDED.topic: settings.topic(EMPTIED.topic)})
-    spec = StorageSpec.from_settings(settings)
     reports = []
     for n, now in enumerate((*RUNS, RUNS[-1] + 1)):
         if n == 1:
             set_high_watermarks(settings.log_dirs[0], {SUPERSEDED: ALL_TIERED})
             assert sum(o.copied_segments for o in copy_eligible(tier)) == 2
-        engine: Engine = InProcessEngine(spec) if spark is None else SparkEngine(spark, spec, progress=False)
-        storage = tier.open_storage()
-        try:
-            with tier.open_store() as store:
-                reports.append(compact(store, storage, spec, engine, settings, CompactOptions(), now_ms=now))
-        finally:
-            storage.close()
+        reports.append(compact_once(tier, settings, now, spark))
         assert not reports[-1].failed, reports[-1].to_json()
         if n == 0:
             assert Batch(0, 0, PID, EPOCH, 0, True, False, 0) in batches(tier, SUPERSEDED)
@@ -260,11 +259,7 @@ def test_spark_keeps_what_the_reference_keeps_of_producers(
     on_spark = make_tier("sqlite-fs", request, tmp_path / "spark", write_producer_logs)
     expected = compact_runs(reference)
     got = compact_runs(on_spark, spark)
-    for mine, theirs in zip(got, expected, strict=True):
-        assert not mine.failed, mine.to_json()
-        assert [(p.topic_partition, p.status, p.counts) for p in mine.partitions] == [
-            (p.topic_partition, p.status, p.counts) for p in theirs.partitions
-        ]
+    assert_same_reports(got, expected)
     for tp in CASES:
         assert batches(on_spark, tp) == batches(reference, tp), tp
     assert Batch(0, 1, PID, EPOCH, 0, True, False, 0) in batches(on_spark, LAST_DATA)
