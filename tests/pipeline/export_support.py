@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,8 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from rlm.pipeline.columns import EXPORT_COLUMNS
+from rlm.pipeline.export.commit import Manifest, manifest_path, staging_dir, write_manifest
+from rlm.pipeline.export.files import LocalFiles
 from rlm.pipeline.plan import PartitionPlan, plan_partition, select_partitions
 from tests.pipeline.test_columns import _oracle
 from tests.pipeline.tiers import Tier
@@ -86,3 +89,17 @@ def read_duckdb(output: Path) -> list[Row]:
         db.execute("SET TimeZone = 'UTC'")
         table = db.sql(f"SELECT * FROM read_parquet('{pattern}', hive_partitioning = true)").arrow()
     return normalized(table.read_all() if isinstance(table, pa.RecordBatchReader) else table)
+
+
+def killed_run(output: str, manifest: Manifest | dict[str, Any]) -> LocalFiles:
+    """Leave in ``output`` what a run killed after its commit point, before the ledger's update,
+    leaves: its staging directory and its manifest (one rlm writes, or a JSON document as an
+    older rlm wrote it). Returns the files to export with."""
+    files = LocalFiles()
+    run_id = manifest.run_id if isinstance(manifest, Manifest) else str(manifest["run_id"])
+    files.make_dirs([staging_dir(output, run_id)])
+    if isinstance(manifest, Manifest):
+        write_manifest(files, output, manifest)
+    else:
+        files.write_text(manifest_path(output, run_id), json.dumps(manifest))
+    return files

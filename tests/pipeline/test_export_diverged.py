@@ -20,7 +20,7 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from metadata.schema import upgrade
 from metadata.store import SqlMetadataStore
-from rlm.pipeline.export.commit import Manifest, manifest_path, staging_dir, write_manifest
+from rlm.pipeline.export.commit import Manifest
 from rlm.pipeline.export.files import LocalFiles
 from rlm.pipeline.export.iceberg import (
     NEXT_OFFSETS,
@@ -35,6 +35,7 @@ from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.stage import Stage, run_in_process
 from rlm.pipeline.storage import StorageSpec
 from tests.metadata_support import TP, add_finished, segment
+from tests.pipeline.export_support import killed_run
 
 TABLE = "kafka.records"
 
@@ -141,15 +142,12 @@ def test_a_killed_parquet_run_rolled_forward_after_the_copies_were_replaced_is_h
 ) -> None:
     output = output_uri(str(tmp_path / "out"))
     tier.store.record_export_offsets(output, {TP: 100})
-    files = LocalFiles()
     # A run planned at lineage 0, killed after its commit point, before the ledger's update.
-    files.make_dirs([staging_dir(output, "killed")])
     if manifest == "with its lineage":
-        write_manifest(files, output, Manifest("killed", (), {TP: 200}, {TP: None}, lineages={TP: 0}))
+        killed_run(output, Manifest("killed", (), {TP: 200}, {TP: None}, lineages={TP: 0}))
     else:  # taken as planned before every replacement
         entry = {"topic": TP.topic, "partition": 0, "next_offset": 200, "topic_id": None}
-        document = {"run_id": "killed", "files": [], "next_offsets": [entry]}
-        files.write_text(manifest_path(output, "killed"), json.dumps(document))
+        killed_run(output, {"run_id": "killed", "files": [], "next_offsets": [entry]})
     tier.diverge()
 
     report = tier.parquet(output)

@@ -20,7 +20,7 @@ import pytest
 from metadata.schema import upgrade
 from metadata.store import SqlMetadataStore
 from rlm.metastore import RemoteSegment
-from rlm.pipeline.export.commit import Manifest, manifest_path, staging_dir, write_manifest
+from rlm.pipeline.export.commit import Manifest
 from rlm.pipeline.export.files import LocalFiles
 from rlm.pipeline.export.iceberg import (
     NEXT_OFFSETS,
@@ -35,6 +35,7 @@ from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.stage import Stage, run_in_process
 from rlm.pipeline.storage import StorageSpec
 from tests.metadata_support import TP, add_finished, segment
+from tests.pipeline.export_support import killed_run
 
 OLD = uuid.UUID("11111111-1111-4111-8111-111111111111")
 NEW = uuid.UUID("22222222-2222-4222-8222-222222222222")
@@ -96,17 +97,11 @@ def test_a_parquet_export_starts_the_new_topic_at_its_start(
     output = output_uri(str(tmp_path / "out"))
     tier.store.record_export_offsets(output, {TP: 10_000})
     # A run of the old topic killed after its commit point, before the ledger's update.
-    files = LocalFiles()
-    files.make_dirs([staging_dir(output, "killed")])
     if manifest == "with ids":
-        write_manifest(files, output, Manifest("killed", (), {TP: 10_000}, {TP: OLD}))
+        files = killed_run(output, Manifest("killed", (), {TP: 10_000}, {TP: OLD}))
     else:  # written before ids were
-        document = {
-            "run_id": "killed",
-            "files": [],
-            "next_offsets": [{"topic": TP.topic, "partition": 0, "next_offset": 10_000}],
-        }
-        files.write_text(manifest_path(output, "killed"), json.dumps(document))
+        entry = {"topic": TP.topic, "partition": 0, "next_offset": 10_000}
+        files = killed_run(output, {"run_id": "killed", "files": [], "next_offsets": [entry]})
     tier.recreate()
 
     report = export_parquet(
