@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -136,6 +136,15 @@ class SqlMetadataStore:
     def _transaction(self, *, write: bool, snapshot: bool = True) -> AbstractContextManager[Connection]:
         return transaction(self._engine, write=write, snapshot=snapshot, on_error=self._on_error)
 
+    @contextmanager
+    def _fenced(self, tp: TopicPartition, lease_epoch: int | None) -> Iterator[tuple[Connection, Row[Any]]]:
+        """A write transaction holding the lock of ``tp``'s row, which it yields, fenced by
+        ``lease_epoch`` (see :func:`metadata.partitions.check_fence`)."""
+        with self._transaction(write=True) as conn:
+            part = partitions.lock(conn, tp)
+            partitions.check_fence(part, lease_epoch)
+            yield conn, part
+
     def __enter__(self) -> SqlMetadataStore:
         return self
 
@@ -156,9 +165,7 @@ class SqlMetadataStore:
         if segment.state is not SegmentState.COPY_SEGMENT_STARTED:
             # A segment enters the store as COPY_SEGMENT_STARTED, nothing else.
             raise InvalidStateTransitionError("no state", segment.state.value, subject=what)
-        with self._transaction(write=True) as conn:
-            part = partitions.lock(conn, tp)
-            partitions.check_fence(part, lease_epoch)
+        with self._fenced(tp, lease_epoch) as (conn, part):
             if part.deletion_state is not None:
                 raise StateConflictError(f"cannot add {what}: the partition is {part.deletion_state}")
             stored = conn.execute(
@@ -367,9 +374,7 @@ class SqlMetadataStore:
         self, tp: TopicPartition, offset: int, *, lease_epoch: int | None = None
     ) -> int:
         """See :meth:`rlm.metastore.MetadataStore.advance_log_start_offset`."""
-        with self._transaction(write=True) as conn:
-            part = partitions.lock(conn, tp)
-            partitions.check_fence(part, lease_epoch)
+        with self._fenced(tp, lease_epoch) as (conn, part):
             current = int(part.remote_log_start_offset)
             if offset <= current:
                 return current
@@ -387,9 +392,7 @@ class SqlMetadataStore:
         lease_epoch: int | None = None,
     ) -> PartitionRecord:
         """See :meth:`rlm.metastore.MetadataStore.update_partition_state`."""
-        with self._transaction(write=True) as conn:
-            part = partitions.lock(conn, tp)
-            partitions.check_fence(part, lease_epoch)
+        with self._fenced(tp, lease_epoch) as (conn, part):
             current = None if part.deletion_state is None else PartitionState(part.deletion_state)
             if check_transition(current, state, subject=f"partition {tp}"):
                 conn.execute(
@@ -417,9 +420,7 @@ class SqlMetadataStore:
             # The usual case, every copier pass: confirmed by a read, no write transaction.
             partitions.check_fence(row, lease_epoch)
             return TopicIdChange(topic_id, 0, reset=False)
-        with self._transaction(write=True) as conn:
-            part = partitions.lock(conn, tp)
-            partitions.check_fence(part, lease_epoch)
+        with self._fenced(tp, lease_epoch) as (conn, part):
             return topic_ids.adopt(conn, part, topic_id, event_time_ms, written_ms)
 
     def truncate_copies(
@@ -431,10 +432,21 @@ class SqlMetadataStore:
         lease_epoch: int | None = None,
     ) -> int:
         """See :meth:`rlm.metastore.MetadataStore.truncate_copies`."""
-        with self._transaction(write=True) as conn:
-            part = partitions.lock(conn, tp)
-            partitions.check_fence(part, lease_epoch)
+        with self._fenced(tp, lease_epoch) as (conn, part):
             return truncation.truncate(conn, part, from_offset, event_time_ms)
+
+    def trim_copies(
+        self,
+        tp: TopicPartition,
+        kept: UUID,
+        replacement: UUID,
+        *,
+        event_time_ms: int,
+        lease_epoch: int | None = None,
+    ) -> int:
+        """See :meth:`rlm.metastore.MetadataStore.trim_copies`."""
+        with self._fenced(tp, lease_epoch) as (conn, part):
+            return truncation.trim(conn, part, kept, replacement, event_time_ms)
 
     # -- leases -------------------------------------------------------------------------------
 
@@ -547,9 +559,7 @@ class SqlMetadataStore:
 
     def add_skipped_range(self, skipped: SkippedRange, *, lease_epoch: int | None = None) -> SkippedRange:
         """See :meth:`rlm.metastore.MetadataStore.add_skipped_range`."""
-        with self._transaction(write=True) as conn:
-            part = partitions.lock(conn, skipped.topic_partition)
-            partitions.check_fence(part, lease_epoch)
+        with self._fenced(skipped.topic_partition, lease_epoch) as (conn, part):
             return skipped_ranges.add(conn, part, skipped)
 
     def list_skipped_ranges(self, tp: TopicPartition) -> list[SkippedRange]:

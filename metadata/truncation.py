@@ -10,31 +10,80 @@ on are forgotten (they named offsets of the truncated log), one reaching over it
 the export ledger's offsets above it fall to it, so the next incremental export writes the
 broker's records there. The partition's ``lineage`` grows by one and the offset is kept
 (``rlm_copy_truncation``): an export planned before, committed after, is held below it.
+
+:func:`trim` does the same from an offset inside a copy that also holds offsets below it which
+the broker's log no longer has: in the same transaction, that copy is retired and a copy of its
+offsets below the cut, uploaded beforehand, finishes in its place.
 """
 
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
-from sqlalchemy import Connection, Row, delete, insert, update
+from sqlalchemy import Connection, Row, delete, insert, or_, select, update
 
-from metadata import exports, recount
+from metadata import exports, recount, uploads
 from metadata.models import CopyTruncationRow, PartitionRow, SegmentRow, SkippedRangeRow
 from metadata.partitions import topic_partition
+from rlm.errors import StateConflictError
 from rlm.metastore.model import SegmentState
 
 LIVE = (SegmentState.COPY_SEGMENT_STARTED.value, SegmentState.COPY_SEGMENT_FINISHED.value)
 
 
-def truncate(conn: Connection, part: Row[Any], from_offset: int, now_ms: int) -> int:
+def trim(conn: Connection, part: Row[Any], kept: UUID, replacement: UUID, now_ms: int) -> int:
+    """Replace finished copy ``kept`` of partition row ``part`` (locked by the caller) by
+    ``replacement``, a started copy of its first offsets, and retire every live copy starting
+    above the replacement, as :func:`truncate` from the offset after it; returns how many copies
+    were retired, ``kept`` included.
+
+    Raises:
+        StateConflictError: ``kept`` is not a finished copy of the partition, or ``replacement``
+            not a started copy of it starting where ``kept`` starts; nothing changed.
+    """
+    rows = {
+        row.segment_id: row
+        for row in conn.execute(
+            select(
+                SegmentRow.segment_id, SegmentRow.state, SegmentRow.start_offset, SegmentRow.end_offset
+            ).where(SegmentRow.partition_id == part.id, SegmentRow.segment_id.in_([kept, replacement]))
+        )
+    }
+    old, new = rows.get(kept), rows.get(replacement)
+    tp = topic_partition(part)
+    if old is None or old.state != SegmentState.COPY_SEGMENT_FINISHED.value:
+        raise StateConflictError(f"segment {kept} of {tp} is not a finished copy: it cannot be trimmed")
+    if (
+        new is None
+        or new.state != SegmentState.COPY_SEGMENT_STARTED.value
+        or new.start_offset != old.start_offset
+        or new.end_offset >= old.end_offset
+    ):
+        raise StateConflictError(
+            f"segment {replacement} of {tp} is not a started copy of the first offsets of {kept}"
+        )
+    conn.execute(
+        update(SegmentRow)
+        .where(SegmentRow.segment_id == replacement)
+        .values(state=SegmentState.COPY_SEGMENT_FINISHED.value)
+    )
+    uploads.forget(conn, replacement)
+    return truncate(conn, part, int(new.end_offset) + 1, now_ms, also=kept)
+
+
+def truncate(
+    conn: Connection, part: Row[Any], from_offset: int, now_ms: int, *, also: UUID | None = None
+) -> int:
     """Retire the live copies of partition row ``part`` (locked by the caller) that start at or
-    above ``from_offset``; returns how many."""
+    above ``from_offset``, and copy ``also``; returns how many."""
+    starting = SegmentRow.start_offset >= from_offset
     retired = conn.execute(
         update(SegmentRow)
         .where(
             SegmentRow.partition_id == part.id,
             SegmentRow.state.in_(LIVE),
-            SegmentRow.start_offset >= from_offset,
+            starting if also is None else or_(starting, SegmentRow.segment_id == also),
         )
         .values(state=SegmentState.DELETE_SEGMENT_STARTED.value, event_time_ms=now_ms)
     ).rowcount

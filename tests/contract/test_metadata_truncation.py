@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
+
 import pytest
 
 from metadata.store import SqlMetadataStore
-from rlm.errors import StaleLeaseError
+from rlm.errors import StaleLeaseError, StateConflictError
 from rlm.metastore import SegmentState, SkipKind, SkippedRange
 from tests.metadata_support import TP, add_finished, segment
 
@@ -131,3 +134,72 @@ def test_an_export_is_held_below_the_lowest_truncation_since_it_planned(store: S
         {TP: 200},
         {TP: 300},
     ]
+
+
+def test_a_trimmed_copy_replaces_the_diverged_one_and_the_copies_after_it_are_retired(
+    store: SqlMetadataStore,
+) -> None:
+    first = segment(0, 99, 500, epochs=((4, 0),))
+    diverged = segment(100, 199, 900, epochs=((4, 100), (5, 150)), size_bytes=2_000)
+    after = segment(200, 299, 950, epochs=((5, 200),))
+    add_finished(store, first, diverged, after)
+    store.record_export_offsets(OUT, {TP: 300})
+    trimmed = dataclasses.replace(
+        segment(100, 139, 700, epochs=((4, 100),), size_bytes=800), event_time_ms=123
+    )
+    store.add_segment(trimmed)
+
+    assert store.trim_copies(TP, diverged.segment_id, trimmed.segment_id, event_time_ms=77) == 2
+
+    states = {s.segment_id: (s.state, s.event_time_ms) for s in store.list_segments(TP)}
+    assert states[trimmed.segment_id] == (SegmentState.COPY_SEGMENT_FINISHED, 123)  # its age kept
+    for gone in (diverged, after):
+        assert states[gone.segment_id] == (SegmentState.DELETE_SEGMENT_STARTED, 77)
+    record = store.get_partition(TP)
+    assert record is not None
+    assert (record.highest_copied_offset, record.remote_log_size_bytes) == (139, 1_800)
+    assert record.lineage == 1
+    assert [store.highest_copied_offset(TP, leader_epoch=e) for e in (4, 5)] == [139, -1]
+    found = store.segment_for_offset(TP, 120)
+    assert found is not None and found.segment_id == trimmed.segment_id
+    assert store.segment_for_offset(TP, 140) is None
+    assert store.max_timestamp(TP) == 700
+    assert store.export_offsets(OUT) == {TP: 140}
+
+
+def test_a_trim_of_copies_not_as_described_changes_nothing(store: SqlMetadataStore) -> None:
+    diverged = segment(100, 199, epochs=((5, 100),))
+    add_finished(store, diverged)
+    longer = segment(100, 199)
+    elsewhere = segment(110, 139)
+    store.add_segment(longer)
+    store.add_segment(elsewhere)
+    for kept, replacement in (
+        (diverged.segment_id, longer.segment_id),  # not below the kept copy's end
+        (diverged.segment_id, elsewhere.segment_id),  # not where it starts
+        (longer.segment_id, elsewhere.segment_id),  # the kept one is not finished
+        (diverged.segment_id, uuid.uuid4()),
+    ):
+        with pytest.raises(StateConflictError):
+            store.trim_copies(TP, kept, replacement, event_time_ms=5)
+    assert store.highest_copied_offset(TP) == 199
+    states = {s.segment_id: s.state for s in store.list_segments(TP)}
+    assert states[diverged.segment_id] is SegmentState.COPY_SEGMENT_FINISHED
+    assert states[longer.segment_id] is SegmentState.COPY_SEGMENT_STARTED
+    record = store.get_partition(TP)
+    assert record is not None and record.lineage == 0
+
+
+def test_a_stale_lease_cannot_trim(store: SqlMetadataStore) -> None:
+    lease = store.acquire_lease(TP, owner=1, ttl_ms=30_000)
+    assert lease is not None
+    diverged = segment(0, 99)
+    add_finished(store, diverged)
+    trimmed = segment(0, 49)
+    store.add_segment(trimmed)
+    store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
+    with pytest.raises(StaleLeaseError):
+        store.trim_copies(
+            TP, diverged.segment_id, trimmed.segment_id, event_time_ms=5, lease_epoch=lease.epoch
+        )
+    assert store.highest_copied_offset(TP) == 99
