@@ -12,7 +12,8 @@ Per partition and pass:
 2. clean up copies a previous holder or incarnation left in ``COPY_SEGMENT_STARTED``, and
    finish deletions left in ``DELETE_SEGMENT_STARTED``; retire the remote copies the broker's
    log diverged from (an unclean leader election), so that step 3 tiers the log again from their
-   start (:mod:`rlm.tiering.lineage_keeper`); a log behind the remote tier (a newer leader epoch
+   start, trimming one that also holds offsets the broker's files no longer hold to those
+   (:mod:`rlm.tiering.lineage_keeper`, :mod:`rlm.tiering.trim`); a log behind the remote tier (a newer leader epoch
    is tiered than its latest) tiers nothing;
 3. plan (:mod:`rlm.tiering.copy_plan`): the rolled segments ending below the high watermark, from the
    first offset the remote tier does not account for yet (copied or skipped) on; a hole the
@@ -36,16 +37,19 @@ unreachable store) is reported and the others carry on.
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 from uuid import UUID
 
 from rlm.config import Settings
 from rlm.errors import CorruptDataError, RlmError, SegmentNotCopiedError, StaleLeaseError
+from rlm.log.files import segment_file_name
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.metastore.model import (
     Lease,
@@ -68,6 +72,7 @@ from rlm.tiering.lineage_keeper import LineageKeeper
 from rlm.tiering.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.reach import reach
 from rlm.tiering.topic_identity import adopt_local_topic_id
+from rlm.tiering.trim import trim_copy
 
 log = logging.getLogger("rlm.copier")
 Clock = Callable[[], int]
@@ -126,7 +131,7 @@ class Copier:
         """Set on shutdown: the segment in flight finishes, no other starts."""
         self.on_change: Callable[[TopicPartition], None] = lambda tp: None
         """Called after a segment of a partition finished copying (lookups refresh their view)."""
-        self.lineage = LineageKeeper(store, metrics)
+        self.lineage = LineageKeeper(store, metrics, trim=self._trim)
 
     # -- passes ----------------------------------------------------------------------------
 
@@ -304,7 +309,43 @@ class Copier:
             return 0.0
         return max(0.0, self.clock() / 1000 - written)
 
-    def _copy(self, prepared: PreparedSegment, lease: Lease) -> None:
+    def _trim(self, partition: PartitionDir, lease: Lease, copy: RemoteSegment, cut: int) -> int:
+        """Replace ``copy`` by a copy of its offsets below ``cut`` and retire the copies from
+        ``cut`` on (:mod:`rlm.tiering.trim`); returns how many were retired.
+
+        Raises:
+            CannotTrimError: ``copy`` cannot be cut there.
+            CorruptDataError: its bytes kept fail the checks.
+        """
+        snapshot = partition.path / segment_file_name(cut, ".snapshot")
+        retired = 0
+
+        def swap() -> None:
+            nonlocal retired
+            retired = self.store.trim_copies(
+                copy.topic_partition,
+                copy.segment_id,
+                prepared.remote.segment_id,
+                event_time_ms=self.clock(),
+                lease_epoch=lease.epoch,
+            )
+
+        with tempfile.TemporaryDirectory(prefix="rlm-trim-") as directory:
+            prepared = trim_copy(
+                self.storage,
+                copy,
+                cut,
+                snapshot=snapshot.read_bytes() if snapshot.exists() else None,
+                broker_id=self.settings.broker_id,
+                directory=Path(directory),
+            )
+            self._copy(prepared, lease, finish=swap)
+        return retired
+
+    def _copy(
+        self, prepared: PreparedSegment, lease: Lease, finish: Callable[[], None] | None = None
+    ) -> None:
+        """Upload ``prepared`` and finish its row (``finish``, when given, does it instead)."""
         remote = prepared.remote
         layout = remote.layout
         started = time.perf_counter()
@@ -327,13 +368,16 @@ class Copier:
             )
             self.step("indexes_uploaded")
             finishing = True
-            self.store.update_segment_state(
-                remote.segment_id,
-                SegmentState.COPY_SEGMENT_FINISHED,
-                event_time_ms=self.clock(),
-                expected=SegmentState.COPY_SEGMENT_STARTED,
-                lease_epoch=lease.epoch,
-            )
+            if finish is not None:
+                finish()
+            else:
+                self.store.update_segment_state(
+                    remote.segment_id,
+                    SegmentState.COPY_SEGMENT_FINISHED,
+                    event_time_ms=self.clock(),
+                    expected=SegmentState.COPY_SEGMENT_STARTED,
+                    lease_epoch=lease.epoch,
+                )
         except BaseException:
             self._abandon(prepared, lease, outcome_unknown=finishing)
             raise

@@ -5,10 +5,13 @@ broker's log's (an unclean leader election). When the broker's log still holds e
 the copies that would go, they are retired in one store transaction
 (:meth:`~rlm.metastore.protocol.MetadataStore.truncate_copies`) and the same pass tiers the log
 again from their start: nothing is lost, and the truncated records stop answering at once. A
-diverged copy starting below the local log (local retention deleted its start since) holds
-offsets no one else has: it is kept, and ``rlm_copies_diverged`` and an error, once per
-divergence, say which offsets answer records the log no longer has; the diverged copies after it,
-which the local log holds wholly, are retired all the same.
+diverged copy starting below the broker's first local segment (local retention deleted its start
+since) holds offsets no one else has: it is trimmed to them (:mod:`rlm.tiering.trim`), in the
+same transaction that retires the copies after it, and the log is tiered again from its first
+local segment on. A copy that cannot be cut there (no batch of it starts at that offset, or its
+bytes fail the checks) is kept whole: ``rlm_copies_diverged`` and an error, once per divergence,
+say which offsets answer records the log no longer has; the diverged copies after it, which the
+local log holds wholly, are retired all the same.
 
 The comparison lists the partition's finished segments, so it runs only when something it
 depends on changed: the broker's leader epochs or the highest copied offset (or when the last
@@ -19,19 +22,27 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import NamedTuple
 from uuid import UUID
 
+from rlm.errors import CorruptDataError
 from rlm.log.checkpoints import EpochEntry
 from rlm.log.logdir import PartitionDir
-from rlm.metastore.model import Lease, SegmentState, TopicPartition
+from rlm.metastore.model import Lease, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.tiering.lineage import Divergence, behind, find_divergence
+from rlm.tiering.trim import CannotTrimError
 
 log = logging.getLogger("rlm.copier")
 
 _Checked = tuple[tuple[EpochEntry, ...], int]
+Trim = Callable[[PartitionDir, Lease, RemoteSegment, int], int]
+"""Replace a copy by a copy of its offsets below a cut, and retire the copies from the cut on;
+returns how many were retired (the copier's, see :mod:`rlm.tiering.trim`). Raises
+:class:`~rlm.tiering.trim.CannotTrimError` or :class:`~rlm.errors.CorruptDataError` when the copy
+cannot be cut there."""
 
 
 class Followed(NamedTuple):
@@ -47,9 +58,10 @@ class Followed(NamedTuple):
 class LineageKeeper:
     """Compares and, where it can, replaces the remote copies of the partitions a copier holds."""
 
-    def __init__(self, store: MetadataStore, metrics: Metrics) -> None:
+    def __init__(self, store: MetadataStore, metrics: Metrics, *, trim: Trim) -> None:
         self.store = store
         self.metrics = metrics
+        self.trim = trim
         self._agreed: dict[TopicPartition, tuple[_Checked, bool]] = {}
         """Per partition, what the last comparison that found the whole remote tier on the
         broker's lineage depended on, and whether the log was behind the remote tier."""
@@ -58,8 +70,9 @@ class LineageKeeper:
         self._lock = threading.Lock()
 
     def follow(self, partition: PartitionDir, lease: Lease, *, now_ms: int) -> Followed:
-        """Retire the remote copies of ``partition`` its log diverged from whose offsets it holds
-        wholly; returns how many were retired, and whether its log is behind the remote tier.
+        """Retire the remote copies of ``partition`` its log diverged from, trimming one that also
+        holds offsets its files no longer hold to those; returns how many were retired, and
+        whether its log is behind the remote tier.
 
         Raises:
             StaleLeaseError: ``lease`` was lost.
@@ -84,20 +97,33 @@ class LineageKeeper:
         finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
         older = behind(finished, local)
         local_start = partition.log_start_offset()
+        segments = partition.segments()
+        # The first offset the broker's files hold; below its log start offset too, after a
+        # DeleteRecords (those records are deleted for readers, but they are the log's).
+        held_from = segments[0].base_offset if segments else local_start
         kept: Divergence | None = None
+        why_kept = ""
         found = find_divergence(
             finished, local, log_start_offset=max(local_start, remote_start), high_watermark=high_watermark
         )
-        while found is not None and found.replace_from < local_start:
-            # Its copy holds offsets only it has: kept. The copies read after it may still be
-            # replaced, from the first one the local log holds wholly.
+        labels = (tp.topic, str(tp.partition))
+        if found is not None and found.replace_from < held_from:
+            try:
+                retired = self.trim(partition, lease, found.copy, held_from)
+            except (CannotTrimError, CorruptDataError) as exc:
+                why_kept = str(exc)
+            else:
+                self._replaced(tp, found, retired, trimmed_to=held_from)
+                return Followed(retired, older)
+        while found is not None and found.replace_from < held_from:
+            # Its copy holds offsets only it has, and could not be trimmed to them: kept. The
+            # copies read after it may still be replaced, from the first one the log holds wholly.
             kept = kept or found
             found = find_divergence(
                 finished, local, log_start_offset=found.copy.end_offset + 1, high_watermark=high_watermark
             )
-        labels = (tp.topic, str(tp.partition))
         if kept is not None:
-            self._kept(tp, kept, local_start)
+            self._kept(tp, kept, held_from, why_kept)
         elif found is None:
             self.metrics.copies_diverged.labels(*labels).set(0)
             with self._lock:
@@ -109,23 +135,40 @@ class LineageKeeper:
         retired = self.store.truncate_copies(
             tp, found.replace_from, event_time_ms=now_ms, lease_epoch=lease.epoch
         )
-        self.metrics.diverged_copies_replaced.labels(*labels).inc(retired)
         if kept is None:
             self.metrics.copies_diverged.labels(*labels).set(0)
+        self._replaced(tp, found, retired)
+        return Followed(retired, older)
+
+    def _replaced(self, tp: TopicPartition, found: Divergence, retired: int, *, trimmed_to: int = -1) -> None:
+        labels = (tp.topic, str(tp.partition))
+        self.metrics.diverged_copies_replaced.labels(*labels).inc(retired)
+        if trimmed_to < 0:
+            what = f"{retired} remote segments from offset {found.replace_from} on were retired"
+            tiered_from = found.replace_from
+        else:
+            self.metrics.copies_diverged.labels(*labels).set(0)
+            with self._lock:
+                self._reported.pop(tp, None)
+            what = (
+                f"the remote segment of offsets {found.replace_from}..{found.copy.end_offset} was "
+                f"trimmed to {found.replace_from}..{trimmed_to - 1}, which the broker's log no longer "
+                f"holds, and {retired} remote segments were retired"
+            )
+            tiered_from = trimmed_to
         log.warning(
             "%s: from offset %d the remote tier held leader epoch %d's records, the broker's log "
-            "holds epoch %d's (its log diverged: an unclean leader election); %d remote segments "
-            "from offset %d on were retired and the log is tiered again from there",
+            "holds epoch %d's (its log diverged: an unclean leader election); %s, and the log is "
+            "tiered again from offset %d",
             tp,
             found.offset,
             found.remote_epoch,
             found.local_epoch,
-            retired,
-            found.replace_from,
+            what,
+            tiered_from,
         )
-        return Followed(retired, older)
 
-    def _kept(self, tp: TopicPartition, found: Divergence, local_start: int) -> None:
+    def _kept(self, tp: TopicPartition, found: Divergence, held_from: int, why: str) -> None:
         self.metrics.copies_diverged.labels(tp.topic, str(tp.partition)).set(1)
         reported = (found.offset, found.copy.segment_id)
         with self._lock:
@@ -136,14 +179,15 @@ class LineageKeeper:
             "%s: from offset %d the remote tier holds leader epoch %d's records, the broker's log "
             "holds epoch %d's (its log diverged: an unclean leader election). Reads of those offsets, "
             "up to %d, answer records the log no longer has. They are kept: the remote segment "
-            "holding them starts at offset %d, below the local log's start %d, and its offsets "
-            "below %d are held nowhere else",
+            "holding them starts at offset %d, below the broker's first local segment %d, its "
+            "offsets below %d are held nowhere else, and it cannot be trimmed to them (%s)",
             tp,
             found.offset,
             found.remote_epoch,
             found.local_epoch,
             found.copy.end_offset,
             found.replace_from,
-            local_start,
-            local_start,
+            held_from,
+            held_from,
+            why or "it is read past its divergence",
         )

@@ -22,6 +22,7 @@ from rlm.errors import CorruptDataError, CorruptRecordError
 from rlm.log.checkpoints import EpochEntry, encode_leader_epoch_checkpoint, topic_id_to_uuid
 from rlm.log.files import segment_file_name
 from rlm.log.logdir import PartitionDir
+from rlm.log.recovery import RebuiltIndexes
 from rlm.log.segment import Segment, initial_tracker, rebuild_segment_indexes
 from rlm.log.txnindex import TransactionIndex
 from rlm.log.validate import BatchChecker
@@ -69,6 +70,40 @@ def prepare_segment(
             ``next_base_offset - 1``; the message names the file and the position.
         OSError: the broker deleted the segment meanwhile.
     """
+    checked = check_segment(segment, next_base_offset=next_base_offset)
+    topic_id_text = partition.topic_id()
+    # Kafka uploads the producer snapshot taken when the next segment was rolled.
+    snapshot = partition.path / segment_file_name(checked.end_offset + 1, ".snapshot")
+    return assemble(
+        TopicPartition(partition.topic, partition.partition),
+        topic_id_to_uuid(topic_id_text) if topic_id_text else None,
+        segment,
+        checked,
+        epochs=epochs_of_segment(epochs or checked.rebuilt.epochs, segment.base_offset, checked.end_offset),
+        txn_index=_transaction_index(segment) or checked.rebuilt.txn_index,
+        snapshot=snapshot.read_bytes() if snapshot.exists() else None,
+        broker_id=broker_id,
+        event_time_ms=now_ms,
+    )
+
+
+@dataclass(frozen=True)
+class CheckedSegment:
+    """A segment's ``.log`` that passed the checks, with the indexes rebuilt from it."""
+
+    rebuilt: RebuiltIndexes
+    end_offset: int
+    size: int
+    crc32c: int
+
+
+def check_segment(segment: Segment, *, next_base_offset: int | None) -> CheckedSegment:
+    """Check ``segment``'s bytes and rebuild its indexes (see :func:`prepare_segment`).
+
+    Raises:
+        CorruptRecordError: as :func:`prepare_segment`.
+        OSError: the file is gone.
+    """
     path = str(segment.log_path)
     checker = BatchChecker(path, segment.base_offset, next_base_offset=next_base_offset, checksum=True)
     rebuilt = rebuild_segment_indexes(
@@ -89,23 +124,34 @@ def prepare_segment(
             path=path,
             position=size,
         )
-    tp = TopicPartition(partition.topic, partition.partition)
-    topic_id_text = partition.topic_id()
-    topic_id = topic_id_to_uuid(topic_id_text) if topic_id_text else None
+    return CheckedSegment(rebuilt, end, size, checker.crc32c)
+
+
+def assemble(
+    tp: TopicPartition,
+    topic_id: uuid.UUID | None,
+    segment: Segment,
+    checked: CheckedSegment,
+    *,
+    epochs: tuple[LeaderEpochEntry, ...],
+    txn_index: TransactionIndex,
+    snapshot: bytes | None,
+    broker_id: int,
+    event_time_ms: int,
+) -> PreparedSegment:
+    """The metadata row (``COPY_SEGMENT_STARTED``, a new segment id) and the index object of a
+    checked segment, with the leader epochs, transaction index and producer snapshot given."""
+    start = segment.base_offset
     segment_id = uuid.uuid4()
     keys = segment_keys(tp.topic, topic_id, tp.partition, start, segment_id)
-    segment_epochs = epochs_of_segment(epochs or rebuilt.epochs, start, end)
-    txn_index = _transaction_index(segment) or rebuilt.txn_index
-    # Kafka uploads the producer snapshot taken when the next segment was rolled.
-    snapshot = partition.path / segment_file_name(end + 1, ".snapshot")
     blob = IndexBlob.build(
         {
-            IndexType.OFFSET: rebuilt.offset_index.to_bytes(),
-            IndexType.TIMESTAMP: rebuilt.time_index.to_bytes(),
+            IndexType.OFFSET: checked.rebuilt.offset_index.to_bytes(),
+            IndexType.TIMESTAMP: checked.rebuilt.time_index.to_bytes(),
             IndexType.TRANSACTION: txn_index.to_bytes() if len(txn_index) else None,
-            IndexType.PRODUCER_SNAPSHOT: snapshot.read_bytes() if snapshot.exists() else None,
+            IndexType.PRODUCER_SNAPSHOT: snapshot,
             IndexType.LEADER_EPOCH: encode_leader_epoch_checkpoint(
-                EpochEntry(e.epoch, e.start_offset) for e in segment_epochs
+                EpochEntry(e.epoch, e.start_offset) for e in epochs
             ),
         }
     )
@@ -114,17 +160,17 @@ def prepare_segment(
         topic_partition=tp,
         topic_id=topic_id,
         start_offset=start,
-        end_offset=end,
-        max_timestamp_ms=rebuilt.max_timestamp,
-        size_bytes=size,
+        end_offset=checked.end_offset,
+        max_timestamp_ms=checked.rebuilt.max_timestamp,
+        size_bytes=checked.size,
         broker_id=broker_id,
-        event_time_ms=now_ms,
-        leader_epochs=segment_epochs,
+        event_time_ms=event_time_ms,
+        leader_epochs=epochs,
         layout=blob.layout(keys),
         txn_index_empty=len(txn_index) == 0,
         state=SegmentState.COPY_SEGMENT_STARTED,
     )
-    return PreparedSegment(remote, segment.log_path, blob, checker.crc32c)
+    return PreparedSegment(remote, segment.log_path, blob, checked.crc32c)
 
 
 def epochs_of_segment(entries: list[EpochEntry], start: int, end: int) -> tuple[LeaderEpochEntry, ...]:

@@ -17,8 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from rlm.log.batches import decode_batch
+from rlm.log.byte_source import BytesSource, iter_headers
 from rlm.log.logdir import PARTITION_METADATA, LogDir
-from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.log.model import Record
+from rlm.metastore.model import IndexType, SegmentState, TopicPartition
+from rlm.storage.range_source import read_index
 from tests.tiering_support import (
     WRITER_NOW_MS,
     Backend,
@@ -30,26 +34,51 @@ from tests.tiering_support import (
 )
 
 TP = TopicPartition("orders", 0)
+SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
 LABELS = {"topic": "orders", "partition": "0"}
 TieringFactory = Callable[..., Tiering]
 
 
-def plans(*epochs: int) -> list[SegmentPlan]:
+def plans(*segments: int | tuple[int, ...], batch_records: int = 5) -> list[SegmentPlan]:
+    """One segment per argument: an epoch (10 records), or its records and epochs."""
+    shapes = [(10, s) if isinstance(s, int) else (s[0], *s[1:]) for s in segments]
     return [
-        SegmentPlan(records=10, max_timestamp_ms=WRITER_NOW_MS - 1000 + i, leader_epochs=(epoch,))
-        for i, epoch in enumerate(epochs)
+        SegmentPlan(
+            records=records,
+            max_timestamp_ms=WRITER_NOW_MS - 1000 + i,
+            leader_epochs=tuple(epochs),
+            batch_records=batch_records,
+        )
+        for i, (records, *epochs) in enumerate(shapes)
     ]
 
 
-def write_log(log_dir: Path, *epochs: int) -> None:
+def partition_path(log_dir: Path) -> Path:
+    return log_dir / f"{TP.topic}-{TP.partition}"
+
+
+def write_log(log_dir: Path, *segments: int | tuple[int, ...], batch_records: int = 5) -> None:
     """Write the partition's log (the same records while the epochs agree), keeping its topic id."""
-    metadata = log_dir / f"{TP.topic}-{TP.partition}" / PARTITION_METADATA
+    metadata = partition_path(log_dir) / PARTITION_METADATA
     topic_id = metadata.read_bytes() if metadata.exists() else None
     if log_dir.exists():
         shutil.rmtree(log_dir)
-    write_scripted_log_dir(log_dir, {TP: plans(*epochs)}, seed=7)
+    write_scripted_log_dir(log_dir, {TP: plans(*segments, batch_records=batch_records)}, seed=7)
     if topic_id is not None:
         metadata.write_bytes(topic_id)
+
+
+def drop_local_segments_below(log_dir: Path, offset: int) -> None:
+    """Delete the segments below ``offset`` as the broker's local retention does; the log starts there."""
+    for path in partition_path(log_dir).iterdir():
+        if path.suffix in SEGMENT_FILES and int(path.stem) < offset:
+            path.unlink()
+    set_log_start_offsets(log_dir, {TP: offset})
+    assert LogDir(log_dir).partition(TP.topic, TP.partition).segments()[0].base_offset == offset
+
+
+def records_of(data: bytes) -> list[Record]:
+    return [record for header in iter_headers(BytesSource(data)) for record in decode_batch(data, header)]
 
 
 OLD_LEADER = (4, 4, 5, 5)
@@ -96,12 +125,105 @@ def test_the_old_leaders_copies_are_replaced_by_the_new_leaders_log(tiered: tupl
     assert tiering.registry.get_sample_value("rlm_diverged_copies_replaced_total", LABELS) == 2
 
 
-def test_copies_holding_offsets_the_log_no_longer_has_are_kept_and_reported(
-    tiered: tuple[Tiering, Path], caplog: pytest.LogCaptureFixture
+def test_a_copy_whose_offsets_the_brokers_files_still_hold_is_replaced_below_its_log_start(
+    tiered: tuple[Tiering, Path],
 ) -> None:
     tiering, log_dir = tiered
-    set_log_start_offsets(log_dir, {TP: 25})  # offsets 20..24 are now held only by the old copy
+    # DeleteRecords: the log starts at 25, inside its segment of 20..29, which the broker keeps.
+    set_log_start_offsets(log_dir, {TP: 25})
     assert LogDir(log_dir).partition(TP.topic, TP.partition).log_start_offset() == 25
+
+    outcome = tiering.copier().run_once()[0]
+
+    assert (outcome.error, outcome.copied_segments) == (None, 3)
+    assert spans(tiering)[2:] == [(20, 29, (6,)), (30, 39, (6,)), (40, 49, (6,))]
+    assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 0
+
+
+def test_a_copy_holding_offsets_the_brokers_files_no_longer_hold_is_trimmed_to_them(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log_dir = tmp_path / "logs"
+    # The old leader led epoch 5 from offset 25; the new one, epoch 6 from 25, rolled there.
+    write_log(log_dir, (10, 4), (10, 4), (10, 4, 5), (10, 5))
+    tiering = tiering_factory(backend, log_dir)
+    assert tiering.copier().run_once()[0].copied_segments == 4
+    diverged = tiering.store.segment_for_offset(TP, 25)
+    assert diverged is not None and diverged.start_offset == 20
+    old_bytes = tiering.storage.read_range(diverged.layout.log_key, 0, diverged.size_bytes)
+    write_log(log_dir, (10, 4), (10, 4), (5, 4), (5, 6), (10, 6), (10, 6))
+    drop_local_segments_below(log_dir, 25)  # local retention: 20..24 now only in the old copy
+
+    with caplog.at_level(logging.WARNING, logger="rlm.copier"):
+        outcomes = [tiering.copier().run_once()[0] for _ in range(2)]
+
+    assert [(o.error, o.copied_segments) for o in outcomes] == [(None, 3), (None, 0)]
+    assert spans(tiering) == [
+        (0, 9, (4,)),
+        (10, 19, (4,)),
+        (20, 24, (4,)),
+        (25, 29, (6,)),
+        (30, 39, (6,)),
+        (40, 49, (6,)),
+    ]
+    trimmed = tiering.store.segment_for_offset(TP, 22)
+    assert trimmed is not None and trimmed.segment_id != diverged.segment_id
+    # Byte for byte the old copy's batches below 25; as old as it; the broker's producer state at 25.
+    kept = tiering.storage.read_range(trimmed.layout.log_key, 0, trimmed.size_bytes + 1)
+    assert 0 < len(kept) == trimmed.size_bytes < len(old_bytes) and old_bytes.startswith(kept)
+    assert trimmed.event_time_ms == diverged.event_time_ms
+    assert trimmed.max_timestamp_ms == max(r.timestamp for r in records_of(kept))
+    assert [r.offset for r in records_of(kept)] == list(range(20, 25))
+    snapshot = read_index(tiering.storage, trimmed.layout, IndexType.PRODUCER_SNAPSHOT)
+    assert snapshot == (partition_path(log_dir) / "00000000000000000025.snapshot").read_bytes()
+    found = tiering.store.segment_for_offset(TP, 27)
+    assert found is not None and [e.epoch for e in found.leader_epochs] == [6]
+    assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 0
+    assert tiering.registry.get_sample_value("rlm_diverged_copies_replaced_total", LABELS) == 2
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("trimmed to 20..24" in m and "tiered again from offset 25" in m for m in warned)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # The old copy's objects went as any retired copy's do; the copies of 25 on are the broker's.
+    assert tiering.storage.object_size(diverged.layout.log_key) is None
+    for row in tiering.finished(TP):
+        if row.start_offset >= 25:
+            local = partition_path(log_dir) / f"{row.start_offset:020d}.log"
+            assert tiering.storage.read_range(row.layout.log_key, 0, row.size_bytes) == local.read_bytes()
+
+
+def test_a_trim_that_fails_before_the_swap_leaves_the_old_copy_answering(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (10, 4, 5), (10, 5))
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    write_log(log_dir, (10, 4), (10, 4), (5, 4), (5, 6), (10, 6), (10, 6))
+    drop_local_segments_below(log_dir, 25)
+    before = spans(tiering)
+
+    def crash(step: str) -> None:
+        if step == "indexes_uploaded":
+            raise OSError("the sidecar died")
+
+    outcome = tiering.copier(step=crash).run_once()[0]
+
+    assert isinstance(outcome.error, OSError)
+    assert spans(tiering) == before  # nothing swapped, the trimmed copy's row and objects gone
+    assert not tiering.segments(TP, SegmentState.COPY_SEGMENT_STARTED)
+    assert tiering.copier().run_once()[0].copied_segments == 3
+    assert spans(tiering)[2:4] == [(20, 24, (4,)), (25, 29, (6,))]
+
+
+def test_a_copy_with_no_batch_at_the_brokers_first_offset_is_kept_and_reported(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (10, 5), (10, 5), batch_records=10)
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (5, 6), (10, 6), (10, 6))
+    drop_local_segments_below(log_dir, 25)  # 20..24 only in the old copy's batch of 20..29
 
     copier = tiering.copier()  # one sidecar's, pass after pass
     with caplog.at_level(logging.ERROR, logger="rlm.copier"):
@@ -115,8 +237,8 @@ def test_copies_holding_offsets_the_log_no_longer_has_are_kept_and_reported(
     assert tiering.registry.get_sample_value("rlm_diverged_copies_replaced_total", LABELS) == 1
     reported = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(reported) == 1  # once per divergence, not every pass
-    assert "from offset 25" in reported[0] and "below the local log's start 25" in reported[0]
-    assert "up to 29" in reported[0]
+    assert "from offset 25" in reported[0] and "below the broker's first local segment 25" in reported[0]
+    assert "up to 29" in reported[0] and "no batch of it starts at offset 25" in reported[0]
     found = tiering.store.segment_for_offset(TP, 35)
     assert found is not None and [e.epoch for e in found.leader_epochs] == [6]
 
