@@ -269,7 +269,7 @@ Include it in a Kafka chart's sidecars with its volumes from "rlm.sidecarVolumes
     sizeLimit: {{ .Values.indexCache.sizeLimit }}
 - name: rlm-tmp
   emptyDir:
-    sizeLimit: 256Mi
+    sizeLimit: {{ .Values.tmpSizeLimit }}
 {{- end }}
 
 {{/* The sidecar and its volumes for a Kafka chart's values (NOTES.txt prints them), from this
