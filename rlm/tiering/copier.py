@@ -13,8 +13,8 @@ Per partition and pass:
    finish deletions left in ``DELETE_SEGMENT_STARTED``; retire the remote copies the broker's
    log diverged from (an unclean leader election), so that step 3 tiers the log again from their
    start, trimming one that also holds offsets the broker's files no longer hold to those
-   (:mod:`rlm.tiering.lineage_keeper`, :mod:`rlm.tiering.trim`); a log behind the remote tier (a newer leader epoch
-   is tiered than its latest) tiers nothing;
+   (:mod:`rlm.tiering.lineage_keeper`, :mod:`rlm.tiering.trim`); a log behind the remote tier
+   (a newer leader epoch is tiered than its latest) tiers nothing;
 3. plan (:mod:`rlm.tiering.copy_plan`): the rolled segments ending below the high watermark, from the
    first offset the remote tier does not account for yet (copied or skipped) on; a hole the
    broker left below its local log is recorded as skipped first;

@@ -67,6 +67,9 @@ class LineageKeeper:
         broker's lineage depended on, and whether the log was behind the remote tier."""
         self._reported: dict[TopicPartition, tuple[int, UUID]] = {}
         """Per partition, the divergence last reported (its offset and copy)."""
+        self._untrimmable: dict[TopicPartition, tuple[UUID, int, str]] = {}
+        """Per partition, the copy last found not to be cut at an offset, the offset and why: it
+        is not read again for that (its bytes do not change), every pass."""
         self._lock = threading.Lock()
 
     def follow(self, partition: PartitionDir, lease: Lease, *, now_ms: int) -> Followed:
@@ -108,13 +111,20 @@ class LineageKeeper:
         )
         labels = (tp.topic, str(tp.partition))
         if found is not None and found.replace_from < held_from:
-            try:
-                retired = self.trim(partition, lease, found.copy, held_from)
-            except (CannotTrimError, CorruptDataError) as exc:
-                why_kept = str(exc)
+            with self._lock:
+                untrimmable = self._untrimmable.get(tp)
+            if untrimmable is not None and untrimmable[:2] == (found.copy.segment_id, held_from):
+                why_kept = untrimmable[2]
             else:
-                self._replaced(tp, found, retired, trimmed_to=held_from)
-                return Followed(retired, older)
+                try:
+                    retired = self.trim(partition, lease, found.copy, held_from)
+                except (CannotTrimError, CorruptDataError) as exc:
+                    why_kept = str(exc)
+                    with self._lock:
+                        self._untrimmable[tp] = (found.copy.segment_id, held_from, why_kept)
+                else:
+                    self._replaced(tp, found, retired, trimmed_to=held_from)
+                    return Followed(retired, older)
         while found is not None and found.replace_from < held_from:
             # Its copy holds offsets only it has, and could not be trimmed to them: kept. The
             # copies read after it may still be replaced, from the first one the log holds wholly.

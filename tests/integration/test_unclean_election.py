@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,8 @@ from rlm.log.byte_source import BytesSource, iter_headers
 from rlm.log.logdir import PARTITION_METADATA, LogDir
 from rlm.log.model import Record
 from rlm.metastore.model import IndexType, SegmentState, TopicPartition
+from rlm.storage.delegate import DelegatingStorage
+from rlm.storage.protocol import STREAM_PIECE_BYTES
 from rlm.storage.range_source import read_index
 from tests.tiering_support import (
     WRITER_NOW_MS,
@@ -75,6 +77,18 @@ def drop_local_segments_below(log_dir: Path, offset: int) -> None:
             path.unlink()
     set_log_start_offsets(log_dir, {TP: offset})
     assert LogDir(log_dir).partition(TP.topic, TP.partition).segments()[0].base_offset == offset
+
+
+class CountedReads(DelegatingStorage):
+    """Counts the streamed reads of whole objects."""
+
+    streamed = 0
+
+    def stream_range(
+        self, key: str, start: int, length: int, *, piece_bytes: int = STREAM_PIECE_BYTES
+    ) -> Iterator[bytes]:
+        self.streamed += 1
+        return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
 
 
 def records_of(data: bytes) -> list[Record]:
@@ -225,13 +239,16 @@ def test_a_copy_with_no_batch_at_the_brokers_first_offset_is_kept_and_reported(
     write_log(log_dir, (10, 4), (10, 4), (5, 6), (5, 6), (10, 6), (10, 6))
     drop_local_segments_below(log_dir, 25)  # 20..24 only in the old copy's batch of 20..29
 
+    reads = CountedReads(tiering.storage)
+    tiering.storage = reads
     copier = tiering.copier()  # one sidecar's, pass after pass
     with caplog.at_level(logging.ERROR, logger="rlm.copier"):
-        outcomes = [copier.run_once()[0] for _ in range(2)]
+        outcomes = [copier.run_once()[0] for _ in range(3)]
 
     # Only the copy of 20..29 holds offsets the log no longer has: the one after it, which the
     # local log holds wholly, is replaced by the new leader's records.
-    assert [(o.error, o.copied_segments) for o in outcomes] == [(None, 2), (None, 0)]
+    assert [(o.error, o.copied_segments) for o in outcomes] == [(None, 2), (None, 0), (None, 0)]
+    assert reads.streamed == 1  # it was read once to find it cannot be cut, not every pass
     assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,)), (30, 39, (6,)), (40, 49, (6,))]
     assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 1
     assert tiering.registry.get_sample_value("rlm_diverged_copies_replaced_total", LABELS) == 1
