@@ -19,9 +19,12 @@ import pytest
 
 from rlm.log.batches import decode_batch
 from rlm.log.byte_source import BytesSource, iter_headers
+from rlm.log.dirwriter import LogDirWriter
 from rlm.log.logdir import PARTITION_METADATA, LogDir
-from rlm.log.model import Record
-from rlm.metastore.model import IndexType, SegmentState, TopicPartition
+from rlm.log.model import ControlType, Record
+from rlm.log.txnindex import AbortedTxn, TransactionIndex
+from rlm.log.writer import ProducerRecord, TopicConfig
+from rlm.metastore.model import IndexType, RemoteSegment, SegmentState, TopicPartition
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import STREAM_PIECE_BYTES
 from rlm.storage.range_source import read_index
@@ -275,3 +278,80 @@ def test_a_replica_that_has_not_truncated_yet_tiers_none_of_its_old_records(
     assert (outcome.error, outcome.copied_segments) == (None, 0)
     assert outcome.skipped is not None and "leader epoch" in outcome.skipped
     assert spans(tiering) == new_leader
+
+
+def write_transactional_log(log_dir: Path, *, new_leader: bool) -> None:
+    """Offsets 10..19 hold a transaction of producer 7 aborted at 13 (epoch 4, both leaders); the
+    old leader then aborted one of producer 8 at 23 (epoch 5), the new one wrote plain records
+    from 20 (epoch 6), in a segment of its own."""
+    metadata = partition_path(log_dir) / PARTITION_METADATA
+    topic_id = metadata.read_bytes() if metadata.exists() else None
+    if log_dir.exists():
+        shutil.rmtree(log_dir)
+    writer = LogDirWriter(
+        log_dir, clock=lambda: WRITER_NOW_MS, default_config=TopicConfig(segment_bytes=1 << 30)
+    )
+    log = writer.partition(TP.topic, TP.partition, leader_epoch=4)
+
+    def records(first: int, end: int) -> list[ProducerRecord]:
+        return [ProducerRecord(WRITER_NOW_MS - 100 + i, None, b"value %d" % i) for i in range(first, end)]
+
+    def aborted(producer_id: int, first: int) -> None:
+        log.append(
+            records(first, first + 3),
+            producer_id=producer_id,
+            producer_epoch=0,
+            base_sequence=0,
+            transactional=True,
+        )
+        log.append_control(ControlType.ABORT, producer_id=producer_id, producer_epoch=0)
+
+    log.append(records(0, 10))
+    log.roll()
+    aborted(7, 10)
+    log.append(records(14, 20))
+    if new_leader:
+        log.roll()
+        log.leader_epoch = 6
+        log.append(records(20, 30))
+    else:
+        log.leader_epoch = 5
+        aborted(8, 20)
+        log.append(records(24, 30))
+    log.roll()
+    log.append(records(30, 40))
+    log.roll()
+    log.append(records(40, 42))
+    writer.close()
+    if topic_id is not None:
+        metadata.write_bytes(topic_id)
+
+
+def test_a_trimmed_copy_keeps_the_aborted_transactions_whose_markers_it_keeps(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    write_transactional_log(log_dir, new_leader=False)
+    tiering = tiering_factory(backend, log_dir)
+    assert tiering.copier().run_once()[0].copied_segments == 3
+    diverged = tiering.store.segment_for_offset(TP, 20)
+    assert diverged is not None and (diverged.start_offset, diverged.end_offset) == (10, 29)
+    assert [t.producer_id for t in aborted_transactions(tiering, diverged)] == [7, 8]
+    write_transactional_log(log_dir, new_leader=True)
+    drop_local_segments_below(log_dir, 20)
+
+    assert tiering.copier().run_once()[0].copied_segments == 2
+
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (6,)), (30, 39, (6,))]
+    trimmed = tiering.store.segment_for_offset(TP, 15)
+    assert trimmed is not None and not trimmed.txn_index_empty
+    kept = aborted_transactions(tiering, trimmed)
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in kept] == [(7, 10, 13)]
+    assert kept == aborted_transactions(tiering, diverged)[:1]  # as the broker indexed it
+    assert aborted_transactions(tiering, tiering.store.segment_for_offset(TP, 25)) == []
+
+
+def aborted_transactions(tiering: Tiering, segment: RemoteSegment | None) -> list[AbortedTxn]:
+    assert segment is not None
+    data = read_index(tiering.storage, segment.layout, IndexType.TRANSACTION)
+    return [] if data is None else list(TransactionIndex.from_bytes(segment.start_offset, data).entries())
