@@ -102,6 +102,34 @@ static int reserve_plain_values(cols_t *c, const unsigned char *d, int64_t p, in
     return bytes > 0 ? reserve(c, C_VALUE_DATA, (Py_ssize_t)bytes) : 0;
 }
 
+/* Bytes per row reserved ahead in the key column and in each header data column, for at most
+ * ROWS_AHEAD rows: keys and a header per record of these sizes or less need no buffer grown in the
+ * walk (larger ones, or more rows, grow them as they come: see grow). */
+#define KEY_BYTES_AHEAD 16
+#define HEADER_BYTES_AHEAD 16
+#define ROWS_AHEAD 4096
+
+/* Room, at once, for the `rows` rows expected in the fixed-width columns, and for the keys and a
+ * header of the usual sizes of their first ROWS_AHEAD: taken while the GIL is held, before the
+ * walk gives it up. A buffer grown during the walk takes the GIL back, which waits while the event
+ * loop or another thread holds it: a dozen columns grown step by step stalled a range stream's
+ * decodes. */
+static int reserve_expected(cols_t *c, int64_t rows) {
+    int64_t ahead = rows < ROWS_AHEAD ? rows : ROWS_AHEAD;
+    static const int per_row[][2] = {{C_KEY_DATA, KEY_BYTES_AHEAD},   {C_HKEY_OFFSETS, 4},
+                                     {C_HKEY_DATA, HEADER_BYTES_AHEAD}, {C_HVALUE_OFFSETS, 4},
+                                     {C_HVALUE_DATA, HEADER_BYTES_AHEAD}};
+    if (reserve_rows(c, rows + 1) < 0 || reserve(c, C_HVALUE_VALIDITY, (Py_ssize_t)(ahead / 8 + 1)) < 0) {
+        return -1;
+    }
+    for (size_t k = 0; k < sizeof per_row / sizeof per_row[0]; k++) {
+        if (reserve(c, per_row[k][0], (Py_ssize_t)ahead * per_row[k][1]) < 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* append_log_columns(buffers, used, buf, pos, end, verify_crc, first_offset, last_offset, batch_no,
  *                    max_rows, calls, positions[, expected_rows]) -> (position, batches, rows)
  *
@@ -163,7 +191,8 @@ static PyObject *append_log_columns(PyObject *module, PyObject *const *args, Py_
     } else if (max_rows <= GOAL_ROWS_MAX) { /* an Arrow batch's worth */
         c.goal_rows = rows_before + max_rows;
     }
-    if (reserve_plain_values(&c, d, p, end, max_rows) < 0) {
+    if ((expected_rows > 0 && c.goal_rows > rows_before && reserve_expected(&c, c.goal_rows - rows_before) < 0) ||
+        reserve_plain_values(&c, d, p, end, max_rows) < 0) {
         PyBuffer_Release(&view);
         PyBuffer_Release(&used_view);
         return NULL;
