@@ -7,7 +7,7 @@ stable offset: the tiered tail may hold records of a transaction whose COMMIT or
 still in the broker's active segment. Until that marker is tiered the records are neither
 committed nor aborted, and no transaction index can flag them, so a ``READ_COMMITTED`` read stops
 at the first offset of the earliest such transaction: the tier's stable offset
-(:func:`rlm.pipeline.stable.tiered_stable_offset`, where ``read_committed`` exports stop too).
+(:func:`rlm.remote_tier.stable.tiered_stable_offset`, where ``read_committed`` exports stop too).
 
 Every marker tiered is below the high watermark, so a transaction settled on the tier is settled
 for the broker, and the tier's stable offset is never above the broker's last stable offset.
@@ -24,8 +24,8 @@ from collections.abc import Callable, Hashable, Sequence
 
 from rlm.lookup.views import RemoteTierView
 from rlm.metastore.model import RemoteSegment, TopicPartition
-from rlm.pipeline.plan import summarize
-from rlm.pipeline.stable import stable_offset_of
+from rlm.remote_tier.read_plan import summarize
+from rlm.remote_tier.stable import stable_offset_of
 from rlm.storage.protocol import RemoteStorage
 
 

@@ -1,7 +1,7 @@
 """Batch jobs over the remote tier (``rlm spark ...``): what a job decides and computes, in plain Python.
 
 A job runs in three places. The driver reads the metadata store and decides what to read
-(:mod:`rlm.pipeline.plan`: per partition, small picklable summaries of its finished segments).
+(:mod:`rlm.remote_tier.read_plan`: per partition, small picklable summaries of its finished segments).
 Executors read the objects those summaries name with rlm's own storage backends, opened from a
 picklable spec (:mod:`rlm.pipeline.storage`), stream the ``.log`` object in chunks
 (:mod:`rlm.pipeline.reader`), and turn records into Arrow batches (:mod:`rlm.pipeline.columns`) or

@@ -28,10 +28,10 @@ from rlm.log.arrow import HEADER_TYPE, int64_scalar, record_arrays
 from rlm.log.columns import ColumnBuffers, append_batch
 from rlm.log.model import NO_TIMESTAMP, BatchHeader
 from rlm.metastore.model import TopicPartition
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import RawBatch, SegmentReader
 from rlm.pipeline.stage import Stage, arrow_schema
 from rlm.pipeline.storage import StorageSpec
+from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 
 RECORD_SCHEMA = arrow_schema(

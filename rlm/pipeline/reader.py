@@ -20,7 +20,7 @@ from rlm.log.batches import Buffer, parse_header
 from rlm.log.model import LOG_OVERHEAD, MIN_SIZE_FIELD, BatchHeader
 from rlm.log.walk import V2Header, walk_v2_headers
 from rlm.metastore.model import ByteRange, IndexType
-from rlm.pipeline.plan import IndexRef, SegmentSummary
+from rlm.remote_tier.read_plan import IndexRef, SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 
 DEFAULT_CHUNK_BYTES = 8 * 1024 * 1024

@@ -3,7 +3,7 @@
 A :class:`Stage` names the function, the Arrow schema of what it yields and the storage it reads.
 The function must be picklable (a module-level function, or a ``functools.partial`` of one with
 picklable arguments): Spark ships it to executors. It gets the executor's storage client and one
-:class:`~rlm.pipeline.plan.SegmentSummary`, and yields record batches of exactly the stage's
+:class:`~rlm.remote_tier.read_plan.SegmentSummary`, and yields record batches of exactly the stage's
 schema: per record rows (export, compaction's first stage) or one small row per segment (verify).
 
 :func:`rlm.pipeline.spark.stage.map_segments` runs a stage on Spark, one task per segment;
@@ -18,8 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.storage import StorageSpec, executor_storage
+from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 
 Task = Callable[[RemoteStorage, SegmentSummary], Iterator[pa.RecordBatch]]

@@ -16,10 +16,10 @@ import pyarrow as pa
 
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.metastore.model import IndexType, TopicPartition
-from rlm.pipeline.plan import PartitionPlan, SegmentSummary, with_aborted
 from rlm.pipeline.reader import SegmentReader
 from rlm.pipeline.stage import Collect, Stage, arrow_schema, batch_of
 from rlm.pipeline.storage import StorageSpec
+from rlm.remote_tier.read_plan import PartitionPlan, SegmentSummary, with_aborted
 from rlm.storage.protocol import RemoteStorage
 
 ABORTED_SCHEMA = arrow_schema(

@@ -12,7 +12,7 @@ import pyarrow.dataset as ds
 from rlm.pipeline.columns import EXPORT_COLUMNS
 from rlm.pipeline.export.commit import Manifest, manifest_path, staging_dir, write_manifest
 from rlm.pipeline.export.files import LocalFiles
-from rlm.pipeline.plan import PartitionPlan, plan_partition, select_partitions
+from rlm.remote_tier.read_plan import PartitionPlan, plan_partition, select_partitions
 from tests.pipeline.test_columns import _oracle
 from tests.pipeline.tiers import Tier
 

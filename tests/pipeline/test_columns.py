@@ -17,11 +17,11 @@ from pyspark.sql import SparkSession
 
 from rlm.log.model import ControlType
 from rlm.pipeline.columns import EXPORT_COLUMNS, RECORD_SCHEMA, records_stage
-from rlm.pipeline.plan import PartitionPlan, SegmentSummary, plan_partition, select_partitions
 from rlm.pipeline.spark.stage import collect_stage, map_segments
 from rlm.pipeline.stage import run_in_process
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import attach_aborted
+from rlm.remote_tier.read_plan import PartitionPlan, SegmentSummary, plan_partition, select_partitions
 from tests.pipeline.tiers import Tier
 
 pytestmark = pytest.mark.usefixtures("aws_env")

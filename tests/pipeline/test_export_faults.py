@@ -16,7 +16,7 @@ from rlm.errors import CorruptRecordError
 from rlm.log.model import Record
 from rlm.log.v2 import encode_v2_batch
 from rlm.pipeline.columns import records_task
-from rlm.pipeline.plan import summarize
+from rlm.remote_tier.read_plan import summarize
 from rlm.storage.filesystem import FilesystemStorage
 from tests.metadata_support import segment
 

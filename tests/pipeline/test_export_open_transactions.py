@@ -29,10 +29,16 @@ from rlm.pipeline.export.files import LocalFiles
 from rlm.pipeline.export.job import ExportOptions, ExportReport, export_parquet, output_uri
 from rlm.pipeline.export.parquet import files_stage
 from rlm.pipeline.export.rows import Isolation
-from rlm.pipeline.plan import PartitionPlan, SegmentSummary, plan_partition, select_partitions, summarize
-from rlm.pipeline.stable import tiered_stable_offset
 from rlm.pipeline.stage import Stage, run_in_process
 from rlm.pipeline.storage import StorageSpec
+from rlm.remote_tier.read_plan import (
+    PartitionPlan,
+    SegmentSummary,
+    plan_partition,
+    select_partitions,
+    summarize,
+)
+from rlm.remote_tier.stable import tiered_stable_offset
 from rlm.storage.protocol import RemoteStorage
 from tests.metadata_support import segment
 from tests.pipeline.conftest import make_tier

@@ -18,7 +18,7 @@ from rlm.pipeline.export.parquet import (
     writes_directly,
 )
 from rlm.pipeline.export.rows import EXPORT_SCHEMA
-from rlm.pipeline.plan import SegmentSummary, summarize
+from rlm.remote_tier.read_plan import SegmentSummary, summarize
 from rlm.storage.protocol import RemoteStorage
 from tests.metadata_support import TP, segment
 

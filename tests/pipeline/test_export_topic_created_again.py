@@ -31,9 +31,9 @@ from rlm.pipeline.export.iceberg import (
 )
 from rlm.pipeline.export.job import ExportFormat, ExportOptions, ExportReport, export_parquet, output_uri
 from rlm.pipeline.export.rows import Isolation
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.stage import Stage, run_in_process
 from rlm.pipeline.storage import StorageSpec
+from rlm.remote_tier.read_plan import SegmentSummary
 from tests.metadata_support import TP, add_finished, segment
 from tests.pipeline.export_support import killed_run
 

@@ -12,7 +12,7 @@ from metadata.store import SqlMetadataStore
 from rlm.errors import InvalidTopicNameError, NotFoundError
 from rlm.log.txnindex import AbortedTxn
 from rlm.metastore.model import IndexType, PartitionState, RemoteSegment, TopicPartition
-from rlm.pipeline.plan import (
+from rlm.remote_tier.read_plan import (
     IndexRef,
     PartitionPlan,
     plan_partition,

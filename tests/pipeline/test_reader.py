@@ -13,8 +13,8 @@ from rlm.log.logdir import LogDir
 from rlm.log.produce import ProduceSummary
 from rlm.log.v2 import parse_v2_header
 from rlm.metastore.model import ByteRange
-from rlm.pipeline.plan import IndexRef, summarize
 from rlm.pipeline.reader import BatchRun, RawBatch, SegmentReader, iter_batches, iter_runs, read_chunks
+from rlm.remote_tier.read_plan import IndexRef, summarize
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.filesystem import FilesystemStorage
 from tests.metadata_support import segment

@@ -31,10 +31,10 @@ from metadata.store import SqlMetadataStore
 from rlm.cli import main
 from rlm.errors import StorageUnavailableError
 from rlm.metastore.model import RemoteSegment
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.rebuild.job import RebuildOptions, RebuildReport, rebuild
 from rlm.pipeline.stage import Collect, Stage, run_in_process
 from rlm.pipeline.storage import StorageSpec
+from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.description import DESCRIPTION_KEY
 from rlm.storage.filesystem import META_SUFFIX, FilesystemStorage
 from rlm.storage.layout import segment_keys

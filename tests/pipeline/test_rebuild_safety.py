@@ -27,11 +27,11 @@ import pytest
 
 from metadata.store import SqlMetadataStore
 from rlm.metastore.model import ByteRange, IndexType, LeaderEpochEntry, RemoteSegment, TopicPartition
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.rebuild.job import Candidate, Orphan, choose
 from rlm.pipeline.rebuild.objects import ObjectSet, object_sets
 from rlm.pipeline.stage import Collect, Stage, run_in_process
 from rlm.pipeline.storage import StorageSpec
+from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.description import Description
 from rlm.storage.filesystem import META_SUFFIX
 from rlm.storage.protocol import RemoteStorage

@@ -15,9 +15,9 @@ from rlm.log.produce import ProduceSpec, produce
 from rlm.log.snapshot import decode_snapshot, encode_snapshot
 from rlm.log.txnindex import TransactionIndex
 from rlm.metastore.model import IndexType, TopicPartition
-from rlm.pipeline.plan import SegmentSummary, plan_partition, select_partitions
 from rlm.pipeline.verify.problems import Problem, ProblemKind
 from rlm.pipeline.verify.segment import check_segment
+from rlm.remote_tier.read_plan import SegmentSummary, plan_partition, select_partitions
 from rlm.storage.protocol import RemoteStorage
 from tests.pipeline.conftest import make_tier
 from tests.pipeline.tiers import Tier

@@ -19,11 +19,11 @@ from pyspark.sql import SparkSession
 
 from rlm.cli import main
 from rlm.metastore.model import TopicPartition
-from rlm.pipeline.plan import plan_partition, select_partitions
 from rlm.pipeline.spark.progress import StageProgress
 from rlm.pipeline.spark.stage import map_segments
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.verify.segment import verify_stage
+from rlm.remote_tier.read_plan import plan_partition, select_partitions
 from tests.pipeline.conftest import BACKENDS, make_tier
 from tests.pipeline.tiers import (
     Tier,

@@ -22,9 +22,9 @@ from rlm.pipeline.compact.facts import ERROR_KIND, FactOptions, fact_from_row, f
 from rlm.pipeline.compact.rewrite import Counts, Keep
 from rlm.pipeline.compact.rules import Decisions, Fact, Kind, decide
 from rlm.pipeline.compact.segment import OutputPlan, SegmentChange, write_output
-from rlm.pipeline.plan import PartitionPlan
 from rlm.pipeline.stage import Collect, run_in_process
 from rlm.pipeline.storage import StorageSpec, executor_storage
+from rlm.remote_tier.read_plan import PartitionPlan
 
 
 @dataclass(frozen=True)

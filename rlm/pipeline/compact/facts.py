@@ -24,10 +24,10 @@ from rlm.log.aborted import AbortedIndex
 from rlm.log.model import BatchHeader
 from rlm.pipeline.columns import decode_columns
 from rlm.pipeline.compact.rules import Fact, Kind, Strategy, order_key
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import RawBatch, SegmentReader
 from rlm.pipeline.stage import Stage, arrow_schema
 from rlm.pipeline.storage import StorageSpec
+from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 
 #: ``kind`` of an error row.

@@ -27,8 +27,8 @@ import pyarrow.compute as pc
 
 from rlm.pipeline.compact.facts import ERROR_KIND
 from rlm.pipeline.compact.rules import Kind
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.stage import Task, arrow_schema
+from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 
 #: ``kind`` of a row holding the first young offset of a run of records.

@@ -28,8 +28,8 @@ from rlm.log.recovery import IndexRebuilder, TransactionTracker
 from rlm.log.snapshot import decode_snapshot
 from rlm.metastore.model import IndexType, LeaderEpochEntry, RemoteSegment, SegmentState
 from rlm.pipeline.compact.rewrite import Counts, Keep, RewriteParams, empty_batch, rewrite_batches
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import SegmentReader
+from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.description import PENDING, SWAPPED, describe
 from rlm.storage.layout import IndexBlob, segment_keys
 from rlm.storage.protocol import RemoteStorage

@@ -9,7 +9,7 @@ headers from the indexed position; a few ranged reads, never a scan of the tier.
 only grow along offsets this is exactly the records with T1 ≤ timestamp < T2.
 
 ``read_committed`` stops each partition at the tier's last stable offset
-(:func:`rlm.pipeline.stable.tiered_stable_offset`): the first offset of a transaction whose
+(:func:`rlm.remote_tier.stable.tiered_stable_offset`): the first offset of a transaction whose
 COMMIT or ABORT marker is not tiered yet, whose records the transaction index cannot yet flag.
 Without it an export would write records that are aborted later, and never take them back.
 
@@ -31,7 +31,7 @@ from rlm.lookup.ranged_search import find_in_remote_segment
 from rlm.lookup.segment_lists import SegmentList
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import IndexType, RemoteSegment, TopicPartition
-from rlm.pipeline.plan import PartitionPlan
+from rlm.remote_tier.read_plan import PartitionPlan
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.range_source import read_index
 

@@ -37,11 +37,11 @@ from rlm.pipeline.export.commit import (
 )
 from rlm.pipeline.export.files import LOCK_NAME, Files
 from rlm.pipeline.export.rows import Isolation, export_stage
-from rlm.pipeline.plan import PartitionPlan, SegmentSummary, plan_partition, select_partitions
-from rlm.pipeline.stable import tiered_stable_offset
 from rlm.pipeline.stage import Collect, Stage
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import attach_aborted
+from rlm.remote_tier.read_plan import PartitionPlan, SegmentSummary, plan_partition, select_partitions
+from rlm.remote_tier.stable import tiered_stable_offset
 from rlm.storage.protocol import RemoteStorage
 
 log = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from rlm.pipeline.export.rows import DATE_COLUMN, EXPORT_SCHEMA, PARTITION_COLUMNS
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.stage import Stage, Task, arrow_schema, batch_of
+from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 
 #: What a file-writing task yields: one row per file it wrote, relative to the directory.

@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rlm.pipeline.columns import EXPORT_COLUMNS, RECORD_SCHEMA, records_task
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.stage import Stage, arrow_schema
 from rlm.pipeline.storage import StorageSpec
+from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 
 #: The column Parquet output is partitioned by, besides ``topic`` and ``partition``.

@@ -48,10 +48,10 @@ from rlm.metastore.model import (
     SegmentState,
     TopicPartition,
 )
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.reader import iter_batches, read_chunks
 from rlm.pipeline.stage import Stage, arrow_schema, batch_of
 from rlm.pipeline.storage import StorageSpec
+from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.description import Description, read_compaction, read_description
 from rlm.storage.layout import (
     INDEXES_SUFFIX,

@@ -49,11 +49,11 @@ from rlm.pipeline.compact.partial import (
 from rlm.pipeline.compact.rewrite import COUNT_NAMES, Counts, Keep
 from rlm.pipeline.compact.rules import Kind
 from rlm.pipeline.compact.segment import OutputPlan, SegmentChange, write_output
-from rlm.pipeline.plan import PartitionPlan
 from rlm.pipeline.spark.progress import StageProgress
 from rlm.pipeline.spark.stage import collect_stage, map_segments, prepare_worker
 from rlm.pipeline.stage import Collect, Stage, arrow_schema
 from rlm.pipeline.storage import StorageSpec, executor_storage
+from rlm.remote_tier.read_plan import PartitionPlan
 
 RESULT_SCHEMA = arrow_schema(
     pa.field("group", pa.int64()),

@@ -12,10 +12,10 @@ from pyspark.sql.functions import count, lit
 
 from rlm.pipeline.export.parquet import files_stage, writes_directly
 from rlm.pipeline.export.rows import DATE_COLUMN, PARTITION_COLUMNS
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.spark.progress import StageProgress
 from rlm.pipeline.spark.stage import collect_stage, map_segments
 from rlm.pipeline.stage import Stage
+from rlm.remote_tier.read_plan import SegmentSummary
 
 
 def write_parquet(

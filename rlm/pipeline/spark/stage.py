@@ -1,6 +1,6 @@
 """Running a :class:`~rlm.pipeline.stage.Stage` on Spark: one task per segment.
 
-The driver pickles the :class:`~rlm.pipeline.plan.SegmentSummary` list into the function it ships
+The driver pickles the :class:`~rlm.remote_tier.read_plan.SegmentSummary` list into the function it ships
 to executors (PySpark broadcasts a function that large instead of sending it with every task) and
 runs it over ``n`` numbers split into ``n`` partitions: task ``i`` runs the stage on summary
 ``i``, reading the objects itself.
@@ -32,10 +32,10 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.spark.progress import StageProgress
 from rlm.pipeline.stage import Stage
 from rlm.pipeline.storage import StorageSpec, executor_storage
+from rlm.remote_tier.read_plan import SegmentSummary
 
 _freeze_lock = threading.Lock()
 #: ``len(sys.modules)`` when the objects of this process were last frozen.

@@ -27,8 +27,8 @@ import bisect
 from collections.abc import Sequence
 
 from rlm.metastore.model import PartitionRecord, RemoteSegment, SkippedRange, TopicPartition
-from rlm.pipeline.plan import in_offset_order
 from rlm.pipeline.verify.problems import Problem, ProblemKind
+from rlm.remote_tier.read_plan import in_offset_order
 
 
 def _range(segment: RemoteSegment) -> str:

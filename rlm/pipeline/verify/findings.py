@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from rlm.pipeline.plan import SegmentSummary
 from rlm.pipeline.verify.problems import Problem, ProblemKind
+from rlm.remote_tier.read_plan import SegmentSummary
 
 #: Problems of one kind kept per segment; the rest are counted in one more problem.
 MAX_PER_KIND = 10

@@ -17,7 +17,6 @@ from typing import Any
 
 from rlm.metastore.model import RemoteSegment, SkippedRange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
-from rlm.pipeline.plan import SegmentSummary, plan_partition, select_partitions
 from rlm.pipeline.reader import DEFAULT_CHUNK_BYTES
 from rlm.pipeline.stage import Collect
 from rlm.pipeline.storage import StorageSpec
@@ -32,6 +31,7 @@ from rlm.pipeline.verify.inventory import (
 )
 from rlm.pipeline.verify.problems import Problem, problem_from_row
 from rlm.pipeline.verify.segment import verify_stage
+from rlm.remote_tier.read_plan import SegmentSummary, plan_partition, select_partitions
 from rlm.storage.protocol import RemoteStorage
 
 

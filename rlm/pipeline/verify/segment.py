@@ -33,13 +33,13 @@ from rlm.log.recovery import IndexRebuilder, TransactionTracker
 from rlm.log.snapshot import decode_snapshot
 from rlm.log.v2 import parse_v2_header
 from rlm.metastore.model import ByteRange, RemoteSegment
-from rlm.pipeline.plan import IndexRef, SegmentSummary
 from rlm.pipeline.reader import DEFAULT_CHUNK_BYTES, BatchRun, RawBatch, SegmentReader
 from rlm.pipeline.stage import Stage, arrow_schema, batch_of
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.verify.findings import Findings
 from rlm.pipeline.verify.indexes import check_indexes
 from rlm.pipeline.verify.problems import PROBLEM_TYPE, Problem, ProblemKind, problem_row
+from rlm.remote_tier.read_plan import IndexRef, SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 
 #: The attribute bit of a transactional v2 batch.

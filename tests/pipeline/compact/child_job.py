@@ -42,10 +42,10 @@ from rlm.pipeline import transactions
 from rlm.pipeline.compact import facts, job
 from rlm.pipeline.compact.engine import PartitionDecision
 from rlm.pipeline.compact.facts import FactOptions
-from rlm.pipeline.plan import PartitionPlan, SegmentSummary
 from rlm.pipeline.spark import compact
 from rlm.pipeline.stage import Collect, Stage
 from rlm.pipeline.storage import StorageSpec
+from rlm.remote_tier.read_plan import PartitionPlan, SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 from tests.pipeline import shared_jvm
 from tests.pipeline.compact.test_reference_job import NOW

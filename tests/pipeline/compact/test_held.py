@@ -27,11 +27,11 @@ from rlm.pipeline.compact.job import CompactOptions, CompactReport, compact
 from rlm.pipeline.compact.rewrite import Keep, RewriteParams
 from rlm.pipeline.compact.rules import Decisions, Fact, Kind, decide
 from rlm.pipeline.compact.segment import OutputPlan, write_output
-from rlm.pipeline.plan import PartitionPlan, plan_partition
 from rlm.pipeline.spark.compact import SparkEngine
 from rlm.pipeline.stage import run_in_process
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import attach_aborted, read_aborted
+from rlm.remote_tier.read_plan import PartitionPlan, plan_partition
 from rlm.storage.layout import IndexBlob
 from tests.pipeline.compact.support import WRITTEN_AT, Survivor, assert_same_reports, compacting, survivors
 from tests.pipeline.compact.test_rules import fact

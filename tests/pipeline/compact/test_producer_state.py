@@ -2,7 +2,7 @@
 as Kafka's cleaner leaves them (``LogCleaner``'s ``isBatchLastRecordOfProducer`` and
 ``CleanedTransactionMetadata``).
 
-A broker (or rlm, without a producer snapshot: :mod:`rlm.pipeline.stable`) rebuilds producer state
+A broker (or rlm, without a producer snapshot: :mod:`rlm.remote_tier.stable`) rebuilds producer state
 by reading the batches' headers: each producer's last data batch gives its sequence and epoch, a
 transactional batch opens its producer's transaction and a marker closes it. So compaction must
 leave no batch saying what the log did not say, keep each producer's last data batch (empty when

@@ -32,7 +32,7 @@ from rlm.log.recovery import TransactionTracker, track_transactions
 from rlm.log.snapshot import decode_snapshot
 from rlm.log.stable import first_unstable_offset
 from rlm.metastore.model import IndexType
-from rlm.pipeline.plan import IndexRef, PartitionPlan, SegmentSummary
+from rlm.remote_tier.read_plan import IndexRef, PartitionPlan, SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.range_source import RangeSource
 
@@ -54,7 +54,7 @@ def stable_offset_of(
     storage: RemoteStorage, segments: Sequence[SegmentSummary], log_start_offset: int = -1
 ) -> int | None:
     """:func:`tiered_stable_offset` of a partition's finished ``segments`` (summarized in offset
-    order, :func:`rlm.pipeline.plan.summarize`) whose log start offset is ``log_start_offset``
+    order, :func:`rlm.remote_tier.read_plan.summarize`) whose log start offset is ``log_start_offset``
     (-1: none recorded)."""
     read = [s for s in segments if s.read_from <= s.read_to]
     if not read:

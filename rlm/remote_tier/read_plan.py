@@ -1,4 +1,5 @@
-"""Which segments a job reads: decided on the driver, from the metadata store alone.
+"""Which segments a reader of the remote tier reads, decided from the metadata store alone (by a
+pipeline job's driver, and by a query tier's bound for ``read_committed`` reads).
 
 A job reads, per partition, the ``COPY_SEGMENT_FINISHED`` segments from the remote log start
 offset on, in offset order. Each becomes a :class:`SegmentSummary`: the metadata row plus what an
