@@ -2,7 +2,9 @@
 
 A claim is advisory: it never grants the lease, and nothing fenced depends on it. Its row is
 replaced each time its broker claims again, withdrawn when that broker takes the lease, and
-otherwise only grows old: readers ask for the claims younger than a lease's time to live.
+otherwise grows old: readers ask for the claims younger than a lease's time to live, and a claim
+recorded may forget the partition's claims long past that (:func:`forget_before`), those of a
+broker removed from the cluster among them.
 """
 
 from __future__ import annotations
@@ -64,3 +66,10 @@ def withdraw(conn: Connection, tp: TopicPartition, broker_id: int) -> None:
         .scalar_subquery()
     )
     conn.execute(delete(Claim).where(Claim.partition_id == partition_id, Claim.broker_id == broker_id))
+
+
+def forget_before(conn: Connection, partition_id: int, claimed_before_ms: int) -> None:
+    """Delete the claims on partition ``partition_id``'s lease recorded before ``claimed_before_ms``."""
+    conn.execute(
+        delete(Claim).where(Claim.partition_id == partition_id, Claim.claimed_at_ms < claimed_before_ms)
+    )

@@ -492,11 +492,16 @@ class SqlMetadataStore:
             row = partitions.find(conn, tp)
         return None if row is None else lease_from_row(row)
 
-    def claim_lease(self, tp: TopicPartition, broker_id: int, position: LogPosition) -> None:
+    def claim_lease(
+        self, tp: TopicPartition, broker_id: int, position: LogPosition, *, forget_after_ms: int | None = None
+    ) -> None:
         """See :meth:`rlm.metastore.MetadataStore.claim_lease`."""
         with self._transaction(write=True) as conn:
             part = partitions.lock(conn, tp)
-            claims.record(conn, int(part.id), broker_id, position, self._clock())
+            now = self._clock()
+            claims.record(conn, int(part.id), broker_id, position, now)
+            if forget_after_ms is not None:
+                claims.forget_before(conn, int(part.id), now - forget_after_ms)
 
     def lease_claims(self, tp: TopicPartition, *, max_age_ms: int) -> list[LeaseClaim]:
         """See :meth:`rlm.metastore.MetadataStore.lease_claims`."""

@@ -364,13 +364,17 @@ class MetadataStore(Protocol):
         """The current lease of ``tp``, expired or not, or ``None`` when nobody holds it."""
         ...
 
-    def claim_lease(self, tp: TopicPartition, broker_id: int, position: LogPosition) -> None:
+    def claim_lease(
+        self, tp: TopicPartition, broker_id: int, position: LogPosition, *, forget_after_ms: int | None = None
+    ) -> None:
         """Record, at the store's time (the one leases expire by), that broker ``broker_id`` wants
-        the copy lease of ``tp`` and how far its log reaches; replaces its previous claim.
+        the copy lease of ``tp`` and how far its log reaches; replaces its previous claim. With
+        ``forget_after_ms``, the partition's claims recorded longer ago than that are deleted
+        (those of brokers that stopped claiming: removed, or holding the lease since).
 
         A claim grants nothing and fences nothing: the holder reads the claims
         (:meth:`lease_claims`) and may give the lease up. Taking the lease withdraws the taker's
-        claim; the others only grow old.
+        claim; the others grow old.
         """
         ...
 

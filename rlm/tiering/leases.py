@@ -31,6 +31,9 @@ from rlm.metrics import Metrics
 from rlm.tiering.reach import Reach
 
 log = logging.getLogger("rlm.leases")
+CLAIMS_KEPT_TTLS = 10
+"""A claim is read only while younger than a lease's time to live; one this many times as old is
+deleted when another broker claims the lease (a broker removed from the cluster claims no more)."""
 
 
 class LeaseKeeper:
@@ -96,7 +99,9 @@ class LeaseKeeper:
                 return None
             lease = self._hold(tp)
             if lease is None:
-                self.store.claim_lease(tp, self.broker_id, reach.tierable)
+                self.store.claim_lease(
+                    tp, self.broker_id, reach.tierable, forget_after_ms=CLAIMS_KEPT_TTLS * self.ttl_ms
+                )
             return lease
 
     def _claim_ahead(self, tp: TopicPartition, reach: Reach) -> LeaseClaim | None:

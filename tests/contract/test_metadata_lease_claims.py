@@ -61,3 +61,19 @@ def test_a_claim_grants_nothing_and_taking_the_lease_withdraws_the_takers_claim_
 
     assert taken is not None and taken.epoch == held.epoch + 1
     assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=TTL)] == [3]
+
+
+def test_a_claim_may_forget_the_claims_long_past(store: SqlMetadataStore, clock: FakeClock[int]) -> None:
+    store.claim_lease(TP, 2, LogPosition(TOPIC_ID, 4, 19))  # a broker removed since
+    store.claim_lease(TopicPartition("other", 0), 2, LogPosition(TOPIC_ID, 4, 19))
+    clock.advance(5_000)
+    store.claim_lease(TP, 4, LogPosition(TOPIC_ID, 4, 19))
+    clock.advance(10 * TTL - 5_000)
+    store.claim_lease(TP, 3, LogPosition(TOPIC_ID, 4, 29), forget_after_ms=10 * TTL)
+    assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=100 * TTL)] == [2, 3, 4]  # not older yet
+    clock.advance(1)
+    store.claim_lease(TP, 3, LogPosition(TOPIC_ID, 4, 39), forget_after_ms=10 * TTL)
+
+    assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=100 * TTL)] == [3, 4]
+    # Only that partition's claims: the other partition's are forgotten by claims on it.
+    assert [c.broker_id for c in store.lease_claims(TopicPartition("other", 0), max_age_ms=100 * TTL)] == [2]

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from rlm.log.logdir import PARTITION_METADATA
 from rlm.metastore.model import LogPosition, TopicPartition
 from rlm.metrics import Metrics
-from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.leases import CLAIMS_KEPT_TTLS, LeaseKeeper
 from rlm.tiering.reach import Reach
 from tests.clock import FakeClock
 from tests.tiering_support import (
@@ -197,5 +197,29 @@ def test_a_claim_ahead_counts_while_it_is_younger_than_the_lease_ttl(
         again = keeper.hold(TP, mine)
         assert again is not None and again.epoch == taken.epoch + 1
         assert keeper.holder(TP) == "broker 1"
+    finally:
+        store.close()
+
+
+def test_a_sidecar_claiming_a_lease_forgets_the_claims_of_brokers_gone_long_since(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    clock = FakeClock()
+    store = make_backend("sqlite-fs", request, tmp_path).open_store(clock)
+    holder = LeaseKeeper(store, 1, TTL, metrics=Metrics(CollectorRegistry()))
+    follower = LeaseKeeper(store, 3, TTL, metrics=Metrics(CollectorRegistry()))
+    topic_id = uuid.uuid4()
+    level = Reach(LogPosition(topic_id, 4, 19), LogPosition(topic_id, 4, 22))
+    try:
+        assert holder.hold(TP, level) is not None
+        store.claim_lease(TP, 2, LogPosition(topic_id, 4, 19))  # broker 2, removed from the cluster since
+        for _ in range(2 * CLAIMS_KEPT_TTLS):
+            clock.advance(TTL // 2)
+            assert holder.hold(TP, level) is not None
+            assert follower.hold(TP, level) is None  # claims, at each pass
+        assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=100 * TTL)] == [2, 3]
+        clock.advance(TTL // 2)
+        follower.hold(TP, level)
+        assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=100 * TTL)] == [3]
     finally:
         store.close()
