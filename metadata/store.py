@@ -440,13 +440,14 @@ class SqlMetadataStore:
         tp: TopicPartition,
         kept: UUID,
         replacement: UUID,
+        from_offset: int,
         *,
         event_time_ms: int,
         lease_epoch: int | None = None,
     ) -> int:
         """See :meth:`rlm.metastore.MetadataStore.trim_copies`."""
         with self._fenced(tp, lease_epoch) as (conn, part):
-            return truncation.trim(conn, part, kept, replacement, event_time_ms)
+            return truncation.trim(conn, part, kept, replacement, from_offset, event_time_ms)
 
     # -- leases -------------------------------------------------------------------------------
 

@@ -32,15 +32,18 @@ from rlm.metastore.model import SegmentState
 LIVE = (SegmentState.COPY_SEGMENT_STARTED.value, SegmentState.COPY_SEGMENT_FINISHED.value)
 
 
-def trim(conn: Connection, part: Row[Any], kept: UUID, replacement: UUID, now_ms: int) -> int:
+def trim(
+    conn: Connection, part: Row[Any], kept: UUID, replacement: UUID, from_offset: int, now_ms: int
+) -> int:
     """Replace finished copy ``kept`` of partition row ``part`` (locked by the caller) by
-    ``replacement``, a started copy of its first offsets, and retire every live copy starting
-    above the replacement, as :func:`truncate` from the offset after it; returns how many copies
-    were retired, ``kept`` included.
+    ``replacement``, a started copy of its first offsets, and retire every live copy starting at
+    or above ``from_offset``, as :func:`truncate` from there; returns how many copies were
+    retired, ``kept`` included. ``from_offset`` lies inside the replacement or just past it.
 
     Raises:
         StateConflictError: ``kept`` is not a finished copy of the partition, or ``replacement``
-            not a started copy of it starting where ``kept`` starts; nothing changed.
+            not a started copy of it starting where ``kept`` starts and ending below its end, or
+            ``from_offset`` is not in the replacement or just past it; nothing changed.
     """
     rows = {
         row.segment_id: row
@@ -63,13 +66,18 @@ def trim(conn: Connection, part: Row[Any], kept: UUID, replacement: UUID, now_ms
         raise StateConflictError(
             f"segment {replacement} of {tp} is not a started copy of the first offsets of {kept}"
         )
+    if not new.start_offset < from_offset <= new.end_offset + 1:
+        raise StateConflictError(
+            f"copies of {tp} cannot be retired from offset {from_offset}: its replacement holds "
+            f"{new.start_offset}..{new.end_offset}"
+        )
     conn.execute(
         update(SegmentRow)
         .where(SegmentRow.segment_id == replacement)
         .values(state=SegmentState.COPY_SEGMENT_FINISHED.value)
     )
     uploads.forget(conn, replacement)
-    return truncate(conn, part, int(new.end_offset) + 1, now_ms, also=kept)
+    return truncate(conn, part, from_offset, now_ms, also=kept)
 
 
 def truncate(

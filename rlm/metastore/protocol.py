@@ -299,24 +299,27 @@ class MetadataStore(Protocol):
         tp: TopicPartition,
         kept: UUID,
         replacement: UUID,
+        from_offset: int,
         *,
         event_time_ms: int,
         lease_epoch: int | None = None,
     ) -> int:
         """Replace ``kept``, a ``COPY_SEGMENT_FINISHED`` segment of ``tp``, by ``replacement``, a
-        ``COPY_SEGMENT_STARTED`` copy of its first offsets up to a cut (the same start offset, a
-        lower end offset), and retire the copies from the cut on as :meth:`truncate_copies` does,
-        in one transaction: a diverged copy whose first offsets the broker's log no longer has
-        keeps those, and the broker's log is tiered again from the cut (see
+        ``COPY_SEGMENT_STARTED`` copy of its first offsets (the same start offset, a lower end
+        offset), and retire the copies from ``from_offset`` on as :meth:`truncate_copies` does, in
+        one transaction: a diverged copy whose first offsets the broker's log no longer has keeps
+        those, and the broker's log is tiered again from ``from_offset``, which lies inside the
+        replacement (the broker's copy from there overlaps it) or just past it (see
         :mod:`rlm.tiering.trim`).
 
         ``replacement`` moves to ``COPY_SEGMENT_FINISHED`` keeping its event time; ``kept`` and
-        every live segment starting above ``replacement`` move to ``DELETE_SEGMENT_STARTED``.
-        Returns how many segments were retired, ``kept`` included.
+        every live segment starting at or above ``from_offset`` move to
+        ``DELETE_SEGMENT_STARTED``. Returns how many segments were retired, ``kept`` included.
 
         Raises:
             StaleLeaseError: ``lease_epoch`` is stale.
-            StateConflictError: ``kept`` or ``replacement`` is not as described; nothing changed.
+            StateConflictError: ``kept``, ``replacement`` or ``from_offset`` is not as described;
+                nothing changed.
         """
         ...
 

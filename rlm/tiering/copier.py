@@ -68,7 +68,7 @@ from rlm.storage.ratelimit import RateLimiter
 from rlm.tiering.copy_plan import Candidate, Gap, covered_through, plan_copy
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
-from rlm.tiering.lineage_keeper import LineageKeeper
+from rlm.tiering.lineage_keeper import LineageKeeper, Trimmed
 from rlm.tiering.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.reach import reach
 from rlm.tiering.topic_identity import adopt_local_topic_id
@@ -309,9 +309,9 @@ class Copier:
             return 0.0
         return max(0.0, self.clock() / 1000 - written)
 
-    def _trim(self, partition: PartitionDir, lease: Lease, copy: RemoteSegment, cut: int) -> int:
-        """Replace ``copy`` by a copy of its offsets below ``cut`` and retire the copies from
-        ``cut`` on (:mod:`rlm.tiering.trim`); returns how many were retired.
+    def _trim(self, partition: PartitionDir, lease: Lease, copy: RemoteSegment, cut: int) -> Trimmed:
+        """Replace ``copy`` by a copy of its batches holding offsets below ``cut`` and retire the
+        copies from ``cut`` on (:mod:`rlm.tiering.trim`).
 
         Raises:
             CannotTrimError: ``copy`` cannot be cut there.
@@ -326,6 +326,7 @@ class Copier:
                 copy.topic_partition,
                 copy.segment_id,
                 prepared.remote.segment_id,
+                cut,
                 event_time_ms=self.clock(),
                 lease_epoch=lease.epoch,
             )
@@ -340,7 +341,7 @@ class Copier:
                 directory=Path(directory),
             )
             self._copy(prepared, lease, finish=swap)
-        return retired
+        return Trimmed(retired, prepared.remote.end_offset)
 
     def _copy(
         self, prepared: PreparedSegment, lease: Lease, finish: Callable[[], None] | None = None

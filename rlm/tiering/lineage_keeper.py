@@ -8,8 +8,8 @@ again from their start: nothing is lost, and the truncated records stop answerin
 diverged copy starting below the broker's first local segment (local retention deleted its start
 since) holds offsets no one else has: it is trimmed to them (:mod:`rlm.tiering.trim`), in the
 same transaction that retires the copies after it, and the log is tiered again from its first
-local segment on. A copy that cannot be cut there (no batch of it starts at that offset, or its
-bytes fail the checks) is kept whole: ``rlm_copies_diverged`` and an error, once per divergence,
+local segment on. A copy that cannot be cut there (its batch there is its last, or its bytes
+fail the checks) is kept whole: ``rlm_copies_diverged`` and an error, once per divergence,
 say which offsets answer records the log no longer has; the diverged copies after it, which the
 local log holds wholly, are retired all the same.
 
@@ -38,9 +38,21 @@ from rlm.tiering.trim import CannotTrimError
 log = logging.getLogger("rlm.copier")
 
 _Checked = tuple[tuple[EpochEntry, ...], int]
-Trim = Callable[[PartitionDir, Lease, RemoteSegment, int], int]
-"""Replace a copy by a copy of its offsets below a cut, and retire the copies from the cut on;
-returns how many were retired (the copier's, see :mod:`rlm.tiering.trim`). Raises
+
+
+class Trimmed(NamedTuple):
+    """What trimming a copy did."""
+
+    retired: int
+    """Remote copies retired, the trimmed one included."""
+    end_offset: int
+    """The last offset its replacement holds: below the cut, or past it where a batch holds
+    offsets on both sides."""
+
+
+Trim = Callable[[PartitionDir, Lease, RemoteSegment, int], Trimmed]
+"""Replace a copy by a copy of its batches holding offsets below a cut, and retire the copies
+from the cut on (the copier's, see :mod:`rlm.tiering.trim`). Raises
 :class:`~rlm.tiering.trim.CannotTrimError` or :class:`~rlm.errors.CorruptDataError` when the copy
 cannot be cut there."""
 
@@ -117,14 +129,14 @@ class LineageKeeper:
                 why_kept = untrimmable[2]
             else:
                 try:
-                    retired = self.trim(partition, lease, found.copy, held_from)
+                    trimmed = self.trim(partition, lease, found.copy, held_from)
                 except (CannotTrimError, CorruptDataError) as exc:
                     why_kept = str(exc)
                     with self._lock:
                         self._untrimmable[tp] = (found.copy.segment_id, held_from, why_kept)
                 else:
-                    self._replaced(tp, found, retired, trimmed_to=held_from)
-                    return Followed(retired, older)
+                    self._replaced(tp, found, trimmed.retired, trimmed=(held_from, trimmed.end_offset))
+                    return Followed(trimmed.retired, older)
         while found is not None and found.replace_from < held_from:
             # Its copy holds offsets only it has, and could not be trimmed to them: kept. The
             # copies read after it may still be replaced, from the first one the log holds wholly.
@@ -150,22 +162,27 @@ class LineageKeeper:
         self._replaced(tp, found, retired)
         return Followed(retired, older)
 
-    def _replaced(self, tp: TopicPartition, found: Divergence, retired: int, *, trimmed_to: int = -1) -> None:
+    def _replaced(
+        self, tp: TopicPartition, found: Divergence, retired: int, *, trimmed: tuple[int, int] | None = None
+    ) -> None:
+        """Count and log copies replaced; ``trimmed``: the cut and the last offset of the copy
+        that replaced the trimmed one."""
         labels = (tp.topic, str(tp.partition))
         self.metrics.diverged_copies_replaced.labels(*labels).inc(retired)
-        if trimmed_to < 0:
+        if trimmed is None:
             what = f"{retired} remote segments from offset {found.replace_from} on were retired"
             tiered_from = found.replace_from
         else:
             self.metrics.copies_diverged.labels(*labels).set(0)
             with self._lock:
                 self._reported.pop(tp, None)
+            tiered_from, end = trimmed
+            past = "" if end < tiered_from else f" (its batch holding offset {tiered_from} whole)"
             what = (
-                f"the remote segment of offsets {found.replace_from}..{found.copy.end_offset} was "
-                f"trimmed to {found.replace_from}..{trimmed_to - 1}, which the broker's log no longer "
-                f"holds, and {retired} remote segments were retired"
+                f"the remote segment of offsets {found.replace_from}..{found.copy.end_offset}, whose "
+                f"offsets below {tiered_from} the broker's log no longer holds, was trimmed to "
+                f"{found.replace_from}..{end}{past} and {retired} remote segments were retired"
             )
-            tiered_from = trimmed_to
         log.warning(
             "%s: from offset %d the remote tier held leader epoch %d's records, the broker's log "
             "holds epoch %d's (its log diverged: an unclean leader election); %s, and the log is "

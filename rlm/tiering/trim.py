@@ -10,14 +10,20 @@ retires the copies from the cut on in one transaction
 (:meth:`~rlm.metastore.protocol.MetadataStore.trim_copies`), and the same copier pass tiers the
 broker's log from the cut, as after any replacement (:mod:`rlm.tiering.lineage_keeper`).
 
-The new copy's ``.log`` is the old one's, byte for byte, up to the batch that starts at the cut. A
-copy with no batch starting there (one batch holds offsets on both sides) cannot be cut without
-splitting a batch, and is kept whole. The new copy's offset and time indexes are rebuilt from its
-bytes with the copier's own checks; its transaction index is the old copy's without the
-transactions whose markers lie from the cut on (Kafka indexes an aborted transaction in the
-segment of its marker); its producer snapshot is the broker's at the cut (the producer state a
-reader resuming there needs), absent when the broker has none; its leader epochs are the old
-copy's below the cut; it keeps the old copy's event time, so that retention ages it as before.
+The new copy's ``.log`` is the old one's, byte for byte, up to the batch that starts at the cut.
+Where one batch holds offsets on both sides of the cut (the logs diverged before the broker's
+first local offset, and batched differently), that batch is kept whole, and the new copy reaches
+past the cut: the broker's segment tiered from the cut then reaches further still, and reads
+answer from it from the cut on (the read rule of overlapping copies,
+:func:`rlm.tiering.lineage.read_ranges`). A copy whose batch at the cut is its last cannot be cut
+at all, and is kept whole.
+
+The new copy's offset and time indexes are rebuilt from its bytes with the copier's own checks;
+its transaction index is the old copy's without the transactions whose markers lie past its end
+(Kafka indexes an aborted transaction in the segment of its marker); its producer snapshot is the
+broker's at the cut (the producer state a reader resuming there needs) when it ends just below
+the cut, else absent, as it is when the broker has none; its leader epochs are the old copy's up
+to its end; it keeps the old copy's event time, so that retention ages it as before.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ _LAST_OFFSET_DELTA = struct.Struct(">i")
 _MAGIC_AT = 16
 """Where the magic byte lies in a v2 batch and in a v0/v1 message alike."""
 _LAST_OFFSET_DELTA_AT = 23
+_LEGACY_ATTRIBUTES_AT = 17
 _HEADER_BYTES = _LAST_OFFSET_DELTA_AT + _LAST_OFFSET_DELTA.size
 _SMALLEST_BODY = 14
 """The bytes after the length field of the smallest v0 message."""
@@ -51,19 +58,25 @@ class CannotTrimError(Exception):
     """The copy cannot be trimmed at the cut; the message says why."""
 
 
-def copy_before(pieces: Iterable[bytes], out: BinaryIO, cut: int, *, key: str) -> int:
-    """Write the batches of a ``.log`` (read in ``pieces``) before the batch starting at offset
-    ``cut`` to ``out``; returns how many bytes that is. Stops reading at that batch.
+def copy_below(
+    pieces: Iterable[bytes], out: BinaryIO, cut: int, *, first_offset: int, key: str
+) -> tuple[int, int]:
+    """Write the batches of a ``.log`` (read in ``pieces``) that hold offsets below ``cut`` to
+    ``out``; returns how many bytes that is and the last offset they hold (``first_offset`` - 1
+    for none). Stops reading at the first batch that holds none.
 
-    Only the batches' offsets and lengths are read here; their bytes are checked afterwards.
+    A batch holding offsets on both sides of ``cut`` is written whole, and is the last: the copy
+    it ends then reaches past ``cut`` (a legacy compressed message set, which names only its last
+    offset, is taken as one). Only the batches' offsets and lengths are read here; their bytes are
+    checked afterwards.
 
     Raises:
-        CannotTrimError: no batch starts at ``cut``: one holding it starts below it (or is a legacy
-            message set, which names only its last offset), or none reaches it.
+        CannotTrimError: no batch reaches ``cut``.
         CorruptRecordError: a batch length that cannot be; names ``key`` and the position.
     """
     buffer = bytearray()
     written = 0
+    last_kept = first_offset - 1
     for piece in pieces:
         buffer += piece
         position = 0
@@ -73,23 +86,23 @@ def copy_before(pieces: Iterable[bytes], out: BinaryIO, cut: int, *, key: str) -
                 raise CorruptRecordError(
                     f"batch length {length} is too small", path=key, position=written + position
                 )
-            v2 = buffer[position + _MAGIC_AT] == 2
-            last = (
-                offset + _LAST_OFFSET_DELTA.unpack_from(buffer, position + _LAST_OFFSET_DELTA_AT)[0]
-                if v2
-                else offset
-            )
+            if buffer[position + _MAGIC_AT] == 2:
+                first = offset
+                last = offset + _LAST_OFFSET_DELTA.unpack_from(buffer, position + _LAST_OFFSET_DELTA_AT)[0]
+            else:  # a v0/v1 message names its offset; a compressed one its inner messages' last
+                first = offset if buffer[position + _LEGACY_ATTRIBUTES_AT] & 0x07 == 0 else -1
+                last = offset
+            if first >= cut:
+                out.write(buffer[:position])
+                return written + position, last_kept
+            size = _OFFSET_AND_LENGTH.size + length
+            if len(buffer) - position < size:
+                break  # the batch is read whole first
+            position += size
+            last_kept = last
             if last >= cut:
                 out.write(buffer[:position])
-                if v2 and offset == cut:
-                    return written + position
-                raise CannotTrimError(
-                    f"no batch of it starts at offset {cut}: the one at byte {written + position} "
-                    f"holds offsets up to {last} and starts below {cut}"
-                )
-            if len(buffer) - position < _OFFSET_AND_LENGTH.size + length:
-                break
-            position += _OFFSET_AND_LENGTH.size + length
+                return written + position, last_kept
         out.write(buffer[:position])
         written += position
         del buffer[:position]
@@ -105,11 +118,12 @@ def trim_copy(
     broker_id: int,
     directory: Path,
 ) -> PreparedSegment:
-    """Build the copy of ``copy``'s offsets below ``cut`` (see the module), its ``.log`` written
-    under ``directory``; the row is ``COPY_SEGMENT_STARTED``, nothing is stored yet.
+    """Build the copy of ``copy``'s batches holding offsets below ``cut`` (see the module), its
+    ``.log`` written under ``directory``; the row is ``COPY_SEGMENT_STARTED``, nothing is stored
+    yet.
 
     Raises:
-        CannotTrimError: no batch of ``copy`` starts at ``cut``, or ``cut`` is not inside it.
+        CannotTrimError: the copy cut there would be the same copy, or ``cut`` is not inside it.
         CorruptDataError: the bytes kept fail the copier's checks (named by the temporary file
             and position), or the copy's transaction index cannot be read.
         StorageError: a read failed.
@@ -119,23 +133,31 @@ def trim_copy(
     path = directory / segment_file_name(copy.start_offset, ".log")
     key = copy.layout.log_key
     with path.open("wb") as out:
-        copy_before(storage.stream_range(key, 0, copy.size_bytes), out, cut, key=key)
+        pieces = storage.stream_range(key, 0, copy.size_bytes)
+        _, last = copy_below(pieces, out, cut, first_offset=copy.start_offset, key=key)
+    if last >= copy.end_offset:
+        raise CannotTrimError(
+            f"its batch holding offset {cut - 1} holds offsets up to its last, {copy.end_offset}: "
+            "a copy cut there would be the same copy"
+        )
+    if last < copy.start_offset:
+        raise CannotTrimError(f"none of its batches holds an offset below {cut}")
     segment = Segment(directory, copy.start_offset)
-    checked = check_segment(segment, next_base_offset=cut)
+    checked = check_segment(segment, next_base_offset=last + 1)
     txn_index = TransactionIndex(copy.start_offset)
     stored = None if copy.txn_index_empty else read_index(storage, copy.layout, IndexType.TRANSACTION)
     if stored:
         txn_index = TransactionIndex.from_bytes(copy.start_offset, stored, path=copy.layout.index_key)
-        txn_index.truncate_to(cut)
+        txn_index.truncate_to(last + 1)
     epochs = [EpochEntry(e.epoch, e.start_offset) for e in copy.leader_epochs]
     return assemble(
         copy.topic_partition,
         copy.topic_id,
         segment,
         checked,
-        epochs=epochs_of_segment(epochs, copy.start_offset, cut - 1),
+        epochs=epochs_of_segment(epochs, copy.start_offset, last),
         txn_index=txn_index,
-        snapshot=snapshot,
+        snapshot=snapshot if last + 1 == cut else None,
         broker_id=broker_id,
         event_time_ms=copy.event_time_ms,
     )

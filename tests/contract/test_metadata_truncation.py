@@ -149,7 +149,7 @@ def test_a_trimmed_copy_replaces_the_diverged_one_and_the_copies_after_it_are_re
     )
     store.add_segment(trimmed)
 
-    assert store.trim_copies(TP, diverged.segment_id, trimmed.segment_id, event_time_ms=77) == 2
+    assert store.trim_copies(TP, diverged.segment_id, trimmed.segment_id, 140, event_time_ms=77) == 2
 
     states = {s.segment_id: (s.state, s.event_time_ms) for s in store.list_segments(TP)}
     assert states[trimmed.segment_id] == (SegmentState.COPY_SEGMENT_FINISHED, 123)  # its age kept
@@ -174,14 +174,18 @@ def test_a_trim_of_copies_not_as_described_changes_nothing(store: SqlMetadataSto
     elsewhere = segment(110, 139)
     store.add_segment(longer)
     store.add_segment(elsewhere)
-    for kept, replacement in (
-        (diverged.segment_id, longer.segment_id),  # not below the kept copy's end
-        (diverged.segment_id, elsewhere.segment_id),  # not where it starts
-        (longer.segment_id, elsewhere.segment_id),  # the kept one is not finished
-        (diverged.segment_id, uuid.uuid4()),
+    shorter = segment(100, 139)
+    store.add_segment(shorter)
+    for kept, replacement, cut in (
+        (diverged.segment_id, longer.segment_id, 150),  # not below the kept copy's end
+        (diverged.segment_id, elsewhere.segment_id, 140),  # not where it starts
+        (longer.segment_id, elsewhere.segment_id, 140),  # the kept one is not finished
+        (diverged.segment_id, uuid.uuid4(), 140),
+        (diverged.segment_id, shorter.segment_id, 141),  # a hole between it and the cut
+        (diverged.segment_id, shorter.segment_id, 100),  # nothing of it below the cut
     ):
         with pytest.raises(StateConflictError):
-            store.trim_copies(TP, kept, replacement, event_time_ms=5)
+            store.trim_copies(TP, kept, replacement, cut, event_time_ms=5)
     assert store.highest_copied_offset(TP) == 199
     states = {s.segment_id: s.state for s in store.list_segments(TP)}
     assert states[diverged.segment_id] is SegmentState.COPY_SEGMENT_FINISHED
@@ -200,6 +204,23 @@ def test_a_stale_lease_cannot_trim(store: SqlMetadataStore) -> None:
     store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
     with pytest.raises(StaleLeaseError):
         store.trim_copies(
-            TP, diverged.segment_id, trimmed.segment_id, event_time_ms=5, lease_epoch=lease.epoch
+            TP, diverged.segment_id, trimmed.segment_id, 50, event_time_ms=5, lease_epoch=lease.epoch
         )
     assert store.highest_copied_offset(TP) == 99
+
+
+def test_a_trimmed_copy_may_reach_past_the_offset_the_copies_are_retired_from(
+    store: SqlMetadataStore,
+) -> None:
+    diverged = segment(100, 199, epochs=((5, 100),))
+    add_finished(store, diverged)
+    store.record_export_offsets(OUT, {TP: 200})
+    reaching = segment(100, 149, epochs=((5, 100),))  # its last batch holds 140..149
+    store.add_segment(reaching)
+
+    assert store.trim_copies(TP, diverged.segment_id, reaching.segment_id, 140, event_time_ms=5) == 1
+
+    # The broker's log is tiered again from 140: its copy from there overlaps the trimmed one.
+    assert store.highest_copied_offset(TP) == 149
+    assert store.export_offsets(OUT) == {TP: 140}
+    assert store.record_export_offsets(OUT, {TP: 200}, lineages={TP: 0}) == {TP: 140}

@@ -94,6 +94,18 @@ class CountedReads(DelegatingStorage):
         return self.inner.stream_range(key, start, length, piece_bytes=piece_bytes)
 
 
+def elected_with_segments_from_25(
+    tiering: Tiering, log_dir: Path, caplog: pytest.LogCaptureFixture, *new_leader: tuple[int, ...]
+) -> list[tuple[object, int]]:
+    """The new leader's log written, its segments below 25 deleted (local retention: 20..24 are
+    then only in the old copy), and two copier passes; their errors and copies."""
+    write_log(log_dir, *new_leader)
+    drop_local_segments_below(log_dir, 25)
+    with caplog.at_level(logging.WARNING, logger="rlm.copier"):
+        outcomes = [tiering.copier().run_once()[0] for _ in range(2)]
+    return [(o.error, o.copied_segments) for o in outcomes]
+
+
 def records_of(data: bytes) -> list[Record]:
     return [record for header in iter_headers(BytesSource(data)) for record in decode_batch(data, header)]
 
@@ -168,13 +180,12 @@ def test_a_copy_holding_offsets_the_brokers_files_no_longer_hold_is_trimmed_to_t
     diverged = tiering.store.segment_for_offset(TP, 25)
     assert diverged is not None and diverged.start_offset == 20
     old_bytes = tiering.storage.read_range(diverged.layout.log_key, 0, diverged.size_bytes)
-    write_log(log_dir, (10, 4), (10, 4), (5, 4), (5, 6), (10, 6), (10, 6))
-    drop_local_segments_below(log_dir, 25)  # local retention: 20..24 now only in the old copy
 
-    with caplog.at_level(logging.WARNING, logger="rlm.copier"):
-        outcomes = [tiering.copier().run_once()[0] for _ in range(2)]
+    outcomes = elected_with_segments_from_25(
+        tiering, log_dir, caplog, (10, 4), (10, 4), (5, 4), (5, 6), (10, 6), (10, 6)
+    )
 
-    assert [(o.error, o.copied_segments) for o in outcomes] == [(None, 3), (None, 0)]
+    assert outcomes == [(None, 3), (None, 0)]
     assert spans(tiering) == [
         (0, 9, (4,)),
         (10, 19, (4,)),
@@ -198,7 +209,7 @@ def test_a_copy_holding_offsets_the_brokers_files_no_longer_hold_is_trimmed_to_t
     assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 0
     assert tiering.registry.get_sample_value("rlm_diverged_copies_replaced_total", LABELS) == 2
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("trimmed to 20..24" in m and "tiered again from offset 25" in m for m in warned)
+    assert any("trimmed to 20..24 and" in m and "tiered again from offset 25" in m for m in warned)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
     # The old copy's objects went as any retired copy's do; the copies of 25 on are the broker's.
     assert tiering.storage.object_size(diverged.layout.log_key) is None
@@ -232,7 +243,38 @@ def test_a_trim_that_fails_before_the_swap_leaves_the_old_copy_answering(
     assert spans(tiering)[2:4] == [(20, 24, (4,)), (25, 29, (6,))]
 
 
-def test_a_copy_with_no_batch_at_the_brokers_first_offset_is_kept_and_reported(
+def test_a_batch_holding_offsets_on_both_sides_of_the_cut_is_kept_whole_and_the_brokers_copy_answers_past_it(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)  # batches 20..29, 30..39
+    tiering = tiering_factory(backend, log_dir)
+    assert tiering.copier().run_once()[0].copied_segments == 4
+
+    outcomes = elected_with_segments_from_25(
+        tiering, log_dir, caplog, (10, 4), (10, 4), (5, 6), (10, 6), (10, 6), (10, 6)
+    )
+
+    assert outcomes == [(None, 3), (None, 0)]  # 20..24 were only in the old copy's batch of 20..29
+    assert spans(tiering) == [
+        (0, 9, (4,)),
+        (10, 19, (4,)),
+        (20, 29, (5,)),
+        (25, 34, (6,)),
+        (35, 44, (6,)),
+        (45, 54, (6,)),
+    ]
+    # The broker's copy from 25 reaches past the trimmed one: reads answer from it from 25 on.
+    for offset, epoch in ((22, 5), (24, 5), (25, 6), (29, 6)):
+        found = tiering.store.segment_for_offset(TP, offset)
+        assert found is not None and found.leader_epochs[-1].epoch == epoch, offset
+    assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 0
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("trimmed to 20..29 (its batch holding offset 25 whole)" in m for m in warned)
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_copy_whose_batch_at_the_brokers_first_offset_is_its_last_is_kept_and_reported(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     log_dir = tmp_path / "logs"
@@ -258,7 +300,7 @@ def test_a_copy_with_no_batch_at_the_brokers_first_offset_is_kept_and_reported(
     reported = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(reported) == 1  # once per divergence, not every pass
     assert "from offset 25" in reported[0] and "below the broker's first local segment 25" in reported[0]
-    assert "up to 29" in reported[0] and "no batch of it starts at offset 25" in reported[0]
+    assert "up to 29" in reported[0] and "holds offsets up to its last, 29" in reported[0]
     found = tiering.store.segment_for_offset(TP, 35)
     assert found is not None and [e.epoch for e in found.leader_epochs] == [6]
 

@@ -11,7 +11,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from rlm.errors import CorruptRecordError
-from rlm.tiering.trim import CannotTrimError, copy_before
+from rlm.tiering.trim import CannotTrimError, copy_below
 
 
 def kafka_batch(base_offset: int, records: int) -> bytes:
@@ -32,6 +32,16 @@ def legacy_message(offset: int) -> bytes:
     return bytes(builder.build())
 
 
+def legacy_set(offsets: list[int]) -> bytes:
+    """A gzip message set of v1 messages, its wrapper naming its last offset, as a broker stores it."""
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=1, batch_size=1 << 20)
+    for i, _ in enumerate(offsets):
+        assert builder.append(i, timestamp=1_700_000_000_000, key=None, value=b"old")
+    data = bytearray(builder.build())
+    data[0:8] = offsets[-1].to_bytes(8, "big")  # no CRC covers the offset
+    return bytes(data)
+
+
 BATCHES = [kafka_batch(base, count) for base, count in [(100, 3), (103, 5), (108, 1), (109, 4)]]
 LOG = b"".join(BATCHES)
 
@@ -41,12 +51,27 @@ def pieces(data: bytes, size: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("piece_bytes", [1, 7, 61, 1 << 20])
-@pytest.mark.parametrize(("cut", "kept"), [(103, 1), (108, 2), (109, 3)])
-def test_the_batches_before_the_one_at_the_cut_are_copied(piece_bytes: int, cut: int, kept: int) -> None:
+@pytest.mark.parametrize(("cut", "kept", "last"), [(103, 1, 102), (108, 2, 107), (109, 3, 108)])
+def test_the_batches_below_the_one_at_the_cut_are_copied(
+    piece_bytes: int, cut: int, kept: int, last: int
+) -> None:
     out = io.BytesIO()
-    size = copy_before(pieces(LOG, piece_bytes), out, cut, key="k")
+    size, last_kept = copy_below(pieces(LOG, piece_bytes), out, cut, first_offset=100, key="k")
     assert out.getvalue() == b"".join(BATCHES[:kept])
-    assert size == len(out.getvalue())
+    assert (size, last_kept) == (len(out.getvalue()), last)
+
+
+@pytest.mark.parametrize("piece_bytes", [1, 13, 1 << 20])
+@pytest.mark.parametrize(("cut", "kept", "last"), [(101, 1, 102), (105, 2, 107), (110, 4, 112)])
+def test_a_batch_holding_offsets_on_both_sides_of_the_cut_is_copied_whole(
+    piece_bytes: int, cut: int, kept: int, last: int
+) -> None:
+    out = io.BytesIO()
+    assert copy_below(pieces(LOG, piece_bytes), out, cut, first_offset=100, key="k") == (
+        len(b"".join(BATCHES[:kept])),
+        last,
+    )
+    assert out.getvalue() == b"".join(BATCHES[:kept])
 
 
 def test_reading_stops_at_the_batch_at_the_cut() -> None:
@@ -57,28 +82,30 @@ def test_reading_stops_at_the_batch_at_the_cut() -> None:
             read.append(piece)
             yield piece
 
-    copy_before(tracked(), io.BytesIO(), 103, key="k")
+    copy_below(tracked(), io.BytesIO(), 103, first_offset=100, key="k")
     assert sum(map(len, read)) < len(BATCHES[0]) + 40
-
-
-@pytest.mark.parametrize("cut", [101, 105, 110])
-def test_a_cut_inside_a_batch_is_refused(cut: int) -> None:
-    with pytest.raises(CannotTrimError, match=f"no batch of it starts at offset {cut}"):
-        copy_before(pieces(LOG, 13), io.BytesIO(), cut, key="k")
 
 
 def test_a_cut_past_the_last_batch_is_refused() -> None:
     with pytest.raises(CannotTrimError, match="no batch of it reaches offset 113"):
-        copy_before(pieces(LOG, 13), io.BytesIO(), 113, key="k")
+        copy_below(pieces(LOG, 13), io.BytesIO(), 113, first_offset=100, key="k")
 
 
-def test_a_legacy_message_at_the_cut_is_refused() -> None:
-    # A legacy message set names only its last offset: where it starts is not known from its header.
-    log = BATCHES[0] + legacy_message(103)
-    with pytest.raises(CannotTrimError, match="starts below 103"):
-        copy_before([log], io.BytesIO(), 103, key="k")
+def test_legacy_messages_are_cut_by_the_offsets_they_name() -> None:
+    # A v1 message holds its offset; a compressed message set names only its last inner offset,
+    # so one naming an offset at or past the cut may hold offsets below it: it is kept whole.
+    log = BATCHES[0] + legacy_message(103) + legacy_message(104)
     out = io.BytesIO()
-    assert copy_before([legacy_message(99) + LOG], out, 103, key="k") == len(legacy_message(99) + BATCHES[0])
+    assert copy_below([log], out, 104, first_offset=100, key="k") == (
+        len(BATCHES[0] + legacy_message(103)),
+        103,
+    )
+    wrapper = legacy_set([103, 104, 105])
+    out = io.BytesIO()
+    assert copy_below([BATCHES[0] + wrapper + legacy_message(106)], out, 104, first_offset=100, key="k") == (
+        len(BATCHES[0] + wrapper),
+        105,
+    )
 
 
 def test_a_length_that_cannot_be_is_named_with_its_position() -> None:
@@ -86,5 +113,5 @@ def test_a_length_that_cannot_be_is_named_with_its_position() -> None:
     position = len(BATCHES[0])
     broken[position + 8 : position + 12] = (3).to_bytes(4, "big")
     with pytest.raises(CorruptRecordError, match="batch length 3") as caught:
-        copy_before([bytes(broken)], io.BytesIO(), 109, key="remote/key.log")
+        copy_below([bytes(broken)], io.BytesIO(), 109, first_offset=100, key="remote/key.log")
     assert (caught.value.path, caught.value.position) == ("remote/key.log", position)
