@@ -49,7 +49,8 @@ _MAGIC_AT = 16
 """Where the magic byte lies in a v2 batch and in a v0/v1 message alike."""
 _LAST_OFFSET_DELTA_AT = 23
 _LEGACY_ATTRIBUTES_AT = 17
-_HEADER_BYTES = _LAST_OFFSET_DELTA_AT + _LAST_OFFSET_DELTA.size
+_V2_HEADER_BYTES = _LAST_OFFSET_DELTA_AT + _LAST_OFFSET_DELTA.size
+"""The bytes of a v2 batch read here: through its last offset delta."""
 _SMALLEST_BODY = 14
 """The bytes after the length field of the smallest v0 message."""
 
@@ -80,13 +81,16 @@ def copy_below(
     for piece in pieces:
         buffer += piece
         position = 0
-        while len(buffer) - position >= _HEADER_BYTES:
+        while len(buffer) - position > _MAGIC_AT:
             offset, length = _OFFSET_AND_LENGTH.unpack_from(buffer, position)
             if length < _SMALLEST_BODY:
                 raise CorruptRecordError(
                     f"batch length {length} is too small", path=key, position=written + position
                 )
-            if buffer[position + _MAGIC_AT] == 2:
+            v2 = buffer[position + _MAGIC_AT] == 2
+            if len(buffer) - position < (_V2_HEADER_BYTES if v2 else _LEGACY_ATTRIBUTES_AT + 1):
+                break
+            if v2:
                 first = offset
                 last = offset + _LAST_OFFSET_DELTA.unpack_from(buffer, position + _LAST_OFFSET_DELTA_AT)[0]
             else:  # a v0/v1 message names its offset; a compressed one its inner messages' last

@@ -115,3 +115,14 @@ def test_a_length_that_cannot_be_is_named_with_its_position() -> None:
     with pytest.raises(CorruptRecordError, match="batch length 3") as caught:
         copy_below([bytes(broken)], io.BytesIO(), 109, first_offset=100, key="remote/key.log")
     assert (caught.value.path, caught.value.position) == ("remote/key.log", position)
+
+
+def test_the_smallest_v0_message_ending_the_log_is_read() -> None:
+    builder = LegacyRecordBatchBuilder(magic=0, compression_type=0, batch_size=1 << 20)
+    assert builder.append(103, timestamp=None, key=None, value=None)
+    smallest = bytes(builder.build())
+    assert len(smallest) == 26  # offset, length, CRC, magic, attributes, key and value lengths
+    for piece_bytes in (1, 1 << 20):
+        out = io.BytesIO()
+        log = pieces(BATCHES[0] + smallest, piece_bytes)
+        assert copy_below(log, out, 103, first_offset=100, key="k") == (len(BATCHES[0]), 102)
