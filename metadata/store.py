@@ -449,6 +449,18 @@ class SqlMetadataStore:
         with self._fenced(tp, lease_epoch) as (conn, part):
             return truncation.trim(conn, part, kept, replacement, from_offset, event_time_ms)
 
+    def finish_overlay(
+        self,
+        tp: TopicPartition,
+        segment_id: UUID,
+        *,
+        event_time_ms: int,
+        lease_epoch: int | None = None,
+    ) -> None:
+        """See :meth:`rlm.metastore.MetadataStore.finish_overlay`."""
+        with self._fenced(tp, lease_epoch) as (conn, part):
+            truncation.overlay(conn, part, segment_id, event_time_ms)
+
     # -- leases -------------------------------------------------------------------------------
 
     def acquire_lease(

@@ -13,7 +13,10 @@ broker's records there. The partition's ``lineage`` grows by one and the offset 
 
 :func:`trim` does the same from an offset inside a copy that also holds offsets below it which
 the broker's log no longer has: in the same transaction, that copy is retired and a copy of its
-offsets below the cut, uploaded beforehand, finishes in its place.
+offsets below the cut, uploaded beforehand, finishes in its place. :func:`overlay` finishes a copy
+of the broker's log starting inside such a copy kept below it and reaching past it, whose records
+answer from its start on (:mod:`rlm.tiering.join`): the export ledger falls to its start and the
+lineage grows, as when copies are retired from there.
 """
 
 from __future__ import annotations
@@ -112,6 +115,54 @@ def truncate(
         .where(ranges, SkippedRangeRow.end_offset >= from_offset)
         .values(end_offset=from_offset - 1)
     )
+    _replaced_from(conn, part, from_offset, now_ms)
+    return int(retired)
+
+
+def overlay(conn: Connection, part: Row[Any], segment_id: UUID, now_ms: int) -> None:
+    """Finish ``segment_id``, a started copy of partition row ``part`` (locked by the caller)
+    whose records replace, from its start on, those of a finished copy starting below it, and
+    account for the replacement there as :func:`truncate` does.
+
+    Raises:
+        StateConflictError: ``segment_id`` is not a started copy of the partition starting inside
+            a finished copy of it; nothing changed.
+    """
+    row = conn.execute(
+        select(SegmentRow.state, SegmentRow.start_offset).where(
+            SegmentRow.partition_id == part.id, SegmentRow.segment_id == segment_id
+        )
+    ).first()
+    tp = topic_partition(part)
+    if row is None or row.state != SegmentState.COPY_SEGMENT_STARTED.value:
+        raise StateConflictError(f"segment {segment_id} of {tp} is not a started copy: it cannot finish")
+    start = int(row.start_offset)
+    below = conn.execute(
+        select(SegmentRow.segment_id).where(
+            SegmentRow.partition_id == part.id,
+            SegmentRow.state == SegmentState.COPY_SEGMENT_FINISHED.value,
+            SegmentRow.start_offset < start,
+            SegmentRow.end_offset >= start,
+        )
+    ).first()
+    if below is None:
+        raise StateConflictError(
+            f"segment {segment_id} of {tp} starts at offset {start}, inside no finished copy: it "
+            "replaces nothing"
+        )
+    conn.execute(
+        update(SegmentRow)
+        .where(SegmentRow.segment_id == segment_id)
+        .values(state=SegmentState.COPY_SEGMENT_FINISHED.value, event_time_ms=now_ms)
+    )
+    uploads.forget(conn, segment_id)
+    recount.partition(conn, part.id)
+    _replaced_from(conn, part, start, now_ms)
+
+
+def _replaced_from(conn: Connection, part: Row[Any], from_offset: int, now_ms: int) -> None:
+    """The remote tier's records of partition row ``part`` from ``from_offset`` on were replaced:
+    the export ledger falls to it, the lineage grows and the offset is kept."""
     exports.rewind(conn, topic_partition(part), from_offset)
     lineage = int(part.lineage) + 1
     conn.execute(update(PartitionRow).where(PartitionRow.id == part.id).values(lineage=lineage))
@@ -120,4 +171,3 @@ def truncate(
             partition_id=part.id, lineage=lineage, from_offset=from_offset, truncated_ms=now_ms
         )
     )
-    return int(retired)

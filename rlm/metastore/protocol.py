@@ -323,6 +323,29 @@ class MetadataStore(Protocol):
         """
         ...
 
+    def finish_overlay(
+        self,
+        tp: TopicPartition,
+        segment_id: UUID,
+        *,
+        event_time_ms: int,
+        lease_epoch: int | None = None,
+    ) -> None:
+        """Move ``segment_id``, a ``COPY_SEGMENT_STARTED`` copy of ``tp`` starting inside a
+        ``COPY_SEGMENT_FINISHED`` one and reaching past it, to ``COPY_SEGMENT_FINISHED``: a copy of
+        the broker's log whose records answer from its start on in place of a diverged copy's
+        kept below it (see :mod:`rlm.tiering.join`). In the same transaction the remote tier's
+        records from its start on count as replaced, as :meth:`truncate_copies` from there has it:
+        the export ledger's offsets of ``tp`` above its start fall to it, and the partition's
+        :attr:`~rlm.metastore.model.PartitionRecord.lineage` grows by one.
+
+        Raises:
+            StaleLeaseError: ``lease_epoch`` is stale.
+            StateConflictError: ``segment_id`` is not a started copy of ``tp`` starting inside a
+                finished one; nothing changed.
+        """
+        ...
+
     # -- leases -------------------------------------------------------------------------------
 
     def acquire_lease(

@@ -224,3 +224,56 @@ def test_a_trimmed_copy_may_reach_past_the_offset_the_copies_are_retired_from(
     assert store.highest_copied_offset(TP) == 149
     assert store.export_offsets(OUT) == {TP: 140}
     assert store.record_export_offsets(OUT, {TP: 200}, lineages={TP: 0}) == {TP: 140}
+
+
+def test_a_copy_over_a_kept_one_finishes_and_counts_as_replacing_it_from_its_start(
+    store: SqlMetadataStore,
+) -> None:
+    kept = segment(100, 149, epochs=((5, 100),))  # its last batch holds 140..149
+    add_finished(store, segment(0, 99), kept)
+    store.record_export_offsets(OUT, {TP: 150})
+    over = segment(140, 199, epochs=((6, 140),))
+    store.add_segment(over)
+
+    store.finish_overlay(TP, over.segment_id, event_time_ms=7)
+
+    found = store.get_segment(over.segment_id)
+    assert found is not None and (found.state, found.event_time_ms) == (SegmentState.COPY_SEGMENT_FINISHED, 7)
+    assert store.highest_copied_offset(TP) == 199
+    assert store.highest_copied_offset(TP, leader_epoch=6) == 199
+    record = store.get_partition(TP)
+    assert record is not None and record.lineage == 1
+    # An export of the kept copy's records from 140 is done again; one planned before is held there.
+    assert store.export_offsets(OUT) == {TP: 140}
+    assert store.record_export_offsets(OUT, {TP: 150}, lineages={TP: 0}) == {TP: 140}
+    assert store.record_export_offsets(OUT, {TP: 200}, lineages={TP: 1}) == {}
+
+
+def test_a_copy_over_nothing_or_not_started_does_not_finish_so(store: SqlMetadataStore) -> None:
+    add_finished(store, segment(0, 99))
+    past = segment(100, 199)  # starts inside no finished copy
+    store.add_segment(past)
+    finished = segment(200, 249)
+    add_finished(store, finished)
+    before = store.get_partition(TP)
+
+    for segment_id in (past.segment_id, finished.segment_id, uuid.uuid4()):
+        with pytest.raises(StateConflictError):
+            store.finish_overlay(TP, segment_id, event_time_ms=7)
+
+    assert store.get_partition(TP) == before
+    found = store.get_segment(past.segment_id)
+    assert found is not None and found.state is SegmentState.COPY_SEGMENT_STARTED
+
+
+def test_a_stale_lease_cannot_finish_a_copy_over_a_kept_one(store: SqlMetadataStore) -> None:
+    lease = store.acquire_lease(TP, owner=1, ttl_ms=30_000)
+    assert lease is not None
+    add_finished(store, segment(0, 99))
+    over = segment(50, 149)
+    store.add_segment(over)
+    store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
+    with pytest.raises(StaleLeaseError):
+        store.finish_overlay(TP, over.segment_id, event_time_ms=7, lease_epoch=lease.epoch)
+    found = store.get_segment(over.segment_id)
+    assert found is not None and found.state is SegmentState.COPY_SEGMENT_STARTED
