@@ -13,8 +13,10 @@ Per partition and pass:
    finish deletions left in ``DELETE_SEGMENT_STARTED``; retire the remote copies the broker's
    log diverged from (an unclean leader election), so that step 3 tiers the log again from their
    start, trimming one that also holds offsets the broker's files no longer hold to those
-   (:mod:`rlm.tiering.lineage_keeper`, :mod:`rlm.tiering.trim`); a log behind the remote tier
-   (a newer leader epoch is tiered than its latest) tiers nothing;
+   (:mod:`rlm.tiering.lineage_keeper`, :mod:`rlm.tiering.trim`), and tiering the log from there
+   first in one copy that reaches past the one kept where that reaches past the cut
+   (:mod:`rlm.tiering.join`); a log behind the remote tier (a newer leader epoch is tiered than
+   its latest) tiers nothing;
 3. plan (:mod:`rlm.tiering.copy_plan`): the rolled segments ending below the high watermark, from the
    first offset the remote tier does not account for yet (copied or skipped) on; a hole the
    broker left below its local log is recorded as skipped first;
@@ -65,8 +67,9 @@ from rlm.metrics import Metrics
 from rlm.storage.description import describe
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
-from rlm.tiering.copy_plan import Candidate, Gap, covered_through, plan_copy
+from rlm.tiering.copy_plan import Candidate, Gap, covered_through, plan_copy, plan_join
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
+from rlm.tiering.join import prepare_join
 from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.lineage_keeper import LineageKeeper, Trimmed
 from rlm.tiering.prepare import PreparedSegment, prepare_segment
@@ -80,6 +83,14 @@ BEHIND = (
     "the broker's log is behind the remote tier, which holds records of a newer leader epoch than "
     "its latest (a follower behind it, or a replica that has not truncated to the new leader's log)"
 )
+
+
+def _waiting_to_join(cut: int, past: int) -> str:
+    return (
+        f"the broker's log is tiered from offset {cut} in one remote segment reaching past offset "
+        f"{past} (a diverged remote segment is kept up to there), once its rolled segments below "
+        "the high watermark reach there"
+    )
 
 
 def wall_clock_ms() -> int:
@@ -176,7 +187,14 @@ class Copier:
                 self.on_change(tp)
             if followed.behind:
                 return CopyOutcome(tp, cleaned_segments=cleaned, skipped=BEHIND)
-            return self._copy_eligible(partition, tp, lease, cleaned)
+            joined = 0
+            if followed.join is not None:
+                cut, past = followed.join
+                copied = self._copy_join(partition, lease, cut, past)
+                if copied is None:
+                    return CopyOutcome(tp, cleaned_segments=cleaned, skipped=_waiting_to_join(cut, past))
+                joined = copied
+            return self._copy_eligible(partition, tp, lease, cleaned, joined=joined)
         except (RlmError, OSError) as exc:
             if isinstance(exc, StaleLeaseError):
                 self.leases.forget(tp)
@@ -208,9 +226,48 @@ class Copier:
             self.store, self.storage, segment, now_ms=self.clock(), lease_epoch=lease.epoch, step=self.step
         )
 
+    def _copy_join(self, partition: PartitionDir, lease: Lease, cut: int, past: int) -> int | None:
+        """Tier the broker's log from ``cut`` in one copy reaching past offset ``past``
+        (:mod:`rlm.tiering.join`); returns the bytes copied, None while its rolled segments below
+        the high watermark do not reach there yet.
+
+        Raises:
+            SegmentNotCopiedError: a segment fails the checks.
+        """
+        tp = TopicPartition(partition.topic, partition.partition)
+        run = plan_join(partition.segments(), start=cut, past=past, high_watermark=partition.high_watermark())
+        if run is None:
+            return None
+        try:
+            with tempfile.TemporaryDirectory(prefix="rlm-join-") as directory:
+                prepared = prepare_join(
+                    partition,
+                    run,
+                    broker_id=self.settings.broker_id,
+                    now_ms=self.clock(),
+                    epochs=partition.leader_epochs(),
+                    directory=Path(directory),
+                )
+
+                def finish() -> None:  # and an export of the kept copy's records from the cut is redone
+                    self.store.finish_overlay(
+                        tp, prepared.remote.segment_id, event_time_ms=self.clock(), lease_epoch=lease.epoch
+                    )
+
+                self._copy(prepared, lease, finish=finish)
+        except CorruptDataError as exc:
+            raise self._blocked(tp, Candidate(run.segments[0], run.end_offset), exc) from exc
+        labels = (tp.topic, str(tp.partition))
+        self.on_change(tp)
+        self.metrics.copied_segments.labels(*labels).inc()
+        self.metrics.copied_bytes.labels(*labels).inc(prepared.remote.size_bytes)
+        return prepared.remote.size_bytes
+
     def _copy_eligible(
-        self, partition: PartitionDir, tp: TopicPartition, lease: Lease, cleaned: int
+        self, partition: PartitionDir, tp: TopicPartition, lease: Lease, cleaned: int, *, joined: int = 0
     ) -> CopyOutcome:
+        """Tier the segments the plan names; ``joined``: bytes of a joined copy this pass made
+        first (:meth:`_copy_join`), counted with them."""
         skipped = self.store.list_skipped_ranges(tp)
         plan = plan_copy(
             partition.segments(),
@@ -224,9 +281,9 @@ class Copier:
         self._set_lag(labels, plan.candidates, lag_bytes)
         if plan.gap is not None:
             self._record_gap(tp, plan.gap, lease)
-        copied = copied_bytes = 0
+        copied, copied_bytes = (1, joined) if joined else (0, 0)
         epochs = partition.leader_epochs()
-        for candidate in plan.candidates:
+        for done, candidate in enumerate(plan.candidates, start=1):
             if self.stopping.is_set():
                 break
             # Renew between segments (a backlog may take long); a lease lost meanwhile fences the
@@ -252,7 +309,7 @@ class Copier:
             self.on_change(tp)
             self.metrics.copied_segments.labels(*labels).inc()
             self.metrics.copied_bytes.labels(*labels).inc(prepared.remote.size_bytes)
-            self._set_lag(labels, plan.candidates[copied:], lag_bytes)
+            self._set_lag(labels, plan.candidates[done:], lag_bytes)
         self.metrics.copy_blocked.labels(*labels).set(0)
         return CopyOutcome(tp, copied, copied_bytes, cleaned, lag_segments, lag_bytes)
 
@@ -341,7 +398,7 @@ class Copier:
                 directory=Path(directory),
             )
             self._copy(prepared, lease, finish=swap)
-        return Trimmed(retired, prepared.remote.end_offset)
+        return Trimmed(retired, prepared.remote.end_offset, prepared.remote.segment_id)
 
     def _copy(
         self, prepared: PreparedSegment, lease: Lease, finish: Callable[[], None] | None = None

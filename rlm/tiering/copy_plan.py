@@ -131,6 +131,46 @@ def plan_copy(
     return CopyPlan(next_offset, tuple(candidates), gap)
 
 
+@dataclass(frozen=True)
+class Join:
+    """Rolled segments tiered as one remote copy: the broker's log from the offset a diverged copy
+    was cut at (:mod:`rlm.tiering.trim`), up to the first segment that reaches past that copy, so
+    that the new copy answers from the cut on (the read rule of overlapping copies)."""
+
+    segments: tuple[Segment, ...]
+    end_offset: int
+    """The last segment's next segment's base offset - 1."""
+
+    @property
+    def next_base_offset(self) -> int:
+        return self.end_offset + 1
+
+
+def plan_join(
+    segments: Sequence[Segment], *, start: int, past: int, high_watermark: int | None
+) -> Join | None:
+    """The rolled segments from the one at ``start`` up to the first that ends past ``past``, all
+    wholly below the high watermark; None while they do not reach there yet, or when no segment
+    starts at ``start`` (the broker deleted it meanwhile: the next pass decides again).
+
+    Args:
+        segments: every segment of the partition in base offset order, the active one last.
+    """
+    run: list[Segment] = []
+    for segment, following in itertools.pairwise(segments):
+        if segment.base_offset < start:
+            continue
+        if not run and segment.base_offset != start:
+            return None
+        end = following.base_offset - 1
+        if high_watermark is None or end >= high_watermark:
+            return None  # not fully replicated yet
+        run.append(segment)
+        if end > past:
+            return Join(tuple(run), end)
+    return None
+
+
 def _gap_reason(local_start: int, log_start_offset: int | None, next_offset: int) -> str:
     if log_start_offset is not None and log_start_offset > next_offset:
         return (

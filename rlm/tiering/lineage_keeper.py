@@ -8,10 +8,12 @@ again from their start: nothing is lost, and the truncated records stop answerin
 diverged copy starting below the broker's first local segment (local retention deleted its start
 since) holds offsets no one else has: it is trimmed to them (:mod:`rlm.tiering.trim`), in the
 same transaction that retires the copies after it, and the log is tiered again from its first
-local segment on. A copy that cannot be cut there (its batch there is its last, or its bytes
-fail the checks) is kept whole: ``rlm_copies_diverged`` and an error, once per divergence,
-say which offsets answer records the log no longer has; the diverged copies after it, which the
-local log holds wholly, are retired all the same.
+local segment on. Where the copy keeps a batch holding offsets on both sides of that segment's
+start, or is the same copy cut there (the batch is its last, kept as it is), the log is tiered
+from there in one copy reaching past it (:mod:`rlm.tiering.join`), which answers from its start
+on. A copy whose bytes fail the checks is kept whole: ``rlm_copies_diverged`` and an error, once
+per divergence, say which offsets answer records the log no longer has; the diverged copies
+after it, which the local log holds wholly, are retired all the same.
 
 The comparison lists the partition's finished segments, so it runs only when something it
 depends on changed: the broker's leader epochs or the highest copied offset (or when the last
@@ -33,7 +35,7 @@ from rlm.metastore.model import Lease, RemoteSegment, SegmentState, TopicPartiti
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.tiering.lineage import Divergence, behind, find_divergence
-from rlm.tiering.trim import CannotTrimError
+from rlm.tiering.trim import CannotTrimError, NoShorterCopyError
 
 log = logging.getLogger("rlm.copier")
 
@@ -48,6 +50,8 @@ class Trimmed(NamedTuple):
     end_offset: int
     """The last offset its replacement holds: below the cut, or past it where a batch holds
     offsets on both sides."""
+    replacement: UUID
+    """The replacement's segment id."""
 
 
 Trim = Callable[[PartitionDir, Lease, RemoteSegment, int], Trimmed]
@@ -65,6 +69,10 @@ class Followed(NamedTuple):
     behind: bool = False
     """The broker's log is older than the remote tier (:func:`rlm.tiering.lineage.behind`): none of
     it is to be tiered."""
+    join: tuple[int, int] | None = None
+    """``(cut, end)``: a diverged copy kept below the broker's first local segment ``cut`` reaches
+    up to ``end``, past it; the broker's log is to be tiered from ``cut`` in one copy reaching
+    past ``end`` (:mod:`rlm.tiering.join`), before anything after it."""
 
 
 class LineageKeeper:
@@ -79,9 +87,10 @@ class LineageKeeper:
         broker's lineage depended on, and whether the log was behind the remote tier."""
         self._reported: dict[TopicPartition, tuple[int, UUID]] = {}
         """Per partition, the divergence last reported (its offset and copy)."""
-        self._untrimmable: dict[TopicPartition, tuple[UUID, int, str]] = {}
-        """Per partition, the copy last found not to be cut at an offset, the offset and why: it
-        is not read again for that (its bytes do not change), every pass."""
+        self._untrimmable: dict[TopicPartition, tuple[UUID, int, str, bool]] = {}
+        """Per partition, the copy last found not to be cut at an offset, the offset, why, and
+        whether because it would be the same copy cut there: it is not read again for that (its
+        bytes do not change), every pass."""
         self._lock = threading.Lock()
 
     def follow(self, partition: PartitionDir, lease: Lease, *, now_ms: int) -> Followed:
@@ -125,18 +134,35 @@ class LineageKeeper:
         if found is not None and found.replace_from < held_from:
             with self._lock:
                 untrimmable = self._untrimmable.get(tp)
+            as_is = False
             if untrimmable is not None and untrimmable[:2] == (found.copy.segment_id, held_from):
-                why_kept = untrimmable[2]
+                why_kept, as_is = untrimmable[2:]
             else:
                 try:
                     trimmed = self.trim(partition, lease, found.copy, held_from)
                 except (CannotTrimError, CorruptDataError) as exc:
-                    why_kept = str(exc)
+                    why_kept, as_is = str(exc), isinstance(exc, NoShorterCopyError)
                     with self._lock:
-                        self._untrimmable[tp] = (found.copy.segment_id, held_from, why_kept)
+                        self._untrimmable[tp] = (found.copy.segment_id, held_from, why_kept, as_is)
                 else:
-                    self._replaced(tp, found, trimmed.retired, trimmed=(held_from, trimmed.end_offset))
-                    return Followed(trimmed.retired, older)
+                    end = trimmed.end_offset
+                    self._replaced(tp, found, trimmed.retired, trimmed=(held_from, end))
+                    if end < held_from:
+                        return Followed(trimmed.retired, older)
+                    # Until the log is tiered past it, the replacement is found diverged as it is:
+                    # it would be the same copy cut there, and this is said once.
+                    why = f"its batch holding offset {held_from} was kept whole when it was trimmed"
+                    with self._lock:
+                        self._untrimmable[tp] = (trimmed.replacement, held_from, why, True)
+                        self._reported[tp] = (found.offset, trimmed.replacement)
+                    return Followed(trimmed.retired, older, (held_from, end))
+            if as_is:
+                # Retired at the first such pass: later ones, waiting for the log to reach past
+                # the copy, find none to retire and write nothing.
+                retire = any(s.start_offset >= held_from for s in finished)
+                return self._kept_as_is(
+                    tp, found, held_from, why_kept, lease, retire=retire, now_ms=now_ms, older=older
+                )
         while found is not None and found.replace_from < held_from:
             # Its copy holds offsets only it has, and could not be trimmed to them: kept. The
             # copies read after it may still be replaced, from the first one the log holds wholly.
@@ -169,6 +195,7 @@ class LineageKeeper:
         that replaced the trimmed one."""
         labels = (tp.topic, str(tp.partition))
         self.metrics.diverged_copies_replaced.labels(*labels).inc(retired)
+        reaching = ""
         if trimmed is None:
             what = f"{retired} remote segments from offset {found.replace_from} on were retired"
             tiered_from = found.replace_from
@@ -177,7 +204,10 @@ class LineageKeeper:
             with self._lock:
                 self._reported.pop(tp, None)
             tiered_from, end = trimmed
-            past = "" if end < tiered_from else f" (its batch holding offset {tiered_from} whole)"
+            past = ""
+            if end >= tiered_from:
+                past = f" (its batch holding offset {tiered_from} whole)"
+                reaching = f" in one remote segment reaching past offset {end}"
             what = (
                 f"the remote segment of offsets {found.replace_from}..{found.copy.end_offset}, whose "
                 f"offsets below {tiered_from} the broker's log no longer holds, was trimmed to "
@@ -186,14 +216,64 @@ class LineageKeeper:
         log.warning(
             "%s: from offset %d the remote tier held leader epoch %d's records, the broker's log "
             "holds epoch %d's (its log diverged: an unclean leader election); %s, and the log is "
-            "tiered again from offset %d",
+            "tiered again from offset %d%s",
             tp,
             found.offset,
             found.remote_epoch,
             found.local_epoch,
             what,
             tiered_from,
+            reaching,
         )
+
+    def _kept_as_is(
+        self,
+        tp: TopicPartition,
+        found: Divergence,
+        held_from: int,
+        why: str,
+        lease: Lease,
+        *,
+        retire: bool,
+        now_ms: int,
+        older: bool,
+    ) -> Followed:
+        """Keep ``found``'s copy as it is (cut at ``held_from`` it would be the same copy), retire
+        the copies from ``held_from`` on (when ``retire``), and have the log tiered from there past
+        it."""
+        retired = 0
+        if retire:
+            retired = self.store.truncate_copies(tp, held_from, event_time_ms=now_ms, lease_epoch=lease.epoch)
+        labels = (tp.topic, str(tp.partition))
+        self.metrics.copies_diverged.labels(*labels).set(0)
+        self.metrics.diverged_copies_replaced.labels(*labels).inc(retired)
+        reported = (found.offset, found.copy.segment_id)
+        with self._lock:
+            first = self._reported.get(tp) != reported
+            self._reported[tp] = reported
+        if first:
+            log.warning(
+                "%s: from offset %d the remote tier holds leader epoch %d's records, the broker's log "
+                "holds epoch %d's (its log diverged: an unclean leader election); the remote segment "
+                "of offsets %d..%d, whose offsets below %d the broker's log no longer holds, is kept "
+                "as it is (%s), %d remote segments from offset %d on were retired, and the log is "
+                "tiered again from offset %d in one remote segment reaching past offset %d, which "
+                "answers for its offsets from %d on once it is tiered",
+                tp,
+                found.offset,
+                found.remote_epoch,
+                found.local_epoch,
+                found.replace_from,
+                found.copy.end_offset,
+                held_from,
+                why,
+                retired,
+                held_from,
+                held_from,
+                found.copy.end_offset,
+                held_from,
+            )
+        return Followed(retired, older, (held_from, found.copy.end_offset))
 
     def _kept(self, tp: TopicPartition, found: Divergence, held_from: int, why: str) -> None:
         self.metrics.copies_diverged.labels(tp.topic, str(tp.partition)).set(1)

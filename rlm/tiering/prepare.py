@@ -80,7 +80,7 @@ def prepare_segment(
         segment,
         checked,
         epochs=epochs_of_segment(epochs or checked.rebuilt.epochs, segment.base_offset, checked.end_offset),
-        txn_index=_transaction_index(segment) or checked.rebuilt.txn_index,
+        txn_index=transaction_index(segment) or checked.rebuilt.txn_index,
         snapshot=snapshot.read_bytes() if snapshot.exists() else None,
         broker_id=broker_id,
         event_time_ms=now_ms,
@@ -186,8 +186,11 @@ def epochs_of_segment(entries: list[EpochEntry], start: int, end: int) -> tuple[
     return tuple(result)
 
 
-def _transaction_index(segment: Segment) -> TransactionIndex | None:
-    # The broker's own transaction index knows transactions that began in deleted segments.
+def transaction_index(segment: Segment) -> TransactionIndex | None:
+    """The broker's transaction index of ``segment``; None when it is missing or damaged.
+
+    The broker's own index knows transactions that began in deleted segments, which an index
+    rebuilt from the segment's bytes alone does not."""
     if not segment.txn_index_path.exists():
         return None
     try:

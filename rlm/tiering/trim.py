@@ -15,8 +15,10 @@ Where one batch holds offsets on both sides of the cut (the logs diverged before
 first local offset, and batched differently), that batch is kept whole, and the new copy reaches
 past the cut: the broker's segment tiered from the cut then reaches further still, and reads
 answer from it from the cut on (the read rule of overlapping copies,
-:func:`rlm.tiering.lineage.read_ranges`). A copy whose batch at the cut is its last cannot be cut
-at all, and is kept whole.
+:func:`rlm.tiering.lineage.read_ranges`; the broker's first segments are tiered together as one
+copy where the first one alone does not reach that far, :mod:`rlm.tiering.join`). A copy whose
+batch at the cut is its last is the same copy cut there: it is kept as it is, and the broker's log
+is tiered from the cut in the same way.
 
 The new copy's offset and time indexes are rebuilt from its bytes with the copier's own checks;
 its transaction index is the old copy's without the transactions whose markers lie past its end
@@ -57,6 +59,12 @@ _SMALLEST_BODY = 14
 
 class CannotTrimError(Exception):
     """The copy cannot be trimmed at the cut; the message says why."""
+
+
+class NoShorterCopyError(CannotTrimError):
+    """The copy cut there would be the same copy: its batch holding the offset before the cut
+    holds its last offset. It is kept as it is; the broker's log is tiered from the cut in a copy
+    reaching past it (:mod:`rlm.tiering.join`)."""
 
 
 def copy_below(
@@ -127,7 +135,8 @@ def trim_copy(
     yet.
 
     Raises:
-        CannotTrimError: the copy cut there would be the same copy, or ``cut`` is not inside it.
+        NoShorterCopyError: the copy cut there would be the same copy.
+        CannotTrimError: ``cut`` is not inside it.
         CorruptDataError: the bytes kept fail the copier's checks (named by the temporary file
             and position), or the copy's transaction index cannot be read.
         StorageError: a read failed.
@@ -140,7 +149,7 @@ def trim_copy(
         pieces = storage.stream_range(key, 0, copy.size_bytes)
         _, last = copy_below(pieces, out, cut, first_offset=copy.start_offset, key=key)
     if last >= copy.end_offset:
-        raise CannotTrimError(
+        raise NoShorterCopyError(
             f"its batch holding offset {cut - 1} holds offsets up to its last, {copy.end_offset}: "
             "a copy cut there would be the same copy"
         )

@@ -270,39 +270,158 @@ def test_a_batch_holding_offsets_on_both_sides_of_the_cut_is_kept_whole_and_the_
         assert found is not None and found.leader_epochs[-1].epoch == epoch, offset
     assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 0
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert any("trimmed to 20..29 (its batch holding offset 25 whole)" in m for m in warned)
+    assert any(
+        "trimmed to 20..29 (its batch holding offset 25 whole)" in m
+        and "tiered again from offset 25 in one remote segment reaching past offset 29" in m
+        for m in warned
+    )
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-def test_a_copy_whose_batch_at_the_brokers_first_offset_is_its_last_is_kept_and_reported(
+def test_a_copy_whose_batch_at_the_brokers_first_offset_is_its_last_is_kept_and_the_log_tiered_past_it(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     log_dir = tmp_path / "logs"
     write_log(log_dir, (10, 4), (10, 4), (10, 5), (10, 5), batch_records=10)
     tiering = tiering_factory(backend, log_dir)
     tiering.copier().run_once()
+    kept_copy = tiering.store.segment_for_offset(TP, 25)
+    assert kept_copy is not None and (kept_copy.start_offset, kept_copy.end_offset) == (20, 29)
     write_log(log_dir, (10, 4), (10, 4), (5, 6), (5, 6), (10, 6), (10, 6))
     drop_local_segments_below(log_dir, 25)  # 20..24 only in the old copy's batch of 20..29
 
     reads = CountedReads(tiering.storage)
     tiering.storage = reads
     copier = tiering.copier()  # one sidecar's, pass after pass
-    with caplog.at_level(logging.ERROR, logger="rlm.copier"):
+    with caplog.at_level(logging.WARNING, logger="rlm.copier"):
         outcomes = [copier.run_once()[0] for _ in range(3)]
 
-    # Only the copy of 20..29 holds offsets the log no longer has: the one after it, which the
-    # local log holds wholly, is replaced by the new leader's records.
+    # The copy of 20..29 is kept as it is; the broker's segments of 25..29 and 30..39 are tiered as
+    # one copy, which reaches past it and answers from 25 on; 40..49 as any segment.
     assert [(o.error, o.copied_segments) for o in outcomes] == [(None, 2), (None, 0), (None, 0)]
-    assert reads.streamed == 1  # it was read once to find it cannot be cut, not every pass
-    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,)), (30, 39, (6,)), (40, 49, (6,))]
-    assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 1
+    assert reads.streamed == 1  # it was read once to find it cannot be cut
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,)), (25, 39, (6,)), (40, 49, (6,))]
+    assert_epochs_read(tiering, {20: 5, 24: 5, 25: 6, 29: 6, 30: 6, 39: 6, 40: 6})
+    assert_joined_copy(tiering, log_dir, 25, [25, 30])
+    assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 0
     assert tiering.registry.get_sample_value("rlm_diverged_copies_replaced_total", LABELS) == 1
-    reported = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(reported) == 1  # once per divergence, not every pass
-    assert "from offset 25" in reported[0] and "below the broker's first local segment 25" in reported[0]
-    assert "up to 29" in reported[0] and "holds offsets up to its last, 29" in reported[0]
-    found = tiering.store.segment_for_offset(TP, 35)
-    assert found is not None and [e.epoch for e in found.leader_epochs] == [6]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    kept = [m for m in warned if "is kept as it is" in m]
+    assert len(kept) == 1 and "holds offsets up to its last, 29" in kept[0]
+    assert "tiered again from offset 25 in one remote segment reaching past offset 29" in kept[0]
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_copy_past_the_cut_that_fails_before_it_finishes_is_made_again_by_the_next_pass(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (10, 5), (10, 5), batch_records=10)
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (5, 6), (10, 6), (10, 6))
+    drop_local_segments_below(log_dir, 25)
+
+    def crash(step: str) -> None:
+        if step == "indexes_uploaded":
+            raise OSError("the sidecar died")
+
+    outcome = tiering.copier(step=crash).run_once()[0]
+
+    assert isinstance(outcome.error, OSError)
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,))]  # 30..39 retired
+    assert not tiering.segments(TP, SegmentState.COPY_SEGMENT_STARTED)
+    assert tiering.copier().run_once()[0].copied_segments == 2
+    assert spans(tiering)[3:] == [(25, 39, (6,)), (40, 49, (6,))]
+    assert_epochs_read(tiering, {24: 5, 25: 6, 29: 6})
+
+
+def test_the_brokers_first_segments_smaller_than_the_batch_kept_across_the_cut_are_tiered_as_one_copy(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)  # batches 20..29, 30..39
+    tiering = tiering_factory(backend, log_dir)
+    assert tiering.copier().run_once()[0].copied_segments == 4
+    # The new leader rolled at 25, 28 and 35: its segment of 25..27 lies inside the batch of 20..29.
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6), (10, 6), (10, 6))
+    drop_local_segments_below(log_dir, 25)
+
+    outcomes = [tiering.copier().run_once()[0] for _ in range(2)]
+
+    assert [(o.error, o.copied_segments) for o in outcomes] == [(None, 3), (None, 0)]
+    assert spans(tiering) == [
+        (0, 9, (4,)),
+        (10, 19, (4,)),
+        (20, 29, (5,)),
+        (25, 34, (6,)),
+        (35, 44, (6,)),
+        (45, 54, (6,)),
+    ]
+    assert_epochs_read(tiering, {24: 5, 25: 6, 27: 6, 28: 6, 29: 6, 34: 6})
+    assert_joined_copy(tiering, log_dir, 25, [25, 28])
+    assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 0
+
+
+def test_a_copy_past_the_cut_waits_until_the_brokers_rolled_segments_reach_past_the_kept_one(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6))  # 28.. is the active segment
+    drop_local_segments_below(log_dir, 25)
+    copier = tiering.copier()
+
+    with caplog.at_level(logging.WARNING, logger="rlm.copier"):
+        waiting = [copier.run_once()[0] for _ in range(2)]
+
+    for outcome in waiting:
+        assert (outcome.error, outcome.copied_segments) == (None, 0)
+        assert (
+            outcome.skipped is not None
+            and "from offset 25 in one remote segment reaching past" in outcome.skipped
+        )
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,))]
+    # Logged once: the trim, then nothing while it waits.
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+    # An export meanwhile reads the old leader's records up to 29, which the trimmed copy answers.
+    record = tiering.store.get_partition(TP)
+    assert record is not None
+    assert tiering.store.record_export_offsets("file:///out", {TP: 30}, lineages={TP: record.lineage}) == {}
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6))  # rolled at 35
+    drop_local_segments_below(log_dir, 25)
+
+    assert copier.run_once()[0].copied_segments == 1
+    assert spans(tiering)[3:] == [(25, 34, (6,))]
+    assert_epochs_read(tiering, {24: 5, 25: 6, 29: 6})
+    assert tiering.store.export_offsets("file:///out") == {TP: 25}  # the broker's records from 25 next
+
+
+def assert_epochs_read(tiering: Tiering, epochs: dict[int, int]) -> None:
+    """The leader epoch of the copy reads of each offset answer from."""
+    for offset, epoch in epochs.items():
+        found = tiering.store.segment_for_offset(TP, offset)
+        assert found is not None and epoch_for(found, offset) == epoch, offset
+
+
+def epoch_for(segment: RemoteSegment, offset: int) -> int:
+    return [e.epoch for e in segment.leader_epochs if e.start_offset <= offset][-1]
+
+
+def assert_joined_copy(tiering: Tiering, log_dir: Path, start: int, bases: list[int]) -> None:
+    """The copy starting at ``start`` is the broker's segments at ``bases``, byte for byte, with
+    the broker's producer snapshot at the next segment."""
+    joined = [s for s in tiering.finished(TP) if s.start_offset == start]
+    assert len(joined) == 1
+    local = b"".join((partition_path(log_dir) / f"{base:020d}.log").read_bytes() for base in bases)
+    assert tiering.storage.read_range(joined[0].layout.log_key, 0, joined[0].size_bytes) == local
+    assert [r.offset for r in records_of(local)] == list(range(start, joined[0].end_offset + 1))
+    snapshot = read_index(tiering.storage, joined[0].layout, IndexType.PRODUCER_SNAPSHOT)
+    next_snapshot = partition_path(log_dir) / f"{joined[0].end_offset + 1:020d}.snapshot"
+    assert snapshot == (next_snapshot.read_bytes() if next_snapshot.exists() else None)
 
 
 def test_a_replica_that_has_not_truncated_yet_tiers_none_of_its_old_records(

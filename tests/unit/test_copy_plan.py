@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rlm.log.segment import Segment
 from rlm.metastore.model import SkipKind, SkippedRange, TopicPartition
-from rlm.tiering.copy_plan import covered_through, plan_copy
+from rlm.tiering.copy_plan import covered_through, plan_copy, plan_join
 
 TP = TopicPartition("orders", 0)
 
@@ -92,3 +92,31 @@ def test_a_hole_split_by_a_skipped_range_is_recorded_before_anything_is_copied(t
     )
     assert plan.gap is not None and (plan.gap.start_offset, plan.gap.end_offset) == (100, 149)
     assert plan.candidates == ()  # copying 300.. now would pass 200..299, not recorded yet
+
+
+def test_a_join_runs_from_the_cut_to_the_first_segment_reaching_past_the_kept_copy(tmp_path: Path) -> None:
+    segments = _segments(tmp_path, 25, 28, 35, 45, 55)
+    join = plan_join(segments, start=25, past=29, high_watermark=100)
+    assert join is not None and [s.base_offset for s in join.segments] == [25, 28]
+    assert (join.end_offset, join.next_base_offset) == (34, 35)
+    alone = plan_join(segments, start=25, past=26, high_watermark=100)  # the first reaches past it
+    assert alone is not None and [s.base_offset for s in alone.segments] == [25]
+    # A segment ending just at the kept copy's end does not reach past it.
+    longer = plan_join(segments, start=25, past=34, high_watermark=100)
+    assert longer is not None and [s.base_offset for s in longer.segments] == [25, 28, 35]
+
+
+def test_a_join_waits_for_rolled_segments_below_the_high_watermark(tmp_path: Path) -> None:
+    segments = _segments(tmp_path, 25, 28, 35)  # 35 is the active segment
+    assert plan_join(segments, start=25, past=34, high_watermark=100) is None
+    assert plan_join(segments, start=25, past=29, high_watermark=34) is None  # 28..34 not replicated
+    assert plan_join(segments, start=25, past=29, high_watermark=35) is not None
+    assert plan_join(segments, start=25, past=29, high_watermark=None) is None
+
+
+def test_a_join_needs_a_segment_starting_at_the_cut(tmp_path: Path) -> None:
+    segments = _segments(tmp_path, 20, 28, 35, 45)
+    assert plan_join(segments, start=25, past=29, high_watermark=100) is None  # the cut is inside one
+    assert plan_join(segments[1:], start=25, past=29, high_watermark=100) is None  # deleted since
+    join = plan_join(segments, start=28, past=29, high_watermark=100)
+    assert join is not None and [s.base_offset for s in join.segments] == [28]
