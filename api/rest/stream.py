@@ -47,7 +47,7 @@ from rlm.bootstrap import Runtime
 from rlm.lookup.plans import IsolationLevel
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
-from rlm.stream.chunks import joined
+from rlm.stream.chunks import chunk_runs, joined
 from rlm.stream.ndjson import ndjson_lines
 from rlm.stream.plan import RangePlan, RangeQuery
 from rlm.stream.reader import StreamBatch
@@ -212,7 +212,9 @@ async def _ndjson(
 
 async def _raw(batches: AsyncIterator[list[StreamBatch]]) -> AsyncIterator[bytes | memoryview]:
     async for group in group_batches(batches, RAW_PIECE_BYTES):
-        yield joined([batch.data for batch in group])
+        data = [batch.data for batch in group]
+        for start, end in chunk_runs(data):  # one piece per chunk's run: nothing copied
+            yield joined(data[start:end])
 
 
 async def _arrow(

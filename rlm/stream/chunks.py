@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
 
 from rlm.errors import CorruptDataError, CorruptRecordError
 from rlm.log.batches import parse_header
@@ -195,6 +195,20 @@ async def batch_runs(
                 yield run
     finally:
         await chunks.aclose()
+
+
+def chunk_runs(batches: list[Batch]) -> Iterator[tuple[int, int]]:
+    """``(start, end)`` of each run ``batches[start:end]`` read in one chunk (views of one
+    object), in order: :func:`joined` makes each one view, where a group of batches spanning two
+    chunks would be copied whole into one buffer."""
+    start = 0
+    for end in range(1, len(batches) + 1):
+        if end < len(batches):
+            before, after = batches[end - 1], batches[end]
+            if isinstance(before, memoryview) and isinstance(after, memoryview) and before.obj is after.obj:
+                continue
+        yield start, end
+        start = end
 
 
 def joined(batches: list[Batch]) -> Batch:

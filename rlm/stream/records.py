@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from rlm.errors import CorruptDataError
 from rlm.log import columns as c
 from rlm.log.columns import ColumnBuffers, append_batch, append_log
-from rlm.stream.chunks import joined
+from rlm.stream.chunks import chunk_runs, joined
 from rlm.stream.plan import RangePlan
 from rlm.stream.reader import StreamBatch
 
@@ -25,17 +25,25 @@ Span = tuple[int, bytes, int]
 
 
 def decode_group(plan: RangePlan, batches: Sequence[StreamBatch]) -> ColumnBuffers | None:
-    """The records of ``batches`` at or after the plan's start and below its end, decoded in one
-    walk (:func:`rlm.log.columns.append_log`) over their bytes put end to end: row ``i`` comes
-    from ``batches[cols.batch[i]]``. None where a batch is corrupt (decoded one by one, the
-    batches say which: :func:`decode_range`, :func:`rlm.pipeline.columns.decode_columns`)."""
+    """The records of ``batches`` at or after the plan's start and below its end, decoded by a walk
+    (:func:`rlm.log.columns.append_log`) over each run of them read in one chunk
+    (:func:`~rlm.stream.chunks.chunk_runs`): row ``i`` comes from ``batches[cols.batch[i]]``.
+    None where a batch is corrupt (decoded one by one, the batches say which:
+    :func:`decode_range`, :func:`rlm.pipeline.columns.decode_columns`)."""
     cols = ColumnBuffers()
-    if not batches:
-        return cols
-    data = joined([batch.data for batch in batches])
     expected = sum(batch.header.record_count for batch in batches)
+    data = [batch.data for batch in batches]
     try:
-        append_log(cols, data, first_offset=plan.start, last_offset=plan.end - 1, expected_rows=expected)
+        for start, end in chunk_runs(data):  # a group spanning two chunks is not copied into one
+            append_log(
+                cols,
+                joined(data[start:end]),
+                first_offset=plan.start,
+                last_offset=plan.end - 1,
+                batch_no=start,
+                expected_rows=expected,
+            )
+            expected -= sum(batch.header.record_count for batch in batches[start:end])
     except CorruptDataError:
         return None
     return cols

@@ -11,7 +11,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from rlm.errors import CorruptRecordError
 from rlm.log.scan import adjoining
-from rlm.stream.chunks import RUN_BYTES, Batch, batch_runs_in_range, batches_in_range, joined
+from rlm.stream.chunks import RUN_BYTES, Batch, batch_runs_in_range, batches_in_range, chunk_runs, joined
 
 
 def kafka_batch(base_offset: int, records: int, value_bytes: int) -> bytes:
@@ -176,3 +176,11 @@ def test_batches_that_do_not_lie_end_to_end_in_one_chunk_are_copied(
     batches = pick(views, others)
     assert adjoining(batches) is None
     assert joined(batches) == b"".join(batches)
+
+
+def test_chunk_runs_are_the_runs_of_views_of_one_chunk() -> None:
+    first, second = memoryview(b"abcdef"), memoryview(b"ghij")
+    data: list[Batch] = [first[:2], first[2:4], first[4:], second[:1], b"own", second[1:], second[2:]]
+    assert list(chunk_runs(data)) == [(0, 3), (3, 4), (4, 5), (5, 7)]
+    assert [bytes(joined(data[a:b])) for a, b in chunk_runs(data)] == [b"abcdef", b"g", b"own", b"hijij"]
+    assert list(chunk_runs([])) == []

@@ -102,6 +102,30 @@ def test_a_group_decoded_in_one_walk_gives_the_bytes_of_its_batches_one_by_one(
     assert record_batch(plan, batches).serialize() == arrow_one_by_one(plan, batches).serialize()
 
 
+def in_two_chunks(batches: list[StreamBatch], cut: int) -> list[StreamBatch]:
+    """The batches as views of two chunks they were read in: those before ``cut``, and the rest."""
+    out = []
+    for part in (batches[:cut], batches[cut:]):
+        chunk = memoryview(b"".join(bytes(b.data) for b in part))
+        at = 0
+        for batch in part:
+            out.append(batch._replace(data=chunk[at : at + len(batch.data)]))
+            at += len(batch.data)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(batch_specs, st.integers(0, 8), st.integers(1, 40), st.integers(0, 6))
+def test_a_group_read_in_two_chunks_gives_the_bytes_of_its_batches_one_by_one(
+    specs: list[Spec], start: int, length: int, cut: int
+) -> None:
+    batches = in_two_chunks(stream_batches(specs), cut)
+    plan = RangePlan(TP, start, start + length, 2**62, None, None)
+    cols, spans = _decode_each(plan, batches)
+    assert ndjson_lines(plan, batches) == (lines(cols, spans) if cols.rows else b"")
+    assert record_batch(plan, batches).serialize() == arrow_one_by_one(plan, batches).serialize()
+
+
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.ZSTD])
 def test_a_corrupt_batch_of_a_group_is_named_in_its_object(codec: Codec) -> None:
     specs: list[Spec] = [([(b"k", b"v%d" % i, [])], TimestampType.CREATE_TIME, 1, codec) for i in range(3)]
