@@ -190,7 +190,10 @@ class Copier:
             joined = 0
             if followed.join is not None:
                 cut, past = followed.join
-                copied = self._copy_join(partition, lease, cut, past)
+                try:
+                    copied = self._copy_join(partition, lease, cut, past)
+                except SegmentNotCopiedError as exc:  # counted and reported as it was raised
+                    return CopyOutcome(tp, cleaned_segments=cleaned, error=exc)
                 if copied is None:
                     return CopyOutcome(tp, cleaned_segments=cleaned, skipped=_waiting_to_join(cut, past))
                 joined = copied

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm.errors import SegmentNotCopiedError
 from rlm.log.batches import decode_batch
 from rlm.log.byte_source import BytesSource, iter_headers
 from rlm.log.dirwriter import LogDirWriter
@@ -334,6 +335,32 @@ def test_a_copy_past_the_cut_that_fails_before_it_finishes_is_made_again_by_the_
     assert tiering.copier().run_once()[0].copied_segments == 2
     assert spans(tiering)[3:] == [(25, 39, (6,)), (40, 49, (6,))]
     assert_epochs_read(tiering, {24: 5, 25: 6, 29: 6})
+
+
+def test_a_copy_past_the_cut_of_a_segment_failing_the_checks_stops_copying_there(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (10, 5), (10, 5), batch_records=10)
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (5, 6), (10, 6), (10, 6))
+    drop_local_segments_below(log_dir, 25)
+    damaged = partition_path(log_dir) / f"{30:020d}.log"
+    data = bytearray(damaged.read_bytes())
+    data[-1] ^= 0xFF  # a record's byte: its batch's CRC fails
+    damaged.write_bytes(bytes(data))
+
+    with caplog.at_level(logging.ERROR, logger="rlm.copier"):
+        outcome = tiering.copier().run_once()[0]
+
+    assert isinstance(outcome.error, SegmentNotCopiedError) and outcome.copied_segments == 0
+    assert outcome.error.path == str(damaged)
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,))]  # nothing from the cut on
+    assert not tiering.segments(TP, SegmentState.COPY_SEGMENT_STARTED)
+    assert tiering.registry.get_sample_value("rlm_copy_blocked", LABELS) == 1
+    assert tiering.registry.get_sample_value("rlm_copy_errors_total", LABELS) == 1  # counted once
+    assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
 
 
 def test_the_brokers_first_segments_smaller_than_the_batch_kept_across_the_cut_are_tiered_as_one_copy(
