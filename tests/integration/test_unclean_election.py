@@ -279,17 +279,27 @@ def test_a_batch_holding_offsets_on_both_sides_of_the_cut_is_kept_whole_and_the_
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
 
-def test_a_copy_whose_batch_at_the_brokers_first_offset_is_its_last_is_kept_and_the_log_tiered_past_it(
-    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def elected_with_the_batch_at_the_cut_last(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> tuple[Tiering, Path]:
+    """The old leader's 0..39 tiered in batches of 10 (epoch 5 from 20), then the new leader's log
+    (epoch 6 from 20, rolled at 25 and 30) with its segments below 25 deleted: 20..24 are only
+    in the old copy of 20..29, whose one batch holds offsets on both sides of 25."""
     log_dir = tmp_path / "logs"
     write_log(log_dir, (10, 4), (10, 4), (10, 5), (10, 5), batch_records=10)
     tiering = tiering_factory(backend, log_dir)
     tiering.copier().run_once()
-    kept_copy = tiering.store.segment_for_offset(TP, 25)
-    assert kept_copy is not None and (kept_copy.start_offset, kept_copy.end_offset) == (20, 29)
+    kept = tiering.store.segment_for_offset(TP, 25)
+    assert kept is not None and (kept.start_offset, kept.end_offset) == (20, 29)
     write_log(log_dir, (10, 4), (10, 4), (5, 6), (5, 6), (10, 6), (10, 6))
-    drop_local_segments_below(log_dir, 25)  # 20..24 only in the old copy's batch of 20..29
+    drop_local_segments_below(log_dir, 25)
+    return tiering, log_dir
+
+
+def test_a_copy_whose_batch_at_the_brokers_first_offset_is_its_last_is_kept_and_the_log_tiered_past_it(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    tiering, log_dir = elected_with_the_batch_at_the_cut_last(backend, tiering_factory, tmp_path)
 
     reads = CountedReads(tiering.storage)
     tiering.storage = reads
@@ -316,12 +326,7 @@ def test_a_copy_whose_batch_at_the_brokers_first_offset_is_its_last_is_kept_and_
 def test_a_copy_past_the_cut_that_fails_before_it_finishes_is_made_again_by_the_next_pass(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
 ) -> None:
-    log_dir = tmp_path / "logs"
-    write_log(log_dir, (10, 4), (10, 4), (10, 5), (10, 5), batch_records=10)
-    tiering = tiering_factory(backend, log_dir)
-    tiering.copier().run_once()
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (5, 6), (10, 6), (10, 6))
-    drop_local_segments_below(log_dir, 25)
+    tiering, _ = elected_with_the_batch_at_the_cut_last(backend, tiering_factory, tmp_path)
 
     def crash(step: str) -> None:
         if step == "indexes_uploaded":
@@ -340,12 +345,7 @@ def test_a_copy_past_the_cut_that_fails_before_it_finishes_is_made_again_by_the_
 def test_a_copy_past_the_cut_of_a_segment_failing_the_checks_stops_copying_there(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    log_dir = tmp_path / "logs"
-    write_log(log_dir, (10, 4), (10, 4), (10, 5), (10, 5), batch_records=10)
-    tiering = tiering_factory(backend, log_dir)
-    tiering.copier().run_once()
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (5, 6), (10, 6), (10, 6))
-    drop_local_segments_below(log_dir, 25)
+    tiering, log_dir = elected_with_the_batch_at_the_cut_last(backend, tiering_factory, tmp_path)
     damaged = partition_path(log_dir) / f"{30:020d}.log"
     data = bytearray(damaged.read_bytes())
     data[-1] ^= 0xFF  # a record's byte: its batch's CRC fails
