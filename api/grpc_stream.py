@@ -26,10 +26,10 @@ from rlm.bootstrap import Runtime
 from rlm.log import columns as c
 from rlm.lookup.plans import IsolationLevel
 from rlm.stream import records as columns
+from rlm.stream.chunks import StreamBatch
 from rlm.stream.plan import RangePlan, RangeQuery
-from rlm.stream.reader import StreamBatch
 from rlm.stream.records import decode_range
-from rlm.stream.service import group_batches, outcome_of
+from rlm.stream.service import outcome_of
 from rlm.timestamps import parse_timestamp
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -115,10 +115,12 @@ class ReadRecordsServicer:
             await abort_for(context, exc, "ReadRecords")
         streams = self.runtime.streams
         with outcome_of(slot):
-            async with contextlib.aclosing(streams.runs(plan)) as batches:
-                groups = group_batches(batches, streams.group_bytes, RECORDS_PER_MESSAGE)
+            encode = partial(_message, plan, raw=request.raw)
+            async with contextlib.aclosing(
+                streams.encoded_range(plan, encode, streams.group_bytes, RECORDS_PER_MESSAGE)
+            ) as answers:
                 try:
-                    async for answer in streams.encoded(groups, partial(_message, plan, raw=request.raw)):
+                    async for answer in answers:
                         yield answer
                 except Exception as exc:
                     await abort_for(context, exc, "ReadRecords")

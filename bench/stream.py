@@ -345,9 +345,9 @@ def encode_rate(raw: bytes, name: str) -> tuple[float, float, float]:
 
     from rlm.metastore.model import TopicPartition
     from rlm.stream.arrow import END_OF_STREAM, RECORDS_PER_MESSAGE, SCHEMA_MESSAGE, MessageWriter, message
+    from rlm.stream.chunks import StreamBatch
     from rlm.stream.ndjson import ndjson_lines
     from rlm.stream.plan import RangePlan
-    from rlm.stream.reader import StreamBatch
 
     view = memoryview(raw)
     headers = list(iter_headers(BytesSource(raw), 0))

@@ -20,6 +20,7 @@ partitions get their 4xx; above ``remote.fetch.max.streams`` streams the answer 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 from collections.abc import AsyncIterator
@@ -47,10 +48,9 @@ from rlm.bootstrap import Runtime
 from rlm.lookup.plans import IsolationLevel
 from rlm.metastore.model import TopicPartition
 from rlm.storage.layout import MAX_TOPIC_LENGTH
-from rlm.stream.chunks import chunk_runs, joined
+from rlm.stream.chunks import StreamBatch, chunk_runs, joined
 from rlm.stream.ndjson import ndjson_lines
 from rlm.stream.plan import RangePlan, RangeQuery
-from rlm.stream.reader import StreamBatch
 from rlm.stream.service import RecordStreams, StreamSlot, group_batches
 from rlm.timestamps import parse_timestamp
 
@@ -200,12 +200,13 @@ def _query(
     )
 
 
-async def _ndjson(
-    plan: RangePlan, batches: AsyncIterator[list[StreamBatch]], streams: RecordStreams
-) -> AsyncIterator[bytes]:
+async def _ndjson(plan: RangePlan, streams: RecordStreams) -> AsyncIterator[bytes]:
     try:
-        async for piece in streams.encoded(group_batches(batches, PIECE_BYTES), partial(ndjson_lines, plan)):
-            yield piece
+        async with contextlib.aclosing(
+            streams.encoded_range(plan, partial(ndjson_lines, plan), PIECE_BYTES)
+        ) as pieces:
+            async for piece in pieces:
+                yield piece
     except Exception as exc:  # the trailer says why the stream ends here
         yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
 
@@ -217,18 +218,19 @@ async def _raw(batches: AsyncIterator[list[StreamBatch]]) -> AsyncIterator[bytes
             yield joined(data[start:end])
 
 
-async def _arrow(
-    plan: RangePlan, batches: AsyncIterator[list[StreamBatch]], streams: RecordStreams
-) -> AsyncIterator[bytes | memoryview]:
+async def _arrow(plan: RangePlan, streams: RecordStreams) -> AsyncIterator[bytes | memoryview]:
     # pyarrow is imported by the first Arrow stream, off the event loop (a tenth of a second), not
     # by the server: a process that never streams Arrow does not hold it (some 45 MiB).
     arrow = await streams.run(partial(importlib.import_module, "rlm.stream.arrow"))
     yield arrow.SCHEMA_MESSAGE
     writer = arrow.MessageWriter()  # on the loop, in order: the messages are made ahead, at once
-    groups = group_batches(batches, streams.group_bytes, arrow.RECORDS_PER_MESSAGE)
-    async for made in streams.encoded(groups, partial(arrow.message, plan)):
-        for part in writer.parts(made):
-            yield part
+    made = streams.encoded_range(
+        plan, partial(arrow.message, plan), streams.group_bytes, arrow.RECORDS_PER_MESSAGE
+    )
+    async with contextlib.aclosing(made) as messages:
+        async for message in messages:
+            for part in writer.parts(message):
+                yield part
     yield arrow.END_OF_STREAM
 
 
@@ -248,14 +250,13 @@ async def _stream_records(
         )
     slot, planned = await open_stream(rt, _query(tp, **query_args), timeout_ms)
     streams = rt.streams
-    batches = streams.runs(planned)
     body: AsyncIterator[bytes | memoryview]
     if media == NDJSON:
-        body = _ndjson(planned, batches, streams)
+        body = _ndjson(planned, streams)
     elif media == ARROW:
-        body = _arrow(planned, batches, streams)
+        body = _arrow(planned, streams)
     else:
-        body = _raw(batches)
+        body = _raw(streams.runs(planned))
     headers = {
         "X-Rlm-Start-Offset": str(planned.start),
         "X-Rlm-End-Offset": str(max(planned.start, planned.end)),

@@ -78,6 +78,10 @@ class FileSource:
     def size(self) -> int:
         return self._size
 
+    def duplicate(self) -> int:
+        """A new descriptor of the file (``os.dup``), for a reader that closes it itself."""
+        return os.dup(self._fd)
+
     def refresh(self) -> int:
         """Re-read the file size (a broker may have appended since opening); returns it."""
         self._size = os.fstat(self._fd).st_size

@@ -297,6 +297,19 @@ class OffsetIndex(_SegmentIndex):
         for rel, pos in zip(self._rel, self._pos, strict=True):
             yield OffsetPosition(base + rel, pos)
 
+    def positions_apart(self, start: int, end: int, step: int) -> list[int]:
+        """Positions of entries between ``start`` and ``end`` (both excluded), the first at least
+        ``step`` past ``start`` and each at least ``step`` past the one before: batch starts
+        about ``step`` apart, as the broker indexed them (found by bisection, not read one by one)."""
+        found: list[int] = []
+        at = start
+        while True:
+            i = bisect_left(self._pos, at + max(1, step))
+            if i >= len(self._pos) or self._pos[i] >= end or self._pos[i] <= at:  # the last: out of order
+                return found
+            at = self._pos[i]
+            found.append(at)
+
     @property
     def last_entry(self) -> OffsetPosition:
         """The last entry, or ``(base_offset, 0)`` when empty (Kafka ``lastEntry``)."""

@@ -22,8 +22,8 @@ from rlm.log.aborted import AbortedIndex
 from rlm.log.arrow import empty_batch, int32s, record_arrays, strings
 from rlm.pipeline.columns import RECORD_SCHEMA, decode_columns, export_timestamps
 from rlm.pipeline.reader import RawBatch
+from rlm.stream.chunks import StreamBatch
 from rlm.stream.plan import RangePlan
-from rlm.stream.reader import StreamBatch
 from rlm.stream.records import decode_group
 
 STREAM_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch")

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import struct
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterator
+from typing import NamedTuple, Protocol
 
 from rlm.errors import CorruptDataError, CorruptRecordError
 from rlm.log.batches import parse_header
@@ -29,6 +30,30 @@ Batch = bytes | memoryview
 ReadRange = Callable[[int, int], Awaitable[Chunk]]
 """Reads ``length`` bytes from ``position`` (fewer only where the object or file ends)."""
 _PREFIX = struct.Struct(">qi")
+
+
+class StreamBatch(NamedTuple):
+    """One stored batch sent by a stream."""
+
+    header: BatchHeader
+    """``position`` is the batch's position in its object or file."""
+    data: Batch
+    """A view of the chunk it was read in (:data:`Batch`): ``bytes(data)`` to keep it."""
+    tier: str
+    name: str
+    """The object key or file the batch was read from, for error messages."""
+
+
+class ReadMeter(Protocol):
+    """Told of each read a stream makes (the metrics: reads in flight, bytes read)."""
+
+    def read_started(self) -> None: ...
+
+    def read_ended(self, size: int) -> None:
+        """The read ended (done, failed or cancelled) with ``size`` bytes."""
+        ...
+
+
 #: Stored bytes of a run at most (a batch larger than that excepted): a chunk's batches are handed
 #: out a run at a time, so that its first batches are on their way while the rest are parsed.
 RUN_BYTES = 256 * 1024
@@ -195,6 +220,32 @@ async def batch_runs(
                 yield run
     finally:
         await chunks.aclose()
+
+
+def whole_batches(
+    data: Chunk, at: int, name: str
+) -> tuple[list[tuple[BatchHeader, Batch]], int, CorruptDataError | None]:
+    """The whole batches of ``data`` (bytes at ``at`` in ``name``, from a batch's start), views of
+    it, with header positions in ``name``; the position in ``data`` after the last (short of its
+    end where a batch is cut by it); and the error of a batch that is not valid, where the walk
+    stopped (None when it did not): the batches before it are given."""
+    found: list[tuple[BatchHeader, Batch]] = []
+    view = memoryview(data)
+    used = 0
+    try:
+        while True:
+            headers, end = v2_headers(view, used, at + used, 1 << 62)
+            if headers:  # read in C, up to the end or a batch it leaves to the parser
+                found += [(h, view[h.position - at : h.position - at + h.size]) for h in headers]
+                used = end
+            size = _whole_size(view, used, at + used, name)
+            if size is None or used + size > len(view):
+                return found, used, None
+            batch = view[used : used + size]
+            found.append((_batch(batch, at + used, name), batch))
+            used += size
+    except CorruptDataError as exc:
+        return found, used, exc
 
 
 def chunk_runs(batches: list[Batch]) -> Iterator[tuple[int, int]]:

@@ -23,8 +23,8 @@ from collections.abc import Sequence
 from rlm.log import columns as c
 from rlm.log.columns import ColumnBuffers
 from rlm.stream import records
+from rlm.stream.chunks import StreamBatch
 from rlm.stream.plan import RangePlan
-from rlm.stream.reader import StreamBatch
 from rlm.stream.records import Span, decode_range
 
 try:

@@ -9,6 +9,11 @@ its segment files: no offset is sent twice and none is skipped. Blocking calls (
 store, index files, file reads) run on the stream's executor, never on the event loop; remote
 bytes come from an :class:`AsyncRangeReader`.
 
+A stream that encodes its records (:meth:`BatchReader.encoded`) reads the broker's files a chunk
+per call on the executor, the chunk's batches chosen and encoded in the same call, chunks in
+flight at once (:mod:`rlm.stream.local_chunks`): nothing of them but their pieces passes through
+the event loop.
+
 Once a remote segment's last piece is read, the segment after it is looked up and its read begun,
 its first piece taken, while the last one's batches are sent (:class:`_NextSegment`), so that a
 stream does not wait for S3 at every segment boundary; it still holds two chunks at most.
@@ -30,20 +35,33 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import NamedTuple, Protocol, TypeVar
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from functools import partial
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from rlm.errors import CorruptDataError, OffsetOutOfRangeError
 from rlm.log.aborted import AbortedIndex
-from rlm.log.batches import first_offset
+from rlm.log.byte_source import FileSource
 from rlm.log.model import BatchHeader
+from rlm.log.segment import Segment
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
 from rlm.metastore.model import RemoteSegment
-from rlm.stream.chunks import Batch, Chunk, batch_runs, batch_runs_in_range, read_ahead
+from rlm.stream.chunks import (
+    Batch,
+    Chunk,
+    ReadMeter,
+    StreamBatch,
+    batch_runs,
+    batch_runs_in_range,
+    read_ahead,
+)
+from rlm.stream.local_chunks import ChunkJob, ChunkRead, Encoding, chunk_bounds, ends_range, first_of, is_sent
 from rlm.stream.plan import RangePlan
 
 T = TypeVar("T")
+G = TypeVar("G")
 log = logging.getLogger(__name__)
 #: Pieces a remote segment's read is taken in, per chunk. A piece of an open read costs no round
 #: trip, so that it need not be large: an eighth of a chunk (256 KiB by default) taken and one ahead
@@ -55,8 +73,6 @@ PIECES_PER_CHUNK = 8
 #: Times in a row the broker's files may be found changed under a stream (a segment gone between
 #: its listing and its opening) with no batch read in between, before the stream gives up.
 MAX_LOCAL_RELISTS = 8
-_CONTROL = 0x20
-"""The control flag of a v2 batch's attributes (``BatchHeader.is_control``)."""
 RunBlocking = Callable[[Callable[[], T]], Awaitable[T]]
 """Runs a blocking call off the event loop and awaits it."""
 
@@ -82,28 +98,6 @@ class AsyncRangeReader(Protocol):
     async def close(self) -> None:
         """Release connections; idempotent."""
         ...
-
-
-class ReadMeter(Protocol):
-    """Told of each read a stream makes (the metrics: reads in flight, bytes read)."""
-
-    def read_started(self) -> None: ...
-
-    def read_ended(self, size: int) -> None:
-        """The read ended (done, failed or cancelled) with ``size`` bytes."""
-        ...
-
-
-class StreamBatch(NamedTuple):
-    """One stored batch sent by a stream."""
-
-    header: BatchHeader
-    """``position`` is the batch's position in its object or file."""
-    data: Batch
-    """A view of the chunk it was read in (:data:`rlm.stream.chunks.Batch`): ``bytes(data)`` to keep it."""
-    tier: str
-    name: str
-    """The object key or file the batch was read from, for error messages."""
 
 
 class _NextSegment(NamedTuple):
@@ -139,7 +133,7 @@ class BatchReader:
         self.chunk_bytes = chunk_bytes
         self._meter = meter
         self._aborted = AbortedIndex(plan.aborted)
-        self._any_aborted = bool(plan.aborted)
+        self._done = False  # a batch past the range was met
         self.next_offset = plan.start
         """The offset the stream continues from."""
         self.local_start = plan.local_start
@@ -164,25 +158,64 @@ class BatchReader:
     async def runs(self) -> AsyncGenerator[list[StreamBatch], None]:
         """Every batch the stream sends, in offset order, those of a chunk read in one list (a run;
         none is empty): the batches cost no step of the generators each."""
+        async with contextlib.aclosing(self._tiers(self._segment_runs, _as_they_are)) as runs:
+            async for run in runs:
+                yield run
+
+    async def encoded(
+        self,
+        encoding: Encoding[T],
+        grouped: Callable[[AsyncIterator[list[StreamBatch]]], AsyncGenerator[T, None]],
+        ahead: int,
+    ) -> AsyncGenerator[T, None]:
+        """The pieces ``encoding`` makes of the batches :meth:`runs` gives, in order: the remote
+        tier's runs made into pieces by ``grouped`` (grouped, then encoded off the event loop), the
+        broker's segments a chunk per call on the executor, ``ahead`` chunks at once
+        (:mod:`rlm.stream.local_chunks`). Close the iterator to cancel its reads."""
+        local = partial(self._segment_encoded, encoding, grouped, ahead)
+        async with contextlib.aclosing(self._tiers(local, grouped)) as pieces:
+            async for piece in pieces:
+                yield piece
+
+    async def _tiers(
+        self,
+        local: Callable[[Segment, FileSource, int], AsyncGenerator[G, None]],
+        remote: Callable[[AsyncGenerator[list[StreamBatch], None]], AsyncGenerator[G, None]],
+    ) -> AsyncGenerator[G, None]:
+        """What ``remote`` makes of the remote tier's runs and ``local`` of each of the broker's
+        segments, in offset order, from tier to tier until the range is done (module docstring)."""
         plan = self.plan
         try:
             while self.next_offset < plan.end:
                 if self._relist:
                     await self._list_local_again()
                 if self.local_start is not None and self.next_offset >= self.local_start:
-                    async with contextlib.aclosing(self._local()) as local:
-                        async for run in local:
-                            yield run
+                    async with contextlib.aclosing(self._local_segments(local)) as segments:
+                        async for item in segments:
+                            yield item
                     if not self._relist:
                         return
                     continue
-                async with contextlib.aclosing(self._remote_segment()) as remote:
-                    async for found in remote:
-                        if found is None:
-                            return
-                        yield found
+                async with contextlib.aclosing(remote(self._remote_runs())) as remote_tier:
+                    async for item in remote_tier:
+                        yield item
+                if self._done:
+                    return
         finally:
             await self._drop_ahead()
+
+    async def _remote_runs(self) -> AsyncGenerator[list[StreamBatch], None]:
+        """The runs of the remote segments from the next offset, until it is one the broker holds
+        or the range is done (``_done``)."""
+        while self.next_offset < self.plan.end:
+            if self.local_start is not None and self.next_offset >= self.local_start:
+                return
+            async with contextlib.aclosing(self._remote_segment()) as remote:
+                async for found in remote:
+                    if found is None:
+                        self._done = True
+                        return
+                    yield found
 
     async def _list_local_again(self) -> None:
         """List the broker's segments afresh (they changed under the stream): the log's new start."""
@@ -315,16 +348,19 @@ class BatchReader:
                         yield None
                         return
                     self.next_offset = header.last_offset + 1
-                    if self._sent(header):
+                    if is_sent(header, self._aborted):
                         sent.append(StreamBatch(header, data, "remote", key))
                 if sent:
                     yield sent
         self.next_offset = max(self.next_offset, segment.end_offset + 1)
 
-    async def _local(self) -> AsyncGenerator[list[StreamBatch], None]:
-        """The runs of the broker's segments from the next offset; where a segment is gone (or the
-        listing starts above the next offset), none more: ``_relist`` tells :meth:`runs` to list
-        them again."""
+    async def _local_segments(
+        self, read: Callable[[Segment, FileSource, int], AsyncGenerator[G, None]]
+    ) -> AsyncGenerator[G, None]:
+        """What ``read(segment, source, position)`` yields of each of the broker's segments from the
+        next offset (opened at the position its offset index gives), until the range is done;
+        where a segment is gone (or the listing starts above the next offset), none more:
+        ``_relist`` tells :meth:`runs` to list them again."""
         local = self._local_dir
         assert local is not None
         segments = await self._blocking(local.segments)
@@ -342,49 +378,118 @@ class BatchReader:
                 self._relist = True
                 return
             try:
-
-                async def read(at: int, length: int) -> Chunk:
-                    return await self._counted(self._blocking(lambda: source.read(at, length)))  # noqa: B023
-
-                async with contextlib.aclosing(
-                    batch_runs_in_range(
-                        read, position, source.size, chunk_bytes=self.chunk_bytes, name=source.name
-                    )
-                ) as found:
-                    async for run in found:
-                        sent: list[StreamBatch] = []
-                        for header, data in run:
-                            if header.last_offset < self.next_offset:
-                                continue
-                            if header.last_offset >= self.plan.end and await self._past_the_end(header, data):
-                                if sent:
-                                    yield sent
-                                return
-                            self.next_offset = header.last_offset + 1
-                            if self._sent(header):
-                                sent.append(StreamBatch(header, data, "local", source.name))
-                        if sent:
-                            yield sent
+                async with contextlib.aclosing(read(segment, source, position)) as found:
+                    async for item in found:
+                        yield item
             finally:
                 source.close()
+            if self._done:
+                return
+
+    async def _segment_runs(
+        self, segment: Segment, source: FileSource, position: int
+    ) -> AsyncGenerator[list[StreamBatch], None]:
+        """The runs of one of the broker's segments from ``position``, read a chunk at a time."""
+
+        async def read(at: int, length: int) -> Chunk:
+            return await self._counted(self._blocking(lambda: source.read(at, length)))
+
+        async with contextlib.aclosing(
+            batch_runs_in_range(read, position, source.size, chunk_bytes=self.chunk_bytes, name=source.name)
+        ) as found:
+            async for run in found:
+                sent: list[StreamBatch] = []
+                for header, data in run:
+                    if header.last_offset < self.next_offset:
+                        continue
+                    if header.last_offset >= self.plan.end and await self._past_the_end(header, data):
+                        self._done = True
+                        if sent:
+                            yield sent
+                        return
+                    self.next_offset = header.last_offset + 1
+                    if is_sent(header, self._aborted):
+                        sent.append(StreamBatch(header, data, "local", source.name))
+                if sent:
+                    yield sent
+
+    async def _segment_encoded(
+        self,
+        encoding: Encoding[T],
+        grouped: Callable[[AsyncIterator[list[StreamBatch]]], AsyncGenerator[T, None]],
+        ahead: int,
+        segment: Segment,
+        source: FileSource,
+        position: int,
+    ) -> AsyncGenerator[T, None]:
+        """The pieces of one of the broker's segments from ``position``, a chunk per call, ``ahead``
+        at once; from a chunk whose batches do not end where the next begins, the rest as
+        :meth:`_segment_runs` reads it, made into pieces by ``grouped``."""
+        step = max(1, self.chunk_bytes // ahead)  # the chunks in flight hold one chunk's bytes
+        bounds = await self._blocking(
+            lambda: chunk_bounds(segment.offset_index().positions_apart, position, source.size, step)
+        )
+        jobs: deque[tuple[ChunkJob[T], asyncio.Future[ChunkRead[T]]]] = deque()
+        taken = 0  # chunks submitted
+        from_offset = self.next_offset
+
+        def submit() -> None:
+            nonlocal taken
+            lo, hi = bounds[taken], bounds[taken + 1]
+            job = ChunkJob(
+                self.plan,
+                self._aborted,
+                encoding,
+                source.duplicate(),
+                source.name,
+                lo,
+                hi,
+                from_offset,
+                self._meter,
+            )
+            future = asyncio.ensure_future(self._blocking(job))
+            future.add_done_callback(_retrieved)
+            jobs.append((job, future))
+            taken += 1
+
+        try:
+            while jobs or taken < len(bounds) - 1:
+                while taken < len(bounds) - 1 and len(jobs) < ahead:
+                    submit()
+                job, future = jobs.popleft()
+                read = await future
+                whole = read.error is None and not read.done and read.end == job.hi
+                if whole and taken < len(bounds) - 1:
+                    submit()  # read and encoded while this chunk's pieces are sent
+                for piece in read.pieces:
+                    yield piece
+                self.next_offset = max(self.next_offset, read.next_offset)
+                if read.error is not None:
+                    raise read.error
+                if read.done:
+                    self._done = True
+                    return
+                if not whole:  # a batch cut by the chunk's end, or an index entry not at a batch
+                    for left, _ in jobs:
+                        left.cancelled = True
+                    jobs.clear()
+                    async with contextlib.aclosing(
+                        grouped(self._segment_runs(segment, source, read.end))
+                    ) as rest:
+                        async for piece in rest:
+                            yield piece
+                    return
+        finally:
+            for left, _ in jobs:
+                left.cancelled = True
 
     async def _past_the_end(self, header: BatchHeader, data: Batch) -> bool:
-        """Whether a batch ending at or past the range's end (the last fetchable offset is not
-        below it) lies wholly past it or past the last fetchable offset: then neither it nor any
-        batch after it is sent."""
-        if header.last_offset >= self.plan.limit:
-            return True
+        """Whether a batch ending at or past the range's end lies wholly past it or past the last
+        fetchable offset (:func:`~rlm.stream.local_chunks.ends_range`)."""
         first = header.base_offset
-        if first < 0:
-            # A legacy compressed wrapper names only its last offset: its first is that of its
-            # first inner message (decompressed off the event loop, once or twice a stream).
-            first = await self._blocking(lambda: first_offset(data, header._replace(position=0)))
-        return first >= self.plan.end
-
-    def _sent(self, header: BatchHeader) -> bool:
-        if header.magic >= 2 and header.attributes & _CONTROL:
-            return False
-        return not self._any_aborted or not self._aborted.is_aborted(header)
+        if first < 0 and header.last_offset < self.plan.limit:  # decompressed off the event loop
+            first = await self._blocking(lambda: first_of(header, data))
+        return ends_range(self.plan, header, first)
 
     async def _counted(self, read: Awaitable[Chunk]) -> Chunk:
         if self._meter is None:
@@ -406,3 +511,14 @@ async def _then(first: Chunk, rest: AsyncGenerator[Chunk, None]) -> AsyncGenerat
         yield first
         async for piece in rest:
             yield piece
+
+
+def _as_they_are(runs: AsyncGenerator[list[StreamBatch], None]) -> AsyncGenerator[list[StreamBatch], None]:
+    return runs
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    """Take a chunk call's outcome, so that one the stream no longer waits for is not reported
+    as never retrieved."""
+    if not future.cancelled():
+        future.exception()

@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from rlm.errors import CorruptDataError
 from rlm.log import columns as c
 from rlm.log.columns import ColumnBuffers, append_batch, append_log
-from rlm.stream.chunks import chunk_runs, joined
+from rlm.stream.chunks import StreamBatch, chunk_runs, joined
 from rlm.stream.plan import RangePlan
-from rlm.stream.reader import StreamBatch
 
 Span = tuple[int, bytes, int]
 """Rows decoded so far, timestamp type label and leader epoch, after each batch."""

@@ -11,7 +11,10 @@
   as many groups of a stream at once as the executor has threads (:attr:`RecordStreams.encodings`;
   the C decoder and line writer run without the GIL), while the event loop reads and sends. A stream holds at
   most that many encoded pieces more than the one being sent, and its groups are that much
-  smaller (:attr:`RecordStreams.group_bytes`), so that they hold no more read bytes.
+  smaller (:attr:`RecordStreams.group_bytes`), so that they hold no more read bytes. The broker's
+  files are read, their batches chosen and encoded a piece of the file per call of that executor,
+  as many at once as it has threads, each that fraction of a chunk, so that together they hold one
+  chunk's bytes (:meth:`RecordStreams.encoded_range`, :mod:`rlm.stream.local_chunks`).
 * Calls registered with :meth:`RecordStreams.when_idle` run on that executor once a burst of
   streams is over (``rlm serve`` hands the memory the streams freed back to the kernel).
 """
@@ -22,15 +25,17 @@ import asyncio
 import collections
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TypeVar
 
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
 from rlm.metrics import Metrics
+from rlm.stream.chunks import StreamBatch
+from rlm.stream.local_chunks import Encoding
 from rlm.stream.plan import RangePlan, RangeQuery, plan_range
-from rlm.stream.reader import AsyncRangeReader, BatchReader, StreamBatch
+from rlm.stream.reader import AsyncRangeReader, BatchReader
 
 T = TypeVar("T")
 G = TypeVar("G")
@@ -190,7 +195,30 @@ class RecordStreams:
     def runs(self, plan: RangePlan) -> AsyncGenerator[list[StreamBatch], None]:
         """The batches of ``plan``, a chunk's in one list (:meth:`~rlm.stream.reader.BatchReader.runs`);
         close the iterator (``contextlib.aclosing``) to cancel its reads."""
-        reader = BatchReader(
+        return self._reader(plan).runs()
+
+    def encoded_range(
+        self,
+        plan: RangePlan,
+        encode: Callable[[Sequence[StreamBatch]], T],
+        group_bytes: int,
+        group_records: int | None = None,
+    ) -> AsyncGenerator[T, None]:
+        """``encode`` of each group of the batches of ``plan`` (of about ``group_bytes`` stored
+        bytes or ``group_records`` records: :func:`group_batches`), in order. The broker's segments
+        are read, chosen and encoded a chunk per call on the executor, :attr:`encodings` chunks at
+        once (:mod:`rlm.stream.local_chunks`); the remote tier's batches are read on the event loop
+        and their groups encoded ahead (:meth:`encoded`). ``encode`` keeps no state from one group
+        to the next. Close the iterator (``contextlib.aclosing``) to cancel its reads."""
+
+        def grouped(runs: AsyncIterator[list[StreamBatch]]) -> AsyncGenerator[T, None]:
+            return self.encoded(group_batches(runs, group_bytes, group_records), encode)
+
+        encoding = Encoding(encode, group_bytes, group_records)
+        return self._reader(plan).encoded(encoding, grouped, self.encodings)
+
+    def _reader(self, plan: RangePlan) -> BatchReader:
+        return BatchReader(
             plan,
             self.service,
             self.indexes,
@@ -199,7 +227,6 @@ class RecordStreams:
             chunk_bytes=self.chunk_bytes,
             meter=self._meter,
         )
-        return reader.runs()
 
     def close(self) -> None:
         """Stop the executor (for a process without a running loop); idempotent."""

@@ -34,8 +34,9 @@ from rlm.log.model import TopicPartition as LogTopicPartition
 from rlm.log.segment import Segment
 from rlm.log.writer import ProducerRecord
 from rlm.metastore.model import SegmentState, TopicPartition
+from rlm.stream.chunks import StreamBatch
 from rlm.stream.plan import RangePlan, RangeQuery
-from rlm.stream.reader import BatchReader, StreamBatch
+from rlm.stream.reader import BatchReader
 from rlm.tiering.prepare import prepare_segment
 from rlm.timestamps import SpecialTimestamp
 from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,13 +60,17 @@ def tiered(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFact
     yield from tiered_partition(request, root, auth_enabled=False, remote_fetch_stream_buffer_bytes=4096)
 
 
+@contextlib.contextmanager
+def rest_client(rt: Runtime) -> Iterator[TestClient]:
+    """A client of the REST app over ``rt``, while open."""
+    app = create_app(rt.settings, runtime_=rt, authenticator=TokenAuthenticator.from_settings(rt.settings))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
 @pytest.fixture(scope="module")
 def client(tiered: Tiered) -> Iterator[TestClient]:
-    settings = tiered.runtime.settings
-    app = create_app(
-        settings, runtime_=tiered.runtime, authenticator=TokenAuthenticator.from_settings(settings)
-    )
-    with TestClient(app) as test_client:
+    with rest_client(tiered.runtime) as test_client:
         yield test_client
 
 

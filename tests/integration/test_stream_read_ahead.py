@@ -17,9 +17,9 @@ import pytest
 
 from rlm.log.batches import decode_batch
 from rlm.metastore.model import SegmentState, TopicPartition
-from rlm.stream.chunks import Chunk
+from rlm.stream.chunks import Chunk, StreamBatch
 from rlm.stream.plan import RangeQuery
-from rlm.stream.reader import AsyncRangeReader, BatchReader, StreamBatch
+from rlm.stream.reader import AsyncRangeReader, BatchReader
 from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
 from tests.integration.test_stream import expected
 from tests.lookup_support import TOPIC, Tiered

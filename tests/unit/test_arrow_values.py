@@ -62,7 +62,7 @@ from rlm.log.batches import parse_header
 from rlm.metastore.model import TopicPartition
 from rlm.stream.arrow import END_OF_STREAM, SCHEMA_MESSAGE, MessageWriter, message, record_batch
 from rlm.stream.plan import RangePlan
-from rlm.stream.reader import StreamBatch
+from rlm.stream.chunks import StreamBatch
 
 first = encode_v2_batch([Record(0, 1_700_000_000_000, b"k", b"v", ())], leader_epoch=3)
 second = encode_v2_batch(

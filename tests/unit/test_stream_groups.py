@@ -24,9 +24,9 @@ from rlm.stream.arrow import (
     message,
     record_batch,
 )
+from rlm.stream.chunks import StreamBatch
 from rlm.stream.ndjson import lines, ndjson_lines
 from rlm.stream.plan import RangePlan
-from rlm.stream.reader import StreamBatch
 from rlm.stream.records import _decode_each
 
 TP = TopicPartition("t", 0)

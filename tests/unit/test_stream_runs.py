@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rlm.log.model import BatchHeader
-from rlm.stream.reader import StreamBatch
+from rlm.stream.chunks import StreamBatch
 from rlm.stream.service import group_batches
 
 
