@@ -72,35 +72,51 @@ def chunk_bounds(
 
 
 class Encoding(NamedTuple, Generic[T]):
-    """How a stream's batches become pieces: ``encode`` of each group of at most ``group_bytes``
-    stored bytes and ``group_records`` records (a group ends at the batch reaching either)."""
+    """How a stream's batches become pieces: ``encode`` of each group of them, a group of about
+    ``group_bytes`` stored bytes and at most about ``group_records`` records (a batch's excepted)."""
 
     encode: Callable[[Sequence[StreamBatch]], T]
     group_bytes: int
     group_records: int | None = None
 
     def pieces(self, batches: list[StreamBatch]) -> tuple[list[T], CorruptDataError | None]:
-        """``encode`` of each group of ``batches``, in order, up to a group that cannot be decoded,
-        and its error (None when there is none)."""
-        groups: list[list[StreamBatch]] = [[]]
-        held = count = 0
-        most = self.group_records if self.group_records is not None else 1 << 62
-        for batch in batches:
-            groups[-1].append(batch)
-            held += len(batch.data)
-            count += max(1, batch.header.record_count)
-            if held >= self.group_bytes or count >= most:
-                groups.append([])
-                held = count = 0
+        """``encode`` of each group of a chunk's ``batches``, in order (:meth:`groups`), up to a
+        group that cannot be decoded, and its error (None when there is none)."""
         made: list[T] = []
-        for group in groups:
-            if not group:
-                continue
+        for group in self.groups(batches):
             try:
                 made.append(self.encode(group))
             except CorruptDataError as exc:
                 return made, exc
         return made, None
+
+    def groups(self, batches: list[StreamBatch]) -> list[list[StreamBatch]]:
+        """A chunk's ``batches`` in at most as many groups as its bytes hold ``group_bytes`` whole
+        (one at least), or as ``group_records`` records need where that is more, each closed once
+        it holds its share: a group of a few batches left over costs a call as much as a full one."""
+        if not batches:
+            return []
+        sizes = [len(batch.data) for batch in batches]
+        counts = [max(1, batch.header.record_count) for batch in batches]
+        total_bytes, total_records = sum(sizes), sum(counts)
+        by_bytes = max(1, total_bytes // max(1, self.group_bytes))
+        by_records = 1 if self.group_records is None else -(-total_records // self.group_records)
+        wanted = max(by_bytes, by_records)
+        if wanted == 1:
+            return [batches]
+        unbounded = 1 << 62  # the groups are cut by the bound that asks for more of them
+        most_bytes = -(-total_bytes // wanted) if by_bytes >= by_records else unbounded
+        most_records = -(-total_records // wanted) if by_records > by_bytes else unbounded
+        groups: list[list[StreamBatch]] = [[]]
+        held = count = 0
+        for batch, size, records in zip(batches, sizes, counts, strict=True):
+            if held >= most_bytes or count >= most_records:  # no more groups than wanted
+                groups.append([])
+                held = count = 0
+            groups[-1].append(batch)
+            held += size
+            count += records
+        return groups
 
 
 class ChunkRead(NamedTuple, Generic[T]):

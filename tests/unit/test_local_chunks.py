@@ -105,3 +105,16 @@ def test_a_batch_failing_its_crc_ends_the_chunk_after_the_ones_before(segment: P
     assert str(segment) in str(read.error)
     assert len(read.pieces) == 5
     assert b'"offset":%d,' % headers[4].base_offset in read.pieces[4]  # type: ignore[operator]
+
+
+def test_a_chunk_is_encoded_in_even_groups_none_left_over(segment: Path) -> None:
+    size = segment.stat().st_size
+    by_records = job(segment, 0, size, Encoding(offsets, 1 << 30, group_records=10))()
+    assert len(data_batches(segment)) == 12  # of 2 records each: 24 records, 3 groups of 8
+    assert [len(piece) for piece in by_records.pieces] == [4, 4, 4]  # type: ignore[arg-type]
+    whole = job(segment, 0, size, Encoding(offsets, 1 << 30, group_records=24))()
+    assert [len(piece) for piece in whole.pieces] == [12]  # type: ignore[arg-type]
+    data = sum(h.size for h in iter_headers(FileSource(segment), 0) if not h.is_control)
+    by_bytes = job(segment, 0, size, Encoding(offsets, group_bytes=data * 2 // 5))()
+    assert len(by_bytes.pieces) == 2  # not a third of what is left over
+    assert [o for piece in by_bytes.pieces for o in piece] == data_batches(segment)  # type: ignore[attr-defined]
