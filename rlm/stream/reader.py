@@ -155,14 +155,12 @@ class BatchReader:
                 for batch in run:
                     yield batch
 
-    async def runs(self) -> AsyncGenerator[list[StreamBatch], None]:
+    def runs(self) -> AsyncGenerator[list[StreamBatch], None]:
         """Every batch the stream sends, in offset order, those of a chunk read in one list (a run;
         none is empty): the batches cost no step of the generators each."""
-        async with contextlib.aclosing(self._tiers(self._segment_runs, _as_they_are)) as runs:
-            async for run in runs:
-                yield run
+        return self._tiers(self._segment_runs, _as_they_are)
 
-    async def encoded(
+    def encoded(
         self,
         encoding: Encoding[T],
         grouped: Callable[[AsyncIterator[list[StreamBatch]]], AsyncGenerator[T, None]],
@@ -172,10 +170,7 @@ class BatchReader:
         tier's runs made into pieces by ``grouped`` (grouped, then encoded off the event loop), the
         broker's segments a chunk per call on the executor, ``ahead`` chunks at once
         (:mod:`rlm.stream.local_chunks`). Close the iterator to cancel its reads."""
-        local = partial(self._segment_encoded, encoding, grouped, ahead)
-        async with contextlib.aclosing(self._tiers(local, grouped)) as pieces:
-            async for piece in pieces:
-                yield piece
+        return self._tiers(partial(self._segment_encoded, encoding, grouped, ahead), grouped)
 
     async def _tiers(
         self,
