@@ -169,18 +169,20 @@ class ChunkJob(Generic[T]):
 
     def __call__(self) -> ChunkRead[T]:
         data = b""
+        counted = False  # the stream may be cancelled while the read runs: it is still counted ended
         try:
             if self.cancelled:
                 return ChunkRead([], self.lo, self.next_offset, True, None, 0)
             if self.meter is not None:
                 self.meter.read_started()
+                counted = True
             data = _pread(self.fd, self.hi - self.lo, self.lo)
         except OSError as exc:
             return ChunkRead([], self.lo, self.next_offset, False, exc, 0)
         finally:
             os.close(self.fd)
-            if self.meter is not None and not self.cancelled:
-                self.meter.read_ended(len(data))
+            if counted:
+                self.meter.read_ended(len(data))  # type: ignore[union-attr]
         return self._chosen(data)
 
     def _chosen(self, data: bytes) -> ChunkRead[T]:

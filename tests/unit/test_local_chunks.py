@@ -118,3 +118,34 @@ def test_a_chunk_is_encoded_in_even_groups_none_left_over(segment: Path) -> None
     by_bytes = job(segment, 0, size, Encoding(offsets, group_bytes=data * 2 // 5))()
     assert len(by_bytes.pieces) == 2  # not a third of what is left over
     assert [o for piece in by_bytes.pieces for o in piece] == data_batches(segment)  # type: ignore[attr-defined]
+
+
+class CancelOnStart:
+    """A read meter whose read's stream ends while the read runs (``job.cancelled`` set then)."""
+
+    def __init__(self) -> None:
+        self.job: ChunkJob[object] | None = None
+        self.in_flight = 0
+        self.ended: list[int] = []
+
+    def read_started(self) -> None:
+        self.in_flight += 1
+        assert self.job is not None
+        self.job.cancelled = True
+
+    def read_ended(self, size: int) -> None:
+        self.in_flight -= 1
+        self.ended.append(size)
+
+
+def test_a_read_whose_stream_ends_while_it_runs_is_counted_ended(segment: Path) -> None:
+    meter = CancelOnStart()
+    source = FileSource(segment)
+    size = segment.stat().st_size
+    call: ChunkJob[object] = ChunkJob(
+        WHOLE, AbortedIndex(()), Encoding(offsets, 1), source.duplicate(), str(segment), 0, size, 0, meter
+    )
+    source.close()
+    meter.job = call
+    call()
+    assert (meter.in_flight, meter.ended) == (0, [size])
