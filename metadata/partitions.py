@@ -100,10 +100,7 @@ def acquire(
     """Take the lease if it is free, expired or already ``owner``'s (another incarnation's only
     with ``replace_own_incarnation``); bumps the epoch."""
     row = lock(conn, tp)
-    unexpired = row.lease_owner is not None and int(row.lease_expires_at_ms) > now_ms
-    if unexpired and int(row.lease_owner) != owner:
-        return None
-    if unexpired and not replace_own_incarnation and row.lease_incarnation != incarnation:
+    if withheld(row, owner, now_ms, incarnation=incarnation, replace_own_incarnation=replace_own_incarnation):
         return None
     lease = Lease(tp, owner, int(row.lease_epoch) + 1, now_ms + ttl_ms, incarnation)
     conn.execute(
@@ -117,6 +114,23 @@ def acquire(
         )
     )
     return lease
+
+
+def withheld(
+    row: Row[Any],
+    owner: int,
+    now_ms: int,
+    *,
+    incarnation: UUID | None = None,
+    replace_own_incarnation: bool = True,
+) -> bool:
+    """Whether :func:`acquire` refuses ``owner`` the lease of ``row``: another broker holds it
+    unexpired, or another incarnation of ``owner`` does and is not to be replaced."""
+    if row.lease_owner is None or int(row.lease_expires_at_ms) <= now_ms:
+        return False
+    if int(row.lease_owner) != owner:
+        return True
+    return not replace_own_incarnation and row.lease_incarnation != incarnation
 
 
 def _is_current(row: Row[Any], lease: Lease) -> bool:

@@ -474,6 +474,18 @@ class SqlMetadataStore:
     ) -> Lease | None:
         """See :meth:`rlm.metastore.MetadataStore.acquire_lease`."""
         _check_ttl(ttl_ms)
+        # Most calls come from brokers whose sidecar does not hold the lease, at every pass: a read
+        # refuses them without the write transaction (the lock, a commit) that taking it needs.
+        with self._transaction(write=False, snapshot=False) as conn:
+            row = partitions.find(conn, tp)
+        if row is not None and partitions.withheld(
+            row,
+            owner,
+            self._clock(),
+            incarnation=incarnation,
+            replace_own_incarnation=replace_own_incarnation,
+        ):
+            return None
         with self._transaction(write=True) as conn:
             lease = partitions.acquire(
                 conn,
@@ -506,15 +518,27 @@ class SqlMetadataStore:
         return None if row is None else lease_from_row(row)
 
     def claim_lease(
-        self, tp: TopicPartition, broker_id: int, position: LogPosition, *, forget_after_ms: int | None = None
-    ) -> None:
+        self,
+        tp: TopicPartition,
+        broker_id: int,
+        position: LogPosition,
+        *,
+        forget_after_ms: int | None = None,
+        refresh_after_ms: int | None = None,
+    ) -> bool:
         """See :meth:`rlm.metastore.MetadataStore.claim_lease`."""
+        if refresh_after_ms is not None:
+            with self._transaction(write=False, snapshot=False) as conn:
+                recent = claims.recent(conn, tp, self._clock() - refresh_after_ms)
+            if any(c.broker_id == broker_id and c.position == position for c in recent):
+                return False
         with self._transaction(write=True) as conn:
             part = partitions.lock(conn, tp)
             now = self._clock()
             claims.record(conn, int(part.id), broker_id, position, now)
             if forget_after_ms is not None:
                 claims.forget_before(conn, int(part.id), now - forget_after_ms)
+        return True
 
     def lease_claims(self, tp: TopicPartition, *, max_age_ms: int) -> list[LeaseClaim]:
         """See :meth:`rlm.metastore.MetadataStore.lease_claims`."""

@@ -14,10 +14,11 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, delete, select
+from sqlalchemy import Engine, delete, event, select
 from sqlalchemy.engine import make_url
 
 from metadata.engine import create_engine_for_url
@@ -186,3 +187,25 @@ def stored_tree(store: SqlMetadataStore, tp: TopicPartition = TP) -> dict[tuple[
             .where(PartitionRow.topic == tp.topic, PartitionRow.partition == tp.partition)
         )
         return {(r[0], r[1]): (r[2], r[3]) for r in rows}
+
+
+@contextlib.contextmanager
+def counted_statements(store: SqlMetadataStore) -> Iterator[list[str]]:
+    """The statements the store's engine runs inside the block (``BEGIN IMMEDIATE``, SQLite's
+    start of a write transaction, included)."""
+    statements: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(store.engine, "before_cursor_execute", count)
+    try:
+        yield statements
+    finally:
+        event.remove(store.engine, "before_cursor_execute", count)
+
+
+def writes(statements: list[str]) -> list[str]:
+    """Those of ``statements`` that write or lock: what a store call that only reads runs none of."""
+    marks = ("INSERT", "UPDATE", "DELETE", "BEGIN IMMEDIATE")
+    return [s for s in statements if any(mark in s.upper() for mark in marks)]

@@ -391,12 +391,21 @@ class MetadataStore(Protocol):
         ...
 
     def claim_lease(
-        self, tp: TopicPartition, broker_id: int, position: LogPosition, *, forget_after_ms: int | None = None
-    ) -> None:
+        self,
+        tp: TopicPartition,
+        broker_id: int,
+        position: LogPosition,
+        *,
+        forget_after_ms: int | None = None,
+        refresh_after_ms: int | None = None,
+    ) -> bool:
         """Record, at the store's time (the one leases expire by), that broker ``broker_id`` wants
         the copy lease of ``tp`` and how far its log reaches; replaces its previous claim. With
         ``forget_after_ms``, the partition's claims recorded longer ago than that are deleted
-        (those of brokers that stopped claiming: removed, or holding the lease since).
+        (those of brokers that stopped claiming: removed, or holding the lease since). With
+        ``refresh_after_ms``, a claim of ``broker_id`` of the same position recorded less than that
+        ago is kept as it is, found so by a read alone, and nothing is written. Returns whether
+        the claim was recorded.
 
         A claim grants nothing and fences nothing: the holder reads the claims
         (:meth:`lease_claims`) and may give the lease up. Taking the lease withdraws the taker's

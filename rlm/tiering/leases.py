@@ -16,6 +16,12 @@ broker holds the lease, it records a claim in the store; while another broker's 
 (younger than the lease's time to live) is ahead of its log, it gives the lease up and does not
 take it again. A claim grants nothing by itself: the claimer takes the lease as any other, and
 every write stays fenced by the lease epoch.
+
+A broker whose sidecar does not hold a partition's lease asks for it at every pass, so that its
+asking costs the store reads, not writes: a lease held by another is refused by a read, and a
+claim is written when the position it names changes (a segment rolled, a new leader epoch) or it
+has grown half a time to live old (:data:`CLAIM_REFRESHES_PER_TTL`). A write would lock the
+partition's row, which the holder's writes lock too, and cost a commit.
 """
 
 from __future__ import annotations
@@ -34,6 +40,13 @@ log = logging.getLogger("rlm.leases")
 CLAIMS_KEPT_TTLS = 10
 """A claim is read only while younger than a lease's time to live; one this many times as old is
 deleted when another broker claims the lease (a broker removed from the cluster claims no more)."""
+
+
+CLAIM_REFRESHES_PER_TTL = 2
+"""A claim of the same position is written again once this share of a lease's time to live old:
+the holder reads it while it is younger than that time to live, so it stays live, while the
+passes in between (the copier's and retention's, every ``remote.log.manager.task.interval.ms``)
+write nothing."""
 
 
 class LeaseKeeper:
@@ -100,7 +113,11 @@ class LeaseKeeper:
             lease = self._hold(tp)
             if lease is None:
                 self.store.claim_lease(
-                    tp, self.broker_id, reach.tierable, forget_after_ms=CLAIMS_KEPT_TTLS * self.ttl_ms
+                    tp,
+                    self.broker_id,
+                    reach.tierable,
+                    forget_after_ms=CLAIMS_KEPT_TTLS * self.ttl_ms,
+                    refresh_after_ms=self.ttl_ms // CLAIM_REFRESHES_PER_TTL,
                 )
             return lease
 

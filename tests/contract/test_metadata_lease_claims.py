@@ -7,7 +7,7 @@ import uuid
 from metadata.store import SqlMetadataStore
 from rlm.metastore import LeaseClaim, LogPosition, TopicPartition
 from tests.clock import FakeClock
-from tests.metadata_support import TP
+from tests.metadata_support import TP, counted_statements, writes
 
 TTL = 30_000
 TOPIC_ID = uuid.UUID("6d5b1c2e-0f4a-4c59-9b5e-0123456789ab")
@@ -77,3 +77,26 @@ def test_a_claim_may_forget_the_claims_long_past(store: SqlMetadataStore, clock:
     assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=100 * TTL)] == [3, 4]
     # Only that partition's claims: the other partition's are forgotten by claims on it.
     assert [c.broker_id for c in store.lease_claims(TopicPartition("other", 0), max_age_ms=100 * TTL)] == [2]
+
+
+def test_a_claim_of_the_same_position_is_written_again_only_once_as_old_as_asked(
+    store: SqlMetadataStore, clock: FakeClock[int]
+) -> None:
+    refresh = TTL // 2
+    position = LogPosition(TOPIC_ID, 4, 19)
+    assert store.claim_lease(TP, 2, position, refresh_after_ms=refresh)
+    first = clock.now
+    clock.advance(refresh - 1)
+    with counted_statements(store) as statements:
+        assert not store.claim_lease(TP, 2, position, refresh_after_ms=refresh, forget_after_ms=1)
+    assert statements and writes(statements) == []
+    assert store.lease_claims(TP, max_age_ms=TTL) == [LeaseClaim(TP, 2, position, first)]
+
+    assert store.claim_lease(TP, 3, position, refresh_after_ms=refresh)  # another broker's is its own
+    moved = LogPosition(TOPIC_ID, 4, 29)  # a segment rolled: written at once
+    assert store.claim_lease(TP, 2, moved, refresh_after_ms=refresh)
+    assert store.lease_claims(TP, max_age_ms=TTL)[0] == LeaseClaim(TP, 2, moved, clock.now)
+    clock.advance(refresh)  # as old as asked: written again, and it stays younger than a TTL
+    assert store.claim_lease(TP, 2, moved, refresh_after_ms=refresh)
+    assert store.lease_claims(TP, max_age_ms=TTL)[0] == LeaseClaim(TP, 2, moved, clock.now)
+    assert not store.claim_lease(TP, 2, moved, refresh_after_ms=refresh)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from metadata.store import SqlMetadataStore
 from rlm.errors import InvalidStateTransitionError, StaleLeaseError, StateConflictError
 from rlm.metastore import Lease, PartitionState, SegmentState, TopicPartition
 from tests.clock import FakeClock
-from tests.metadata_support import TP, segment
+from tests.metadata_support import TP, counted_statements, segment, writes
 
 MARKED = PartitionState.DELETE_PARTITION_MARKED
 STARTED = PartitionState.DELETE_PARTITION_STARTED
@@ -105,6 +107,31 @@ def test_acquire_renew_release_and_takeover(store: SqlMetadataStore, clock: Fake
     assert store.get_lease(TP) is None
     again = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
     assert again is not None and again.epoch == 3
+
+
+def test_a_lease_another_holds_is_refused_by_a_read_alone(
+    store: SqlMetadataStore, clock: FakeClock[int]
+) -> None:
+    # Sidecars not holding a partition's lease ask for it at every pass: a refusal writes nothing
+    # and locks nothing (no commit, no wait behind the holder's writes).
+    mine, other = uuid.uuid4(), uuid.uuid4()
+    held = store.acquire_lease(TP, owner=1, ttl_ms=TTL, incarnation=mine)
+    assert held is not None
+    clock.advance(TTL - 1)
+    with counted_statements(store) as statements:
+        assert store.acquire_lease(TP, owner=2, ttl_ms=TTL) is None
+        assert (
+            store.acquire_lease(TP, owner=1, ttl_ms=TTL, incarnation=other, replace_own_incarnation=False)
+            is None
+        )
+    assert statements and writes(statements) == []
+    assert store.get_lease(TP) == held
+
+    clock.advance(1)  # expired: the same call takes it
+    with counted_statements(store) as statements:
+        taken = store.acquire_lease(TP, owner=2, ttl_ms=TTL)
+    assert taken is not None and (taken.owner, taken.epoch) == (2, held.epoch + 1)
+    assert writes(statements)
 
 
 def test_an_expired_lease_not_taken_over_can_be_renewed(

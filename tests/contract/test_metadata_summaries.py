@@ -4,35 +4,17 @@ what the single-partition calls answer; on SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
 
-from sqlalchemy import event, insert
+from sqlalchemy import insert
 
 from metadata import tier_summaries
 from metadata.models import PartitionRow
 from metadata.store import SqlMetadataStore
 from rlm.metastore import RemoteTierSummary, SegmentState, TopicPartition
-from tests.metadata_support import TP, add_finished, segment
+from tests.metadata_support import TP, add_finished, counted_statements, segment
 
 OTHER = TopicPartition("payments", 3)
 NEVER_SEEN = TopicPartition("never-seen", 0)
-
-
-@contextmanager
-def counted_statements(store: SqlMetadataStore) -> Iterator[list[str]]:
-    """The statements the store's engine runs inside the block."""
-    statements: list[str] = []
-
-    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
-        statements.append(statement)
-
-    event.listen(store.engine, "before_cursor_execute", count)
-    try:
-        yield statements
-    finally:
-        event.remove(store.engine, "before_cursor_execute", count)
 
 
 def expected(store: SqlMetadataStore, tp: TopicPartition) -> RemoteTierSummary | None:

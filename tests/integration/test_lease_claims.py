@@ -12,18 +12,20 @@ from __future__ import annotations
 import logging
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
+from metadata.store import SqlMetadataStore
 from rlm.log.logdir import PARTITION_METADATA
 from rlm.metastore.model import LogPosition, TopicPartition
 from rlm.metrics import Metrics
 from rlm.tiering.leases import CLAIMS_KEPT_TTLS, LeaseKeeper
 from rlm.tiering.reach import Reach
 from tests.clock import FakeClock
+from tests.metadata_support import counted_statements, writes
 from tests.tiering_support import (
     WRITER_NOW_MS,
     Backend,
@@ -201,25 +203,65 @@ def test_a_claim_ahead_counts_while_it_is_younger_than_the_lease_ttl(
         store.close()
 
 
-def test_a_sidecar_claiming_a_lease_forgets_the_claims_of_brokers_gone_long_since(
+@pytest.fixture
+def clocked_store(
     request: pytest.FixtureRequest, tmp_path: Path
-) -> None:
+) -> Iterator[tuple[SqlMetadataStore, FakeClock[int]]]:
+    """A SQLite store whose leases and claims age by the clock beside it."""
     clock = FakeClock()
     store = make_backend("sqlite-fs", request, tmp_path).open_store(clock)
-    holder = LeaseKeeper(store, 1, TTL, metrics=Metrics(CollectorRegistry()))
-    follower = LeaseKeeper(store, 3, TTL, metrics=Metrics(CollectorRegistry()))
-    topic_id = uuid.uuid4()
-    level = Reach(LogPosition(topic_id, 4, 19), LogPosition(topic_id, 4, 22))
     try:
-        assert holder.hold(TP, level) is not None
-        store.claim_lease(TP, 2, LogPosition(topic_id, 4, 19))  # broker 2, removed from the cluster since
-        for _ in range(2 * CLAIMS_KEPT_TTLS):
-            clock.advance(TTL // 2)
-            assert holder.hold(TP, level) is not None
-            assert follower.hold(TP, level) is None  # claims, at each pass
-        assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=100 * TTL)] == [2, 3]
-        clock.advance(TTL // 2)
-        follower.hold(TP, level)
-        assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=100 * TTL)] == [3]
+        yield store, clock
     finally:
         store.close()
+
+
+def keeper(store: SqlMetadataStore, broker_id: int) -> LeaseKeeper:
+    return LeaseKeeper(store, broker_id, TTL, metrics=Metrics(CollectorRegistry()))
+
+
+def test_a_sidecar_claiming_a_lease_forgets_the_claims_of_brokers_gone_long_since(
+    clocked_store: tuple[SqlMetadataStore, FakeClock[int]],
+) -> None:
+    store, clock = clocked_store
+    holder, follower = keeper(store, 1), keeper(store, 3)
+    topic_id = uuid.uuid4()
+    level = Reach(LogPosition(topic_id, 4, 19), LogPosition(topic_id, 4, 22))
+    assert holder.hold(TP, level) is not None
+    store.claim_lease(TP, 2, LogPosition(topic_id, 4, 19))  # broker 2, removed from the cluster since
+    for _ in range(2 * CLAIMS_KEPT_TTLS):
+        clock.advance(TTL // 2)
+        assert holder.hold(TP, level) is not None
+        assert follower.hold(TP, level) is None  # claims, at each pass
+    assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=100 * TTL)] == [2, 3]
+    clock.advance(TTL // 2)
+    follower.hold(TP, level)
+    assert [c.broker_id for c in store.lease_claims(TP, max_age_ms=100 * TTL)] == [3]
+
+
+def test_a_follower_asking_at_every_pass_writes_only_to_keep_its_claim_live(
+    clocked_store: tuple[SqlMetadataStore, FakeClock[int]],
+) -> None:
+    store, clock = clocked_store
+    holder, follower = keeper(store, 1), keeper(store, 2)
+    topic_id = uuid.uuid4()
+    leader = Reach(LogPosition(topic_id, 4, 39), LogPosition(topic_id, 4, 42))
+    level = Reach(LogPosition(topic_id, 4, 19), LogPosition(topic_id, 4, 22))
+    pass_ms = TTL // 4  # the copier's and retention's passes, each asking for the lease
+
+    def asks(reach: Reach) -> int:
+        """The statements of one pass of the follower that write, after it was refused."""
+        clock.advance(pass_ms)
+        assert holder.hold(TP, leader) is not None
+        with counted_statements(store) as statements:
+            assert follower.hold(TP, reach) is None
+        (claim,) = store.lease_claims(TP, max_age_ms=TTL)  # live at every pass of the holder
+        assert (claim.broker_id, claim.position) == (2, reach.tierable)
+        return len(writes(statements))
+
+    written = [asks(level) for _ in range(8)]
+    # The first claim, then one each half a TTL: never the lease's lock.
+    assert [bool(n) for n in written] == [True, False, True, False, True, False, True, False]
+    rolled = Reach(LogPosition(topic_id, 4, 29), LogPosition(topic_id, 4, 31))
+    assert asks(rolled) > 0  # a new position is claimed at once
+    assert asks(rolled) == 0
