@@ -49,6 +49,7 @@ test: lint typecheck pytest
 bench: $(STAMP) postgres
 	$(BIN)/python bench/log_format.py
 	$(BIN)/python bench/metadata.py
+	$(BIN)/python bench/leases.py
 	$(BIN)/python bench/copier.py
 	$(BIN)/python bench/lookup.py
 	$(BIN)/python bench/api.py
