@@ -20,29 +20,24 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.metadata import bench_database
 from metadata.schema import upgrade
 from metadata.store import SqlMetadataStore
 from rlm.metastore import LogPosition, TopicPartition
 from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.reach import Reach
 
-SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
 TTL_MS = 60_000
 PASS_MS = TTL_MS // 2 // 2
 """Copier and retention passes, each every 30 s by default: one ask each 15 s."""
@@ -55,20 +50,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now
-
-
-@contextmanager
-def postgres_database() -> Iterator[str]:
-    """A new database on the local server, dropped afterwards."""
-    name = f"rlm_bench_{secrets.token_hex(4)}"
-    server = make_url(SERVER).set(drivername="postgresql").render_as_string(False)
-    with psycopg.connect(server, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield make_url(SERVER).set(database=name).render_as_string(False)
-    finally:
-        with psycopg.connect(server, autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def follower_passes(url: str, partitions: int, passes: int) -> dict[str, Any]:
@@ -140,7 +121,7 @@ def main() -> int:
     parser.add_argument("--passes", type=int, default=8)
     args = parser.parse_args()
     result: dict[str, Any] = {"partitions": args.partitions, "passes": args.passes}
-    with postgres_database() as url:
+    with bench_database(None) as url:
         result["postgresql"] = follower_passes(url, args.partitions, args.passes)
     with tempfile.TemporaryDirectory(prefix="rlm-bench-leases-") as tmp:
         result["sqlite"] = follower_passes(f"sqlite:///{tmp}/metadata.db", args.partitions, args.passes)
