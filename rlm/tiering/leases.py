@@ -43,9 +43,9 @@ deleted when another broker claims the lease (a broker removed from the cluster 
 
 
 CLAIM_REFRESHES_PER_TTL = 2
-"""A claim of the same position is written again once this share of a lease's time to live old:
-the holder reads it while it is younger than that time to live, so it stays live, while the
-passes in between (the copier's and retention's, every ``remote.log.manager.task.interval.ms``)
+"""A claim of the same position is written again once it is a lease's time to live divided by
+this old: the holder reads it while it is younger than that time to live, so it stays live, while
+the passes in between (the copier's and retention's, every ``remote.log.manager.task.interval.ms``)
 write nothing."""
 
 
