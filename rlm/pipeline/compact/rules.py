@@ -34,13 +34,18 @@ The rules (issue §3):
   or held, the producer's last data batch, one past the end) and its delete horizon has passed (a
   transactional batch without its marker opens a transaction that nothing closes, to a reader
   rebuilding producer state from the log); a kept marker of an emptied transaction gets a horizon.
+* A producer with no data batch in the tiered range (retention took them, the markers stayed)
+  keeps its last marker: it is the only batch left with the producer's epoch, which fences its
+  older incarnations (Kafka's cleaner keeps such a producer's markers of its last epoch, emptied
+  once their horizon passed: ``isBatchLastRecordOfProducer`` without a ``lastDataOffset``). Here
+  the marker stays whole, with a horizon: it closes no transaction, so a reader sees nothing of it.
 """
 
 from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -195,6 +200,16 @@ def last_data_batches(facts: Iterable[Fact]) -> dict[int, int]:
     return lasts
 
 
+def last_markers(facts: Iterable[Fact], lasts: Mapping[int, int]) -> frozenset[int]:
+    """Offsets of the last marker of each producer that has no data batch (``lasts``: its last
+    data batch per producer, :func:`last_data_batches`)."""
+    markers: dict[int, int] = {}
+    for f in facts:
+        if f.kind == Kind.CONTROL and f.producer_id >= 0 and f.producer_id not in lasts:
+            markers[f.producer_id] = max(markers.get(f.producer_id, -1), f.offset)
+    return frozenset(markers.values())
+
+
 def decide(facts: Sequence[Fact], last: int) -> Decisions:
     """The reference compaction of one partition: ``facts`` of every record of the tiered range,
     in offset order; ``last`` the highest tiered offset."""
@@ -217,7 +232,10 @@ def decide(facts: Sequence[Fact], last: int) -> Decisions:
         gone = f.tombstone and f.horizon_passed and f.key not in held_keys
         if f.offset == last or (f.offset in winning and not gone):
             kept.add(f.offset)
-    last_batches = frozenset(last_data_batches(facts).values())
+    lasts = last_data_batches(facts)
+    last_batches = frozenset(lasts.values())
+    # a producer's epoch lives on in its last marker when no data batch of it is left
+    fencing = last_markers(facts, lasts)
     # Each transactional batch belongs to the next marker of its producer.
     live: set[int] = set()
     pending: dict[int, bool] = {}
@@ -234,7 +252,7 @@ def decide(facts: Sequence[Fact], last: int) -> Decisions:
                 continue
             if f.offset in live:
                 kept.add(f.offset)
-            elif f.offset == last or not f.horizon_passed:
+            elif f.offset == last or f.offset in fencing or not f.horizon_passed:
                 kept.add(f.offset)
                 empty.add(f.offset)
     return Decisions(end, last, frozenset(kept), frozenset(empty), last_batches)

@@ -329,10 +329,24 @@ class SparkEngine:
         alive = data & sf.col("transactional") & stays
         transaction = Window.partitionBy(PART, "producer_id", "marker_of")
         txn = txn.withColumn("live", sf.max(_flag(alive)).over(transaction) == 1)
+        # the last marker of a producer with no data batch holds its epoch (rules.last_markers)
+        fencing = (
+            records.filter((kind == Kind.CONTROL) & (sf.col("producer_id") >= 0))
+            .join(last_batches.select(PART, "producer_id"), [PART, "producer_id"], "left_anti")
+            .groupBy(PART, "producer_id")
+            .agg(sf.max("offset").alias("offset"))
+            .select(PART, "offset", sf.lit(True).alias("fencing"))
+        )
+        txn = txn.join(fencing, [PART, "offset"], "left")
         kept_control = (
             (kind == Kind.CONTROL)
             & sf.col("touch")
-            & (sf.col("live") | (offset == sf.col("last")) | ~sf.col("horizon_passed"))
+            & (
+                sf.col("live")
+                | (offset == sf.col("last"))
+                | sf.coalesce(sf.col("fencing"), sf.lit(False))
+                | ~sf.col("horizon_passed")
+            )
         )
         return txn.filter(kept_control).select(
             PART, "offset", "seg", "tombstone", "has_horizon", (~sf.col("live")).alias("empty_marker")

@@ -44,7 +44,10 @@ from tests.tiering_support import set_high_watermarks
 EMPTIED = TopicPartition("emptied", 0)
 #: Producer 7's only transaction: K=a committed (0, 1); K=a is written again (2), K=b (3).
 LAST_DATA = TopicPartition("last-data", 0)
-CASES = (EMPTIED, LAST_DATA)
+#: Producer 7's data batches went before the tier's start (retention): its COMMIT marker (0) is
+#: its only batch; K=a is written (1) and written again (2).
+MARKER_ONLY = TopicPartition("marker-only", 0)
+CASES = (EMPTIED, LAST_DATA, MARKER_ONLY)
 PID, EPOCH = 7, 3
 NOW = WRITTEN_AT + 3_600_000
 #: ``delete.retention.ms`` of the cases: each run after the first is past the horizons it stamped.
@@ -78,6 +81,14 @@ def write_producer_logs(logs: Path) -> None:
         log.append([ProducerRecord(WRITTEN_AT, b"b", b"4")])  # 5
         log.roll()
         log.append([ProducerRecord(WRITTEN_AT, b"tail", b"active")])  # 6
+
+        log = writer.partition(MARKER_ONLY.topic, 0)
+        log.append_control(ControlType.COMMIT, **txn)  # 0
+        log.append([ProducerRecord(WRITTEN_AT, b"a", b"1")])  # 1
+        log.roll()
+        log.append([ProducerRecord(WRITTEN_AT, b"a", b"2")])  # 2
+        log.roll()
+        log.append([ProducerRecord(WRITTEN_AT, b"tail", b"active")])  # 3
 
 
 def producer_settings(settings: Settings) -> Settings:
@@ -192,6 +203,15 @@ def test_a_producers_last_data_batch_stays_empty_with_its_marker(compacted: Tier
     # its transaction's marker stays while it does: without it the batch would open a transaction
     assert [b for b in got if b.control] == [Batch(2, 2, PID, EPOCH, -1, True, True, 1)]
     assert open_after_scan(compacted, LAST_DATA) == {}
+
+
+def test_a_producer_with_no_data_batch_keeps_its_last_marker_past_its_horizon(compacted: Tier) -> None:
+    got = batches(compacted, MARKER_ONLY)
+    # the marker is the only batch left with the producer's epoch, which fences its older
+    # incarnations: it stays (Kafka's cleaner keeps it, emptied), while K=a's first value goes
+    assert [b for b in got if b.producer_id == PID] == [Batch(0, 0, PID, EPOCH, -1, True, True, 1)]
+    assert [(b.base_offset, b.records) for b in got if b.producer_id != PID] == [(2, 1)]
+    assert open_after_scan(compacted, MARKER_ONLY) == {}
 
 
 #: Producer 7 commits K=a (0, 1), K=a is written again (2) | later tiered: producer 7 commits K=b

@@ -235,6 +235,26 @@ def test_an_empty_batch_no_longer_its_producers_last_goes_and_frees_its_marker()
     assert segment_change(held[:1], decide(held, last=4)).removed == 0
 
 
+def test_a_producer_with_no_data_batch_keeps_its_last_marker() -> None:
+    # Its data batches went with retention: the last marker is the only batch with its epoch left
+    # (Kafka's isBatchLastRecordOfProducer without a lastDataOffset), so it outlives its horizon.
+    txn: dict[str, Any] = {"producer_id": 7, "transactional": True}
+    facts = [
+        fact(0, None, kind=Kind.CONTROL, horizon_passed=True, **txn),
+        fact(1, None, kind=Kind.CONTROL, horizon_passed=True, **txn),
+        fact(2, b"a"),
+        fact(3, b"a"),
+    ]
+    decided = decide(facts, last=3)
+    assert decided.kept == {1, 3} and decided.empty_markers == {1}  # it gets a horizon if it has none
+    # once a data batch of the producer is tiered, that batch holds the epoch: the marker goes
+    later = [*facts, fact(4, b"b", **txn), fact(5, None, kind=Kind.CONTROL, **txn)]
+    assert decide(later, last=5).kept == {3, 4, 5}
+    # another producer's data batch changes nothing for producer 7
+    other = [*facts, fact(4, b"b", producer_id=8)]
+    assert decide(other, last=4).kept == {1, 3, 4}
+
+
 def test_young_records_and_open_transactions_end_the_compactable_range() -> None:
     facts = [fact(0, b"a"), fact(1, b"a", young=True), fact(2, b"a")]
     decided = decide(facts, last=2)
