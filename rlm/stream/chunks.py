@@ -7,7 +7,9 @@ chunks (and a batch larger than a chunk, read whole) are held, whatever the rang
 consumer sets the pace: the read after the next starts only when it asks for more, so a slow
 client slows the reads. Closing the iterator cancels the read in flight at once. Once the range's
 last chunk is in and no read is in flight, ``on_last`` is called (a caller reading range after
-range starts the next one's first read there, keeping to the same two chunks).
+range starts the next one's first read there, keeping to the same two chunks); with a ``lead``,
+as soon as the chunks in reach within ``lead`` bytes of the range's end (a caller whose next read
+takes long to answer, as a GET does, starts it that much sooner).
 """
 
 from __future__ import annotations
@@ -72,14 +74,21 @@ async def ranged(read: ReadRange, start: int, end: int, chunk_bytes: int) -> Asy
 
 
 async def read_ahead(
-    chunks: AsyncGenerator[Chunk, None], start: int, end: int, on_last: Callable[[], None] | None = None
+    chunks: AsyncGenerator[Chunk, None],
+    start: int,
+    end: int,
+    on_last: Callable[[], None] | None = None,
+    *,
+    lead: int = 0,
 ) -> AsyncGenerator[Chunk, None]:
     """The chunks of ``[start, end)`` in order, the next one read while the current one is used
-    (one chunk ahead, never more); ``on_last()`` before the chunk reaching ``end`` is yielded (no
-    read is in flight then). Closing the iterator cancels the read in flight at once and closes
+    (one chunk ahead, never more); ``on_last()`` once, before the first chunk that brings the
+    bytes read within ``lead`` of ``end`` is yielded (with no ``lead``: the chunk reaching ``end``,
+    when no read is in flight). Closing the iterator cancels the read in flight at once and closes
     ``chunks``."""
     position = start
     pending: asyncio.Future[Chunk] | None = None
+    called = on_last is None
     try:
         if position < end:
             pending = asyncio.ensure_future(anext(chunks))
@@ -95,7 +104,9 @@ async def read_ahead(
                 pending = asyncio.ensure_future(anext(chunks))
             if not data:
                 return
-            if pending is None and on_last is not None:
+            if not called and (pending is None or end - position <= lead):
+                called = True
+                assert on_last is not None
                 on_last()
             yield data
     finally:

@@ -14,9 +14,11 @@ per call on the executor, the chunk's batches chosen and encoded in the same cal
 flight at once (:mod:`rlm.stream.local_chunks`): nothing of them but their pieces passes through
 the event loop.
 
-Once a remote segment's last piece is read, the segment after it is looked up and its read begun,
-its first piece taken, while the last one's batches are sent (:class:`_NextSegment`), so that a
-stream does not wait for S3 at every segment boundary; it still holds two chunks at most.
+Once a remote segment's read is within :data:`NEXT_SEGMENT_LEAD_BYTES` of its end, the segment
+after it is looked up and its read begun, its first piece taken, while the rest of the one before
+is read and sent (:class:`_NextSegment`), so that a stream does not wait for S3 at every segment
+boundary: a GET's first bytes take longer than the last megabytes of a segment take to send. It
+holds one piece more than the two it reads a segment with.
 
 The broker deletes its oldest segments once they are tiered (local retention: it renames their
 files ``.deleted``, then removes them), whenever it likes. A segment the stream finds gone, or a
@@ -70,6 +72,12 @@ log = logging.getLogger(__name__)
 #: to the pieces being encoded and sent. 64 slow raw streams took 2.3 MiB each with eighths, 2.6
 #: with quarters (and a 4 MiB window).
 PIECES_PER_CHUNK = 8
+#: How far before a remote segment's end the stream begins reading the next one (its first piece
+#: taken, its GET left open): about the time the first bytes of a GET take (11 ms from moto's
+#: server here, tens of milliseconds from S3) at the hundreds of MB/s a stream is sent at, and no
+#: more memory than the piece whatever it is. Begun at the last piece, the read of the next of the
+#: bench's 8 MiB segments waited 10 of its 20 ms for its first bytes.
+NEXT_SEGMENT_LEAD_BYTES = 8 * 1024 * 1024
 #: Times in a row the broker's files may be found changed under a stream (a segment gone between
 #: its listing and its opening) with no batch read in between, before the stream gives up.
 MAX_LOCAL_RELISTS = 8
@@ -319,7 +327,13 @@ class BatchReader:
             chunks = self._remote_pieces(key, position, segment.size_bytes)
         async with contextlib.aclosing(
             batch_runs(
-                read_ahead(chunks, position, segment.size_bytes, lambda: self._start_ahead(segment)),
+                read_ahead(
+                    chunks,
+                    position,
+                    segment.size_bytes,
+                    lambda: self._start_ahead(segment),
+                    lead=NEXT_SEGMENT_LEAD_BYTES,
+                ),
                 position,
                 name=key,
             )

@@ -11,7 +11,16 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from rlm.errors import CorruptRecordError
 from rlm.log.scan import adjoining
-from rlm.stream.chunks import RUN_BYTES, Batch, batch_runs_in_range, batches_in_range, chunk_runs, joined
+from rlm.stream.chunks import (
+    RUN_BYTES,
+    Batch,
+    batch_runs_in_range,
+    batches_in_range,
+    chunk_runs,
+    joined,
+    ranged,
+    read_ahead,
+)
 
 
 def kafka_batch(base_offset: int, records: int, value_bytes: int) -> bytes:
@@ -184,3 +193,22 @@ def test_chunk_runs_are_the_runs_of_views_of_one_chunk() -> None:
     assert list(chunk_runs(data)) == [(0, 3), (3, 4), (4, 5), (5, 7)]
     assert [bytes(joined(data[a:b])) for a, b in chunk_runs(data)] == [b"abcdef", b"g", b"own", b"hijij"]
     assert list(chunk_runs([])) == []
+
+
+@pytest.mark.parametrize("lead", [1, 2000, len(LOG)])
+def test_with_a_lead_on_last_is_called_once_the_chunks_in_come_within_it_of_the_end(lead: int) -> None:
+    reads = Reads(LOG)
+    got: list[int] = []  # the size of each chunk yielded
+    calls: list[int] = []  # chunks yielded before each call: the next one is the call's
+
+    async def run() -> None:
+        chunks = ranged(reads.read, 0, len(LOG), 512)
+        async for data in read_ahead(chunks, 0, len(LOG), lambda: calls.append(len(got)), lead=lead):
+            got.append(len(data))
+
+    asyncio.run(run())
+    assert sum(got) == len(LOG) and len(got) > 2
+    ends = list(itertools.accumulate(got))
+    assert calls == [next(i for i, end in enumerate(ends) if len(LOG) - end <= lead)]
+    if lead == len(LOG):
+        assert calls == [0]  # from the first chunk, with the second one's read in flight
