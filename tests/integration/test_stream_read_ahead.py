@@ -1,9 +1,11 @@
-"""A range stream reads the next remote segment while the last chunk of one is sent.
+"""A range stream reads the next remote segment while the end of one is sent.
 
 The batches read through the stream's reader (:class:`rlm.stream.reader.BatchReader`) over a
-partition tiered to several segments, with the remote reads recorded: by the time the last batch
-of a segment is taken, the next segment's read has begun, each segment is read by one streamed
-read (one GET on S3) and nothing else, and the batches are those of the brute-force read.
+partition tiered to several segments, with the remote reads recorded: by the time the first batch
+of a segment is taken, the next segment's read has begun (the segments are smaller than
+:data:`~rlm.stream.reader.NEXT_SEGMENT_LEAD_BYTES`, so the whole of each is within it of its end),
+each segment is read by one streamed read (one GET on S3) and nothing else, and the batches are
+those of the brute-force read.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from rlm.log.batches import decode_batch
 from rlm.metastore.model import SegmentState, TopicPartition
 from rlm.stream.chunks import Chunk, StreamBatch
 from rlm.stream.plan import RangeQuery
-from rlm.stream.reader import AsyncRangeReader, BatchReader
+from rlm.stream.reader import NEXT_SEGMENT_LEAD_BYTES, AsyncRangeReader, BatchReader
 from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
 from tests.integration.test_stream import expected
 from tests.lookup_support import TOPIC, Tiered
@@ -56,7 +58,7 @@ async def on_threads(call: Callable[[], T]) -> T:
     return await asyncio.get_running_loop().run_in_executor(None, call)
 
 
-def test_the_next_segment_is_read_while_the_last_chunk_of_one_is_taken(tiered: Tiered) -> None:
+def test_the_next_segment_is_read_while_the_end_of_one_is_taken(tiered: Tiered) -> None:
     rt, truth = tiered.runtime, tiered.truth
     tp = TopicPartition(TOPIC, 0)
     streams = rt.streams
@@ -64,19 +66,20 @@ def test_the_next_segment_is_read_while_the_last_chunk_of_one_is_taken(tiered: T
     finished = list(rt.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
     remote = [s for s in finished if plan.local_start is None or s.start_offset < plan.local_start]
     assert len(remote) >= 2, "one remote segment: the test would test nothing"
+    assert all(s.size_bytes < NEXT_SEGMENT_LEAD_BYTES for s in remote)
     next_key = {s.layout.log_key: t.layout.log_key for s, t in itertools.pairwise(remote)}
-    last_of = {s.layout.log_key: s.end_offset for s in remote}
     recorded = Recorded(streams.remote)
 
     async def read() -> list[StreamBatch]:
         reader = BatchReader(
             plan, streams.service, streams.indexes, recorded, on_threads, chunk_bytes=streams.chunk_bytes
         )
-        taken = []
+        taken: list[StreamBatch] = []
         async for batch in reader.batches():
+            first = not taken or taken[-1].name != batch.name
             taken.append(batch)
             following = next_key.get(batch.name)
-            if following is not None and batch.header.last_offset >= last_of[batch.name]:
+            if following is not None and first:
                 waited = 0.0  # the read ahead runs on the loop while the consumer waits here
                 while following not in [key for key, _, _ in recorded.asked] and waited < PATIENCE_S:
                     await asyncio.sleep(0.01)
