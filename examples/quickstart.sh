@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The quick start behind `make run`: a generated Kafka log dir, `rlm serve` on the embedded defaults
 # (SQLite metadata, a local-directory remote store), tiering, then offset lookups over REST and
-# gRPC that hit the remote tier and the local tier.
+# gRPC that hit the remote tier and the local tier, and a stream of the records between them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=.venv/bin
@@ -74,11 +74,23 @@ curl -sf -H "Authorization: Bearer $READ_TOKEN" -H 'Content-Type: application/js
   -d '{"topics":[{"name":"orders","partitions":[{"partition_index":0,"timestamp":-2},{"partition_index":1,"timestamp":-5},{"partition_index":9,"timestamp":0}]}]}'
 echo
 
-echo "== 6. gRPC: the same questions"
+echo "== 6. REST: the records from $EARLY to $LATE, one stream across both tiers (NDJSON, a record a line)"
+RANGE="/v1/topics/orders/partitions/0/records?from_timestamp=$EARLY&to_timestamp=$LATE"
+echo "curl -H 'Accept: application/x-ndjson' -H 'Authorization: Bearer ...' 'http://$HTTP$RANGE'"
+for isolation in read_uncommitted read_committed; do
+  curl -sf -H "Authorization: Bearer $READ_TOKEN" -H 'Accept: application/x-ndjson' \
+    "http://$HTTP$RANGE&isolation_level=$isolation" | $BIN/python -c '
+import json, sys
+offsets = [json.loads(line)["offset"] for line in sys.stdin]
+print(f"{sys.argv[1]}: {len(offsets)} records, offsets {offsets[0]}..{offsets[-1]}, in order: {offsets == sorted(set(offsets))}")
+' "$isolation"
+done
+
+echo "== 7. gRPC: the same questions"
 $BIN/rlm lookup orders 0 --timestamp "$EARLY" --grpc "$GRPC" --token "$READ_TOKEN"
 $BIN/rlm lookup orders 0 --timestamp "$LATE" --grpc "$GRPC" --token "$READ_TOKEN"
 
-echo "== 7. a request without a token is refused"
+echo "== 8. a request without a token is refused"
 curl -s -o /dev/null -w '%{http_code}\n' "http://$HTTP/v1/topics/orders/partitions/0/offsets?timestamp=$EARLY"
 
 kill -TERM $SERVE && wait $SERVE || true
