@@ -65,7 +65,12 @@ def logs(draw: st.DrawFn) -> Drawn:
             continue
         count = draw(st.integers(1, 3))
         transactional = kind == "transactional"
-        pid = {"plain": -1, "idempotent": draw(st.sampled_from(IDEMPOTENT))}.get(kind, producer)
+        if kind == "plain":
+            pid = -1
+        elif kind == "idempotent":
+            pid = draw(st.sampled_from(IDEMPOTENT))
+        else:
+            pid = producer
         for i in range(count):
             key = draw(st.sampled_from(KEYS))
             fact = Fact(
