@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+from collections.abc import Iterator
 
 import pytest
 from hypothesis import given, settings
@@ -161,14 +162,45 @@ def test_columns_that_do_not_fit_are_refused() -> None:
         c_lines(cols, spans)
 
 
+BASE64_PATHS = {0: "scalar", 1: "SSSE3", 2: "AVX2"}
+
+
+@pytest.fixture(params=sorted(BASE64_PATHS), ids=list(BASE64_PATHS.values()))
+def base64_path(request: pytest.FixtureRequest) -> Iterator[int]:
+    """Each of the C writer's base64 paths in turn (``_ndjson.wide_base64``), the one the module
+    picked put back after."""
+    from rlm.stream import _ndjson
+
+    level: int = request.param
+    before = _ndjson.wide_base64(level)
+    try:
+        if _ndjson.wide_base64() != level:
+            pytest.skip(f"this CPU has no {BASE64_PATHS[level]}: the writer cannot take that path here")
+        yield level
+    finally:
+        _ndjson.wide_base64(before)
+
+
 @needs_c
-def test_values_of_every_length_and_every_sextet_are_written_as_the_reference_writes_them() -> None:
-    """Values long enough for the C writer's wide base64 path (12 bytes at a time, with 4 more
-    read), of every length up to a few hundred bytes so that every tail after it is written, and
-    bytes that make every base64 character (``+`` and ``/`` among them)."""
+def test_the_widest_base64_path_the_cpu_has_is_picked() -> None:
+    from rlm.stream import _ndjson
+
+    current = _ndjson.wide_base64()
+    assert current == _ndjson.wide_base64(max(BASE64_PATHS))  # the module starts at the widest
+    assert _ndjson.wide_base64() == current  # asking for a wider one than the CPU has keeps it
+
+
+@needs_c
+def test_values_of_every_length_and_every_sextet_are_written_as_the_reference_writes_them(
+    base64_path: int,
+) -> None:
+    """Values long enough for each of the C writer's base64 paths (24 or 12 bytes at a time, with
+    4 more read), of every length up to a few hundred bytes so that every tail after it is written,
+    at every alignment, and bytes that make every base64 character (``+`` and ``/`` among them)."""
     alphabet = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
     every_sextet = base64.b64decode(alphabet)  # 48 bytes whose base64 is the alphabet in order
     values = [bytes(range(256))[:n] for n in range(0, 260, 1)]
+    values += [bytes(range(255, -1, -1))[shift : shift + 83] for shift in range(32)]
     values += [every_sextet * k for k in (1, 3, 7)] + [b"\xff" * 61, b"\x00" * 47, os.urandom(100_003)]
     specs: list[BatchSpec] = [
         (
