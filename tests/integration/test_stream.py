@@ -22,6 +22,8 @@ import grpc
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 
 from api.auth import TokenAuthenticator
@@ -210,6 +212,38 @@ def test_time_ranges_start_and_end_at_the_lookup_answers(
         assert decoded(client, media, **params) == expected(truth, start, end, False), (low, high)
 
 
+@settings(max_examples=40)
+@given(
+    media=st.sampled_from([NDJSON, OCTET, ARROW]),
+    low=st.integers(0, 10_000),
+    high=st.none() | st.integers(0, 10_000),
+    shifts=st.tuples(st.integers(-1, 1), st.integers(-1, 1)),
+)
+def test_any_time_range_starts_and_ends_at_the_lookup_answers(
+    client: TestClient,
+    tiered: Tiered,
+    media: str,
+    low: int,
+    high: int | None,
+    shifts: tuple[int, int],
+) -> None:
+    """Time ranges between timestamps drawn from the records' (and one millisecond either side):
+    the stream starts at the offset-for-timestamp answer of the first and ends at the second's."""
+    truth = tiered.truth
+    stamps = sorted({r.record.timestamp for r in truth.records if not r.control})
+    since = max(0, stamps[low % len(stamps)] + shifts[0])
+    params: dict[str, Any] = {"from_timestamp": str(since), "isolation_level": "read_uncommitted"}
+    start = truth.for_timestamp(since).offset
+    start = truth.high_watermark if start < 0 else start
+    end = None
+    if high is not None:
+        until = max(0, stamps[high % len(stamps)] + shifts[1])
+        params["to_timestamp"] = str(until)
+        found = truth.for_timestamp(until).offset
+        end = truth.high_watermark if found < 0 else found
+    assert decoded(client, media, **params) == expected(truth, start, end, False)
+
+
 def test_bad_arguments_are_refused_in_words(client: TestClient) -> None:
     both = client.get(URL, params={"offset": 1, "from_timestamp": "earliest"}, headers={"Accept": NDJSON})
     assert both.status_code == 400 and "not both" in both.text
@@ -289,6 +323,40 @@ def test_grpc_streams_equal_the_brute_force_read(
     low = sorted(r.record.timestamp for r in truth.records if not r.control)[5]
     start = truth.for_timestamp(low).offset
     assert grpc_records(stub, False, from_timestamp=str(low)) == expected(truth, start, None, False)
+
+
+@settings(max_examples=80)
+@given(
+    reader=st.sampled_from([NDJSON, OCTET, ARROW, "grpc", "grpc raw"]),
+    committed=st.booleans(),
+    start=st.integers(0, 10_000),
+    length=st.none() | st.integers(0, 10_000),
+)
+def test_any_offset_range_equals_the_brute_force_read(
+    client: TestClient,
+    stub: rlm_pb2_grpc.RemoteLogManagerStub,
+    tiered: Tiered,
+    reader: str,
+    committed: bool,
+    start: int,
+    length: int | None,
+) -> None:
+    """Ranges drawn anywhere from the log start offset to past the high watermark (starting and
+    ending inside batches, in either tier or across their boundary, inside transactions, empty),
+    read over REST in each medium and over gRPC."""
+    truth = tiered.truth
+    span = truth.high_watermark + 12 - truth.log_start_offset
+    first = truth.log_start_offset + start % span
+    end = None if length is None else first + length % (span + 1 - (first - truth.log_start_offset))
+    fields: dict[str, Any] = {"offset": first}
+    if end is not None:
+        fields["end_offset"] = end
+    if reader.startswith("grpc"):
+        got = grpc_records(stub, reader.endswith("raw"), isolation_level=int(committed), **fields)
+    else:
+        isolation = "read_committed" if committed else "read_uncommitted"
+        got = decoded(client, reader, isolation_level=isolation, **fields)
+    assert got == expected(truth, first, end, committed)
 
 
 def test_grpc_errors_are_statuses(stub: rlm_pb2_grpc.RemoteLogManagerStub) -> None:
