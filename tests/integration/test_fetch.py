@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from kafka.record import MemoryRecords
 
 from rlm.errors import NotFoundError, OffsetOutOfRangeError
@@ -196,6 +198,22 @@ def test_max_bytes_is_honoured_after_the_first_batch(tiered: Tiered, max_bytes: 
         # It stopped because the next batch would not fit, not earlier.
         next_size = len(_fetch(tiered, following[0][0])[0].batches[0].data)
         assert sum(sizes) + next_size > max_bytes
+
+
+@settings(max_examples=80)
+@given(start=st.integers(0, 10_000), max_bytes=st.one_of(st.integers(1, 3000), st.just(1 << 20)))
+def test_any_offset_and_bound_fetch_whole_batches_of_the_appended_records(
+    tiered: Tiered, start: int, max_bytes: int
+) -> None:
+    """A fetch from any offset below the high watermark, with any byte bound: whole data batches of
+    the appended records, from the offset on without a gap, within the bound after the first."""
+    truth = tiered.truth
+    offset = truth.log_start_offset + start % (truth.high_watermark - truth.log_start_offset)
+    result, _ = _fetch(tiered, offset, max_bytes)
+    assert result.tier == ("remote" if offset < truth.local_start_offset else "local")
+    assert_consistent(tiered, offset, result)
+    sizes = [len(b.data) for b in result.batches]
+    assert len(sizes) == 1 or sum(sizes) <= max_bytes
 
 
 def test_offsets_outside_the_log_are_out_of_range(tiered: Tiered) -> None:
