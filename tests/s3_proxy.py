@@ -26,7 +26,9 @@ sends and parses real HTTP. Faults are injected per S3 operation:
 * ``SMALL_PAGES``: ask for listing pages of two entries (``max-keys=2``), so that a few keys
   cross many page ends;
 * ``IGNORE_CONTINUATION``: drop a listing's ``continuation-token``, so the server answers its
-  first page again (a store that does not implement it).
+  first page again (a store that does not implement it);
+* ``READS_EMPTY``: answer a HEAD or GET as for an empty object (a store that answers a PUT before
+  the object reads back whole, as s3rver does now and then).
 
 A fault may apply to every ``every``-th request of its operations only (``inject(..., every=3)``),
 so that retries of the failed request succeed, and to its first ``times`` requests only (so that a
@@ -74,6 +76,7 @@ class ProxyFault(enum.Enum):
     REFUSE_RANGE_PAST_END = "416 InvalidRange to a range that starts inside the object and ends past it"
     SMALL_PAGES = "listing pages of two entries"
     IGNORE_CONTINUATION = "continuation-token dropped: the first page again"
+    READS_EMPTY = "HEAD and GET answered as for an empty object"
 
 
 @dataclass(frozen=True)
@@ -272,6 +275,13 @@ class S3Proxy:
         if method == "HEAD" and self._applies(ProxyFault.NO_CHECKSUM_ON_HEAD, operation):
             answer_headers = [
                 (n, v) for n, v in answer_headers if not n.lower().startswith("x-amz-checksum-")
+            ]
+        if method in ("HEAD", "GET") and status == 200 and self._applies(ProxyFault.READS_EMPTY, operation):
+            answer = b""
+            answer_headers = [
+                (n, "0" if n.lower() == "content-length" else v)
+                for n, v in answer_headers
+                if not n.lower().startswith("x-amz-checksum-")
             ]
         if len(answer) > 1 and self._applies(ProxyFault.CUT_BODY, operation):
             answer = CutBody(answer)

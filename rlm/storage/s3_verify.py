@@ -6,12 +6,18 @@ the store holds other bytes, and the object is deleted. A store may ignore the c
 then falls back to the size, which is logged once per store and counted
 (:meth:`StorageEvents.checksum_unreported`). ``read-back`` reads the whole object back and
 compares its CRC-32C, which catches what such a store would keep unnoticed.
+
+A check that finds other bytes than were sent is made once more, :data:`RECHECK_AFTER_S` later,
+before the object is deleted: a store may answer a PUT before the object reads back whole (s3rver
+answers a streamed PUT before its file is written, and reads an empty file meanwhile). Only bytes
+still other then are a mismatch; a store that needed the second look is named once in the log.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
@@ -32,6 +38,8 @@ if TYPE_CHECKING:
 _log = logging.getLogger(__name__)
 #: Bytes read at a time when reading an object back.
 _READ_CHUNK = 1024 * 1024
+#: Seconds after which a put whose check found other bytes than were sent is checked again.
+RECHECK_AFTER_S = 0.25
 
 
 class PutVerifier:
@@ -53,6 +61,7 @@ class PutVerifier:
         self._events = events
         self._delete = delete
         self._warned = threading.Event()
+        self._lag_warned = threading.Event()
 
     def verify(self, key: str, full_key: str, size: int, sent: Uploaded) -> None:
         """Check the object just put; delete it unless it holds what was sent.
@@ -61,13 +70,15 @@ class PutVerifier:
             ChecksumMismatchError: It does not (retriable: the put may be made again).
             StorageUnavailableError / StorageError: The check itself failed.
         """
-        mode = self._config.verify_after_put
-        if mode == "off":
+        if self._config.verify_after_put == "off":
             return
-        problem = self._head_problem(key, full_key, size, sent) if mode == "head" else None
-        if mode == "read-back":
-            problem = self._read_back_problem(key, full_key, size, sent)
+        first = self._problem(key, full_key, size, sent)
+        if first is None:
+            return
+        time.sleep(RECHECK_AFTER_S)  # the store may not read back whole yet (module docstring)
+        problem = self._problem(key, full_key, size, sent)
         if problem is None:
+            self._lagged(key, first)
             return
         error = ChecksumMismatchError(f"S3 put {key!r}: {problem}; the object was deleted", key=key)
         try:
@@ -75,6 +86,26 @@ class PutVerifier:
         except RlmError as exc:  # the copier's cleanup deletes it later; the mismatch is what matters
             error = ChecksumMismatchError(f"S3 put {key!r}: {problem}; deleting it failed: {exc}", key=key)
         raise error
+
+    def _problem(self, key: str, full_key: str, size: int, sent: Uploaded) -> str | None:
+        """What the stored object holds other than was sent, as ``verify_after_put`` checks it;
+        None when nothing."""
+        if self._config.verify_after_put == "read-back":
+            return self._read_back_problem(key, full_key, size, sent)
+        return self._head_problem(key, full_key, size, sent)
+
+    def _lagged(self, key: str, first: str) -> None:
+        if self._lag_warned.is_set():
+            return
+        self._lag_warned.set()
+        _log.warning(
+            "the S3 store answered the put of %s before it read back whole (%s), and held what was "
+            "sent %s s later: puts are checked again before they count as a mismatch (this is said "
+            "once)",
+            key,
+            first,
+            RECHECK_AFTER_S,
+        )
 
     def _head_problem(self, key: str, full_key: str, size: int, sent: Uploaded) -> str | None:
         crc32c = self._config.checksums == "crc32c"

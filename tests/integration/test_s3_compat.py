@@ -288,6 +288,36 @@ def test_a_store_reporting_no_checksum_is_checked_by_size_said_once_and_counted(
     store.close()
 
 
+@pytest.mark.parametrize("verify", ["head", "read-back"])
+def test_a_put_that_reads_back_whole_only_a_moment_later_is_checked_again_not_deleted(
+    s3_server: S3Server,
+    proxy: S3Proxy,
+    verify: Literal["head", "read-back"],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # s3rver answers a streamed PUT before its file is written: a HEAD or GET right after may find
+    # it empty. The check is made again a moment later before the put counts as a mismatch.
+    data = random.Random(5).randbytes(1000)
+    operation = "HeadObject" if verify == "head" else "GetObject"
+    store = _store(s3_server, proxy, replace(TEST_S3_CONFIG, verify_after_put=verify))
+    proxy.inject(ProxyFault.READS_EMPTY, operation, times=1)
+    with caplog.at_level(logging.WARNING, logger="rlm.storage.s3_verify"):
+        assert store.put_object("k.log", data).size == 1000
+        proxy.inject(ProxyFault.READS_EMPTY, operation, times=1)
+        assert store.put_object("k2.log", data).size == 1000
+    assert store.read_range("k.log", 0, 1000) == data and store.read_range("k2.log", 0, 1000) == data
+    lagged = [r.getMessage() for r in caplog.records if "before it read back whole" in r.getMessage()]
+    assert len(lagged) == 1 and "k.log" in lagged[0] and "0 bytes" in lagged[0]  # said once
+
+    proxy.inject(ProxyFault.READS_EMPTY, operation)  # a store that keeps it empty
+    with pytest.raises(ChecksumMismatchError, match=r"0 bytes (stored|read back), 1000 sent") as raised:
+        store.put_object("k3.log", data)
+    assert raised.value.retriable is True
+    proxy.clear()
+    assert store.object_size("k3.log") is None  # deleted
+    store.close()
+
+
 @pytest.mark.parametrize("size", [1000, MULTIPART_SIZE], ids=["single", "multipart"])
 def test_read_back_catches_bytes_a_store_ignoring_checksums_kept_damaged(
     s3rver: S3Server,
