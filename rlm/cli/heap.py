@@ -13,6 +13,9 @@ at a heap's top mapped.
 
 What streams freed is handed back once they have gone idle (:func:`give_back_freed_heap`): a server
 that has streamed then returns to near the memory it started with, rather than keeping its burst's.
+While they run, it is handed back each time the process has grown by 16 MiB
+(:class:`GiveBackWhenGrown`): freed blocks kept between blocks in use would otherwise grow a
+stream's heaps well past what it holds.
 
 Either glibc environment variable (``MALLOC_MMAP_THRESHOLD_``, ``MALLOC_TRIM_THRESHOLD_``) set
 leaves malloc as the environment configures it; other C libraries are left alone.
@@ -22,7 +25,8 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 
 MMAP_THRESHOLD_BYTES = 16 * 1024 * 1024
 TRIM_THRESHOLD_BYTES = 64 * 1024 * 1024
@@ -31,6 +35,11 @@ ENVIRONMENT = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
 # mallopt's parameter numbers (malloc.h).
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+#: How much the process may grow while streams run before their freed heap is handed back
+#: (:class:`GiveBackWhenGrown`), and how often streams' reads have it checked.
+GROWN_BYTES = 16 * 1024 * 1024
+CHECK_EVERY_READ_BYTES = 16 * 1024 * 1024
 
 
 def keep_freed_blocks(environ: Mapping[str, str] = os.environ) -> bool:
@@ -70,6 +79,15 @@ def give_back_freed_heap() -> bool:
     return bool(trim(0))
 
 
+def resident_bytes() -> int:
+    """The process's resident memory (``/proc/self/statm``; 0 where there is none)."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * PAGE_BYTES
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
 def _glibc() -> ctypes.CDLL | None:
     """The process's C library where it is glibc, else None."""
     try:
@@ -78,3 +96,47 @@ def _glibc() -> ctypes.CDLL | None:
     except (OSError, AttributeError):
         return None
     return libc
+
+
+class GiveBackWhenGrown:
+    """Hands the free heap back (:func:`give_back_freed_heap`) while streams run, once the process's
+    resident memory has grown by :data:`GROWN_BYTES` from the least it was seen at since the last
+    time it did (or since it was made: memory handed back once streams went idle counts as well):
+    ``serve`` calls it every :data:`CHECK_EVERY_READ_BYTES` that streams read.
+
+    The thresholds keep freed blocks, but not in their place: a stream's pieces and reads are of
+    many sizes, each freed block is a size the next does not fit, and a thread's heap grows past
+    the blocks in use. A first NDJSON stream of a 1 GiB range (records of 120 KiB) grew a fresh
+    ``serve`` by 70-76 MiB, with its two encoding threads' heaps at about 33 MiB each and 0.3 MiB
+    of them in use. Handed back on a growth of 16 MiB, it grew by 32 MiB, for the same CPU (3.0 s
+    of the server's for the range; the pages are faulted back only as they are used again).
+    What streams hold is not freed by it: many streams growing the process at once have it hand
+    back once per 16 MiB they add.
+    """
+
+    def __init__(
+        self,
+        grown_bytes: int = GROWN_BYTES,
+        *,
+        resident: Callable[[], int] = resident_bytes,
+        give_back: Callable[[], object] = give_back_freed_heap,
+    ) -> None:
+        self.grown_bytes = grown_bytes
+        self._resident = resident
+        self._give_back = give_back
+        self._lock = threading.Lock()
+        self._after = resident()
+        self.given_back = 0
+        """Times the heap was handed back."""
+
+    def __call__(self) -> bool:
+        """Hand the heap back if the process has grown by ``grown_bytes``; returns whether it did."""
+        with self._lock:
+            now = self._resident()
+            if now - self._after < self.grown_bytes:
+                self._after = min(self._after, now)
+                return False
+            self._give_back()
+            self.given_back += 1
+            self._after = self._resident()
+            return True

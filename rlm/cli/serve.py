@@ -11,7 +11,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from rlm.cli.common import add_settings_options, settings_from_args
-from rlm.cli.heap import give_back_freed_heap, keep_freed_blocks
+from rlm.cli.heap import CHECK_EVERY_READ_BYTES, GiveBackWhenGrown, give_back_freed_heap, keep_freed_blocks
 from rlm.config import Settings
 from rlm.errors import BrokerIdUnknownError
 
@@ -67,12 +67,14 @@ def _serve(args: argparse.Namespace) -> int:
         changes["grpc_port"] = args.grpc_port
     if changes:
         settings = settings.replace(**changes)
-    return _run(serve(settings, ready=_give_back_when_idle))
+    return _run(serve(settings, ready=_give_back_freed_heap))
 
 
-def _give_back_when_idle(runtime: Runtime) -> None:
-    """What a burst of streams freed is handed back to the kernel once the streams are idle."""
+def _give_back_freed_heap(runtime: Runtime) -> None:
+    """What a burst of streams freed is handed back to the kernel once the streams are idle, and
+    while they run once the process has grown by :data:`rlm.cli.heap.GROWN_BYTES`."""
     runtime.streams.when_idle(give_back_freed_heap)
+    runtime.streams.when_read(CHECK_EVERY_READ_BYTES, GiveBackWhenGrown())
 
 
 def _settings_once_known(args: argparse.Namespace) -> Settings:

@@ -16,7 +16,8 @@
   as many at once as it has threads, each that fraction of a chunk, so that together they hold one
   chunk's bytes (:meth:`RecordStreams.encoded_range`, :mod:`rlm.stream.local_chunks`).
 * Calls registered with :meth:`RecordStreams.when_idle` run on that executor once a burst of
-  streams is over (``rlm serve`` hands the memory the streams freed back to the kernel).
+  streams is over, those registered with :meth:`RecordStreams.when_read` each time streams have
+  read so many bytes more (``rlm serve`` hands the memory the streams freed back to the kernel).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import asyncio
 import collections
 import contextlib
 import logging
+import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TypeVar
@@ -72,6 +74,14 @@ class StreamSlot:
 class _Meter:
     def __init__(self, metrics: Metrics | None) -> None:
         self.metrics = metrics
+        self._lock = threading.Lock()
+        self._read = 0  # bytes since the last of the calls every so many bytes
+        self._every: tuple[int, Callable[[], object]] | None = None
+
+    def every(self, size: int, call: Callable[[], object]) -> None:
+        if size < 1:
+            raise ValueError(f"size must be ≥ 1, not {size}")
+        self._every = (size, call)
 
     def read_started(self) -> None:
         if self.metrics is not None:
@@ -81,6 +91,16 @@ class _Meter:
         if self.metrics is not None:
             self.metrics.stream_reads_in_flight.dec()
             self.metrics.stream_read_bytes.inc(size)
+        if self._every is None:
+            return
+        every, call = self._every
+        with self._lock:
+            self._read += size
+            due = self._read >= every
+            if due:
+                self._read = 0
+        if due:
+            call()
 
 
 class RecordStreams:
@@ -159,6 +179,15 @@ class RecordStreams:
         """Run ``call`` on the streams' executor each time no stream has been sent for
         ``idle_after_s`` after the last one ended (once per burst of streams; not before the first)."""
         self._idle_calls.append(call)
+
+    def when_read(self, every_bytes: int, call: Callable[[], object]) -> None:
+        """Run ``call`` on the streams' executor each time the process's streams have read
+        ``every_bytes`` more, counted as their reads end (replacing an earlier such call)."""
+        self._meter.every(every_bytes, lambda: self._submit(call))
+
+    def _submit(self, call: Callable[[], object]) -> None:
+        with contextlib.suppress(RuntimeError):  # closed: the process is stopping
+            self._executor.submit(_logged, call)
 
     def _idle(self, loop: asyncio.AbstractEventLoop) -> None:
         self._idle_timer = None
@@ -241,7 +270,7 @@ def _logged(call: Callable[[], object]) -> None:
     try:
         call()
     except Exception:
-        log.exception("an idle call of the streams failed")
+        log.exception("a call registered with the streams failed")
 
 
 async def encode_ahead(

@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -91,3 +92,49 @@ def test_nothing_is_handed_back_without_glibc(monkeypatch: pytest.MonkeyPatch) -
 
     monkeypatch.setattr(heap, "_glibc", lambda: None)
     assert heap.give_back_freed_heap() is False
+
+
+class Process:
+    """A process whose resident memory the test sets; handing back takes it to ``after``."""
+
+    def __init__(self, resident: int) -> None:
+        self.resident = resident
+        self.after: int | None = None
+        self.handed_back = 0
+
+    def give_back(self) -> None:
+        self.handed_back += 1
+        if self.after is not None:
+            self.resident = self.after
+
+
+def test_the_heap_is_handed_back_each_time_the_process_has_grown_by_the_bound() -> None:
+    from rlm.cli.heap import GiveBackWhenGrown
+
+    process = Process(100)
+    keeper = GiveBackWhenGrown(10, resident=lambda: process.resident, give_back=process.give_back)
+    process.resident = 109
+    assert keeper() is False and process.handed_back == 0  # grown by less than the bound
+    process.resident, process.after = 110, 104
+    assert keeper() is True and process.handed_back == 1
+    # Measured from what it was after handing back (104), not from where it began (100).
+    process.resident = 113
+    assert keeper() is False
+    process.resident, process.after = 114, 114  # nothing given back: still from 114 on
+    assert keeper() is True
+    process.resident = 120
+    assert keeper() is False
+    # Smaller since (memory handed back once streams went idle): measured from the least seen.
+    process.resident = 90
+    assert keeper() is False
+    process.resident, process.after = 100, 95
+    assert keeper() is True
+    assert (process.handed_back, keeper.given_back) == (3, 3)
+
+
+def test_the_resident_memory_is_the_processes() -> None:
+    from rlm.cli.heap import resident_bytes
+
+    status = Path("/proc/self/status").read_text().splitlines()
+    rss_kib = int(next(line for line in status if line.startswith("VmRSS")).split()[1])
+    assert abs(resident_bytes() - rss_kib * 1024) < 16 * 1024 * 1024

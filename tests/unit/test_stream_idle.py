@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from typing import Any, cast
 
 from rlm.stream.service import RecordStreams
@@ -104,4 +105,52 @@ def test_a_failing_idle_call_is_logged_and_the_next_burst_calls_again(caplog: An
     finally:
         s.close()
     assert len(tries) == 2
-    assert "an idle call of the streams failed" in caplog.text
+    assert "a call registered with the streams failed" in caplog.text
+
+
+class Reads:
+    """Ends reads as a stream's do (through the streams' meter), as sizes."""
+
+    def __init__(self, s: RecordStreams) -> None:
+        self.meter = s._meter
+
+    def end(self, *sizes: int) -> None:
+        for size in sizes:
+            self.meter.read_started()
+            self.meter.read_ended(size)
+
+
+def test_the_read_call_runs_on_the_executor_each_time_so_many_more_bytes_are_read() -> None:
+    calls: list[str] = []
+    lock = threading.Lock()
+
+    def call() -> None:
+        with lock:
+            calls.append(threading.current_thread().name)
+
+    s = streams()
+    try:
+        reads = Reads(s)
+        reads.end(400, 500)  # not yet every_bytes: nothing runs
+        s.when_read(1000, call)
+        reads.end(400, 500)
+        assert s._meter._read == 900  # counted, below every_bytes: nothing submitted
+        reads.end(100)  # 1000 read since the call was registered
+        reads.end(999)
+        reads.end(1, 5000)  # one read of more than every_bytes: one call, the count from zero
+        reads.end(999)
+        deadline = time.monotonic() + 10
+        while len(calls) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(PAST_IT_S)  # no more than the three
+        assert len(calls) == 3
+        assert all(name.startswith("rlm-stream-io") for name in calls)
+    finally:
+        s.close()
+
+
+def test_a_read_call_after_the_streams_are_closed_is_dropped_not_raised() -> None:
+    s = streams()
+    s.when_read(1, lambda: None)
+    s.close()
+    Reads(s).end(10)  # the read ends as it would have; the call is not made
