@@ -198,20 +198,23 @@ class RecordFetcher:
         segment = self.service.remote_segment_for_offset(tp, local, offset)
         if segment is None:
             raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}")
+        last = self.service.remote_answer_end(tp, local, segment)
         position = self.indexes.offset_index(segment, stats).lookup(offset).position
         reader = RemoteLogReader(self.storage, segment, stats, checkpoint)
         taken = 0
         for header, data in reader.batches(position):
             if header.last_offset < offset:
                 continue
-            if _past_the_end(header, result, taken, max_bytes):
+            if header.base_offset > last or _past_the_end(header, result, taken, max_bytes):
                 return
-            result.next_offset = header.next_offset
-            if header.is_control:
-                continue
-            records = _decode(header, data, segment.layout.log_key, offset, result.high_watermark)
-            result.batches.append(FetchedBatch(header, data, records))
-            taken += header.size
+            # A batch reaching past the copy's last answered offset is the old leader's there.
+            result.next_offset = min(header.next_offset, last + 1)
+            if not header.is_control:
+                records = _decode(header, data, segment.layout.log_key, offset, result.high_watermark)
+                result.batches.append(FetchedBatch(header, data, [r for r in records if r.offset <= last]))
+                taken += header.size
+            if header.last_offset >= last:
+                return
 
 
 def _past_the_end(header: BatchHeader, result: FetchResult, taken: int, max_bytes: int) -> bool:

@@ -16,7 +16,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from rlm.bootstrap import build_runtime
 from rlm.errors import SegmentNotCopiedError
 from rlm.log.batches import decode_batch
 from rlm.log.byte_source import BytesSource, iter_headers
@@ -543,3 +545,57 @@ def aborted_transactions(tiering: Tiering, segment: RemoteSegment | None) -> lis
     assert segment is not None
     data = read_index(tiering.storage, segment.layout, IndexType.TRANSACTION)
     return [] if data is None else list(TransactionIndex.from_bytes(segment.start_offset, data).entries())
+
+
+Fetched = tuple[str | None, int, list[tuple[int, int]]]
+
+
+def fetched(tiering: Tiering, log_dir: Path, offsets: list[int]) -> dict[int, Fetched]:
+    """A bounded fetch at each offset (the log start offset put at 0, so that the copies' first
+    offsets are read): its tier, next offset, and each record's offset and batch leader epoch."""
+    set_log_start_offsets(log_dir, {TP: 0})
+    rt = build_runtime(tiering.settings, registry=CollectorRegistry(), storage=tiering.storage)
+    try:
+        answers = {}
+        for offset in offsets:
+            result = rt.fetcher.fetch(TP, offset, 1 << 20)
+            records = [(r.offset, b.header.leader_epoch) for b in result.batches for r in b.records]
+            answers[offset] = (result.tier, result.next_offset, records)
+        return answers
+    finally:
+        rt.close()
+
+
+def new_leaders_from(offset: int, last: int) -> list[tuple[int, int]]:
+    return [(o, 6) for o in range(offset, last + 1)]
+
+
+def test_a_fetch_of_a_copy_kept_past_the_cut_answers_its_records_below_the_cut_then_the_brokers(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The kept copy's batch 20..29 holds the old leader's 25..29: a fetch below the cut gives 20..24
+    of it and sends the next fetch to 25, where the new leader's records are, both while the copy
+    past the cut waits and once it is made."""
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6))  # 28.. is the active segment: the copy waits
+    drop_local_segments_below(log_dir, 25)
+    tiering.copier().run_once()
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,))]
+
+    waiting = fetched(tiering, log_dir, [20, 24, 25])
+    assert waiting[20] == ("remote", 25, [(o, 5) for o in range(20, 25)])
+    assert waiting[24] == ("remote", 25, [(24, 5)])
+    tier, next_offset, records = waiting[25]
+    assert tier == "local" and next_offset > 25 and records == new_leaders_from(25, next_offset - 1)
+
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6))  # rolled at 35
+    drop_local_segments_below(log_dir, 25)
+    assert tiering.copier().run_once()[0].copied_segments == 1
+    drop_local_segments_below(log_dir, 35)  # the broker's copy of 25..34 answers remotely now
+    joined = fetched(tiering, log_dir, [22, 25, 29])
+    assert joined[22] == ("remote", 25, [(o, 5) for o in range(22, 25)])
+    assert joined[25] == ("remote", 35, new_leaders_from(25, 34))
+    assert joined[29] == ("remote", 35, new_leaders_from(29, 34))
