@@ -44,6 +44,10 @@ class StreamBatch(NamedTuple):
     tier: str
     name: str
     """The object key or file the batch was read from, for error messages."""
+    last: int | None = None
+    """The last of its records a decoded stream sends, where that is not the batch's: a diverged
+    copy's batch kept across the cut, whose records past it are the old leader's
+    (:meth:`rlm.lookup.service.LookupService.remote_answer_end`). None: as the range has it."""
 
 
 class ReadMeter(Protocol):

@@ -29,7 +29,11 @@ with :class:`~rlm.errors.OffsetOutOfRangeError`.
 
 Batches sent: every stored batch overlapping ``[start, end)`` that lies wholly below the last
 fetchable offset, but control batches (transaction markers) and, with READ_COMMITTED, the batches
-of aborted transactions.
+of aborted transactions. A stream of records (:attr:`BatchReader.decoded`) reads a remote copy up
+to the last offset reads answer from it
+(:meth:`~rlm.lookup.service.LookupService.remote_answer_end`): of a diverged copy's batch kept
+across the cut, it sends the records below the cut (:attr:`StreamBatch.last
+<rlm.stream.chunks.StreamBatch.last>`) and goes on from the cut.
 """
 
 from __future__ import annotations
@@ -134,8 +138,13 @@ class BatchReader:
         *,
         chunk_bytes: int,
         meter: ReadMeter | None = None,
+        decoded: bool = False,
     ) -> None:
         self.plan = plan
+        self.decoded = decoded
+        """Whether the stream sends records rather than the batches as stored: of a diverged copy's
+        batch kept across the cut it then sends the records below the cut, and goes on from the
+        cut (the broker's log, then its copy); raw batches are sent whole, and go on after it."""
         self.service = service
         self.indexes = indexes
         self.remote = remote
@@ -321,26 +330,40 @@ class BatchReader:
                 lambda: self.indexes.offset_index(segment).lookup(offset).position
             )
         key = segment.layout.log_key
+        # The copy's last answered offset, where the stream sends records: asked while its first
+        # bytes are on their way.
+        last: int | None = None
+        answer_end: asyncio.Future[int] | None = None
+        if self.decoded:
+            local = self.plan.local
+            answer_end = asyncio.ensure_future(
+                self._blocking(lambda: self.service.remote_answer_end(tp, local, segment))
+            )
         if ahead is not None and ahead.pieces is not None and position == 0:
             chunks = _then(ahead.first, ahead.pieces)  # the read begun ahead goes on
         else:
             if ahead is not None and ahead.pieces is not None:
                 await ahead.pieces.aclose()
             chunks = self._remote_pieces(key, position, segment.size_bytes)
-        async with contextlib.aclosing(
-            batch_runs(
-                read_ahead(
-                    chunks,
+        async with (
+            _dropped(answer_end),
+            contextlib.aclosing(
+                batch_runs(
+                    read_ahead(
+                        chunks,
+                        position,
+                        segment.size_bytes,
+                        lambda: self._start_ahead(segment),
+                        lead=NEXT_SEGMENT_LEAD_BYTES,
+                    ),
                     position,
-                    segment.size_bytes,
-                    lambda: self._start_ahead(segment),
-                    lead=NEXT_SEGMENT_LEAD_BYTES,
-                ),
-                position,
-                name=key,
-            )
-        ) as found:
+                    name=key,
+                )
+            ) as found,
+        ):
             async for run in found:
+                if answer_end is not None and last is None:
+                    last = await answer_end
                 sent: list[StreamBatch] = []
                 for header, data in run:
                     if header.last_offset < self.next_offset:
@@ -357,6 +380,15 @@ class BatchReader:
                         if sent:
                             yield sent
                         yield None
+                        return
+                    if last is not None and header.last_offset > last:
+                        # Another copy or the broker's log answers past ``last``: of a batch
+                        # across it, the records up to it (the old leader's are past it).
+                        self.next_offset = max(self.next_offset, last + 1)
+                        if header.base_offset <= last and is_sent(header, self._aborted):
+                            sent.append(StreamBatch(header, data, "remote", key, last))
+                        if sent:
+                            yield sent
                         return
                     self.next_offset = header.last_offset + 1
                     if is_sent(header, self._aborted):
@@ -533,3 +565,16 @@ def _retrieved(future: asyncio.Future[Any]) -> None:
     as never retrieved."""
     if not future.cancelled():
         future.exception()
+
+
+@contextlib.asynccontextmanager
+async def _dropped(call: asyncio.Future[Any] | None) -> AsyncIterator[None]:
+    """Cancels ``call`` at the end of the block where it is still running; its outcome, unseen in
+    the block, is dropped (a failure included, not left to be logged as never retrieved)."""
+    try:
+        yield
+    finally:
+        if call is not None:
+            call.cancel()  # done: nothing to cancel
+            with contextlib.suppress(BaseException):
+                await call

@@ -10,14 +10,19 @@ leader's untiered below the highest copied offset.
 
 from __future__ import annotations
 
+import itertools
+import json
 import logging
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
+from api.rest.app import create_app
 from rlm.bootstrap import build_runtime
 from rlm.errors import SegmentNotCopiedError
 from rlm.log.batches import decode_batch
@@ -570,19 +575,38 @@ def new_leaders_from(offset: int, last: int) -> list[tuple[int, int]]:
     return [(o, 6) for o in range(offset, last + 1)]
 
 
-def test_a_fetch_of_a_copy_kept_past_the_cut_answers_its_records_below_the_cut_then_the_brokers(
-    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The kept copy's batch 20..29 holds the old leader's 25..29: a fetch below the cut gives 20..24
-    of it and sends the next fetch to 25, where the new leader's records are, both while the copy
-    past the cut waits and once it is made."""
+def waiting_past_the_cut(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> tuple[Tiering, Path]:
+    """The old leader's 0..39 tiered in batches of 10 (epoch 5 from 20), then the new leader's log
+    (epoch 6 from 20) with its segments below 25 deleted: the copy of 20..29 is kept whole, and the
+    copy past the cut waits for the broker's segment after 25..27 to roll."""
     log_dir = tmp_path / "logs"
     write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)
     tiering = tiering_factory(backend, log_dir)
     tiering.copier().run_once()
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6))  # 28.. is the active segment: the copy waits
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6))  # 28.. is the active segment
     drop_local_segments_below(log_dir, 25)
     tiering.copier().run_once()
+    return tiering, log_dir
+
+
+def joined_past_the_cut(tiering: Tiering, log_dir: Path) -> None:
+    """The broker's segment rolled at 35: the copy of 25..34 made, then deleted locally (it answers
+    remotely from 25 on)."""
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6))
+    drop_local_segments_below(log_dir, 25)
+    assert tiering.copier().run_once()[0].copied_segments == 1
+    drop_local_segments_below(log_dir, 35)
+
+
+def test_a_fetch_of_a_copy_kept_past_the_cut_answers_its_records_below_the_cut_then_the_brokers(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    """The kept copy's batch 20..29 holds the old leader's 25..29: a fetch below the cut gives 20..24
+    of it and sends the next fetch to 25, where the new leader's records are, both while the copy
+    past the cut waits and once it is made."""
+    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
     assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,))]
 
     waiting = fetched(tiering, log_dir, [20, 24, 25])
@@ -591,11 +615,69 @@ def test_a_fetch_of_a_copy_kept_past_the_cut_answers_its_records_below_the_cut_t
     tier, next_offset, records = waiting[25]
     assert tier == "local" and next_offset > 25 and records == new_leaders_from(25, next_offset - 1)
 
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6))  # rolled at 35
-    drop_local_segments_below(log_dir, 25)
-    assert tiering.copier().run_once()[0].copied_segments == 1
-    drop_local_segments_below(log_dir, 35)  # the broker's copy of 25..34 answers remotely now
+    joined_past_the_cut(tiering, log_dir)
     joined = fetched(tiering, log_dir, [22, 25, 29])
     assert joined[22] == ("remote", 25, [(o, 5) for o in range(22, 25)])
     assert joined[25] == ("remote", 35, new_leaders_from(25, 34))
     assert joined[29] == ("remote", 35, new_leaders_from(29, 34))
+
+
+def streamed(tiering: Tiering, log_dir: Path, params: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
+    """The range of ``params`` streamed over REST as NDJSON and Arrow records, offsets and leader
+    epochs, and as raw batches, first and last offsets (the log start offset put at 0)."""
+    set_log_start_offsets(log_dir, {TP: 0})
+    rt = build_runtime(tiering.settings, registry=CollectorRegistry(), storage=tiering.storage)
+    path = f"/v1/topics/{TP.topic}/partitions/{TP.partition}/records"
+    try:
+        app = create_app(tiering.settings.replace(auth_enabled=False), runtime_=rt)
+        with TestClient(app) as client:
+            answers = {
+                media: client.get(path, params=params, headers={"Accept": media})
+                for media in (
+                    "application/x-ndjson",
+                    "application/vnd.apache.arrow.stream",
+                    "application/octet-stream",
+                )
+            }
+    finally:
+        rt.close()
+    assert all(answer.status_code == 200 for answer in answers.values())
+    lines = [json.loads(line) for line in answers["application/x-ndjson"].text.splitlines()]
+    table = pa.ipc.open_stream(answers["application/vnd.apache.arrow.stream"].content).read_all()
+    raw = answers["application/octet-stream"].content
+    return {
+        "ndjson": [(line["offset"], line["leader_epoch"]) for line in lines],
+        "arrow": list(zip(table["offset"].to_pylist(), table["leader_epoch"].to_pylist(), strict=True)),
+        "raw": [(h.base_offset, h.last_offset) for h in iter_headers(BytesSource(raw))],
+    }
+
+
+def test_a_stream_across_a_copy_kept_past_the_cut_sends_its_records_below_the_cut_then_the_brokers(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    """Records streamed from the kept copy's batch 20..29 stop at the cut; the new leader's 25.. follow
+    from the broker's log while the copy past the cut waits, and from that copy once it is made.
+    Raw batches are the stored ones, whole."""
+    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
+
+    waiting = streamed(tiering, log_dir, {"offset": 12, "end_offset": 28})
+    expected = [(o, 4) for o in range(12, 20)] + [(o, 5) for o in range(20, 25)] + new_leaders_from(25, 27)
+    assert waiting["ndjson"] == waiting["arrow"] == expected
+    assert waiting["raw"] == [(10, 19), (20, 29)]  # the kept batch whole: the broker's 25.. lie inside it
+
+    joined_past_the_cut(tiering, log_dir)
+    hw = LogDir(log_dir).partition(TP.topic, TP.partition).high_watermark()
+    assert hw is not None and hw > 35
+    for params, first, last in (
+        ({"offset": 22, "end_offset": hw + 5}, 22, hw - 1),
+        ({"offset": 21, "end_offset": 27}, 21, 26),
+    ):
+        joined = streamed(tiering, log_dir, params)
+        expected = [(o, 5) for o in range(first, 25)] + new_leaders_from(25, last)
+        assert joined["ndjson"] == joined["arrow"] == expected, params
+    assert joined["raw"] == [(20, 29)]
+    raw = streamed(tiering, log_dir, {"offset": 22, "end_offset": hw + 5})["raw"]
+    # Whole stored batches, without a gap: the one holding offset 30 in the broker's copy begins
+    # below it, at 28, as stored.
+    assert raw[0] == (20, 29) and raw[-1][1] == hw - 1
+    assert all(after[0] <= before[1] + 1 <= after[1] for before, after in itertools.pairwise(raw))
