@@ -98,11 +98,16 @@ def _glibc() -> ctypes.CDLL | None:
     return libc
 
 
+def _now(call: Callable[[], None]) -> None:
+    call()
+
+
 class GiveBackWhenGrown:
     """Hands the free heap back (:func:`give_back_freed_heap`) while streams run, once the process's
     resident memory has grown by :data:`GROWN_BYTES` from the least it was seen at since the last
     time it did (or since it was made: memory handed back once streams went idle counts as well):
-    ``serve`` calls it every :data:`CHECK_EVERY_READ_BYTES` that streams read.
+    ``serve`` calls it every :data:`CHECK_EVERY_READ_BYTES` that streams read, where their read
+    ends, and has the heap handed back on the streams' executor (``run``).
 
     The thresholds keep freed blocks, but not in their place: a stream's pieces and reads are of
     many sizes, each freed block is a size the next does not fit, and a thread's heap grows past
@@ -120,23 +125,38 @@ class GiveBackWhenGrown:
         *,
         resident: Callable[[], int] = resident_bytes,
         give_back: Callable[[], object] = give_back_freed_heap,
+        run: Callable[[Callable[[], None]], object] = _now,
     ) -> None:
         self.grown_bytes = grown_bytes
         self._resident = resident
         self._give_back = give_back
+        self._run = run
         self._lock = threading.Lock()
         self._after = resident()
+        self._pending = False  # handed to ``run``, not done yet: the checks wait for it
         self.given_back = 0
         """Times the heap was handed back."""
 
     def __call__(self) -> bool:
-        """Hand the heap back if the process has grown by ``grown_bytes``; returns whether it did."""
+        """Have ``run`` hand the heap back (:meth:`hand_back`) if the process has grown by
+        ``grown_bytes`` and no hand-back is pending; returns whether it did."""
         with self._lock:
+            if self._pending:
+                return False
             now = self._resident()
             if now - self._after < self.grown_bytes:
                 self._after = min(self._after, now)
                 return False
+            self._pending = True
+        self._run(self.hand_back)
+        return True
+
+    def hand_back(self) -> None:
+        """Hand the heap back; growth is measured from what the process holds after it."""
+        try:
             self._give_back()
-            self.given_back += 1
-            self._after = self._resident()
-            return True
+        finally:
+            with self._lock:
+                self.given_back += 1
+                self._after = self._resident()
+                self._pending = False

@@ -74,7 +74,8 @@ def _give_back_freed_heap(runtime: Runtime) -> None:
     """What a burst of streams freed is handed back to the kernel once the streams are idle, and
     while they run once the process has grown by :data:`rlm.cli.heap.GROWN_BYTES`."""
     runtime.streams.when_idle(give_back_freed_heap)
-    runtime.streams.when_read(CHECK_EVERY_READ_BYTES, GiveBackWhenGrown())
+    streams = runtime.streams
+    streams.when_read(CHECK_EVERY_READ_BYTES, GiveBackWhenGrown(run=streams.submit))
 
 
 def _settings_once_known(args: argparse.Namespace) -> Settings:

@@ -6,6 +6,7 @@ import os
 import platform
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,23 @@ def test_the_resident_memory_is_the_processes() -> None:
     status = Path("/proc/self/status").read_text().splitlines()
     rss_kib = int(next(line for line in status if line.startswith("VmRSS")).split()[1])
     assert abs(resident_bytes() - rss_kib * 1024) < 16 * 1024 * 1024
+
+
+def test_checks_wait_for_a_hand_back_run_elsewhere_and_measure_from_after_it() -> None:
+    from rlm.cli.heap import GiveBackWhenGrown
+
+    process = Process(100)
+    handed: list[Callable[[], None]] = []
+    keeper = GiveBackWhenGrown(
+        10, resident=lambda: process.resident, give_back=process.give_back, run=handed.append
+    )
+    process.resident, process.after = 110, 101
+    assert keeper() is True and len(handed) == 1 and process.handed_back == 0  # not run yet
+    process.resident = 130
+    assert keeper() is False and len(handed) == 1  # one pending is enough
+    handed.pop()()
+    assert (process.handed_back, keeper.given_back) == (1, 1)
+    process.resident = 110  # 9 above what it held after handing back (101)
+    assert keeper() is False
+    process.resident = 111
+    assert keeper() is True and len(handed) == 1

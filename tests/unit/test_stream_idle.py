@@ -105,7 +105,7 @@ def test_a_failing_idle_call_is_logged_and_the_next_burst_calls_again(caplog: An
     finally:
         s.close()
     assert len(tries) == 2
-    assert "a call registered with the streams failed" in caplog.text
+    assert "a call on the streams' executor failed" in caplog.text
 
 
 class Reads:
@@ -120,37 +120,42 @@ class Reads:
             self.meter.read_ended(size)
 
 
-def test_the_read_call_runs_on_the_executor_each_time_so_many_more_bytes_are_read() -> None:
+def test_the_read_call_is_made_where_the_read_ends_each_time_so_many_more_bytes_are_read() -> None:
     calls: list[str] = []
-    lock = threading.Lock()
-
-    def call() -> None:
-        with lock:
-            calls.append(threading.current_thread().name)
-
     s = streams()
     try:
         reads = Reads(s)
-        reads.end(400, 500)  # not yet every_bytes: nothing runs
-        s.when_read(1000, call)
+        reads.end(400, 500)  # before the call is registered: not counted
+        s.when_read(1000, lambda: calls.append(threading.current_thread().name))
         reads.end(400, 500)
-        assert s._meter._read == 900  # counted, below every_bytes: nothing submitted
+        assert calls == []
         reads.end(100)  # 1000 read since the call was registered
+        assert len(calls) == 1
         reads.end(999)
         reads.end(1, 5000)  # one read of more than every_bytes: one call, the count from zero
         reads.end(999)
-        deadline = time.monotonic() + 10
-        while len(calls) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(PAST_IT_S)  # no more than the three
-        assert len(calls) == 3
-        assert all(name.startswith("rlm-stream-io") for name in calls)
+        # Here, not on the executor: a call there woke a second thread for nothing (when_read).
+        assert calls == [threading.current_thread().name] * 3
     finally:
         s.close()
 
 
-def test_a_read_call_after_the_streams_are_closed_is_dropped_not_raised() -> None:
+def test_submitted_calls_run_on_the_executor_and_not_once_it_is_closed(caplog: Any) -> None:
+    ran: list[str] = []
+    done = threading.Event()
+
+    def call() -> None:
+        ran.append(threading.current_thread().name)
+        done.set()
+        raise OSError("trim failed")
+
     s = streams()
-    s.when_read(1, lambda: None)
-    s.close()
-    Reads(s).end(10)  # the read ends as it would have; the call is not made
+    try:
+        s.submit(call)
+        assert done.wait(10)
+    finally:
+        s.close()
+    s.submit(call)  # closed: dropped, not raised
+    time.sleep(PAST_IT_S)
+    assert len(ran) == 1 and ran[0].startswith("rlm-stream-io")
+    assert "a call on the streams' executor failed" in caplog.text
