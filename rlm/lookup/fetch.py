@@ -199,6 +199,8 @@ class RecordFetcher:
         if segment is None:
             raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}")
         last = self.service.remote_answer_end(tp, local, segment)
+        if last < offset:  # the store has the copy answer the offset: as it says
+            last = segment.end_offset
         position = self.indexes.offset_index(segment, stats).lookup(offset).position
         reader = RemoteLogReader(self.storage, segment, stats, checkpoint)
         taken = 0

@@ -362,8 +362,10 @@ class BatchReader:
             ) as found,
         ):
             async for run in found:
-                if answer_end is not None and last is None:
-                    last = await answer_end
+                if answer_end is not None:
+                    last, answer_end = await answer_end, None
+                    if last < self.next_offset:  # the store has the copy answer here: as it says
+                        last = None
                 sent: list[StreamBatch] = []
                 for header, data in run:
                     if header.last_offset < self.next_offset:

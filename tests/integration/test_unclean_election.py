@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import shutil
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from rlm.log.logdir import PARTITION_METADATA, LogDir
 from rlm.log.model import ControlType, Record
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.writer import ProducerRecord, TopicConfig
+from rlm.lookup.service import LookupService
 from rlm.metastore.model import IndexType, RemoteSegment, SegmentState, TopicPartition
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import STREAM_PIECE_BYTES
@@ -681,3 +683,25 @@ def test_a_stream_across_a_copy_kept_past_the_cut_sends_its_records_below_the_cu
     # below it, at 28, as stored.
     assert raw[0] == (20, 29) and raw[-1][1] == hw - 1
     assert all(after[0] <= before[1] + 1 <= after[1] for before, after in itertools.pairwise(raw))
+
+
+def test_a_copy_the_store_has_answer_an_offset_is_read_from_there_whatever_its_answer_end_says(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should the last answered offset ever lie below the offset the store has a copy answer, the
+    copy is read as the store says: a stream goes on (it would ask for the same copy forever) and
+    a fetch answers records (it would answer none)."""
+    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
+    monkeypatch.setattr(LookupService, "remote_answer_end", lambda *_: -1)
+
+    answers: list[dict[str, list[tuple[int, int]]]] = []
+    # On a daemon thread: a stream asking for the same copy forever fails the test, not hangs it.
+    stream = threading.Thread(
+        target=lambda: answers.append(streamed(tiering, log_dir, {"offset": 12, "end_offset": 28})),
+        daemon=True,
+    )
+    stream.start()
+    stream.join(60)
+    assert answers, "the stream did not end"
+    assert [offset for offset, _ in answers[0]["ndjson"]] == list(range(12, 28))
+    assert fetched(tiering, log_dir, [20])[20] == ("remote", 30, [(o, 5) for o in range(20, 30)])
