@@ -20,6 +20,7 @@ from rlm.log.batches import decode_batch
 from rlm.log.byte_source import iter_headers, read_batch_bytes
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import BatchHeader, Record
+from rlm.lookup import answer_end
 from rlm.lookup.ranged_search import Checkpoint, RemoteLogReader, SegmentIndexes, never_cancelled
 from rlm.lookup.service import MAX_LISTINGS, LookupService
 from rlm.lookup.stats import FetchStats
@@ -198,7 +199,7 @@ class RecordFetcher:
         segment = self.service.remote_segment_for_offset(tp, local, offset)
         if segment is None:
             raise OffsetOutOfRangeError(f"no remote segment of {tp} holds offset {offset}")
-        last = self.service.remote_answer_end(tp, local, segment)
+        last = answer_end.remote_answer_end(self.service, tp, local, segment)
         if last < offset:  # the store has the copy answer the offset: as it says
             last = segment.end_offset
         position = self.indexes.offset_index(segment, stats).lookup(offset).position

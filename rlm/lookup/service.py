@@ -226,29 +226,6 @@ class LookupService:
         """
         return of_local_topic(self.ask_store(lambda: self.store.segment_for_offset(tp, offset)), local)
 
-    def remote_answer_end(
-        self, tp: TopicPartition, local: PartitionDir | None, segment: RemoteSegment
-    ) -> int:
-        """The last offset reads answer from ``segment``: its end, or the offset before the first
-        that another copy or the broker's log answers for, whichever comes first.
-
-        Only a diverged copy kept past a cut (:mod:`rlm.tiering.trim`) ends before its last offset:
-        its batch holding offsets on both sides of the broker's first local offset is kept whole,
-        and the old leader's records past that offset are not the log's. The broker's log answers
-        from there, and then the copy of it that reaches past the kept one.
-
-        Raises:
-            MetadataUnavailableError: the metadata store does not answer.
-        """
-        last = segment.end_offset
-        first_local = _first_base(local)
-        if first_local is not None:
-            last = min(last, first_local - 1)
-        following = self.remote_segment_for_offset(tp, local, last)
-        if following is not None and following.start_offset > segment.start_offset:
-            last = min(last, following.start_offset - 1)
-        return last
-
     def ask_store(self, ask: Callable[[], T]) -> T:
         """``ask()``, a call of the metadata store, unless the store is down (then this raises
         ``MetadataUnavailableError`` at once); noting how it went."""

@@ -47,7 +47,7 @@ class StreamBatch(NamedTuple):
     last: int | None = None
     """The last of its records a decoded stream sends, where that is not the batch's: a diverged
     copy's batch kept across the cut, whose records past it are the old leader's
-    (:meth:`rlm.lookup.service.LookupService.remote_answer_end`). None: as the range has it."""
+    (:func:`rlm.lookup.answer_end.remote_answer_end`). None: as the range has it."""
 
 
 class ReadMeter(Protocol):

@@ -31,7 +31,7 @@ Batches sent: every stored batch overlapping ``[start, end)`` that lies wholly b
 fetchable offset, but control batches (transaction markers) and, with READ_COMMITTED, the batches
 of aborted transactions. A stream of records (:attr:`BatchReader.decoded`) reads a remote copy up
 to the last offset reads answer from it
-(:meth:`~rlm.lookup.service.LookupService.remote_answer_end`): of a diverged copy's batch kept
+(:func:`~rlm.lookup.answer_end.remote_answer_end`): of a diverged copy's batch kept
 across the cut, it sends the records below the cut (:attr:`StreamBatch.last
 <rlm.stream.chunks.StreamBatch.last>`) and goes on from the cut.
 """
@@ -51,6 +51,7 @@ from rlm.log.aborted import AbortedIndex
 from rlm.log.byte_source import FileSource
 from rlm.log.model import BatchHeader
 from rlm.log.segment import Segment
+from rlm.lookup import answer_end
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
 from rlm.metastore.model import RemoteSegment
@@ -333,11 +334,11 @@ class BatchReader:
         # The copy's last answered offset, where the stream sends records: asked while its first
         # bytes are on their way.
         last: int | None = None
-        answer_end: asyncio.Future[int] | None = None
+        answered: asyncio.Future[int] | None = None
         if self.decoded:
             local = self.plan.local
-            answer_end = asyncio.ensure_future(
-                self._blocking(lambda: self.service.remote_answer_end(tp, local, segment))
+            answered = asyncio.ensure_future(
+                self._blocking(lambda: answer_end.remote_answer_end(self.service, tp, local, segment))
             )
         if ahead is not None and ahead.pieces is not None and position == 0:
             chunks = _then(ahead.first, ahead.pieces)  # the read begun ahead goes on
@@ -346,7 +347,7 @@ class BatchReader:
                 await ahead.pieces.aclose()
             chunks = self._remote_pieces(key, position, segment.size_bytes)
         async with (
-            _dropped(answer_end),
+            _dropped(answered),
             contextlib.aclosing(
                 batch_runs(
                     read_ahead(
@@ -362,8 +363,8 @@ class BatchReader:
             ) as found,
         ):
             async for run in found:
-                if answer_end is not None:
-                    last, answer_end = await answer_end, None
+                if answered is not None:
+                    last, answered = await answered, None
                     if last < self.next_offset:  # the store has the copy answer here: as it says
                         last = None
                 sent: list[StreamBatch] = []

@@ -33,7 +33,7 @@ from rlm.log.logdir import PARTITION_METADATA, LogDir
 from rlm.log.model import ControlType, Record
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.writer import ProducerRecord, TopicConfig
-from rlm.lookup.service import LookupService
+from rlm.lookup import answer_end
 from rlm.metastore.model import IndexType, RemoteSegment, SegmentState, TopicPartition
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import STREAM_PIECE_BYTES
@@ -692,7 +692,7 @@ def test_a_copy_the_store_has_answer_an_offset_is_read_from_there_whatever_its_a
     copy is read as the store says: a stream goes on (it would ask for the same copy forever) and
     a fetch answers records (it would answer none)."""
     tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
-    monkeypatch.setattr(LookupService, "remote_answer_end", lambda *_: -1)
+    monkeypatch.setattr(answer_end, "remote_answer_end", lambda *_: -1)
 
     answers: list[dict[str, list[tuple[int, int]]]] = []
     # On a daemon thread: a stream asking for the same copy forever fails the test, not hangs it.
