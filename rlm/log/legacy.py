@@ -247,6 +247,39 @@ def _decode_inner(view: memoryview, wrapper: _Entry, verify_crc: bool) -> list[R
     ]
 
 
+def legacy_up_to(buf: bytes | memoryview, header: BatchHeader, kept: int, last_kept: int) -> bytes:
+    """The compressed v0/v1 wrapper ``header`` describes holding only its first ``kept`` inner
+    messages, byte for byte, the last of them at offset ``last_kept``
+    (:func:`rlm.log.clip.batch_up_to`): its offset that one's (left 0 where a v1 wrapper's is 0,
+    whose inner offsets are taken as they are), its timestamp the kept messages' largest (a
+    LogAppendTime wrapper keeps its own), its key and attributes as they were.
+
+    Raises:
+        CorruptRecordError: as :func:`decode_legacy`, or the wrapper is not compressed.
+    """
+    view = memoryview(buf)
+    entry = _read_entry(view, header.position, header.end_position, True)
+    offset, _, magic, attributes, timestamp, key, value, _ = entry
+    codec = attributes & _CODEC_MASK
+    if codec == Codec.NONE or codec > Codec.ZSTD or value is None:
+        raise CorruptRecordError("only a compressed legacy message holds more than one record")
+    inner = memoryview(codecs.decompress(Codec(codec), value, magic=magic))
+    records = _decode_inner(inner, entry, True)
+    end = 0
+    for _ in range(kept):
+        end = _read_entry(inner, end, len(inner), False)[7]
+    if magic == 1 and not attributes & _LOG_APPEND_TIME:
+        timestamp = max(r.timestamp for r in records[:kept])
+    return encode_legacy_entry(
+        0 if magic == 1 and offset == 0 else last_kept,
+        _bytes(key),
+        codecs.compress(Codec(codec), inner[:end].tobytes(), magic=magic),
+        magic=magic,
+        timestamp=timestamp,
+        attributes=attributes,
+    )
+
+
 def encode_legacy_entry(
     offset: int,
     key: bytes | None,

@@ -10,7 +10,6 @@ import types
 from typing import cast
 
 import cramjam
-import kafka.codec
 import lz4.frame
 import pytest
 import zstandard
@@ -18,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlm.errors import CorruptRecordError
-from rlm.log import codecs
 from rlm.log.codecs import compress, decompress
 from rlm.log.model import Codec
 
@@ -38,33 +36,6 @@ XERIAL_HEADER = bytes.fromhex("82534e41505059000000000100000001")
 KAFKA_LZ4_HEADER = bytes.fromhex("04224d18604082")
 # HC computed by the xxHash reference library over 04 22 4D 18 60 40 (Kafka's magic-0 quirk).
 KAFKA_LZ4_HEADER_MAGIC0 = bytes.fromhex("04224d1860401a")
-
-
-def _xxh32_digest(data: bytes) -> bytes:
-    return codecs._xxh32(bytes(data)).to_bytes(4, "big")
-
-
-@pytest.fixture
-def kafka_python_codecs(monkeypatch: pytest.MonkeyPatch) -> types.ModuleType:
-    """kafka.codec, given snappy and xxhash back-ends when those packages are not installed.
-
-    python-snappy's compress/decompress are cramjam's raw snappy, so that is the stand-in; the
-    xxhash stand-in (used only by kafka-python's magic-0 LZ4 functions) is XXH32, whose value on
-    Kafka's header is pinned against the reference library by ``KAFKA_LZ4_HEADER_MAGIC0``.
-    """
-    if kafka.codec.snappy is None:
-        snappy = types.SimpleNamespace(
-            compress=lambda data: bytes(cramjam.snappy.compress_raw(data)),
-            decompress=lambda data: bytes(cramjam.snappy.decompress_raw(data)),
-        )
-        monkeypatch.setattr(kafka.codec, "snappy", snappy)
-    if kafka.codec.xxhash is None:
-        xxhash = types.SimpleNamespace(
-            xxh32=lambda data: types.SimpleNamespace(digest=lambda: _xxh32_digest(data))
-        )
-        monkeypatch.setattr(kafka.codec, "xxhash", xxhash)
-    module: types.ModuleType = kafka.codec
-    return module
 
 
 # --- round trips and structure ------------------------------------------------------------------

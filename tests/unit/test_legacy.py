@@ -6,8 +6,6 @@ import struct
 import types
 import zlib
 
-import cramjam
-import kafka.codec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -15,7 +13,6 @@ from kafka.record import MemoryRecords
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from rlm.errors import CorruptRecordError, InvalidRecordError
-from rlm.log import codecs
 from rlm.log.codecs import compress
 from rlm.log.legacy import (
     decode_legacy,
@@ -36,28 +33,9 @@ RECORDS = [
 ]
 
 
-def _xxh32_digest(data: bytes) -> bytes:
-    return codecs._xxh32(bytes(data)).to_bytes(4, "big")
-
-
 @pytest.fixture(autouse=True)
-def kafka_python_codecs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Give kafka-python snappy and xxhash back-ends when those packages are not installed.
-
-    python-snappy's compress/decompress are cramjam's raw snappy; xxhash is used only for
-    kafka-python's magic-0 LZ4 header (tests/unit/test_codecs.py pins that value).
-    """
-    if kafka.codec.snappy is None:
-        snappy = types.SimpleNamespace(
-            compress=lambda data: bytes(cramjam.snappy.compress_raw(data)),
-            decompress=lambda data: bytes(cramjam.snappy.decompress_raw(data)),
-        )
-        monkeypatch.setattr(kafka.codec, "snappy", snappy)
-    if kafka.codec.xxhash is None:
-        xxhash = types.SimpleNamespace(
-            xxh32=lambda data: types.SimpleNamespace(digest=lambda: _xxh32_digest(data))
-        )
-        monkeypatch.setattr(kafka.codec, "xxhash", xxhash)
+def _codecs(kafka_python_codecs: types.ModuleType) -> None:
+    """kafka-python given snappy and xxhash back-ends (``tests/unit/conftest.py``) in every test."""
 
 
 def read_all(buf: bytes, *, verify_crc: bool = True) -> tuple[list[BatchHeader], list[Record]]:
