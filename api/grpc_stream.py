@@ -117,9 +117,7 @@ class ReadRecordsServicer:
         with outcome_of(slot):
             encode = partial(_message, plan, raw=request.raw)
             async with contextlib.aclosing(
-                streams.encoded_range(
-                    plan, encode, streams.group_bytes, RECORDS_PER_MESSAGE, decoded=not request.raw
-                )
+                streams.encoded_range(plan, encode, streams.group_bytes, RECORDS_PER_MESSAGE)
             ) as answers:
                 try:
                     async for answer in answers:

@@ -23,9 +23,10 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from hypothesis import strategies as st
+from kafka.record import MemoryRecords
 from prometheus_client import CollectorRegistry
 from sqlalchemy import Engine
 
@@ -575,3 +576,29 @@ def _delete_local_prefix(partition: PartitionDir, truth: Truth, share: float) ->
     for segment in below + tiered[:count]:
         for suffix in SEGMENT_FILE_SUFFIXES:
             segment.path(suffix).unlink(missing_ok=True)
+
+
+@dataclass
+class Parsed:
+    """A batch as kafka-python reads it."""
+
+    base_offset: int
+    last_offset: int
+    leader_epoch: int
+    control: bool
+    records: list[Record]
+
+
+def parse_with_kafka_python(raw: bytes) -> list[Parsed]:
+    memory = MemoryRecords(raw)
+    out = []
+    while memory.has_next():
+        batch: Any = memory.next_batch()
+        assert batch.validate_crc()  # before iterating: iteration decompresses in place
+        records = [
+            Record(r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers)) for r in batch
+        ]
+        out.append(
+            Parsed(batch.base_offset, batch.last_offset, batch.leader_epoch, batch.is_control_batch, records)
+        )
+    return out

@@ -7,7 +7,8 @@ requests that ask to stream: an ``Accept`` of ``application/x-ndjson`` or
 
 * ``application/x-ndjson``: one record object a line, as the JSON answer's records; a stream that
   cannot continue ends with a line ``{"error": ..., "status": ...}``;
-* ``application/octet-stream``: the stored batches, byte for byte, whole;
+* ``application/octet-stream``: the stored batches, byte for byte, whole (but a diverged copy's
+  batch kept across its cut, sent cut short there: :mod:`rlm.log.clip`);
 * ``application/vnd.apache.arrow.stream``: Arrow IPC record batches of the export's columns.
 
 Octet and Arrow streams that cannot continue are cut (the connection closes before the chunked

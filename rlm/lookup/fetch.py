@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from rlm.errors import CorruptDataError, OffsetOutOfRangeError
 from rlm.log.batches import decode_batch
 from rlm.log.byte_source import iter_headers, read_batch_bytes
+from rlm.log.clip import cut_short
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import BatchHeader, Record
 from rlm.lookup import answer_end
@@ -40,7 +41,8 @@ class FetchedBatch:
 
     header: BatchHeader
     data: bytes
-    """The whole batch, as stored (records below the fetch's offset included, as Kafka returns it)."""
+    """The whole batch, as stored (records below the fetch's offset included, as Kafka returns it);
+    a diverged copy's batch kept across its cut, cut short there (:func:`rlm.log.clip.cut_short`)."""
     records: list[Record]
     """The batch's records at or after the fetch's offset (all below the high watermark)."""
 
@@ -210,12 +212,17 @@ class RecordFetcher:
                 continue
             if header.base_offset > last or _past_the_end(header, result, taken, max_bytes):
                 return
-            # A batch reaching past the copy's last answered offset is the old leader's there.
+            # A batch reaching past the copy's last answered offset is the old leader's there: it
+            # is given out cut short.
             result.next_offset = min(header.next_offset, last + 1)
             if not header.is_control:
-                records = _decode(header, data, segment.layout.log_key, offset, result.high_watermark)
-                result.batches.append(FetchedBatch(header, data, [r for r in records if r.offset <= last]))
-                taken += header.size
+                name = segment.layout.log_key
+                clipped = cut_short(header, data, last, name) if header.last_offset > last else (header, data)
+                if clipped is None:
+                    return
+                records = _decode(*clipped, name, offset, result.high_watermark)
+                result.batches.append(FetchedBatch(*clipped, records))
+                taken += clipped[0].size
             if header.last_offset >= last:
                 return
 

@@ -24,7 +24,7 @@ from rlm.pipeline.columns import RECORD_SCHEMA, decode_columns, export_timestamp
 from rlm.pipeline.reader import RawBatch
 from rlm.stream.chunks import StreamBatch
 from rlm.stream.plan import RangePlan
-from rlm.stream.records import clipped_runs, decode_group
+from rlm.stream.records import decode_group
 
 STREAM_COLUMNS = ("offset", "timestamp", "timestamp_type", "key", "value", "headers", "leader_epoch")
 STREAM_SCHEMA = pa.schema([RECORD_SCHEMA.field(name) for name in STREAM_COLUMNS])
@@ -52,19 +52,15 @@ def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBa
         return empty_batch(STREAM_SCHEMA)
     cols = decode_group(plan, batches)
     if cols is None:  # a corrupt batch: decoded one by one, which says which
-        decoded = [
-            decode_columns(
-                plan.tp,
-                [RawBatch(b.header, b.data) for b in batches[lo:hi]],  # decoded at position 0
-                _NOTHING_ABORTED,
-                first_offset=plan.start,
-                last_offset=last,
-                name=batches[lo].name,
-            ).select(list(STREAM_COLUMNS))
-            for lo, hi, last in clipped_runs(plan, batches)
-        ]
-        table = pa.Table.from_batches(decoded).combine_chunks()
-        return table.to_batches()[0] if table.num_rows else decoded[0]
+        decoded = decode_columns(
+            plan.tp,
+            [RawBatch(b.header, b.data) for b in batches],  # decoded at position 0 (local_header)
+            _NOTHING_ABORTED,
+            first_offset=plan.start,
+            last_offset=plan.end - 1,
+            name=batches[0].name,
+        )
+        return decoded.select(list(STREAM_COLUMNS))
     arrays = record_arrays(cols)
     headers = [b.header for b in batches]
     labels = [h.timestamp_type.label for h in headers]

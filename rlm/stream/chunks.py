@@ -44,10 +44,6 @@ class StreamBatch(NamedTuple):
     tier: str
     name: str
     """The object key or file the batch was read from, for error messages."""
-    last: int | None = None
-    """The last of its records a decoded stream sends, where that is not the batch's: a diverged
-    copy's batch kept across the cut, whose records past it are the old leader's
-    (:func:`rlm.lookup.answer_end.remote_answer_end`). None: as the range has it."""
 
 
 class ReadMeter(Protocol):

@@ -29,11 +29,10 @@ with :class:`~rlm.errors.OffsetOutOfRangeError`.
 
 Batches sent: every stored batch overlapping ``[start, end)`` that lies wholly below the last
 fetchable offset, but control batches (transaction markers) and, with READ_COMMITTED, the batches
-of aborted transactions. A stream of records (:attr:`BatchReader.decoded`) reads a remote copy up
-to the last offset reads answer from it
-(:func:`~rlm.lookup.answer_end.remote_answer_end`): of a diverged copy's batch kept
-across the cut, it sends the records below the cut (:attr:`StreamBatch.last
-<rlm.stream.chunks.StreamBatch.last>`) and goes on from the cut.
+of aborted transactions. A remote copy is read up to the last offset reads answer from it
+(:func:`~rlm.lookup.answer_end.remote_answer_end`): a diverged copy's batch kept across the cut
+is sent cut short there (:func:`rlm.log.clip.batch_up_to`: its records below the cut, the old
+leader's past it left out), raw or decoded alike, and the stream goes on from the cut.
 """
 
 from __future__ import annotations
@@ -49,6 +48,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 from rlm.errors import CorruptDataError, OffsetOutOfRangeError
 from rlm.log.aborted import AbortedIndex
 from rlm.log.byte_source import FileSource
+from rlm.log.clip import cut_short
 from rlm.log.model import BatchHeader
 from rlm.log.segment import Segment
 from rlm.lookup import answer_end
@@ -139,13 +139,8 @@ class BatchReader:
         *,
         chunk_bytes: int,
         meter: ReadMeter | None = None,
-        decoded: bool = False,
     ) -> None:
         self.plan = plan
-        self.decoded = decoded
-        """Whether the stream sends records rather than the batches as stored: of a diverged copy's
-        batch kept across the cut it then sends the records below the cut, and goes on from the
-        cut (the broker's log, then its copy); raw batches are sent whole, and go on after it."""
         self.service = service
         self.indexes = indexes
         self.remote = remote
@@ -331,15 +326,12 @@ class BatchReader:
                 lambda: self.indexes.offset_index(segment).lookup(offset).position
             )
         key = segment.layout.log_key
-        # The copy's last answered offset, where the stream sends records: asked while its first
-        # bytes are on their way.
+        # The copy's last answered offset: asked while its first bytes are on their way.
         last: int | None = None
-        answered: asyncio.Future[int] | None = None
-        if self.decoded:
-            local = self.plan.local
-            answered = asyncio.ensure_future(
-                self._blocking(lambda: answer_end.remote_answer_end(self.service, tp, local, segment))
-            )
+        local = self.plan.local
+        answered: asyncio.Future[int] | None = asyncio.ensure_future(
+            self._blocking(lambda: answer_end.remote_answer_end(self.service, tp, local, segment))
+        )
         if ahead is not None and ahead.pieces is not None and position == 0:
             chunks = _then(ahead.first, ahead.pieces)  # the read begun ahead goes on
         else:
@@ -385,11 +377,13 @@ class BatchReader:
                         yield None
                         return
                     if last is not None and header.last_offset > last:
-                        # Another copy or the broker's log answers past ``last``: of a batch
-                        # across it, the records up to it (the old leader's are past it).
+                        # Another copy or the broker's log answers past ``last``: a batch across
+                        # it is sent cut short there (the old leader's records are past it).
                         self.next_offset = max(self.next_offset, last + 1)
                         if header.base_offset <= last and is_sent(header, self._aborted):
-                            sent.append(StreamBatch(header, data, "remote", key, last))
+                            clipped = await self._blocking(partial(cut_short, header, bytes(data), last, key))
+                            if clipped is not None:
+                                sent.append(StreamBatch(*clipped, "remote", key))
                         if sent:
                             yield sent
                         return

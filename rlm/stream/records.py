@@ -34,38 +34,18 @@ def decode_group(plan: RangePlan, batches: Sequence[StreamBatch]) -> ColumnBuffe
     data = [batch.data for batch in batches]
     try:
         for start, end in chunk_runs(data):  # a group spanning two chunks is not copied into one
-            for lo, hi, last in clipped_runs(plan, batches, start, end):
-                append_log(
-                    cols,
-                    joined(data[lo:hi]),
-                    first_offset=plan.start,
-                    last_offset=last,
-                    batch_no=lo,
-                    expected_rows=expected,
-                )
-                expected -= sum(batch.header.record_count for batch in batches[lo:hi])
+            append_log(
+                cols,
+                joined(data[start:end]),
+                first_offset=plan.start,
+                last_offset=plan.end - 1,
+                batch_no=start,
+                expected_rows=expected,
+            )
+            expected -= sum(batch.header.record_count for batch in batches[start:end])
     except CorruptDataError:
         return None
     return cols
-
-
-def clipped_runs(
-    plan: RangePlan, batches: Sequence[StreamBatch], start: int = 0, end: int | None = None
-) -> list[tuple[int, int, int]]:
-    """``batches[start:end]`` as runs ``(lo, hi, last)``: the records of ``batches[lo:hi]`` sent
-    are those up to offset ``last``, the plan's last, or a batch's own where it is set
-    (:attr:`~rlm.stream.chunks.StreamBatch.last`), which then ends its run."""
-    end = len(batches) if end is None else end
-    runs = []
-    lo = start
-    for i in range(start, end):
-        last = batches[i].last
-        if last is not None:
-            runs.append((lo, i + 1, min(plan.end - 1, last)))
-            lo = i + 1
-    if lo < end:
-        runs.append((lo, end, plan.end - 1))
-    return runs
 
 
 def decode_range(plan: RangePlan, batches: Sequence[StreamBatch]) -> tuple[ColumnBuffers, list[Span]]:
@@ -107,7 +87,7 @@ def _decode_each(plan: RangePlan, batches: Sequence[StreamBatch]) -> tuple[Colum
                 batch.data,
                 header._replace(position=0),
                 first_offset=plan.start,
-                last_offset=plan.end - 1 if batch.last is None else min(plan.end - 1, batch.last),
+                last_offset=plan.end - 1,
                 batch_no=0,
             )
         except CorruptDataError as exc:

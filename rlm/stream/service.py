@@ -238,25 +238,21 @@ class RecordStreams:
         encode: Callable[[Sequence[StreamBatch]], T],
         group_bytes: int,
         group_records: int | None = None,
-        *,
-        decoded: bool = True,
     ) -> AsyncGenerator[T, None]:
         """``encode`` of each group of the batches of ``plan`` (of about ``group_bytes`` stored
         bytes or ``group_records`` records: :func:`group_batches`), in order. The broker's segments
         are read, chosen and encoded a chunk per call on the executor, :attr:`encodings` chunks at
         once (:mod:`rlm.stream.local_chunks`); the remote tier's batches are read on the event loop
         and their groups encoded ahead (:meth:`encoded`). ``encode`` keeps no state from one group
-        to the next; it encodes records (``decoded``: :attr:`BatchReader.decoded
-        <rlm.stream.reader.BatchReader.decoded>`), or the batches as stored. Close the iterator
-        (``contextlib.aclosing``) to cancel its reads."""
+        to the next. Close the iterator (``contextlib.aclosing``) to cancel its reads."""
 
         def grouped(runs: AsyncIterator[list[StreamBatch]]) -> AsyncGenerator[T, None]:
             return self.encoded(group_batches(runs, group_bytes, group_records), encode)
 
         encoding = Encoding(encode, group_bytes, group_records)
-        return self._reader(plan, decoded=decoded).encoded(encoding, grouped, self.encodings)
+        return self._reader(plan).encoded(encoding, grouped, self.encodings)
 
-    def _reader(self, plan: RangePlan, *, decoded: bool = False) -> BatchReader:
+    def _reader(self, plan: RangePlan) -> BatchReader:
         return BatchReader(
             plan,
             self.service,
@@ -265,7 +261,6 @@ class RecordStreams:
             self.run,
             chunk_bytes=self.chunk_bytes,
             meter=self._meter,
-            decoded=decoded,
         )
 
     def close(self) -> None:

@@ -10,18 +10,15 @@ kafka-python's ``MemoryRecords`` as a consumer would; decoded records must equal
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from kafka.record import MemoryRecords
 
 from rlm.errors import NotFoundError, OffsetOutOfRangeError
 from rlm.log.logdir import LogDir
-from rlm.log.model import Codec, Record
+from rlm.log.model import Codec
 from rlm.lookup.fetch import FetchResult
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
@@ -31,6 +28,7 @@ from tests.lookup_support import (
     BatchPlan,
     PartitionPlan,
     Tiered,
+    parse_with_kafka_python,
     runtime,
     tier_partition,
     write_partition,
@@ -55,32 +53,6 @@ PLAN = PartitionPlan(
     tiering="remote",
     local_deleted=0.5,
 )
-
-
-@dataclass
-class Parsed:
-    """A batch as kafka-python reads it."""
-
-    base_offset: int
-    last_offset: int
-    leader_epoch: int
-    control: bool
-    records: list[Record]
-
-
-def parse_with_kafka_python(raw: bytes) -> list[Parsed]:
-    memory = MemoryRecords(raw)
-    out = []
-    while memory.has_next():
-        batch: Any = memory.next_batch()
-        assert batch.validate_crc()  # before iterating: iteration decompresses in place
-        records = [
-            Record(r.offset, r.timestamp, r.key, r.value, tuple((k, v) for k, v in r.headers)) for r in batch
-        ]
-        out.append(
-            Parsed(batch.base_offset, batch.last_offset, batch.leader_epoch, batch.is_control_batch, records)
-        )
-    return out
 
 
 #: The backend pairs a module-scoped ``tiered`` fixture runs on.

@@ -37,7 +37,7 @@ from rlm.log.logdir import LogDir
 from rlm.log.model import Codec, Record
 from rlm.log.writer import ProducerRecord, TopicConfig
 from tests.grpc_support import ServerThread, code_of, free_port
-from tests.integration.test_fetch import BACKEND_PARAMS, parse_with_kafka_python, tiered_partition
+from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
 from tests.lookup_support import (
     TOPIC,
     Backend,
@@ -45,6 +45,7 @@ from tests.lookup_support import (
     PartitionPlan,
     Tiered,
     Truth,
+    parse_with_kafka_python,
     runtime,
     tier_partition,
     write_partition,

@@ -38,6 +38,7 @@ from rlm.metastore.model import IndexType, RemoteSegment, SegmentState, TopicPar
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import STREAM_PIECE_BYTES
 from rlm.storage.range_source import read_index
+from tests.lookup_support import parse_with_kafka_python
 from tests.tiering_support import (
     WRITER_NOW_MS,
     Backend,
@@ -559,7 +560,9 @@ Fetched = tuple[str | None, int, list[tuple[int, int]]]
 
 def fetched(tiering: Tiering, log_dir: Path, offsets: list[int]) -> dict[int, Fetched]:
     """A bounded fetch at each offset (the log start offset put at 0, so that the copies' first
-    offsets are read): its tier, next offset, and each record's offset and batch leader epoch."""
+    offsets are read): its tier, next offset, and each record's offset and batch leader epoch.
+    Its raw batches, read by kafka-python, hold the same records from the offset on, and end
+    below the next offset."""
     set_log_start_offsets(log_dir, {TP: 0})
     rt = build_runtime(tiering.settings, registry=CollectorRegistry(), storage=tiering.storage)
     try:
@@ -567,6 +570,11 @@ def fetched(tiering: Tiering, log_dir: Path, offsets: list[int]) -> dict[int, Fe
         for offset in offsets:
             result = rt.fetcher.fetch(TP, offset, 1 << 20)
             records = [(r.offset, b.header.leader_epoch) for b in result.batches for r in b.records]
+            parsed = parse_with_kafka_python(result.raw)
+            assert [
+                (r.offset, b.leader_epoch) for b in parsed for r in b.records if r.offset >= offset
+            ] == records
+            assert all(b.last_offset < result.next_offset for b in parsed)
             answers[offset] = (result.tier, result.next_offset, records)
         return answers
     finally:
@@ -625,8 +633,10 @@ def test_a_fetch_of_a_copy_kept_past_the_cut_answers_its_records_below_the_cut_t
 
 
 def streamed(tiering: Tiering, log_dir: Path, params: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
-    """The range of ``params`` streamed over REST as NDJSON and Arrow records, offsets and leader
-    epochs, and as raw batches, first and last offsets (the log start offset put at 0)."""
+    """The range of ``params`` streamed over REST as NDJSON and Arrow records, and as raw batches
+    read by kafka-python (``raw``: all their records; ``raw_in_range``: those the range holds),
+    offsets and leader epochs; the raw batches' first and last offsets (``batches``). The log
+    start offset is put at 0."""
     set_log_start_offsets(log_dir, {TP: 0})
     rt = build_runtime(tiering.settings, registry=CollectorRegistry(), storage=tiering.storage)
     path = f"/v1/topics/{TP.topic}/partitions/{TP.partition}/records"
@@ -646,11 +656,15 @@ def streamed(tiering: Tiering, log_dir: Path, params: dict[str, int]) -> dict[st
     assert all(answer.status_code == 200 for answer in answers.values())
     lines = [json.loads(line) for line in answers["application/x-ndjson"].text.splitlines()]
     table = pa.ipc.open_stream(answers["application/vnd.apache.arrow.stream"].content).read_all()
-    raw = answers["application/octet-stream"].content
+    parsed = parse_with_kafka_python(answers["application/octet-stream"].content)
+    raw = [(r.offset, batch.leader_epoch) for batch in parsed for r in batch.records]
+    end = params.get("end_offset", 2**63)
     return {
         "ndjson": [(line["offset"], line["leader_epoch"]) for line in lines],
         "arrow": list(zip(table["offset"].to_pylist(), table["leader_epoch"].to_pylist(), strict=True)),
-        "raw": [(h.base_offset, h.last_offset) for h in iter_headers(BytesSource(raw))],
+        "raw": raw,
+        "raw_in_range": [(o, epoch) for o, epoch in raw if params["offset"] <= o < end],
+        "batches": [(batch.base_offset, batch.last_offset) for batch in parsed],
     }
 
 
@@ -659,13 +673,14 @@ def test_a_stream_across_a_copy_kept_past_the_cut_sends_its_records_below_the_cu
 ) -> None:
     """Records streamed from the kept copy's batch 20..29 stop at the cut; the new leader's 25.. follow
     from the broker's log while the copy past the cut waits, and from that copy once it is made.
-    Raw batches are the stored ones, whole."""
+    Raw batches alike: the kept batch is sent cut short at 24, then the broker's batches follow, no
+    offset sent twice."""
     tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
 
     waiting = streamed(tiering, log_dir, {"offset": 12, "end_offset": 28})
     expected = [(o, 4) for o in range(12, 20)] + [(o, 5) for o in range(20, 25)] + new_leaders_from(25, 27)
-    assert waiting["ndjson"] == waiting["arrow"] == expected
-    assert waiting["raw"] == [(10, 19), (20, 29)]  # the kept batch whole: the broker's 25.. lie inside it
+    assert waiting["ndjson"] == waiting["arrow"] == waiting["raw_in_range"] == expected
+    assert waiting["batches"][:2] == [(10, 19), (20, 24)]
 
     joined_past_the_cut(tiering, log_dir)
     hw = LogDir(log_dir).partition(TP.topic, TP.partition).high_watermark()
@@ -676,13 +691,11 @@ def test_a_stream_across_a_copy_kept_past_the_cut_sends_its_records_below_the_cu
     ):
         joined = streamed(tiering, log_dir, params)
         expected = [(o, 5) for o in range(first, 25)] + new_leaders_from(25, last)
-        assert joined["ndjson"] == joined["arrow"] == expected, params
-    assert joined["raw"] == [(20, 29)]
-    raw = streamed(tiering, log_dir, {"offset": 22, "end_offset": hw + 5})["raw"]
-    # Whole stored batches, without a gap: the one holding offset 30 in the broker's copy begins
-    # below it, at 28, as stored.
-    assert raw[0] == (20, 29) and raw[-1][1] == hw - 1
-    assert all(after[0] <= before[1] + 1 <= after[1] for before, after in itertools.pairwise(raw))
+        assert joined["ndjson"] == joined["arrow"] == joined["raw_in_range"] == expected, params
+        assert joined["batches"][0] == (20, 24)
+        offsets = [o for o, _ in joined["raw"]]
+        assert offsets == sorted(set(offsets)), "no offset sent twice"
+        assert all(before[1] < after[0] for before, after in itertools.pairwise(joined["batches"]))
 
 
 def test_a_copy_the_store_has_answer_an_offset_is_read_from_there_whatever_its_answer_end_says(

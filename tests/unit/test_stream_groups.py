@@ -3,8 +3,6 @@ as the batches decoded one by one, and a corrupt batch named in its object as be
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pytest
 from hypothesis import given, settings
@@ -12,8 +10,6 @@ from hypothesis import strategies as st
 
 from rlm.errors import CorruptDataError
 from rlm.log.aborted import AbortedIndex
-from rlm.log.batches import decode_batch
-from rlm.log.columns import OFFSET
 from rlm.log.model import Codec, Record, TimestampType
 from rlm.log.v2 import encode_v2_batch, parse_v2_header
 from rlm.metastore.model import TopicPartition
@@ -31,7 +27,7 @@ from rlm.stream.arrow import (
 from rlm.stream.chunks import StreamBatch
 from rlm.stream.ndjson import lines, ndjson_lines
 from rlm.stream.plan import RangePlan
-from rlm.stream.records import _decode_each, ints
+from rlm.stream.records import _decode_each
 
 TP = TopicPartition("t", 0)
 Spec = tuple[
@@ -130,42 +126,10 @@ def test_a_group_read_in_two_chunks_gives_the_bytes_of_its_batches_one_by_one(
     assert record_batch(plan, batches).serialize() == arrow_one_by_one(plan, batches).serialize()
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    batch_specs,
-    st.integers(0, 8),
-    st.integers(1, 40),
-    st.lists(st.integers(-1, 4), min_size=6, max_size=6),
-    st.integers(0, 6),
-)
-def test_a_batch_sent_up_to_its_own_last_offset_leaves_out_its_records_past_it_alone(
-    specs: list[Spec], start: int, length: int, lasts: list[int], cut: int
-) -> None:
-    # A diverged copy's batch kept across the cut is sent up to the cut (StreamBatch.last).
-    batches = [
-        batch._replace(last=batch.header.base_offset + last) if last >= 0 else batch
-        for batch, last in zip(in_two_chunks(stream_batches(specs), cut), lasts, strict=False)
-    ]
-    plan = RangePlan(TP, start, start + length, 2**62, None, None)
-    expected = [
-        r.offset
-        for b in batches
-        for r in decode_batch(bytes(b.data), b.header._replace(position=0))
-        if plan.start <= r.offset < plan.end and (b.last is None or r.offset <= b.last)
-    ]
-    assert [json.loads(line)["offset"] for line in ndjson_lines(plan, batches).splitlines()] == expected
-    assert record_batch(plan, batches).column("offset").to_pylist() == expected
-    cols, _ = _decode_each(plan, batches)
-    assert ints(cols, OFFSET, "q") == expected
-
-
-@pytest.mark.parametrize("clipped", [False, True])
 @pytest.mark.parametrize("codec", [Codec.NONE, Codec.ZSTD])
-def test_a_corrupt_batch_of_a_group_is_named_in_its_object(codec: Codec, clipped: bool) -> None:
+def test_a_corrupt_batch_of_a_group_is_named_in_its_object(codec: Codec) -> None:
     specs: list[Spec] = [([(b"k", b"v%d" % i, [])], TimestampType.CREATE_TIME, 1, codec) for i in range(3)]
     batches = stream_batches(specs)
-    if clipped:  # decoded in runs ending at the batch sent up to its own last offset
-        batches[0] = batches[0]._replace(last=batches[0].header.base_offset)
     broken = bytearray(batches[1].data)
     broken[-1] ^= 0xFF  # the CRC no longer holds
     batches[1] = batches[1]._replace(data=bytes(broken))

@@ -392,7 +392,8 @@ class FetchRecordsResponse(_message.Message):
     """The offset after the last batch returned; -1 when nothing was read."""
     raw_batches: _builtins.bytes
     """The record batches read, whole and unchanged, concatenated as in a Kafka .log file (control
-    batches included; the first batch may start before the offset asked for).
+    batches included; the first batch may start before the offset asked for). A diverged copy's
+    batch kept across its cut after an unclean leader election is cut short there.
     """
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]:
@@ -494,7 +495,7 @@ class ReadRecordsResponse(_message.Message):
     end_offset: _builtins.int
     raw_batches: _builtins.bytes
     """With raw: whole stored batches, concatenated as in a Kafka .log file (the first and last may
-    hold records outside the range).
+    hold records outside the range; a diverged copy's batch kept across its cut is cut short).
     """
     @_builtins.property
     def records(self) -> _containers.RepeatedCompositeFieldContainer[Global___Record]: ...
