@@ -116,14 +116,16 @@ class AsyncRangeReader(Protocol):
 
 
 class _NextSegment(NamedTuple):
-    """The remote segment holding ``offset``, looked up ahead; when the stream reads it from its
-    start, its read begun (``pieces``) and its first piece taken (``first``; empty where the
-    object is)."""
+    """The remote segment holding ``offset``, looked up ahead, and the last offset reads answer
+    from it (``last``; :func:`~rlm.lookup.answer_end.remote_answer_end`); when the stream reads
+    it from its start, its read begun (``pieces``) and its first piece taken (``first``; empty
+    where the object is)."""
 
     offset: int
     segment: RemoteSegment | None
     pieces: AsyncGenerator[Chunk, None] | None
     first: Chunk
+    last: int | None = None
 
 
 class BatchReader:
@@ -253,17 +255,31 @@ class BatchReader:
         return await self._blocking(lambda: self.service.remote_segment_for_offset(tp, local, offset))
 
     async def _look_ahead(self, offset: int) -> _NextSegment:
-        """The segment holding ``offset``, and its first chunk when it is read from its start."""
-        segment = await self._segment_for(offset)
+        """The segment holding ``offset``, its last answered offset (both asked in one call on
+        the executor), and its first chunk when it is read from its start."""
+        tp, local, service = self.plan.tp, self.plan.local, self.service
+
+        def find() -> tuple[RemoteSegment | None, int | None]:
+            segment = service.remote_segment_for_offset(tp, local, offset)
+            if segment is None:
+                return None, None
+            return segment, answer_end.remote_answer_end(service, tp, local, segment)
+
+        segment, last = await self._blocking(find)
         if segment is None or offset > segment.start_offset:
-            return _NextSegment(offset, segment, None, b"")
+            return _NextSegment(offset, segment, None, b"", last)
         pieces = self._remote_pieces(segment.layout.log_key, 0, segment.size_bytes)
         try:
             first = await anext(pieces, b"")
         except BaseException:
             await pieces.aclose()
             raise
-        return _NextSegment(offset, segment, pieces, first)
+        return _NextSegment(offset, segment, pieces, first, last)
+
+    def _answer_end(self, segment: RemoteSegment) -> Awaitable[int]:
+        """The last offset reads answer from ``segment``, asked on the executor."""
+        tp, local = self.plan.tp, self.plan.local
+        return self._blocking(lambda: answer_end.remote_answer_end(self.service, tp, local, segment))
 
     async def _remote_pieces(self, key: str, start: int, end: int) -> AsyncGenerator[Chunk, None]:
         """The bytes ``[start, end)`` of ``key`` in pieces of :data:`PIECES_PER_CHUNK` to a chunk,
@@ -326,12 +342,10 @@ class BatchReader:
                 lambda: self.indexes.offset_index(segment).lookup(offset).position
             )
         key = segment.layout.log_key
-        # The copy's last answered offset: asked while its first bytes are on their way.
-        last: int | None = None
-        local = self.plan.local
-        answered: asyncio.Future[int] | None = asyncio.ensure_future(
-            self._blocking(lambda: answer_end.remote_answer_end(self.service, tp, local, segment))
-        )
+        # The copy's last answered offset: asked ahead with the segment, else while its first
+        # bytes are on their way.
+        last = ahead.last if ahead is not None else None
+        answered = asyncio.ensure_future(self._answer_end(segment)) if last is None else None
         if ahead is not None and ahead.pieces is not None and position == 0:
             chunks = _then(ahead.first, ahead.pieces)  # the read begun ahead goes on
         else:
@@ -357,8 +371,8 @@ class BatchReader:
             async for run in found:
                 if answered is not None:
                     last, answered = await answered, None
-                    if last < self.next_offset:  # the store has the copy answer here: as it says
-                        last = None
+                if last is not None and last < self.next_offset:  # the store has the copy answer
+                    last = None  # here: as it says
                 sent: list[StreamBatch] = []
                 for header, data in run:
                     if header.last_offset < self.next_offset:
