@@ -7,7 +7,8 @@ partitions (those its broker leads) and asks for the others' at every copier and
 gone. Here broker 1 holds the leases of ``--partitions`` partitions, and broker 2's keeper asks
 for each of them at ``--passes`` passes, a quarter of the lease's time to live apart (the
 settings' default: passes every 30 s, leases of 60 s; the store's clock is moved, not waited
-for). Reported per partition and pass of the follower, on PostgreSQL (the local server, a new
+for), while broker 1's keeper renews them as often. Reported per partition and pass of the
+follower (and, ``holder_*``, the holder's writes per renewal), on PostgreSQL (the local server, a new
 database) and SQLite: the statements that write or lock (``INSERT``/``UPDATE``/``DELETE``,
 ``SELECT ... FOR UPDATE``, SQLite's ``BEGIN IMMEDIATE``), the transactions committed that wrote,
 all statements, and the wall time. Compare two checkouts by running this file in each.
@@ -81,11 +82,15 @@ def follower_passes(url: str, partitions: int, passes: int) -> dict[str, Any]:
         event.listen(store.engine, "before_cursor_execute", count)
         event.listen(store.engine, "commit", committed)
         laps = []
+        held = []
         try:
             for _ in range(passes):
                 clock.now += PASS_MS
+                del statements[:]
+                commits[0] = 0
                 for tp in tps:  # the holder renews, as its own passes do
-                    holder.hold(tp)
+                    holder.hold(tp, leader)
+                held.append((sum(any(m in s.upper() for m in WRITING) for s in statements), commits[0]))
                 del statements[:]
                 commits[0] = 0
                 started = time.perf_counter()
@@ -110,6 +115,8 @@ def follower_passes(url: str, partitions: int, passes: int) -> dict[str, Any]:
             "statements_per_ask": round(sum(lap[3] for lap in laps) / asks, 3),
             "us_per_ask": round(sum(lap[0] for lap in laps) / asks * 1e6, 1),
             "us_per_ask_by_pass": [round(lap[0] / partitions * 1e6, 1) for lap in laps],
+            "holder_writing_statements_per_ask": round(sum(h[0] for h in held) / asks, 3),
+            "holder_writing_commits_per_ask": round(sum(h[1] for h in held) / asks, 3),
         }
     finally:
         store.close()

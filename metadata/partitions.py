@@ -141,6 +141,17 @@ def _is_current(row: Row[Any], lease: Lease) -> bool:
     )
 
 
+def renewed_since(row: Row[Any] | None, lease: Lease, ttl_ms: int, since_ms: int) -> Lease | None:
+    """``lease`` as ``row`` has it, when it is still current and was last taken or renewed (for
+    ``ttl_ms``) later than ``since_ms``; else None."""
+    if row is None or not _is_current(row, lease) or row.lease_expires_at_ms is None:
+        return None
+    expires_at_ms = int(row.lease_expires_at_ms)
+    if expires_at_ms - ttl_ms <= since_ms:
+        return None
+    return Lease(lease.topic_partition, lease.owner, lease.epoch, expires_at_ms, lease.incarnation)
+
+
 def renew(conn: Connection, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
     """Extend the still-current ``lease``; :class:`StaleLeaseError` when it is not current."""
     row = lock(conn, lease.topic_partition)

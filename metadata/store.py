@@ -500,9 +500,15 @@ class SqlMetadataStore:
                 claims.withdraw(conn, tp, owner)
             return lease
 
-    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease:
+    def renew_lease(self, lease: Lease, ttl_ms: int, *, refresh_after_ms: int | None = None) -> Lease:
         """See :meth:`rlm.metastore.MetadataStore.renew_lease`."""
         _check_ttl(ttl_ms)
+        if refresh_after_ms is not None:
+            with self._transaction(write=False, snapshot=False) as conn:
+                row = partitions.find(conn, lease.topic_partition)
+            kept = partitions.renewed_since(row, lease, ttl_ms, self._clock() - refresh_after_ms)
+            if kept is not None:
+                return kept
         with self._transaction(write=True) as conn:
             return partitions.renew(conn, lease, ttl_ms, self._clock())
 

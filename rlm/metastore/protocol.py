@@ -369,10 +369,13 @@ class MetadataStore(Protocol):
         """
         ...
 
-    def renew_lease(self, lease: Lease, ttl_ms: int) -> Lease:
+    def renew_lease(self, lease: Lease, ttl_ms: int, *, refresh_after_ms: int | None = None) -> Lease:
         """Extend a held lease to now + ``ttl_ms``, keeping its epoch.
 
-        A lease that expired but was not taken over may still be renewed.
+        A lease that expired but was not taken over may still be renewed. With
+        ``refresh_after_ms``, a lease still current that was taken or renewed (for ``ttl_ms``)
+        less than that ago, by the store's time, is returned as the store has it, found so by a
+        read alone: nothing is written.
 
         Raises:
             StaleLeaseError: The lease was taken over or released.

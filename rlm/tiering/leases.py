@@ -21,7 +21,10 @@ A broker whose sidecar does not hold a partition's lease asks for it at every pa
 asking costs the store reads, not writes: a lease held by another is refused by a read, and a
 claim is written when the position it names changes (a segment rolled, a new leader epoch) or it
 has grown half a time to live old (:data:`CLAIM_REFRESHES_PER_TTL`). A write would lock the
-partition's row, which the holder's writes lock too, and cost a commit.
+partition's row, which the holder's writes lock too, and cost a commit. The holder renews its
+lease at every pass and between the segments of a backlog, and writes it once a third of its
+time to live has passed since the last write (:data:`RENEWALS_PER_TTL`): sooner, a read finds it
+still current.
 """
 
 from __future__ import annotations
@@ -47,6 +50,14 @@ CLAIM_REFRESHES_PER_TTL = 2
 this old: the holder reads it while it is younger than that time to live, so it stays live, while
 the passes in between (the copier's and retention's, every ``remote.log.manager.task.interval.ms``)
 write nothing."""
+
+
+RENEWALS_PER_TTL = 3
+"""A held lease is written again once a lease's time to live divided by this has passed since it
+was last taken or renewed: a renewal asked sooner (the copier's and retention's at the start of
+their passes, the copier's between the segments of a backlog) is a read that finds it current,
+and writes nothing. After any renewal the lease has at least 2/3 of its time to live left (40 s
+of the default 60 s), the time a segment's upload has before the next renewal."""
 
 
 class LeaseKeeper:
@@ -158,7 +169,9 @@ class LeaseKeeper:
         lease = None
         if held is not None:
             try:
-                lease = self.store.renew_lease(held, self.ttl_ms)
+                lease = self.store.renew_lease(
+                    held, self.ttl_ms, refresh_after_ms=self.ttl_ms // RENEWALS_PER_TTL
+                )
             except StaleLeaseError:
                 yielded = self._taken_from_us(tp)
         if lease is None:

@@ -134,6 +134,35 @@ def test_a_lease_another_holds_is_refused_by_a_read_alone(
     assert writes(statements)
 
 
+def test_a_renewal_soon_after_the_last_is_a_read_alone(
+    store: SqlMetadataStore, clock: FakeClock[int]
+) -> None:
+    # The copier and retention renew at every pass, the copier between segments too: a renewal
+    # within refresh_after_ms of the last writes nothing, and the lease keeps the expiry it has.
+    held = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
+    assert held is not None
+    clock.advance(TTL // 4 - 1)
+    with counted_statements(store) as statements:
+        kept = store.renew_lease(held, TTL, refresh_after_ms=TTL // 4)
+    assert statements and writes(statements) == []
+    assert kept == held == store.get_lease(TP)
+
+    clock.advance(1)  # as old as refresh_after_ms: written again
+    with counted_statements(store) as statements:
+        renewed = store.renew_lease(held, TTL, refresh_after_ms=TTL // 4)
+    assert writes(statements)
+    assert renewed.expires_at_ms == clock.now + TTL and store.get_lease(TP) == renewed
+
+    # A lease taken over since is refused however recent its renewal.
+    clock.advance(TTL)
+    taken = store.acquire_lease(TP, owner=2, ttl_ms=TTL)
+    assert taken is not None
+    with pytest.raises(StaleLeaseError, match="held by broker 2"):
+        store.renew_lease(renewed, TTL, refresh_after_ms=TTL)
+    # So is a lease renewed recently by another incarnation's epoch: the epoch decides.
+    assert store.renew_lease(taken, TTL, refresh_after_ms=TTL) == taken
+
+
 def test_an_expired_lease_not_taken_over_can_be_renewed(
     store: SqlMetadataStore, clock: FakeClock[int]
 ) -> None:

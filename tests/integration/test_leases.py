@@ -20,6 +20,7 @@ from rlm.log.produce import ProduceSpec, produce
 from rlm.metastore.model import TopicPartition
 from rlm.tiering.leases import LeaseKeeper
 from tests.clock import FakeClock
+from tests.metadata_support import counted_statements, writes
 from tests.tiering_support import (
     Backend,
     Tiering,
@@ -118,3 +119,24 @@ def test_two_copiers_of_one_broker_id_tier_everything_once_with_one_takeover(
     assert_invariants(first.store, first.storage, [log_dir])
     skipped = first.copier().run_once()
     assert all(o.skipped is not None and "another process with broker.id 1" in o.skipped for o in skipped)
+
+
+def test_a_holder_writes_its_lease_once_a_third_of_its_time_to_live(sqlite_fs: Backend) -> None:
+    # The copier and retention each renew at the start of every pass, the copier between the
+    # segments of a backlog too: renewals sooner than a third of the lease's time to live after
+    # the last write are reads.
+    clock = FakeClock()
+    store = sqlite_fs.open_store(clock)
+    keeper = LeaseKeeper(store, 1, TTL)
+    taken = keeper.hold(TP)
+    assert taken is not None
+    renewals = []
+    for _ in range(8):
+        clock.advance(TTL // 12)
+        with counted_statements(store) as statements:
+            lease = keeper.hold(TP)
+        assert lease is not None and lease.epoch == taken.epoch
+        assert lease.expires_at_ms - clock.now >= TTL * 2 // 3, "at least 2/3 of the time to live left"
+        renewals.append(bool(writes(statements)))
+    assert renewals == [False, False, False, True] * 2
+    assert store.get_lease(TP) == lease
