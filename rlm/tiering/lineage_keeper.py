@@ -11,9 +11,14 @@ same transaction that retires the copies after it, and the log is tiered again f
 local segment on. Where the copy keeps a batch holding offsets on both sides of that segment's
 start, or is the same copy cut there (the batch is its last, kept as it is), the log is tiered
 from there in one copy reaching past it (:mod:`rlm.tiering.join`), which answers from its start
-on. A copy whose bytes fail the checks is kept whole: ``rlm_copies_diverged`` and an error, once
-per divergence, say which offsets answer records the log no longer has; the diverged copies
-after it, which the local log holds wholly, are retired all the same.
+on. A copy whose bytes fail the checks is kept as it is in the same way, said as an error: its
+offsets below the cut answer from it as before (those its damaged bytes hold cannot be read),
+the log tiered from the cut answers past it. A copy that cannot be cut there otherwise (it lies
+wholly below the broker's first local segment, or its object is shorter than its row) is kept
+whole:
+``rlm_copies_diverged`` and an error, once per divergence, say which offsets answer records the
+log no longer has; the diverged copies after it, which the local log holds wholly, are retired
+all the same.
 
 The comparison lists the partition's finished segments, so it runs only when something it
 depends on changed: the broker's leader epochs or the highest copied offset (or when the last
@@ -87,10 +92,11 @@ class LineageKeeper:
         broker's lineage depended on, and whether the log was behind the remote tier."""
         self._reported: dict[TopicPartition, tuple[int, UUID]] = {}
         """Per partition, the divergence last reported (its offset and copy)."""
-        self._untrimmable: dict[TopicPartition, tuple[UUID, int, str, bool]] = {}
-        """Per partition, the copy last found not to be cut at an offset, the offset, why, and
-        whether because it would be the same copy cut there: it is not read again for that (its
-        bytes do not change), every pass."""
+        self._untrimmable: dict[TopicPartition, tuple[UUID, int, str, bool, bool]] = {}
+        """Per partition, the copy last found not to be cut at an offset, the offset, why, whether
+        it is kept as it is (it would be the same copy cut there, or its bytes fail the checks),
+        and whether its bytes fail the checks: it is not read again for that (its bytes do not
+        change), every pass."""
         self._lock = threading.Lock()
 
     def follow(self, partition: PartitionDir, lease: Lease, *, now_ms: int) -> Followed:
@@ -134,16 +140,20 @@ class LineageKeeper:
         if found is not None and found.replace_from < held_from:
             with self._lock:
                 untrimmable = self._untrimmable.get(tp)
-            as_is = False
+            as_is = damaged = False
             if untrimmable is not None and untrimmable[:2] == (found.copy.segment_id, held_from):
-                why_kept, as_is = untrimmable[2:]
+                why_kept, as_is, damaged = untrimmable[2:]
             else:
                 try:
                     trimmed = self.trim(partition, lease, found.copy, held_from)
                 except (CannotTrimError, CorruptDataError) as exc:
-                    why_kept, as_is = str(exc), isinstance(exc, NoShorterCopyError)
+                    # A copy whose bytes fail the checks is kept as it is, as one that would be the
+                    # same copy cut there: the log tiered from the cut past it answers from there.
+                    why_kept = str(exc)
+                    damaged = isinstance(exc, CorruptDataError)
+                    as_is = damaged or isinstance(exc, NoShorterCopyError)
                     with self._lock:
-                        self._untrimmable[tp] = (found.copy.segment_id, held_from, why_kept, as_is)
+                        self._untrimmable[tp] = (found.copy.segment_id, held_from, why_kept, as_is, damaged)
                 else:
                     end = trimmed.end_offset
                     self._replaced(tp, found, trimmed.retired, trimmed=(held_from, end))
@@ -153,7 +163,7 @@ class LineageKeeper:
                     # it would be the same copy cut there, and this is said once.
                     why = f"its batch holding offset {held_from} was kept whole when it was trimmed"
                     with self._lock:
-                        self._untrimmable[tp] = (trimmed.replacement, held_from, why, True)
+                        self._untrimmable[tp] = (trimmed.replacement, held_from, why, True, False)
                         self._reported[tp] = (found.offset, trimmed.replacement)
                     return Followed(trimmed.retired, older, (held_from, end))
             if as_is:
@@ -161,7 +171,15 @@ class LineageKeeper:
                 # the copy, find none to retire and write nothing.
                 retire = any(s.start_offset >= held_from for s in finished)
                 return self._kept_as_is(
-                    tp, found, held_from, why_kept, lease, retire=retire, now_ms=now_ms, older=older
+                    tp,
+                    found,
+                    held_from,
+                    why_kept,
+                    lease,
+                    retire=retire,
+                    now_ms=now_ms,
+                    older=older,
+                    damaged=damaged,
                 )
         while found is not None and found.replace_from < held_from:
             # Its copy holds offsets only it has, and could not be trimmed to them: kept. The
@@ -237,10 +255,11 @@ class LineageKeeper:
         retire: bool,
         now_ms: int,
         older: bool,
+        damaged: bool = False,
     ) -> Followed:
-        """Keep ``found``'s copy as it is (cut at ``held_from`` it would be the same copy), retire
-        the copies from ``held_from`` on (when ``retire``), and have the log tiered from there past
-        it."""
+        """Keep ``found``'s copy as it is (cut at ``held_from`` it would be the same copy, or its
+        bytes fail the checks: ``damaged``, said as an error), retire the copies from ``held_from``
+        on (when ``retire``), and have the log tiered from there past it."""
         retired = 0
         if retire:
             retired = self.store.truncate_copies(tp, held_from, event_time_ms=now_ms, lease_epoch=lease.epoch)
@@ -252,7 +271,8 @@ class LineageKeeper:
             first = self._reported.get(tp) != reported
             self._reported[tp] = reported
         if first:
-            log.warning(
+            log.log(
+                logging.ERROR if damaged else logging.WARNING,
                 "%s: from offset %d the remote tier holds leader epoch %d's records, the broker's log "
                 "holds epoch %d's (its log diverged: an unclean leader election); the remote segment "
                 "of offsets %d..%d, whose offsets below %d the broker's log no longer holds, is kept "

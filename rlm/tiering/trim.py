@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
 
-from rlm.errors import CorruptRecordError
+from rlm.errors import CorruptDataError, CorruptRecordError
 from rlm.log.checkpoints import EpochEntry
 from rlm.log.files import segment_file_name
 from rlm.log.segment import Segment
@@ -137,7 +137,7 @@ def trim_copy(
     Raises:
         NoShorterCopyError: the copy cut there would be the same copy.
         CannotTrimError: ``cut`` is not inside it.
-        CorruptDataError: the bytes kept fail the copier's checks (named by the temporary file
+        CorruptDataError: the bytes kept fail the copier's checks (named by the copy's object
             and position), or the copy's transaction index cannot be read.
         StorageError: a read failed.
     """
@@ -156,7 +156,10 @@ def trim_copy(
     if last < copy.start_offset:
         raise CannotTrimError(f"none of its batches holds an offset below {cut}")
     segment = Segment(directory, copy.start_offset)
-    checked = check_segment(segment, next_base_offset=last + 1)
+    try:
+        checked = check_segment(segment, next_base_offset=last + 1)
+    except CorruptDataError as exc:  # the kept bytes lie at the same positions in the copy's object
+        raise CorruptDataError(exc.reason, path=key, position=exc.position) from exc
     txn_index = TransactionIndex(copy.start_offset)
     stored = None if copy.txn_index_empty else read_index(storage, copy.layout, IndexType.TRANSACTION)
     if stored:

@@ -25,7 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from api.rest.app import create_app
 from rlm.bootstrap import build_runtime
-from rlm.errors import SegmentNotCopiedError
+from rlm.errors import CorruptDataError, SegmentNotCopiedError
 from rlm.log.batches import decode_batch
 from rlm.log.byte_source import BytesSource, iter_headers
 from rlm.log.dirwriter import LogDirWriter
@@ -331,6 +331,48 @@ def test_a_copy_whose_batch_at_the_brokers_first_offset_is_its_last_is_kept_and_
     assert len(kept) == 1 and "holds offsets up to its last, 29" in kept[0]
     assert "tiered again from offset 25 in one remote segment reaching past offset 29" in kept[0]
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+def test_a_copy_whose_bytes_fail_the_checks_is_kept_as_it_is_and_the_log_tiered_past_it(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The old leader's copy of 20..39 (epoch 5) has a damaged batch of 20..29, so it cannot be
+    trimmed at 25 (the broker's first local offset): it is kept as it is, said as an error, and
+    the broker's log is tiered from 25 past it, so that once the broker deletes its segments the
+    old leader's records past 25 do not answer for the log's."""
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)  # batches 20..29, 30..39
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    old = tiering.store.segment_for_offset(TP, 25)
+    assert old is not None and (old.start_offset, old.end_offset) == (20, 39)
+    key = old.layout.log_key
+    data = bytearray(tiering.storage.read_range(key, 0, old.size_bytes))
+    first_batch = int.from_bytes(data[8:12], "big") + 12
+    data[first_batch - 1] ^= 0xFF  # a record of 20..29: the batch fails its CRC
+    tiering.storage.put_object(key, bytes(data), metadata=tiering.storage.object_metadata(key))
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (10, 6), (10, 6), (10, 6))  # rolled at 25, 35, 45
+    drop_local_segments_below(log_dir, 25)
+
+    copier = tiering.copier()
+    with caplog.at_level(logging.WARNING, logger="rlm.copier"):
+        outcomes = [copier.run_once()[0] for _ in range(2)]
+
+    # The broker's 25..34 and 35..44 are tiered as one copy reaching past the kept one; 45..54 next.
+    assert [(o.error, o.copied_segments) for o in outcomes] == [(None, 2), (None, 0)]
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 39, (5,)), (25, 44, (6,)), (45, 54, (6,))]
+    assert_epochs_read(tiering, {20: 5, 24: 5, 25: 6, 39: 6, 44: 6})
+    assert tiering.registry.get_sample_value("rlm_copies_diverged", LABELS) == 0
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and f"is kept as it is ({key}, position 0: CRC mismatch" in errors[0]
+    assert "tiered again from offset 25 in one remote segment reaching past offset 39" in errors[0]
+
+    drop_local_segments_below(log_dir, 45)  # the broker's local retention: 25.. answer remotely
+    answers = fetched(tiering, log_dir, [25, 30])
+    assert answers[25] == ("remote", 45, new_leaders_from(25, 44))
+    assert answers[30] == ("remote", 45, new_leaders_from(30, 44))
+    with pytest.raises(CorruptDataError, match=key):  # held nowhere else, and damaged
+        fetched(tiering, log_dir, [20])
 
 
 def test_a_copy_past_the_cut_that_fails_before_it_finishes_is_made_again_by_the_next_pass(
