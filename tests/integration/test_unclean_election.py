@@ -10,6 +10,7 @@ leader's untiered below the highest copied offset.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -18,13 +19,19 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import grpc
 import pyarrow as pa
 import pytest
 from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
+from api.auth import TokenAuthenticator
+from api.gen.rlm.v1 import rlm_pb2 as pb
+from api.gen.rlm.v1 import rlm_pb2_grpc
+from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
 from rlm.bootstrap import build_runtime
+from rlm.config import Settings
 from rlm.errors import CorruptDataError, SegmentNotCopiedError
 from rlm.log.batches import decode_batch
 from rlm.log.byte_source import BytesSource, iter_headers
@@ -38,6 +45,7 @@ from rlm.metastore.model import IndexType, RemoteSegment, SegmentState, TopicPar
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import STREAM_PIECE_BYTES
 from rlm.storage.range_source import read_index
+from tests.grpc_support import ServerThread, free_port
 from tests.lookup_support import parse_with_kafka_python
 from tests.tiering_support import (
     WRITER_NOW_MS,
@@ -680,10 +688,11 @@ def streamed(tiering: Tiering, log_dir: Path, params: dict[str, int]) -> dict[st
     offsets and leader epochs; the raw batches' first and last offsets (``batches``). The log
     start offset is put at 0."""
     set_log_start_offsets(log_dir, {TP: 0})
-    rt = build_runtime(tiering.settings, registry=CollectorRegistry(), storage=tiering.storage)
+    settings = tiering.settings.replace(auth_enabled=False)
+    rt = build_runtime(settings, registry=CollectorRegistry(), storage=tiering.storage)
     path = f"/v1/topics/{TP.topic}/partitions/{TP.partition}/records"
     try:
-        app = create_app(tiering.settings.replace(auth_enabled=False), runtime_=rt)
+        app = create_app(settings, runtime_=rt)
         with TestClient(app) as client:
             answers = {
                 media: client.get(path, params=params, headers={"Accept": media})
@@ -695,6 +704,7 @@ def streamed(tiering: Tiering, log_dir: Path, params: dict[str, int]) -> dict[st
             }
     finally:
         rt.close()
+    grpc_answers = read_records(tiering, settings, params)
     assert all(answer.status_code == 200 for answer in answers.values())
     lines = [json.loads(line) for line in answers["application/x-ndjson"].text.splitlines()]
     table = pa.ipc.open_stream(answers["application/vnd.apache.arrow.stream"].content).read_all()
@@ -707,7 +717,42 @@ def streamed(tiering: Tiering, log_dir: Path, params: dict[str, int]) -> dict[st
         "raw": raw,
         "raw_in_range": [(o, epoch) for o, epoch in raw if params["offset"] <= o < end],
         "batches": [(batch.base_offset, batch.last_offset) for batch in parsed],
+        **grpc_answers,
     }
+
+
+def read_records(
+    tiering: Tiering, settings: Settings, params: dict[str, int]
+) -> dict[str, list[tuple[int, int]]]:
+    """The range of ``params`` read with gRPC ``ReadRecords``: its records (``grpc``), and its raw
+    batches' records in the range (``grpc_raw``), offsets and leader epochs."""
+    rt = build_runtime(settings, registry=CollectorRegistry(), storage=tiering.storage)
+    port = free_port()
+    authenticator = TokenAuthenticator.from_settings(settings)
+    server = ServerThread(lambda: build_grpc_server(rt, authenticator, port=port))
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    start, end = params["offset"], params["end_offset"]
+    try:
+        stub = rlm_pb2_grpc.RemoteLogManagerStub(channel)
+        answers: dict[str, list[tuple[int, int]]] = {"grpc": [], "grpc_raw": []}
+        for raw in (False, True):
+            request = pb.ReadRecordsRequest(topic=TP.topic, raw=raw, offset=start, end_offset=end)
+            for message in stub.ReadRecords(request, timeout=30):
+                if raw:
+                    answers["grpc_raw"] += [
+                        (r.offset, batch.leader_epoch)
+                        for batch in parse_with_kafka_python(message.raw_batches)
+                        for r in batch.records
+                        if start <= r.offset < end
+                    ]
+                else:
+                    answers["grpc"] += [(r.offset, r.leader_epoch) for r in message.records]
+        return answers
+    finally:
+        channel.close()
+        asyncio.run_coroutine_threadsafe(rt.streams.remote.close(), server.loop).result(10)
+        server.stop()
+        rt.close()
 
 
 def test_a_stream_across_a_copy_kept_past_the_cut_sends_its_records_below_the_cut_then_the_brokers(
@@ -716,12 +761,13 @@ def test_a_stream_across_a_copy_kept_past_the_cut_sends_its_records_below_the_cu
     """Records streamed from the kept copy's batch 20..29 stop at the cut; the new leader's 25.. follow
     from the broker's log while the copy past the cut waits, and from that copy once it is made.
     Raw batches alike: the kept batch is sent cut short at 24, then the broker's batches follow, no
-    offset sent twice."""
+    offset sent twice. gRPC ReadRecords, records and raw batches, the same."""
     tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
 
     waiting = streamed(tiering, log_dir, {"offset": 12, "end_offset": 28})
     expected = [(o, 4) for o in range(12, 20)] + [(o, 5) for o in range(20, 25)] + new_leaders_from(25, 27)
     assert waiting["ndjson"] == waiting["arrow"] == waiting["raw_in_range"] == expected
+    assert waiting["grpc"] == waiting["grpc_raw"] == expected
     assert waiting["batches"][:2] == [(10, 19), (20, 24)]
 
     joined_past_the_cut(tiering, log_dir)
@@ -734,6 +780,7 @@ def test_a_stream_across_a_copy_kept_past_the_cut_sends_its_records_below_the_cu
         joined = streamed(tiering, log_dir, params)
         expected = [(o, 5) for o in range(first, 25)] + new_leaders_from(25, last)
         assert joined["ndjson"] == joined["arrow"] == joined["raw_in_range"] == expected, params
+        assert joined["grpc"] == joined["grpc_raw"] == expected, params
         assert joined["batches"][0] == (20, 24)
         offsets = [o for o, _ in joined["raw"]]
         assert offsets == sorted(set(offsets)), "no offset sent twice"
