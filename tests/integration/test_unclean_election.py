@@ -10,28 +10,13 @@ leader's untiered below the highest copied offset.
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-import json
 import logging
 import shutil
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import grpc
-import pyarrow as pa
 import pytest
-from fastapi.testclient import TestClient
-from prometheus_client import CollectorRegistry
 
-from api.auth import TokenAuthenticator
-from api.gen.rlm.v1 import rlm_pb2 as pb
-from api.gen.rlm.v1 import rlm_pb2_grpc
-from api.grpc_server import build_grpc_server
-from api.rest.app import create_app
-from rlm.bootstrap import build_runtime
-from rlm.config import Settings
 from rlm.errors import CorruptDataError, SegmentNotCopiedError
 from rlm.log.batches import decode_batch
 from rlm.log.byte_source import BytesSource, iter_headers
@@ -40,65 +25,30 @@ from rlm.log.logdir import PARTITION_METADATA, LogDir
 from rlm.log.model import ControlType, Record
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.writer import ProducerRecord, TopicConfig
-from rlm.lookup import answer_end
-from rlm.metastore.model import IndexType, RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import IndexType, RemoteSegment, SegmentState
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import STREAM_PIECE_BYTES
 from rlm.storage.range_source import read_index
-from tests.grpc_support import ServerThread, free_port
-from tests.lookup_support import parse_with_kafka_python
 from tests.tiering_support import (
     WRITER_NOW_MS,
     Backend,
-    SegmentPlan,
     Tiering,
     assert_invariants,
     set_log_start_offsets,
-    write_scripted_log_dir,
+)
+from tests.unclean_election_support import (
+    TP,
+    drop_local_segments_below,
+    elected_past_the_cut,
+    fetched,
+    new_leaders_from,
+    partition_path,
+    spans,
+    write_log,
 )
 
-TP = TopicPartition("orders", 0)
-SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
 LABELS = {"topic": "orders", "partition": "0"}
 TieringFactory = Callable[..., Tiering]
-
-
-def plans(*segments: int | tuple[int, ...], batch_records: int = 5) -> list[SegmentPlan]:
-    """One segment per argument: an epoch (10 records), or its records and epochs."""
-    shapes = [(10, s) if isinstance(s, int) else (s[0], *s[1:]) for s in segments]
-    return [
-        SegmentPlan(
-            records=records,
-            max_timestamp_ms=WRITER_NOW_MS - 1000 + i,
-            leader_epochs=tuple(epochs),
-            batch_records=batch_records,
-        )
-        for i, (records, *epochs) in enumerate(shapes)
-    ]
-
-
-def partition_path(log_dir: Path) -> Path:
-    return log_dir / f"{TP.topic}-{TP.partition}"
-
-
-def write_log(log_dir: Path, *segments: int | tuple[int, ...], batch_records: int = 5) -> None:
-    """Write the partition's log (the same records while the epochs agree), keeping its topic id."""
-    metadata = partition_path(log_dir) / PARTITION_METADATA
-    topic_id = metadata.read_bytes() if metadata.exists() else None
-    if log_dir.exists():
-        shutil.rmtree(log_dir)
-    write_scripted_log_dir(log_dir, {TP: plans(*segments, batch_records=batch_records)}, seed=7)
-    if topic_id is not None:
-        metadata.write_bytes(topic_id)
-
-
-def drop_local_segments_below(log_dir: Path, offset: int) -> None:
-    """Delete the segments below ``offset`` as the broker's local retention does; the log starts there."""
-    for path in partition_path(log_dir).iterdir():
-        if path.suffix in SEGMENT_FILES and int(path.stem) < offset:
-            path.unlink()
-    set_log_start_offsets(log_dir, {TP: offset})
-    assert LogDir(log_dir).partition(TP.topic, TP.partition).segments()[0].base_offset == offset
 
 
 class CountedReads(DelegatingStorage):
@@ -142,12 +92,6 @@ def tiered(backend: Backend, tiering_factory: TieringFactory, tmp_path: Path) ->
     assert tiering.copier().run_once()[0].copied_segments == 4
     write_log(log_dir, *NEW_LEADER)
     return tiering, log_dir
-
-
-def spans(tiering: Tiering) -> list[tuple[int, int, tuple[int, ...]]]:
-    return [
-        (s.start_offset, s.end_offset, tuple(e.epoch for e in s.leader_epochs)) for s in tiering.finished(TP)
-    ]
 
 
 def test_the_old_leaders_copies_are_replaced_by_the_new_leaders_log(tiered: tuple[Tiering, Path]) -> None:
@@ -453,12 +397,7 @@ def test_the_brokers_first_segments_smaller_than_the_batch_kept_across_the_cut_a
 def test_a_copy_past_the_cut_waits_until_the_brokers_rolled_segments_reach_past_the_kept_one(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    log_dir = tmp_path / "logs"
-    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)
-    tiering = tiering_factory(backend, log_dir)
-    tiering.copier().run_once()
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6))  # 28.. is the active segment
-    drop_local_segments_below(log_dir, 25)
+    tiering, log_dir = elected_past_the_cut(backend, tiering_factory, tmp_path)
     copier = tiering.copier()
 
     with caplog.at_level(logging.WARNING, logger="rlm.copier"):
@@ -603,207 +542,3 @@ def aborted_transactions(tiering: Tiering, segment: RemoteSegment | None) -> lis
     assert segment is not None
     data = read_index(tiering.storage, segment.layout, IndexType.TRANSACTION)
     return [] if data is None else list(TransactionIndex.from_bytes(segment.start_offset, data).entries())
-
-
-Fetched = tuple[str | None, int, list[tuple[int, int]]]
-
-
-def fetched(tiering: Tiering, log_dir: Path, offsets: list[int]) -> dict[int, Fetched]:
-    """A bounded fetch at each offset (the log start offset put at 0, so that the copies' first
-    offsets are read): its tier, next offset, and each record's offset and batch leader epoch.
-    Its raw batches, read by kafka-python, hold the same records from the offset on, and end
-    below the next offset."""
-    set_log_start_offsets(log_dir, {TP: 0})
-    rt = build_runtime(tiering.settings, registry=CollectorRegistry(), storage=tiering.storage)
-    try:
-        answers = {}
-        for offset in offsets:
-            result = rt.fetcher.fetch(TP, offset, 1 << 20)
-            records = [(r.offset, b.header.leader_epoch) for b in result.batches for r in b.records]
-            parsed = parse_with_kafka_python(result.raw)
-            assert [
-                (r.offset, b.leader_epoch) for b in parsed for r in b.records if r.offset >= offset
-            ] == records
-            assert all(b.last_offset < result.next_offset for b in parsed)
-            answers[offset] = (result.tier, result.next_offset, records)
-        return answers
-    finally:
-        rt.close()
-
-
-def new_leaders_from(offset: int, last: int) -> list[tuple[int, int]]:
-    return [(o, 6) for o in range(offset, last + 1)]
-
-
-def waiting_past_the_cut(
-    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
-) -> tuple[Tiering, Path]:
-    """The old leader's 0..39 tiered in batches of 10 (epoch 5 from 20), then the new leader's log
-    (epoch 6 from 20) with its segments below 25 deleted: the copy of 20..29 is kept whole, and the
-    copy past the cut waits for the broker's segment after 25..27 to roll."""
-    log_dir = tmp_path / "logs"
-    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)
-    tiering = tiering_factory(backend, log_dir)
-    tiering.copier().run_once()
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6))  # 28.. is the active segment
-    drop_local_segments_below(log_dir, 25)
-    tiering.copier().run_once()
-    return tiering, log_dir
-
-
-def joined_past_the_cut(tiering: Tiering, log_dir: Path) -> None:
-    """The broker's segment rolled at 35: the copy of 25..34 made, then deleted locally (it answers
-    remotely from 25 on)."""
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6))
-    drop_local_segments_below(log_dir, 25)
-    assert tiering.copier().run_once()[0].copied_segments == 1
-    drop_local_segments_below(log_dir, 35)
-
-
-def test_a_fetch_of_a_copy_kept_past_the_cut_answers_its_records_below_the_cut_then_the_brokers(
-    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
-) -> None:
-    """The kept copy's batch 20..29 holds the old leader's 25..29: a fetch below the cut gives 20..24
-    of it and sends the next fetch to 25, where the new leader's records are, both while the copy
-    past the cut waits and once it is made."""
-    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
-    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,))]
-
-    waiting = fetched(tiering, log_dir, [20, 24, 25])
-    assert waiting[20] == ("remote", 25, [(o, 5) for o in range(20, 25)])
-    assert waiting[24] == ("remote", 25, [(24, 5)])
-    tier, next_offset, records = waiting[25]
-    assert tier == "local" and next_offset > 25 and records == new_leaders_from(25, next_offset - 1)
-
-    joined_past_the_cut(tiering, log_dir)
-    joined = fetched(tiering, log_dir, [22, 25, 29])
-    assert joined[22] == ("remote", 25, [(o, 5) for o in range(22, 25)])
-    assert joined[25] == ("remote", 35, new_leaders_from(25, 34))
-    assert joined[29] == ("remote", 35, new_leaders_from(29, 34))
-
-
-def streamed(tiering: Tiering, log_dir: Path, params: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
-    """The range of ``params`` streamed over REST as NDJSON and Arrow records, and as raw batches
-    read by kafka-python (``raw``: all their records; ``raw_in_range``: those the range holds),
-    offsets and leader epochs; the raw batches' first and last offsets (``batches``). The log
-    start offset is put at 0."""
-    set_log_start_offsets(log_dir, {TP: 0})
-    settings = tiering.settings.replace(auth_enabled=False)
-    rt = build_runtime(settings, registry=CollectorRegistry(), storage=tiering.storage)
-    path = f"/v1/topics/{TP.topic}/partitions/{TP.partition}/records"
-    try:
-        app = create_app(settings, runtime_=rt)
-        with TestClient(app) as client:
-            answers = {
-                media: client.get(path, params=params, headers={"Accept": media})
-                for media in (
-                    "application/x-ndjson",
-                    "application/vnd.apache.arrow.stream",
-                    "application/octet-stream",
-                )
-            }
-    finally:
-        rt.close()
-    grpc_answers = read_records(tiering, settings, params)
-    assert all(answer.status_code == 200 for answer in answers.values())
-    lines = [json.loads(line) for line in answers["application/x-ndjson"].text.splitlines()]
-    table = pa.ipc.open_stream(answers["application/vnd.apache.arrow.stream"].content).read_all()
-    parsed = parse_with_kafka_python(answers["application/octet-stream"].content)
-    raw = [(r.offset, batch.leader_epoch) for batch in parsed for r in batch.records]
-    end = params.get("end_offset", 2**63)
-    return {
-        "ndjson": [(line["offset"], line["leader_epoch"]) for line in lines],
-        "arrow": list(zip(table["offset"].to_pylist(), table["leader_epoch"].to_pylist(), strict=True)),
-        "raw": raw,
-        "raw_in_range": [(o, epoch) for o, epoch in raw if params["offset"] <= o < end],
-        "batches": [(batch.base_offset, batch.last_offset) for batch in parsed],
-        **grpc_answers,
-    }
-
-
-def read_records(
-    tiering: Tiering, settings: Settings, params: dict[str, int]
-) -> dict[str, list[tuple[int, int]]]:
-    """The range of ``params`` read with gRPC ``ReadRecords``: its records (``grpc``), and its raw
-    batches' records in the range (``grpc_raw``), offsets and leader epochs."""
-    rt = build_runtime(settings, registry=CollectorRegistry(), storage=tiering.storage)
-    port = free_port()
-    authenticator = TokenAuthenticator.from_settings(settings)
-    server = ServerThread(lambda: build_grpc_server(rt, authenticator, port=port))
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    start, end = params["offset"], params["end_offset"]
-    try:
-        stub = rlm_pb2_grpc.RemoteLogManagerStub(channel)
-        answers: dict[str, list[tuple[int, int]]] = {"grpc": [], "grpc_raw": []}
-        for raw in (False, True):
-            request = pb.ReadRecordsRequest(topic=TP.topic, raw=raw, offset=start, end_offset=end)
-            for message in stub.ReadRecords(request, timeout=30):
-                if raw:
-                    answers["grpc_raw"] += [
-                        (r.offset, batch.leader_epoch)
-                        for batch in parse_with_kafka_python(message.raw_batches)
-                        for r in batch.records
-                        if start <= r.offset < end
-                    ]
-                else:
-                    answers["grpc"] += [(r.offset, r.leader_epoch) for r in message.records]
-        return answers
-    finally:
-        channel.close()
-        asyncio.run_coroutine_threadsafe(rt.streams.remote.close(), server.loop).result(10)
-        server.stop()
-        rt.close()
-
-
-def test_a_stream_across_a_copy_kept_past_the_cut_sends_its_records_below_the_cut_then_the_brokers(
-    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
-) -> None:
-    """Records streamed from the kept copy's batch 20..29 stop at the cut; the new leader's 25.. follow
-    from the broker's log while the copy past the cut waits, and from that copy once it is made.
-    Raw batches alike: the kept batch is sent cut short at 24, then the broker's batches follow, no
-    offset sent twice. gRPC ReadRecords, records and raw batches, the same."""
-    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
-
-    waiting = streamed(tiering, log_dir, {"offset": 12, "end_offset": 28})
-    expected = [(o, 4) for o in range(12, 20)] + [(o, 5) for o in range(20, 25)] + new_leaders_from(25, 27)
-    assert waiting["ndjson"] == waiting["arrow"] == waiting["raw_in_range"] == expected
-    assert waiting["grpc"] == waiting["grpc_raw"] == expected
-    assert waiting["batches"][:2] == [(10, 19), (20, 24)]
-
-    joined_past_the_cut(tiering, log_dir)
-    hw = LogDir(log_dir).partition(TP.topic, TP.partition).high_watermark()
-    assert hw is not None and hw > 35
-    for params, first, last in (
-        ({"offset": 22, "end_offset": hw + 5}, 22, hw - 1),
-        ({"offset": 21, "end_offset": 27}, 21, 26),
-    ):
-        joined = streamed(tiering, log_dir, params)
-        expected = [(o, 5) for o in range(first, 25)] + new_leaders_from(25, last)
-        assert joined["ndjson"] == joined["arrow"] == joined["raw_in_range"] == expected, params
-        assert joined["grpc"] == joined["grpc_raw"] == expected, params
-        assert joined["batches"][0] == (20, 24)
-        offsets = [o for o, _ in joined["raw"]]
-        assert offsets == sorted(set(offsets)), "no offset sent twice"
-        assert all(before[1] < after[0] for before, after in itertools.pairwise(joined["batches"]))
-
-
-def test_a_copy_the_store_has_answer_an_offset_is_read_from_there_whatever_its_answer_end_says(
-    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Should the last answered offset ever lie below the offset the store has a copy answer, the
-    copy is read as the store says: a stream goes on (it would ask for the same copy forever) and
-    a fetch answers records (it would answer none)."""
-    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
-    monkeypatch.setattr(answer_end, "remote_answer_end", lambda *_: -1)
-
-    answers: list[dict[str, list[tuple[int, int]]]] = []
-    # On a daemon thread: a stream asking for the same copy forever fails the test, not hangs it.
-    stream = threading.Thread(
-        target=lambda: answers.append(streamed(tiering, log_dir, {"offset": 12, "end_offset": 28})),
-        daemon=True,
-    )
-    stream.start()
-    stream.join(60)
-    assert answers, "the stream did not end"
-    assert [offset for offset, _ in answers[0]["ndjson"]] == list(range(12, 28))
-    assert fetched(tiering, log_dir, [20])[20] == ("remote", 30, [(o, 5) for o in range(20, 30)])

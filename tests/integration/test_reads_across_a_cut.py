@@ -1,0 +1,215 @@
+"""Reads across a diverged copy kept past its cut, on SQLite + filesystem and PostgreSQL + S3.
+
+After an unclean leader election a diverged copy that also holds offsets the broker deleted is
+trimmed to them, and its batch holding offsets on both sides of the cut is kept whole
+(:mod:`rlm.tiering.trim`): its records past the cut are the old leader's. Every read (a bounded
+fetch, streams of records and of raw batches, over REST and gRPC) gives that batch out cut short
+at the cut, and goes on from there with the broker's log, then its copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pyarrow as pa
+import pytest
+from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
+
+from api.auth import TokenAuthenticator
+from api.gen.rlm.v1 import rlm_pb2 as pb
+from api.gen.rlm.v1 import rlm_pb2_grpc
+from api.grpc_server import build_grpc_server
+from api.rest.app import create_app
+from rlm.bootstrap import build_runtime
+from rlm.config import Settings
+from rlm.log.logdir import LogDir
+from rlm.lookup import answer_end
+from tests.grpc_support import ServerThread, free_port
+from tests.lookup_support import parse_with_kafka_python
+from tests.tiering_support import Backend, Tiering, set_log_start_offsets
+from tests.unclean_election_support import (
+    TP,
+    drop_local_segments_below,
+    elected_past_the_cut,
+    fetched,
+    new_leaders_from,
+    spans,
+    write_log,
+)
+
+TieringFactory = Callable[..., Tiering]
+
+
+def waiting_past_the_cut(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> tuple[Tiering, Path]:
+    """:func:`elected_past_the_cut` and a copier pass: the copy of 20..29 is kept whole, and the
+    copy past the cut waits for the broker's segment after 25..27 to roll."""
+    tiering, log_dir = elected_past_the_cut(backend, tiering_factory, tmp_path)
+    tiering.copier().run_once()
+    return tiering, log_dir
+
+
+def joined_past_the_cut(tiering: Tiering, log_dir: Path) -> None:
+    """The broker's segment rolled at 35: the copy of 25..34 made, then deleted locally (it answers
+    remotely from 25 on)."""
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6))
+    drop_local_segments_below(log_dir, 25)
+    assert tiering.copier().run_once()[0].copied_segments == 1
+    drop_local_segments_below(log_dir, 35)
+
+
+def test_a_fetch_of_a_copy_kept_past_the_cut_answers_its_records_below_the_cut_then_the_brokers(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    """The kept copy's batch 20..29 holds the old leader's 25..29: a fetch below the cut gives 20..24
+    of it and sends the next fetch to 25, where the new leader's records are, both while the copy
+    past the cut waits and once it is made."""
+    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,))]
+
+    waiting = fetched(tiering, log_dir, [20, 24, 25])
+    assert waiting[20] == ("remote", 25, [(o, 5) for o in range(20, 25)])
+    assert waiting[24] == ("remote", 25, [(24, 5)])
+    tier, next_offset, records = waiting[25]
+    assert tier == "local" and next_offset > 25 and records == new_leaders_from(25, next_offset - 1)
+
+    joined_past_the_cut(tiering, log_dir)
+    joined = fetched(tiering, log_dir, [22, 25, 29])
+    assert joined[22] == ("remote", 25, [(o, 5) for o in range(22, 25)])
+    assert joined[25] == ("remote", 35, new_leaders_from(25, 34))
+    assert joined[29] == ("remote", 35, new_leaders_from(29, 34))
+
+
+def streamed(tiering: Tiering, log_dir: Path, params: dict[str, int]) -> dict[str, list[tuple[int, int]]]:
+    """The range of ``params`` streamed over REST as NDJSON and Arrow records, and as raw batches
+    read by kafka-python (``raw``: all their records; ``raw_in_range``: those the range holds),
+    offsets and leader epochs; the raw batches' first and last offsets (``batches``). The log
+    start offset is put at 0."""
+    set_log_start_offsets(log_dir, {TP: 0})
+    settings = tiering.settings.replace(auth_enabled=False)
+    rt = build_runtime(settings, registry=CollectorRegistry(), storage=tiering.storage)
+    path = f"/v1/topics/{TP.topic}/partitions/{TP.partition}/records"
+    try:
+        app = create_app(settings, runtime_=rt)
+        with TestClient(app) as client:
+            answers = {
+                media: client.get(path, params=params, headers={"Accept": media})
+                for media in (
+                    "application/x-ndjson",
+                    "application/vnd.apache.arrow.stream",
+                    "application/octet-stream",
+                )
+            }
+    finally:
+        rt.close()
+    grpc_answers = read_records(tiering, settings, params)
+    assert all(answer.status_code == 200 for answer in answers.values())
+    lines = [json.loads(line) for line in answers["application/x-ndjson"].text.splitlines()]
+    table = pa.ipc.open_stream(answers["application/vnd.apache.arrow.stream"].content).read_all()
+    parsed = parse_with_kafka_python(answers["application/octet-stream"].content)
+    raw = [(r.offset, batch.leader_epoch) for batch in parsed for r in batch.records]
+    end = params.get("end_offset", 2**63)
+    return {
+        "ndjson": [(line["offset"], line["leader_epoch"]) for line in lines],
+        "arrow": list(zip(table["offset"].to_pylist(), table["leader_epoch"].to_pylist(), strict=True)),
+        "raw": raw,
+        "raw_in_range": [(o, epoch) for o, epoch in raw if params["offset"] <= o < end],
+        "batches": [(batch.base_offset, batch.last_offset) for batch in parsed],
+        **grpc_answers,
+    }
+
+
+def read_records(
+    tiering: Tiering, settings: Settings, params: dict[str, int]
+) -> dict[str, list[tuple[int, int]]]:
+    """The range of ``params`` read with gRPC ``ReadRecords``: its records (``grpc``), and its raw
+    batches' records in the range (``grpc_raw``), offsets and leader epochs."""
+    rt = build_runtime(settings, registry=CollectorRegistry(), storage=tiering.storage)
+    port = free_port()
+    authenticator = TokenAuthenticator.from_settings(settings)
+    server = ServerThread(lambda: build_grpc_server(rt, authenticator, port=port))
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    start, end = params["offset"], params["end_offset"]
+    try:
+        stub = rlm_pb2_grpc.RemoteLogManagerStub(channel)
+        answers: dict[str, list[tuple[int, int]]] = {"grpc": [], "grpc_raw": []}
+        for raw in (False, True):
+            request = pb.ReadRecordsRequest(topic=TP.topic, raw=raw, offset=start, end_offset=end)
+            for message in stub.ReadRecords(request, timeout=30):
+                if raw:
+                    answers["grpc_raw"] += [
+                        (r.offset, batch.leader_epoch)
+                        for batch in parse_with_kafka_python(message.raw_batches)
+                        for r in batch.records
+                        if start <= r.offset < end
+                    ]
+                else:
+                    answers["grpc"] += [(r.offset, r.leader_epoch) for r in message.records]
+        return answers
+    finally:
+        channel.close()
+        asyncio.run_coroutine_threadsafe(rt.streams.remote.close(), server.loop).result(10)
+        server.stop()
+        rt.close()
+
+
+def test_a_stream_across_a_copy_kept_past_the_cut_sends_its_records_below_the_cut_then_the_brokers(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    """Records streamed from the kept copy's batch 20..29 stop at the cut; the new leader's 25.. follow
+    from the broker's log while the copy past the cut waits, and from that copy once it is made.
+    Raw batches alike: the kept batch is sent cut short at 24, then the broker's batches follow, no
+    offset sent twice. gRPC ReadRecords, records and raw batches, the same."""
+    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
+
+    waiting = streamed(tiering, log_dir, {"offset": 12, "end_offset": 28})
+    expected = [(o, 4) for o in range(12, 20)] + [(o, 5) for o in range(20, 25)] + new_leaders_from(25, 27)
+    assert waiting["ndjson"] == waiting["arrow"] == waiting["raw_in_range"] == expected
+    assert waiting["grpc"] == waiting["grpc_raw"] == expected
+    assert waiting["batches"][:2] == [(10, 19), (20, 24)]
+
+    joined_past_the_cut(tiering, log_dir)
+    hw = LogDir(log_dir).partition(TP.topic, TP.partition).high_watermark()
+    assert hw is not None and hw > 35
+    for params, first, last in (
+        ({"offset": 22, "end_offset": hw + 5}, 22, hw - 1),
+        ({"offset": 21, "end_offset": 27}, 21, 26),
+    ):
+        joined = streamed(tiering, log_dir, params)
+        expected = [(o, 5) for o in range(first, 25)] + new_leaders_from(25, last)
+        assert joined["ndjson"] == joined["arrow"] == joined["raw_in_range"] == expected, params
+        assert joined["grpc"] == joined["grpc_raw"] == expected, params
+        assert joined["batches"][0] == (20, 24)
+        offsets = [o for o, _ in joined["raw"]]
+        assert offsets == sorted(set(offsets)), "no offset sent twice"
+        assert all(before[1] < after[0] for before, after in itertools.pairwise(joined["batches"]))
+
+
+def test_a_copy_the_store_has_answer_an_offset_is_read_from_there_whatever_its_answer_end_says(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Should the last answered offset ever lie below the offset the store has a copy answer, the
+    copy is read as the store says: a stream goes on (it would ask for the same copy forever) and
+    a fetch answers records (it would answer none)."""
+    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
+    monkeypatch.setattr(answer_end, "remote_answer_end", lambda *_: -1)
+
+    answers: list[dict[str, list[tuple[int, int]]]] = []
+    # On a daemon thread: a stream asking for the same copy forever fails the test, not hangs it.
+    stream = threading.Thread(
+        target=lambda: answers.append(streamed(tiering, log_dir, {"offset": 12, "end_offset": 28})),
+        daemon=True,
+    )
+    stream.start()
+    stream.join(60)
+    assert answers, "the stream did not end"
+    assert [offset for offset, _ in answers[0]["ndjson"]] == list(range(12, 28))
+    assert fetched(tiering, log_dir, [20])[20] == ("remote", 30, [(o, 5) for o in range(20, 30)])
