@@ -73,7 +73,6 @@ from rlm.tiering.join import prepare_join
 from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.lineage_keeper import LineageKeeper, Trimmed
 from rlm.tiering.prepare import PreparedSegment, prepare_segment
-from rlm.tiering.reach import reach
 from rlm.tiering.topic_identity import adopt_local_topic_id
 from rlm.tiering.trim import trim_copy
 
@@ -172,7 +171,7 @@ class Copier:
         if not self.settings.topic(tp.topic).remote_storage_enable:
             return CopyOutcome(tp, skipped="remote.storage.enable is false")
         try:
-            lease = self.leases.hold(tp, reach(partition))
+            lease = self.leases.hold_partition(partition)
             if lease is None:
                 return CopyOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
             # Before anything is decided with the remote state: it may be a deleted topic's.

@@ -24,7 +24,9 @@ has grown half a time to live old (:data:`CLAIM_REFRESHES_PER_TTL`). A write wou
 partition's row, which the holder's writes lock too, and cost a commit. The holder renews its
 lease at every pass and between the segments of a backlog, and writes it once a third of its
 time to live has passed since the last write (:data:`RENEWALS_PER_TTL`): sooner, a read finds it
-still current.
+still current. A sidecar that cannot read its broker's ``partition.metadata`` or
+``leader-epoch-checkpoint`` of a partition gives its lease up at once
+(:meth:`LeaseKeeper.hold_partition`), rather than letting it expire.
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ import logging
 import threading
 import uuid
 
-from rlm.errors import RlmError, StaleLeaseError
+from rlm.errors import CorruptCheckpointError, RlmError, StaleLeaseError
+from rlm.log.logdir import PartitionDir
 from rlm.metastore.model import Lease, LeaseClaim, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.tiering.reach import Reach
+from rlm.tiering.reach import reach as log_reach
 
 log = logging.getLogger("rlm.leases")
 CLAIMS_KEPT_TTLS = 10
@@ -131,6 +135,43 @@ class LeaseKeeper:
                     refresh_after_ms=self.ttl_ms // CLAIM_REFRESHES_PER_TTL,
                 )
             return lease
+
+    def hold_partition(self, partition: PartitionDir) -> Lease | None:
+        """:meth:`hold` at the start of a pass, with how far this broker's log of ``partition``
+        reaches (:func:`~rlm.tiering.reach.reach`).
+
+        Raises:
+            CorruptCheckpointError: the broker's ``partition.metadata`` or ``leader-epoch-checkpoint``
+                of it cannot be parsed. A lease held is given up first, with a warning: this broker
+                cannot tier the partition, and another replica's sidecar takes it at its next pass
+                rather than once it expires.
+            MetadataError: the store failed.
+        """
+        tp = TopicPartition(partition.topic, partition.partition)
+        try:
+            position = log_reach(partition)
+        except CorruptCheckpointError as exc:
+            self._give_up_unreadable(tp, exc)
+            raise
+        return self.hold(tp, position)
+
+    def _give_up_unreadable(self, tp: TopicPartition, exc: CorruptCheckpointError) -> None:
+        with self._lock:
+            lease = self._leases.pop(tp, None)
+        if lease is None:
+            return
+        try:
+            released = self.store.release_lease(lease)
+        except RlmError as failed:
+            log.warning("%s: giving the copy lease up failed (it expires instead): %s", tp, failed)
+            return
+        if released:
+            log.warning(
+                "%s: this broker's files of it cannot be read (%s): the copy lease is given up, for "
+                "another replica's sidecar to take",
+                tp,
+                exc,
+            )
 
     def _claim_ahead(self, tp: TopicPartition, reach: Reach) -> LeaseClaim | None:
         """The live claim of another broker furthest ahead of this broker's log, if any is."""

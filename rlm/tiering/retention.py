@@ -48,7 +48,6 @@ from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.copier import Clock, wall_clock_ms
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
-from rlm.tiering.reach import reach
 from rlm.tiering.topic_identity import adopt_local_topic_id
 
 log = logging.getLogger("rlm.retention")
@@ -166,7 +165,7 @@ class Retention:
         try:
             # With the log's reach, as the copier: retention's passes are short, so while another
             # broker holds the lease its claim stays fresh even when copier passes are long.
-            lease = self.leases.hold(tp, reach(partition))
+            lease = self.leases.hold_partition(partition)
             if lease is None:
                 return RetentionOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
             # A deleted topic's remote log start offset and segments are not this topic's.

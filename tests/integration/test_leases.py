@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from rlm.errors import CorruptCheckpointError
 from rlm.log.logdir import LogDir
 from rlm.log.produce import ProduceSpec, produce
 from rlm.metastore.model import TopicPartition
@@ -140,3 +141,36 @@ def test_a_holder_writes_its_lease_once_a_third_of_its_time_to_live(sqlite_fs: B
         renewals.append(bool(writes(statements)))
     assert renewals == [False, False, False, True] * 2
     assert store.get_lease(TP) == lease
+
+
+def test_a_sidecar_that_cannot_read_its_brokers_partition_files_gives_its_lease_up_at_once(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,
+    log_dir: Path,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = FakeClock()
+    replica = tmp_path / "replica"  # broker 2's copy of the same log
+    shutil.copytree(log_dir, replica)
+    first = tiering_factory(sqlite_fs, log_dir, clock)
+    second = tiering_factory(sqlite_fs, replica, clock, broker_id=2)
+    assert all(o.error is None for o in first.copier().run_once())
+    checkpoint = LogDir(log_dir).partition(TP.topic, TP.partition).path / "leader-epoch-checkpoint"
+    checkpoint.write_text("0\n1\nnot an entry\n")
+
+    with caplog.at_level(logging.WARNING, logger="rlm.leases"):
+        errors = [first.copier().run_once()[0].error, first.retention().run_once()[0].error]
+
+    for error in errors:
+        assert isinstance(error, CorruptCheckpointError) and str(checkpoint) in str(error)
+    assert first.store.get_lease(TP) is None  # given up, not left to expire
+    given_up = [r.getMessage() for r in caplog.records if "the copy lease is given up" in r.getMessage()]
+    assert len(given_up) == 1 and str(checkpoint) in given_up[0]
+    # Broker 2's sidecar takes the partition at its next pass, without waiting for a time to live.
+    taken = second.copier().run_once()[0]
+    assert taken.error is None and taken.skipped is None
+    lease = second.store.get_lease(TP)
+    assert lease is not None and lease.owner == 2
+    assert isinstance(first.copier().run_once()[0].error, CorruptCheckpointError)
+    assert second.store.get_lease(TP) == lease
