@@ -1,10 +1,12 @@
 """Which offsets reads answer from a remote copy: up to where another copy or the broker's log
 answers.
 
-Only a diverged copy kept past a cut (:mod:`rlm.tiering.trim`) ends before its last offset: its
-batch holding offsets on both sides of the broker's first local offset is kept whole, and the old
-leader's records past that offset are not the log's. The broker's log answers from there, and
-then the copy of it that reaches past the kept one.
+Only a diverged copy kept past a cut ends before its last offset: one trimmed there whose batch
+holding offsets on both sides of the broker's first local offset is kept whole
+(:mod:`rlm.tiering.trim`), or one kept as it is (cut there it would be the same copy, or its bytes
+fail the checks: :mod:`rlm.tiering.lineage_keeper`). The old leader's records past that offset
+are not the log's: the broker's log answers from there, then the copy of it that reaches past
+the kept one. Reads give the batch across the cut out cut short (:mod:`rlm.log.clip`).
 """
 
 from __future__ import annotations
