@@ -10,6 +10,7 @@ at the cut, and goes on from there with the broker's log, then its copy.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import json
 import threading
@@ -27,12 +28,18 @@ from api.gen.rlm.v1 import rlm_pb2 as pb
 from api.gen.rlm.v1 import rlm_pb2_grpc
 from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
+from metadata.store import SqlMetadataStore
 from rlm.bootstrap import build_runtime
 from rlm.config import Settings
 from rlm.log.logdir import LogDir
 from rlm.lookup import answer_end
+from rlm.pipeline.rebuild.job import RebuildOptions, rebuild
+from rlm.pipeline.stage import run_in_process
+from rlm.pipeline.storage import StorageSpec
 from tests.grpc_support import ServerThread, free_port
 from tests.lookup_support import parse_with_kafka_python
+from tests.metadata_support import sqlite_copy
+from tests.pipeline.tiers import AWS_ENV
 from tests.tiering_support import Backend, Tiering, set_log_start_offsets
 from tests.unclean_election_support import (
     TP,
@@ -213,3 +220,54 @@ def test_a_copy_the_store_has_answer_an_offset_is_read_from_there_whatever_its_a
     assert answers, "the stream did not end"
     assert [offset for offset, _ in answers[0]["ndjson"]] == list(range(12, 28))
     assert fetched(tiering, log_dir, [20])[20] == ("remote", 30, [(o, 5) for o in range(20, 30)])
+
+
+@pytest.mark.parametrize("state", ["waiting", "joined"])
+def test_a_store_rebuilt_right_after_a_trim_reads_as_the_copiers_and_deletes_none_of_its_copies(
+    backend: Backend,
+    tiering_factory: TieringFactory,
+    tmp_path: Path,
+    sqlite_template: Path,
+    state: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``rlm spark rebuild-metadata --delete-orphans`` run after a trim, while the copies it retired
+    still have their objects (retention deletes them at its next pass), cannot tell them retired:
+    the old leader's copies of 20..39 and 40..49 are rebuilt beside the trimmed copy of 20..29.
+    It used to take the trimmed copy, inside the range of the first, for a set a compaction
+    replaced, and deleted it: the copier's own store then read 20..24 from nowhere once retention
+    deleted the old copy. Now both stay. Reads answer the old leader's records below the cut only
+    and the broker's from the cut on (a copy's answer end stops at the broker's first local
+    offset), and the next copier pass finds the divergence again and trims it as before (a second
+    copy of 20..29 stays). Once the copy past the cut is made, the retired copies' objects are gone
+    and the rebuilt store is the copier's."""
+    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
+    if state == "joined":
+        joined_past_the_cut(tiering, log_dir)
+    offsets = [20, 24, 25, 29, 30]
+    before = fetched(tiering, log_dir, offsets)
+    before_stream = streamed(tiering, log_dir, {"offset": 12, "end_offset": 31})
+    copiers = sorted(spans(tiering))
+
+    for name, value in AWS_ENV.items():  # what the rebuild's own S3 clients read (moto takes any)
+        monkeypatch.setenv(name, value)
+    (tmp_path / "rebuilt").mkdir()
+    url = sqlite_copy(sqlite_template, tmp_path / "rebuilt")
+    with SqlMetadataStore.open(url) as store:
+        spec = StorageSpec.from_settings(tiering.settings)
+        report = rebuild(store, tiering.storage, spec, run_in_process, RebuildOptions(delete_orphans=True))
+    assert report.orphans == []
+    rebuilt = Tiering.open(dataclasses.replace(backend, metadata_url=url), log_dir, clock=tiering.clock)
+    retired: list[tuple[int, int, tuple[int, ...]]] = (
+        [(20, 39, (5,)), (40, 49, (5,))] if state == "waiting" else []
+    )
+    assert sorted(spans(rebuilt)) == sorted(copiers + retired)
+
+    assert fetched(rebuilt, log_dir, offsets) == before
+    assert streamed(rebuilt, log_dir, {"offset": 12, "end_offset": 31}) == before_stream
+    assert [(o, e) for o, e in before_stream["ndjson"] if o >= 25] == new_leaders_from(25, 30)
+    assert fetched(tiering, log_dir, offsets) == before  # the copier's store lost nothing
+
+    rebuilt.copier().run_once()
+    assert sorted(set(spans(rebuilt))) == copiers
+    assert fetched(rebuilt, log_dir, offsets) == before

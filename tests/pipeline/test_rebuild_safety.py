@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -32,7 +32,7 @@ from rlm.pipeline.rebuild.objects import ObjectSet, object_sets
 from rlm.pipeline.stage import Collect, Stage, run_in_process
 from rlm.pipeline.storage import StorageSpec
 from rlm.remote_tier.read_plan import SegmentSummary
-from rlm.storage.description import Description
+from rlm.storage.description import SWAPPED, Description
 from rlm.storage.filesystem import META_SUFFIX
 from rlm.storage.protocol import RemoteStorage
 from tests.pipeline.compact.support import write_keyed_log
@@ -225,6 +225,24 @@ def test_a_second_copy_differing_from_a_chosen_set_of_unknown_state_is_kept() ->
     # A set of unknown state holding no other set's range is chosen as any other.
     alone = _candidate(tp, 100, 199, size=4000, segment_id=uuid.UUID(int=4))
     assert choose([alone]) == ([alone], [])
+
+
+def test_a_set_inside_a_copy_the_copier_wrote_stays_and_one_inside_a_swapped_output_goes() -> None:
+    tp = TopicPartition("orders", 0)
+    # A trim's copy of 20..29 inside the diverged copy of 20..39 it replaced, whose objects wait
+    # for retention's next pass: described, neither a compaction's output.
+    diverged = replace(_candidate(tp, 20, 39, size=2000, segment_id=uuid.UUID(int=1)), from_description=True)
+    trimmed = replace(_candidate(tp, 20, 29, size=1000, segment_id=uuid.UUID(int=2)), from_description=True)
+    after = replace(_candidate(tp, 30, 49, size=2000, segment_id=uuid.UUID(int=3)), from_description=True)
+    chosen, orphans = choose([diverged, trimmed, after])
+    assert sorted(c.objects.segment_id.int for c in chosen) == [1, 2, 3] and orphans == []
+    # Inside a compaction's output swapped in, the same set is one the compaction replaced.
+    output = replace(diverged, compaction=SWAPPED)
+    chosen, orphans = choose([output, trimmed, after])
+    assert sorted(c.objects.segment_id.int for c in chosen) == [1, 3]
+    [replaced] = orphans
+    assert replaced.keys == tuple(trimmed.objects.keys) and replaced.deletable
+    assert replaced.held_by == tuple(output.objects.keys)
 
 
 # -- looking again at what holds an orphan's range -------------------------------------------------

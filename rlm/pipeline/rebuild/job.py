@@ -9,11 +9,15 @@ Where sets cover the same range (a copy that crashed after its upload and was do
 complete one is chosen: one whose objects are both there and agree with what describes them;
 among complete ones, one with a description, then the latest copy time, then the highest segment
 id; a compaction's output marked pending loses to a set of the same range. A set whose range lies
-wholly inside another's is one a compaction replaced (the output is chosen), unless that output is
-still marked pending (its job died before its swap) and the sets inside it hold its whole range:
-then those are chosen and the output is an orphan. The others, incomplete sets, replaced sets
-and keys that are no segment's are listed as orphans, deleted only with ``delete_orphans``.
-Overlapping sets of different ranges (a takeover's copy) are all kept, as the copier left them.
+wholly inside a compaction output's is one the compaction replaced (the output is chosen), unless
+that output is still marked pending (its job died before its swap) and the sets inside it hold its
+whole range: then those are chosen and the output is an orphan. The others, incomplete sets,
+replaced sets and keys that are no segment's are listed as orphans, deleted only with
+``delete_orphans``. Overlapping sets of different ranges (a takeover's copy) are all kept, as the
+copier left them, and so is a set inside the range of a copy the copier wrote: a trim's copy
+inside the diverged copy it replaced, whose objects wait for retention's next pass
+(:mod:`rlm.tiering.trim`; the next copier pass trims that copy again), or an older copy inside a
+takeover's.
 
 A set rebuilt from its bytes with no compaction mark read (its description could not be read, as
 a damaged sidecar, or it has none) may be a compaction's output still pending: its state is
@@ -156,6 +160,11 @@ class Candidate:
         return self.compaction == PENDING
 
     @property
+    def copied(self) -> bool:
+        """Described as a segment the copier wrote: no compaction's output (they are marked)."""
+        return self.from_description and self.compaction is None
+
+    @property
     def unknown(self) -> bool:
         """Rebuilt from its bytes with no compaction mark read: a compaction's output never
         swapped in cannot be told from a segment the copier wrote (module docstring)."""
@@ -199,18 +208,22 @@ def _covered(output: Candidate, others: Sequence[Candidate]) -> list[Candidate] 
 
 def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orphan]]:
     """One complete set per (partition, start offset, end offset), and none lying wholly inside
-    another chosen set's range; the others as orphans, each naming the keys of the sets that
-    hold its range once orphans are deleted (:attr:`Orphan.held_by`).
+    the range of another chosen set that may be a compaction's output; the others as orphans,
+    each naming the keys of the sets that hold its range once orphans are deleted
+    (:attr:`Orphan.held_by`).
 
-    A set inside another's range is one a compaction replaced (its output covers the inputs'
-    offsets, and is kept while the inputs wait for ``remote.compaction.delete.delay.ms``): the
-    original database holds the output alone as finished. No copier writes such a set otherwise.
-    But an output still marked pending is one whose job died before its swap (or before marking
-    it swapped): while the segments it would replace hold its whole range, the original database
-    holds those, and the output is the orphan; once some are gone (deleted after the swap), the
-    output is the partition's. A set of unknown compaction state (:attr:`Candidate.unknown`) may
-    be such an output: it is chosen or not as a pending one, and what it would replace is never
-    deleted on its word.
+    A set inside a compaction output's range is one the compaction replaced (its output covers
+    the inputs' offsets, and is kept while the inputs wait for ``remote.compaction.delete.delay.ms``):
+    the original database holds the output alone as finished. A set inside the range of a copy
+    the copier wrote (:attr:`Candidate.copied`) stays beside it, as the copier left them: a trim's
+    copy inside the diverged copy it replaced (whose objects wait for retention; the original
+    database holds the trim's copy alone, and the next copier pass trims the other again), or an
+    older copy inside a takeover's. But an output still marked pending is one whose job died
+    before its swap (or before marking it swapped): while the segments it would replace hold its
+    whole range, the original database holds those, and the output is the orphan; once some are
+    gone (deleted after the swap), the output is the partition's. A set of unknown compaction
+    state (:attr:`Candidate.unknown`) may be such an output: it is chosen or not as a pending one,
+    and what it would replace is never deleted on its word.
     """
     best: dict[tuple[TopicPartition, int, int], Candidate] = {}
     for c in candidates:
@@ -263,17 +276,21 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
         key=lambda c: (c.objects.topic_partition, c.objects.start_offset, -c.description.end_offset),
     )
     kept_sets: list[Candidate] = []
+    cover: Candidate | None = None  # the kept set reaching furthest so far
     for c in ordered:
-        cover = kept_sets[-1] if kept_sets else None
         if (
             cover is not None
             and cover.objects.topic_partition == c.objects.topic_partition
             and c.description.end_offset <= cover.description.end_offset
         ):
+            if cover.copied:  # not a compaction's output: both stay, as the copier left them
+                kept_sets.append(c)
+                continue
             held_by[id(c)] = [cover]
             found.append((c, _inside(c, cover)))
             continue
         kept_sets.append(c)
+        cover = c
     # What holds an orphan's range once deleting is done: the sets it defers to when they stay
     # (chosen, or orphans never deleted), else what holds theirs (each step leads inward or to a
     # chosen set, so it ends).
