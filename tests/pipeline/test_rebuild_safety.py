@@ -243,6 +243,13 @@ def test_a_set_inside_a_copy_the_copier_wrote_stays_and_one_inside_a_swapped_out
     [replaced] = orphans
     assert replaced.keys == tuple(trimmed.objects.keys) and replaced.deletable
     assert replaced.held_by == tuple(output.objects.keys)
+    # A set inside that output is replaced whatever copy reaching further began before it (a
+    # takeover's, from 25 on).
+    takeover = replace(_candidate(tp, 25, 59, size=3000, segment_id=uuid.UUID(int=4)), from_description=True)
+    inner = replace(_candidate(tp, 30, 35, size=500, segment_id=uuid.UUID(int=5)), from_description=True)
+    chosen, orphans = choose([output, takeover, inner])
+    assert sorted(c.objects.segment_id.int for c in chosen) == [1, 4]
+    assert [(o.keys, o.held_by) for o in orphans] == [(tuple(inner.objects.keys), tuple(output.objects.keys))]
 
 
 # -- looking again at what holds an orphan's range -------------------------------------------------

@@ -276,21 +276,18 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
         key=lambda c: (c.objects.topic_partition, c.objects.start_offset, -c.description.end_offset),
     )
     kept_sets: list[Candidate] = []
-    cover: Candidate | None = None  # the kept set reaching furthest so far
+    cover: Candidate | None = None  # of the kept sets that may be a compaction's output, the one
+    # reaching furthest so far in the partition (inside a copy the copier wrote, a set stays)
     for c in ordered:
-        if (
-            cover is not None
-            and cover.objects.topic_partition == c.objects.topic_partition
-            and c.description.end_offset <= cover.description.end_offset
-        ):
-            if cover.copied:  # not a compaction's output: both stay, as the copier left them
-                kept_sets.append(c)
-                continue
+        if cover is not None and cover.objects.topic_partition != c.objects.topic_partition:
+            cover = None
+        if cover is not None and c.description.end_offset <= cover.description.end_offset:
             held_by[id(c)] = [cover]
             found.append((c, _inside(c, cover)))
             continue
         kept_sets.append(c)
-        cover = c
+        if not c.copied:
+            cover = c
     # What holds an orphan's range once deleting is done: the sets it defers to when they stay
     # (chosen, or orphans never deleted), else what holds theirs (each step leads inward or to a
     # chosen set, so it ends).
