@@ -345,7 +345,11 @@ class BatchReader:
         # The copy's last answered offset: asked ahead with the segment, else while its first
         # bytes are on their way.
         last = ahead.last if ahead is not None else None
-        answered = asyncio.ensure_future(self._answer_end(segment)) if last is None else None
+        if last is not None and last < offset:  # the store has the copy answer here: as it says
+            last = None
+        answered = (
+            asyncio.ensure_future(self._answer_end(segment)) if ahead is None or ahead.last is None else None
+        )
         if ahead is not None and ahead.pieces is not None and position == 0:
             chunks = _then(ahead.first, ahead.pieces)  # the read begun ahead goes on
         else:
@@ -371,8 +375,8 @@ class BatchReader:
             async for run in found:
                 if answered is not None:
                     last, answered = await answered, None
-                if last is not None and last < self.next_offset:  # the store has the copy answer
-                    last = None  # here: as it says
+                    if last < offset:  # the store has the copy answer here: as it says
+                        last = None
                 sent: list[StreamBatch] = []
                 for header, data in run:
                     if header.last_offset < self.next_offset:
