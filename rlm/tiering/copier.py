@@ -11,7 +11,8 @@ Per partition and pass:
    offsets (:mod:`rlm.tiering.topic_identity`);
 2. clean up copies a previous holder or incarnation left in ``COPY_SEGMENT_STARTED``, and
    finish deletions left in ``DELETE_SEGMENT_STARTED``; retire the remote copies the broker's
-   log diverged from (an unclean leader election), so that step 3 tiers the log again from their
+   log diverged from (an unclean leader election) and delete their objects at once (a store
+   rebuilt from the objects would bring them back), so that step 3 tiers the log again from their
    start, trimming one that also holds offsets the broker's files no longer hold to those
    (:mod:`rlm.tiering.lineage_keeper`, :mod:`rlm.tiering.trim`), and tiering the log from there
    first in one copy that reaches past the one kept where that reaches past the cut
@@ -184,6 +185,10 @@ class Copier:
             followed = self.lineage.follow(partition, lease, now_ms=self.clock())
             if followed.retired:
                 self.on_change(tp)
+                self.step("copies_retired")
+                # Their objects go now, not at the next pass: a store rebuilt from the objects
+                # meanwhile would bring the old leader's copies back as rows.
+                cleaned += self._cleanup(tp, lease)
             if followed.behind:
                 return CopyOutcome(tp, cleaned_segments=cleaned, skipped=BEHIND)
             joined = 0

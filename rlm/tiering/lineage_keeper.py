@@ -3,8 +3,9 @@
 :func:`rlm.tiering.lineage.find_divergence` says where the remote tier's records stop being the
 broker's log's (an unclean leader election). When the broker's log still holds every offset of
 the copies that would go, they are retired in one store transaction
-(:meth:`~rlm.metastore.protocol.MetadataStore.truncate_copies`) and the same pass tiers the log
-again from their start: nothing is lost, and the truncated records stop answering at once. A
+(:meth:`~rlm.metastore.protocol.MetadataStore.truncate_copies`) and the same pass deletes their
+objects (:class:`~rlm.tiering.copier.Copier`) and tiers the log again from their start: nothing is
+lost, and the truncated records stop answering at once. A
 diverged copy starting below the broker's first local segment (local retention deleted its start
 since) holds offsets no one else has: it is trimmed to them (:mod:`rlm.tiering.trim`), in the
 same transaction that retires the copies after it, and the log is tiered again from its first

@@ -222,7 +222,7 @@ def test_a_copy_the_store_has_answer_an_offset_is_read_from_there_whatever_its_a
     assert fetched(tiering, log_dir, [20])[20] == ("remote", 30, [(o, 5) for o in range(20, 30)])
 
 
-@pytest.mark.parametrize("state", ["waiting", "joined"])
+@pytest.mark.parametrize("state", ["waiting", "crashed", "joined"])
 def test_a_store_rebuilt_right_after_a_trim_reads_as_the_copiers_and_deletes_none_of_its_copies(
     backend: Backend,
     tiering_factory: TieringFactory,
@@ -231,17 +231,28 @@ def test_a_store_rebuilt_right_after_a_trim_reads_as_the_copiers_and_deletes_non
     state: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``rlm spark rebuild-metadata --delete-orphans`` run after a trim, while the copies it retired
-    still have their objects (retention deletes them at its next pass), cannot tell them retired:
-    the old leader's copies of 20..39 and 40..49 are rebuilt beside the trimmed copy of 20..29.
-    It used to take the trimmed copy, inside the range of the first, for a set a compaction
-    replaced, and deleted it: the copier's own store then read 20..24 from nowhere once retention
-    deleted the old copy. Now both stay. Reads answer the old leader's records below the cut only
-    and the broker's from the cut on (a copy's answer end stops at the broker's first local
-    offset), and the next copier pass finds the divergence again and trims it as before (a second
-    copy of 20..29 stays). Once the copy past the cut is made, the retired copies' objects are gone
-    and the rebuilt store is the copier's."""
-    tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
+    """``rlm spark rebuild-metadata --delete-orphans`` run after a trim. The copier pass that trims
+    deletes the copies it retired (the old leader's copies of 20..39 and 40..49) at once, so a
+    rebuild while the copy past the cut waits, or once it is made, gives the copier's store.
+
+    A copier that dies after the store retired them and before their objects go (``crashed``)
+    leaves them for the next pass's cleanup; a rebuild in between cannot tell them retired, and
+    they come back as rows beside the trimmed copy of 20..29. It used to take the trimmed copy,
+    inside the range of the first, for a set a compaction replaced, and deleted it: the copier's
+    own store then read 20..24 from nowhere once the old copy was deleted. Now both stay. Reads
+    answer the old leader's records below the cut only and the broker's from the cut on (a copy's
+    answer end stops at the broker's first local offset), and the next copier pass finds the
+    divergence again and trims it as before (a second copy of 20..29 stays)."""
+    if state == "crashed":
+        tiering, log_dir = elected_past_the_cut(backend, tiering_factory, tmp_path)
+
+        def crash(step: str) -> None:
+            if step == "copies_retired":
+                raise OSError("the sidecar died")
+
+        assert isinstance(tiering.copier(step=crash).run_once()[0].error, OSError)
+    else:
+        tiering, log_dir = waiting_past_the_cut(backend, tiering_factory, tmp_path)
     if state == "joined":
         joined_past_the_cut(tiering, log_dir)
     offsets = [20, 24, 25, 29, 30]
@@ -259,7 +270,7 @@ def test_a_store_rebuilt_right_after_a_trim_reads_as_the_copiers_and_deletes_non
     assert report.orphans == []
     rebuilt = Tiering.open(dataclasses.replace(backend, metadata_url=url), log_dir, clock=tiering.clock)
     retired: list[tuple[int, int, tuple[int, ...]]] = (
-        [(20, 39, (5,)), (40, 49, (5,))] if state == "waiting" else []
+        [(20, 39, (5,)), (40, 49, (5,))] if state == "crashed" else []
     )
     assert sorted(spans(rebuilt)) == sorted(copiers + retired)
 

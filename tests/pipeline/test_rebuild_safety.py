@@ -229,8 +229,8 @@ def test_a_second_copy_differing_from_a_chosen_set_of_unknown_state_is_kept() ->
 
 def test_a_set_inside_a_copy_the_copier_wrote_stays_and_one_inside_a_swapped_output_goes() -> None:
     tp = TopicPartition("orders", 0)
-    # A trim's copy of 20..29 inside the diverged copy of 20..39 it replaced, whose objects wait
-    # for retention's next pass: described, neither a compaction's output.
+    # A trim's copy of 20..29 inside the diverged copy of 20..39 it replaced, whose objects a
+    # copier that died before deleting them left: described, neither a compaction's output.
     diverged = replace(_candidate(tp, 20, 39, size=2000, segment_id=uuid.UUID(int=1)), from_description=True)
     trimmed = replace(_candidate(tp, 20, 29, size=1000, segment_id=uuid.UUID(int=2)), from_description=True)
     after = replace(_candidate(tp, 30, 49, size=2000, segment_id=uuid.UUID(int=3)), from_description=True)

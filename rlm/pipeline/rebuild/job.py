@@ -15,9 +15,9 @@ whole range: then those are chosen and the output is an orphan. The others, inco
 replaced sets and keys that are no segment's are listed as orphans, deleted only with
 ``delete_orphans``. Overlapping sets of different ranges (a takeover's copy) are all kept, as the
 copier left them, and so is a set inside the range of a copy the copier wrote: a trim's copy
-inside the diverged copy it replaced, whose objects wait for retention's next pass
-(:mod:`rlm.tiering.trim`; the next copier pass trims that copy again), or an older copy inside a
-takeover's.
+inside the diverged copy it replaced, whose objects the trimming pass deletes at once but a
+copier that died just before left for the next pass (:mod:`rlm.tiering.trim`; the next copier
+pass trims that copy again), or an older copy inside a takeover's.
 
 A set rebuilt from its bytes with no compaction mark read (its description could not be read, as
 a damaged sidecar, or it has none) may be a compaction's output still pending: its state is
@@ -216,8 +216,9 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
     the inputs' offsets, and is kept while the inputs wait for ``remote.compaction.delete.delay.ms``):
     the original database holds the output alone as finished. A set inside the range of a copy
     the copier wrote (:attr:`Candidate.copied`) stays beside it, as the copier left them: a trim's
-    copy inside the diverged copy it replaced (whose objects wait for retention; the original
-    database holds the trim's copy alone, and the next copier pass trims the other again), or an
+    copy inside the diverged copy it replaced (whose objects a copier that died before deleting
+    them left; the original database holds the trim's copy alone, and the next copier pass trims
+    the other again), or an
     older copy inside a takeover's. But an output still marked pending is one whose job died
     before its swap (or before marking it swapped): while the segments it would replace hold its
     whole range, the original database holds those, and the output is the orphan; once some are
