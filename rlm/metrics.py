@@ -79,8 +79,10 @@ class Metrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
         )  # fmt: skip
         self.cleaned_segments = Counter(
-            "rlm_cleanup_segments_total", "Unfinished copies removed by the cleanup pass", tp, registry=r
-        )
+            "rlm_cleanup_segments_total",
+            "Remote segments the copier's cleanup deleted: unfinished copies, deletions left half done, "
+            "and the copies a topic id change or a diverged log retired", tp, registry=r,
+        )  # fmt: skip
         # remote storage
         self.storage_optional_call_failures = Counter(
             "rlm_storage_optional_call_failures_total",
