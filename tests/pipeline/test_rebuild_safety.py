@@ -32,7 +32,7 @@ from rlm.pipeline.rebuild.objects import ObjectSet, object_sets
 from rlm.pipeline.stage import Collect, Stage, run_in_process
 from rlm.pipeline.storage import StorageSpec
 from rlm.remote_tier.read_plan import SegmentSummary
-from rlm.storage.description import SWAPPED, Description
+from rlm.storage.description import PENDING, SWAPPED, Description
 from rlm.storage.filesystem import META_SUFFIX
 from rlm.storage.protocol import RemoteStorage
 from tests.pipeline.compact.support import write_keyed_log
@@ -250,6 +250,60 @@ def test_a_set_inside_a_copy_the_copier_wrote_stays_and_one_inside_a_swapped_out
     chosen, orphans = choose([output, takeover, inner])
     assert sorted(c.objects.segment_id.int for c in chosen) == [1, 4]
     assert [(o.keys, o.held_by) for o in orphans] == [(tuple(inner.objects.keys), tuple(output.objects.keys))]
+
+
+def _epochs(c: Candidate, *entries: tuple[int, int], described: bool = True) -> Candidate:
+    """``c`` with the leader epochs ``(epoch, start offset)``."""
+    epochs = tuple(LeaderEpochEntry(e, o) for e, o in entries)
+    return replace(c, description=c.description._replace(leader_epochs=epochs), from_description=described)
+
+
+def test_of_two_sets_of_one_range_the_later_leaders_is_chosen_described_or_not() -> None:
+    tp = TopicPartition("orders", 0)
+    # The old leader's copy of 20..29, retired after an unclean election, left by a copier that
+    # died before deleting it; the new leader's copy of the same range, whose description could
+    # not be read. Preferring the described set chose the old leader's records.
+    old = _epochs(_candidate(tp, 20, 29, size=1000, segment_id=uuid.UUID(int=1)), (5, 20))
+    new = _candidate(tp, 20, 29, size=1000, segment_id=uuid.UUID(int=2))
+    new = _epochs(new, (5, 20), (6, 25), described=False)
+    chosen, orphans = choose([old, new])
+    assert chosen == [new]
+    [diverged] = orphans
+    assert diverged.keys == tuple(old.objects.keys) and diverged.deletable
+    assert diverged.held_by == tuple(new.objects.keys) and "earlier leader epoch" in diverged.reason
+
+
+def test_a_later_leaders_copy_inside_a_diverged_compaction_output_stays() -> None:
+    tp = TopicPartition("orders", 0)
+    # A compaction's output of 20..39 swapped in, then retired by an unclean election from 25 on
+    # and left by a copier that died; the new leader's copy of 25..34 lies inside its range but
+    # is no set the compaction replaced. One of the output's inputs, of epoch 5, is.
+    output = replace(
+        _epochs(_candidate(tp, 20, 39, size=1200, segment_id=uuid.UUID(int=1)), (5, 20)), compaction=SWAPPED
+    )
+    new = _epochs(_candidate(tp, 25, 34, size=1000, segment_id=uuid.UUID(int=2)), (6, 25))
+    replaced = _epochs(_candidate(tp, 30, 39, size=1000, segment_id=uuid.UUID(int=3)), (5, 30))
+    chosen, orphans = choose([output, new, replaced])
+    assert sorted(c.objects.segment_id.int for c in chosen) == [1, 2]
+    assert [(o.keys, o.deletable) for o in orphans] == [(tuple(replaced.objects.keys), True)]
+
+
+def test_of_two_outputs_of_one_range_never_swapped_in_the_earlier_is_chosen() -> None:
+    tp = TopicPartition("orders", 0)
+
+    # One compaction swapped in but killed before marking its output swapped; a later one of
+    # the same range, which read that output, killed before its swap. The earlier holds every
+    # record the later does (and the lost database named it).
+    def output(n: int, time: int, size: int, *, described: bool = True) -> Candidate:
+        c = _candidate(tp, 0, 99, size=size, segment_id=uuid.UUID(int=n))
+        c = _epochs(c, (0, 0), described=described)
+        return replace(c, compaction=PENDING, description=c.description._replace(event_time_ms=time))
+
+    earlier, later = output(9, 10, 600), output(1, 20, 360)
+    assert choose([earlier, later])[0] == [earlier]
+    # Rebuilt from their bytes, both have the rebuild's time: the larger holds more records.
+    earlier, later = output(1, 50, 600, described=False), output(9, 50, 360, described=False)
+    assert choose([earlier, later])[0] == [earlier]
 
 
 # -- looking again at what holds an orphan's range -------------------------------------------------

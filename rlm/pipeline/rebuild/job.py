@@ -7,11 +7,15 @@ empty, migrated metadata database.
 
 Where sets cover the same range (a copy that crashed after its upload and was done again), the
 complete one is chosen: one whose objects are both there and agree with what describes them;
-among complete ones, one with a description, then the latest copy time, then the highest segment
-id; a compaction's output marked pending loses to a set of the same range. A set whose range lies
-wholly inside a compaction output's is one the compaction replaced (the output is chosen), unless
-that output is still marked pending (its job died before its swap) and the sets inside it hold its
-whole range: then those are chosen and the output is an orphan. The others, incomplete sets,
+a compaction's output marked pending loses to a set of the same range; then the set of the latest
+leader epoch (after an unclean leader election, a copy of the old leader's a copier that died
+left before deleting it is not the log's), one with a description, the latest copy time (of
+outputs marked pending, the largest, then the earliest: a later compaction of the range read from
+it), and the highest segment id. A set whose range lies wholly inside a compaction output's is one
+the compaction replaced (the output is chosen), unless it holds a later leader epoch than the
+output (a copy of the log after an unclean election: both stay), or that output is still marked
+pending (its job died before its swap) and the sets inside it hold its whole range: then those
+are chosen and the output is an orphan. The others, incomplete sets,
 replaced sets and keys that are no segment's are listed as orphans, deleted only with
 ``delete_orphans``. Overlapping sets of different ranges (a takeover's copy) are all kept, as the
 copier left them, and so is a set inside the range of a copy the copier wrote: a trim's copy
@@ -173,13 +177,23 @@ class Candidate:
     def slot(self) -> tuple[TopicPartition, int, int]:
         return (self.objects.topic_partition, self.objects.start_offset, self.description.end_offset)
 
-    def preference(self) -> tuple[bool, bool, int, str]:
-        return (
-            not self.pending,
-            self.from_description,
-            self.description.event_time_ms,
-            str(self.objects.segment_id),
+    @property
+    def latest_epoch(self) -> int:
+        """The latest leader epoch of its records: a copy of a later leader's log than another's
+        where they differ (an unclean leader election), whose records there are the partition's."""
+        return max((e.epoch for e in self.description.leader_epochs), default=-1)
+
+    def preference(self) -> tuple[bool, int, int, int, str]:
+        """Of the sets of one range, the one chosen is the greatest. Of a compaction's outputs
+        not known to be swapped in, the largest, then the earliest: a later compaction of the
+        same range read from it (or from what it read), and holds no record it does not."""
+        d = self.description
+        order = (
+            (d.size_bytes, -d.event_time_ms)
+            if self.pending
+            else (int(self.from_description), d.event_time_ms)
         )
+        return (not self.pending, self.latest_epoch, *order, str(self.objects.segment_id))
 
 
 def _covered(output: Candidate, others: Sequence[Candidate]) -> list[Candidate] | None:
@@ -237,13 +251,21 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
         if id(c) not in chosen:
             kept = best[c.slot()]
             held_by[id(c)] = [kept]
-            reason = (
-                f"a compaction's output never swapped in: segment {kept.objects.segment_id} holds its range"
-                if c.pending and not kept.pending
-                else f"a second copy of the range segment {kept.objects.segment_id} holds"
-            )
+            diverged = c.latest_epoch < kept.latest_epoch
+            if diverged:
+                reason = (
+                    f"a copy of the range segment {kept.objects.segment_id} holds, of an earlier "
+                    "leader epoch: the log diverged from it (an unclean leader election)"
+                )
+            elif c.pending and not kept.pending:
+                reason = (
+                    f"a compaction's output never swapped in: segment {kept.objects.segment_id} "
+                    "holds its range"
+                )
+            else:
+                reason = f"a second copy of the range segment {kept.objects.segment_id} holds"
             orphan = Orphan(tuple(c.objects.keys), reason)
-            if kept.unknown and kept.description.size_bytes != c.description.size_bytes:
+            if not diverged and kept.unknown and kept.description.size_bytes != c.description.size_bytes:
                 orphan = replace(
                     orphan,
                     deletable=False,
@@ -283,8 +305,15 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
         if cover is not None and cover.objects.topic_partition != c.objects.topic_partition:
             cover = None
         if cover is not None and c.description.end_offset <= cover.description.end_offset:
-            held_by[id(c)] = [cover]
-            found.append((c, _inside(c, cover)))
+            if c.latest_epoch <= cover.latest_epoch:
+                held_by[id(c)] = [cover]
+                found.append((c, _inside(c, cover)))
+                continue
+            # Of a later leader epoch than the cover holds: not a set it replaced (a
+            # compaction's inputs hold no epoch its output does not), but a copy of the log
+            # after an unclean election, inside the range of a diverged one a copier that died
+            # left. Both stay, as the cover still reaches further.
+            kept_sets.append(c)
             continue
         kept_sets.append(c)
         if not c.copied:
