@@ -288,6 +288,27 @@ def test_a_later_leaders_copy_inside_a_diverged_compaction_output_stays() -> Non
     assert [(o.keys, o.deletable) for o in orphans] == [(tuple(replaced.objects.keys), True)]
 
 
+def test_sets_of_a_deleted_topic_are_no_copies_of_its_successors() -> None:
+    tp = TopicPartition("orders", 0)
+
+    # The topic deleted and created again under its name: the old topic's copy of 0..9 (epoch 7)
+    # and compaction output of 10..29, which a copier that died left, beside the new topic's
+    # copies of 0..9 (epoch 0, its description unreadable) and 12..19. Choosing between them as
+    # copies of one range deleted the new topic's.
+    def of(topic: int, start: int, end: int, n: int, epoch: int, *, described: bool = True) -> Candidate:
+        c = _epochs(_candidate(tp, start, end, size=100, segment_id=uuid.UUID(int=n)), (epoch, start))
+        topic_id, segment_id = uuid.UUID(int=topic), c.objects.segment_id
+        keys = ObjectSet(tp, topic_id, start, segment_id, None, None).both_keys()
+        return replace(
+            c, objects=ObjectSet(tp, topic_id, start, segment_id, *keys), from_description=described
+        )
+
+    old, old_output = of(1, 0, 9, 1, 7), replace(of(1, 10, 29, 2, 7), compaction=SWAPPED)
+    new, inside = of(2, 0, 9, 3, 0, described=False), of(2, 12, 19, 4, 0)
+    chosen, orphans = choose([old, old_output, new, inside])
+    assert sorted(c.objects.segment_id.int for c in chosen) == [1, 2, 3, 4] and orphans == []
+
+
 def test_of_two_outputs_of_one_range_never_swapped_in_the_earlier_is_chosen() -> None:
     tp = TopicPartition("orders", 0)
 

@@ -6,7 +6,8 @@ first attempt's objects, some written before descriptions existed), a takeover's
 inside the last one, compactions of runs of segments (killed before their swap, swapped, or
 swapped with the mark still ``pending``), retention deleting the oldest segment, the compaction
 delay expiring, a trim after an unclean election (the retired copies' objects deleted in the same
-pass, or left by a copier that died first), and sidecars lost (a set then of unknown state). The
+pass, or left by a copier that died first), the topic deleted and created again under its name
+(the old topic's segments retired the same way), and sidecars lost (a set then of unknown state). The
 model keeps which rows the lost database held and which records each set holds at each offset.
 
 Whatever the history, once the orphans the rebuild calls deletable are deleted, every offset a
@@ -33,8 +34,8 @@ TP = TopicPartition("orders", 0)
 #: The event time of a set rebuilt from its bytes: the rebuild's own.
 REBUILD_TIME = 1_000_000
 Records = tuple[object, ...]
-"""The records a set holds at an offset: ``("log", lineage)``, or ``("compacted", output id,
-the records it was compacted from)``."""
+"""The records a set holds at an offset: ``("log", topic, lineage)``, or ``("compacted", output
+id, the records it was compacted from)``."""
 
 
 @dataclass
@@ -48,6 +49,8 @@ class ModelSet:
     end: int
     records: dict[int, Records]
     time: int
+    topic: int
+    """Which topic of the name (one deleted and created again has another topic id)."""
     described: bool = True
     """Its description is read. A compaction's output not described (its description too long)
     still has its mark; a set whose sidecar was lost has neither."""
@@ -64,15 +67,16 @@ class ModelSet:
             records = self.records[offset]
             while records[0] == "compacted":
                 records = records[2]  # type: ignore[assignment]
-            epoch = records[1]
+            epoch = records[2]
             assert isinstance(epoch, int)
             if not entries or entries[-1].epoch != epoch:
                 entries.append(LeaderEpochEntry(epoch, offset))
         return tuple(entries)
 
     def candidate(self) -> Candidate:
-        objects = ObjectSet(TP, None, self.start, self.segment_id, None, None)
-        objects = ObjectSet(TP, None, self.start, self.segment_id, *objects.both_keys())
+        topic_id = uuid.UUID(int=self.topic + 1)
+        objects = ObjectSet(TP, topic_id, self.start, self.segment_id, None, None)
+        objects = ObjectSet(TP, topic_id, self.start, self.segment_id, *objects.both_keys())
         description = Description(
             end_offset=self.end,
             max_timestamp_ms=0,
@@ -91,6 +95,7 @@ class Partition:
     sets: list[ModelSet] = field(default_factory=list)
     next_offset: int = 0
     lineage: int = 0
+    topic: int = 0
     clock: int = 0
 
     def add(
@@ -99,7 +104,7 @@ class Partition:
         self.clock += 1
         sid = len(self.sets) + 1
         segment_id = uuid.UUID(int=data.draw(st.integers(0, 2**64)) << 16 | sid)  # unique
-        made = ModelSet(sid, segment_id, start, end, records, self.clock, **fields)  # type: ignore[arg-type]
+        made = ModelSet(sid, segment_id, start, end, records, self.clock, self.topic, **fields)  # type: ignore[arg-type]
         self.sets.append(made)
         return made
 
@@ -107,7 +112,7 @@ class Partition:
         return sorted((s for s in self.sets if s.live), key=lambda s: (s.start, s.end))
 
     def log_records(self, start: int, end: int) -> dict[int, Records]:
-        return {o: ("log", self.lineage) for o in range(start, end + 1)}
+        return {o: ("log", self.topic, self.lineage) for o in range(start, end + 1)}
 
 
 def _size(records: Records) -> int:
@@ -126,7 +131,19 @@ def holds(kept: Records, wanted: Records) -> bool:
         wanted = wanted[2]  # type: ignore[assignment]
 
 
-OPERATIONS = ("copy", "copy", "copy", "redo", "takeover", "compact", "retention", "delay", "trim", "lose")
+OPERATIONS = (
+    "copy",
+    "copy",
+    "copy",
+    "redo",
+    "takeover",
+    "compact",
+    "retention",
+    "delay",
+    "trim",
+    "lose",
+    "recreate",
+)
 
 
 def apply(p: Partition, op: str, data: st.DataObject) -> None:
@@ -143,7 +160,7 @@ def apply(p: Partition, op: str, data: st.DataObject) -> None:
         # Another broker's sidecar copies from its own segment's start, inside the last copy.
         start = data.draw(st.integers(live[-1].start + 1, p.next_offset - 1))
         end = p.next_offset + data.draw(st.integers(0, 5))
-        records = {o: ("log", p.lineage) for o in range(start, end + 1)}
+        records = p.log_records(start, end)
         p.add(data, start, end, records)
         p.next_offset = end + 1
     elif op == "compact" and live:
@@ -193,6 +210,13 @@ def apply(p: Partition, op: str, data: st.DataObject) -> None:
                 s.live, s.present = False, died
         p.add(data, diverged.start, kept_end, kept)
         p.next_offset, p.lineage = cut, p.lineage + 1
+    elif op == "recreate":
+        # The topic deleted and created again: the copier retires the old topic's segments and
+        # deletes their objects (unless it dies first); the new topic starts at offset 0, epoch 0.
+        died = data.draw(st.booleans())
+        for s in live:
+            s.live, s.present = False, died
+        p.topic, p.lineage, p.next_offset = p.topic + 1, 0, 0
     elif op == "lose":
         present = [s for s in p.sets if s.present]
         if present:

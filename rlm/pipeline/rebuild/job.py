@@ -15,13 +15,16 @@ it), and the highest segment id. A set whose range lies wholly inside a compacti
 the compaction replaced (the output is chosen), unless it holds a later leader epoch than the
 output (a copy of the log after an unclean election: both stay), or that output is still marked
 pending (its job died before its swap) and the sets inside it hold its whole range: then those
-are chosen and the output is an orphan. The others, incomplete sets,
-replaced sets and keys that are no segment's are listed as orphans, deleted only with
-``delete_orphans``. Overlapping sets of different ranges (a takeover's copy) are all kept, as the
-copier left them, and so is a set inside the range of a copy the copier wrote: a trim's copy
-inside the diverged copy it replaced, whose objects the trimming pass deletes at once but a
-copier that died just before left for the next pass (:mod:`rlm.tiering.trim`; the next copier
-pass trims that copy again), or an older copy inside a takeover's.
+are chosen and the output is an orphan. The others, incomplete sets, replaced sets and keys that
+are no segment's are listed as orphans, deleted only with ``delete_orphans``. Sets of another
+topic id than others of the partition (a topic deleted and created again under the same name,
+whose old segments a copier that died left) are none of the others' copies nor inputs: they are
+rows beside them, which the copier retires at its next pass, as in the original database.
+Overlapping sets of different ranges (a takeover's copy) are all kept, as the copier left them,
+and so is a set inside the range of a copy the copier wrote: a trim's copy inside the diverged
+copy it replaced, whose objects the trimming pass deletes at once but a copier that died just
+before left for the next pass (:mod:`rlm.tiering.trim`; the next copier pass trims that copy
+again), or an older copy inside a takeover's.
 
 A set rebuilt from its bytes with no compaction mark read (its description could not be read, as
 a damaged sidecar, or it has none) may be a compaction's output still pending: its state is
@@ -174,14 +177,24 @@ class Candidate:
         swapped in cannot be told from a segment the copier wrote (module docstring)."""
         return not self.from_description and self.compaction is None
 
-    def slot(self) -> tuple[TopicPartition, int, int]:
-        return (self.objects.topic_partition, self.objects.start_offset, self.description.end_offset)
+    @property
+    def log(self) -> tuple[TopicPartition, str]:
+        """The partition and its topic id: a topic deleted and created again under the same name
+        has another id, and its sets and the new topic's are never copies of each other."""
+        return (self.objects.topic_partition, str(self.objects.topic_id))
+
+    def slot(self) -> tuple[TopicPartition, str, int, int]:
+        return (*self.log, self.objects.start_offset, self.description.end_offset)
 
     @property
     def latest_epoch(self) -> int:
-        """The latest leader epoch of its records: a copy of a later leader's log than another's
-        where they differ (an unclean leader election), whose records there are the partition's."""
+        """The latest leader epoch of its records."""
         return max((e.epoch for e in self.description.leader_epochs), default=-1)
+
+    def later_leader(self, other: Candidate) -> bool:
+        """Whether it holds a later leader's log than ``other`` (of the same topic id) does:
+        after an unclean leader election, where they differ, its records are the partition's."""
+        return self.latest_epoch > other.latest_epoch
 
     def preference(self) -> tuple[bool, int, int, int, str]:
         """Of the sets of one range, the one chosen is the greatest. Of a compaction's outputs
@@ -199,14 +212,14 @@ class Candidate:
 def _covered(output: Candidate, others: Sequence[Candidate]) -> list[Candidate] | None:
     """The sets among ``others`` (of no pending output) that hold every offset of ``output``'s
     range between them, each wholly inside it; ``None`` when some offset is held by none."""
-    tp, start, end = output.slot()
+    log, start, end = output.log, output.objects.start_offset, output.description.end_offset
     inside = sorted(
         (
             c
             for c in others
             if c is not output
             and not c.pending
-            and c.objects.topic_partition == tp
+            and c.log == log
             and start <= c.objects.start_offset
             and c.description.end_offset <= end
         ),
@@ -240,7 +253,7 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
     state (:attr:`Candidate.unknown`) may be such an output: it is chosen or not as a pending one,
     and what it would replace is never deleted on its word.
     """
-    best: dict[tuple[TopicPartition, int, int], Candidate] = {}
+    best: dict[tuple[TopicPartition, str, int, int], Candidate] = {}
     for c in candidates:
         if c.slot() not in best or c.preference() > best[c.slot()].preference():
             best[c.slot()] = c
@@ -251,7 +264,7 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
         if id(c) not in chosen:
             kept = best[c.slot()]
             held_by[id(c)] = [kept]
-            diverged = c.latest_epoch < kept.latest_epoch
+            diverged = kept.later_leader(c)
             if diverged:
                 reason = (
                     f"a copy of the range segment {kept.objects.segment_id} holds, of an earlier "
@@ -292,20 +305,20 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
                     "never swapped in is for an operator to decide"
                 )
                 found.append((c, Orphan(keys, reason, deletable=False, kept=kept_why)))
-    # By partition, start offset, then the longest range first: a set is inside an earlier one's
+    # By partition and topic id, start offset, then the longest range first: a set is inside an earlier one's
     # range when it ends no later than the furthest end so far.
     ordered = sorted(
         survivors,
-        key=lambda c: (c.objects.topic_partition, c.objects.start_offset, -c.description.end_offset),
+        key=lambda c: (c.log, c.objects.start_offset, -c.description.end_offset),
     )
     kept_sets: list[Candidate] = []
     cover: Candidate | None = None  # of the kept sets that may be a compaction's output, the one
     # reaching furthest so far in the partition (inside a copy the copier wrote, a set stays)
     for c in ordered:
-        if cover is not None and cover.objects.topic_partition != c.objects.topic_partition:
+        if cover is not None and cover.log != c.log:
             cover = None
         if cover is not None and c.description.end_offset <= cover.description.end_offset:
-            if c.latest_epoch <= cover.latest_epoch:
+            if not c.later_leader(cover):
                 held_by[id(c)] = [cover]
                 found.append((c, _inside(c, cover)))
                 continue
