@@ -1,25 +1,23 @@
 """Keeps a partition's remote copies on the broker's log lineage, once per copier pass.
 
 :func:`rlm.tiering.lineage.find_divergence` says where the remote tier's records stop being the
-broker's log's (an unclean leader election). When the broker's log still holds every offset of
-the copies that would go, they are retired in one store transaction
+broker's log's (an unclean leader election). When the broker's log still holds every offset of the
+copies that would go, they are retired in one store transaction
 (:meth:`~rlm.metastore.protocol.MetadataStore.truncate_copies`) and the same pass deletes their
 objects (:class:`~rlm.tiering.copier.Copier`) and tiers the log again from their start: nothing is
-lost, and the truncated records stop answering at once. A
-diverged copy starting below the broker's first local segment (local retention deleted its start
-since) holds offsets no one else has: it is trimmed to them (:mod:`rlm.tiering.trim`), in the
-same transaction that retires the copies after it, and the log is tiered again from its first
-local segment on. Where the copy keeps a batch holding offsets on both sides of that segment's
-start, or is the same copy cut there (the batch is its last, kept as it is), the log is tiered
-from there in one copy reaching past it (:mod:`rlm.tiering.join`), which answers from its start
-on. A copy whose bytes fail the checks is kept as it is in the same way, said as an error: its
-offsets below the cut answer from it as before (those its damaged bytes hold cannot be read),
-the log tiered from the cut answers past it. A copy that cannot be cut there otherwise (it lies
-wholly below the broker's first local segment, or its object is shorter than its row) is kept
-whole:
-``rlm_copies_diverged`` and an error, once per divergence, say which offsets answer records the
-log no longer has; the diverged copies after it, which the local log holds wholly, are retired
-all the same.
+lost, and the truncated records stop answering at once. A diverged copy starting below the broker's
+first local segment (local retention deleted its start since) holds offsets no one else has: it is
+trimmed to them (:mod:`rlm.tiering.trim`), in the same transaction that retires the copies after it,
+and the log is tiered again from its first local segment on. Where the copy keeps a batch holding
+offsets on both sides of that segment's start, or is the same copy cut there (the batch is its last,
+kept as it is), the log is tiered from there in one copy reaching past it (:mod:`rlm.tiering.join`),
+which answers from its start on. A copy whose bytes fail the checks is kept as it is in the same
+way, said as an error: its offsets below the cut answer from it as before (those its damaged bytes
+hold cannot be read), the log tiered from the cut answers past it. A copy that cannot be cut there
+otherwise (it lies wholly below the broker's first local segment, or its object is shorter than its
+row) is kept whole: ``rlm_copies_diverged`` and an error, once per divergence, say which offsets
+answer records the log no longer has; the diverged copies after it, which the local log holds
+wholly, are retired all the same.
 
 The comparison lists the partition's finished segments, so it runs only when something it
 depends on changed: the broker's leader epochs or the highest copied offset (or when the last

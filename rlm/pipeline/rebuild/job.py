@@ -239,19 +239,18 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
     each naming the keys of the sets that hold its range once orphans are deleted
     (:attr:`Orphan.held_by`).
 
-    A set inside a compaction output's range is one the compaction replaced (its output covers
-    the inputs' offsets, and is kept while the inputs wait for ``remote.compaction.delete.delay.ms``):
-    the original database holds the output alone as finished. A set inside the range of a copy
-    the copier wrote (:attr:`Candidate.copied`) stays beside it, as the copier left them: a trim's
-    copy inside the diverged copy it replaced (whose objects a copier that died before deleting
-    them left; the original database holds the trim's copy alone, and the next copier pass trims
-    the other again), or an
-    older copy inside a takeover's. But an output still marked pending is one whose job died
-    before its swap (or before marking it swapped): while the segments it would replace hold its
-    whole range, the original database holds those, and the output is the orphan; once some are
-    gone (deleted after the swap), the output is the partition's. A set of unknown compaction
-    state (:attr:`Candidate.unknown`) may be such an output: it is chosen or not as a pending one,
-    and what it would replace is never deleted on its word.
+    A set inside a compaction output's range is one the compaction replaced (its output covers the
+    inputs' offsets, and is kept while the inputs wait for ``remote.compaction.delete.delay.ms``):
+    the original database holds the output alone as finished. A set inside the range of a copy the
+    copier wrote (:attr:`Candidate.copied`) stays beside it, as the copier left them: a trim's copy
+    inside the diverged copy it replaced (whose objects a copier that died before deleting them
+    left; the original database holds the trim's copy alone, and the next copier pass trims the
+    other again), or an older copy inside a takeover's. But an output still marked pending is one
+    whose job died before its swap (or before marking it swapped): while the segments it would
+    replace hold its whole range, the original database holds those, and the output is the orphan;
+    once some are gone (deleted after the swap), the output is the partition's. A set of unknown
+    compaction state (:attr:`Candidate.unknown`) may be such an output: it is chosen or not as a
+    pending one, and what it would replace is never deleted on its word.
     """
     best: dict[tuple[TopicPartition, str, int, int], Candidate] = {}
     for c in candidates:
@@ -305,8 +304,8 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
                     "never swapped in is for an operator to decide"
                 )
                 found.append((c, Orphan(keys, reason, deletable=False, kept=kept_why)))
-    # By partition and topic id, start offset, then the longest range first: a set is inside an earlier one's
-    # range when it ends no later than the furthest end so far.
+    # By partition and topic id, start offset, then the longest range first: a set is inside an
+    # earlier one's range when it ends no later than the furthest end so far.
     ordered = sorted(
         survivors,
         key=lambda c: (c.log, c.objects.start_offset, -c.description.end_offset),
