@@ -234,9 +234,9 @@ def _covered(output: Candidate, others: Sequence[Candidate]) -> list[Candidate] 
 
 
 def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orphan]]:
-    """One complete set per (partition, start offset, end offset), and none lying wholly inside
-    the range of another chosen set that may be a compaction's output; the others as orphans,
-    each naming the keys of the sets that hold its range once orphans are deleted
+    """One complete set per (partition, topic id, start offset, end offset), and none lying
+    wholly inside the range of another chosen set that may be a compaction's output; the others
+    as orphans, each naming the keys of the sets that hold its range once orphans are deleted
     (:attr:`Orphan.held_by`).
 
     A set inside a compaction output's range is one the compaction replaced (its output covers the
