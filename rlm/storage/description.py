@@ -15,6 +15,11 @@ description fits: ``pending`` when its objects are uploaded, ``swapped`` once th
 swap made it the partition's segment (the index object is stored again, same bytes). Until then
 the segments it replaces are the partition's, and a rebuild must choose them (see
 :mod:`rlm.pipeline.rebuild.job`).
+
+A copy the copier retired (the broker's log diverged from it: an unclean leader election) says so
+in a third entry, ``rlm-retired``, stored before the metadata store retires it
+(:mod:`rlm.storage.marks`): its objects are deleted soon after, but a store rebuilt from the
+objects in between must not bring the old leader's records back as a row.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ COMPACTION_KEY = "rlm-compaction"
 PENDING = "pending"
 #: A compaction's output the swap made the partition's segment.
 SWAPPED = "swapped"
+#: The metadata entry of a copy the copier retired; its value is when (epoch ms).
+RETIRED_KEY = "rlm-retired"
 #: S3's limit on the user metadata of an object, keys and values together.
 MAX_METADATA_BYTES = 2048
 VERSION = 1
@@ -97,6 +104,24 @@ def read_compaction(metadata: Mapping[str, str]) -> str | None:
     :data:`SWAPPED`); ``None`` for a segment the copier wrote (or one of unknown state)."""
     state = metadata.get(COMPACTION_KEY)
     return state if state in (PENDING, SWAPPED) else None
+
+
+def read_retired(metadata: Mapping[str, str]) -> int | None:
+    """When the copy was retired (epoch ms, -1 when the mark does not say), from an index
+    object's metadata; ``None`` when it was not."""
+    mark = metadata.get(RETIRED_KEY)
+    if mark is None:
+        return None
+    return int(mark) if mark.lstrip("-").isdigit() else -1
+
+
+def with_mark(metadata: Mapping[str, str], key: str, value: str) -> dict[str, str]:
+    """``metadata`` with the entry ``key`` set to ``value``; the description is left out when
+    both would not fit (the mark is what must be kept: the set is then read from its bytes)."""
+    marked = {**metadata, key: value}
+    if sum(len(k) + len(v) for k, v in marked.items()) > MAX_METADATA_BYTES:
+        marked.pop(DESCRIPTION_KEY, None)
+    return marked
 
 
 def read_description(metadata: Mapping[str, str], key: str) -> Description | None:

@@ -11,9 +11,10 @@ Per partition and pass:
    offsets (:mod:`rlm.tiering.topic_identity`);
 2. clean up copies a previous holder or incarnation left in ``COPY_SEGMENT_STARTED``, and
    finish deletions left in ``DELETE_SEGMENT_STARTED``; retire the remote copies the broker's
-   log diverged from (an unclean leader election) and delete their objects at once (a store
-   rebuilt from the objects would bring them back), so that step 3 tiers the log again from their
-   start, trimming one that also holds offsets the broker's files no longer hold to those
+   log diverged from (an unclean leader election), their objects marked retired first (a store
+   rebuilt from the objects leaves them out) and deleted at once, so that step 3 tiers the log
+   again from their start, trimming one that also holds offsets the broker's files no longer hold
+   to those
    (:mod:`rlm.tiering.lineage_keeper`, :mod:`rlm.tiering.trim`), and tiering the log from there
    first in one copy that reaches past the one kept where that reaches past the cut
    (:mod:`rlm.tiering.join`); a log behind the remote tier (a newer leader epoch is tiered than
@@ -66,6 +67,7 @@ from rlm.metastore.model import (
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.storage.description import describe
+from rlm.storage.marks import mark_retired
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
 from rlm.tiering.copy_plan import Candidate, Gap, covered_through, plan_copy, plan_join
@@ -142,7 +144,7 @@ class Copier:
         """Set on shutdown: the segment in flight finishes, no other starts."""
         self.on_change: Callable[[TopicPartition], None] = lambda tp: None
         """Called after a segment of a partition finished copying (lookups refresh their view)."""
-        self.lineage = LineageKeeper(store, metrics, trim=self._trim)
+        self.lineage = LineageKeeper(store, metrics, trim=self._trim, mark=self._mark_retired)
 
     # -- passes ----------------------------------------------------------------------------
 
@@ -186,8 +188,7 @@ class Copier:
             if followed.retired:
                 self.on_change(tp)
                 self.step("copies_retired")
-                # Their objects go now, not at the next pass: a store rebuilt from the objects
-                # meanwhile would bring the old leader's copies back as rows.
+                # Their objects go now, not at the next pass (marked retired, they hold no offset).
                 cleaned += self._cleanup(tp, lease)
             if followed.behind:
                 return CopyOutcome(tp, cleaned_segments=cleaned, skipped=BEHIND)
@@ -386,6 +387,7 @@ class Copier:
 
         def swap() -> None:
             nonlocal retired
+            self._mark_retired(copy.topic_partition, cut, also=(copy,))
             retired = self.store.trim_copies(
                 copy.topic_partition,
                 copy.segment_id,
@@ -406,6 +408,23 @@ class Copier:
             )
             self._copy(prepared, lease, finish=swap)
         return Trimmed(retired, prepared.remote.end_offset, prepared.remote.segment_id)
+
+    def _mark_retired(self, tp: TopicPartition, from_offset: int, also: Sequence[RemoteSegment] = ()) -> None:
+        """Mark the objects of the copies the store is about to retire (``also``, and every live
+        copy of ``tp`` starting at or above ``from_offset``) retired, so that a store rebuilt from
+        the objects before they are deleted leaves them out (:func:`rlm.storage.marks.mark_retired`).
+
+        Raises:
+            StorageError: A mark failed; nothing is retired this pass.
+        """
+        live = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
+        later = (s for s in self.store.list_segments(tp, states=live) if s.start_offset >= from_offset)
+        doomed = [*also, *later]
+        now_ms = self.clock()
+        for segment in doomed:
+            mark_retired(self.storage, segment, now_ms=now_ms)
+        if doomed:
+            self.step("copies_marked")
 
     def _copy(
         self, prepared: PreparedSegment, lease: Lease, finish: Callable[[], None] | None = None

@@ -2,7 +2,8 @@
 
 :func:`rlm.tiering.lineage.find_divergence` says where the remote tier's records stop being the
 broker's log's (an unclean leader election). When the broker's log still holds every offset of the
-copies that would go, they are retired in one store transaction
+copies that would go, their objects are marked retired (:func:`rlm.storage.marks.mark_retired`: a
+store rebuilt from the objects leaves them out), they are retired in one store transaction
 (:meth:`~rlm.metastore.protocol.MetadataStore.truncate_copies`) and the same pass deletes their
 objects (:class:`~rlm.tiering.copier.Copier`) and tiers the log again from their start: nothing is
 lost, and the truncated records stop answering at once. A diverged copy starting below the broker's
@@ -58,6 +59,10 @@ class Trimmed(NamedTuple):
     """The replacement's segment id."""
 
 
+Mark = Callable[[TopicPartition, int], None]
+"""Mark the objects of every live copy of a partition starting at or above an offset retired,
+before the store retires them (the copier's, see :func:`rlm.storage.marks.mark_retired`)."""
+
 Trim = Callable[[PartitionDir, Lease, RemoteSegment, int], Trimmed]
 """Replace a copy by a copy of its batches holding offsets below a cut, and retire the copies
 from the cut on (the copier's, see :mod:`rlm.tiering.trim`). Raises
@@ -82,10 +87,11 @@ class Followed(NamedTuple):
 class LineageKeeper:
     """Compares and, where it can, replaces the remote copies of the partitions a copier holds."""
 
-    def __init__(self, store: MetadataStore, metrics: Metrics, *, trim: Trim) -> None:
+    def __init__(self, store: MetadataStore, metrics: Metrics, *, trim: Trim, mark: Mark) -> None:
         self.store = store
         self.metrics = metrics
         self.trim = trim
+        self.mark = mark
         self._agreed: dict[TopicPartition, tuple[_Checked, bool]] = {}
         """Per partition, what the last comparison that found the whole remote tier on the
         broker's lineage depended on, and whether the log was behind the remote tier."""
@@ -197,13 +203,17 @@ class LineageKeeper:
                     self._agreed[tp] = (checked, older)
         if found is None:
             return Followed(behind=older)
-        retired = self.store.truncate_copies(
-            tp, found.replace_from, event_time_ms=now_ms, lease_epoch=lease.epoch
-        )
+        retired = self._retire(tp, found.replace_from, lease, now_ms)
         if kept is None:
             self.metrics.copies_diverged.labels(*labels).set(0)
         self._replaced(tp, found, retired)
         return Followed(retired, older)
+
+    def _retire(self, tp: TopicPartition, from_offset: int, lease: Lease, now_ms: int) -> int:
+        """Retire the copies of ``tp`` from ``from_offset`` on, their objects marked retired first:
+        a store rebuilt from the objects before they are deleted leaves them out."""
+        self.mark(tp, from_offset)
+        return self.store.truncate_copies(tp, from_offset, event_time_ms=now_ms, lease_epoch=lease.epoch)
 
     def _replaced(
         self, tp: TopicPartition, found: Divergence, retired: int, *, trimmed: tuple[int, int] | None = None
@@ -261,7 +271,7 @@ class LineageKeeper:
         on (when ``retire``), and have the log tiered from there past it."""
         retired = 0
         if retire:
-            retired = self.store.truncate_copies(tp, held_from, event_time_ms=now_ms, lease_epoch=lease.epoch)
+            retired = self._retire(tp, held_from, lease, now_ms)
         labels = (tp.topic, str(tp.partition))
         self.metrics.copies_diverged.labels(*labels).set(0)
         self.metrics.diverged_copies_replaced.labels(*labels).inc(retired)

@@ -10,7 +10,6 @@ at the cut, and goes on from there with the broker's log, then its copy.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import json
 import threading
@@ -28,18 +27,12 @@ from api.gen.rlm.v1 import rlm_pb2 as pb
 from api.gen.rlm.v1 import rlm_pb2_grpc
 from api.grpc_server import build_grpc_server
 from api.rest.app import create_app
-from metadata.store import SqlMetadataStore
 from rlm.bootstrap import build_runtime
 from rlm.config import Settings
 from rlm.log.logdir import LogDir
 from rlm.lookup import answer_end
-from rlm.pipeline.rebuild.job import RebuildOptions, rebuild
-from rlm.pipeline.stage import run_in_process
-from rlm.pipeline.storage import StorageSpec
 from tests.grpc_support import ServerThread, free_port
 from tests.lookup_support import parse_with_kafka_python
-from tests.metadata_support import sqlite_copy
-from tests.pipeline.tiers import AWS_ENV
 from tests.tiering_support import Backend, Tiering, set_log_start_offsets
 from tests.unclean_election_support import (
     TP,
@@ -47,6 +40,7 @@ from tests.unclean_election_support import (
     elected_past_the_cut,
     fetched,
     new_leaders_from,
+    rebuilt_from_objects,
     spans,
     write_log,
 )
@@ -236,13 +230,10 @@ def test_a_store_rebuilt_right_after_a_trim_reads_as_the_copiers_and_deletes_non
     rebuild while the copy past the cut waits, or once it is made, gives the copier's store.
 
     A copier that dies after the store retired them and before their objects go (``crashed``)
-    leaves them for the next pass's cleanup; a rebuild in between cannot tell them retired, and
-    they come back as rows beside the trimmed copy of 20..29. It used to take the trimmed copy,
-    inside the range of the first, for a set a compaction replaced, and deleted it: the copier's
-    own store then read 20..24 from nowhere once the old copy was deleted. Now both stay. Reads
-    answer the old leader's records below the cut only and the broker's from the cut on (a copy's
-    answer end stops at the broker's first local offset), and the next copier pass finds the
-    divergence again and trims it as before (a second copy of 20..29 stays)."""
+    leaves them for the next pass's cleanup. Their objects were marked retired before the store
+    retired them, so a rebuild in between leaves them out too: they are orphans, deleted, and
+    never answer the old leader's records again (a trim's copy inside the range of the first
+    stays, as the copier's). The next copier pass finds nothing to do again."""
     if state == "crashed":
         tiering, log_dir = elected_past_the_cut(backend, tiering_factory, tmp_path)
 
@@ -260,19 +251,18 @@ def test_a_store_rebuilt_right_after_a_trim_reads_as_the_copiers_and_deletes_non
     before_stream = streamed(tiering, log_dir, {"offset": 12, "end_offset": 31})
     copiers = sorted(spans(tiering))
 
-    for name, value in AWS_ENV.items():  # what the rebuild's own S3 clients read (moto takes any)
-        monkeypatch.setenv(name, value)
-    (tmp_path / "rebuilt").mkdir()
-    url = sqlite_copy(sqlite_template, tmp_path / "rebuilt")
-    with SqlMetadataStore.open(url) as store:
-        spec = StorageSpec.from_settings(tiering.settings)
-        report = rebuild(store, tiering.storage, spec, run_in_process, RebuildOptions(delete_orphans=True))
-    assert report.orphans == []
-    rebuilt = Tiering.open(dataclasses.replace(backend, metadata_url=url), log_dir, clock=tiering.clock)
-    retired: list[tuple[int, int, tuple[int, ...]]] = (
-        [(20, 39, (5,)), (40, 49, (5,))] if state == "crashed" else []
+    rebuilt, report = rebuilt_from_objects(
+        tiering,
+        tiering_factory,
+        log_dir,
+        sqlite_template,
+        tmp_path / "rebuilt",
+        monkeypatch,
+        delete_orphans=True,
     )
-    assert sorted(spans(rebuilt)) == sorted(copiers + retired)
+    retired = [o for o in report.orphans if "was retired" in o.reason and o.deleted]
+    assert len(retired) == len(report.orphans) == (2 if state == "crashed" else 0)
+    assert sorted(spans(rebuilt)) == copiers
 
     assert fetched(rebuilt, log_dir, offsets) == before
     assert streamed(rebuilt, log_dir, {"offset": 12, "end_offset": 31}) == before_stream

@@ -14,10 +14,11 @@ import logging
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from rlm.errors import CorruptDataError, SegmentNotCopiedError
+from rlm.errors import CorruptDataError, SegmentNotCopiedError, StorageUnavailableError
 from rlm.log.batches import decode_batch
 from rlm.log.byte_source import BytesSource, iter_headers
 from rlm.log.dirwriter import LogDirWriter
@@ -27,7 +28,8 @@ from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.writer import ProducerRecord, TopicConfig
 from rlm.metastore.model import IndexType, RemoteSegment, SegmentState
 from rlm.storage.delegate import DelegatingStorage
-from rlm.storage.protocol import STREAM_PIECE_BYTES
+from rlm.storage.description import RETIRED_KEY, read_retired
+from rlm.storage.protocol import STREAM_PIECE_BYTES, PutResult, PutSource
 from rlm.storage.range_source import read_index
 from tests.tiering_support import (
     WRITER_NOW_MS,
@@ -43,6 +45,7 @@ from tests.unclean_election_support import (
     fetched,
     new_leaders_from,
     partition_path,
+    rebuilt_from_objects,
     spans,
     write_log,
 )
@@ -116,6 +119,87 @@ def test_the_old_leaders_copies_are_replaced_by_the_new_leaders_log(tiered: tupl
     assert tiering.copier().run_once()[0].error is None
     assert spans(tiering)[2:] == [(20, 29, (6,)), (30, 39, (6,)), (40, 49, (6,))]
     assert tiering.registry.get_sample_value("rlm_diverged_copies_replaced_total", LABELS) == 2
+
+
+NEW_LEADERS_SPANS = [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (6,)), (30, 39, (6,)), (40, 49, (6,))]
+
+
+def retired_marks(tiering: Tiering) -> dict[int, bool]:
+    """Per finished copy's start offset, whether its index object is marked retired."""
+    marks = {
+        s.start_offset: tiering.storage.object_metadata(s.layout.index_key) for s in tiering.finished(TP)
+    }
+    return {start: m is not None and read_retired(m) is not None for start, m in marks.items()}
+
+
+def test_a_copier_that_dies_after_marking_the_old_leaders_copies_retired_leaves_them_out_of_a_rebuild(
+    tiered: tuple[Tiering, Path],
+    tiering_factory: TieringFactory,
+    sqlite_template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The copies' objects are marked retired before the store retires them: a store rebuilt from
+    the objects while the copier is down never makes them rows again, whatever the broker's log
+    holds by then, so their offsets never answer the old leader's records."""
+    tiering, log_dir = tiered
+    before = spans(tiering)
+
+    def crash(step: str) -> None:
+        if step == "copies_marked":
+            raise OSError("the sidecar died")
+
+    assert isinstance(tiering.copier(step=crash).run_once()[0].error, OSError)
+    assert spans(tiering) == before  # marked only: the store still reads them
+    assert retired_marks(tiering) == {0: False, 10: False, 20: True, 30: True}
+
+    rebuilt, report = rebuilt_from_objects(
+        tiering, tiering_factory, log_dir, sqlite_template, tmp_path / "rebuilt", monkeypatch
+    )
+    assert spans(rebuilt) == before[:2]
+    assert sorted(o.reason.split(": ", 1)[1] for o in report.orphans) == [
+        f"segment {s.segment_id} was retired at {tiering.clock()} (epoch ms): the broker's log "
+        "diverged from its records (an unclean leader election)"
+        for s in sorted(tiering.finished(TP), key=lambda s: str(s.segment_id))
+        if s.start_offset >= 20
+    ]
+    assert all(o.deletable and not o.deleted for o in report.orphans)
+    assert fetched(rebuilt, log_dir, [25])[25][0] == "local"  # the new leader's record
+
+    # The copier's own store: the next pass retires them (marking them again) and goes on.
+    outcome = tiering.copier().run_once()[0]
+    assert (outcome.error, outcome.cleaned_segments, outcome.copied_segments) == (None, 2, 3)
+    assert spans(tiering) == NEW_LEADERS_SPANS
+    assert not any(retired_marks(tiering).values())
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+    # The rebuilt store's copier tiers the new leader's log from 20 as well.
+    assert rebuilt.copier().run_once()[0].copied_segments == 3
+    assert spans(rebuilt) == NEW_LEADERS_SPANS
+
+
+class FailingMarks(DelegatingStorage):
+    """Refuses to store an object marked retired."""
+
+    def put_object(self, key: str, source: PutSource, **kwargs: Any) -> PutResult:
+        if RETIRED_KEY in (kwargs.get("metadata") or {}):
+            raise StorageUnavailableError("throttled", key=key)
+        return self.inner.put_object(key, source, **kwargs)
+
+
+def test_copies_whose_objects_cannot_be_marked_retired_are_not_retired(tiered: tuple[Tiering, Path]) -> None:
+    tiering, _ = tiered
+    before = spans(tiering)
+    store = tiering.storage
+    tiering.storage = FailingMarks(store)
+
+    outcome = tiering.copier().run_once()[0]
+
+    assert isinstance(outcome.error, StorageUnavailableError) and "throttled" in str(outcome.error)
+    assert spans(tiering) == before
+    assert not tiering.segments(TP, SegmentState.DELETE_SEGMENT_STARTED)
+    tiering.storage = store
+    assert tiering.copier().run_once()[0].copied_segments == 3
+    assert spans(tiering) == NEW_LEADERS_SPANS
 
 
 def test_a_copy_whose_offsets_the_brokers_files_still_hold_is_replaced_below_its_log_start(

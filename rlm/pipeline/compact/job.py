@@ -37,10 +37,11 @@ from rlm.pipeline.compact.engine import Engine, GroupResult, PartitionDecision
 from rlm.pipeline.compact.facts import FactOptions
 from rlm.pipeline.compact.rewrite import Counts, RewriteParams
 from rlm.pipeline.compact.rules import Strategy
-from rlm.pipeline.compact.segment import OutputPlan, group_segments, mark_swapped
+from rlm.pipeline.compact.segment import OutputPlan, group_segments
 from rlm.pipeline.storage import StorageSpec
 from rlm.pipeline.transactions import attach_aborted
 from rlm.remote_tier.read_plan import PartitionPlan, plan_partition, select_partitions
+from rlm.storage.marks import mark_swapped
 from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.deletion import deferred, delete_segment
 

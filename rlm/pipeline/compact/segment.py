@@ -20,7 +20,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm.errors import CorruptDataError
 from rlm.log.aborted import AbortedIndex
 from rlm.log.batches import parse_header
 from rlm.log.checkpoints import EpochEntry, encode_leader_epoch_checkpoint
@@ -30,7 +29,7 @@ from rlm.metastore.model import IndexType, LeaderEpochEntry, RemoteSegment, Segm
 from rlm.pipeline.compact.rewrite import Counts, Keep, RewriteParams, empty_batch, rewrite_batches
 from rlm.pipeline.reader import SegmentReader
 from rlm.remote_tier.read_plan import SegmentSummary
-from rlm.storage.description import PENDING, SWAPPED, describe
+from rlm.storage.description import PENDING, describe
 from rlm.storage.layout import IndexBlob, segment_keys
 from rlm.storage.protocol import RemoteStorage
 
@@ -228,21 +227,3 @@ def write_output(
         return WrittenSegment(row, counts)
     finally:
         os.unlink(path)
-
-
-def mark_swapped(storage: RemoteStorage, row: RemoteSegment) -> None:
-    """Store a swapped-in output's index object again, the same bytes, marked swapped (see
-    :mod:`rlm.storage.description`): from then on a rebuild chooses it over its inputs.
-
-    Raises:
-        CorruptDataError: The index object is gone; names it.
-        StorageError: A read or the put failed.
-    """
-    index_key = row.layout.index_key
-    size = storage.object_size(index_key)
-    if size is None:
-        raise CorruptDataError(
-            f"the index object of compacted segment {row.segment_id} is gone", path=index_key
-        )
-    data = storage.read_range(index_key, 0, size)
-    storage.put_object(index_key, data, metadata=describe(row, compaction=SWAPPED))

@@ -22,9 +22,9 @@ whose old segments a copier that died left) are none of the others' copies nor i
 rows beside them, which the copier retires at its next pass, as in the original database.
 Overlapping sets of different ranges (a takeover's copy) are all kept, as the copier left them,
 and so is a set inside the range of a copy the copier wrote: a trim's copy inside the diverged
-copy it replaced, whose objects the trimming pass deletes at once but a copier that died just
-before left for the next pass (:mod:`rlm.tiering.trim`; the next copier pass trims that copy
-again), or an older copy inside a takeover's.
+copy it replaced, whose objects the trimming pass marks retired and deletes at once but a
+copier that died before such marks existed left for the next pass (:mod:`rlm.tiering.trim`; the
+next copier pass trims that copy again), or an older copy inside a takeover's.
 
 A set rebuilt from its bytes with no compaction mark read (its description could not be read, as
 a damaged sidecar, or it has none) may be a compaction's output still pending: its state is
@@ -37,7 +37,10 @@ never swapped in, and they may hold records it dropped. A second copy of a range
 set is of unknown state and whose ``.log`` differs in size is not a copy of it, and is never
 deleted either. An unknown set that holds no other set's range is chosen as any other.
 
-Only a missing object makes a set incomplete (:class:`~rlm.pipeline.rebuild.objects.Outcome`).
+A set marked retired (the copier retired it after an unclean leader election and died before
+deleting its objects) is an orphan, deleted with ``delete_orphans``: it never becomes a row, so
+the old leader's records it holds never answer again. Only a missing object makes a set
+incomplete (:class:`~rlm.pipeline.rebuild.objects.Outcome`).
 A set whose description could not be used is rebuilt from its bytes and listed among the
 report's problems; one whose bytes do not give a row either is an orphan that is never deleted
 (an operator decides). A store that failed while a set was described says nothing of the set:
@@ -243,14 +246,14 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
     inputs' offsets, and is kept while the inputs wait for ``remote.compaction.delete.delay.ms``):
     the original database holds the output alone as finished. A set inside the range of a copy the
     copier wrote (:attr:`Candidate.copied`) stays beside it, as the copier left them: a trim's copy
-    inside the diverged copy it replaced (whose objects a copier that died before deleting them
-    left; the original database holds the trim's copy alone, and the next copier pass trims the
-    other again), or an older copy inside a takeover's. But an output still marked pending is one
-    whose job died before its swap (or before marking it swapped): while the segments it would
-    replace hold its whole range, the original database holds those, and the output is the orphan;
-    once some are gone (deleted after the swap), the output is the partition's. A set of unknown
-    compaction state (:attr:`Candidate.unknown`) may be such an output: it is chosen or not as a
-    pending one, and what it would replace is never deleted on its word.
+    inside the diverged copy it replaced (whose objects a copier that died before deleting them,
+    and before retired copies were marked, left; the original database holds the trim's copy
+    alone, and the next copier pass trims the other again), or an older copy inside a takeover's.
+    But an output still marked pending is one whose job died before its swap (or before marking it
+    swapped): while the segments it would replace hold its whole range, the original database holds
+    those, and the output is the orphan; once some are gone (deleted after the swap), the output is
+    the partition's. A set of unknown compaction state (:attr:`Candidate.unknown`) may be such an
+    output: it is chosen or not as a pending one, and what it would replace is never deleted on its word.
     """
     best: dict[tuple[TopicPartition, str, int, int], Candidate] = {}
     for c in candidates:
@@ -496,6 +499,8 @@ def rebuild(
             outcome, problem, keys = Outcome(row["outcome"]), row["problem"], tuple(objects.keys)
             if outcome is Outcome.INCOMPLETE:
                 orphans.append(Orphan(keys, f"incomplete: {problem}", missing=tuple(row["missing"])))
+            elif outcome is Outcome.RETIRED:
+                orphans.append(Orphan(keys, problem))
             elif outcome is Outcome.UNDESCRIBABLE:
                 reason = f"undescribable, both objects are there: {problem}"
                 orphans.append(Orphan(keys, reason, deletable=False, kept="it may be whole"))

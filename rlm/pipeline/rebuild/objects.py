@@ -10,8 +10,10 @@ object); the transaction index holds one 34-byte entry per abort marker of the l
 snapshot says its own length; the leader-epoch checkpoint is the rest and gives the epochs.
 
 A set is *complete* when both objects exist and agree with what describes them; only complete
-sets become rows. Describing a set has one of four outcomes (:class:`Outcome`), and only a missing
-object makes a set *incomplete*, an orphan a rebuild may delete: a description that cannot be read
+sets become rows. Describing a set has one of five outcomes (:class:`Outcome`). A set whose index
+object is marked retired (:mod:`rlm.storage.description`) is an orphan a rebuild may delete: the
+copier retired it, and a copier that died before deleting its objects left them. Only a missing
+object makes a set *incomplete*, another such orphan: a description that cannot be read
 (a damaged filesystem sidecar, JSON rlm cannot parse) or that disagrees with the objects is set
 aside and the set is read instead, as if it had none; a set whose bytes do not give a row either is
 *undescribable* and kept for an operator to look at; a store that fails (throttled after its
@@ -52,7 +54,7 @@ from rlm.pipeline.reader import iter_batches, read_chunks
 from rlm.pipeline.stage import Stage, arrow_schema, batch_of
 from rlm.pipeline.storage import StorageSpec
 from rlm.remote_tier.read_plan import SegmentSummary
-from rlm.storage.description import Description, read_compaction, read_description
+from rlm.storage.description import Description, read_compaction, read_description, read_retired
 from rlm.storage.layout import (
     INDEXES_SUFFIX,
     LOG_SUFFIX,
@@ -181,6 +183,9 @@ class Outcome(enum.Enum):
     DESCRIBED = "described"
     """Both objects are there and give the row (from the description, or from their bytes when
     the description was missing, unreadable or wrong: ``problem`` then says what was wrong)."""
+    RETIRED = "retired"
+    """The copier retired the copy (the broker's log diverged from it: an unclean leader election)
+    and was to delete its objects: an orphan to delete."""
     INCOMPLETE = "incomplete"
     """An object of the set is missing: a copy that never finished, an orphan to delete."""
     UNDESCRIBABLE = "undescribable"
@@ -237,6 +242,14 @@ def _examine(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> Finding
     if missing:
         return _incomplete(objects, missing)
     assert log_size is not None and metadata is not None
+    retired = read_retired(metadata)
+    if retired is not None:
+        when = f" at {retired} (epoch ms)" if retired >= 0 else ""
+        why = (
+            f"{index_key}: segment {objects.segment_id} was retired{when}: the broker's log diverged "
+            "from its records (an unclean leader election)"
+        )
+        return Finding(Outcome.RETIRED, problem=why)
     compaction = read_compaction(metadata)
     description: Description | None = None
     if damaged is None:

@@ -1,0 +1,122 @@
+"""Marks stored with a segment's index object after it was written (rlm.storage.marks)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rlm.errors import CorruptDataError
+from rlm.metastore.model import LeaderEpochEntry, ObjectLayout, RemoteSegment, TopicPartition
+from rlm.storage.description import (
+    COMPACTION_KEY,
+    DESCRIPTION_KEY,
+    MAX_METADATA_BYTES,
+    PENDING,
+    RETIRED_KEY,
+    SWAPPED,
+    describe,
+    read_compaction,
+    read_description,
+    read_retired,
+    with_mark,
+)
+from rlm.storage.filesystem import META_SUFFIX, FilesystemStorage
+from rlm.storage.marks import mark_retired, mark_swapped
+
+INDEX_BYTES = b"\x00\x01indexes" * 100
+
+
+def row(epochs: int = 1) -> RemoteSegment:
+    return RemoteSegment(
+        segment_id=uuid.uuid4(),
+        topic_partition=TopicPartition("orders", 0),
+        topic_id=None,
+        start_offset=0,
+        end_offset=999,
+        max_timestamp_ms=1_700_000_000_000,
+        size_bytes=100,
+        broker_id=1,
+        event_time_ms=1_700_000_000_000,
+        leader_epochs=tuple(LeaderEpochEntry(e, e) for e in range(epochs)),
+        layout=ObjectLayout("orders-0/x.log", "orders-0/x.indexes", ()),
+        txn_index_empty=True,
+    )
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> FilesystemStorage:
+    return FilesystemStorage(tmp_path)
+
+
+def test_a_mark_is_added_beside_the_description_and_read_back() -> None:
+    segment = row()
+    marked = with_mark(describe(segment), RETIRED_KEY, "1700000000123")
+    assert read_retired(marked) == 1_700_000_000_123
+    assert read_description(marked, "k") is not None
+    assert read_retired(describe(segment)) is None
+    assert read_retired({RETIRED_KEY: "soon"}) == -1  # marked, though it does not say when
+
+
+def test_a_mark_that_would_not_fit_beside_the_description_leaves_it_out() -> None:
+    # As many leader epochs as the description just fits within S3's limit.
+    epochs = next(n for n in range(1, 400) if DESCRIPTION_KEY not in describe(row(n + 1)))
+    metadata = describe(row(epochs))
+    assert DESCRIPTION_KEY in metadata
+
+    marked = with_mark(metadata, RETIRED_KEY, "1700000000123")
+
+    assert marked == {RETIRED_KEY: "1700000000123"}
+    assert sum(len(k) + len(v) for k, v in with_mark({}, RETIRED_KEY, "1").items()) <= MAX_METADATA_BYTES
+
+
+def test_marking_retired_stores_the_same_bytes_and_keeps_the_other_entries(
+    storage: FilesystemStorage,
+) -> None:
+    segment = row()
+    storage.put_object(segment.layout.index_key, INDEX_BYTES, metadata=describe(segment, compaction=PENDING))
+
+    assert mark_retired(storage, segment, now_ms=42)
+
+    key = segment.layout.index_key
+    assert storage.read_range(key, 0, len(INDEX_BYTES) + 1) == INDEX_BYTES
+    metadata = storage.object_metadata(key)
+    assert metadata is not None
+    assert (read_retired(metadata), read_compaction(metadata)) == (42, PENDING)
+    assert read_description(metadata, key) == read_description(describe(segment), key)
+
+
+def test_a_damaged_sidecar_is_replaced_by_the_mark(storage: FilesystemStorage, tmp_path: Path) -> None:
+    segment = row()
+    key = segment.layout.index_key
+    storage.put_object(key, INDEX_BYTES, metadata=describe(segment))
+    (tmp_path / (key + META_SUFFIX)).write_text("{not json")
+    with pytest.raises(CorruptDataError):
+        storage.object_metadata(key)
+
+    assert mark_retired(storage, segment, now_ms=42)
+
+    assert storage.object_metadata(key) == {RETIRED_KEY: "42"}
+    assert json.loads((tmp_path / (key + META_SUFFIX)).read_text()) == {RETIRED_KEY: "42"}
+
+
+def test_a_gone_index_object_is_not_marked(storage: FilesystemStorage) -> None:
+    segment = row()
+    assert not mark_retired(storage, segment, now_ms=42)
+    assert storage.object_size(segment.layout.index_key) is None
+    with pytest.raises(CorruptDataError, match="is gone"):
+        mark_swapped(storage, segment)
+
+
+def test_marking_swapped_replaces_pending(storage: FilesystemStorage) -> None:
+    segment = row()
+    key = segment.layout.index_key
+    storage.put_object(key, INDEX_BYTES, metadata=describe(segment, compaction=PENDING))
+
+    mark_swapped(storage, segment)
+
+    metadata = storage.object_metadata(key)
+    assert metadata is not None and metadata[COMPACTION_KEY] == SWAPPED
+    assert storage.read_range(key, 0, len(INDEX_BYTES)) == INDEX_BYTES
