@@ -214,6 +214,24 @@ def _can_resume(state: _ScanState, segments: Sequence[Segment], high_watermark: 
     return _anchor_holds(state.anchor, anchor_segment)
 
 
+def open_transactions_at(partition: PartitionDir, offset: int) -> TransactionTracker:
+    """The transactions open just before ``offset``, as the broker's producer state has them there:
+    the latest readable snapshot at or below it, then the batches from there up to it (from the
+    first segment when no snapshot is usable, as the broker loads a log without snapshots).
+
+    Raises:
+        CorruptDataError: a batch in the scanned range is corrupt; the error names the ``.log``
+            and the byte position.
+    """
+    segments = [s for s in partition.segments() if s.base_offset < offset]
+    snapshot = latest_snapshot(partition.path, offset)
+    if not segments or (snapshot is not None and snapshot.offset == offset):
+        return TransactionTracker(dict(snapshot.ongoing) if snapshot is not None else {})
+    state = _new_state(partition, segments, offset)
+    _advance(state, segments, offset)
+    return state.tracker
+
+
 def last_stable_offset(
     partition: PartitionDir, high_watermark: int, log_start_offset: int | None = None
 ) -> int:

@@ -37,6 +37,7 @@ from rlm.tiering.prepare import (
     check_segment,
     epochs_of_segment,
     prepare_segment,
+    rebuilt_transaction_index,
     transaction_index,
 )
 
@@ -80,7 +81,7 @@ def prepare_join(
         shutil.copyfile(at_start, directory / at_start.name)
     joined = Segment(directory, start)
     checked = check_segment(joined, next_base_offset=join.next_base_offset)
-    txn_index = _joined_transaction_index(segments) or checked.rebuilt.txn_index
+    txn_index = _joined_transaction_index(segments) or rebuilt_transaction_index(partition, joined, checked)
     topic_id = partition.topic_id()
     snapshot = partition.path / segment_file_name(join.next_base_offset, ".snapshot")
     return assemble(

@@ -24,6 +24,7 @@ from rlm.log.files import segment_file_name
 from rlm.log.logdir import PartitionDir
 from rlm.log.recovery import RebuiltIndexes
 from rlm.log.segment import Segment, initial_tracker, rebuild_segment_indexes
+from rlm.log.stable import open_transactions_at
 from rlm.log.txnindex import TransactionIndex
 from rlm.log.validate import BatchChecker
 from rlm.metastore.model import (
@@ -80,7 +81,7 @@ def prepare_segment(
         segment,
         checked,
         epochs=epochs_of_segment(epochs or checked.rebuilt.epochs, segment.base_offset, checked.end_offset),
-        txn_index=transaction_index(segment) or checked.rebuilt.txn_index,
+        txn_index=transaction_index(segment) or rebuilt_transaction_index(partition, segment, checked),
         snapshot=snapshot.read_bytes() if snapshot.exists() else None,
         broker_id=broker_id,
         event_time_ms=now_ms,
@@ -184,6 +185,32 @@ def epochs_of_segment(entries: list[EpochEntry], start: int, end: int) -> tuple[
         if entry.epoch > result[-1].epoch:
             result.append(LeaderEpochEntry(entry.epoch, entry.start_offset))
     return tuple(result)
+
+
+def rebuilt_transaction_index(
+    partition: PartitionDir, segment: Segment, checked: CheckedSegment
+) -> TransactionIndex:
+    """The transaction index of ``segment`` rebuilt from its bytes, for when the broker's cannot be
+    used (``segment`` may be a copy of ``partition``'s log from its base offset on).
+
+    An entry needs the transactions open at the segment's start: an aborted transaction's first
+    offset may lie before it, and an entry's last stable offset is the first offset of the earliest
+    other one open. Where the producer snapshot at its base offset did not give them (none, or
+    unreadable), they are found as the broker's producer state has them there
+    (:func:`rlm.log.stable.open_transactions_at`) and the index is rebuilt with them: an entry
+    reading a later first offset or last stable offset than the log's would have a
+    ``read_committed`` read miss the abort and hand out its records.
+
+    Raises:
+        CorruptDataError: a batch of ``partition`` scanned for the open transactions is corrupt.
+    """
+    rebuilt = checked.rebuilt.txn_index
+    if not len(rebuilt):
+        return rebuilt
+    tracker = open_transactions_at(partition, segment.base_offset)
+    if tracker.ongoing == initial_tracker(segment).ongoing:
+        return rebuilt
+    return rebuild_segment_indexes(segment, tracker=tracker, stop_at_corruption=False).txn_index
 
 
 def transaction_index(segment: Segment) -> TransactionIndex | None:
