@@ -387,7 +387,7 @@ class Copier:
 
         def swap() -> None:
             nonlocal retired
-            self._mark_retired(copy.topic_partition, cut, also=(copy,))
+            self._mark_retired(copy.topic_partition, cut)
             retired = self.store.trim_copies(
                 copy.topic_partition,
                 copy.segment_id,
@@ -407,19 +407,21 @@ class Copier:
                 directory=Path(directory),
             )
             self._copy(prepared, lease, finish=swap)
+        # Marked only now: until its replacement finished, its offsets below the cut were held by
+        # it alone (a pass that died before the swap leaves the replacement to be deleted).
+        mark_retired(self.storage, copy, now_ms=self.clock())
         return Trimmed(retired, prepared.remote.end_offset, prepared.remote.segment_id)
 
-    def _mark_retired(self, tp: TopicPartition, from_offset: int, also: Sequence[RemoteSegment] = ()) -> None:
-        """Mark the objects of the copies the store is about to retire (``also``, and every live
-        copy of ``tp`` starting at or above ``from_offset``) retired, so that a store rebuilt from
-        the objects before they are deleted leaves them out (:func:`rlm.storage.marks.mark_retired`).
+    def _mark_retired(self, tp: TopicPartition, from_offset: int) -> None:
+        """Mark the objects of the copies the store is about to retire (every live copy of ``tp``
+        starting at or above ``from_offset``) retired, so that a store rebuilt from the objects
+        before they are deleted leaves them out (:func:`rlm.storage.marks.mark_retired`).
 
         Raises:
             StorageError: A mark failed; nothing is retired this pass.
         """
         live = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
-        later = (s for s in self.store.list_segments(tp, states=live) if s.start_offset >= from_offset)
-        doomed = [*also, *later]
+        doomed = [s for s in self.store.list_segments(tp, states=live) if s.start_offset >= from_offset]
         now_ms = self.clock()
         for segment in doomed:
             mark_retired(self.storage, segment, now_ms=now_ms)

@@ -8,7 +8,10 @@ broker's records there. :func:`trim_copy` writes the copy's batches below the br
 local segment (the cut) as a new remote segment; the store then swaps it in for the old copy and
 retires the copies from the cut on in one transaction
 (:meth:`~rlm.metastore.protocol.MetadataStore.trim_copies`), and the same copier pass tiers the
-broker's log from the cut, as after any replacement (:mod:`rlm.tiering.lineage_keeper`).
+broker's log from the cut, as after any replacement (:mod:`rlm.tiering.lineage_keeper`). The
+copies from the cut on are marked retired on the remote tier before that transaction, the old
+copy only after it (:func:`rlm.storage.marks.mark_retired`): until the new copy is finished, the
+old one alone holds its first offsets, and a store rebuilt from the objects must keep it.
 
 The new copy's ``.log`` is the old one's, byte for byte, up to the batch that starts at the cut.
 Where one batch holds offsets on both sides of the cut (the logs diverged before the broker's

@@ -132,6 +132,11 @@ def retired_marks(tiering: Tiering) -> dict[int, bool]:
     return {start: m is not None and read_retired(m) is not None for start, m in marks.items()}
 
 
+def crash_at_marks(step: str) -> None:
+    if step == "copies_marked":
+        raise OSError("the sidecar died")
+
+
 def test_a_copier_that_dies_after_marking_the_old_leaders_copies_retired_leaves_them_out_of_a_rebuild(
     tiered: tuple[Tiering, Path],
     tiering_factory: TieringFactory,
@@ -145,11 +150,7 @@ def test_a_copier_that_dies_after_marking_the_old_leaders_copies_retired_leaves_
     tiering, log_dir = tiered
     before = spans(tiering)
 
-    def crash(step: str) -> None:
-        if step == "copies_marked":
-            raise OSError("the sidecar died")
-
-    assert isinstance(tiering.copier(step=crash).run_once()[0].error, OSError)
+    assert isinstance(tiering.copier(step=crash_at_marks).run_once()[0].error, OSError)
     assert spans(tiering) == before  # marked only: the store still reads them
     assert retired_marks(tiering) == {0: False, 10: False, 20: True, 30: True}
 
@@ -175,6 +176,40 @@ def test_a_copier_that_dies_after_marking_the_old_leaders_copies_retired_leaves_
     # The rebuilt store's copier tiers the new leader's log from 20 as well.
     assert rebuilt.copier().run_once()[0].copied_segments == 3
     assert spans(rebuilt) == NEW_LEADERS_SPANS
+
+
+def test_a_trimmed_copy_is_marked_retired_only_once_its_replacement_finished(
+    backend: Backend,
+    tiering_factory: TieringFactory,
+    sqlite_template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The diverged copy of 20..39 holds 20..24, which the broker deleted. A pass that fails after
+    marking the copies from the cut on, before its trim's swap, deletes the trim's copy. A store
+    rebuilt then still reads 20..24 from the diverged copy: it was not marked."""
+    tiering, log_dir = elected_past_the_cut(backend, tiering_factory, tmp_path)
+    before = fetched(tiering, log_dir, [20, 24])
+    assert {o: tier for o, (tier, _, _) in before.items()} == {20: "remote", 24: "remote"}
+    [past_the_cut] = [s.layout for s in tiering.finished(TP) if s.start_offset == 40]
+
+    assert isinstance(tiering.copier(step=crash_at_marks).run_once()[0].error, OSError)
+    assert retired_marks(tiering) == {0: False, 10: False, 20: False, 40: True}
+    # The pass that failed deleted the trim's copy (a sidecar killed there leaves it to the next).
+    assert not tiering.segments(TP, SegmentState.COPY_SEGMENT_STARTED)
+
+    rebuilt, report = rebuilt_from_objects(
+        tiering, tiering_factory, log_dir, sqlite_template, tmp_path / "rebuilt", monkeypatch
+    )
+    retired = [o.keys for o in report.orphans if "was retired" in o.reason]
+    assert retired == [(past_the_cut.log_key, past_the_cut.index_key)]
+    assert fetched(rebuilt, log_dir, [20, 24]) == before
+    assert (20, 39, (5,)) in spans(rebuilt)
+
+    # The next pass trims it, and deletes it with the copies from the cut on.
+    assert tiering.copier().run_once()[0].error is None
+    assert not tiering.segments(TP, SegmentState.DELETE_SEGMENT_STARTED)
+    assert spans(tiering)[2] == (20, 29, (5,))
 
 
 class FailingMarks(DelegatingStorage):
