@@ -14,8 +14,7 @@ Per partition and pass:
    log diverged from (an unclean leader election), their objects marked retired first (a store
    rebuilt from the objects leaves them out) and deleted at once, so that step 3 tiers the log
    again from their start, trimming one that also holds offsets the broker's files no longer hold
-   to those
-   (:mod:`rlm.tiering.lineage_keeper`, :mod:`rlm.tiering.trim`), and tiering the log from there
+   to those (:mod:`rlm.tiering.lineage_keeper`, :mod:`rlm.tiering.trim`), and tiering the log from there
    first in one copy that reaches past the one kept where that reaches past the cut
    (:mod:`rlm.tiering.join`); a log behind the remote tier (a newer leader epoch is tiered than
    its latest) tiers nothing;
@@ -188,7 +187,7 @@ class Copier:
             if followed.retired:
                 self.on_change(tp)
                 self.step("copies_retired")
-                # Their objects go now, not at the next pass (marked retired, they hold no offset).
+                # Their objects (marked retired) go now rather than at the next pass.
                 cleaned += self._cleanup(tp, lease)
             if followed.behind:
                 return CopyOutcome(tp, cleaned_segments=cleaned, skipped=BEHIND)
