@@ -51,7 +51,11 @@ then least and the HTTP hop weighs most. ``--codecs`` (e.g. ``lz4,zstd,snappy,gz
 in turn, as producers mix them) and ``--value-bytes`` measure other workloads; the document says
 which one it measured (``workload``).
 
-Usage: ``python bench/stream.py [--records 160000] [--segment-mib 8] [--codecs none] [--value-bytes 1000]``
+``--s3-server s3rver`` serves the remote tier from s3rver (``make s3rver``: Node.js, file-backed,
+a ranged GET reads only its range) instead of moto, a second S3 server's ceiling beside moto's.
+
+Usage: ``python bench/stream.py [--records 160000] [--segment-mib 8] [--codecs none] [--value-bytes 1000]
+[--s3-server moto]``
 """
 
 from __future__ import annotations
@@ -64,6 +68,7 @@ import itertools
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import tempfile
@@ -92,6 +97,8 @@ OCTET = "application/octet-stream"
 STREAMS = 64
 BUFFER_BYTES = 4 * 1024 * 1024
 MIB = 1024 * 1024
+#: Where ``make s3rver`` installs s3rver (``--s3-server s3rver``).
+S3RVER_BIN = ROOT / "build" / "s3rver" / "node_modules" / ".bin" / "s3rver"
 #: Pieces of the bare endpoint's body (those of ``rlm serve``'s streams are 256-512 KiB).
 CEILING_PIECE_BYTES = 512 * 1024
 #: Cores the server and the client share (and, remote, the S3 server): :func:`encodings`' ``cpu_ceiling``.
@@ -102,6 +109,30 @@ REPEATS = 5
 
 def figure(values: dict[str, Any]) -> dict[str, Any]:
     return {**values, "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def start_s3rver(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """s3rver (``make s3rver``: Node.js, file-backed, ranged GETs read from the file) on a free
+    port, keeping its objects in ``directory``."""
+    if not S3RVER_BIN.exists():
+        raise SystemExit(f"s3rver is not installed at {S3RVER_BIN}: `make s3rver` installs it")
+    port = free_port()
+    env = {**os.environ, "NODE_OPTIONS": "--openssl-legacy-provider"}
+    command = [str(S3RVER_BIN), "--directory", str(directory), "--address", "127.0.0.1"]
+    process = subprocess.Popen(
+        [*command, "--port", str(port), "--silent", "--no-vhost-buckets"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+
+    wait_for(up, "s3rver", process, 30)
+    return process, endpoint
 
 
 def start_moto() -> tuple[subprocess.Popen[bytes], str]:
@@ -451,6 +482,7 @@ def main() -> None:
     parser.add_argument("--segment-mib", type=int, default=8)
     parser.add_argument("--codecs", default="none", help="codecs of the batches, comma-separated")
     parser.add_argument("--value-bytes", type=int, default=1000)
+    parser.add_argument("--s3-server", choices=("moto", "s3rver"), default="moto")
     parser.add_argument(
         "--bare-server", nargs=3, type=int, metavar=("PORT", "BYTES", "PIECE"), help=argparse.SUPPRESS
     )
@@ -459,7 +491,10 @@ def main() -> None:
     if args.bare_server:
         run_bare_server(*args.bare_server)
         return
-    with s3_server() as endpoint, tempfile.TemporaryDirectory(prefix="rlm-bench-stream-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="rlm-bench-stream-") as tmp,
+        s3_server(args.s3_server, Path(tmp) / "s3") as endpoint,
+    ):
         work = Path(tmp)
         spec = partition_spec(args.records, codecs, args.value_bytes, args.segment_mib)
         produce(work / "logs", spec)
@@ -467,7 +502,11 @@ def main() -> None:
         try:
             partition = tiered_partition(served)
             highest = int(partition["highest_tiered_offset"])
-            workload = {"codecs": [c.name.lower() for c in codecs], "value_bytes": args.value_bytes}
+            workload = {
+                "codecs": [c.name.lower() for c in codecs],
+                "value_bytes": args.value_bytes,
+                "s3_server": args.s3_server,
+            }
             result = {"python": platform.python_version(), "workload": workload}
             result["local"] = encodings(served, highest)
             drop_tiered_locally(work / "logs", highest)
@@ -478,21 +517,25 @@ def main() -> None:
 
 
 @contextlib.contextmanager
-def s3_server() -> Iterator[str]:
-    """The endpoint of moto's S3 server (its own process) with the bucket :data:`BUCKET`, while
-    open; this process's AWS credentials are set for it."""
-    os.environ.update(
-        {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
-    )
-    moto, endpoint = start_moto()
+def s3_server(kind: str, directory: Path) -> Iterator[str]:
+    """The endpoint of an S3 server (its own process: ``moto`` or ``s3rver``, which keeps its
+    objects under ``directory``) with the bucket :data:`BUCKET`, while open; this process's AWS
+    credentials are set for it."""
+    key = "S3RVER" if kind == "s3rver" else "bench"
+    credentials = {"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": key}
+    os.environ.update({**credentials, "AWS_DEFAULT_REGION": "us-east-1"})
+    server, endpoint = start_s3rver(directory) if kind == "s3rver" else start_moto()
     try:
         import boto3
+        from botocore.config import Config
 
-        boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1").create_bucket(Bucket=BUCKET)
+        config = Config(s3={"addressing_style": "path"})
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", config=config)
+        client.create_bucket(Bucket=BUCKET)
         yield endpoint
     finally:
-        moto.terminate()
-        moto.wait(30)
+        server.terminate()
+        server.wait(30)
 
 
 def partition_spec(

@@ -62,11 +62,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--codecs", default="none", help="codecs of the batches, comma-separated")
     parser.add_argument("--records", type=int, default=160_000)
+    parser.add_argument("--s3-server", choices=("moto", "s3rver"), default="moto")
     args = parser.parse_args()
     if not (args.other / "rlm" / "__main__.py").is_file():
         raise SystemExit(f"--other {args.other} is not a checkout of rlm")
     codecs = tuple(Codec[name.strip().upper()] for name in args.codecs.split(","))
-    with s3_server() as endpoint, tempfile.TemporaryDirectory(prefix="rlm-bench-stream-ab-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="rlm-bench-stream-ab-") as tmp,
+        s3_server(args.s3_server, Path(tmp) / "s3") as endpoint,
+    ):
         print(json.dumps(compare(Path(tmp), endpoint, args, codecs)))
 
 
