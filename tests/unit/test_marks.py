@@ -69,7 +69,7 @@ def test_a_mark_that_would_not_fit_beside_the_description_leaves_it_out() -> Non
     marked = with_mark(metadata, RETIRED_KEY, "1700000000123")
 
     assert marked == {RETIRED_KEY: "1700000000123"}
-    assert sum(len(k) + len(v) for k, v in with_mark({}, RETIRED_KEY, "1").items()) <= MAX_METADATA_BYTES
+    assert sum(len(k) + len(v) for k, v in {**metadata, **marked}.items()) > MAX_METADATA_BYTES
 
 
 def test_marking_retired_stores_the_same_bytes_and_keeps_the_other_entries(
