@@ -111,20 +111,26 @@ def test_segments_are_joined_byte_for_byte_with_indexes_rebuilt_and_the_brokers_
     )
 
 
-def test_a_missing_transaction_index_is_rebuilt_from_the_bytes_and_the_snapshot_at_the_cut(
-    tmp_path: Path,
+@pytest.mark.parametrize("snapshot_at_the_cut", [True, False], ids=["snapshot", "no-snapshot"])
+def test_a_missing_transaction_index_is_rebuilt_from_the_bytes_and_the_transactions_open_at_the_cut(
+    tmp_path: Path, snapshot_at_the_cut: bool
 ) -> None:
     partition = transactional_partition(tmp_path / "logs")
+    brokers = list(partition.segments()[3].transaction_index().entries())
     (partition.path / "00000000000000000021.txnindex").unlink()
+    if not snapshot_at_the_cut:
+        (partition.path / "00000000000000000021.snapshot").unlink()
     out = tmp_path / "out"
     out.mkdir()
 
-    # Producer 8's transaction, open at 21 since 14, is aborted at 24: the snapshot at 21 says so.
+    # Producer 8's transaction, open at 21 since 14, is aborted at 24: the snapshot at 21 says so,
+    # and without it the batches from the snapshot before do.
     prepared = prepared_join(partition, out, start=21, past=29)
 
     assert (prepared.remote.start_offset, prepared.remote.end_offset) == (21, 31)
     txns = TransactionIndex.from_bytes(21, prepared.index_blob.extract(IndexType.TRANSACTION) or b"")
-    assert [(t.producer_id, t.first_offset, t.last_offset) for t in txns.entries()] == [(8, 14, 24)]
+    assert list(txns.entries()) == brokers
+    assert [(t.producer_id, t.first_offset, t.last_offset) for t in brokers] == [(8, 14, 24)]
 
 
 def test_one_segment_reaching_past_is_tiered_as_the_brokers_files(tmp_path: Path) -> None:
