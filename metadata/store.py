@@ -423,6 +423,22 @@ class SqlMetadataStore:
         with self._fenced(tp, lease_epoch) as (conn, part):
             return topic_ids.adopt(conn, part, topic_id, event_time_ms, written_ms)
 
+    def topic_id_retirees(
+        self,
+        tp: TopicPartition,
+        topic_id: UUID,
+        *,
+        lease_epoch: int | None = None,
+        written_ms: int | None = None,
+    ) -> list[RemoteSegment] | None:
+        """See :meth:`rlm.metastore.MetadataStore.topic_id_retirees`."""
+        with self._transaction(write=False) as conn:
+            row = partitions.find(conn, tp)
+            if row is None:
+                return []
+            partitions.check_fence(row, lease_epoch)
+            return topic_ids.retirees(conn, row, topic_id, written_ms)
+
     def truncate_copies(
         self,
         tp: TopicPartition,

@@ -18,8 +18,9 @@ from sqlalchemy import ColumnElement, Connection, Row, delete, insert, or_, sele
 
 from metadata import exports, recount
 from metadata.models import PartitionRow, RetiredTopicIdRow, SegmentRow, SkippedRangeRow
+from metadata.rows import segment_from_row
 from rlm.errors import OlderTopicIdError, RetiredTopicIdError
-from rlm.metastore.model import UNKNOWN_BROKER, SegmentState, TopicIdChange, TopicPartition
+from rlm.metastore.model import UNKNOWN_BROKER, RemoteSegment, SegmentState, TopicIdChange, TopicPartition
 
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED.value
 LIVE = (SegmentState.COPY_SEGMENT_STARTED.value, FINISHED)
@@ -39,13 +40,7 @@ def adopt(
     previous: UUID | None = part.topic_id
     if previous == topic_id:
         return TopicIdChange(previous, 0, reset=False)
-    _refuse_retired(conn, part, topic_id)
-    other = SegmentRow.topic_id != topic_id
-    if previous is not None:
-        # Segments without an id were copied before the row learned the old id: the old topic's.
-        other = or_(SegmentRow.topic_id.is_(None), other)
-    if written_ms is not None:
-        _refuse_older(conn, part, topic_id, other, written_ms)
+    other = _refuse(conn, part, topic_id, written_ms)
     named = select(SegmentRow.topic_id).distinct()
     named = named.where(SegmentRow.partition_id == part.id, SegmentRow.state.in_(LIVE), other)
     ids = {i for i in conn.execute(named).scalars() if i is not None}
@@ -65,6 +60,41 @@ def adopt(
         exports.forget_other_topics(conn, TopicPartition(part.topic, int(part.partition)), topic_id)
     conn.execute(update(PartitionRow).where(PartitionRow.id == part.id).values(topic_id=topic_id))
     return TopicIdChange(previous, retired, reset=reset)
+
+
+def retirees(
+    conn: Connection, part: Row[Any], topic_id: UUID, written_ms: int | None = None
+) -> list[RemoteSegment] | None:
+    """What :func:`adopt` of ``topic_id`` would retire from partition row ``part``, changing
+    nothing: None when ``topic_id`` is the one recorded (adopting it changes nothing), else the
+    live segments it would move to ``DELETE_SEGMENT_STARTED`` (maybe none), by start offset.
+
+    Raises:
+        RetiredTopicIdError, OlderTopicIdError: As :func:`adopt` would.
+    """
+    if part.topic_id == topic_id:
+        return None
+    other = _refuse(conn, part, topic_id, written_ms)
+    rows = conn.execute(
+        select(SegmentRow.__table__)
+        .where(SegmentRow.partition_id == part.id, SegmentRow.state.in_(LIVE), other)
+        .order_by(SegmentRow.start_offset, SegmentRow.segment_id)
+    ).all()
+    tp = TopicPartition(part.topic, int(part.partition))
+    return [segment_from_row(row, tp) for row in rows]
+
+
+def _refuse(conn: Connection, part: Row[Any], topic_id: UUID, written_ms: int | None) -> ColumnElement[bool]:
+    """Raise when adopting ``topic_id`` must be refused (:func:`_refuse_retired`,
+    :func:`_refuse_older`); else the condition the segments it retires meet."""
+    _refuse_retired(conn, part, topic_id)
+    other = SegmentRow.topic_id != topic_id
+    if part.topic_id is not None:
+        # Segments without an id were copied before the row learned the old id: the old topic's.
+        other = or_(SegmentRow.topic_id.is_(None), other)
+    if written_ms is not None:
+        _refuse_older(conn, part, topic_id, other, written_ms)
+    return other
 
 
 def _refuse_retired(conn: Connection, part: Row[Any], topic_id: UUID) -> None:

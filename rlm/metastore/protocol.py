@@ -267,6 +267,26 @@ class MetadataStore(Protocol):
         """
         ...
 
+    def topic_id_retirees(
+        self,
+        tp: TopicPartition,
+        topic_id: UUID,
+        *,
+        lease_epoch: int | None = None,
+        written_ms: int | None = None,
+    ) -> list[RemoteSegment] | None:
+        """What :meth:`adopt_topic_id` of ``topic_id`` would retire now, changing nothing (one
+        read): None when ``topic_id`` is the one recorded (adopting it changes nothing); else the
+        live segments it would move to ``DELETE_SEGMENT_STARTED`` (maybe none), by start offset.
+        The copier marks their objects retired before it adopts the id
+        (:mod:`rlm.tiering.topic_identity`); under its lease nothing else retires or adds them.
+
+        Raises:
+            RetiredTopicIdError, OlderTopicIdError: As :meth:`adopt_topic_id` would refuse.
+            StaleLeaseError: ``lease_epoch`` is stale.
+        """
+        ...
+
     def truncate_copies(
         self,
         tp: TopicPartition,

@@ -229,6 +229,56 @@ def test_a_stale_lease_cannot_adopt_an_id(store: SqlMetadataStore) -> None:
     assert states(store) == {OLD: [FINISHED]}
 
 
+def live_ids(store: SqlMetadataStore) -> set[uuid.UUID]:
+    return {s.segment_id for s in store.list_segments(TP, states=(STARTED, FINISHED))}
+
+
+@pytest.mark.parametrize("case", ["recorded", "without-ids", "two-topics", "new-partition"])
+def test_what_adopting_an_id_would_retire_is_listed_first_and_changes_nothing(
+    store: SqlMetadataStore, case: str
+) -> None:
+    # The copier marks these segments' objects retired before it adopts the id.
+    if case == "recorded":
+        add_finished(store, of(OLD, 0, 9), of(OLD, 10, 19), of(None, 20, 29))
+        store.add_segment(of(OLD, 30, 39))  # a copy under way when the topic was deleted
+    elif case == "without-ids":  # copied from a broker without partition.metadata: kept
+        add_finished(store, of(None, 0, 9))
+    elif case == "two-topics":  # rebuilt from both topics' objects: the id is unknown
+        add_finished(store, of(OLD, 0, 49), of(NEW, 0, 9), of(None, 50, 59))
+    before = list(store.list_segments(TP))
+    live = live_ids(store)
+
+    listed = store.topic_id_retirees(TP, NEW)
+
+    assert listed is not None
+    assert list(store.list_segments(TP)) == before
+    assert [s.start_offset for s in listed] == sorted(s.start_offset for s in listed)
+    assert store.topic_id_retirees(TP, NEW) == listed
+    change = store.adopt_topic_id(TP, NEW, event_time_ms=99)
+    assert {s.segment_id for s in listed} == live - live_ids(store)
+    assert change.retired == len(listed)
+    assert {s.topic_id for s in listed} <= {OLD, None}
+    assert store.topic_id_retirees(TP, NEW) is None  # recorded now: adopting it changes nothing
+
+
+def test_what_a_refused_id_would_retire_is_refused_alike(store: SqlMetadataStore) -> None:
+    add_finished(store, of(OLD, 0, 49))
+    store.adopt_topic_id(TP, NEW, event_time_ms=99)
+    add_finished(store, of(NEW, 0, 9))
+    first_copied = min(s.event_time_ms for s in store.list_segments(TP, states=(FINISHED,)))
+    with pytest.raises(RetiredTopicIdError, match="was retired at 99 ms"):
+        store.topic_id_retirees(TP, OLD)
+    third = uuid.UUID("33333333-3333-4333-8333-333333333333")
+    with pytest.raises(OlderTopicIdError):
+        store.topic_id_retirees(TP, third, written_ms=first_copied - 61_000)
+    lease = store.acquire_lease(TP, owner=1, ttl_ms=30_000)
+    assert lease is not None
+    store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
+    with pytest.raises(StaleLeaseError):
+        store.topic_id_retirees(TP, third, lease_epoch=lease.epoch)
+    assert states(store) == {OLD: [DELETING], NEW: [FINISHED]}
+
+
 def test_the_migration_fills_in_the_id_its_segments_agree_on(empty_url: str) -> None:
     upgrade(empty_url, "0005")
     engine = create_engine_for_url(empty_url, pooled=False)
