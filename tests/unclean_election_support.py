@@ -4,24 +4,16 @@ copies it truncated (:mod:`tests.integration.test_unclean_election`,
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 from prometheus_client import CollectorRegistry
 
-from metadata.store import SqlMetadataStore
 from rlm.bootstrap import build_runtime
 from rlm.log.logdir import PARTITION_METADATA, LogDir
 from rlm.metastore.model import TopicPartition
-from rlm.pipeline.rebuild.job import RebuildOptions, RebuildReport, rebuild
-from rlm.pipeline.stage import run_in_process
-from rlm.pipeline.storage import StorageSpec
 from tests.lookup_support import parse_with_kafka_python
-from tests.metadata_support import sqlite_copy
-from tests.pipeline.tiers import AWS_ENV
 from tests.tiering_support import (
     WRITER_NOW_MS,
     Backend,
@@ -122,27 +114,3 @@ def elected_past_the_cut(
     write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6))
     drop_local_segments_below(log_dir, 25)
     return tiering, log_dir
-
-
-def rebuilt_from_objects(
-    tiering: Tiering,
-    tiering_factory: Callable[..., Tiering],
-    log_dir: Path,
-    sqlite_template: Path,
-    directory: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    *,
-    delete_orphans: bool = False,
-) -> tuple[Tiering, RebuildReport]:
-    """``rlm spark rebuild-metadata`` of ``tiering``'s objects into a new SQLite store in
-    ``directory``, and a harness on it sharing ``tiering``'s storage backend and clock."""
-    for name, value in AWS_ENV.items():  # what the rebuild's own S3 clients read (moto takes any)
-        monkeypatch.setenv(name, value)
-    directory.mkdir()
-    url = sqlite_copy(sqlite_template, directory)
-    with SqlMetadataStore.open(url) as store:
-        spec = StorageSpec.from_settings(tiering.settings)
-        options = RebuildOptions(delete_orphans=delete_orphans)
-        report = rebuild(store, tiering.storage, spec, run_in_process, options)
-    backend = dataclasses.replace(tiering.backend, metadata_url=url)
-    return tiering_factory(backend, log_dir, clock=tiering.clock), report

@@ -16,10 +16,12 @@ swap made it the partition's segment (the index object is stored again, same byt
 the segments it replaces are the partition's, and a rebuild must choose them (see
 :mod:`rlm.pipeline.rebuild.job`).
 
-A copy the copier retired (the broker's log diverged from it: an unclean leader election) says so
-in a third entry, ``rlm-retired``, stored before the metadata store retires it
-(:mod:`rlm.storage.marks`): its objects are deleted soon after, but a store rebuilt from the
-objects in between must not bring the old leader's records back as a row.
+A copy the copier retired says so in a third entry, ``rlm-retired``, stored before the metadata
+store retires it (:mod:`rlm.storage.marks`): its objects are deleted soon after, but a store
+rebuilt from the objects in between must not bring them back as a row. Its value is when, then
+why: ``1700000000123 diverged`` (the broker's log diverged from the copy: an unclean leader
+election; a time alone says the same) or ``1700000000123 topic-deleted`` (the topic was deleted
+and created again under its name).
 """
 
 from __future__ import annotations
@@ -39,8 +41,12 @@ COMPACTION_KEY = "rlm-compaction"
 PENDING = "pending"
 #: A compaction's output the swap made the partition's segment.
 SWAPPED = "swapped"
-#: The metadata entry of a copy the copier retired; its value is when (epoch ms).
+#: The metadata entry of a copy the copier retired; its value is when (epoch ms), then why.
 RETIRED_KEY = "rlm-retired"
+#: Why a copy was retired: the broker's log diverged from its records (an unclean leader election).
+DIVERGED = "diverged"
+#: Why a copy was retired: its topic was deleted (and created again under its name).
+TOPIC_DELETED = "topic-deleted"
 #: S3's limit on the user metadata of an object, keys and values together.
 MAX_METADATA_BYTES = 2048
 VERSION = 1
@@ -106,13 +112,28 @@ def read_compaction(metadata: Mapping[str, str]) -> str | None:
     return state if state in (PENDING, SWAPPED) else None
 
 
-def read_retired(metadata: Mapping[str, str]) -> int | None:
-    """When the copy was retired (epoch ms, -1 when the mark does not say), from an index
-    object's metadata; ``None`` when it was not."""
+class Retirement(NamedTuple):
+    """What an ``rlm-retired`` mark says."""
+
+    at_ms: int
+    """When the copy was retired (epoch ms); -1 when the mark does not say."""
+    why: str
+    """:data:`DIVERGED`, :data:`TOPIC_DELETED`, or a word a later version wrote."""
+
+
+def retired_mark(at_ms: int, why: str) -> str:
+    """The value of an ``rlm-retired`` entry (:func:`read_retired` reads it)."""
+    return f"{at_ms} {why}"
+
+
+def read_retired(metadata: Mapping[str, str]) -> Retirement | None:
+    """When and why the copy was retired, from an index object's metadata; ``None`` when it was
+    not. A mark of a time alone (the first ones) says the broker's log diverged."""
     mark = metadata.get(RETIRED_KEY)
     if mark is None:
         return None
-    return int(mark) if mark.lstrip("-").isdigit() else -1
+    at, _, why = mark.strip().partition(" ")
+    return Retirement(int(at) if at.lstrip("-").isdigit() else -1, why.strip() or DIVERGED)
 
 
 def with_mark(metadata: Mapping[str, str], key: str, value: str) -> dict[str, str]:

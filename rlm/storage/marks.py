@@ -12,16 +12,24 @@ from collections.abc import Callable
 
 from rlm.errors import CorruptDataError
 from rlm.metastore.model import RemoteSegment
-from rlm.storage.description import RETIRED_KEY, SWAPPED, describe, with_mark
+from rlm.storage.description import (
+    DIVERGED,
+    RETIRED_KEY,
+    SWAPPED,
+    describe,
+    read_retired,
+    retired_mark,
+    with_mark,
+)
 from rlm.storage.protocol import RemoteStorage
 
 
 def store_again(
-    storage: RemoteStorage, key: str, metadata_of: Callable[[dict[str, str]], dict[str, str]]
+    storage: RemoteStorage, key: str, metadata_of: Callable[[dict[str, str]], dict[str, str] | None]
 ) -> bool:
     """Store the object under ``key`` again, its same bytes, with the metadata ``metadata_of``
-    makes of what it has (empty when that cannot be read, as a damaged sidecar); False when there
-    is no such object.
+    makes of what it has (empty when that cannot be read, as a damaged sidecar), or leave it as it
+    is when that gives None; False when there is no such object.
 
     Raises:
         StorageError: A read or the put failed.
@@ -33,8 +41,11 @@ def store_again(
     size = storage.object_size(key)
     if metadata is None or size is None:
         return False
+    marked = metadata_of(metadata)
+    if marked is None:
+        return True
     data = storage.read_range(key, 0, size)
-    storage.put_object(key, data, metadata=metadata_of(metadata))
+    storage.put_object(key, data, metadata=marked)
     return True
 
 
@@ -53,12 +64,20 @@ def mark_swapped(storage: RemoteStorage, row: RemoteSegment) -> None:
         )
 
 
-def mark_retired(storage: RemoteStorage, row: RemoteSegment, *, now_ms: int) -> bool:
-    """Mark a copy's index object retired, before the metadata store retires the copy: a rebuild
-    from the objects then never makes it a row again. False when the index object is gone (a
-    rebuild finds the set incomplete).
+def mark_retired(storage: RemoteStorage, row: RemoteSegment, *, now_ms: int, why: str = DIVERGED) -> bool:
+    """Mark a copy's index object retired (``why``: :data:`~rlm.storage.description.DIVERGED` or
+    :data:`~rlm.storage.description.TOPIC_DELETED`), before the metadata store retires the copy: a
+    rebuild from the objects then never makes it a row again. One marked already (by a pass that
+    failed before the store's transaction) is left as it is. False when the index object is gone
+    (a rebuild finds the set incomplete).
 
     Raises:
         StorageError: A read or the put failed.
     """
-    return store_again(storage, row.layout.index_key, lambda m: with_mark(m, RETIRED_KEY, str(now_ms)))
+
+    def marked(metadata: dict[str, str]) -> dict[str, str] | None:
+        if read_retired(metadata) is not None:
+            return None
+        return with_mark(metadata, RETIRED_KEY, retired_mark(now_ms, why))
+
+    return store_again(storage, row.layout.index_key, marked)

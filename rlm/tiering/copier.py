@@ -178,7 +178,14 @@ class Copier:
                 return CopyOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
             # Before anything is decided with the remote state: it may be a deleted topic's.
             change = adopt_local_topic_id(
-                self.store, partition, lease, self.leases, now_ms=self.clock(), metrics=self.metrics
+                self.store,
+                self.storage,
+                partition,
+                lease,
+                self.leases,
+                now_ms=self.clock(),
+                metrics=self.metrics,
+                step=self.step,
             )
             if change is not None and change.reset:
                 self.on_change(tp)

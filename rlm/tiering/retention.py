@@ -170,7 +170,14 @@ class Retention:
                 return RetentionOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
             # A deleted topic's remote log start offset and segments are not this topic's.
             change = adopt_local_topic_id(
-                self.store, partition, lease, self.leases, now_ms=self.clock(), metrics=self.metrics
+                self.store,
+                self.storage,
+                partition,
+                lease,
+                self.leases,
+                now_ms=self.clock(),
+                metrics=self.metrics,
+                step=self.step,
             )
             if change is not None and change.reset:
                 self.on_change(tp)

@@ -10,6 +10,13 @@ objects the usual deletion then removes (as Kafka deletes a deleted topic's remo
 resets the partition's highest copied and remote log start offsets, so that the new topic is
 tiered from its start.
 
+Before that transaction, the index object of each segment it is to retire is marked retired
+(:func:`rlm.storage.marks.mark_retired`, ``topic-deleted``): a store rebuilt from the objects
+before they are deleted (the sidecar died in between) never makes the deleted topic's segments
+rows beside the new topic's, where a query tier, which has no ``partition.metadata`` to tell them
+apart, would answer the new topic's offsets with the deleted topic's records. A mark that fails
+fails the pass before anything is retired; the next pass marks and retires again.
+
 Only an id read from the broker's file counts: a partition without ``partition.metadata`` (older
 brokers) is handled as before, and one whose file cannot be read is an error naming the file,
 never a reason to delete anything.
@@ -33,6 +40,10 @@ from rlm.log.logdir import PARTITION_METADATA, PartitionDir
 from rlm.metastore.model import Lease, TopicIdChange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
+from rlm.storage.description import TOPIC_DELETED
+from rlm.storage.marks import mark_retired
+from rlm.storage.protocol import RemoteStorage
+from rlm.tiering.deletion import Step, no_step
 from rlm.tiering.leases import LeaseKeeper
 
 log = logging.getLogger("rlm.copier")
@@ -40,12 +51,14 @@ log = logging.getLogger("rlm.copier")
 
 def adopt_local_topic_id(
     store: MetadataStore,
+    storage: RemoteStorage,
     partition: PartitionDir,
     lease: Lease,
     leases: LeaseKeeper,
     *,
     now_ms: int,
     metrics: Metrics,
+    step: Step = no_step,
 ) -> TopicIdChange | None:
     """Make the broker's topic id of ``partition`` the one its remote state belongs to.
 
@@ -59,6 +72,7 @@ def adopt_local_topic_id(
             given back, or left to expire when giving it back failed
             (the message says what to look at).
         StaleLeaseError: ``lease`` was lost.
+        StorageError: Marking a segment to retire failed; nothing was retired.
     """
     text = partition.topic_id()
     if text is None:
@@ -68,6 +82,13 @@ def adopt_local_topic_id(
     where = partition.path / PARTITION_METADATA
     try:
         written_ms = where.stat().st_mtime_ns // 1_000_000
+        doomed = store.topic_id_retirees(tp, topic_id, lease_epoch=lease.epoch, written_ms=written_ms)
+        if doomed is None:  # the usual case, every pass: the id recorded (one read)
+            return TopicIdChange(topic_id, 0, reset=False)
+        for segment in doomed:
+            mark_retired(storage, segment, now_ms=now_ms, why=TOPIC_DELETED)
+        if doomed:
+            step("topic_segments_marked")
         change = store.adopt_topic_id(
             tp, topic_id, event_time_ms=now_ms, lease_epoch=lease.epoch, written_ms=written_ms
         )

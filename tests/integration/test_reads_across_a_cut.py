@@ -33,6 +33,7 @@ from rlm.log.logdir import LogDir
 from rlm.lookup import answer_end
 from tests.grpc_support import ServerThread, free_port
 from tests.lookup_support import parse_with_kafka_python
+from tests.retired_support import rebuilt_from_objects
 from tests.tiering_support import Backend, Tiering, set_log_start_offsets
 from tests.unclean_election_support import (
     TP,
@@ -40,7 +41,6 @@ from tests.unclean_election_support import (
     elected_past_the_cut,
     fetched,
     new_leaders_from,
-    rebuilt_from_objects,
     spans,
     write_log,
 )

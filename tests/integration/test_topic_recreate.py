@@ -26,11 +26,14 @@ from rlm.errors import (
     MetadataUnavailableError,
     RetiredTopicIdError,
     StaleReplicaError,
+    StorageUnavailableError,
 )
 from rlm.log.checkpoints import topic_id_to_uuid
 from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
 from rlm.metastore.model import UNKNOWN_BROKER, Lease, SegmentState, TopicPartition
+from rlm.storage.description import TOPIC_DELETED, Retirement
 from rlm.tiering.leases import LeaseKeeper
+from tests.retired_support import FailingMarks, rebuilt_from_objects, retirements
 from tests.tiering_support import (
     BROKER_ID,
     WRITER_NOW_MS,
@@ -117,6 +120,79 @@ def test_a_recreated_topic_is_tiered_from_its_start_and_the_old_segments_are_del
     assert tiering.retention().run_once()[0].deleted_segments == 0
     assert tiering.finished(TP) == finished
     assert tiering.registry.get_sample_value("rlm_topic_id_changes_total", LABELS) == 1
+
+
+def crash_at_topic_marks(step: str) -> None:
+    if step == "topic_segments_marked":
+        raise OSError("the sidecar died")
+
+
+@pytest.mark.parametrize("loop", ["copier", "retention"])
+def test_a_sidecar_that_dies_after_marking_the_deleted_topics_segments_leaves_them_out_of_a_rebuild(
+    tiered: tuple[Tiering, Path],
+    tiering_factory: TieringFactory,
+    sqlite_template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    loop: str,
+) -> None:
+    """The deleted topic's segments are marked retired before the store retires them. A store
+    rebuilt from the objects while the sidecar is down never makes them rows beside the new
+    topic's: a query tier, which has no partition.metadata to tell the topics apart, would
+    answer the new topic's offsets with the deleted topic's records."""
+    tiering, log_dir = tiered
+    old = tiering.finished(TP)
+    new_id = topic_uuid(recreate_topic(log_dir, 3))
+    run = tiering.copier if loop == "copier" else tiering.retention
+
+    assert isinstance(run(step=crash_at_topic_marks).run_once()[0].error, OSError)
+
+    assert tiering.finished(TP) == old  # marked only: the store still holds them
+    marked = Retirement(tiering.clock(), TOPIC_DELETED)
+    assert retirements(tiering, TP) == {s.start_offset: marked for s in old}
+    rebuilt, report = rebuilt_from_objects(
+        tiering, tiering_factory, log_dir, sqlite_template, tmp_path / "rebuilt", monkeypatch
+    )
+    assert rebuilt.finished(TP) == []
+    assert sorted(o.reason.split(": ", 1)[1] for o in report.orphans) == [
+        f"segment {s.segment_id} was retired at {tiering.clock()} (epoch ms): its topic was deleted "
+        "(the partition holds a topic created again under its name)"
+        for s in sorted(old, key=lambda s: str(s.segment_id))
+    ]
+    assert all(o.deletable and not o.deleted for o in report.orphans)
+
+    # The sidecar's own store: the next pass retires them, deletes them and tiers the new topic.
+    outcome = tiering.copier().run_once()[0]
+    assert (outcome.error, outcome.cleaned_segments, outcome.copied_segments) == (None, 3, 3)
+    assert [(s.start_offset, s.topic_id) for s in tiering.finished(TP)] == [
+        (0, new_id),
+        (10, new_id),
+        (20, new_id),
+    ]
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+    # The rebuilt store's copier tiers the new topic from its start as well.
+    assert rebuilt.copier().run_once()[0].copied_segments == 3
+    assert [s.start_offset for s in rebuilt.finished(TP)] == [0, 10, 20]
+
+
+def test_a_deleted_topics_segments_whose_objects_cannot_be_marked_retired_are_not_retired(
+    tiered: tuple[Tiering, Path],
+) -> None:
+    tiering, log_dir = tiered
+    old = tiering.finished(TP)
+    recreate_topic(log_dir, 3)
+    storage = tiering.storage
+    tiering.storage = FailingMarks(storage)
+
+    outcome = tiering.copier().run_once()[0]
+
+    assert isinstance(outcome.error, StorageUnavailableError) and "throttled" in str(outcome.error)
+    assert tiering.finished(TP) == old
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.topic_id == old[0].topic_id
+    tiering.storage = storage
+    assert tiering.copier().run_once()[0].copied_segments == 3
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
 
 
 def test_retention_does_not_apply_the_deleted_topics_log_start_to_the_new_topic(

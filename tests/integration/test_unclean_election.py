@@ -14,7 +14,6 @@ import logging
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,9 +27,9 @@ from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.writer import ProducerRecord, TopicConfig
 from rlm.metastore.model import IndexType, RemoteSegment, SegmentState
 from rlm.storage.delegate import DelegatingStorage
-from rlm.storage.description import RETIRED_KEY, read_retired
-from rlm.storage.protocol import STREAM_PIECE_BYTES, PutResult, PutSource
+from rlm.storage.protocol import STREAM_PIECE_BYTES
 from rlm.storage.range_source import read_index
+from tests.retired_support import FailingMarks, rebuilt_from_objects, retirements
 from tests.tiering_support import (
     WRITER_NOW_MS,
     Backend,
@@ -45,7 +44,6 @@ from tests.unclean_election_support import (
     fetched,
     new_leaders_from,
     partition_path,
-    rebuilt_from_objects,
     spans,
     write_log,
 )
@@ -126,10 +124,7 @@ NEW_LEADERS_SPANS = [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (6,)), (30, 39, (6,)
 
 def retired_marks(tiering: Tiering) -> dict[int, bool]:
     """Per finished copy's start offset, whether its index object is marked retired."""
-    marks = {
-        s.start_offset: tiering.storage.object_metadata(s.layout.index_key) for s in tiering.finished(TP)
-    }
-    return {start: m is not None and read_retired(m) is not None for start, m in marks.items()}
+    return {start: mark is not None for start, mark in retirements(tiering, TP).items()}
 
 
 def crash_at_marks(step: str) -> None:
@@ -210,15 +205,6 @@ def test_a_trimmed_copy_is_marked_retired_only_once_its_replacement_finished(
     assert tiering.copier().run_once()[0].error is None
     assert not tiering.segments(TP, SegmentState.DELETE_SEGMENT_STARTED)
     assert spans(tiering)[2] == (20, 29, (5,))
-
-
-class FailingMarks(DelegatingStorage):
-    """Refuses to store an object marked retired."""
-
-    def put_object(self, key: str, source: PutSource, **kwargs: Any) -> PutResult:
-        if RETIRED_KEY in (kwargs.get("metadata") or {}):
-            raise StorageUnavailableError("throttled", key=key)
-        return self.inner.put_object(key, source, **kwargs)
 
 
 def test_copies_whose_objects_cannot_be_marked_retired_are_not_retired(tiered: tuple[Tiering, Path]) -> None:

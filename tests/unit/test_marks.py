@@ -5,26 +5,33 @@ from __future__ import annotations
 import json
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from rlm.errors import CorruptDataError
 from rlm.metastore.model import LeaderEpochEntry, ObjectLayout, RemoteSegment, TopicPartition
+from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.description import (
     COMPACTION_KEY,
     DESCRIPTION_KEY,
+    DIVERGED,
     MAX_METADATA_BYTES,
     PENDING,
     RETIRED_KEY,
     SWAPPED,
+    TOPIC_DELETED,
+    Retirement,
     describe,
     read_compaction,
     read_description,
     read_retired,
+    retired_mark,
     with_mark,
 )
 from rlm.storage.filesystem import META_SUFFIX, FilesystemStorage
 from rlm.storage.marks import mark_retired, mark_swapped
+from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
 
 INDEX_BYTES = b"\x00\x01indexes" * 100
 
@@ -53,11 +60,26 @@ def storage(tmp_path: Path) -> FilesystemStorage:
 
 def test_a_mark_is_added_beside_the_description_and_read_back() -> None:
     segment = row()
-    marked = with_mark(describe(segment), RETIRED_KEY, "1700000000123")
-    assert read_retired(marked) == 1_700_000_000_123
+    marked = with_mark(describe(segment), RETIRED_KEY, retired_mark(1_700_000_000_123, TOPIC_DELETED))
+    assert marked[RETIRED_KEY] == "1700000000123 topic-deleted"
+    assert read_retired(marked) == Retirement(1_700_000_000_123, TOPIC_DELETED)
     assert read_description(marked, "k") is not None
     assert read_retired(describe(segment)) is None
-    assert read_retired({RETIRED_KEY: "soon"}) == -1  # marked, though it does not say when
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("1700000000123", Retirement(1_700_000_000_123, DIVERGED)),  # the first marks: a time alone
+        ("1700000000123 diverged", Retirement(1_700_000_000_123, DIVERGED)),
+        ("1700000000123 topic-deleted", Retirement(1_700_000_000_123, TOPIC_DELETED)),
+        ("soon", Retirement(-1, DIVERGED)),  # marked, though it does not say when
+        ("soon topic-deleted", Retirement(-1, TOPIC_DELETED)),
+        ("42 compacted-away", Retirement(42, "compacted-away")),  # a later version's reason
+    ],
+)
+def test_a_retired_mark_says_when_and_why(value: str, expected: Retirement) -> None:
+    assert read_retired({RETIRED_KEY: value}) == expected
 
 
 def test_a_mark_that_would_not_fit_beside_the_description_leaves_it_out() -> None:
@@ -84,7 +106,7 @@ def test_marking_retired_stores_the_same_bytes_and_keeps_the_other_entries(
     assert storage.read_range(key, 0, len(INDEX_BYTES) + 1) == INDEX_BYTES
     metadata = storage.object_metadata(key)
     assert metadata is not None
-    assert (read_retired(metadata), read_compaction(metadata)) == (42, PENDING)
+    assert (read_retired(metadata), read_compaction(metadata)) == (Retirement(42, DIVERGED), PENDING)
     assert read_description(metadata, key) == read_description(describe(segment), key)
 
 
@@ -98,8 +120,32 @@ def test_a_damaged_sidecar_is_replaced_by_the_mark(storage: FilesystemStorage, t
 
     assert mark_retired(storage, segment, now_ms=42)
 
-    assert storage.object_metadata(key) == {RETIRED_KEY: "42"}
-    assert json.loads((tmp_path / (key + META_SUFFIX)).read_text()) == {RETIRED_KEY: "42"}
+    assert storage.object_metadata(key) == {RETIRED_KEY: "42 diverged"}
+    assert json.loads((tmp_path / (key + META_SUFFIX)).read_text()) == {RETIRED_KEY: "42 diverged"}
+
+
+def test_a_copy_marked_retired_already_keeps_its_mark_and_is_not_stored_again(tmp_path: Path) -> None:
+    storage = CountingPuts(FilesystemStorage(tmp_path))
+    segment = row()
+    storage.put_object(segment.layout.index_key, INDEX_BYTES, metadata=describe(segment))
+    assert mark_retired(storage, segment, now_ms=42, why=TOPIC_DELETED)
+    assert storage.puts == 2
+
+    assert mark_retired(storage, segment, now_ms=43)  # a pass that failed before retiring it
+
+    assert storage.puts == 2
+    metadata = storage.object_metadata(segment.layout.index_key)
+    assert metadata is not None and read_retired(metadata) == Retirement(42, TOPIC_DELETED)
+
+
+class CountingPuts(DelegatingStorage):
+    def __init__(self, inner: RemoteStorage) -> None:
+        super().__init__(inner)
+        self.puts = 0
+
+    def put_object(self, key: str, source: PutSource, **kwargs: Any) -> PutResult:
+        self.puts += 1
+        return self.inner.put_object(key, source, **kwargs)
 
 
 def test_a_gone_index_object_is_not_marked(storage: FilesystemStorage) -> None:

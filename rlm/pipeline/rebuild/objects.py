@@ -54,7 +54,14 @@ from rlm.pipeline.reader import iter_batches, read_chunks
 from rlm.pipeline.stage import Stage, arrow_schema, batch_of
 from rlm.pipeline.storage import StorageSpec
 from rlm.remote_tier.read_plan import SegmentSummary
-from rlm.storage.description import Description, read_compaction, read_description, read_retired
+from rlm.storage.description import (
+    DIVERGED,
+    TOPIC_DELETED,
+    Description,
+    read_compaction,
+    read_description,
+    read_retired,
+)
 from rlm.storage.layout import (
     INDEXES_SUFFIX,
     LOG_SUFFIX,
@@ -184,7 +191,7 @@ class Outcome(enum.Enum):
     """Both objects are there and give the row (from the description, or from their bytes when
     the description was missing, unreadable or wrong: ``problem`` then says what was wrong)."""
     RETIRED = "retired"
-    """The copier retired the copy (the broker's log diverged from it: an unclean leader election)
+    """The copier retired the copy (the broker's log diverged from it, or its topic was deleted)
     and was to delete its objects: an orphan to delete."""
     INCOMPLETE = "incomplete"
     """An object of the set is missing: a copy that never finished, an orphan to delete."""
@@ -192,6 +199,13 @@ class Outcome(enum.Enum):
     """Both objects are there, but neither a description nor their bytes give a row: kept."""
     FAILED = "failed"
     """The store failed; nothing is known of the set, and the rebuild must not go on."""
+
+
+#: Why a copy was retired, as a rebuild's orphan says it.
+_RETIRED_BECAUSE = {
+    DIVERGED: "the broker's log diverged from its records (an unclean leader election)",
+    TOPIC_DELETED: "its topic was deleted (the partition holds a topic created again under its name)",
+}
 
 
 class Finding(NamedTuple):
@@ -244,12 +258,11 @@ def _examine(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> Finding
     assert log_size is not None and metadata is not None
     retired = read_retired(metadata)
     if retired is not None:
-        when = f" at {retired} (epoch ms)" if retired >= 0 else ""
-        why = (
-            f"{index_key}: segment {objects.segment_id} was retired{when}: the broker's log diverged "
-            "from its records (an unclean leader election)"
+        when = f" at {retired.at_ms} (epoch ms)" if retired.at_ms >= 0 else ""
+        why = _RETIRED_BECAUSE.get(retired.why, f"the copier said {retired.why!r}")
+        return Finding(
+            Outcome.RETIRED, problem=f"{index_key}: segment {objects.segment_id} was retired{when}: {why}"
         )
-        return Finding(Outcome.RETIRED, problem=why)
     compaction = read_compaction(metadata)
     description: Description | None = None
     if damaged is None:
