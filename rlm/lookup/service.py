@@ -45,18 +45,17 @@ import dataclasses
 import functools
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 from rlm.errors import MetadataUnavailableError, NotFoundError
-from rlm.log.batches import decode_batch
-from rlm.log.byte_source import iter_headers
 from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
-from rlm.log.model import BatchHeader, Record
+from rlm.log.model import BatchHeader
 from rlm.log.stable import StableOffsetTracker
 from rlm.log.watch import DirectoryWatcher
+from rlm.lookup.max_timestamps import local_max_timestamp, remote_max_timestamp
 from rlm.lookup.plans import (
     Answered,
     IsolationLevel,
@@ -658,7 +657,7 @@ class LookupService:
         below the high watermark (Kafka filters MAX_TIMESTAMP by the last fetchable offset)."""
         view = view if view is not None else self.remote_view(tp, local)
         earliest = self.earliest_offset(tp, local, view)
-        best = _local_max_timestamp(local, earliest) if local is not None else -1
+        best = local_max_timestamp(local, earliest) if local is not None else -1
         max_remote = view.max_timestamp
         if max_remote is not None and max_remote > best:
             local_start = self._local_start(local, earliest)
@@ -668,40 +667,17 @@ class LookupService:
             if answer.tier is not None:
                 return self._below_high_watermark(answer, tp, local, isolation, view, earliest)
             # The record holding the remote maximum lies below the log start offset.
-            best = max(best, self._remote_max_timestamp(tp, local, earliest, stats, checkpoint))
+            local_id = local_topic_id(local)
+            segments = [s for s in self._finished_segments(tp) if not is_other_topic(s.topic_id, local_id)]
+
+            def batches(segment: RemoteSegment, offset: int) -> Iterator[tuple[BatchHeader, bytes]]:
+                position = self.indexes.offset_index(segment, stats).lookup(offset).position
+                return RemoteLogReader(self.storage, segment, stats, checkpoint).batches(position)
+
+            best = max(best, remote_max_timestamp(segments, earliest, batches))
         if best < 0:
             return OffsetAnswer.none()
         return self._by_timestamp(tp, local, best, stats, checkpoint, isolation, view)
-
-    def _remote_max_timestamp(
-        self,
-        tp: TopicPartition,
-        local: PartitionDir | None,
-        earliest: int,
-        stats: FetchStats | None,
-        checkpoint: Checkpoint,
-    ) -> int:
-        """The largest timestamp of the remote records at or after ``earliest`` (-1 when none)."""
-        best = -1
-        straddling = []
-        local_id = local_topic_id(local)
-        for segment in self._finished_segments(tp):
-            if segment.end_offset < earliest or is_other_topic(segment.topic_id, local_id):
-                continue
-            if segment.start_offset >= earliest:
-                best = max(best, segment.max_timestamp_ms)
-            else:
-                straddling.append(segment)
-        for segment in straddling:
-            if segment.max_timestamp_ms <= best:
-                continue
-            position = self.indexes.offset_index(segment, stats).lookup(earliest).position
-            for header, data in RemoteLogReader(self.storage, segment, stats, checkpoint).batches(position):
-                found = _batch_max_timestamp(header, earliest)
-                if found is None:
-                    found = _records_max_timestamp(decode_batch(data, header._replace(position=0)), earliest)
-                best = max(best, found)
-        return best
 
     def _epoch_at(self, tp: TopicPartition, local: PartitionDir | None, offset: int) -> int:
         """The leader epoch that wrote ``offset``, as Kafka answers ListOffsets: from the broker's
@@ -734,48 +710,6 @@ class LookupService:
 def _first_base(local: PartitionDir | None) -> int | None:
     segments = local.segments() if local is not None else []
     return segments[0].base_offset if segments else None
-
-
-def _local_max_timestamp(local: PartitionDir, earliest: int) -> int:
-    """The largest timestamp of the local records at or after ``earliest`` (-1 when none).
-
-    Whole segments give their time index's last entry; only a segment holding ``earliest`` past
-    its base offset is scanned, from the indexed position of ``earliest``.
-    """
-    segments = local.segments()
-    best = -1
-    straddling = None
-    for i, segment in enumerate(segments):
-        if i + 1 < len(segments) and segments[i + 1].base_offset <= earliest:
-            continue  # wholly below the log start offset
-        if segment.base_offset >= earliest:
-            active = i + 1 == len(segments)  # its time index lags the broker's appends
-            best = max(best, segment.max_timestamp_and_offset(scan_tail=active).timestamp)
-        else:
-            straddling = segment
-    if straddling is not None and straddling.max_timestamp_and_offset(scan_tail=True).timestamp > best:
-        position = straddling.offset_index().lookup(earliest).position
-        with straddling.open() as source:
-            for header in iter_headers(source, position):
-                found = _batch_max_timestamp(header, earliest)
-                if found is None:
-                    found = _records_max_timestamp(straddling.read_records(header, source), earliest)
-                best = max(best, found)
-    return best
-
-
-def _batch_max_timestamp(header: BatchHeader, earliest: int) -> int | None:
-    """The largest timestamp of a batch's records at or after ``earliest`` (-1 when none), from its
-    header; None when the batch starts below ``earliest`` and its records must be decoded."""
-    if header.last_offset < earliest:
-        return -1
-    if 0 <= earliest <= header.base_offset:
-        return header.max_timestamp
-    return None
-
-
-def _records_max_timestamp(records: list[Record], earliest: int) -> int:
-    return max((r.timestamp for r in records if r.offset >= earliest), default=-1)
 
 
 def _segment_epoch(segment: RemoteSegment, offset: int) -> int:
