@@ -20,6 +20,7 @@ from rlm.pipeline.storage import StorageSpec
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.description import RETIRED_KEY, Retirement, read_retired
 from rlm.storage.protocol import PutResult, PutSource
+from rlm.tiering.leases import LeaseKeeper
 from tests.metadata_support import sqlite_copy
 from tests.pipeline.tiers import AWS_ENV
 from tests.tiering_support import Tiering
@@ -40,6 +41,25 @@ class FailingMarks(DelegatingStorage):
         if RETIRED_KEY in (kwargs.get("metadata") or {}):
             raise StorageUnavailableError("throttled", key=key)
         return self.inner.put_object(key, source, **kwargs)
+
+
+class SlowMarks(DelegatingStorage):
+    """``tiering``'s storage, where each mark takes 40 s of a 60 s lease and another broker tries
+    to take the lease of ``tp`` after each (``refused``: whether it was refused)."""
+
+    def __init__(self, tiering: Tiering, tp: TopicPartition) -> None:
+        super().__init__(tiering.storage)
+        self.clock, self.tp = tiering.clock, tp
+        ttl_ms = tiering.settings.remote_log_manager_lease_ttl_ms
+        self.other = LeaseKeeper(tiering.store, tiering.settings.broker_id + 1, ttl_ms)
+        self.refused: list[bool] = []
+
+    def put_object(self, key: str, source: PutSource, **kwargs: Any) -> PutResult:
+        result = self.inner.put_object(key, source, **kwargs)
+        if RETIRED_KEY in (kwargs.get("metadata") or {}):
+            self.clock.advance(40_000)
+            self.refused.append(self.other.hold(self.tp) is None)
+        return result
 
 
 def rebuilt_from_objects(

@@ -431,6 +431,7 @@ class Copier:
         now_ms = self.clock()
         for segment in doomed:
             mark_retired(self.storage, segment, now_ms=now_ms)
+            self.leases.hold(tp)  # renewed between marks, as between copies
         if doomed:
             self.step("copies_marked")
 

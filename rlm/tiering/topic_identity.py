@@ -87,6 +87,8 @@ def adopt_local_topic_id(
             return TopicIdChange(topic_id, 0, reset=False)
         for segment in doomed:
             mark_retired(storage, segment, now_ms=now_ms, why=TOPIC_DELETED)
+            # Renewed between marks (a deleted topic may have many segments), as between copies.
+            lease = leases.hold(tp) or lease
         if doomed:
             step("topic_segments_marked")
         change = store.adopt_topic_id(

@@ -33,7 +33,7 @@ from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
 from rlm.metastore.model import UNKNOWN_BROKER, Lease, SegmentState, TopicPartition
 from rlm.storage.description import TOPIC_DELETED, Retirement
 from rlm.tiering.leases import LeaseKeeper
-from tests.retired_support import FailingMarks, rebuilt_from_objects, retirements
+from tests.retired_support import FailingMarks, SlowMarks, rebuilt_from_objects, retirements
 from tests.tiering_support import (
     BROKER_ID,
     WRITER_NOW_MS,
@@ -193,6 +193,20 @@ def test_a_deleted_topics_segments_whose_objects_cannot_be_marked_retired_are_no
     tiering.storage = storage
     assert tiering.copier().run_once()[0].copied_segments == 3
     assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_marking_the_deleted_topics_segments_keeps_the_lease_by_renewing_it_between_marks(
+    tiered: tuple[Tiering, Path],
+) -> None:
+    tiering, log_dir = tiered
+    recreate_topic(log_dir, 3)
+    slow = SlowMarks(tiering, TP)
+    tiering.storage = slow
+
+    outcome = tiering.copier().run_once()[0]
+
+    assert (outcome.error, outcome.cleaned_segments, outcome.copied_segments) == (None, 3, 3)
+    assert slow.refused == [True, True, True]
 
 
 def test_retention_does_not_apply_the_deleted_topics_log_start_to_the_new_topic(

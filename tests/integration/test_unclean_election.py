@@ -29,7 +29,7 @@ from rlm.metastore.model import IndexType, RemoteSegment, SegmentState
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import STREAM_PIECE_BYTES
 from rlm.storage.range_source import read_index
-from tests.retired_support import FailingMarks, rebuilt_from_objects, retirements
+from tests.retired_support import FailingMarks, SlowMarks, rebuilt_from_objects, retirements
 from tests.tiering_support import (
     WRITER_NOW_MS,
     Backend,
@@ -221,6 +221,20 @@ def test_copies_whose_objects_cannot_be_marked_retired_are_not_retired(tiered: t
     tiering.storage = store
     assert tiering.copier().run_once()[0].copied_segments == 3
     assert spans(tiering) == NEW_LEADERS_SPANS
+
+
+def test_marking_the_old_leaders_copies_keeps_the_lease_by_renewing_it_between_marks(
+    tiered: tuple[Tiering, Path],
+) -> None:
+    tiering, _ = tiered
+    slow = SlowMarks(tiering, TP)
+    tiering.storage = slow
+
+    outcome = tiering.copier().run_once()[0]
+
+    assert (outcome.error, outcome.copied_segments) == (None, 3)
+    assert spans(tiering) == NEW_LEADERS_SPANS
+    assert slow.refused == [True, True]
 
 
 def test_a_copy_whose_offsets_the_brokers_files_still_hold_is_replaced_below_its_log_start(
