@@ -56,6 +56,7 @@ def topics(
                 high_watermark=p.high_watermark,
                 topic_id=_topic_id(p.topic_id),
                 topic_id_error=p.topic_id_error,
+                deletion_state=p.deletion_state,
                 skipped_ranges=[
                     SkippedRangeOut(
                         start_offset=r.start_offset,

@@ -199,6 +199,10 @@ class PartitionOut(BaseModel):
     topic_id_error: str | None = None
     """Why the broker's ``partition.metadata`` cannot be read, naming the file: the figures are then
     the store's, whichever topic's they are, and reads of the partition fail until it is put right."""
+    deletion_state: str | None = None
+    """``DELETE_PARTITION_MARKED``, ``_STARTED`` or ``_FINISHED`` while or once the partition is
+    deleted from the remote tier (``rlm retention delete-topic``: its topic was deleted); reads
+    then find none of its remote records. None otherwise."""
 
 
 class TopicOut(BaseModel):

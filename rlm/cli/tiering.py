@@ -1,5 +1,6 @@
 """``rlm copy`` and ``rlm retention``: the sidecar's background jobs, once or in a loop; ``rlm copy
-skip`` and ``rlm copy skipped``: offsets an operator decides the remote tier will never hold."""
+skip`` and ``rlm copy skipped``: offsets an operator decides the remote tier will never hold;
+``rlm retention delete-topic``: a deleted topic's partitions, deleted from the remote tier."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from rlm.cli.common import add_settings_options, settings_from_args
 from rlm.config import Settings
-from rlm.errors import ConfigError, NotFoundError
+from rlm.errors import ConfigError, NotFoundError, RlmError
 from rlm.loops import BackgroundLoop
 from rlm.tiering.copier import CopyOutcome
 from rlm.tiering.retention import RetentionOutcome
@@ -54,6 +55,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     retention.add_argument("--once", action="store_true", help="one pass, then exit (default: loop)")
     add_settings_options(retention)
     retention.set_defaults(func=_retention)
+    deletions = retention.add_subparsers(dest="retention_command", metavar="RETENTION_COMMAND")
+    delete_topic = deletions.add_parser(
+        "delete-topic",
+        help="delete a deleted topic's partitions from the remote tier",
+        description="Delete every remote segment of a topic deleted from the Kafka cluster, as Kafka "
+        "deletes a deleted topic's remote log (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). "
+        "rlm reads log directories, not the cluster's metadata, so the operator names the deleted "
+        "topic's id (kafka-topics --describe printed it; GET /v1/topics lists it): a partition the "
+        "remote tier records under another id, or this broker still holds, is refused.",
+    )
+    delete_topic.add_argument("topic")
+    delete_topic.add_argument(
+        "--topic-id", required=True, help="the deleted topic's id (Kafka's base64 form)"
+    )
+    delete_topic.add_argument(
+        "--partition", type=int, action="append", help="only this partition (repeatable; default: all)"
+    )
+    add_settings_options(delete_topic, nested=True)
+    delete_topic.set_defaults(func=_delete_topic)
 
 
 def _broker_settings(args: argparse.Namespace) -> Settings:
@@ -147,6 +167,52 @@ def _retention(args: argparse.Namespace) -> int:
                     print(_describe_retention(outcome), file=sys.stderr)
 
         return _loop("retention", retention_pass, runtime.settings.remote_log_manager_task_interval_ms / 1000)
+    finally:
+        runtime.close()
+
+
+def _delete_topic(args: argparse.Namespace) -> int:
+    from rlm.bootstrap import build_runtime
+    from rlm.log.checkpoints import topic_id_to_uuid
+    from rlm.metastore.model import TopicPartition
+    from rlm.storage.layout import validate_topic
+    from rlm.tiering.copier import wall_clock_ms
+    from rlm.tiering.partition_deletion import delete_partition, deleted_topic_partitions
+
+    settings = settings_from_args(args)
+    topic = validate_topic(args.topic)
+    try:
+        topic_id = topic_id_to_uuid(args.topic_id)
+    except ValueError as exc:
+        raise ConfigError(f"--topic-id {args.topic_id!r} is not a Kafka topic id: {exc}") from exc
+    runtime = build_runtime(settings, index_cache_on_demand=True)
+    try:
+        if args.partition:
+            partitions = [TopicPartition(topic, p) for p in sorted(set(args.partition))]
+        else:
+            partitions = deleted_topic_partitions(runtime.store, topic)
+        failed = False
+        for tp in partitions:
+            try:
+                done = delete_partition(
+                    runtime.store,
+                    runtime.storage,
+                    runtime.leases,
+                    tp,
+                    topic_id,
+                    clock=wall_clock_ms,
+                    log_dirs=settings.log_dirs,
+                )
+            except RlmError as exc:
+                print(f"{tp}: error: {exc}")
+                failed = True
+                continue
+            if done.skipped is not None:
+                print(f"{tp}: skipped ({done.skipped})")
+                failed = failed or done.run_again
+            else:
+                print(f"{tp}: deleted {done.deleted_segments} segments ({done.deleted_bytes} bytes)")
+        return 1 if failed else 0
     finally:
         runtime.close()
 

@@ -208,7 +208,8 @@ class RemoteViews:
 
 
 def _view(summary: RemoteTierSummary | None, local_base: int | None, now: float) -> RemoteTierView:
-    if summary is None:
+    if summary is None or summary.record.deletion_state is not None:
+        # A partition deleted from the remote tier (its topic deleted): none of it is read.
         return RemoteTierView(False, None, -1, None, None, local_base, now)
     return RemoteTierView(
         known=True,

@@ -58,6 +58,9 @@ class PartitionOverview:
     topic_id_error: str | None = None
     """Why the broker's ``partition.metadata`` cannot be read (it names the file): the figures are
     then the store's, whichever topic's they are, and reads of the partition fail."""
+    deletion_state: str | None = None
+    """The partition's deletion from the remote tier (``DELETE_PARTITION_*``,
+    :mod:`rlm.tiering.partition_deletion`); None while it is not deleted."""
 
 
 def remote_log_start(record: PartitionRecord | None, finished: list[RemoteSegment]) -> int:
@@ -156,6 +159,7 @@ class Overview:
                 )
                 lag_segments, lag_bytes = plan.lag_segments, plan.lag_bytes()
             max_ts = max((s.max_timestamp_ms for s in finished), default=-1)
+            deletion = record.deletion_state if record is not None else None
             result.append(
                 PartitionOverview(
                     tp.topic,
@@ -172,6 +176,7 @@ class Overview:
                     skipped_ranges=tuple(skipped),
                     topic_id=topic_id,
                     topic_id_error=topic_id_error,
+                    deletion_state=deletion.value if deletion is not None else None,
                 )
             )
         return result

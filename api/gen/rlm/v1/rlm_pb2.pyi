@@ -816,6 +816,7 @@ class PartitionOverview(_message.Message):
     SKIPPED_RANGES_FIELD_NUMBER: _builtins.int
     TOPIC_ID_FIELD_NUMBER: _builtins.int
     TOPIC_ID_ERROR_FIELD_NUMBER: _builtins.int
+    DELETION_STATE_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     tiered_bytes: _builtins.int
@@ -836,6 +837,10 @@ class PartitionOverview(_message.Message):
     topic_id_error: _builtins.str
     """Why the broker's partition.metadata cannot be read, naming the file: the figures are then the
     store's, whichever topic's they are, and reads of the partition fail until it is put right.
+    """
+    deletion_state: _builtins.str
+    """DELETE_PARTITION_MARKED, _STARTED or _FINISHED while or once the partition is deleted from the
+    remote tier (`rlm retention delete-topic`: its topic was deleted); empty otherwise.
     """
     @_builtins.property
     def skipped_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkippedRange]:
@@ -858,10 +863,11 @@ class PartitionOverview(_message.Message):
         skipped_ranges: _abc.Iterable[Global___SkippedRange] | None = ...,
         topic_id: _builtins.str = ...,
         topic_id_error: _builtins.str = ...,
+        deletion_state: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_lag_bytes", b"copy_lag_bytes", "copy_lag_segments", b"copy_lag_segments", "high_watermark", b"high_watermark", "highest_tiered_offset", b"highest_tiered_offset", "local_log_start_offset", b"local_log_start_offset", "max_remote_timestamp", b"max_remote_timestamp", "partition", b"partition", "remote_log_start_offset", b"remote_log_start_offset", "skipped_ranges", b"skipped_ranges", "tiered_bytes", b"tiered_bytes", "tiered_segments", b"tiered_segments", "topic", b"topic", "topic_id", b"topic_id", "topic_id_error", b"topic_id_error"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_lag_bytes", b"copy_lag_bytes", "copy_lag_segments", b"copy_lag_segments", "deletion_state", b"deletion_state", "high_watermark", b"high_watermark", "highest_tiered_offset", b"highest_tiered_offset", "local_log_start_offset", b"local_log_start_offset", "max_remote_timestamp", b"max_remote_timestamp", "partition", b"partition", "remote_log_start_offset", b"remote_log_start_offset", "skipped_ranges", b"skipped_ranges", "tiered_bytes", b"tiered_bytes", "tiered_segments", b"tiered_segments", "topic", b"topic", "topic_id", b"topic_id", "topic_id_error", b"topic_id_error"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

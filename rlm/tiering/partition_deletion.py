@@ -1,0 +1,185 @@
+"""Deleting a deleted topic's partitions from the remote tier: Kafka's partition deletion,
+``DELETE_PARTITION_MARKED → DELETE_PARTITION_STARTED → DELETE_PARTITION_FINISHED``.
+
+Kafka deletes a topic's remote segments with the topic. rlm reads its broker's log directories,
+not the cluster's metadata, and a partition directory that goes away may have moved to another
+broker: its absence proves nothing, and the copier and retention never delete a partition on it.
+The operator says it instead (``rlm retention delete-topic TOPIC --topic-id ID``), naming the
+deleted topic's id (``kafka-topics --describe`` printed it; ``GET /v1/topics`` lists it). Topic
+ids are never reused: a partition whose remote state the store records under that id is the
+deleted topic's, and one recorded under another id (the topic created again under its name, its
+id adopted) is refused. So is a partition this broker's log directories still hold under that id.
+
+Per partition, under its copy lease (a broker that still holds the topic renews it through its
+sidecar; a deleted topic's lease expires):
+
+1. ``DELETE_PARTITION_MARKED``: from then on the store refuses new segments of the partition.
+2. Each live segment's index object is marked retired (``topic-deleted``, :mod:`rlm.storage.marks`),
+   so that a store rebuilt from the objects never makes it a row again.
+3. The remote log start offset moves past the last segment (as retention moves it before it
+   deletes): reads stop finding the partition's remote records at once.
+4. ``DELETE_PARTITION_STARTED``; every segment of the partition is deleted, oldest first
+   (compaction's delete delay does not apply: there are no readers to let finish), then the
+   partition's remote-log-start marker.
+5. ``DELETE_PARTITION_FINISHED``; the lease is given back.
+
+Every step may be run again: a run that died anywhere is finished by the next. The topic created
+again under the name is tiered as any new topic: adopting its id clears the deletion state.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from uuid import UUID
+
+from rlm.errors import NotFoundError, StateConflictError
+from rlm.log.checkpoints import uuid_to_topic_id
+from rlm.log.logdir import LogDir
+from rlm.lookup.topic_ids import local_topic_id
+from rlm.metastore.model import PartitionRecord, PartitionState, SegmentState, TopicPartition
+from rlm.metastore.protocol import MetadataStore
+from rlm.storage.description import TOPIC_DELETED
+from rlm.storage.log_start import marker_key
+from rlm.storage.marks import mark_retired
+from rlm.storage.protocol import RemoteStorage
+from rlm.tiering.deletion import Step, delete_segment, no_step
+from rlm.tiering.leases import LeaseKeeper
+
+log = logging.getLogger("rlm.retention")
+
+LIVE = (SegmentState.COPY_SEGMENT_STARTED, SegmentState.COPY_SEGMENT_FINISHED)
+GOING = (*LIVE, SegmentState.DELETE_SEGMENT_STARTED)
+
+
+@dataclass(frozen=True)
+class PartitionDeletion:
+    """What deleting one partition did."""
+
+    topic_partition: TopicPartition
+    deleted_segments: int = 0
+    deleted_bytes: int = 0
+    skipped: str | None = None
+    """Why nothing was done (deleted already, the lease held by another broker)."""
+    run_again: bool = False
+    """Nothing was done and the deletion is still to do (the lease is held by another broker)."""
+
+
+def deleted_topic_partitions(store: MetadataStore, topic: str) -> list[TopicPartition]:
+    """The partitions of ``topic`` the store knows, in order.
+
+    Raises:
+        NotFoundError: it knows none.
+    """
+    found = [r.topic_partition for r in store.list_partitions() if r.topic_partition.topic == topic]
+    if not found:
+        raise NotFoundError(f"the remote tier holds no partition of topic {topic!r}")
+    return found
+
+
+def delete_partition(
+    store: MetadataStore,
+    storage: RemoteStorage,
+    leases: LeaseKeeper,
+    tp: TopicPartition,
+    topic_id: UUID,
+    *,
+    clock: Callable[[], int],
+    log_dirs: Iterable[Path] = (),
+    step: Step = no_step,
+) -> PartitionDeletion:
+    """Delete partition ``tp`` of the deleted topic ``topic_id`` from the remote tier.
+
+    Raises:
+        NotFoundError: The store knows no such partition.
+        StateConflictError: The store records the partition under another topic id, or none, or
+            one of ``log_dirs`` holds it under ``topic_id`` (the topic is not deleted); nothing
+            was changed.
+        StorageError / MetadataError: The run can be repeated; it goes on where this one stopped.
+    """
+    record = store.get_partition(tp)
+    if record is None:
+        raise NotFoundError(f"the remote tier holds nothing of {tp}")
+    _check_topic_id(record, topic_id)
+    if record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED:
+        return PartitionDeletion(
+            tp, skipped=f"deleted already, at {record.deletion_event_time_ms} (epoch ms)"
+        )
+    _check_not_held_locally(log_dirs, tp, topic_id)
+    lease = leases.hold(tp)
+    if lease is None:
+        return PartitionDeletion(
+            tp,
+            skipped=f"the copy lease is held by {leases.holder(tp)}: a broker that still holds the topic "
+            "renews it; a deleted topic's expires within remote.log.manager.lease.ttl.ms, run again then",
+            run_again=True,
+        )
+    try:
+        if record.deletion_state is None:  # else a run that died went as far
+            store.update_partition_state(
+                tp, PartitionState.DELETE_PARTITION_MARKED, event_time_ms=clock(), lease_epoch=lease.epoch
+            )
+        step("partition_marked")
+        segments = list(store.list_segments(tp, states=GOING))
+        for segment in segments:
+            if segment.state in LIVE:
+                mark_retired(storage, segment, now_ms=clock(), why=TOPIC_DELETED)
+                lease = leases.hold(tp) or lease
+        step("segments_marked")
+        if segments:
+            end = max(s.end_offset for s in segments)
+            store.advance_log_start_offset(tp, end + 1, lease_epoch=lease.epoch)
+        store.update_partition_state(
+            tp, PartitionState.DELETE_PARTITION_STARTED, event_time_ms=clock(), lease_epoch=lease.epoch
+        )
+        step("partition_deletion_started")
+        deleted = deleted_bytes = 0
+        for segment in segments:
+            if delete_segment(store, storage, segment, now_ms=clock(), lease_epoch=lease.epoch, step=step):
+                deleted += 1
+                deleted_bytes += segment.size_bytes
+            lease = leases.hold(tp) or lease
+        storage.delete_objects([marker_key(tp, topic_id)])
+        store.update_partition_state(
+            tp, PartitionState.DELETE_PARTITION_FINISHED, event_time_ms=clock(), lease_epoch=lease.epoch
+        )
+    finally:
+        leases.release(tp)
+    log.warning(
+        "%s: deleted from the remote tier, topic id %s (%d segments, %d bytes)",
+        tp,
+        uuid_to_topic_id(topic_id),
+        deleted,
+        deleted_bytes,
+    )
+    return PartitionDeletion(tp, deleted, deleted_bytes)
+
+
+def _check_topic_id(record: PartitionRecord, topic_id: UUID) -> None:
+    tp, given = record.topic_partition, uuid_to_topic_id(topic_id)
+    if record.topic_id is None:
+        raise StateConflictError(
+            f"{tp}: the remote tier records no topic id for it (copied from a broker without "
+            f"partition.metadata, or its segments name two topics), so it cannot be checked to be "
+            f"the deleted topic {given}'s: nothing was deleted"
+        )
+    if record.topic_id != topic_id:
+        raise StateConflictError(
+            f"{tp}: the remote tier holds topic id {uuid_to_topic_id(record.topic_id)}, not {given}: "
+            "it is another topic of that name (created again after the deletion?); nothing was deleted"
+        )
+
+
+def _check_not_held_locally(log_dirs: Iterable[Path], tp: TopicPartition, topic_id: UUID) -> None:
+    for log_dir in log_dirs:
+        try:
+            partition = LogDir(log_dir).partition(tp.topic, tp.partition)
+        except NotFoundError:
+            continue
+        if local_topic_id(partition) == topic_id:
+            raise StateConflictError(
+                f"{tp}: {partition.path} holds it under topic id {uuid_to_topic_id(topic_id)}: the "
+                "topic is not deleted on this broker; nothing was deleted"
+            )

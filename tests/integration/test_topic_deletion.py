@@ -1,0 +1,268 @@
+"""A deleted topic's partitions deleted from the remote tier (``rlm retention delete-topic``), on
+SQLite + filesystem and PostgreSQL + S3.
+
+``kafka-topics --delete orders`` removes the brokers' directories of the topic; Kafka deletes its
+remote segments too. rlm cannot tell a deleted topic from a partition that moved to another broker
+by its directory, so the operator names the deleted topic's id, and rlm deletes the partitions the
+store records under it, and nothing else.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from rlm.bootstrap import build_runtime
+from rlm.cli import main
+from rlm.errors import NotFoundError, StateConflictError
+from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
+from rlm.log.logdir import LogDir, PartitionDir
+from rlm.metastore.model import PartitionState, SegmentState, TopicPartition
+from rlm.storage.description import TOPIC_DELETED, Retirement
+from rlm.tiering.overview import Overview
+from rlm.tiering.partition_deletion import PartitionDeletion, delete_partition
+from tests.pipeline.tiers import AWS_ENV
+from tests.retired_support import rebuilt_from_objects, retirements
+from tests.tiering_support import (
+    BROKER_ID,
+    WRITER_NOW_MS,
+    Backend,
+    SegmentPlan,
+    Tiering,
+    assert_invariants,
+    write_scripted_log_dir,
+)
+
+TP = TopicPartition("orders", 0)
+OTHER = TopicPartition("orders", 1)
+TieringFactory = Callable[..., Tiering]
+FINISHED = SegmentState.DELETE_SEGMENT_FINISHED
+
+
+def write_topic(log_dir: Path, segments: int, *, seed: int) -> dict[TopicPartition, PartitionDir]:
+    """Create topic ``orders`` (a new topic id), two partitions of ``segments`` rolled segments."""
+    plans = [SegmentPlan(records=10, max_timestamp_ms=WRITER_NOW_MS - 1000 + i) for i in range(segments)]
+    write_scripted_log_dir(log_dir, {TP: plans, OTHER: plans}, seed=seed)
+    return {tp: LogDir(log_dir).partition(tp.topic, tp.partition) for tp in (TP, OTHER)}
+
+
+def topic_uuid(partition: PartitionDir) -> UUID:
+    text = partition.topic_id()
+    assert text is not None
+    return topic_id_to_uuid(text)
+
+
+@pytest.fixture
+def deleted(backend: Backend, tiering_factory: TieringFactory, tmp_path: Path) -> tuple[Tiering, Path, UUID]:
+    """Topic ``orders`` tiered (5 segments a partition), then deleted: its directories are gone,
+    and its sidecar stopped holding the leases."""
+    log_dir = tmp_path / "logs"
+    partitions = write_topic(log_dir, 5, seed=1)
+    tiering = tiering_factory(backend, log_dir)
+    assert [o.copied_segments for o in tiering.copier().run_once()] == [5, 5]
+    topic_id = topic_uuid(partitions[TP])
+    assert topic_uuid(partitions[OTHER]) == topic_id
+    shutil.rmtree(log_dir)
+    log_dir.mkdir()
+    tiering.leases.release_all()
+    return tiering, log_dir, topic_id
+
+
+def delete(tiering: Tiering, tp: TopicPartition, topic_id: UUID, **kwargs: object) -> PartitionDeletion:
+    return delete_partition(
+        tiering.store,
+        tiering.storage,
+        tiering.leases,
+        tp,
+        topic_id,
+        clock=tiering.clock,
+        log_dirs=tiering.settings.log_dirs,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def objects_of(tiering: Tiering, tp: TopicPartition) -> set[str]:
+    return {key for s in tiering.finished(tp) for key in (s.layout.log_key, s.layout.index_key)}
+
+
+def crash_at(name: str) -> Callable[[str], None]:
+    def step(done: str) -> None:
+        if done == name:
+            raise OSError("the process died")
+
+    return step
+
+
+def test_a_deleted_topics_partitions_are_deleted_from_the_remote_tier(
+    deleted: tuple[Tiering, Path, UUID],
+) -> None:
+    tiering, _, topic_id = deleted
+    sizes = {tp: sum(s.size_bytes for s in tiering.finished(tp)) for tp in (TP, OTHER)}
+    assert set(tiering.storage.list_keys("")) == objects_of(tiering, TP) | objects_of(tiering, OTHER)
+
+    outcome = delete(tiering, TP, topic_id)
+
+    assert outcome == PartitionDeletion(TP, 5, sizes[TP])
+    assert tiering.finished(TP) == []
+    assert {s.state for s in tiering.store.list_segments(TP)} == {FINISHED}
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED
+    assert tiering.store.get_lease(TP) is None  # given back
+    # Nothing of the partition is left on the remote tier; the other partition is untouched.
+    assert set(tiering.storage.list_keys("")) == objects_of(tiering, OTHER)
+    assert len(tiering.finished(OTHER)) == 5
+
+    listed = Overview(tiering.store, ()).partitions("orders")
+    assert [(p.partition, p.deletion_state, p.tiered_segments) for p in listed] == [
+        (0, "DELETE_PARTITION_FINISHED", 0),
+        (1, None, 5),
+    ]
+
+    # Reads of the deleted partition find nothing; the other still answers from the remote tier.
+    rt = build_runtime(tiering.settings, registry=CollectorRegistry(), storage=tiering.storage)
+    try:
+        with pytest.raises(NotFoundError, match="unknown topic-partition orders-0"):
+            rt.lookup.find(TP, WRITER_NOW_MS - 1000)
+        assert rt.lookup.find(OTHER, WRITER_NOW_MS - 1000).tier == "remote"
+    finally:
+        rt.close()
+
+    # Run again: nothing more to do.
+    again = delete(tiering, TP, topic_id)
+    assert again.skipped is not None and "deleted already" in again.skipped
+    assert not again.run_again
+
+
+def test_a_partition_recorded_under_another_topic_id_is_refused(deleted: tuple[Tiering, Path, UUID]) -> None:
+    tiering, _, topic_id = deleted
+    other_id = UUID(int=topic_id.int ^ 1)
+    before = tiering.finished(TP)
+
+    with pytest.raises(StateConflictError, match="it is another topic of that name") as raised:
+        delete(tiering, TP, other_id)
+
+    assert uuid_to_topic_id(topic_id) in str(raised.value) and uuid_to_topic_id(other_id) in str(raised.value)
+    assert tiering.finished(TP) == before
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.deletion_state is None
+
+
+def test_a_partition_the_broker_still_holds_is_refused(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    partitions = write_topic(log_dir, 3, seed=1)
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    before = tiering.finished(TP)
+
+    with pytest.raises(StateConflictError, match="the topic is not deleted on this broker"):
+        delete(tiering, TP, topic_uuid(partitions[TP]))
+
+    assert tiering.finished(TP) == before
+    assert tiering.copier().run_once()[0].error is None
+
+
+def test_a_partition_whose_lease_another_broker_holds_waits_for_it(
+    deleted: tuple[Tiering, Path, UUID], tiering_factory: TieringFactory
+) -> None:
+    # A broker that still holds the topic (its deletion has not reached it) renews the lease.
+    tiering, log_dir, topic_id = deleted
+    other = tiering_factory(tiering.backend, log_dir, broker_id=BROKER_ID + 1, clock=tiering.clock)
+    assert other.leases.hold(TP) is not None
+    before = tiering.finished(TP)
+
+    outcome = delete(tiering, TP, topic_id)
+
+    assert outcome.run_again and outcome.skipped is not None and "broker 2" in outcome.skipped
+    assert tiering.finished(TP) == before
+    tiering.clock.advance(tiering.settings.remote_log_manager_lease_ttl_ms + 1)  # it stopped renewing
+    assert delete(tiering, TP, topic_id).deleted_segments == 5
+
+
+@pytest.mark.parametrize("crash", ["segments_marked", "partition_deletion_started", "delete_started"])
+def test_a_deletion_that_died_is_finished_by_the_next_run_and_a_rebuild_brings_nothing_back(
+    deleted: tuple[Tiering, Path, UUID],
+    tiering_factory: TieringFactory,
+    sqlite_template: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    crash: str,
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    finished = tiering.finished(TP)
+
+    with pytest.raises(OSError, match="the process died"):
+        delete(tiering, TP, topic_id, step=crash_at(crash))
+
+    assert tiering.store.get_lease(TP) is None  # given back all the same
+    left = [s for s in finished if tiering.storage.object_size(s.layout.index_key) is not None]
+    assert left  # the crash left objects
+    marks = {s.start_offset: Retirement(tiering.clock(), TOPIC_DELETED) for s in left}
+    if crash == "segments_marked":
+        assert retirements(tiering, TP) == marks
+    # A store rebuilt from the objects now holds nothing of the deleted partition.
+    rebuilt, report = rebuilt_from_objects(
+        tiering, tiering_factory, log_dir, sqlite_template, tmp_path / "rebuilt", monkeypatch
+    )
+    assert rebuilt.finished(TP) == []
+    assert len(rebuilt.finished(OTHER)) == 5
+    deleted_topic = [o for o in report.orphans if "its topic was deleted" in o.reason]
+    assert len(deleted_topic) == len(left)
+
+    assert delete(tiering, TP, topic_id).skipped is None
+    assert tiering.finished(TP) == []
+    assert set(tiering.storage.list_keys("")) == objects_of(tiering, OTHER)
+
+
+def test_the_topic_created_again_is_tiered_from_its_start(deleted: tuple[Tiering, Path, UUID]) -> None:
+    tiering, log_dir, topic_id = deleted
+    for tp in (TP, OTHER):
+        delete(tiering, tp, topic_id)
+    shutil.rmtree(log_dir)
+    partitions = write_topic(log_dir, 3, seed=2)
+    new_id = topic_uuid(partitions[TP])
+
+    outcomes = tiering.copier().run_once()
+
+    assert [(o.error, o.copied_segments) for o in outcomes] == [(None, 3), (None, 3)]
+    for tp in (TP, OTHER):
+        record = tiering.store.get_partition(tp)
+        assert record is not None and (record.topic_id, record.deletion_state) == (new_id, None)
+        assert [(s.start_offset, s.topic_id) for s in tiering.finished(tp)] == [
+            (o, new_id) for o in (0, 10, 20)
+        ]
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_rlm_retention_delete_topic_deletes_every_partition_of_the_topic(
+    deleted: tuple[Tiering, Path, UUID], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    settings = tiering.settings
+    options = ["--log-dirs", str(log_dir), "--broker-id", str(BROKER_ID)]
+    options += ["--metadata-url", settings.metadata_url]
+    options += ["--remote-url", settings.remote_url]
+    if settings.s3_endpoint_url is not None:
+        monkeypatch.setenv("RLM_S3_ENDPOINT_URL", settings.s3_endpoint_url)
+        for name, value in AWS_ENV.items():  # moto takes any
+            monkeypatch.setenv(name, value)
+    command = ["retention", "delete-topic", "orders", *options]
+
+    assert main([*command, "--topic-id", "not-an-id"]) == 1
+    assert "--topic-id 'not-an-id' is not a Kafka topic id" in capsys.readouterr().err
+    assert main([*command, "--topic-id", uuid_to_topic_id(UUID(int=7))]) == 1
+    assert capsys.readouterr().out.count("it is another topic of that name") == 2
+    assert main([*command, "--topic-id", uuid_to_topic_id(topic_id)]) == 0
+    out = capsys.readouterr().out
+    assert "orders-0: deleted 5 segments" in out and "orders-1: deleted 5 segments" in out
+    assert list(tiering.storage.list_keys("")) == []
+    assert (
+        main(["retention", "delete-topic", "payments", *options, "--topic-id", "AAAAAAAAAAAAAAAAAAAAAQ"]) == 1
+    )
+    assert "no partition of topic 'payments'" in capsys.readouterr().err
