@@ -172,6 +172,10 @@ def swap(
         if partition_id is not None and _swapped_already(conn, partition_id, tp, new):
             return True
         raise
+    if part.deletion_state is not None:
+        # The partition is being deleted (its topic was): nothing is swapped into it. A retry of a
+        # swap that committed before is told it was done, as below.
+        return _swapped_already(conn, part.id, tp, new)
     rows = conn.execute(
         select(SegmentRow.__table__).where(
             SegmentRow.partition_id == part.id, SegmentRow.segment_id.in_(list(replaced))

@@ -98,7 +98,8 @@ class CompactionStore(MetadataStore, Protocol):
         go DELETE_SEGMENT_STARTED with ``delete_after_ms``, when their objects may be deleted
         (:func:`rlm.tiering.deletion.deferred`), and the outputs recorded for ``new`` are forgotten.
         Returns False, changing nothing, when a replaced segment is no longer
-        COPY_SEGMENT_FINISHED (retention or another job got to it). Idempotent: a retry of a
+        COPY_SEGMENT_FINISHED (retention or another job got to it), or when the partition is being
+        deleted (:mod:`rlm.tiering.partition_deletion`). Idempotent: a retry of a
         swap that committed (its ``new`` segments are stored) returns True and changes nothing,
         even once the lease moved on.
 

@@ -13,7 +13,9 @@ id adopted) is refused. So is a partition this broker's log directories still ho
 Per partition, under its copy lease (a broker that still holds the topic renews it through its
 sidecar; a deleted topic's lease expires):
 
-1. ``DELETE_PARTITION_MARKED``: from then on the store refuses new segments of the partition.
+1. ``DELETE_PARTITION_MARKED``: from then on the store refuses new segments of the partition,
+   copies and compaction swaps alike (the compaction job discards its outputs), so the segments
+   listed next are all the partition will have.
 2. Each live segment's index object is marked retired (``topic-deleted``, :mod:`rlm.storage.marks`),
    so that a store rebuilt from the objects never makes it a row again.
 3. The remote log start offset moves past the last segment (as retention moves it before it

@@ -10,7 +10,7 @@ import pytest
 
 from metadata.store import SqlMetadataStore
 from rlm.errors import DuplicateSegmentError, StaleLeaseError
-from rlm.metastore import SegmentState
+from rlm.metastore import PartitionState, SegmentState
 from rlm.metastore.compaction import CompactionOutput
 from tests.metadata_support import TP, add_finished, segment, stored_tree
 
@@ -87,6 +87,29 @@ def test_a_swap_is_refused_when_a_replaced_segment_left_finished_otherwise(store
     assert store.get_segment(compacted.segment_id) is None
     stored = store.get_segment(first.segment_id)
     assert stored is not None and stored.state is FINISHED
+
+
+def test_a_swap_into_a_partition_being_deleted_is_refused_and_a_committed_one_is_told_done(
+    store: SqlMetadataStore,
+) -> None:
+    # The deletion lists the partition's segments once it is DELETE_PARTITION_MARKED: a swap
+    # committed after would leave its outputs behind it.
+    first, second = segment(0, 9, 9_000, size_bytes=100), segment(10, 19, 5_000, size_bytes=200)
+    add_finished(store, first, second)
+    lease = store.acquire_compaction_lease(TP, "job", 60_000)
+    assert lease is not None
+    earlier = segment(0, 9, 9_000, size_bytes=50)
+    assert store.swap_compacted(lease, [earlier], [first.segment_id], now_ms=1, delete_after_ms=2)
+    store.update_partition_state(TP, PartitionState.DELETE_PARTITION_MARKED, event_time_ms=3)
+    before = (list(store.list_segments(TP)), store.get_partition(TP), stored_tree(store))
+    compacted = segment(10, 19, 5_000, size_bytes=150)
+
+    assert not store.swap_compacted(lease, [compacted], [second.segment_id], now_ms=5, delete_after_ms=6)
+
+    assert (list(store.list_segments(TP)), store.get_partition(TP), stored_tree(store)) == before
+    # The retry of the swap that committed before the deletion began: done, keep its objects.
+    assert store.swap_compacted(lease, [earlier], [first.segment_id], now_ms=7, delete_after_ms=8)
+    assert (list(store.list_segments(TP)), store.get_partition(TP), stored_tree(store)) == before
 
 
 def test_recording_outputs_again_is_a_no_op_and_other_keys_under_a_recorded_id_are_refused(
