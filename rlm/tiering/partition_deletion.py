@@ -149,7 +149,7 @@ def delete_partition(
         )
     finally:
         leases.release(tp)
-    log.warning(
+    log.info(
         "%s: deleted from the remote tier, topic id %s (%d segments, %d bytes)",
         tp,
         uuid_to_topic_id(topic_id),
