@@ -72,6 +72,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     delete_topic.add_argument(
         "--partition", type=int, action="append", help="only this partition (repeatable; default: all)"
     )
+    delete_topic.add_argument(
+        "--dry-run", action="store_true", help="check and count what would be deleted; change nothing"
+    )
     add_settings_options(delete_topic, nested=True)
     delete_topic.set_defaults(func=_delete_topic)
 
@@ -202,6 +205,7 @@ def _delete_topic(args: argparse.Namespace) -> int:
                     topic_id,
                     clock=wall_clock_ms,
                     log_dirs=settings.log_dirs,
+                    dry_run=args.dry_run,
                 )
             except RlmError as exc:
                 print(f"{tp}: error: {exc}")
@@ -211,7 +215,8 @@ def _delete_topic(args: argparse.Namespace) -> int:
                 print(f"{tp}: skipped ({done.skipped})")
                 failed = failed or done.run_again
             else:
-                print(f"{tp}: deleted {done.deleted_segments} segments ({done.deleted_bytes} bytes)")
+                verb = "would delete" if args.dry_run else "deleted"
+                print(f"{tp}: {verb} {done.deleted_segments} segments ({done.deleted_bytes} bytes)")
         return 1 if failed else 0
     finally:
         runtime.close()

@@ -91,8 +91,10 @@ def delete_partition(
     clock: Callable[[], int],
     log_dirs: Iterable[Path] = (),
     step: Step = no_step,
+    dry_run: bool = False,
 ) -> PartitionDeletion:
-    """Delete partition ``tp`` of the deleted topic ``topic_id`` from the remote tier.
+    """Delete partition ``tp`` of the deleted topic ``topic_id`` from the remote tier; with
+    ``dry_run``, check the same and count what would be deleted, changing nothing.
 
     Raises:
         NotFoundError: The store knows no such partition.
@@ -110,6 +112,9 @@ def delete_partition(
             tp, skipped=f"deleted already, at {record.deletion_event_time_ms} (epoch ms)"
         )
     _check_not_held_locally(log_dirs, tp, topic_id)
+    if dry_run:
+        going = list(store.list_segments(tp, states=GOING))
+        return PartitionDeletion(tp, len(going), sum(s.size_bytes for s in going))
     lease = leases.hold(tp)
     if lease is None:
         return PartitionDeletion(

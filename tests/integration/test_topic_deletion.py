@@ -258,6 +258,12 @@ def test_rlm_retention_delete_topic_deletes_every_partition_of_the_topic(
     assert "--topic-id 'not-an-id' is not a Kafka topic id" in capsys.readouterr().err
     assert main([*command, "--topic-id", uuid_to_topic_id(UUID(int=7))]) == 1
     assert capsys.readouterr().out.count("it is another topic of that name") == 2
+    keys = sorted(tiering.storage.list_keys(""))
+    assert main([*command, "--topic-id", uuid_to_topic_id(topic_id), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "orders-0: would delete 5 segments" in out and "orders-1: would delete 5 segments" in out
+    assert sorted(tiering.storage.list_keys("")) == keys
+    assert all(r.deletion_state is None for r in tiering.store.list_partitions())
     assert main([*command, "--topic-id", uuid_to_topic_id(topic_id)]) == 0
     out = capsys.readouterr().out
     assert "orders-0: deleted 5 segments" in out and "orders-1: deleted 5 segments" in out
