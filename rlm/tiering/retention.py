@@ -40,7 +40,7 @@ from uuid import UUID
 from rlm.config import Settings, TopicSettings
 from rlm.errors import RlmError, StaleLeaseError
 from rlm.log.logdir import LogDir, PartitionDir
-from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import PartitionState, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.storage.log_start import write_marker
@@ -151,13 +151,41 @@ class Retention:
         """Called for each segment deleted (the index cache drops its entries)."""
 
     def run_once(self, partitions: Iterable[PartitionDir] | None = None) -> list[RetentionOutcome]:
-        """One pass over ``partitions`` (default: every partition of the log directories)."""
+        """One pass over ``partitions`` (default: every partition of the log directories, then
+        :meth:`purge_deleted_partitions`)."""
+        everything = partitions is None
         if partitions is None:
             partitions = [p for d in self.settings.log_dirs for p in LogDir(d).partitions()]
         todo = list(partitions)
         workers = max(1, min(self.settings.remote_log_manager_copier_thread_pool_size, len(todo)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rlm-retention") as pool:
-            return list(pool.map(self.enforce, todo))
+            outcomes = list(pool.map(self.enforce, todo))
+        if everything:
+            self.purge_deleted_partitions()
+        return outcomes
+
+    def purge_deleted_partitions(self) -> int:
+        """Forget the rows of segments of partitions deleted from the remote tier (their topic
+        deleted: :mod:`rlm.tiering.partition_deletion`) once deleted longer ago than
+        ``remote.log.metadata.deleted.segments.retention.ms``, as :meth:`enforce` forgets those of
+        the partitions it enforces: no broker's log directories hold a deleted topic's. Unfenced,
+        by any sidecar: they are rows of deleted segments only, and forgetting them twice is
+        forgetting them once. Returns how many; never raises (a failure is logged and counted)."""
+        kept_ms = self.settings.remote_log_metadata_deleted_segments_retention_ms
+        if kept_ms < 0:
+            return 0
+        purged = 0
+        try:
+            for record in self.store.list_partitions(deletion_state=PartitionState.DELETE_PARTITION_FINISHED):
+                tp = record.topic_partition
+                count = self.store.purge_deleted_segments(tp, deleted_before_ms=self.clock() - kept_ms)
+                if count:
+                    self.metrics.purged_segments.labels(tp.topic, str(tp.partition)).inc(count)
+                purged += count
+        except RlmError as exc:
+            self.metrics.loop_errors.labels("retention").inc()
+            log.warning("forgetting the deleted segments of deleted partitions failed: %s", exc)
+        return purged
 
     def enforce(self, partition: PartitionDir) -> RetentionOutcome:
         """Apply retention to one partition; never raises for a partition's error."""

@@ -272,3 +272,27 @@ def test_rlm_retention_delete_topic_deletes_every_partition_of_the_topic(
         main(["retention", "delete-topic", "payments", *options, "--topic-id", "AAAAAAAAAAAAAAAAAAAAAQ"]) == 1
     )
     assert "no partition of topic 'payments'" in capsys.readouterr().err
+
+
+def test_retention_forgets_a_deleted_partitions_rows_once_kept_long_enough(
+    deleted: tuple[Tiering, Path, UUID],
+) -> None:
+    tiering, _, topic_id = deleted
+    delete(tiering, TP, topic_id)
+    kept_ms = tiering.settings.remote_log_metadata_deleted_segments_retention_ms
+    assert kept_ms > 0
+
+    assert tiering.retention().purge_deleted_partitions() == 0  # kept a while
+    tiering.clock.advance(kept_ms + 1)
+    tiering.retention().run_once()  # a pass over the (now empty) log directories purges them too
+
+    assert list(tiering.store.list_segments(TP)) == []
+    assert (
+        tiering.registry.get_sample_value(
+            "rlm_metadata_purged_segments_total", {"topic": "orders", "partition": "0"}
+        )
+        == 5
+    )
+    assert len(tiering.finished(OTHER)) == 5
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED
