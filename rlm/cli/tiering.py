@@ -75,6 +75,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     delete_topic.add_argument(
         "--dry-run", action="store_true", help="check and count what would be deleted; change nothing"
     )
+    delete_topic.add_argument(
+        "--idle-ms",
+        type=int,
+        help="wait for a partition whose copy lease a sidecar held or claimed within this long "
+        "(default: ten remote.log.manager.lease.ttl.ms)",
+    )
     add_settings_options(delete_topic, nested=True)
     delete_topic.set_defaults(func=_delete_topic)
 
@@ -188,6 +194,9 @@ def _delete_topic(args: argparse.Namespace) -> int:
         topic_id = topic_id_to_uuid(args.topic_id)
     except ValueError as exc:
         raise ConfigError(f"--topic-id {args.topic_id!r} is not a Kafka topic id: {exc}") from exc
+    idle_ms = args.idle_ms if args.idle_ms is not None else 10 * settings.remote_log_manager_lease_ttl_ms
+    if idle_ms < 0:
+        raise ConfigError(f"--idle-ms {idle_ms} is negative")
     runtime = build_runtime(settings, index_cache_on_demand=True)
     try:
         if args.partition:
@@ -206,6 +215,7 @@ def _delete_topic(args: argparse.Namespace) -> int:
                     clock=wall_clock_ms,
                     log_dirs=settings.log_dirs,
                     dry_run=args.dry_run,
+                    idle_ms=idle_ms,
                 )
             except RlmError as exc:
                 print(f"{tp}: error: {exc}")

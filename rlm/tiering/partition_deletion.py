@@ -10,8 +10,12 @@ ids are never reused: a partition whose remote state the store records under tha
 deleted topic's, and one recorded under another id (the topic created again under its name, its
 id adopted) is refused. So is a partition this broker's log directories still hold under that id.
 
-Per partition, under its copy lease (a broker that still holds the topic renews it through its
-sidecar; a deleted topic's lease expires):
+A partition whose copy lease some sidecar held, or claimed, within ``idle_ms`` (ten lease times
+to live by default) is waited for: the sidecars of the brokers that hold a live topic renew and
+claim its leases every pass, a deleted topic's stop. This catches a live topic's id given by
+mistake even on a broker that does not hold the partition.
+
+Per partition, under its copy lease:
 
 1. ``DELETE_PARTITION_MARKED``: from then on the store refuses new segments of the partition,
    copies and compaction swaps alike (the compaction job discards its outputs), so the segments
@@ -92,9 +96,11 @@ def delete_partition(
     log_dirs: Iterable[Path] = (),
     step: Step = no_step,
     dry_run: bool = False,
+    idle_ms: int = 600_000,
 ) -> PartitionDeletion:
     """Delete partition ``tp`` of the deleted topic ``topic_id`` from the remote tier; with
-    ``dry_run``, check the same and count what would be deleted, changing nothing.
+    ``dry_run``, check the same and count what would be deleted, changing nothing. Nothing is
+    done while a sidecar held or claimed the partition's copy lease within ``idle_ms``.
 
     Raises:
         NotFoundError: The store knows no such partition.
@@ -112,16 +118,22 @@ def delete_partition(
             tp, skipped=f"deleted already, at {record.deletion_event_time_ms} (epoch ms)"
         )
     _check_not_held_locally(log_dirs, tp, topic_id)
+    recently = _recently_held(store, tp, clock(), idle_ms)
+    if recently is not None:
+        return PartitionDeletion(
+            tp,
+            skipped=f"{recently}, within the last {idle_ms} ms: the sidecars of brokers that still "
+            "hold a topic renew and claim its leases, a deleted topic's stop; run again once none has "
+            "for that long",
+            run_again=True,
+        )
     if dry_run:
         going = list(store.list_segments(tp, states=GOING))
         return PartitionDeletion(tp, len(going), sum(s.size_bytes for s in going))
     lease = leases.hold(tp)
-    if lease is None:
+    if lease is None:  # taken since
         return PartitionDeletion(
-            tp,
-            skipped=f"the copy lease is held by {leases.holder(tp)}: a broker that still holds the topic "
-            "renews it; a deleted topic's expires within remote.log.manager.lease.ttl.ms, run again then",
-            run_again=True,
+            tp, skipped=f"the copy lease is held by {leases.holder(tp)}; run again", run_again=True
         )
     try:
         if record.deletion_state is None:  # else a run that died went as far
@@ -162,6 +174,19 @@ def delete_partition(
         deleted_bytes,
     )
     return PartitionDeletion(tp, deleted, deleted_bytes)
+
+
+def _recently_held(store: MetadataStore, tp: TopicPartition, now_ms: int, idle_ms: int) -> str | None:
+    """What says a sidecar held or claimed the copy lease of ``tp`` within ``idle_ms``; None."""
+    lease = store.get_lease(tp)
+    if lease is not None and lease.expires_at_ms > now_ms - idle_ms:
+        return f"broker {lease.owner}'s sidecar held its copy lease until {lease.expires_at_ms} (epoch ms)"
+    claims = store.lease_claims(tp, max_age_ms=idle_ms)
+    if claims:
+        claim = max(claims, key=lambda c: c.claimed_at_ms)
+        when = claim.claimed_at_ms
+        return f"broker {claim.broker_id}'s sidecar claimed its copy lease at {when} (epoch ms)"
+    return None
 
 
 def _check_topic_id(record: PartitionRecord, topic_id: UUID) -> None:

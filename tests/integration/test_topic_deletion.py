@@ -22,7 +22,7 @@ from rlm.cli import main
 from rlm.errors import NotFoundError, StateConflictError
 from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
 from rlm.log.logdir import LogDir, PartitionDir
-from rlm.metastore.model import PartitionState, SegmentState, TopicPartition
+from rlm.metastore.model import LogPosition, PartitionState, SegmentState, TopicPartition
 from rlm.storage.description import TOPIC_DELETED, Retirement
 from rlm.tiering.overview import Overview
 from rlm.tiering.partition_deletion import PartitionDeletion, delete_partition
@@ -168,21 +168,43 @@ def test_a_partition_the_broker_still_holds_is_refused(
     assert tiering.copier().run_once()[0].error is None
 
 
-def test_a_partition_whose_lease_another_broker_holds_waits_for_it(
+def test_a_partition_whose_lease_a_sidecar_held_lately_waits_until_none_has_for_the_idle_time(
     deleted: tuple[Tiering, Path, UUID], tiering_factory: TieringFactory
 ) -> None:
-    # A broker that still holds the topic (its deletion has not reached it) renews the lease.
+    # The live topic's id given by mistake, on a broker that does not hold the partition: the
+    # sidecar of the broker that does renews the lease every pass.
     tiering, log_dir, topic_id = deleted
     other = tiering_factory(tiering.backend, log_dir, broker_id=BROKER_ID + 1, clock=tiering.clock)
-    assert other.leases.hold(TP) is not None
+    held = other.leases.hold(TP)
+    assert held is not None
     before = tiering.finished(TP)
 
     outcome = delete(tiering, TP, topic_id)
 
-    assert outcome.run_again and outcome.skipped is not None and "broker 2" in outcome.skipped
+    assert outcome.run_again and outcome.skipped is not None
+    assert f"broker 2's sidecar held its copy lease until {held.expires_at_ms}" in outcome.skipped
+    # It stopped renewing: the lease expired, but only lately.
+    tiering.clock.advance(tiering.settings.remote_log_manager_lease_ttl_ms + 1)
+    assert delete(tiering, TP, topic_id).run_again
+    assert delete(tiering, TP, topic_id, dry_run=True).run_again
     assert tiering.finished(TP) == before
-    tiering.clock.advance(tiering.settings.remote_log_manager_lease_ttl_ms + 1)  # it stopped renewing
+    tiering.clock.advance(600_000)
     assert delete(tiering, TP, topic_id).deleted_segments == 5
+
+
+def test_a_partition_a_sidecar_claimed_lately_waits_until_none_has_for_the_idle_time(
+    deleted: tuple[Tiering, Path, UUID],
+) -> None:
+    # A follower's sidecar claims the lease while another holds it, and goes on claiming.
+    tiering, _, topic_id = deleted
+    tiering.store.claim_lease(TP, BROKER_ID + 2, LogPosition(topic_id, 0, 49))
+
+    outcome = delete(tiering, TP, topic_id, idle_ms=120_000)
+
+    assert outcome.run_again and outcome.skipped is not None
+    assert "broker 3's sidecar claimed its copy lease at" in outcome.skipped
+    tiering.clock.advance(120_001)
+    assert delete(tiering, TP, topic_id, idle_ms=120_000).deleted_segments == 5
 
 
 @pytest.mark.parametrize("crash", ["segments_marked", "partition_deletion_started", "delete_started"])
