@@ -218,6 +218,7 @@ def partitions_response(partitions: list[PartitionOverview]) -> pb.ListPartition
                 topic_id=_topic_id(p.topic_id),
                 topic_id_error=p.topic_id_error or "",
                 deletion_state=p.deletion_state or "",
+                remote_topic_id=_topic_id(p.remote_topic_id),
             )
             for p in partitions
         ]

@@ -57,6 +57,7 @@ def topics(
                 topic_id=_topic_id(p.topic_id),
                 topic_id_error=p.topic_id_error,
                 deletion_state=p.deletion_state,
+                remote_topic_id=_topic_id(p.remote_topic_id),
                 skipped_ranges=[
                     SkippedRangeOut(
                         start_offset=r.start_offset,

@@ -203,6 +203,10 @@ class PartitionOut(BaseModel):
     """``DELETE_PARTITION_MARKED``, ``_STARTED`` or ``_FINISHED`` while or once the partition is
     deleted from the remote tier (``rlm retention delete-topic``: its topic was deleted); reads
     then find none of its remote records. None otherwise."""
+    remote_topic_id: str | None = None
+    """The topic id (Kafka's base64 form) the remote tier records for the partition (the one its
+    copier adopted); None while none is recorded. After the topic was deleted, its id is here:
+    what ``rlm retention delete-topic --topic-id`` takes."""
 
 
 class TopicOut(BaseModel):

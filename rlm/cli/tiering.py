@@ -62,8 +62,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Delete every remote segment of a topic deleted from the Kafka cluster, as Kafka "
         "deletes a deleted topic's remote log (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). "
         "rlm reads log directories, not the cluster's metadata, so the operator names the deleted "
-        "topic's id (kafka-topics --describe printed it; GET /v1/topics/TOPIC/partitions/N/segments "
-        "gives each segment's): a partition the "
+        "topic's id (kafka-topics --describe printed it; GET /v1/topics gives it as each partition's "
+        "remote_topic_id): a partition the "
         "remote tier records under another id, or this broker still holds, is refused.",
     )
     delete_topic.add_argument("topic")

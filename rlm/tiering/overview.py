@@ -61,6 +61,9 @@ class PartitionOverview:
     deletion_state: str | None = None
     """The partition's deletion from the remote tier (``DELETE_PARTITION_*``,
     :mod:`rlm.tiering.partition_deletion`); None while it is not deleted."""
+    remote_topic_id: UUID | None = None
+    """The topic id the store records for the partition (its copier adopted it); None while none
+    is. A deleted topic's stays here once its directories are gone."""
 
 
 def remote_log_start(record: PartitionRecord | None, finished: list[RemoteSegment]) -> int:
@@ -134,6 +137,7 @@ class Overview:
             partition = local.get(tp)
             topic_id, topic_id_error = broker_topic_id(partition)
             record = self.store.get_partition(tp)
+            remote_topic_id = record.topic_id if record is not None else None
             skipped = self.store.list_skipped_ranges(tp)
             finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
             if record is not None and is_other_topic(record.topic_id, topic_id):
@@ -177,6 +181,7 @@ class Overview:
                     topic_id=topic_id,
                     topic_id_error=topic_id_error,
                     deletion_state=deletion.value if deletion is not None else None,
+                    remote_topic_id=remote_topic_id,
                 )
             )
         return result

@@ -9,23 +9,27 @@ store records under it, and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from uuid import UUID
 
 import pytest
 from prometheus_client import CollectorRegistry
 
-from rlm.bootstrap import build_runtime
+from api.gen.rlm.v1 import rlm_pb2 as pb
+from rlm.bootstrap import Runtime, build_runtime
 from rlm.cli import main
 from rlm.errors import NotFoundError, StateConflictError
 from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.metastore.model import LogPosition, PartitionState, SegmentState, TopicPartition
 from rlm.storage.description import TOPIC_DELETED, Retirement
+from rlm.tiering.deletion import Step, no_step
 from rlm.tiering.overview import Overview
 from rlm.tiering.partition_deletion import PartitionDeletion, delete_partition
+from tests.integration.test_topic_recreate_api import serving
 from tests.pipeline.tiers import AWS_ENV
 from tests.retired_support import rebuilt_from_objects, retirements
 from tests.tiering_support import (
@@ -73,7 +77,15 @@ def deleted(backend: Backend, tiering_factory: TieringFactory, tmp_path: Path) -
     return tiering, log_dir, topic_id
 
 
-def delete(tiering: Tiering, tp: TopicPartition, topic_id: UUID, **kwargs: object) -> PartitionDeletion:
+def delete(
+    tiering: Tiering,
+    tp: TopicPartition,
+    topic_id: UUID,
+    *,
+    step: Step = no_step,
+    dry_run: bool = False,
+    idle_ms: int = 600_000,
+) -> PartitionDeletion:
     return delete_partition(
         tiering.store,
         tiering.storage,
@@ -82,8 +94,21 @@ def delete(tiering: Tiering, tp: TopicPartition, topic_id: UUID, **kwargs: objec
         topic_id,
         clock=tiering.clock,
         log_dirs=tiering.settings.log_dirs,
-        **kwargs,  # type: ignore[arg-type]
+        step=step,
+        dry_run=dry_run,
+        idle_ms=idle_ms,
     )
+
+
+@contextlib.contextmanager
+def runtime(tiering: Tiering, directory: Path) -> Iterator[Runtime]:
+    """rlm's components over ``tiering``'s store and storage, its index cache in ``directory``."""
+    settings = tiering.settings.replace(remote_log_index_cache_dir=directory / "index-cache")
+    rt = build_runtime(settings, registry=CollectorRegistry(), storage=tiering.storage)
+    try:
+        yield rt
+    finally:
+        rt.close()
 
 
 def objects_of(tiering: Tiering, tp: TopicPartition) -> set[str]:
@@ -99,7 +124,7 @@ def crash_at(name: str) -> Callable[[str], None]:
 
 
 def test_a_deleted_topics_partitions_are_deleted_from_the_remote_tier(
-    deleted: tuple[Tiering, Path, UUID],
+    deleted: tuple[Tiering, Path, UUID], tmp_path: Path
 ) -> None:
     tiering, _, topic_id = deleted
     sizes = {tp: sum(s.size_bytes for s in tiering.finished(tp)) for tp in (TP, OTHER)}
@@ -118,19 +143,16 @@ def test_a_deleted_topics_partitions_are_deleted_from_the_remote_tier(
     assert len(tiering.finished(OTHER)) == 5
 
     listed = Overview(tiering.store, ()).partitions("orders")
-    assert [(p.partition, p.deletion_state, p.tiered_segments) for p in listed] == [
-        (0, "DELETE_PARTITION_FINISHED", 0),
-        (1, None, 5),
+    assert [(p.partition, p.deletion_state, p.tiered_segments, p.remote_topic_id) for p in listed] == [
+        (0, "DELETE_PARTITION_FINISHED", 0, topic_id),
+        (1, None, 5, topic_id),
     ]
 
     # Reads of the deleted partition find nothing; the other still answers from the remote tier.
-    rt = build_runtime(tiering.settings, registry=CollectorRegistry(), storage=tiering.storage)
-    try:
+    with runtime(tiering, tmp_path) as rt:
         with pytest.raises(NotFoundError, match="unknown topic-partition orders-0"):
             rt.lookup.find(TP, WRITER_NOW_MS - 1000)
         assert rt.lookup.find(OTHER, WRITER_NOW_MS - 1000).tier == "remote"
-    finally:
-        rt.close()
 
     # Run again: nothing more to do.
     again = delete(tiering, TP, topic_id)
@@ -318,3 +340,26 @@ def test_retention_forgets_a_deleted_partitions_rows_once_kept_long_enough(
     assert len(tiering.finished(OTHER)) == 5
     record = tiering.store.get_partition(TP)
     assert record is not None and record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED
+
+
+def test_rest_and_grpc_show_the_deleted_partition_and_its_topic_id_and_read_nothing_of_it(
+    deleted: tuple[Tiering, Path, UUID], tmp_path: Path
+) -> None:
+    tiering, _, topic_id = deleted
+    delete(tiering, TP, topic_id)
+    with runtime(tiering, tmp_path) as rt, serving(rt) as apis:
+        answer = apis.rest.get("/v1/topics", params={"topic": "orders"})
+        assert answer.status_code == 200, answer.text
+        (topic,) = answer.json()["topics"]
+        rest = {p["partition"]: (p["deletion_state"], p["remote_topic_id"]) for p in topic["partitions"]}
+        listed = apis.grpc.ListPartitions(pb.ListPartitionsRequest(topic="orders"), timeout=30).partitions
+        grpc_view = {p.partition: (p.deletion_state, p.remote_topic_id) for p in listed}
+        offsets = apis.rest.get("/v1/topics/orders/partitions/0/offsets", params={"timestamp": "earliest"})
+        other = apis.rest.get("/v1/topics/orders/partitions/1/offsets", params={"timestamp": "earliest"})
+
+    text = uuid_to_topic_id(topic_id)
+    assert rest == {0: ("DELETE_PARTITION_FINISHED", text), 1: (None, text)}
+    assert grpc_view == {0: ("DELETE_PARTITION_FINISHED", text), 1: ("", text)}
+    assert offsets.status_code == 404, offsets.text
+    assert "unknown topic-partition orders-0" in offsets.text
+    assert other.status_code == 200 and other.json()["offset"] == 0

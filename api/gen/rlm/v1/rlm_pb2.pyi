@@ -817,6 +817,7 @@ class PartitionOverview(_message.Message):
     TOPIC_ID_FIELD_NUMBER: _builtins.int
     TOPIC_ID_ERROR_FIELD_NUMBER: _builtins.int
     DELETION_STATE_FIELD_NUMBER: _builtins.int
+    REMOTE_TOPIC_ID_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     tiered_bytes: _builtins.int
@@ -842,6 +843,11 @@ class PartitionOverview(_message.Message):
     """DELETE_PARTITION_MARKED, _STARTED or _FINISHED while or once the partition is deleted from the
     remote tier (`rlm retention delete-topic`: its topic was deleted); empty otherwise.
     """
+    remote_topic_id: _builtins.str
+    """The topic id (Kafka's base64 form) the remote tier records for the partition (the one its
+    copier adopted); empty while none is recorded. After the topic was deleted, its id is here:
+    what `rlm retention delete-topic --topic-id` takes.
+    """
     @_builtins.property
     def skipped_ranges(self) -> _containers.RepeatedCompositeFieldContainer[Global___SkippedRange]:
         """Offsets the remote tier will never hold, in offset order."""
@@ -864,10 +870,11 @@ class PartitionOverview(_message.Message):
         topic_id: _builtins.str = ...,
         topic_id_error: _builtins.str = ...,
         deletion_state: _builtins.str = ...,
+        remote_topic_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_lag_bytes", b"copy_lag_bytes", "copy_lag_segments", b"copy_lag_segments", "deletion_state", b"deletion_state", "high_watermark", b"high_watermark", "highest_tiered_offset", b"highest_tiered_offset", "local_log_start_offset", b"local_log_start_offset", "max_remote_timestamp", b"max_remote_timestamp", "partition", b"partition", "remote_log_start_offset", b"remote_log_start_offset", "skipped_ranges", b"skipped_ranges", "tiered_bytes", b"tiered_bytes", "tiered_segments", b"tiered_segments", "topic", b"topic", "topic_id", b"topic_id", "topic_id_error", b"topic_id_error"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["copy_lag_bytes", b"copy_lag_bytes", "copy_lag_segments", b"copy_lag_segments", "deletion_state", b"deletion_state", "high_watermark", b"high_watermark", "highest_tiered_offset", b"highest_tiered_offset", "local_log_start_offset", b"local_log_start_offset", "max_remote_timestamp", b"max_remote_timestamp", "partition", b"partition", "remote_log_start_offset", b"remote_log_start_offset", "remote_topic_id", b"remote_topic_id", "skipped_ranges", b"skipped_ranges", "tiered_bytes", b"tiered_bytes", "tiered_segments", b"tiered_segments", "topic", b"topic", "topic_id", b"topic_id", "topic_id_error", b"topic_id_error"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
