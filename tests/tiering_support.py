@@ -252,6 +252,9 @@ class Backend:
             s3_addressing_style="auto" if self.s3 is None else self.s3.addressing_style,
             remote_log_manager_copier_thread_pool_size=2,
             topic_defaults=TopicSettings(retention_ms=-1),
+            # Beside the log dir, not the checkout's build/: test processes run side by side, and a
+            # remote index cache's directory is locked by one process at a time.
+            remote_log_index_cache_dir=log_dir.parent / "index-cache",
         )
         return base.replace(**changes)
 
