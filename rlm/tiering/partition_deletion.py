@@ -69,9 +69,10 @@ class PartitionDeletion:
     deleted_segments: int = 0
     deleted_bytes: int = 0
     skipped: str | None = None
-    """Why nothing was done (deleted already, the lease held by another broker)."""
+    """Why nothing was done (deleted already; a sidecar held or claimed the lease lately)."""
     run_again: bool = False
-    """Nothing was done and the deletion is still to do (the lease is held by another broker)."""
+    """Nothing was done and the deletion is still to do (a sidecar held or claimed the lease
+    lately: see :func:`delete_partition`)."""
 
 
 def deleted_topic_partitions(store: MetadataStore, topic: str) -> list[TopicPartition]:
