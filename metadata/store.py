@@ -432,7 +432,9 @@ class SqlMetadataStore:
         written_ms: int | None = None,
     ) -> list[RemoteSegment] | None:
         """See :meth:`rlm.metastore.MetadataStore.topic_id_retirees`."""
-        with self._transaction(write=False) as conn:
+        # Every copier and retention pass asks (as adopt_topic_id's usual read did): no snapshot;
+        # under the lease nothing else changes the rows it reads.
+        with self._transaction(write=False, snapshot=False) as conn:
             row = partitions.find(conn, tp)
             if row is None:
                 return []

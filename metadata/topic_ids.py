@@ -18,6 +18,7 @@ from sqlalchemy import ColumnElement, Connection, Row, delete, insert, or_, sele
 
 from metadata import exports, recount
 from metadata.models import PartitionRow, RetiredTopicIdRow, SegmentRow, SkippedRangeRow
+from metadata.partitions import topic_partition
 from metadata.rows import segment_from_row
 from rlm.errors import OlderTopicIdError, RetiredTopicIdError
 from rlm.metastore.model import UNKNOWN_BROKER, RemoteSegment, SegmentState, TopicIdChange, TopicPartition
@@ -80,7 +81,7 @@ def retirees(
         .where(SegmentRow.partition_id == part.id, SegmentRow.state.in_(LIVE), other)
         .order_by(SegmentRow.start_offset, SegmentRow.segment_id)
     ).all()
-    tp = TopicPartition(part.topic, int(part.partition))
+    tp = topic_partition(part)
     return [segment_from_row(row, tp) for row in rows]
 
 
