@@ -4,7 +4,8 @@ A log directory (one entry of ``log.dirs``) holds ``<topic>-<partition>/`` direc
 checkpoint files ``replication-offset-checkpoint`` (high watermarks),
 ``recovery-point-offset-checkpoint`` and ``log-start-offset-checkpoint``. Directories being
 deleted, moved or left stray (``-delete``, ``-future``, ``-stray``) are not partitions of this
-broker and are skipped. Everything here only reads.
+broker and are skipped, and so is the KRaft cluster metadata log (``__cluster_metadata-0``), which
+is not a topic (:mod:`rlm.log.cluster_metadata` reads it). Everything here only reads.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rlm.log.checkpoints import (
     read_offset_checkpoint,
     read_partition_metadata,
 )
-from rlm.log.model import INT32_MAX, TimestampAndOffset, TopicPartition
+from rlm.log.model import CLUSTER_METADATA_TOPIC, INT32_MAX, TimestampAndOffset, TopicPartition
 from rlm.log.segment import DEFAULT_MAX_INDEX_SIZE, STAMP_CHECK_INTERVAL_S, Segment, segment_base_offsets
 from rlm.log.statcache import StatCache
 from rlm.log.watch import DirectoryWatcher
@@ -322,14 +323,25 @@ class LogDir:
             raise NotFoundError(f"log directory {self.path} does not exist")
         found = []
         for entry in os.scandir(self.path):
-            if entry.is_dir() and parse_partition_dir_name(entry.name) is not None:
+            if not entry.is_dir():
+                continue
+            tp = parse_partition_dir_name(entry.name)
+            if tp is not None and tp.topic != CLUSTER_METADATA_TOPIC:
                 found.append(PartitionDir(entry.path, self))
         return sorted(found, key=lambda p: p.tp)
 
+    def partition_path(self, topic: str, partition: int) -> Path | None:
+        """The directory of ``topic``-``partition`` here, or None: there is none, or it is the
+        cluster metadata log's (not a topic's)."""
+        if topic == CLUSTER_METADATA_TOPIC:
+            return None
+        path = self.path / f"{topic}-{partition}"
+        return path if path.is_dir() else None
+
     def partition(self, topic: str, partition: int) -> PartitionDir:
         """The directory of ``topic``-``partition``; NotFoundError when there is none."""
-        path = self.path / f"{topic}-{partition}"
-        if not path.is_dir():
+        path = self.partition_path(topic, partition)
+        if path is None:
             raise NotFoundError(f"partition {topic}-{partition} not found in {self.path}")
         return PartitionDir(path, self)
 

@@ -21,6 +21,27 @@ V2_HEADER_SIZE = 61
 MIN_SIZE_FIELD = 14
 INT32_MAX = 2**31 - 1
 
+#: The KRaft cluster metadata log (``__cluster_metadata-0`` in ``metadata.log.dir``): the
+#: controllers' log of the cluster's metadata, not a topic. Clients cannot read it, and it holds
+#: credentials (SCRAM hashes, delegation tokens, configs).
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+#: Kafka's internal topics (``Topic.INTERNAL_TOPICS``).
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+#: The topic of Kafka's own remote log metadata manager (``TopicBasedRemoteLogMetadataManager``).
+REMOTE_LOG_METADATA_TOPIC = "__remote_log_metadata"
+
+
+def never_tiered(topic: str) -> str | None:
+    """Why Kafka never tiers ``topic`` whatever its ``remote.storage.enable``
+    (``UnifiedLog.isRemoteLogEnabled``), or None for a topic it may tier."""
+    if topic in INTERNAL_TOPICS:
+        return f"{topic} is an internal topic, which Kafka never tiers"
+    if topic == REMOTE_LOG_METADATA_TOPIC:
+        return f"{topic} is Kafka's remote log metadata topic, which Kafka never tiers"
+    if topic == CLUSTER_METADATA_TOPIC:
+        return f"{topic} is the cluster's metadata log, which Kafka never tiers"
+    return None
+
 
 class Codec(IntEnum):
     """Compression codec, the low three attribute bits."""

@@ -142,8 +142,8 @@ class LookupService:
         if found is not None and found.path.is_dir():
             return found
         for log_dir in self.log_dirs:
-            path = log_dir.path / f"{tp.topic}-{tp.partition}"
-            if path.is_dir():
+            path = log_dir.partition_path(tp.topic, tp.partition)
+            if path is not None:
                 found = PartitionDir(path, log_dir)
                 with self._lock:
                     self._partitions[tp] = found

@@ -54,6 +54,7 @@ from rlm.config import Settings
 from rlm.errors import CorruptDataError, RlmError, SegmentNotCopiedError, StaleLeaseError
 from rlm.log.files import segment_file_name
 from rlm.log.logdir import LogDir, PartitionDir
+from rlm.log.model import never_tiered
 from rlm.metastore.model import (
     Lease,
     PendingUpload,
@@ -170,6 +171,9 @@ class Copier:
     def copy_partition(self, partition: PartitionDir) -> CopyOutcome:
         """Tier every eligible segment of one partition; never raises for a partition's error."""
         tp = TopicPartition(partition.topic, partition.partition)
+        never = never_tiered(tp.topic)
+        if never is not None:
+            return CopyOutcome(tp, skipped=never)
         if not self.settings.topic(tp.topic).remote_storage_enable:
             return CopyOutcome(tp, skipped="remote.storage.enable is false")
         try:

@@ -232,7 +232,7 @@ class Overview:
     def _partition_dir(self, tp: TopicPartition) -> PartitionDir | None:
         """The broker's directory of ``tp``, or None when no log directory has one."""
         for log_dir in self.log_dirs:
-            path = log_dir.path / f"{tp.topic}-{tp.partition}"
-            if path.is_dir():
+            path = log_dir.partition_path(tp.topic, tp.partition)
+            if path is not None:
                 return PartitionDir(path, log_dir)
         return None
