@@ -6,18 +6,16 @@ cluster metadata log (``__cluster_metadata-0``) is no topic at all: rlm neither 
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry
 
-from rlm.bootstrap import Runtime, build_runtime
 from rlm.cli import main
 from rlm.config import TopicSettings
 from rlm.log.logdir import LogDir
 from rlm.metastore.model import TopicPartition
+from tests.integration.test_topic_deletion import runtime
 from tests.integration.test_topic_recreate_api import serving
 from tests.tiering_support import (
     WRITER_NOW_MS,
@@ -75,16 +73,6 @@ def test_internal_topics_are_never_tiered_and_the_metadata_log_is_no_partition(
         TRANSACTIONS,
         ORDERS,
     ]
-
-
-@contextlib.contextmanager
-def runtime(tiering: Tiering, directory: Path) -> Iterator[Runtime]:
-    settings = tiering.settings.replace(remote_log_index_cache_dir=directory / "index-cache")
-    rt = build_runtime(settings, registry=CollectorRegistry(), storage=tiering.storage)
-    try:
-        yield rt
-    finally:
-        rt.close()
 
 
 def test_the_metadata_log_is_neither_listed_nor_read_and_internal_topics_are_read_locally(
