@@ -1,0 +1,314 @@
+"""The KRaft cluster metadata log: which topics it says were removed.
+
+A KRaft broker keeps it in ``<metadata.log.dir>/__cluster_metadata-0/``: segments, and snapshots
+``<endOffset:020d>-<epoch:010d>.checkpoint`` (not ``.part``/``.deleted``), each the image of every
+committed record below its end offset in v2 batches between SnapshotHeader and Footer batches.
+
+Each metadata record has a null key and a value (``MetadataRecordSerde``)::
+
+    frameVersion  uvarint  1 (0 was the 2.8 preview's, unsupported)
+    apiKey        uvarint  2 TopicRecord, 9 RemoveTopicRecord, 23/24/25 Begin/End/AbortTransaction
+    version       uvarint
+    body                   the message at that version
+
+    TopicRecord v0 (flexible)   Name: uvarint length+1, UTF-8 | TopicId: 16 bytes | tagged fields
+    RemoveTopicRecord           TopicId: 16 bytes | (v0: tagged fields; ignored)
+    tagged fields               uvarint count, then per field: uvarint tag, uvarint size, bytes
+
+Nothing here raises for bad bytes: this reader only ever delays deletions, so what it cannot read
+is skipped and counted in :attr:`ClusterMetadata.unreadable`.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+from rlm.errors import CorruptDataError, CorruptRecordError, NotFoundError
+from rlm.log.batches import decode_batch
+from rlm.log.byte_source import FileSource, iter_header_windows, read_batch_bytes
+from rlm.log.checkpoints import uuid_to_topic_id
+from rlm.log.model import CLUSTER_METADATA_TOPIC, BatchHeader, ControlType, Record
+from rlm.log.segment import segment_base_offsets
+from rlm.log.v2 import parse_control_record
+from rlm.log.varint import read_uvarint
+
+CLUSTER_METADATA_DIR = f"{CLUSTER_METADATA_TOPIC}-0"
+
+FRAME_VERSION = 1
+TOPIC_RECORD = 2
+REMOVE_TOPIC_RECORD = 9
+BEGIN_TRANSACTION_RECORD = 23
+END_TRANSACTION_RECORD = 24
+ABORT_TRANSACTION_RECORD = 25
+
+_SNAPSHOT = re.compile(r"([0-9]{20})-([0-9]{10})\.checkpoint")
+_UUID_SIZE = 16
+
+_Ending = Literal["whole", "tail", "bad"]
+
+
+@dataclass(frozen=True)
+class TopicRemoval:
+    """A RemoveTopicRecord of the metadata log."""
+
+    topic_id: str
+    """Kafka's ``Uuid.toString()`` of the removed topic."""
+    offset: int
+    """The record's offset in the metadata log."""
+    timestamp_ms: int
+    """Its batch's max timestamp."""
+    committed: bool
+    """Whether it lies below the latest snapshot's end offset (a pending one may be truncated)."""
+    name: str | None
+    """The topic's name, when its TopicRecord was seen (in the snapshot or the log)."""
+
+
+@dataclass(frozen=True)
+class ClusterMetadata:
+    """What a metadata log directory says about topics."""
+
+    path: Path
+    snapshot_end_offset: int | None
+    """The end offset of the latest complete snapshot read; None when there is none."""
+    end_offset: int
+    """One past the last record read."""
+    removals: Mapping[str, TopicRemoval]
+    """The removals found in the log, by topic id."""
+    topics: Mapping[str, str]
+    """The image after replay: live topic id -> name (as complete as what was read)."""
+    unreadable: int
+    """Snapshots, batches and records skipped because they could not be parsed; reading of the log
+    stops at a bad batch (or a gap in its offsets) anywhere but at the tail of its last segment."""
+
+
+class MetadataRecord(NamedTuple):
+    """The parts of a metadata record's value read here: its frame, the topic id of a TopicRecord
+    or a RemoveTopicRecord and the name of a TopicRecord."""
+
+    api_key: int
+    version: int
+    topic_id: str | None = None
+    name: str | None = None
+
+
+def decode_record(value: bytes | None) -> MetadataRecord:
+    """Decode a metadata record's value (its frame, and the body of the topic records).
+
+    Raises:
+        CorruptRecordError: no value, an unsupported frame version, or a malformed topic record.
+    """
+    if value is None:
+        raise CorruptRecordError("metadata record has no value")
+    frame, pos = read_uvarint(value, 0, 5)
+    if frame != FRAME_VERSION:
+        raise CorruptRecordError(f"unsupported metadata frame version {frame}")
+    api_key, pos = read_uvarint(value, pos, 5)
+    version, pos = read_uvarint(value, pos, 5)
+    if api_key == TOPIC_RECORD:
+        length, pos = read_uvarint(value, pos, 5)
+        if length == 0:
+            raise CorruptRecordError("TopicRecord has a null name")
+        end = pos + length - 1
+        name = value[pos:end].decode("utf-8", "replace")  # Java replaces malformed bytes too
+        topic_id = _topic_id(value, end)
+        # Later versions may add fields: the name and id come first in every one.
+        if version == 0 and _skip_tagged_fields(value, end + _UUID_SIZE) != len(value):
+            raise CorruptRecordError("TopicRecord has bytes after its tagged fields")
+        return MetadataRecord(api_key, version, topic_id, name)
+    if api_key == REMOVE_TOPIC_RECORD:
+        return MetadataRecord(api_key, version, _topic_id(value, pos))
+    return MetadataRecord(api_key, version)
+
+
+def _topic_id(value: bytes, pos: int) -> str:
+    raw = value[pos : pos + _UUID_SIZE]
+    if len(raw) != _UUID_SIZE:
+        raise CorruptRecordError(f"topic id needs {_UUID_SIZE} bytes but {len(raw)} remain")
+    return uuid_to_topic_id(uuid.UUID(bytes=raw))
+
+
+def _skip_tagged_fields(value: bytes, pos: int) -> int:
+    count, pos = read_uvarint(value, pos, 5)
+    if count > (len(value) - pos) // 2:  # a field takes two bytes at least
+        raise CorruptRecordError(f"{count} tagged fields cannot fit {len(value) - pos} bytes")
+    for _ in range(count):
+        _, pos = read_uvarint(value, pos, 5)
+        size, pos = read_uvarint(value, pos, 5)
+        pos += size
+    if pos > len(value):
+        raise CorruptRecordError("tagged fields run past the end of the record")
+    return pos
+
+
+def find_cluster_metadata(log_dirs: Sequence[Path], metadata_log_dir: Path | None = None) -> Path | None:
+    """The ``__cluster_metadata-0`` directory: under ``metadata_log_dir`` if given (the broker's
+    ``metadata.log.dir``), else the first of ``log_dirs`` holding one; None if there is none."""
+    for log_dir in [metadata_log_dir] if metadata_log_dir is not None else log_dirs:
+        path = Path(log_dir) / CLUSTER_METADATA_DIR
+        if path.is_dir():
+            return path
+    return None
+
+
+def _scan(path: Path, visit: Callable[[BatchHeader, list[Record]], None]) -> _Ending:
+    """Decode every batch of ``path`` in order and pass it to ``visit`` (which may raise
+    :class:`CorruptDataError` to stop). Says how reading ended: ``whole`` (every byte read as
+    valid batches), ``tail`` (at a torn or corrupt batch reaching the end of the file) or ``bad``
+    (anywhere else); never raises for the file's bytes."""
+    size = read = 0
+    failed: BatchHeader | None = None
+    try:
+        with FileSource(path) as source:
+            size = source.size
+            for header, window, window_start in iter_header_windows(source):
+                failed = header
+                data, at = window, header.position - window_start
+                if at + header.size > len(window):  # not read with the header
+                    data, at = read_batch_bytes(source, header), 0
+                visit(header, decode_batch(data, header._replace(position=at)))
+                read, failed = header.end_position, None
+    except (CorruptDataError, OSError):
+        return "tail" if failed is not None and failed.end_position >= size else "bad"
+    return "whole" if read == size else "tail"
+
+
+class _Replay:
+    """Applies metadata records in log order, holding a transaction's until it ends."""
+
+    def __init__(self, topics: dict[str, str], snapshot_end: int | None) -> None:
+        self.topics = topics
+        self.names = dict(topics)
+        self.snapshot_end = snapshot_end
+        self.removals: dict[str, TopicRemoval] = {}
+        self.unreadable = 0
+        self._transaction: list[tuple[MetadataRecord, int, int]] | None = None
+        self._unmarked: list[str] = []  # removals added since the last transaction marker
+
+    def record(self, value: bytes | None, offset: int, timestamp_ms: int) -> None:
+        try:
+            record = decode_record(value)
+        except CorruptRecordError:
+            self.unreadable += 1
+            return
+        key = record.api_key
+        if key in (BEGIN_TRANSACTION_RECORD, END_TRANSACTION_RECORD, ABORT_TRANSACTION_RECORD):
+            if key == ABORT_TRANSACTION_RECORD and self._transaction is None:
+                # Its Begin was not read (the log starts inside the transaction, its first
+                # segments deleted, or the Begin was unreadable): drop what it applied.
+                for topic_id in self._unmarked:
+                    del self.removals[topic_id]
+            held = self._transaction if key == END_TRANSACTION_RECORD else None
+            self._transaction = [] if key == BEGIN_TRANSACTION_RECORD else None  # drops an open one
+            for held_record, held_offset, held_timestamp in held or []:
+                # Committed with its transaction's end, not before.
+                self._apply(held_record, held_offset, held_timestamp, committed_at=offset)
+            self._unmarked = []
+        elif record.topic_id is not None and self._transaction is not None:
+            self._transaction.append((record, offset, timestamp_ms))
+        elif record.topic_id is not None:  # a TopicRecord or a RemoveTopicRecord
+            self._apply(record, offset, timestamp_ms)
+
+    def _apply(
+        self, record: MetadataRecord, offset: int, timestamp_ms: int, *, committed_at: int | None = None
+    ) -> None:
+        topic_id = record.topic_id
+        assert topic_id is not None
+        at = offset if committed_at is None else committed_at
+        committed = self.snapshot_end is not None and at < self.snapshot_end
+        if record.api_key == TOPIC_RECORD:
+            assert record.name is not None
+            self.names[topic_id] = record.name
+            if not committed:  # below the snapshot, its image already holds the outcome
+                self.topics[topic_id] = record.name
+            return
+        if not committed:
+            self.topics.pop(topic_id, None)
+        if topic_id not in self.removals:
+            name = self.names.get(topic_id)
+            self.removals[topic_id] = TopicRemoval(topic_id, offset, timestamp_ms, committed, name)
+            self._unmarked.append(topic_id)
+
+
+def _read_snapshot(path: Path) -> _Replay | None:
+    """A snapshot replayed (its topics and unreadable records); None when it cannot be read
+    completely (a bad batch, no SnapshotHeader first or no SnapshotFooter last)."""
+    replay = _Replay({}, None)
+    started = ended = False
+
+    def visit(header: BatchHeader, records: list[Record]) -> None:
+        nonlocal started, ended
+        types = [parse_control_record(record).type for record in records] if header.is_control else []
+        if not started and types[:1] != [ControlType.SNAPSHOT_HEADER]:
+            raise CorruptRecordError("the first batch is not a SnapshotHeader")
+        started = True
+        ended = ControlType.SNAPSHOT_FOOTER in types  # and nothing after it
+        if not header.is_control:
+            for record in records:
+                replay.record(record.value, record.offset, header.max_timestamp)
+
+    return replay if _scan(path, visit) == "whole" and ended else None
+
+
+def _snapshots(path: Path) -> list[tuple[int, str]]:
+    """The snapshots' end offsets and file names, the latest (by end offset, then epoch) first."""
+    matches = (_SNAPSHOT.fullmatch(child.name) for child in path.iterdir())
+    return [(int(m[1]), m[0]) for m in sorted((m for m in matches if m), key=lambda m: m[0], reverse=True)]
+
+
+def latest_snapshot(path: Path) -> str | None:
+    """The file name of the metadata log's latest snapshot (readable or not); None if it has none.
+    Only a new snapshot can make a removal committed (see :class:`TopicRemoval`)."""
+    found = _snapshots(path)
+    return found[0][1] if found else None
+
+
+def read_cluster_metadata(path: Path) -> ClusterMetadata:
+    """Read a ``__cluster_metadata-0`` directory: the latest readable snapshot's topics, then every
+    log segment in offset order.
+
+    Records below the snapshot's end offset are committed: of them only RemoveTopicRecords count;
+    later ones are replayed onto its image (a RemoveTopicRecord there is pending). Control batches
+    and the records of an aborted or unended metadata transaction do not count. A torn or corrupt
+    batch at the tail of the last segment ends reading quietly (the broker may be writing it).
+
+    Raises:
+        NotFoundError: ``path`` is not a directory.
+    """
+    if not path.is_dir():
+        raise NotFoundError(f"cluster metadata log {path} does not exist")
+    unreadable = 0
+    snapshot_end: int | None = None
+    topics: dict[str, str] = {}
+    for end_offset, name in _snapshots(path):
+        image = _read_snapshot(path / name)
+        if image is not None:
+            snapshot_end, topics, unreadable = end_offset, image.topics, unreadable + image.unreadable
+            break
+        unreadable += 1
+    replay = _Replay(topics, snapshot_end)
+    expected = snapshot_end or 0
+
+    def visit(header: BatchHeader, records: list[Record]) -> None:
+        nonlocal expected
+        expected = max(expected, header.next_offset)
+        if not header.is_control:
+            for record in records:
+                replay.record(record.value, record.offset, header.max_timestamp)
+
+    bases = segment_base_offsets(path)
+    for i, base in enumerate(bases):
+        if base > expected:  # offsets missing between the image (or the last segment) and this one
+            unreadable += 1
+            break
+        ending = _scan(path / f"{base:020d}.log", visit)
+        if ending != "whole":
+            if ending == "bad" or i < len(bases) - 1:  # else the broker may be writing it
+                unreadable += 1
+            break
+    unreadable += replay.unreadable
+    return ClusterMetadata(path, snapshot_end, expected, replay.removals, replay.topics, unreadable)
