@@ -203,6 +203,14 @@ class Settings:
     """``remote.log.metadata.deleted.segments.retention.ms``: how long the metadata store keeps the
     row of a segment whose deletion finished (for verification and orphan scans that started
     before it went); the retention loop purges older ones. -1 keeps them forever."""
+    metadata_log_dir: Path | None = None
+    """``metadata.log.dir``: the broker's setting of that name, where it keeps the KRaft cluster
+    metadata log (``__cluster_metadata-0``); unset, the first log directory holding one."""
+    remote_log_delete_removed_topics: bool = True
+    """``remote.log.delete.removed.topics``: retention deletes from the remote tier the partitions
+    of the topics the cluster deleted, as Kafka does, once the broker's metadata log holds their
+    committed ``RemoveTopicRecord`` (:mod:`rlm.tiering.removed_topics`). Off, only ``rlm retention
+    delete-topic`` deletes them."""
     remote_log_start_offset_from_broker: bool = False
     """``remote.log.start.offset.from.broker``: retention also deletes the remote segments wholly
     below the log start offset the broker checkpointed (``log-start-offset-checkpoint``, moved by

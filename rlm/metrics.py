@@ -103,6 +103,11 @@ class Metrics:
             "rlm_retention_deleted_bytes_total", "Bytes of remote segments deleted by retention", tp,
             registry=r,
         )  # fmt: skip
+        self.deleted_partitions = Counter(
+            "rlm_retention_deleted_partitions_total",
+            "Partitions of topics the cluster deleted (RemoveTopicRecord in its metadata log), deleted "
+            "from the remote tier", ("topic",), registry=r,
+        )  # fmt: skip
         self.purged_segments = Counter(
             "rlm_metadata_purged_segments_total",
             "Rows of segments deleted longer ago than remote.log.metadata.deleted.segments.retention.ms "

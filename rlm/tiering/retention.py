@@ -26,6 +26,9 @@ Rows of segments whose deletion finished are kept for
 ``remote.log.metadata.deleted.segments.retention.ms`` (a verification or an orphan scan that
 listed a segment before it went still finds why its objects are gone), then purged by the pass.
 The partition's highest copied offset, which counts deleted segments, is kept with the partition.
+
+A full pass also deletes the partitions of the topics the cluster deleted, as Kafka does
+(:mod:`rlm.tiering.removed_topics`), and forgets the rows of deleted partitions' segments.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.copier import Clock, wall_clock_ms
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.removed_topics import RemovedTopics
 from rlm.tiering.topic_identity import adopt_local_topic_id
 
 log = logging.getLogger("rlm.retention")
@@ -149,10 +153,23 @@ class Retention:
         """Called after retention moved a partition's log start or deleted its segments."""
         self.on_deleted: Callable[[RemoteSegment], None] = lambda segment: None
         """Called for each segment deleted (the index cache drops its entries)."""
+        self.removed_topics = RemovedTopics(
+            store,
+            storage,
+            self.leases,
+            metrics,
+            settings.log_dirs,
+            settings.metadata_log_dir,
+            idle_ms=10 * ttl,
+            clock=clock,
+            step=step,
+        )
+        """Deletes the partitions of the topics the cluster deleted (each full pass)."""
 
     def run_once(self, partitions: Iterable[PartitionDir] | None = None) -> list[RetentionOutcome]:
         """One pass over ``partitions`` (default: every partition of the log directories, then
-        :meth:`purge_deleted_partitions`)."""
+        the partitions of the topics the cluster deleted (:mod:`rlm.tiering.removed_topics`, unless
+        ``remote.log.delete.removed.topics`` is off), then :meth:`purge_deleted_partitions`)."""
         everything = partitions is None
         if partitions is None:
             partitions = [p for d in self.settings.log_dirs for p in LogDir(d).partitions()]
@@ -161,6 +178,10 @@ class Retention:
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rlm-retention") as pool:
             outcomes = list(pool.map(self.enforce, todo))
         if everything:
+            if self.settings.remote_log_delete_removed_topics:
+                for deletion in self.removed_topics.run_once():
+                    if deletion.skipped is None:
+                        self.on_change(deletion.topic_partition)
             self.purge_deleted_partitions()
         return outcomes
 

@@ -1,0 +1,144 @@
+"""Deleting the remote log of the topics the cluster deleted, as Kafka does, without the operator.
+
+A KRaft cluster records a topic's deletion in its metadata log (a ``RemoveTopicRecord`` naming the
+topic's id), which every broker keeps in ``__cluster_metadata-0`` under ``metadata.log.dir``
+(:mod:`rlm.log.cluster_metadata` reads it). Each full retention pass looks at it, and every
+partition the store records under a removed topic's id is deleted from the remote tier as
+``rlm retention delete-topic`` deletes it (:func:`rlm.tiering.partition_deletion.delete_partition`),
+with the same checks: a partition the store records under another id (the topic created again)
+is left alone, one this broker's log directories still hold under that id is left for a later
+pass, and one whose copy lease a sidecar held or claimed within ten lease times to live is waited
+for.
+
+Only a removal the cluster committed counts: one below the end offset of the broker's latest
+metadata snapshot (``<offset>-<epoch>.checkpoint``). Brokers write snapshots of committed records
+only, while the log's tail may hold records past the quorum's high watermark that a new leader
+truncates. So a deletion waits for the broker's next snapshot (``metadata.log.max.snapshot.
+interval.ms``, an hour by default, or sooner after ``metadata.log.max.record.bytes.between.
+snapshots``), and only a new snapshot can make a removal committed: the log is read again only
+when the latest snapshot changes (or the last read was incomplete), not on every pass.
+
+A removal the broker's log no longer holds (the sidecar was away longer than the broker keeps
+its metadata log after a snapshot, ``metadata.max.retention.ms``) is not found: the operator's
+command deletes that topic. ZooKeeper-era brokers have no metadata log: nothing happens.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlm.errors import RlmError, StateConflictError
+from rlm.log.checkpoints import uuid_to_topic_id
+from rlm.log.cluster_metadata import (
+    ClusterMetadata,
+    TopicRemoval,
+    find_cluster_metadata,
+    latest_snapshot,
+    read_cluster_metadata,
+)
+from rlm.metastore.model import PartitionState
+from rlm.metastore.protocol import MetadataStore
+from rlm.metrics import Metrics
+from rlm.storage.protocol import RemoteStorage
+from rlm.tiering.copier import Clock, wall_clock_ms
+from rlm.tiering.deletion import Step, no_step
+from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.partition_deletion import PartitionDeletion, delete_partition
+
+log = logging.getLogger("rlm.retention")
+
+
+@dataclass
+class RemovedTopics:
+    """Finds the topics the cluster deleted and deletes their partitions from the remote tier."""
+
+    store: MetadataStore
+    storage: RemoteStorage
+    leases: LeaseKeeper
+    metrics: Metrics
+    log_dirs: Sequence[Path]
+    metadata_log_dir: Path | None = None
+    """``metadata.log.dir``; None: the first log directory holding a metadata log."""
+    idle_ms: int = 600_000
+    """How long no sidecar may have held or claimed a partition's copy lease before it is deleted."""
+    clock: Clock = wall_clock_ms
+    step: Step = no_step
+    _read: ClusterMetadata | None = field(default=None, init=False)
+    _snapshot: str | None = field(default=None, init=False)
+
+    def removals(self) -> dict[str, TopicRemoval]:
+        """The committed removals of the broker's metadata log, by topic id (read again only when
+        its latest snapshot changed, or the last read was incomplete)."""
+        path = find_cluster_metadata(list(self.log_dirs), self.metadata_log_dir)
+        if path is None:
+            return {}
+        snapshot = latest_snapshot(path)
+        read = self._read
+        if read is None or read.unreadable or read.path != path or snapshot != self._snapshot:
+            before = read.unreadable if read is not None else 0
+            read = self._read = read_cluster_metadata(path)
+            self._snapshot = snapshot
+            if read.unreadable and read.unreadable != before:  # said once, not every pass
+                log.warning(
+                    "%s: %d parts of the cluster metadata log could not be read; the deleted topics "
+                    "found may be incomplete until they can",
+                    path,
+                    read.unreadable,
+                )
+        return {topic_id: r for topic_id, r in read.removals.items() if r.committed}
+
+    def run_once(self) -> list[PartitionDeletion]:
+        """Delete every partition of a removed topic the store still holds; never raises (a
+        failure is logged and counted in ``rlm_loop_errors_total{loop="retention"}``)."""
+        try:
+            removed = self.removals()
+            if not removed:
+                return []
+            records = self.store.list_partitions()
+        except (RlmError, OSError) as exc:
+            self.metrics.loop_errors.labels("retention").inc()
+            log.warning("finding the topics the cluster deleted failed: %s", exc)
+            return []
+        outcomes = []
+        for record in records:
+            if record.topic_id is None or record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED:
+                continue
+            removal = removed.get(uuid_to_topic_id(record.topic_id))
+            if removal is None:
+                continue
+            tp = record.topic_partition
+            try:
+                outcome = delete_partition(
+                    self.store,
+                    self.storage,
+                    self.leases,
+                    tp,
+                    record.topic_id,
+                    clock=self.clock,
+                    log_dirs=self.log_dirs,
+                    step=self.step,
+                    idle_ms=self.idle_ms,
+                )
+            except StateConflictError as exc:
+                # This broker still holds it under that id: its own deletion is on its way.
+                log.info("%s of the deleted topic %s is not deleted yet: %s", tp, removal.topic_id, exc)
+                outcome = PartitionDeletion(tp, skipped=str(exc), run_again=True)
+            except (RlmError, OSError) as exc:
+                self.metrics.loop_errors.labels("retention").inc()
+                log.warning("deleting %s of the deleted topic %s failed: %s", tp, removal.topic_id, exc)
+                outcome = PartitionDeletion(tp, skipped=str(exc), run_again=True)
+            else:
+                if outcome.skipped is None:
+                    self.metrics.deleted_partitions.labels(tp.topic).inc()
+                    log.info(
+                        "%s: its topic was deleted at offset %d of the cluster metadata log (%d ms); "
+                        "deleted from the remote tier",
+                        tp,
+                        removal.offset,
+                        removal.timestamp_ms,
+                    )
+            outcomes.append(outcome)
+        return outcomes

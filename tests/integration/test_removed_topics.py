@@ -1,0 +1,224 @@
+"""Retention deletes the remote log of the topics the cluster deleted, found in the broker's KRaft
+metadata log (``RemoveTopicRecord``), once the removal is committed (below the latest snapshot)
+and no sidecar held or claimed the partition's lease for ten lease times to live."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from uuid import UUID
+
+import pytest
+
+from rlm.metastore.model import PartitionState, TopicPartition
+from rlm.tiering.retention import Retention
+from tests.cluster_metadata_support import MetadataLogWriter, batch_spans, remove_topic_record, topic_record
+from tests.integration.test_topic_deletion import OTHER, TP, objects_of, topic_uuid, write_topic
+from tests.tiering_support import BROKER_ID, Backend, Tiering
+
+TieringFactory = Callable[..., Tiering]
+DELETED = PartitionState.DELETE_PARTITION_FINISHED
+
+
+@pytest.fixture
+def deleted(backend: Backend, tiering_factory: TieringFactory, tmp_path: Path) -> tuple[Tiering, Path, UUID]:
+    """Topic ``orders`` tiered (5 segments a partition) beside topic ``clicks``, then ``orders``
+    deleted: its directories are gone and its sidecar stopped holding its leases. The broker's
+    metadata log has no word of it yet."""
+    log_dir = tmp_path / "logs"
+    partitions = write_topic(log_dir, 5, seed=1)
+    tiering = tiering_factory(backend, log_dir)
+    assert [o.copied_segments for o in tiering.copier().run_once()] == [5, 5]
+    topic_id = topic_uuid(partitions[TP])
+    for tp in (TP, OTHER):
+        shutil.rmtree(partitions[tp].path)
+    tiering.leases.release_all()
+    return tiering, log_dir, topic_id
+
+
+def idle(tiering: Tiering) -> None:
+    """Long enough that no sidecar held or claimed a lease within ten lease times to live."""
+    tiering.clock.advance(10 * tiering.settings.remote_log_manager_lease_ttl_ms + 1)
+
+
+def states(tiering: Tiering) -> dict[TopicPartition, PartitionState | None]:
+    found = {tp: tiering.store.get_partition(tp) for tp in (TP, OTHER)}
+    return {tp: (r.deletion_state if r is not None else None) for tp, r in found.items()}
+
+
+def deleted_partitions(tiering: Tiering) -> float | None:
+    return tiering.registry.get_sample_value("rlm_retention_deleted_partitions_total", {"topic": "orders"})
+
+
+def test_a_committed_removal_deletes_the_topics_partitions_from_the_remote_tier(
+    deleted: tuple[Tiering, Path, UUID],
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    clicks = TopicPartition("clicks", 0)
+    with MetadataLogWriter(log_dir) as log:
+        log.append(topic_record("orders", topic_id), topic_record("clicks", UUID(int=7)))  # 0-1
+        log.append(remove_topic_record(topic_id))  # 2
+        log.snapshot(3, [topic_record("clicks", UUID(int=7))])
+    idle(tiering)
+
+    tiering.retention().run_once()
+
+    assert states(tiering) == {TP: DELETED, OTHER: DELETED}
+    assert tiering.finished(TP) == [] and tiering.finished(OTHER) == []
+    assert set(tiering.storage.list_keys("")) == set()
+    assert deleted_partitions(tiering) == 2
+    assert tiering.store.get_partition(clicks) is None  # another topic: never touched
+    # Again: deleted already, nothing more.
+    assert [o.skipped for o in tiering.retention().removed_topics.run_once()] == []
+
+
+def test_a_removal_past_the_latest_snapshot_waits_for_the_next_snapshot(
+    deleted: tuple[Tiering, Path, UUID],
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    log = MetadataLogWriter(log_dir)
+    log.append(topic_record("orders", topic_id))  # 0
+    log.snapshot(1, [topic_record("orders", topic_id)])
+    log.append(remove_topic_record(topic_id))  # 1: past the quorum's high watermark, perhaps
+    idle(tiering)
+    retention = tiering.retention()
+    before = objects_of(tiering, TP) | objects_of(tiering, OTHER)
+
+    retention.run_once()
+    retention.run_once()
+
+    assert states(tiering) == {TP: None, OTHER: None}
+    assert set(tiering.storage.list_keys("")) == before
+    assert deleted_partitions(tiering) is None
+
+    # The broker's next snapshot covers it: the same retention (its read of the log kept) sees it.
+    log.snapshot(2, [])
+    log.close()
+    retention.run_once()
+
+    assert states(tiering) == {TP: DELETED, OTHER: DELETED}
+    assert set(tiering.storage.list_keys("")) == set()
+
+
+def test_a_partition_whose_lease_a_sidecar_held_lately_waits(
+    deleted: tuple[Tiering, Path, UUID], tiering_factory: TieringFactory
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    with MetadataLogWriter(log_dir) as log:
+        log.append(topic_record("orders", topic_id), remove_topic_record(topic_id))
+        log.snapshot(2, [])
+    # A sidecar that died holding the lease of orders-0 (one that stopped gave its leases back).
+    other = tiering_factory(tiering.backend, log_dir, broker_id=BROKER_ID + 1, clock=tiering.clock)
+    assert other.leases.hold(TP) is not None
+
+    outcomes = {o.topic_partition: o for o in tiering.retention().removed_topics.run_once()}
+
+    waiting = outcomes[TP].skipped
+    assert outcomes[TP].run_again and waiting is not None
+    assert "broker 2's sidecar held its copy lease until" in waiting
+    assert outcomes[OTHER].skipped is None and outcomes[OTHER].deleted_segments == 5
+    assert states(tiering) == {TP: None, OTHER: DELETED}
+    tiering.clock.advance(tiering.settings.remote_log_manager_lease_ttl_ms + 1)  # expired, lately
+    tiering.retention().run_once()
+    assert states(tiering) == {TP: None, OTHER: DELETED}
+    idle(tiering)
+    tiering.retention().run_once()
+    assert states(tiering) == {TP: DELETED, OTHER: DELETED}
+
+
+def test_the_topic_created_again_keeps_its_remote_log(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    first = topic_uuid(write_topic(log_dir, 3, seed=1)[TP])
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    shutil.rmtree(log_dir)
+    second = topic_uuid(write_topic(log_dir, 4, seed=2)[TP])  # created again: a new id
+    assert second != first
+    tiering.copier().run_once()  # adopts the new id: the deleted topic's segments retired
+    with MetadataLogWriter(log_dir) as log:
+        log.append(topic_record("orders", first), remove_topic_record(first), topic_record("orders", second))
+        log.snapshot(3, [topic_record("orders", second)])
+    tiering.leases.release_all()
+    idle(tiering)
+    kept = {tp: tiering.finished(tp) for tp in (TP, OTHER)}
+
+    assert tiering.retention().removed_topics.run_once() == []
+    assert states(tiering) == {TP: None, OTHER: None}
+    assert {tp: tiering.finished(tp) for tp in (TP, OTHER)} == kept
+    assert all(len(segments) == 4 for segments in kept.values())
+
+
+def test_a_partition_this_broker_still_holds_is_left_for_a_later_pass(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    # The controller committed the removal; the broker has not deleted its directories yet.
+    log_dir = tmp_path / "logs"
+    partitions = write_topic(log_dir, 3, seed=1)
+    topic_id = topic_uuid(partitions[TP])
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    tiering.leases.release_all()
+    with MetadataLogWriter(log_dir) as log:
+        log.append(topic_record("orders", topic_id), remove_topic_record(topic_id))
+        log.snapshot(2, [])
+    idle(tiering)
+
+    outcomes = tiering.retention().removed_topics.run_once()
+
+    assert [o.run_again for o in outcomes] == [True, True]
+    assert all(o.skipped and "the topic is not deleted on this broker" in o.skipped for o in outcomes)
+    assert states(tiering) == {TP: None, OTHER: None}
+    assert tiering.registry.get_sample_value("rlm_loop_errors_total", {"loop": "retention"}) in (None, 0.0)
+    for tp in (TP, OTHER):
+        shutil.rmtree(partitions[tp].path)
+    tiering.retention().run_once()
+    assert states(tiering) == {TP: DELETED, OTHER: DELETED}
+
+
+def test_the_metadata_log_is_read_from_metadata_log_dir_and_the_deletion_can_be_turned_off(
+    deleted: tuple[Tiering, Path, UUID], tmp_path: Path
+) -> None:
+    tiering, _, topic_id = deleted
+    elsewhere = tmp_path / "metadata"
+    with MetadataLogWriter(elsewhere) as log:
+        log.append(topic_record("orders", topic_id), remove_topic_record(topic_id))
+        log.snapshot(2, [])
+    idle(tiering)
+
+    def retention(**changes: object) -> Retention:
+        return tiering.retention(settings=tiering.settings.replace(**changes))
+
+    retention().run_once()  # the log directories hold no metadata log
+    retention(metadata_log_dir=elsewhere, remote_log_delete_removed_topics=False).run_once()
+    assert states(tiering) == {TP: None, OTHER: None}
+
+    retention(metadata_log_dir=elsewhere).run_once()
+    assert states(tiering) == {TP: DELETED, OTHER: DELETED}
+
+
+def test_a_metadata_log_it_cannot_read_deletes_nothing_and_says_so(
+    deleted: tuple[Tiering, Path, UUID], caplog: pytest.LogCaptureFixture
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    with MetadataLogWriter(log_dir) as log:
+        log.append(topic_record("orders", topic_id))  # 0
+        log.append(remove_topic_record(topic_id))  # 1
+        log.roll()
+        log.append(topic_record("clicks", UUID(int=7)))  # 2
+        log.snapshot(3, [topic_record("clicks", UUID(int=7))])
+    segment = log_dir / "__cluster_metadata-0" / "00000000000000000000.log"
+    _, (position, size) = batch_spans(segment)
+    data = bytearray(segment.read_bytes())
+    data[position + size - 1] ^= 0xFF  # the removal's batch no longer matches its CRC
+    segment.write_bytes(bytes(data))
+    idle(tiering)
+
+    with caplog.at_level("WARNING", logger="rlm.retention"):
+        tiering.retention().run_once()
+        tiering.retention().run_once()
+
+    assert states(tiering) == {TP: None, OTHER: None}
+    assert caplog.text.count("could not be read") == 2  # once for each retention (each reads it)
