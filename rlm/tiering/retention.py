@@ -43,6 +43,7 @@ from uuid import UUID
 from rlm.config import Settings, TopicSettings
 from rlm.errors import RlmError, StaleLeaseError
 from rlm.log.logdir import LogDir, PartitionDir
+from rlm.log.model import never_tiered
 from rlm.metastore.model import PartitionState, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
@@ -212,6 +213,11 @@ class Retention:
         """Apply retention to one partition; never raises for a partition's error."""
         tp = TopicPartition(partition.topic, partition.partition)
         try:
+            never = never_tiered(tp.topic)
+            if never is not None and self.store.get_partition(tp) is None:
+                # Nothing of it was ever tiered (earlier versions of rlm tiered internal topics:
+                # those copies are still retained): no lease to take every pass.
+                return RetentionOutcome(tp, skipped=never)
             # With the log's reach, as the copier: retention's passes are short, so while another
             # broker holds the lease its claim stays fresh even when copier passes are long.
             lease = self.leases.hold_partition(partition)

@@ -64,7 +64,7 @@ def test_internal_topics_are_never_tiered_and_the_metadata_log_is_no_partition(
     for tp in (OFFSETS, TRANSACTIONS, RLMM, METADATA_LOG):
         assert outcomes.get(tp, outcomes[OFFSETS]).copied_segments == 0
         assert list(tiering.store.list_segments(tp)) == []
-    assert tiering.store.get_partition(METADATA_LOG) is None
+        assert tiering.store.get_partition(tp) is None  # not even leased
     keys = tiering.storage.list_keys("")
     assert keys and all(key.split("/")[1].startswith("orders-0-") for key in keys), keys
     assert [tp for tp in (p.tp for p in LogDir(log_dir).partitions())] == [
@@ -120,3 +120,27 @@ def test_verifying_a_log_directory_checks_the_metadata_logs_bytes(
     assert code == 1
     assert "__cluster_metadata-0" in out and "crc" in out.lower()
     assert "orders-0" not in out
+
+
+def test_copies_of_an_internal_topic_an_earlier_version_made_are_still_retained(
+    backend: Backend, tiering_factory: TieringFactory, log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiering = tiering_factory(
+        backend, log_dir, topic_overrides={OFFSETS.topic: TopicSettings(retention_ms=3_600_000)}
+    )
+    with monkeypatch.context() as earlier:  # a copier that knew no never-tiered topics
+        earlier.setattr("rlm.tiering.copier.never_tiered", lambda topic: None)
+        (copied,) = tiering.copier().run_once([LogDir(log_dir).partition(OFFSETS.topic, 0)])
+    assert copied.copied_segments == 3
+    assert [o.copied_segments for o in tiering.copier().run_once()] == [0, 0, 0, 3]  # ORDERS only
+
+    retained = {o.topic_partition: o for o in tiering.retention().run_once()}
+    assert retained[OFFSETS].skipped is None and retained[OFFSETS].deleted_segments == 0
+    tiering.clock.advance(WRITER_NOW_MS + 3_600_000 - tiering.clock())  # past retention.ms of them all
+    retained = {o.topic_partition: o for o in tiering.retention().run_once()}
+
+    assert retained[OFFSETS].deleted_segments == 3
+    assert tiering.finished(OFFSETS) == []
+    assert (
+        retained[TRANSACTIONS].skipped == "__transaction_state is an internal topic, which Kafka never tiers"
+    )
