@@ -83,7 +83,7 @@ class ClusterMetadata:
     """The image after replay: live topic id -> name (as complete as what was read)."""
     unreadable: int
     """Snapshots, batches and records skipped because they could not be parsed; reading of the log
-    stops at a bad batch (or a gap in its offsets) anywhere but at the tail of its last segment."""
+    stops at a bad batch (or a batch out of place: offsets missing or repeated) anywhere but at the tail of its last segment."""
 
 
 class MetadataRecord(NamedTuple):
@@ -291,24 +291,32 @@ def read_cluster_metadata(path: Path) -> ClusterMetadata:
             break
         unreadable += 1
     replay = _Replay(topics, snapshot_end)
-    expected = snapshot_end or 0
+    image_end = snapshot_end or 0
+    # The offset the next batch must start at. The log's offsets follow one another with no gap
+    # and no overlap (nothing compacts it), and a batch's base offset lies outside its CRC: one
+    # out of place is damage, and must not move a record below the snapshot's end.
+    cursor: int | None = None
 
     def visit(header: BatchHeader, records: list[Record]) -> None:
-        nonlocal expected
-        expected = max(expected, header.next_offset)
+        nonlocal cursor
+        if header.base_offset != cursor:
+            raise CorruptDataError(f"a batch at offset {header.base_offset} where {cursor} was next")
+        cursor = header.next_offset
         if not header.is_control:
             for record in records:
                 replay.record(record.value, record.offset, header.max_timestamp)
 
     bases = segment_base_offsets(path)
     for i, base in enumerate(bases):
-        if base > expected:  # offsets missing between the image (or the last segment) and this one
-            unreadable += 1
+        if base > image_end if cursor is None else base != cursor:
+            unreadable += 1  # offsets missing after the image (or the last segment), or repeated
             break
+        cursor = base
         ending = _scan(path / f"{base:020d}.log", visit)
         if ending != "whole":
             if ending == "bad" or i < len(bases) - 1:  # else the broker may be writing it
                 unreadable += 1
             break
     unreadable += replay.unreadable
-    return ClusterMetadata(path, snapshot_end, expected, replay.removals, replay.topics, unreadable)
+    end = max(image_end, cursor or 0)
+    return ClusterMetadata(path, snapshot_end, end, replay.removals, replay.topics, unreadable)

@@ -4,12 +4,16 @@ written by tests/cluster_metadata_support.py (cross-checked with kafka-python)."
 from __future__ import annotations
 
 import os
+import shutil
 import struct
+import tempfile
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatch
 
 from rlm.errors import CorruptRecordError, NotFoundError
@@ -519,3 +523,72 @@ def test_a_batch_kafka_wrote_reads_whole(tmp_path: Path) -> None:
 
     assert (meta.end_offset, meta.unreadable, dict(meta.removals), dict(meta.topics)) == (1, 0, {}, {})
     assert decode_record(KAFKA_WRITTEN_BATCH[-24:-1]) == MetadataRecord(api_key=12, version=0)
+
+
+@pytest.fixture(scope="module")
+def busy_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A metadata log with every case at once: committed and pending removals, an aborted one,
+    a committed transaction, two segments and two snapshots."""
+    root = tmp_path_factory.mktemp("busy")
+    with MetadataLogWriter(root) as log:
+        log.append(TOPIC_FOO, topic_record("bar", BAR), topic_record("qux", QUX))  # 0-2
+        log.snapshot(3, [TOPIC_FOO, topic_record("bar", BAR), topic_record("qux", QUX)])
+        log.append(BEGIN, remove_topic_record(QUX))  # 3-4
+        log.append(ABORT)  # 5
+        log.append(REMOVE_FOO)  # 6
+        log.roll()
+        log.append(BEGIN_NAMED, topic_record("baz", BAZ), END)  # 7-9
+        log.snapshot(10, [topic_record("bar", BAR), topic_record("qux", QUX), topic_record("baz", BAZ)])
+        log.append(remove_topic_record(BAR))  # 10: pending
+    return root / CLUSTER_METADATA_DIR
+
+
+def test_the_busy_log_reads_as_written(busy_log: Path) -> None:
+    meta = read_cluster_metadata(busy_log)
+    assert {r.topic_id: r.committed for r in meta.removals.values()} == {FOO_ID: True, BAR_ID: False}
+    assert (meta.snapshot_end_offset, meta.end_offset, meta.unreadable) == (10, 11, 0)
+
+
+@given(data=st.data())
+def test_damage_anywhere_never_raises_nor_invents_a_removal(busy_log: Path, data: st.DataObject) -> None:
+    """Bytes flipped or cut anywhere in any file: the reader never raises, and every removal it
+    finds is one the undamaged log holds, committed only if it was committed there."""
+    whole = read_cluster_metadata(busy_log)
+    names = sorted(p.name for p in busy_log.iterdir() if p.suffix in (".log", ".checkpoint"))
+    name = data.draw(st.sampled_from(names))
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(shutil.copytree(busy_log, Path(scratch) / CLUSTER_METADATA_DIR))
+        target = copy / name
+        raw = bytearray(target.read_bytes())
+        if data.draw(st.booleans()):
+            at = data.draw(st.integers(0, len(raw) - 1))
+            raw[at] ^= data.draw(st.integers(1, 255))
+        else:
+            del raw[data.draw(st.integers(0, len(raw) - 1)) :]
+        target.write_bytes(bytes(raw))
+
+        damaged = read_cluster_metadata(copy)
+
+    for topic_id, removal in damaged.removals.items():
+        assert topic_id in whole.removals
+        assert not removal.committed or whole.removals[topic_id].committed
+
+
+@pytest.mark.parametrize("moved_to", [0, 2])
+def test_a_batch_whose_base_offset_is_out_of_place_stops_reading(tmp_path: Path, moved_to: int) -> None:
+    # The base offset lies outside the CRC: damaged, it must not move a pending removal below the
+    # snapshot's end (0: behind the batch before it) nor leave a hole (2).
+    with MetadataLogWriter(tmp_path) as log:
+        log.append(TOPIC_FOO)  # 0
+        log.snapshot(1, [TOPIC_FOO])
+        log.append(REMOVE_FOO)  # 1: pending
+        log.append(topic_record("bar", BAR))  # 2
+    segment = log.last_segment()
+    _, (position, _), _ = batch_spans(segment)
+    raw = bytearray(segment.read_bytes())
+    struct.pack_into(">q", raw, position, moved_to)
+    segment.write_bytes(bytes(raw))
+
+    meta = read_cluster_metadata(log.path)
+
+    assert (dict(meta.removals), meta.end_offset, meta.unreadable) == ({}, 1, 1)
