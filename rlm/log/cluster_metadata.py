@@ -83,7 +83,8 @@ class ClusterMetadata:
     """The image after replay: live topic id -> name (as complete as what was read)."""
     unreadable: int
     """Snapshots, batches and records skipped because they could not be parsed; reading of the log
-    stops at a bad batch (or a batch out of place: offsets missing or repeated) anywhere but at the tail of its last segment."""
+    stops at a bad batch (or one out of place: offsets missing or repeated) anywhere but at the
+    tail of its last segment."""
 
 
 class MetadataRecord(NamedTuple):
