@@ -154,6 +154,11 @@ def _describe_retention(o: RetentionOutcome) -> str:
         return f"{o.topic_partition}: error: {o.error}"
     if o.skipped is not None:
         return f"{o.topic_partition}: skipped ({o.skipped})"
+    if o.partition_deleted:
+        return (
+            f"{o.topic_partition}: its topic was deleted: deleted {o.deleted_segments} segments "
+            f"({o.deleted_bytes} bytes) and the partition from the remote tier"
+        )
     return (
         f"{o.topic_partition}: deleted {o.deleted_segments} segments ({o.deleted_bytes} bytes), "
         f"remote log start offset {o.log_start_offset}"
@@ -173,7 +178,7 @@ def _retention(args: argparse.Namespace) -> int:
 
         def retention_pass() -> None:
             for outcome in runtime.retention.run_once():
-                if outcome.error is not None or outcome.deleted_segments:
+                if outcome.error is not None or outcome.deleted_segments or outcome.partition_deleted:
                     print(_describe_retention(outcome), file=sys.stderr)
 
         return _loop("retention", retention_pass, runtime.settings.remote_log_manager_task_interval_ms / 1000)

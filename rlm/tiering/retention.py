@@ -70,6 +70,9 @@ class RetentionOutcome:
     error: RlmError | OSError | None = None
     purged_rows: int = 0
     """Rows of long-deleted segments forgotten."""
+    partition_deleted: bool = False
+    """The partition of a topic the cluster deleted, deleted from the remote tier
+    (:mod:`rlm.tiering.removed_topics`)."""
 
 
 def breaching_segments(
@@ -183,6 +186,15 @@ class Retention:
                 for deletion in self.removed_topics.run_once():
                     if deletion.skipped is None:
                         self.on_change(deletion.topic_partition)
+                    outcomes.append(
+                        RetentionOutcome(
+                            deletion.topic_partition,
+                            deletion.deleted_segments,
+                            deletion.deleted_bytes,
+                            skipped=deletion.skipped,
+                            partition_deleted=deletion.skipped is None,
+                        )
+                    )
             self.purge_deleted_partitions()
         return outcomes
 

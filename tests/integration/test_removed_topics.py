@@ -11,10 +11,12 @@ from uuid import UUID
 
 import pytest
 
+from rlm.cli import main
 from rlm.metastore.model import PartitionState, TopicPartition
 from rlm.tiering.retention import Retention
 from tests.cluster_metadata_support import MetadataLogWriter, batch_spans, remove_topic_record, topic_record
 from tests.integration.test_topic_deletion import OTHER, TP, objects_of, topic_uuid, write_topic
+from tests.pipeline.tiers import AWS_ENV
 from tests.tiering_support import BROKER_ID, Backend, Tiering
 
 TieringFactory = Callable[..., Tiering]
@@ -222,3 +224,28 @@ def test_a_metadata_log_it_cannot_read_deletes_nothing_and_says_so(
 
     assert states(tiering) == {TP: None, OTHER: None}
     assert caplog.text.count("could not be read") == 2  # once for each retention (each reads it)
+
+
+def test_rlm_retention_once_says_what_it_deleted_of_a_deleted_topic(
+    deleted: tuple[Tiering, Path, UUID], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    with MetadataLogWriter(log_dir) as log:
+        log.append(topic_record("orders", topic_id), remove_topic_record(topic_id))
+        log.snapshot(2, [])
+    settings = tiering.settings
+    options = ["--log-dirs", str(log_dir), "--broker-id", str(BROKER_ID)]
+    options += ["--metadata-url", settings.metadata_url, "--remote-url", settings.remote_url]
+    if settings.s3_endpoint_url is not None:
+        monkeypatch.setenv("RLM_S3_ENDPOINT_URL", settings.s3_endpoint_url)
+        for name, value in AWS_ENV.items():  # moto takes any
+            monkeypatch.setenv(name, value)
+
+    assert main(["retention", "--once", *options]) == 0
+
+    out = capsys.readouterr().out
+    sizes = {tp: sum(s.size_bytes for s in tiering.store.list_segments(tp)) for tp in (TP, OTHER)}
+    for tp in (TP, OTHER):
+        said = f"{tp}: its topic was deleted: deleted 5 segments ({sizes[tp]} bytes) and the partition"
+        assert said in out, out
+    assert states(tiering) == {TP: DELETED, OTHER: DELETED}
