@@ -16,7 +16,10 @@ only, while the log's tail may hold records past the quorum's high watermark tha
 truncates. So a deletion waits for the broker's next snapshot (``metadata.log.max.snapshot.
 interval.ms``, an hour by default, or sooner after ``metadata.log.max.record.bytes.between.
 snapshots``), and only a new snapshot can make a removal committed: the log is read again only
-when the latest snapshot changes (or the last read was incomplete), not on every pass.
+when the latest snapshot changes (or the last read was incomplete), not on every pass. A removed
+topic with nothing left to delete is passed over until then too, so that passes in between list
+no partitions of the store (a broker that was away may still tier a partition of it on its
+return: the next read looks again).
 
 A removal the broker's log no longer holds (the sidecar was away longer than the broker keeps
 its metadata log after a snapshot, ``metadata.max.retention.ms``) is not found: the operator's
@@ -68,6 +71,9 @@ class RemovedTopics:
     step: Step = no_step
     _read: ClusterMetadata | None = field(default=None, init=False)
     _snapshot: str | None = field(default=None, init=False)
+    _done: set[str] = field(default_factory=set, init=False)
+    """Removed topic ids with nothing left to delete, as of the last read of the metadata log:
+    passes skip them (and list no partitions when all are), until the log is read again."""
 
     def removals(self) -> dict[str, TopicRemoval]:
         """The committed removals of the broker's metadata log, by topic id (read again only when
@@ -81,6 +87,7 @@ class RemovedTopics:
             before = read.unreadable if read is not None else 0
             read = self._read = read_cluster_metadata(path)
             self._snapshot = snapshot
+            self._done.clear()  # looked at again once per read: a lagging sidecar may have tiered more
             if read.unreadable and read.unreadable != before:  # said once, not every pass
                 log.warning(
                     "%s: %d parts of the cluster metadata log could not be read; the deleted topics "
@@ -94,7 +101,7 @@ class RemovedTopics:
         """Delete every partition of a removed topic the store still holds; never raises (a
         failure is logged and counted in ``rlm_loop_errors_total{loop="retention"}``)."""
         try:
-            removed = self.removals()
+            removed = {k: r for k, r in self.removals().items() if k not in self._done}
             if not removed:
                 return []
             records = self.store.list_partitions()
@@ -103,6 +110,7 @@ class RemovedTopics:
             log.warning("finding the topics the cluster deleted failed: %s", exc)
             return []
         outcomes = []
+        left: set[str] = set()  # removed ids with a partition still to delete
         for record in records:
             if record.topic_id is None or record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED:
                 continue
@@ -140,5 +148,8 @@ class RemovedTopics:
                         removal.offset,
                         removal.timestamp_ms,
                     )
+            if outcome.skipped is not None:
+                left.add(removal.topic_id)
             outcomes.append(outcome)
+        self._done |= removed.keys() - left
         return outcomes

@@ -12,12 +12,20 @@ from uuid import UUID
 import pytest
 
 from rlm.cli import main
+from rlm.log.checkpoints import uuid_to_topic_id, write_partition_metadata
 from rlm.metastore.model import PartitionState, TopicPartition
 from rlm.tiering.retention import Retention
 from tests.cluster_metadata_support import MetadataLogWriter, batch_spans, remove_topic_record, topic_record
 from tests.integration.test_topic_deletion import OTHER, TP, objects_of, topic_uuid, write_topic
 from tests.pipeline.tiers import AWS_ENV
-from tests.tiering_support import BROKER_ID, Backend, Tiering
+from tests.tiering_support import (
+    BROKER_ID,
+    WRITER_NOW_MS,
+    Backend,
+    SegmentPlan,
+    Tiering,
+    write_scripted_log_dir,
+)
 
 TieringFactory = Callable[..., Tiering]
 DELETED = PartitionState.DELETE_PARTITION_FINISHED
@@ -249,3 +257,31 @@ def test_rlm_retention_once_says_what_it_deleted_of_a_deleted_topic(
         said = f"{tp}: its topic was deleted: deleted 5 segments ({sizes[tp]} bytes) and the partition"
         assert said in out, out
     assert states(tiering) == {TP: DELETED, OTHER: DELETED}
+
+
+def test_a_deleted_topic_found_done_is_looked_at_again_with_the_next_snapshot(
+    deleted: tuple[Tiering, Path, UUID], tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    log = MetadataLogWriter(log_dir)
+    log.append(topic_record("orders", topic_id), remove_topic_record(topic_id))
+    log.snapshot(2, [])
+    removed = tiering.retention().removed_topics
+    assert {o.topic_partition for o in removed.run_once()} == {TP, OTHER}
+    # A lagging broker, down while the topic was deleted, tiers a partition of it on its return.
+    lagging_dir = tmp_path / "lagging"
+    late = TopicPartition("orders", 2)
+    plans = [SegmentPlan(records=10, max_timestamp_ms=WRITER_NOW_MS - 1000)] * 2
+    write_scripted_log_dir(lagging_dir, {late: plans}, seed=4)
+    write_partition_metadata(lagging_dir / "orders-2" / "partition.metadata", uuid_to_topic_id(topic_id))
+    lagging = tiering_factory(tiering.backend, lagging_dir, broker_id=BROKER_ID + 1, clock=tiering.clock)
+    assert [o.copied_segments for o in lagging.copier().run_once()] == [2]
+    lagging.leases.release_all()
+
+    assert removed.run_once() == []  # the topic was done with: not looked at until the log changes
+    assert len(tiering.finished(late)) == 2
+
+    log.snapshot(2, [], epoch=2)  # the broker's next snapshot
+    log.close()
+    assert [(o.topic_partition, o.deleted_segments) for o in removed.run_once()] == [(late, 2)]
+    assert tiering.finished(late) == []
