@@ -116,6 +116,17 @@ class Metrics:
         self.remote_log_size_bytes = Gauge(
             "rlm_remote_log_size_bytes", "Size of the partition's finished remote segments", tp, registry=r
         )
+        self.cluster_metadata_snapshot_offset = Gauge(
+            "rlm_cluster_metadata_snapshot_end_offset",
+            "End offset of the broker's latest metadata snapshot read (removals below it count as "
+            "committed); -1 before one is read or without a KRaft metadata log", registry=r,
+        )  # fmt: skip
+        self.cluster_metadata_snapshot_offset.set(-1)
+        self.cluster_metadata_unreadable = Gauge(
+            "rlm_cluster_metadata_unreadable",
+            "Parts of the broker's metadata log the last read could not read (snapshots, batches, "
+            "records); the deleted topics found may be incomplete while above 0", registry=r,
+        )  # fmt: skip
         self.loop_errors = Counter(
             "rlm_loop_errors_total", "Errors that ended a pass of a background loop", ("loop",), registry=r
         )

@@ -88,6 +88,10 @@ class RemovedTopics:
             read = self._read = read_cluster_metadata(path)
             self._snapshot = snapshot
             self._done.clear()  # looked at again once per read: a lagging sidecar may have tiered more
+            self.metrics.cluster_metadata_unreadable.set(read.unreadable)
+            self.metrics.cluster_metadata_snapshot_offset.set(
+                -1 if read.snapshot_end_offset is None else read.snapshot_end_offset
+            )
             if read.unreadable and read.unreadable != before:  # said once, not every pass
                 log.warning(
                     "%s: %d parts of the cluster metadata log could not be read; the deleted topics "

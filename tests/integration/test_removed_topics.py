@@ -78,6 +78,8 @@ def test_a_committed_removal_deletes_the_topics_partitions_from_the_remote_tier(
     assert tiering.finished(TP) == [] and tiering.finished(OTHER) == []
     assert set(tiering.storage.list_keys("")) == set()
     assert deleted_partitions(tiering) == 2
+    assert tiering.registry.get_sample_value("rlm_cluster_metadata_snapshot_end_offset") == 3
+    assert tiering.registry.get_sample_value("rlm_cluster_metadata_unreadable") == 0
     assert tiering.store.get_partition(clicks) is None  # another topic: never touched
     # Again: deleted already, nothing more.
     assert [o.skipped for o in tiering.retention().removed_topics.run_once()] == []
@@ -232,6 +234,8 @@ def test_a_metadata_log_it_cannot_read_deletes_nothing_and_says_so(
 
     assert states(tiering) == {TP: None, OTHER: None}
     assert caplog.text.count("could not be read") == 2  # once for each retention (each reads it)
+    assert tiering.registry.get_sample_value("rlm_cluster_metadata_unreadable") == 1
+    assert tiering.registry.get_sample_value("rlm_cluster_metadata_snapshot_end_offset") == 3
 
 
 def test_rlm_retention_once_says_what_it_deleted_of_a_deleted_topic(
