@@ -1,6 +1,7 @@
 """``rlm copy`` and ``rlm retention``: the sidecar's background jobs, once or in a loop; ``rlm copy
 skip`` and ``rlm copy skipped``: offsets an operator decides the remote tier will never hold;
-``rlm retention delete-topic``: a deleted topic's partitions, deleted from the remote tier."""
+``rlm retention delete-topic``: a deleted topic's partitions, deleted from the remote tier by hand;
+``rlm retention removed-topics``: the deleted topics retention finds in the broker's metadata log."""
 
 from __future__ import annotations
 
@@ -61,9 +62,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="delete a deleted topic's partitions from the remote tier",
         description="Delete every remote segment of a topic deleted from the Kafka cluster, as Kafka "
         "deletes a deleted topic's remote log (DELETE_PARTITION_MARKED -> STARTED -> FINISHED). "
-        "rlm reads log directories, not the cluster's metadata, so the operator names the deleted "
-        "topic's id (kafka-topics --describe printed it; GET /v1/topics gives it as each partition's "
-        "remote_topic_id): a partition the "
+        "Retention does so on its own once the broker's KRaft metadata log holds the topic's "
+        "committed removal (rlm retention removed-topics); this deletes one by hand where it cannot "
+        "(a ZooKeeper-era cluster, a removal the metadata log no longer holds). The operator names "
+        "the deleted topic's id (kafka-topics --describe printed it; GET /v1/topics gives it as each "
+        "partition's remote_topic_id): a partition the "
         "remote tier records under another id, or this broker still holds, is refused.",
     )
     delete_topic.add_argument("topic")
@@ -84,6 +87,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     add_settings_options(delete_topic, nested=True)
     delete_topic.set_defaults(func=_delete_topic)
+    removed = deletions.add_parser(
+        "removed-topics",
+        help="the deleted topics found in the broker's KRaft metadata log, and their remote partitions",
+        description="List the RemoveTopicRecords of the broker's KRaft metadata log (metadata.log.dir, "
+        "else the first log directory holding __cluster_metadata-0): each deleted topic, whether its "
+        "removal is committed (below the latest snapshot: retention deletes its remote partitions) "
+        "or waits for the broker's next snapshot, and the state of its partitions in the remote tier.",
+    )
+    add_settings_options(removed, nested=True)
+    removed.set_defaults(func=_removed_topics)
 
 
 def _broker_settings(args: argparse.Namespace) -> Settings:
@@ -236,6 +249,41 @@ def _delete_topic(args: argparse.Namespace) -> int:
         return 1 if failed else 0
     finally:
         runtime.close()
+
+
+def _removed_topics(args: argparse.Namespace) -> int:
+    from rlm.bootstrap import open_store
+    from rlm.log.checkpoints import uuid_to_topic_id
+    from rlm.log.cluster_metadata import find_cluster_metadata, read_cluster_metadata
+
+    settings = settings_from_args(args)
+    path = find_cluster_metadata(list(settings.log_dirs), settings.metadata_log_dir)
+    if path is None:
+        where = settings.metadata_log_dir or ", ".join(map(str, settings.log_dirs)) or "no log.dirs"
+        print(f"no KRaft metadata log (__cluster_metadata-0) in {where}: `rlm retention delete-topic` "
+              "deletes a deleted topic's remote log by hand")  # fmt: skip
+        return 0
+    found = read_cluster_metadata(path)
+    snapshot = "none" if found.snapshot_end_offset is None else f"ends at offset {found.snapshot_end_offset}"
+    print(f"{path}: latest snapshot {snapshot}, read to offset {found.end_offset}, "
+          f"{found.unreadable} parts unreadable")  # fmt: skip
+    store = open_store(settings)
+    try:
+        by_id: dict[str, list[str]] = {}
+        for record in store.list_partitions():
+            if record.topic_id is not None:
+                state = record.deletion_state.value if record.deletion_state is not None else "live"
+                by_id.setdefault(uuid_to_topic_id(record.topic_id), []).append(
+                    f"{record.topic_partition} {state}"
+                )
+    finally:
+        store.close()
+    for removal in sorted(found.removals.values(), key=lambda r: r.offset):
+        status = "committed" if removal.committed else "pending (waits for the broker's next snapshot)"
+        partitions = ", ".join(by_id.get(removal.topic_id, [])) or "none in the remote tier"
+        print(f"{removal.name or '(name not in the log)'} {removal.topic_id}: removed at offset "
+              f"{removal.offset}, {status}; partitions: {partitions}")  # fmt: skip
+    return 0
 
 
 def _skip(args: argparse.Namespace) -> int:

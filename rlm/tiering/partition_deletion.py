@@ -1,12 +1,13 @@
 """Deleting a deleted topic's partitions from the remote tier: Kafka's partition deletion,
 ``DELETE_PARTITION_MARKED → DELETE_PARTITION_STARTED → DELETE_PARTITION_FINISHED``.
 
-Kafka deletes a topic's remote segments with the topic. rlm reads its broker's log directories,
-not the cluster's metadata, and a partition directory that goes away may have moved to another
-broker: its absence proves nothing, and the copier and retention never delete a partition on it.
-The operator says it instead (``rlm retention delete-topic TOPIC --topic-id ID``), naming the
-deleted topic's id (``kafka-topics --describe`` printed it; ``GET /v1/topics`` gives it as each
-partition's ``remote_topic_id``). Topic ids are never reused:
+Kafka deletes a topic's remote segments with the topic. A partition directory that goes away may
+have moved to another broker: its absence proves nothing, and the copier and retention never
+delete a partition on it. Retention learns of a deletion from the broker's KRaft metadata log
+(:mod:`rlm.tiering.removed_topics`); where that cannot tell, the operator says it
+(``rlm retention delete-topic TOPIC --topic-id ID``), naming the deleted topic's id
+(``kafka-topics --describe`` printed it; ``GET /v1/topics`` gives it as each partition's
+``remote_topic_id``). Either way, this module deletes it. Topic ids are never reused:
 a partition whose remote state the store records under that id is the deleted topic's, and one
 recorded under another id (the topic created again under its name, its id adopted) is refused.
 So is a partition this broker's log directories still hold under that id.

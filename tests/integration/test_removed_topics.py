@@ -238,13 +238,8 @@ def test_a_metadata_log_it_cannot_read_deletes_nothing_and_says_so(
     assert tiering.registry.get_sample_value("rlm_cluster_metadata_snapshot_end_offset") == 3
 
 
-def test_rlm_retention_once_says_what_it_deleted_of_a_deleted_topic(
-    deleted: tuple[Tiering, Path, UUID], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    tiering, log_dir, topic_id = deleted
-    with MetadataLogWriter(log_dir) as log:
-        log.append(topic_record("orders", topic_id), remove_topic_record(topic_id))
-        log.snapshot(2, [])
+def cli_options(tiering: Tiering, log_dir: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The command line options of a sidecar over ``tiering``'s backends and ``log_dir``."""
     settings = tiering.settings
     options = ["--log-dirs", str(log_dir), "--broker-id", str(BROKER_ID)]
     options += ["--metadata-url", settings.metadata_url, "--remote-url", settings.remote_url]
@@ -252,6 +247,17 @@ def test_rlm_retention_once_says_what_it_deleted_of_a_deleted_topic(
         monkeypatch.setenv("RLM_S3_ENDPOINT_URL", settings.s3_endpoint_url)
         for name, value in AWS_ENV.items():  # moto takes any
             monkeypatch.setenv(name, value)
+    return options
+
+
+def test_rlm_retention_once_says_what_it_deleted_of_a_deleted_topic(
+    deleted: tuple[Tiering, Path, UUID], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    with MetadataLogWriter(log_dir) as log:
+        log.append(topic_record("orders", topic_id), remove_topic_record(topic_id))
+        log.snapshot(2, [])
+    options = cli_options(tiering, log_dir, monkeypatch)
 
     assert main(["retention", "--once", *options]) == 0
 
@@ -289,3 +295,37 @@ def test_a_deleted_topic_found_done_is_looked_at_again_with_the_next_snapshot(
     log.close()
     assert [(o.topic_partition, o.deleted_segments) for o in removed.run_once()] == [(late, 2)]
     assert tiering.finished(late) == []
+
+
+def test_rlm_retention_removed_topics_lists_what_the_metadata_log_says_and_the_remote_tier_holds(
+    deleted: tuple[Tiering, Path, UUID], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    options = cli_options(tiering, log_dir, monkeypatch)
+    assert main(["retention", "removed-topics", *options]) == 0
+    assert "no KRaft metadata log (__cluster_metadata-0) in " in capsys.readouterr().out
+
+    log = MetadataLogWriter(log_dir)
+    log.append(topic_record("orders", topic_id), topic_record("clicks", UUID(int=7)))  # 0-1
+    log.append(remove_topic_record(UUID(int=7)))  # 2
+    log.snapshot(3, [topic_record("orders", topic_id)])
+    log.append(remove_topic_record(topic_id))  # 3: pending
+    assert main(["retention", "removed-topics", *options]) == 0
+    ids = uuid_to_topic_id(topic_id), uuid_to_topic_id(UUID(int=7))
+    assert capsys.readouterr().out.splitlines()[1:] == [
+        f"clicks {ids[1]}: removed at offset 2, committed; partitions: none in the remote tier",
+        f"orders {ids[0]}: removed at offset 3, pending (waits for the broker's next snapshot); "
+        "partitions: orders-0 live, orders-1 live",
+    ]
+
+    log.snapshot(4, [])
+    log.close()
+    tiering.retention().run_once()
+    assert main(["retention", "removed-topics", *options]) == 0
+    out = capsys.readouterr().out.splitlines()
+    said = "__cluster_metadata-0: latest snapshot ends at offset 4, read to offset 4, 0 parts unreadable"
+    assert out[0].endswith(said)
+    assert out[2] == (
+        f"orders {ids[0]}: removed at offset 3, committed; "
+        "partitions: orders-0 DELETE_PARTITION_FINISHED, orders-1 DELETE_PARTITION_FINISHED"
+    )
