@@ -71,6 +71,7 @@ class RemovedTopics:
     step: Step = no_step
     _read: ClusterMetadata | None = field(default=None, init=False)
     _snapshot: str | None = field(default=None, init=False)
+    _missing_said: bool = field(default=False, init=False)
     _done: set[str] = field(default_factory=set, init=False)
     """Removed topic ids with nothing left to delete, as of the last read of the metadata log:
     passes skip them (and list no partitions when all are), until the log is read again."""
@@ -80,7 +81,15 @@ class RemovedTopics:
         its latest snapshot changed, or the last read was incomplete)."""
         path = find_cluster_metadata(list(self.log_dirs), self.metadata_log_dir)
         if path is None:
+            if self.metadata_log_dir is not None and not self._missing_said:
+                self._missing_said = True  # a volume not mounted, a wrong path: said once
+                log.warning(
+                    "metadata.log.dir %s holds no KRaft metadata log (__cluster_metadata-0): deleted "
+                    "topics are not found until it does",
+                    self.metadata_log_dir,
+                )
             return {}
+        self._missing_said = False
         snapshot = latest_snapshot(path)
         read = self._read
         if read is None or read.unreadable or read.path != path or snapshot != self._snapshot:

@@ -191,7 +191,7 @@ def test_a_partition_this_broker_still_holds_is_left_for_a_later_pass(
 
 
 def test_the_metadata_log_is_read_from_metadata_log_dir_and_the_deletion_can_be_turned_off(
-    deleted: tuple[Tiering, Path, UUID], tmp_path: Path
+    deleted: tuple[Tiering, Path, UUID], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     tiering, _, topic_id = deleted
     elsewhere = tmp_path / "metadata"
@@ -204,6 +204,11 @@ def test_the_metadata_log_is_read_from_metadata_log_dir_and_the_deletion_can_be_
         return tiering.retention(settings=tiering.settings.replace(**changes))
 
     retention().run_once()  # the log directories hold no metadata log
+    with caplog.at_level("WARNING", logger="rlm.retention"):
+        unmounted = retention(metadata_log_dir=tmp_path / "not-mounted")
+        unmounted.run_once()
+        unmounted.run_once()
+    assert caplog.text.count("holds no KRaft metadata log (__cluster_metadata-0)") == 1
     retention(metadata_log_dir=elsewhere, remote_log_delete_removed_topics=False).run_once()
     assert states(tiering) == {TP: None, OTHER: None}
 
