@@ -67,7 +67,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "(a ZooKeeper-era cluster, a removal the metadata log no longer holds). The operator names "
         "the deleted topic's id (kafka-topics --describe printed it; GET /v1/topics gives it as each "
         "partition's remote_topic_id): a partition the "
-        "remote tier records under another id, or this broker still holds, is refused.",
+        "remote tier records under another id, that this broker still holds, or whose topic the "
+        "broker's metadata log holds live, is refused.",
     )
     delete_topic.add_argument("topic")
     delete_topic.add_argument(
@@ -202,6 +203,7 @@ def _retention(args: argparse.Namespace) -> int:
 def _delete_topic(args: argparse.Namespace) -> int:
     from rlm.bootstrap import build_runtime
     from rlm.log.checkpoints import topic_id_to_uuid
+    from rlm.log.cluster_metadata import find_cluster_metadata, read_cluster_metadata
     from rlm.metastore.model import TopicPartition
     from rlm.storage.layout import validate_topic
     from rlm.tiering.copier import wall_clock_ms
@@ -216,6 +218,9 @@ def _delete_topic(args: argparse.Namespace) -> int:
     idle_ms = args.idle_ms if args.idle_ms is not None else 10 * settings.remote_log_manager_lease_ttl_ms
     if idle_ms < 0:
         raise ConfigError(f"--idle-ms {idle_ms} is negative")
+    # A live topic's id given by mistake is refused where the broker's metadata log says so.
+    metadata_log = find_cluster_metadata(list(settings.log_dirs), settings.metadata_log_dir)
+    live_topics = read_cluster_metadata(metadata_log).topics if metadata_log is not None else {}
     runtime = build_runtime(settings, index_cache_on_demand=True)
     try:
         if args.partition:
@@ -235,6 +240,7 @@ def _delete_topic(args: argparse.Namespace) -> int:
                     log_dirs=settings.log_dirs,
                     dry_run=args.dry_run,
                     idle_ms=idle_ms,
+                    live_topics=live_topics,
                 )
             except RlmError as exc:
                 print(f"{tp}: error: {exc}")

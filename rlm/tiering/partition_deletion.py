@@ -38,7 +38,7 @@ again under the name is tiered as any new topic: adopting its id clears the dele
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
@@ -100,16 +100,19 @@ def delete_partition(
     step: Step = no_step,
     dry_run: bool = False,
     idle_ms: int = 600_000,
+    live_topics: Mapping[str, str] | None = None,
 ) -> PartitionDeletion:
     """Delete partition ``tp`` of the deleted topic ``topic_id`` from the remote tier; with
     ``dry_run``, check the same and count what would be deleted, changing nothing. Nothing is
     done while a sidecar held or claimed the partition's copy lease within ``idle_ms``.
+    ``live_topics`` (topic id → name) are the topics the broker's KRaft metadata log holds live
+    (:class:`~rlm.log.cluster_metadata.ClusterMetadata`): one of them is not deleted.
 
     Raises:
         NotFoundError: The store knows no such partition.
         StateConflictError: The store records the partition under another topic id, or none, or
-            one of ``log_dirs`` holds it under ``topic_id`` (the topic is not deleted); nothing
-            was changed.
+            one of ``log_dirs`` holds it under ``topic_id``, or ``live_topics`` has it (the topic
+            is not deleted); nothing was changed.
         StorageError / MetadataError: The run can be repeated; it goes on where this one stopped.
     """
     record = store.get_partition(tp)
@@ -121,6 +124,12 @@ def delete_partition(
             tp, skipped=f"deleted already, at {record.deletion_event_time_ms} (epoch ms)"
         )
     _check_not_held_locally(log_dirs, tp, topic_id)
+    live = (live_topics or {}).get(uuid_to_topic_id(topic_id))
+    if live is not None:
+        raise StateConflictError(
+            f"{tp}: the broker's KRaft metadata log holds topic {live!r} under id "
+            f"{uuid_to_topic_id(topic_id)}: the topic is not deleted; nothing was deleted"
+        )
     recently = _recently_held(store, tp, clock(), idle_ms)
     if recently is not None:
         return PartitionDeletion(

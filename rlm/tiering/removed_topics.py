@@ -142,6 +142,7 @@ class RemovedTopics:
                     log_dirs=self.log_dirs,
                     step=self.step,
                     idle_ms=self.idle_ms,
+                    live_topics=self._read.topics if self._read is not None else None,
                 )
             except StateConflictError as exc:
                 # This broker still holds it under that id: its own deletion is on its way.

@@ -334,3 +334,28 @@ def test_rlm_retention_removed_topics_lists_what_the_metadata_log_says_and_the_r
         f"orders {ids[0]}: removed at offset 3, committed; "
         "partitions: orders-0 DELETE_PARTITION_FINISHED, orders-1 DELETE_PARTITION_FINISHED"
     )
+
+
+def test_rlm_retention_delete_topic_refuses_a_topic_the_metadata_log_holds_live(
+    deleted: tuple[Tiering, Path, UUID], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # All of the topic's sidecars are down (their leases idle): the operator gives its id by mistake.
+    tiering, log_dir, topic_id = deleted
+    options = cli_options(tiering, log_dir, monkeypatch)
+    command = ["retention", "delete-topic", "orders", "--topic-id", uuid_to_topic_id(topic_id), *options]
+    log = MetadataLogWriter(log_dir)
+    log.append(topic_record("orders", topic_id))  # 0: live, not even in a snapshot yet
+
+    assert main([*command, "--dry-run"]) == 1
+    assert main(command) == 1
+
+    out = capsys.readouterr().out
+    refusal = f"the broker's KRaft metadata log holds topic 'orders' under id {uuid_to_topic_id(topic_id)}"
+    assert out.count(refusal) == 4, out
+    assert states(tiering) == {TP: None, OTHER: None}
+    assert len(tiering.finished(TP)) == 5
+
+    log.append(remove_topic_record(topic_id))  # 1: deleted, not committed yet: the operator may go on
+    log.close()
+    assert main(command) == 0
+    assert states(tiering) == {TP: DELETED, OTHER: DELETED}
