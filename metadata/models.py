@@ -18,6 +18,8 @@
                       or data the broker deleted before it was tiered).
 ``rlm_export_offset`` per (export output, topic, partition): where the next ``rlm spark export
                       --incremental`` run starts, and the topic id that offset is one of.
+``rlm_cluster``       one row: the Kafka cluster (``cluster.id``) whose remote tier the store
+                      records, as the first sidecar to claim it found it (see ``metadata.cluster``).
 
 Any change here needs an Alembic migration in ``alembic/versions``; the test suite runs
 ``alembic check`` to catch a missing one.
@@ -104,6 +106,20 @@ class PartitionRow(Base):
     lineage: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     """How many times the remote copies were replaced from some offset on (see
     ``metadata.truncation``); each time is a :class:`CopyTruncationRow`."""
+
+
+class ClusterRow(Base):
+    """The Kafka cluster whose remote tier this store records: one row, claimed by the first
+    sidecar that asked (see :meth:`rlm.metastore.MetadataStore.claim_cluster`)."""
+
+    __tablename__ = "rlm_cluster"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    """Always 1: a store records one cluster's remote tier."""
+    cluster_id: Mapped[str] = mapped_column(String(255))
+    broker_id: Mapped[int] = mapped_column(Integer)
+    """The broker whose sidecar claimed the store."""
+    claimed_at_ms: Mapped[int] = mapped_column(BigInteger)
 
 
 class LeaseClaimRow(Base):

@@ -13,6 +13,7 @@ from sqlalchemy import Connection, Engine, Row, Select, delete, insert, select, 
 
 from metadata import (
     claims,
+    cluster,
     compaction,
     exports,
     partitions,
@@ -44,6 +45,7 @@ from rlm.errors import (
 )
 from rlm.metastore.compaction import CompactionLease, CompactionOutput, CompactionStore
 from rlm.metastore.model import (
+    ClusterClaim,
     Lease,
     LeaseClaim,
     LogPosition,
@@ -568,6 +570,11 @@ class SqlMetadataStore:
         """See :meth:`rlm.metastore.MetadataStore.lease_claims`."""
         with self._transaction(write=False, snapshot=False) as conn:
             return claims.recent(conn, tp, self._clock() - max_age_ms)
+
+    def claim_cluster(self, cluster_id: str, broker_id: int) -> ClusterClaim:
+        """See :meth:`rlm.metastore.MetadataStore.claim_cluster`."""
+        with self._transaction(write=True) as conn:
+            return cluster.claim(conn, cluster_id, broker_id, self._clock())
 
     # -- compaction (rlm.metastore.compaction) -------------------------------------------------
 

@@ -6,6 +6,7 @@ rlm's core uses :class:`MetadataStore`; ``metadata.SqlMetadataStore`` implements
 from rlm.metastore.model import (
     NO_TIMESTAMP,
     ByteRange,
+    ClusterClaim,
     IndexType,
     LeaderEpochEntry,
     Lease,
@@ -30,6 +31,7 @@ from rlm.metastore.protocol import MetadataStore
 __all__ = [
     "NO_TIMESTAMP",
     "ByteRange",
+    "ClusterClaim",
     "IndexType",
     "LeaderEpochEntry",
     "Lease",

@@ -412,6 +412,18 @@ class LogPosition:
 
 
 @dataclass(frozen=True)
+class ClusterClaim:
+    """The Kafka cluster whose remote tier a metadata store records: its brokers' ``cluster.id``
+    (``meta.properties``), as the first sidecar to claim the store found it."""
+
+    cluster_id: str
+    broker_id: int
+    """The broker whose sidecar claimed the store."""
+    claimed_at_ms: int
+    """When, by the metadata store's clock."""
+
+
+@dataclass(frozen=True)
 class LeaseClaim:
     """That broker ``broker_id`` wanted the copy lease of a partition while another broker held
     it, and how far its log reached then. A claim grants nothing: a holder that finds its own log

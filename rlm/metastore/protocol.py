@@ -25,6 +25,7 @@ from typing import Protocol
 from uuid import UUID
 
 from rlm.metastore.model import (
+    ClusterClaim,
     Lease,
     LeaseClaim,
     LogPosition,
@@ -439,6 +440,13 @@ class MetadataStore(Protocol):
     def lease_claims(self, tp: TopicPartition, *, max_age_ms: int) -> list[LeaseClaim]:
         """The claims on the copy lease of ``tp`` recorded less than ``max_age_ms`` ago (by the
         store's time), one per broker, by broker id; empty when there are none."""
+        ...
+
+    def claim_cluster(self, cluster_id: str, broker_id: int) -> ClusterClaim:
+        """Record that the store holds the remote tier of Kafka cluster ``cluster_id`` (its
+        brokers' ``meta.properties``), claimed by broker ``broker_id``'s sidecar, unless a cluster
+        is recorded already; returns the one recorded (another cluster's when the store is not
+        this one's). Concurrent first claims agree on one."""
         ...
 
     # -- skipped ranges -----------------------------------------------------------------------
