@@ -123,6 +123,11 @@ class ConfigError(RlmError):
     """A setting is missing, malformed or out of its allowed range."""
 
 
+class ClusterMismatchError(ConfigError):
+    """The metadata store records another Kafka cluster's remote tier than the broker's log
+    directories belong to (see :mod:`rlm.tiering.cluster_guard`)."""
+
+
 class BrokerIdUnknownError(ConfigError):
     """``broker.id`` is not set and no log directory has a ``meta.properties`` to read it from yet
     (the broker formats its log directories when it first starts)."""

@@ -7,6 +7,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rlm.errors import RlmError
+
 log = logging.getLogger(__name__)
 
 
@@ -47,6 +49,9 @@ class BackgroundLoop:
         while not self._stop.is_set():
             try:
                 self._job()
+            except RlmError as exc:  # says what is wrong: no traceback every pass
+                self._on_error()
+                log.error("%s pass failed: %s; retrying in %.0f s", self.name, exc, self._interval_s)
             except Exception:
                 self._on_error()
                 log.exception("%s pass failed; retrying in %.0f s", self.name, self._interval_s)

@@ -26,16 +26,7 @@ def broker_id_from_log_dirs(log_dirs: Sequence[Path]) -> int:
         BrokerIdUnknownError: no log directory has a ``meta.properties`` (yet).
         ConfigError: one names no id, a malformed one, or two directories disagree.
     """
-    found: dict[Path, int] = {}
-    for log_dir in log_dirs:
-        path = log_dir / META_PROPERTIES
-        try:
-            props = read_meta_properties(path)
-        except FileNotFoundError:
-            continue
-        except (OSError, CorruptCheckpointError) as exc:
-            raise ConfigError(f"cannot read {path}: {exc}") from exc
-        found[path] = _id_of(props, path)
+    found = {path: _id_of(props, path) for path, props in _meta_properties(log_dirs).items()}
     if not found:
         where = ", ".join(str(d) for d in log_dirs)
         raise BrokerIdUnknownError(
@@ -59,3 +50,40 @@ def _id_of(props: dict[str, str], path: Path) -> int:
         except ValueError:
             raise ConfigError(f"{path}: {key}={text!r} is not an integer") from None
     raise ConfigError(f"{path} names no broker: it has neither node.id nor broker.id")
+
+
+def cluster_id_from_log_dirs(log_dirs: Sequence[Path]) -> str | None:
+    """The ``cluster.id`` the log directories' ``meta.properties`` give; None when none gives one
+    (no ``meta.properties`` yet, or a broker too old to write it).
+
+    Raises:
+        ConfigError: a malformed one, or two directories name different clusters.
+    """
+    found = {
+        path: cluster_id
+        for path, props in _meta_properties(log_dirs).items()
+        if (cluster_id := props.get("cluster.id", "").strip())
+    }
+    ids = set(found.values())
+    if len(ids) > 1:
+        listed = ", ".join(f"{path} says {value}" for path, value in found.items())
+        raise ConfigError(f"the log directories belong to different Kafka clusters ({listed})")
+    return ids.pop() if ids else None
+
+
+def _meta_properties(log_dirs: Sequence[Path]) -> dict[Path, dict[str, str]]:
+    """The ``meta.properties`` of each log directory that has one, by path.
+
+    Raises:
+        ConfigError: one cannot be read or is malformed.
+    """
+    found: dict[Path, dict[str, str]] = {}
+    for log_dir in log_dirs:
+        path = log_dir / META_PROPERTIES
+        try:
+            found[path] = read_meta_properties(path)
+        except FileNotFoundError:
+            continue
+        except (OSError, CorruptCheckpointError) as exc:
+            raise ConfigError(f"cannot read {path}: {exc}") from exc
+    return found

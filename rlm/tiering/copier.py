@@ -70,6 +70,7 @@ from rlm.storage.description import describe
 from rlm.storage.marks import mark_retired
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.ratelimit import RateLimiter
+from rlm.tiering.cluster_guard import ClusterGuard
 from rlm.tiering.copy_plan import Candidate, Gap, covered_through, plan_copy, plan_join
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.join import prepare_join
@@ -145,6 +146,8 @@ class Copier:
         self.on_change: Callable[[TopicPartition], None] = lambda tp: None
         """Called after a segment of a partition finished copying (lookups refresh their view)."""
         self.lineage = LineageKeeper(store, metrics, trim=self._trim, mark=self._mark_retired)
+        self.cluster_guard = ClusterGuard(store, settings.log_dirs, settings.broker_id)
+        """Refuses a pass with another Kafka cluster's metadata store."""
 
     # -- passes ----------------------------------------------------------------------------
 
@@ -157,7 +160,12 @@ class Copier:
         partitions: Iterable[PartitionDir] | None = None,
         progress: Callable[[CopyOutcome], None] | None = None,
     ) -> list[CopyOutcome]:
-        """One pass over ``partitions`` (default: all), at most ``copier.thread.pool.size`` at once."""
+        """One pass over ``partitions`` (default: all), at most ``copier.thread.pool.size`` at once.
+
+        Raises:
+            ClusterMismatchError: the metadata store is another Kafka cluster's; nothing was done.
+        """
+        self.cluster_guard.check()
         todo = list(self.partitions() if partitions is None else partitions)
         workers = max(1, min(self.settings.remote_log_manager_copier_thread_pool_size, len(todo)))
         outcomes = []

@@ -49,6 +49,7 @@ from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.storage.log_start import write_marker
 from rlm.storage.protocol import RemoteStorage
+from rlm.tiering.cluster_guard import ClusterGuard
 from rlm.tiering.copier import Clock, wall_clock_ms
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
@@ -169,11 +170,18 @@ class Retention:
             step=step,
         )
         """Deletes the partitions of the topics the cluster deleted (each full pass)."""
+        self.cluster_guard = ClusterGuard(store, settings.log_dirs, settings.broker_id)
+        """Refuses a pass with another Kafka cluster's metadata store."""
 
     def run_once(self, partitions: Iterable[PartitionDir] | None = None) -> list[RetentionOutcome]:
         """One pass over ``partitions`` (default: every partition of the log directories, then
         the partitions of the topics the cluster deleted (:mod:`rlm.tiering.removed_topics`, unless
-        ``remote.log.delete.removed.topics`` is off), then :meth:`purge_deleted_partitions`)."""
+        ``remote.log.delete.removed.topics`` is off), then :meth:`purge_deleted_partitions`).
+
+        Raises:
+            ClusterMismatchError: the metadata store is another Kafka cluster's; nothing was done.
+        """
+        self.cluster_guard.check()
         everything = partitions is None
         if partitions is None:
             partitions = [p for d in self.settings.log_dirs for p in LogDir(d).partitions()]

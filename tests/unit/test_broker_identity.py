@@ -13,7 +13,7 @@ from rlm.cli import serve as serve_cmd
 from rlm.config import load_settings
 from rlm.errors import BrokerIdUnknownError, ConfigError
 from rlm.log.checkpoints import write_meta_properties
-from rlm.log.identity import broker_id_from_log_dirs
+from rlm.log.identity import broker_id_from_log_dirs, cluster_id_from_log_dirs
 
 
 def _log_dir(root: Path, name: str, **props: str) -> Path:
@@ -117,3 +117,16 @@ def test_serve_gives_up_after_its_wait(tmp_path: Path, monkeypatch: pytest.Monke
         monkeypatch.delenv(name)
     with pytest.raises(BrokerIdUnknownError):
         serve_cmd._settings_once_known(_serve_args(_log_dir(tmp_path, "a"), 0.2))
+
+
+def test_the_cluster_id_is_the_one_every_log_directory_names(tmp_path: Path) -> None:
+    a = _log_dir(tmp_path, "a", **{"node.id": "3"})
+    b = _log_dir(tmp_path, "b", **{"node.id": "3"})
+    unformatted = _log_dir(tmp_path, "c")
+    assert cluster_id_from_log_dirs([a, b, unformatted]) == "c1"
+    assert cluster_id_from_log_dirs([unformatted]) is None
+    write_meta_properties(b / "meta.properties", {"version": "0", "broker.id": "3"})  # names none
+    assert cluster_id_from_log_dirs([a, b]) == "c1"
+    write_meta_properties(b / "meta.properties", {"version": "1", "node.id": "3", "cluster.id": "c2"})
+    with pytest.raises(ConfigError, match="the log directories belong to different Kafka clusters"):
+        cluster_id_from_log_dirs([a, b])
