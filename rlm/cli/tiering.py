@@ -223,6 +223,7 @@ def _delete_topic(args: argparse.Namespace) -> int:
     live_topics = read_cluster_metadata(metadata_log).topics if metadata_log is not None else {}
     runtime = build_runtime(settings, index_cache_on_demand=True)
     try:
+        runtime.copier.cluster_guard.check()  # another cluster's store: its topics are not ours to delete
         if args.partition:
             partitions = [TopicPartition(topic, p) for p in sorted(set(args.partition))]
         else:

@@ -11,7 +11,7 @@ import pytest
 
 from rlm.cli import main
 from rlm.errors import ClusterMismatchError
-from rlm.log.checkpoints import read_meta_properties, write_meta_properties
+from rlm.log.checkpoints import read_meta_properties, uuid_to_topic_id, write_meta_properties
 from rlm.loops import BackgroundLoop
 from tests.integration.test_removed_topics import cli_options
 from tests.integration.test_topic_deletion import OTHER, TP, objects_of, write_topic
@@ -116,3 +116,22 @@ def test_a_store_upgraded_with_tiered_data_is_claimed_by_its_next_sidecar(
     claim = tiering.store.claim_cluster("someone-else", 9)
 
     assert claim.cluster_id == "rlm-sample-cluster" and claim.broker_id == BROKER_ID
+
+
+def test_delete_topic_refuses_to_delete_in_another_clusters_store(
+    two_clusters: tuple[Tiering, Tiering], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The prod topic's id, read off GET /v1/topics, given to a staging sidecar's command.
+    prod, staging = two_clusters
+    kept = prod.finished(TP)
+    prod_id = kept[0].topic_id
+    assert prod_id is not None
+    options = cli_options(staging, staging.settings.log_dirs[0], monkeypatch)
+    options[options.index("--broker-id") + 1] = str(BROKER_ID + 1)
+
+    code = main(["retention", "delete-topic", "orders", "--topic-id", uuid_to_topic_id(prod_id), *options])
+
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "the metadata store records the remote tier of Kafka cluster prod-cluster-id" in err
+    assert prod.finished(TP) == kept
