@@ -32,12 +32,10 @@ from rlm.errors import CorruptDataError, CorruptRecordError, NotFoundError
 from rlm.log.batches import decode_batch
 from rlm.log.byte_source import FileSource, iter_header_windows, read_batch_bytes
 from rlm.log.checkpoints import uuid_to_topic_id
-from rlm.log.model import CLUSTER_METADATA_TOPIC, BatchHeader, ControlType, Record
+from rlm.log.model import CLUSTER_METADATA_DIR, BatchHeader, ControlType, Record
 from rlm.log.segment import segment_base_offsets
 from rlm.log.v2 import parse_control_record
 from rlm.log.varint import read_uvarint
-
-CLUSTER_METADATA_DIR = f"{CLUSTER_METADATA_TOPIC}-0"
 
 FRAME_VERSION = 1
 TOPIC_RECORD = 2

@@ -25,6 +25,8 @@ INT32_MAX = 2**31 - 1
 #: controllers' log of the cluster's metadata, not a topic. Clients cannot read it, and it holds
 #: credentials (SCRAM hashes, delegation tokens, configs).
 CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+#: Its directory: the topic's only partition.
+CLUSTER_METADATA_DIR = f"{CLUSTER_METADATA_TOPIC}-0"
 #: Kafka's internal topics (``Topic.INTERNAL_TOPICS``).
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 #: The topic of Kafka's own remote log metadata manager (``TopicBasedRemoteLogMetadataManager``).

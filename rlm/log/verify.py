@@ -20,7 +20,7 @@ from rlm.log.byte_source import read_batch_bytes
 from rlm.log.files import offset_file_offsets, parse_base_offset, segment_file_name, warn_stray
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.logdir import LogDir, PartitionDir, parse_partition_dir_name
-from rlm.log.model import CLUSTER_METADATA_TOPIC, BatchHeader
+from rlm.log.model import CLUSTER_METADATA_DIR, BatchHeader
 from rlm.log.recovery import TransactionTracker
 from rlm.log.segment import Segment, initial_tracker, rebuild_segment_indexes, segment_base_offsets
 from rlm.log.snapshot import read_snapshot
@@ -54,7 +54,7 @@ def verify_path(path: str | Path, *, deep: bool = True) -> list[Problem]:
     problems: list[Problem] = []
     partitions = LogDir(path).partitions()
     # Not a topic's, but the same segment format: a log directory's verify covers it too.
-    metadata_log = path / f"{CLUSTER_METADATA_TOPIC}-0"
+    metadata_log = path / CLUSTER_METADATA_DIR
     if metadata_log.is_dir():
         partitions.append(PartitionDir(metadata_log))
     for partition in partitions:

@@ -20,7 +20,6 @@ from rlm.errors import CorruptRecordError, NotFoundError
 from rlm.log import v2
 from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.cluster_metadata import (
-    CLUSTER_METADATA_DIR,
     ClusterMetadata,
     MetadataRecord,
     TopicRemoval,
@@ -29,7 +28,7 @@ from rlm.log.cluster_metadata import (
     latest_snapshot,
     read_cluster_metadata,
 )
-from rlm.log.model import ControlType, Record
+from rlm.log.model import CLUSTER_METADATA_DIR, ControlType, Record
 from tests.cluster_metadata_support import (
     TS,
     MetadataLogWriter,
