@@ -172,6 +172,8 @@ class Retention:
         """Deletes the partitions of the topics the cluster deleted (each full pass)."""
         self.cluster_guard = ClusterGuard(store, settings.log_dirs, settings.broker_id)
         """Refuses a pass with another Kafka cluster's metadata store."""
+        self._never_tiered: set[TopicPartition] = set()
+        """Partitions of never-tiered topics the store holds nothing of (see :meth:`enforce`)."""
 
     def run_once(self, partitions: Iterable[PartitionDir] | None = None) -> list[RetentionOutcome]:
         """One pass over ``partitions`` (default: every partition of the log directories, then
@@ -234,9 +236,11 @@ class Retention:
         tp = TopicPartition(partition.topic, partition.partition)
         try:
             never = never_tiered(tp.topic)
-            if never is not None and self.store.get_partition(tp) is None:
+            if never is not None and (tp in self._never_tiered or self.store.get_partition(tp) is None):
                 # Nothing of it was ever tiered (earlier versions of rlm tiered internal topics:
-                # those copies are still retained): no lease to take every pass.
+                # those copies are still retained): no lease to take every pass, and, as nothing
+                # tiers it now, no store read after the first.
+                self._never_tiered.add(tp)
                 return RetentionOutcome(tp, skipped=never)
             # With the log's reach, as the copier: retention's passes are short, so while another
             # broker holds the lease its claim stays fresh even when copier passes are long.
