@@ -89,7 +89,7 @@ def prepare_join(
         topic_id_to_uuid(topic_id) if topic_id else None,
         joined,
         checked,
-        epochs=epochs_of_segment(epochs or checked.rebuilt.epochs, start, join.end_offset),
+        epochs=epochs_of_segment(epochs, start, join.end_offset, own=checked.rebuilt.epochs),
         txn_index=txn_index,
         snapshot=snapshot.read_bytes() if snapshot.exists() else None,
         broker_id=broker_id,

@@ -15,6 +15,7 @@ does not matter; the max timestamp is that time index's last entry.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,7 +81,7 @@ def prepare_segment(
         topic_id_to_uuid(topic_id_text) if topic_id_text else None,
         segment,
         checked,
-        epochs=epochs_of_segment(epochs or checked.rebuilt.epochs, segment.base_offset, checked.end_offset),
+        epochs=epochs_of_segment(epochs, segment.base_offset, checked.end_offset, own=checked.rebuilt.epochs),
         txn_index=transaction_index(segment) or rebuilt_transaction_index(partition, segment, checked),
         snapshot=snapshot.read_bytes() if snapshot.exists() else None,
         broker_id=broker_id,
@@ -174,11 +175,24 @@ def assemble(
     return PreparedSegment(remote, segment.log_path, blob, checked.crc32c)
 
 
-def epochs_of_segment(entries: list[EpochEntry], start: int, end: int) -> tuple[LeaderEpochEntry, ...]:
+def epochs_of_segment(
+    entries: Sequence[EpochEntry], start: int, end: int, *, own: Sequence[EpochEntry] = ()
+) -> tuple[LeaderEpochEntry, ...]:
     """The leader epochs that wrote ``[start, end]``: the epoch in force at ``start`` (moved to
-    begin there) and every epoch that began inside the range. Epoch 0 when nothing is known."""
-    before = [e for e in entries if e.start_offset <= start and e.epoch >= 0]
-    inside = [e for e in entries if start < e.start_offset <= end and e.epoch >= 0]
+    begin there) and every epoch that began inside the range.
+
+    ``entries`` is the broker's leader-epoch cache. Offsets before its first entry take the epochs
+    of ``own``, those the segment's batches carry: a broker cuts its cache at its log start
+    (``truncateFromStart``, which moves the first kept entry up to it) as soon as the log start
+    moves, while the segments below it stay on disk until its next retention check. Epoch 0 when
+    neither tells (legacy v0/v1 batches carry no epoch).
+    """
+    known = [e for e in entries if e.epoch >= 0]
+    if not known or known[0].start_offset > start:
+        first = known[0].start_offset if known else end + 1
+        known = [e for e in own if e.epoch >= 0 and e.start_offset < first] + known
+    before = [e for e in known if e.start_offset <= start]
+    inside = [e for e in known if start < e.start_offset <= end]
     first_epoch = before[-1].epoch if before else (inside[0].epoch if inside else 0)
     result = [LeaderEpochEntry(first_epoch, start)]
     for entry in inside:

@@ -174,7 +174,7 @@ def trim_copy(
         copy.topic_id,
         segment,
         checked,
-        epochs=epochs_of_segment(epochs, copy.start_offset, last),
+        epochs=epochs_of_segment(epochs, copy.start_offset, last, own=checked.rebuilt.epochs),
         txn_index=txn_index,
         snapshot=snapshot if last + 1 == cut else None,
         broker_id=broker_id,

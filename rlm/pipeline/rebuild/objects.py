@@ -348,7 +348,7 @@ def _read(storage: RemoteStorage, objects: ObjectSet, log_size: int, now_ms: int
         end_offset=end,
         max_timestamp_ms=rebuilt.max_timestamp,
         size_bytes=log_size,
-        leader_epochs=epochs_of_segment(epochs, objects.start_offset, end),
+        leader_epochs=epochs_of_segment(epochs, objects.start_offset, end, own=rebuilt.epochs),
         index_ranges=tuple(ranges),
         txn_index_empty=not len(rebuilt.txn_index),
         broker_id=UNKNOWN_BROKER,
