@@ -19,8 +19,10 @@ Answers stay exact under a view up to ``ttl_s`` old but for the log start offset
 meanwhile only raise the max remote timestamp, and a timestamp above the stale one is then in
 segments the broker still has (it deleted none since), where the local search finds it; a lower max
 (retention deleted the segment holding it) only sends a search to the remote tier, which finds the
-answer in the segments that remain. A log start offset advanced by retention is seen up to ``ttl_s``
-late, as Kafka's own log start offset propagates late.
+answer in the segments that remain. A log start offset advanced by another process's retention is
+seen up to ``ttl_s`` late, as Kafka's own log start offset propagates late; the retention of the
+same process (``rlm serve``) invalidates the view as soon as it advanced it, before it deletes
+anything.
 
 Without the store (it is down, see :class:`~rlm.metastore.availability.StoreAvailability`, or its
 read failed), :meth:`RemoteViews.fallback` gives the view a lookup may still use, if any:

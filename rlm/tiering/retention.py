@@ -300,6 +300,7 @@ class Retention:
             return RetentionOutcome(tp, log_start_offset=remote_start)
         new_start = max(s.end_offset for s in doomed) + 1
         start = self.store.advance_log_start_offset(tp, new_start, lease_epoch=lease_epoch)
+        self.on_change(tp)  # no lookup here answers from the doomed segments any more
         # Before any object goes: the objects left then say where the log starts.
         mark_log_start(self.store, self.storage, tp, doomed[0].topic_id, start)
         self.step("log_start_advanced")

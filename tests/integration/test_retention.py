@@ -19,6 +19,8 @@ from rlm.log.dirwriter import LogDirWriter
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.model import NO_TIMESTAMP
 from rlm.log.writer import ProducerRecord, TopicConfig
+from rlm.lookup.index_cache import RemoteIndexCache
+from rlm.lookup.service import LookupService
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.log_start import marker_key, read_marker
@@ -27,6 +29,7 @@ from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.overview import Overview
 from rlm.tiering.prepare import prepare_segment
 from rlm.tiering.retention import breaching_segments
+from rlm.timestamps import SpecialTimestamp
 from tests.clock import FakeClock
 from tests.metadata_support import segment
 from tests.tiering_support import (
@@ -569,3 +572,36 @@ def test_a_compacted_topic_keeps_its_segments_whatever_retention_ms_and_bytes_sa
     (expired,) = tiering.retention(settings=settings.replace(topic_overrides={TP.topic: both})).run_once()
     assert (expired.error, expired.deleted_segments) == (None, 4)
     assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_lookups_beside_retention_see_the_advanced_log_start_before_anything_is_deleted(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,
+    tmp_path: Path,
+) -> None:
+    """In ``rlm serve`` lookups keep a partition's remote-tier view for a second: retention tells
+    them the log start moved as soon as it did, so that no lookup answers an offset whose
+    segment is being deleted."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    rows = tiering.finished(TP)
+    for local in LogDir(log_dir).partition(TP.topic, TP.partition).segments()[:4]:
+        local.log_path.unlink()  # the broker's local retention
+    cache = RemoteIndexCache(tmp_path / "cache", tiering.storage, tiering.metrics)
+    lookups = LookupService(tiering.store, tiering.storage, cache, (log_dir,), clock=FakeClock(100.0))
+    assert lookups.find(TP, SpecialTimestamp.EARLIEST).offset == 0  # the view is read and kept
+    earliest_at_advance: list[int] = []
+
+    def watch(name: str) -> None:
+        if name == "log_start_advanced":
+            earliest_at_advance.append(lookups.find(TP, SpecialTimestamp.EARLIEST).offset)
+
+    retention = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=4 * HOUR), step=watch)
+    retention.on_change = lookups.invalidate
+    (outcome,) = retention.run_once()
+
+    cache.close()
+
+    assert outcome.deleted_segments == 3
+    assert earliest_at_advance == [rows[3].start_offset]
