@@ -14,6 +14,14 @@
   known; otherwise every transaction the log leaves open must be open in it, and every open one
   that began in this segment must begin where the log says). Its other fields depend on producers
   the broker expired, which the log does not show.
+  A compaction's output keeps its last input's snapshot, as Kafka's cleaner does, while its log
+  lost batches: a transaction's first batches (it then begins later in the log), every batch of
+  one (the snapshot names a transaction the log never opens) or, once its horizon passed, the
+  marker of one emptied earlier (its start state opens a transaction nothing closes). So a
+  transaction the log opens in the segment and leaves open must be open in the snapshot, from
+  its first offset in the log or before; one open at the segment's start may be closed in it;
+  any other it holds open must begin within the segment's offsets (or before them, when the
+  start state is unknown).
 * Leader-epoch checkpoint (where present): equal to the row's leader epochs.
 """
 
@@ -41,6 +49,7 @@ def check_indexes(
     open_at_end: dict[int, int],
     *,
     start_state_known: bool,
+    compacted: bool,
 ) -> None:
     """Compare every file of the segment's index object with what ``rebuilt`` says.
 
@@ -50,6 +59,7 @@ def check_indexes(
         rebuilt: What recovery rebuilt from the whole ``.log``.
         open_at_end: Producer id → first offset of each transaction open at the segment's end.
         start_state_known: Whether the transactions open at the segment's start were known.
+        compacted: Whether the segment is a compaction's output.
     """
     summary = reader.summary
     start = summary.segment.start_offset
@@ -73,7 +83,9 @@ def check_indexes(
         stored = stored_cls.from_bytes(start, data)
         _compare(findings, f"{kind.value} index", list(stored.entries()), list(built.entries()), reader, kind)
     _check_transactions(reader, findings, files.get(IndexType.TRANSACTION), rebuilt, start_state_known)
-    _check_snapshot(reader, findings, files.get(IndexType.PRODUCER_SNAPSHOT), open_at_end, start_state_known)
+    _check_snapshot(
+        reader, findings, files.get(IndexType.PRODUCER_SNAPSHOT), open_at_end, start_state_known, compacted
+    )
     _check_epochs(reader, findings, files.get(IndexType.LEADER_EPOCH))
 
 
@@ -168,6 +180,7 @@ def _check_snapshot(
     data: bytes | None,
     open_at_end: dict[int, int],
     start_state_known: bool,
+    compacted: bool,
 ) -> None:
     if data is None:
         return
@@ -179,7 +192,11 @@ def _check_snapshot(
         return
     stored = {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
     start = summary.segment.start_offset
-    if start_state_known:
+    if compacted:
+        wrong = not _compacted_snapshot_agrees(
+            stored, open_at_end, start, summary.segment.end_offset, start_state_known
+        )
+    elif start_state_known:
         wrong = stored != open_at_end
     else:
         wrong = any(pid not in stored for pid in open_at_end) or any(
@@ -192,6 +209,29 @@ def _check_snapshot(
             f"{dict(sorted(stored.items()))}, the log leaves open {dict(sorted(open_at_end.items()))}",
             key=summary.index_key,
         )
+
+
+def _compacted_snapshot_agrees(
+    stored: dict[int, int], open_at_end: dict[int, int], start: int, end: int, start_state_known: bool
+) -> bool:
+    """Whether a compaction's output's snapshot (``stored``) may be its last input's, given the
+    transactions its log leaves open (producer id → first offset; see the module's description)."""
+
+    def within(first: int) -> bool:
+        # Without the start state, a transaction open in the snapshot may have begun earlier.
+        return first <= end and (first >= start or not start_state_known)
+
+    for pid in stored.keys() | open_at_end.keys():
+        ours, logs = stored.get(pid), open_at_end.get(pid)
+        if logs is None:
+            agrees = ours is None or within(ours)
+        elif logs >= start:  # opened in the segment: its first batches may have gone
+            agrees = ours is not None and within(ours) and ours <= logs
+        else:  # open at the start: its marker may have gone, with every batch of it
+            agrees = ours is None or ours == logs or within(ours)
+        if not agrees:
+            return False
+    return True
 
 
 def _check_epochs(reader: SegmentReader, findings: Findings, data: bytes | None) -> None:

@@ -22,7 +22,8 @@ class ProblemKind(enum.Enum):
     OFFSET_ORDER = "offset-order"
     """Offsets do not increase from one batch to the next."""
     OFFSET_RANGE = "offset-range"
-    """The batches' first or last offset is not the row's start or end offset."""
+    """The batches' first or last offset is not the row's start or end offset (for a compaction's
+    output: lies outside the row's offsets)."""
     MAX_TIMESTAMP = "max-timestamp"
     """The largest batch timestamp is not the row's max timestamp."""
     INDEX_MISMATCH = "index-mismatch"

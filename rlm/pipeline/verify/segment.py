@@ -6,6 +6,14 @@ With ``deep`` every byte of the ``.log`` object is read, streamed in chunks: eac
 offsets increasing from batch to batch, each batch's leader epoch the one the row says wrote its
 offsets, the first and last offsets and the largest timestamp equal to the row's; then every file
 of the index object against the one rebuilt from the log (:mod:`rlm.pipeline.verify.indexes`).
+
+A compaction's output (its index object's metadata says so: ``rlm-compaction``, see
+:mod:`rlm.storage.description`) keeps its first input's start offset and its last input's end
+offset whatever survives, as Kafka's cleaner does: its batches need only lie within the row's
+offsets (the partition's rows holding every offset once is judged across them,
+:mod:`rlm.pipeline.verify.continuity`). A copier's segment holds every batch of its offsets, so a
+first or last offset that is not the row's is damage there.
+
 A batch failing its CRC may have any header field damaged, so when one does the comparisons that
 trust the headers (offset range, max timestamp, indexes) are left out: the CRC problem is the
 finding. The same holds when the object cannot be cut into whole batches.
@@ -40,6 +48,7 @@ from rlm.pipeline.verify.findings import Findings
 from rlm.pipeline.verify.indexes import check_indexes
 from rlm.pipeline.verify.problems import PROBLEM_TYPE, Problem, ProblemKind, problem_row
 from rlm.remote_tier.read_plan import IndexRef, SegmentSummary
+from rlm.storage.description import read_compaction
 from rlm.storage.protocol import RemoteStorage
 
 #: The attribute bit of a transactional v2 batch.
@@ -106,12 +115,15 @@ def check_segment(
     row = summary.segment
     reader = SegmentReader(storage, summary, chunk_bytes=chunk_bytes)
     index_expected = max((r.end for _, r in row.layout.index_ranges), default=0)
-    with ThreadPoolExecutor(4, "rlm-verify") as pool:
-        # Every small read at once, and the index files (the object, one read) and the previous
-        # segment's producer snapshot fetched while the .log streams: round trips overlap.
+    with ThreadPoolExecutor(5, "rlm-verify") as pool:
+        # Every small read at once (the index object's metadata tells a compaction's output), and
+        # the index files (the object, one read) and the previous segment's producer snapshot
+        # fetched while the .log streams: round trips overlap.
         sizes = [pool.submit(storage.object_size, key) for key in (summary.log_key, summary.index_key)]
         index: Future[None] | None = None
+        metadata: Future[dict[str, str] | None] | None = None
         if deep:
+            metadata = pool.submit(storage.object_metadata, summary.index_key)
             index = pool.submit(reader.fetch, IndexRef(summary.index_key, ByteRange(0, index_expected)))
             if summary.previous_snapshot is not None:
                 pool.submit(reader.fetch, summary.previous_snapshot).result()
@@ -120,7 +132,26 @@ def check_segment(
         except RlmError as exc:
             findings.add(ProblemKind.UNREADABLE, f"cannot look at the objects: {exc}", key=summary.log_key)
             return SegmentCheck(summary.segment_id, 0, 0, findings.problems())
-        return _check(reader, findings, (log_size, index_size), index_expected, index, deep=deep)
+        compacted = metadata is not None and _compaction_output(metadata, findings, summary.index_key)
+        return _check(
+            reader, findings, (log_size, index_size), index_expected, index, deep=deep, compacted=compacted
+        )
+
+
+def _compaction_output(metadata: Future[dict[str, str] | None], findings: Findings, key: str) -> bool:
+    """Whether the index object's metadata marks the segment a compaction's output (pending or
+    swapped: a failed swapped mark leaves it pending). Metadata that cannot be read is a problem,
+    and the segment is then checked as a copier's."""
+    try:
+        found = metadata.result()
+    except RlmError as exc:
+        findings.add(
+            ProblemKind.UNREADABLE,
+            f"cannot read the index object's metadata ({exc}): the segment is checked as the copier's",
+            key=key,
+        )
+        return False
+    return found is not None and read_compaction(found) is not None
 
 
 def _check(
@@ -131,9 +162,11 @@ def _check(
     index: Future[None] | None,
     *,
     deep: bool,
+    compacted: bool,
 ) -> SegmentCheck:
     """The checks once the objects' sizes are known (``index`` is the fetch of the index object,
-    waited for before the index files are compared)."""
+    waited for before the index files are compared; ``compacted``: the segment is a compaction's
+    output)."""
     summary = reader.summary
     log_size, index_size = sizes
     row = summary.segment
@@ -153,7 +186,7 @@ def _check(
         return SegmentCheck(summary.segment_id, reader.bytes_read, 0, findings.problems())
     scan = _scan(reader, findings, log_size)
     if scan.trusted:
-        _check_log(row, scan, findings, summary.log_key)
+        _check_log(row, scan, findings, summary.log_key, compacted=compacted)
         if index_size is not None:
             if index is not None:
                 index.result()
@@ -163,6 +196,7 @@ def _check(
                 scan.rebuilder.finish(),
                 dict(scan.rebuilder.tracker.ongoing),
                 start_state_known=scan.start_state_known,
+                compacted=compacted,
             )
     return SegmentCheck(summary.segment_id, reader.bytes_read, scan.batches, findings.problems())
 
@@ -286,24 +320,29 @@ class _Walk:
                 return
 
 
-def _check_log(row: RemoteSegment, scan: _Scan, findings: Findings, key: str) -> None:
+def _check_log(row: RemoteSegment, scan: _Scan, findings: Findings, key: str, *, compacted: bool) -> None:
+    """The batches' offsets and largest timestamp against the row's: a compaction's output's
+    batches within its offsets, a copier's segment's from its first to its last. Either holds a
+    batch (an output that lost every record keeps a header-only one at its last offset)."""
     if scan.first_offset is None or scan.last_offset is None:
         findings.add(ProblemKind.OFFSET_RANGE, "the .log object holds no batch", key=key)
         return
-    if scan.first_offset != row.start_offset:
+    first, last = scan.first_offset, scan.last_offset
+    if first < row.start_offset or (first > row.start_offset and not compacted):
+        where = "before the row's start offset" if compacted else "the row's start offset is"
         findings.add(
             ProblemKind.OFFSET_RANGE,
-            f"the first batch starts at offset {scan.first_offset}, "
-            f"the row's start offset is {row.start_offset}",
+            f"the first batch starts at offset {first}, {where} {row.start_offset}",
             key=key,
-            offset=scan.first_offset,
+            offset=first,
         )
-    if scan.last_offset != row.end_offset:
+    if last > row.end_offset or (last < row.end_offset and not compacted):
+        where = "after the row's end offset" if compacted else "the row's end offset is"
         findings.add(
             ProblemKind.OFFSET_RANGE,
-            f"the last batch ends at offset {scan.last_offset}, the row's end offset is {row.end_offset}",
+            f"the last batch ends at offset {last}, {where} {row.end_offset}",
             key=key,
-            offset=scan.last_offset,
+            offset=last,
         )
     largest = scan.rebuilder.max_timestamp
     if largest != row.max_timestamp_ms:
