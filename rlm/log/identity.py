@@ -20,13 +20,18 @@ def broker_id_from_log_dirs(log_dirs: Sequence[Path]) -> int:
     """The id every log directory's ``meta.properties`` gives (``node.id``, else ``broker.id``).
 
     Directories without a ``meta.properties`` are passed over (a log directory the broker has not
-    formatted yet); the others must agree.
+    formatted yet), and so are those whose ``meta.properties`` cannot be read while another gives
+    the id (a failed disk: the broker goes on with its other log directories); the others must agree.
 
     Raises:
         BrokerIdUnknownError: no log directory has a ``meta.properties`` (yet).
-        ConfigError: one names no id, a malformed one, or two directories disagree.
+        ConfigError: one names no id, a malformed one, or two directories disagree; or none can be
+            read.
     """
-    found = {path: _id_of(props, path) for path, props in _meta_properties(log_dirs).items()}
+    props, unreadable = _meta_properties(log_dirs)
+    if not props and unreadable:
+        raise ConfigError("; ".join(unreadable.values()))
+    found = {path: _id_of(values, path) for path, values in props.items()}
     if not found:
         where = ", ".join(str(d) for d in log_dirs)
         raise BrokerIdUnknownError(
@@ -54,14 +59,16 @@ def _id_of(props: dict[str, str], path: Path) -> int:
 
 def cluster_id_from_log_dirs(log_dirs: Sequence[Path]) -> str | None:
     """The ``cluster.id`` the log directories' ``meta.properties`` give; None when none gives one
-    (no ``meta.properties`` yet, or a broker too old to write it).
+    (no ``meta.properties`` yet, or a broker too old to write it). A ``meta.properties`` that
+    cannot be read is passed over: its log directory is offline, and neither tiered nor expired
+    (:mod:`rlm.log.broker_dirs`).
 
     Raises:
-        ConfigError: a malformed one, or two directories name different clusters.
+        ConfigError: two directories name different clusters.
     """
     found = {
         path: cluster_id
-        for path, props in _meta_properties(log_dirs).items()
+        for path, props in _meta_properties(log_dirs)[0].items()
         if (cluster_id := props.get("cluster.id", "").strip())
     }
     ids = set(found.values())
@@ -71,13 +78,11 @@ def cluster_id_from_log_dirs(log_dirs: Sequence[Path]) -> str | None:
     return ids.pop() if ids else None
 
 
-def _meta_properties(log_dirs: Sequence[Path]) -> dict[Path, dict[str, str]]:
-    """The ``meta.properties`` of each log directory that has one, by path.
-
-    Raises:
-        ConfigError: one cannot be read or is malformed.
-    """
+def _meta_properties(log_dirs: Sequence[Path]) -> tuple[dict[Path, dict[str, str]], dict[Path, str]]:
+    """The ``meta.properties`` of each log directory that has one, by path; and, by path, why
+    each one that cannot be read (an I/O error, malformed) cannot."""
     found: dict[Path, dict[str, str]] = {}
+    unreadable: dict[Path, str] = {}
     for log_dir in log_dirs:
         path = log_dir / META_PROPERTIES
         try:
@@ -85,5 +90,5 @@ def _meta_properties(log_dirs: Sequence[Path]) -> dict[Path, dict[str, str]]:
         except FileNotFoundError:
             continue
         except (OSError, CorruptCheckpointError) as exc:
-            raise ConfigError(f"cannot read {path}: {exc}") from exc
-    return found
+            unreadable[path] = f"cannot read {path}: {exc}"
+    return found, unreadable

@@ -7,7 +7,9 @@ deleted topic's (another topic id) and retire them, deleting the other cluster's
 the first sidecar to use a store records its brokers' ``cluster.id`` (``meta.properties``) there
 (:meth:`~rlm.metastore.MetadataStore.claim_cluster`), and every copier and retention pass first
 checks that the store is its own cluster's. Log directories that name no cluster (a broker older
-than ``cluster.id``, or not formatted yet) are not checked; a query tier has none.
+than ``cluster.id``, or not formatted yet) are not checked; a query tier has none. Nor are those
+whose ``meta.properties`` cannot be read: they are offline, and their partitions neither tiered nor
+expired (:mod:`rlm.log.broker_dirs`), while the others' are checked and worked on as ever.
 """
 
 from __future__ import annotations

@@ -130,3 +130,26 @@ def test_the_cluster_id_is_the_one_every_log_directory_names(tmp_path: Path) -> 
     write_meta_properties(b / "meta.properties", {"version": "1", "node.id": "3", "cluster.id": "c2"})
     with pytest.raises(ConfigError, match="the log directories belong to different Kafka clusters"):
         cluster_id_from_log_dirs([a, b])
+
+
+def test_a_meta_properties_that_cannot_be_read_is_passed_over_while_another_names_the_ids(
+    tmp_path: Path,
+) -> None:
+    a = _log_dir(tmp_path, "a", **{"node.id": "3"})
+    failed = _log_dir(tmp_path, "failed")
+    (failed / "meta.properties").mkdir()  # an I/O error reading it
+    malformed = _log_dir(tmp_path, "malformed")
+    (malformed / "meta.properties").write_text("node.id=3\ncluster.id=\\u12\n", "latin-1")
+
+    assert broker_id_from_log_dirs([failed, a, malformed]) == 3
+    assert cluster_id_from_log_dirs([failed, a, malformed]) == "c1"
+    assert cluster_id_from_log_dirs([failed, malformed]) is None
+    with pytest.raises(
+        ConfigError, match=rf"cannot read {failed / 'meta.properties'}: .*; cannot read"
+    ) as err:
+        broker_id_from_log_dirs([failed, malformed])
+    assert not isinstance(err.value, BrokerIdUnknownError)
+    # Two clusters are refused all the same.
+    b = _log_dir(tmp_path, "b", **{"node.id": "3", "cluster.id": "c2"})
+    with pytest.raises(ConfigError, match="the log directories belong to different Kafka clusters"):
+        cluster_id_from_log_dirs([failed, a, b])
