@@ -14,6 +14,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     │   └── OffsetOutOfRangeError   a fetch offset below the log start or above the high watermark
     ├── ConfigError                 a setting is missing or out of range
     │   └── BrokerIdUnknownError    broker.id unset and no log dir has a meta.properties yet (retriable)
+    ├── LogDirsOfflineError         none of the broker's log directories can be read (retriable)
     ├── StaleReplicaError           a broker's log is a deleted topic's (older than the remote tier's)
     │   └── OlderTopicIdError       its partition.metadata predates the segments it would retire
     ├── InvalidArgumentError        a request's argument is malformed or out of range (also a ValueError)
@@ -131,6 +132,14 @@ class ClusterMismatchError(ConfigError):
 class BrokerIdUnknownError(ConfigError):
     """``broker.id`` is not set and no log directory has a ``meta.properties`` to read it from yet
     (the broker formats its log directories when it first starts)."""
+
+    retriable = True
+
+
+class LogDirsOfflineError(RlmError):
+    """None of the broker's log directories can be read: each is missing, cannot be listed, or
+    has a ``meta.properties`` that cannot be read (see :mod:`rlm.log.broker_dirs`). A pass that
+    can read one of them goes on with it instead."""
 
     retriable = True
 

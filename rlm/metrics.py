@@ -1,7 +1,8 @@
 """Every Prometheus metric rlm exports, defined in one place.
 
 The registry is passed in (tests build a fresh ``CollectorRegistry``). Labels are topic and
-partition at most: never a segment id or an offset.
+partition at most (or a few fixed values: a loop, a pool, a configured log directory): never a
+segment id or an offset.
 """
 
 from __future__ import annotations
@@ -60,6 +61,12 @@ class Metrics:
             "rlm_lease_yields",
             "Copy leases this sidecar gave up to a broker whose log is ahead of its own (its broker "
             "was down, or a follower behind)", tp, registry=r,
+        )  # fmt: skip
+        self.log_dir_offline = Gauge(
+            "rlm_log_dir_offline",
+            "1 while the broker's log directory could not be read at the last pass (missing, an I/O "
+            "error, an unreadable meta.properties): its partitions are neither tiered nor expired",
+            ("log_dir",), registry=r,
         )  # fmt: skip
         self.copy_lag_bytes = Gauge(
             "rlm_copy_lag_bytes", "Bytes of rolled segments below the high watermark not yet tiered", tp,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -22,6 +22,7 @@ from rlm.tiering.copier import CopyOutcome
 from rlm.tiering.retention import RetentionOutcome
 
 if TYPE_CHECKING:
+    from rlm.log.broker_dirs import OfflineLogDir
     from rlm.log.logdir import PartitionDir
     from rlm.metastore.model import TopicPartition
 
@@ -123,6 +124,13 @@ def _loop(name: str, job: Callable[[], None], interval_s: float) -> int:
     return 0
 
 
+def _exit_code(failed: bool, offline: Sequence[OfflineLogDir], done: str) -> int:
+    """1 when a partition failed or a log directory could not be read (each said on stderr)."""
+    for log_dir in offline:
+        print(f"rlm: error: {log_dir.problem}; its partitions were not {done}", file=sys.stderr)
+    return 1 if failed or offline else 0
+
+
 def _describe_copy(o: CopyOutcome) -> str:
     if o.error is not None:
         return f"{o.topic_partition}: error: {o.error}"
@@ -142,16 +150,17 @@ def _copy(args: argparse.Namespace) -> int:
     runtime = build_runtime(_broker_settings(args), index_cache_on_demand=True)
     try:
         if args.once:
-            partitions = runtime.copier.partitions()
-            with tqdm(total=len(partitions), unit="partition", disable=args.quiet, desc="copy") as bar:
+            found = runtime.copier.partitions()
+            total = len(found.partitions) + len(found.duplicates)
+            with tqdm(total=total, unit="partition", disable=args.quiet, desc="copy") as bar:
 
                 def advance(outcome: CopyOutcome) -> None:
                     bar.update(1)
 
-                outcomes = runtime.copier.run_once(partitions, progress=advance)
+                outcomes = runtime.copier.run_once(found, progress=advance)
             for outcome in outcomes:
                 print(_describe_copy(outcome))
-            return 1 if any(o.error is not None for o in outcomes) else 0
+            return _exit_code(any(o.error is not None for o in outcomes), found.offline, "tiered")
 
         def copy_pass() -> None:
             for outcome in runtime.copier.run_once():
@@ -185,10 +194,11 @@ def _retention(args: argparse.Namespace) -> int:
     runtime = build_runtime(_broker_settings(args), index_cache_on_demand=True)
     try:
         if args.once:
-            outcomes = runtime.retention.run_once()
+            found = runtime.retention.lister.list()
+            outcomes = runtime.retention.run_once(found)
             for outcome in outcomes:
                 print(_describe_retention(outcome))
-            return 1 if any(o.error is not None for o in outcomes) else 0
+            return _exit_code(any(o.error is not None for o in outcomes), found.offline, "expired")
 
         def retention_pass() -> None:
             for outcome in runtime.retention.run_once():

@@ -34,7 +34,9 @@ Per partition and pass:
    it is aborted by id: no listing needed.
 
 Partitions are copied in parallel on a bounded pool; one partition's error (a corrupt segment, an
-unreachable store) is reported and the others carry on.
+unreachable store) is reported and the others carry on. So does a log directory that cannot be
+read, and a partition found in two log directories is not copied until one holds it
+(:mod:`rlm.tiering.local_partitions`).
 """
 
 from __future__ import annotations
@@ -52,8 +54,9 @@ from uuid import UUID
 
 from rlm.config import Settings
 from rlm.errors import CorruptDataError, RlmError, SegmentNotCopiedError, StaleLeaseError
+from rlm.log.broker_dirs import LocalPartitions, group_partitions
 from rlm.log.files import segment_file_name
-from rlm.log.logdir import LogDir, PartitionDir
+from rlm.log.logdir import PartitionDir
 from rlm.log.model import never_tiered
 from rlm.metastore.model import (
     Lease,
@@ -76,6 +79,7 @@ from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.join import prepare_join
 from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.lineage_keeper import LineageKeeper, Trimmed
+from rlm.tiering.local_partitions import LogDirLister, duplicated
 from rlm.tiering.prepare import PreparedSegment, prepare_segment
 from rlm.tiering.topic_identity import adopt_local_topic_id
 from rlm.tiering.trim import trim_copy
@@ -148,33 +152,48 @@ class Copier:
         self.lineage = LineageKeeper(store, metrics, trim=self._trim, mark=self._mark_retired)
         self.cluster_guard = ClusterGuard(store, settings.log_dirs, settings.broker_id)
         """Refuses a pass with another Kafka cluster's metadata store."""
+        self.lister = LogDirLister(settings.log_dirs, metrics, done="tiered")
+        """Lists the partitions of the log directories, reporting those that cannot be read."""
 
     # -- passes ----------------------------------------------------------------------------
 
-    def partitions(self) -> list[PartitionDir]:
-        """Every partition directory of the configured log directories."""
-        return [p for log_dir in self.settings.log_dirs for p in LogDir(log_dir).partitions()]
+    def partitions(self) -> LocalPartitions:
+        """The partitions of the configured log directories that can be read (the others are
+        reported in :attr:`~rlm.log.broker_dirs.LocalPartitions.offline`).
+
+        Raises:
+            LogDirsOfflineError: none of them can be read.
+        """
+        return self.lister.list()
 
     def run_once(
         self,
-        partitions: Iterable[PartitionDir] | None = None,
+        partitions: Iterable[PartitionDir] | LocalPartitions | None = None,
         progress: Callable[[CopyOutcome], None] | None = None,
     ) -> list[CopyOutcome]:
-        """One pass over ``partitions`` (default: all), at most ``copier.thread.pool.size`` at once.
+        """One pass over ``partitions`` (default: all), at most ``copier.thread.pool.size`` at once,
+        in topic-partition order. A partition found in two log directories is skipped.
 
         Raises:
             ClusterMismatchError: the metadata store is another Kafka cluster's; nothing was done.
+            LogDirsOfflineError: listing all, none of the log directories can be read.
         """
         self.cluster_guard.check()
-        todo = list(self.partitions() if partitions is None else partitions)
+        if partitions is None:
+            partitions = self.partitions()
+        found = partitions if isinstance(partitions, LocalPartitions) else group_partitions(partitions)
+        outcomes = [CopyOutcome(tp, skipped=duplicated(dirs)) for tp, dirs in found.duplicates.items()]
+        if progress is not None:
+            for outcome in outcomes:
+                progress(outcome)
+        todo = found.partitions
         workers = max(1, min(self.settings.remote_log_manager_copier_thread_pool_size, len(todo)))
-        outcomes = []
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rlm-copier") as pool:
             for outcome in pool.map(self.copy_partition, todo):
                 outcomes.append(outcome)
                 if progress is not None:
                     progress(outcome)
-        return outcomes
+        return sorted(outcomes, key=lambda o: o.topic_partition)
 
     def copy_partition(self, partition: PartitionDir) -> CopyOutcome:
         """Tier every eligible segment of one partition; never raises for a partition's error."""

@@ -42,7 +42,8 @@ from uuid import UUID
 
 from rlm.config import Settings, TopicSettings
 from rlm.errors import RlmError, StaleLeaseError
-from rlm.log.logdir import LogDir, PartitionDir
+from rlm.log.broker_dirs import LocalPartitions, group_partitions
+from rlm.log.logdir import PartitionDir
 from rlm.log.model import never_tiered
 from rlm.metastore.model import PartitionState, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
@@ -53,6 +54,7 @@ from rlm.tiering.cluster_guard import ClusterGuard
 from rlm.tiering.copier import Clock, wall_clock_ms
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.local_partitions import LogDirLister, duplicated
 from rlm.tiering.removed_topics import RemovedTopics
 from rlm.tiering.topic_identity import adopt_local_topic_id
 
@@ -172,25 +174,35 @@ class Retention:
         """Deletes the partitions of the topics the cluster deleted (each full pass)."""
         self.cluster_guard = ClusterGuard(store, settings.log_dirs, settings.broker_id)
         """Refuses a pass with another Kafka cluster's metadata store."""
+        self.lister = LogDirLister(settings.log_dirs, metrics, done="expired")
+        """Lists the partitions of the log directories, reporting those that cannot be read."""
         self._never_tiered: set[TopicPartition] = set()
         """Partitions of never-tiered topics the store holds nothing of (see :meth:`enforce`)."""
 
-    def run_once(self, partitions: Iterable[PartitionDir] | None = None) -> list[RetentionOutcome]:
-        """One pass over ``partitions`` (default: every partition of the log directories, then
+    def run_once(
+        self, partitions: Iterable[PartitionDir] | LocalPartitions | None = None
+    ) -> list[RetentionOutcome]:
+        """One pass over ``partitions`` (default, or a listing of the log directories: every
+        partition of the log directories, then
         the partitions of the topics the cluster deleted (:mod:`rlm.tiering.removed_topics`, unless
         ``remote.log.delete.removed.topics`` is off), then :meth:`purge_deleted_partitions`).
+        Log directories that cannot be read are passed over (:mod:`rlm.tiering.local_partitions`),
+        and a partition found in two log directories is skipped.
 
         Raises:
             ClusterMismatchError: the metadata store is another Kafka cluster's; nothing was done.
+            LogDirsOfflineError: none of the log directories can be read; nothing was done.
         """
         self.cluster_guard.check()
-        everything = partitions is None
         if partitions is None:
-            partitions = [p for d in self.settings.log_dirs for p in LogDir(d).partitions()]
-        todo = list(partitions)
+            partitions = self.lister.list()
+        everything = isinstance(partitions, LocalPartitions)
+        found = partitions if isinstance(partitions, LocalPartitions) else group_partitions(partitions)
+        outcomes = [RetentionOutcome(tp, skipped=duplicated(dirs)) for tp, dirs in found.duplicates.items()]
+        todo = found.partitions
         workers = max(1, min(self.settings.remote_log_manager_copier_thread_pool_size, len(todo)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rlm-retention") as pool:
-            outcomes = list(pool.map(self.enforce, todo))
+            outcomes = sorted([*outcomes, *pool.map(self.enforce, todo)], key=lambda o: o.topic_partition)
         if everything:
             if self.settings.remote_log_delete_removed_topics:
                 for deletion in self.removed_topics.run_once():
