@@ -10,7 +10,8 @@ delete a partition on it. Retention learns of a deletion from the broker's KRaft
 ``remote_topic_id``). Either way, this module deletes it. Topic ids are never reused:
 a partition whose remote state the store records under that id is the deleted topic's, and one
 recorded under another id (the topic created again under its name, its id adopted) is refused.
-So is a partition this broker's log directories still hold under that id.
+So is a partition this broker's log directories still hold under that id, and any while one of
+them cannot be read (what it holds is unknown: :mod:`rlm.log.broker_dirs`).
 
 A partition whose copy lease some sidecar held, or claimed, within ``idle_ms`` (ten lease times
 to live by default) is waited for: the sidecars of the brokers that hold a live topic renew and
@@ -44,6 +45,7 @@ from pathlib import Path
 from uuid import UUID
 
 from rlm.errors import NotFoundError, StateConflictError
+from rlm.log.broker_dirs import offline_problem
 from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.logdir import LogDir
 from rlm.lookup.topic_ids import local_topic_id
@@ -111,8 +113,8 @@ def delete_partition(
     Raises:
         NotFoundError: The store knows no such partition.
         StateConflictError: The store records the partition under another topic id, or none, or
-            one of ``log_dirs`` holds it under ``topic_id``, or ``live_topics`` has it (the topic
-            is not deleted); nothing was changed.
+            one of ``log_dirs`` holds it under ``topic_id`` or cannot be read, or ``live_topics``
+            has it (the topic is not deleted); nothing was changed.
         StorageError / MetadataError: The run can be repeated; it goes on where this one stopped.
     """
     record = store.get_partition(tp)
@@ -217,13 +219,26 @@ def _check_topic_id(record: PartitionRecord, topic_id: UUID) -> None:
 
 
 def _check_not_held_locally(log_dirs: Iterable[Path], tp: TopicPartition, topic_id: UUID) -> None:
-    for log_dir in log_dirs:
-        try:
-            partition = LogDir(log_dir).partition(tp.topic, tp.partition)
-        except NotFoundError:
-            continue
-        if local_topic_id(partition) == topic_id:
-            raise StateConflictError(
-                f"{tp}: {partition.path} holds it under topic id {uuid_to_topic_id(topic_id)}: the "
-                "topic is not deleted on this broker; nothing was deleted"
-            )
+    """Raises StateConflictError when a log directory holds ``tp`` under ``topic_id``, or one cannot
+    be read: what it holds is unknown (:mod:`rlm.log.broker_dirs`), so nothing may be deleted."""
+    for path in log_dirs:
+        log_dir = LogDir(path)
+        problem = offline_problem(log_dir)
+        if problem is None:
+            try:
+                partition = log_dir.partition(tp.topic, tp.partition)
+            except NotFoundError:
+                continue
+            except OSError as exc:
+                problem = f"log directory {path} is offline: {exc}"
+            else:
+                if local_topic_id(partition) == topic_id:
+                    raise StateConflictError(
+                        f"{tp}: {partition.path} holds it under topic id {uuid_to_topic_id(topic_id)}: "
+                        "the topic is not deleted on this broker; nothing was deleted"
+                    )
+                continue
+        raise StateConflictError(
+            f"{tp}: whether this broker holds it under topic id {uuid_to_topic_id(topic_id)} cannot be "
+            f"told, {problem}; nothing was deleted"
+        )

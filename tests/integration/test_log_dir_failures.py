@@ -20,7 +20,9 @@ import pytest
 from rlm.cli import main
 from rlm.errors import LogDirsOfflineError
 from rlm.log.logdir import LogDir
-from rlm.metastore.model import TopicPartition
+from rlm.metastore.model import PartitionState, TopicPartition
+from tests.cluster_metadata_support import MetadataLogWriter, remove_topic_record, topic_record
+from tests.integration.test_topic_deletion import topic_uuid
 from tests.tiering_support import (
     WRITER_NOW_MS,
     Backend,
@@ -166,6 +168,41 @@ def test_copy_once_tiers_the_other_log_directories_and_exits_1_naming_the_failed
     write_partitions(second, CLICKS, seed=2)
     assert main(["copy", "--once", "--quiet", *settings]) == 0
     assert f"clicks-0: copied {SEGMENTS} segments" in capsys.readouterr().out
+
+
+def test_a_deleted_topic_is_not_deleted_while_a_log_directory_cannot_be_read(
+    backend: Backend, tiering_factory: TieringFactory, dirs: tuple[Path, Path]
+) -> None:
+    first, second = dirs
+    topic_id = topic_uuid(LogDir(first).partition(ORDERS.topic, ORDERS.partition))
+    tiering = tiering_factory(backend, first, log_dirs=(first, second))
+    tiering.copier().run_once()
+    tiering.leases.release_all()
+    # orders is deleted and its removal committed; the broker's second disk fails meanwhile.
+    shutil.rmtree(first / "orders-0")
+    with MetadataLogWriter(first) as log:
+        log.append(topic_record("orders", topic_id), remove_topic_record(topic_id))
+        log.snapshot(2, [])
+    moved = second.rename(second.with_name("logs2-failed"))
+    tiering.clock.advance(10 * tiering.settings.remote_log_manager_lease_ttl_ms + 1)
+
+    retention = tiering.retention()
+    passed = {o.topic_partition: o for o in retention.run_once()}
+    (outcome,) = retention.removed_topics.run_once()  # on its own: the same
+
+    for skipped in (passed[ORDERS].skipped, outcome.skipped):
+        assert skipped is not None
+        assert f"cannot be told, log directory {second} does not exist; nothing was deleted" in skipped
+    assert not passed[ORDERS].partition_deleted and outcome.run_again
+    record = tiering.store.get_partition(ORDERS)
+    assert record is not None and record.deletion_state is None
+    assert len(tiering.finished(ORDERS)) == SEGMENTS
+
+    moved.rename(second)  # it can be read again, and does not hold orders-0: deleted
+    tiering.retention().run_once()
+    record = tiering.store.get_partition(ORDERS)
+    assert record is not None and record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED
+    assert tiering.finished(ORDERS) == []
 
 
 # -- a partition in two log directories ----------------------------------------------------------
