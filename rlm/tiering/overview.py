@@ -26,6 +26,7 @@ from uuid import UUID
 
 from rlm.arguments import parse_int, shown
 from rlm.errors import NotFoundError
+from rlm.log.broker_dirs import list_log_dirs
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.lookup.topic_ids import UnreadableTopicIdError, is_other_topic, local_topic_id
 from rlm.metastore.model import PartitionRecord, RemoteSegment, SegmentState, SkippedRange, TopicPartition
@@ -123,12 +124,10 @@ class Overview:
         """
         if topic is not None:
             validate_topic(topic)
-        local = {
-            TopicPartition(p.topic, p.partition): p
-            for d in self.log_dirs
-            if d.path.is_dir()
-            for p in d.partitions()
-        }
+        # A log directory that cannot be read is passed over (the store still knows what it
+        # tiered); of a partition in two, the first log directory's, as lookups read it.
+        found = list_log_dirs(self.log_dirs)
+        local = {p.tp: p for p in found.partitions} | {tp: dirs[0] for tp, dirs in found.duplicates.items()}
         known = set(local) | {r.topic_partition for r in self.store.list_partitions()}
         result = []
         for tp in sorted(known):

@@ -21,6 +21,7 @@ from rlm.cli import main
 from rlm.errors import LogDirsOfflineError
 from rlm.log.logdir import LogDir
 from rlm.metastore.model import PartitionState, TopicPartition
+from rlm.tiering.overview import Overview
 from tests.cluster_metadata_support import MetadataLogWriter, remove_topic_record, topic_record
 from tests.integration.test_topic_deletion import topic_uuid
 from tests.tiering_support import (
@@ -251,3 +252,18 @@ def test_a_partition_in_two_log_directories_is_neither_copied_nor_expired(
     assert (outcome.copied_segments, outcome.skipped) == (SEGMENTS, None)
     assert len(tiering.finished(ORDERS)) == SEGMENTS
     assert_invariants(tiering.store, tiering.storage, [first, second])
+
+
+def test_the_partitions_overview_passes_over_a_missing_log_directory_and_reads_the_first_of_two(
+    backend: Backend, tiering_factory: TieringFactory, duplicated: tuple[Path, Path], tmp_path: Path
+) -> None:
+    first, second = duplicated
+    set_high_watermarks(second, {ORDERS: 5})
+    tiering = tiering_factory(backend, first)
+    overview = Overview(tiering.store, tuple(LogDir(d) for d in (second, first, tmp_path / "logs3")))
+
+    partitions = {(p.topic, p.partition): p for p in overview.partitions()}
+
+    assert set(partitions) == {("orders", 0), ("clicks", 0)}
+    # As lookups read it: the log directory listed first.
+    assert partitions[("orders", 0)].high_watermark == 5
