@@ -143,22 +143,23 @@ async def batch_runs_in_range(
     chunk_bytes: int,
     name: str,
     on_last: Callable[[], None] | None = None,
+    whole: bool = False,
 ) -> AsyncGenerator[list[tuple[BatchHeader, Batch]], None]:
     """Yield ``(header, batch bytes)`` for each whole batch in ``[start, end)`` (``start`` at a batch
     boundary), batches of one chunk in lists (runs: none empty, of about :data:`RUN_BYTES`);
     header positions are positions in the object or file named ``name``.
 
     The range is read by :func:`ranged` reads, one chunk ahead (:func:`read_ahead`): see
-    :func:`batch_runs` and the module docstring.
+    :func:`batch_runs` (and its ``whole``) and the module docstring.
     """
     chunks = read_ahead(ranged(read, start, end, chunk_bytes), start, end, on_last)
-    async with contextlib.aclosing(batch_runs(chunks, start, name=name)) as runs:
+    async with contextlib.aclosing(batch_runs(chunks, start, name=name, whole=whole)) as runs:
         async for run in runs:
             yield run
 
 
 async def batch_runs(
-    chunks: AsyncGenerator[Chunk, None], start: int, *, name: str
+    chunks: AsyncGenerator[Chunk, None], start: int, *, name: str, whole: bool = False
 ) -> AsyncGenerator[list[tuple[BatchHeader, Batch]], None]:
     """Yield ``(header, batch bytes)`` for each whole batch of ``chunks`` (consecutive bytes of
     the object or file named ``name`` from ``start``, a batch boundary), batches of one chunk in
@@ -166,13 +167,17 @@ async def batch_runs(
     ``name``. ``chunks`` is closed at the end.
 
     A batch cut by the chunks' end is not yielded (the tail of a file the broker is appending
-    to). A batch is a view of its chunk (a chunk is held while a batch of it is), not a copy; only
-    a batch begun in one chunk and ended in a later one is gathered into bytes of its own (a chunk
+    to), unless ``whole`` says the chunks hold a whole object or rolled segment: such a batch is
+    then damage (its size field, which no CRC covers, says more bytes than there are), an error
+    rather than the silent loss of every record from it to the end.
+
+    A batch is a view of its chunk (a chunk is held while a batch of it is), not a copy; only a
+    batch begun in one chunk and ended in a later one is gathered into bytes of its own (a chunk
     is never copied whole).
 
     Raises:
-        CorruptDataError: a batch header is not valid (located in ``name``); the batches before
-            it are yielded first.
+        CorruptDataError: a batch header is not valid (located in ``name``), or, with ``whole``,
+            the last batch is cut by the end; the batches before it are yielded first.
     """
     tail = bytearray()  # the bytes of a batch begun in the chunks before
     tail_total: int | None = None  # its size, once its header's start is in
@@ -192,8 +197,8 @@ async def batch_runs(
                             continue
                         used = tail_total - len(tail)
                         tail += view[:used]
-                        whole = bytes(tail)
-                        run.append((_batch(whole, at, name), whole))
+                        gathered = bytes(tail)
+                        run.append((_batch(gathered, at, name), gathered))
                         at += tail_total
                         held = tail_total
                         tail.clear()
@@ -229,6 +234,13 @@ async def batch_runs(
                 raise
             if run:
                 yield run
+        if whole and tail:
+            said = "its header" if tail_total is None else f"its size field's {tail_total} bytes"
+            raise CorruptRecordError(
+                f"the last batch is cut short: {len(tail)} bytes are left at the end, short of {said}",
+                path=name,
+                position=at,
+            )
     finally:
         await chunks.aclose()
 

@@ -160,6 +160,7 @@ class BatchReader:
         self._relist = False  # the broker's files changed under the stream: list them again
         self._relists = 0  # at the same next offset
         self._relisted_at = -1
+        self._active_base = -1  # the base offset of the broker's active segment, as last listed
         self._ahead: asyncio.Task[_NextSegment] | None = None
 
     async def _blocking(self, call: Callable[[], T]) -> T:
@@ -369,6 +370,7 @@ class BatchReader:
                     ),
                     position,
                     name=key,
+                    whole=True,
                 )
             ) as found,
         ):
@@ -425,6 +427,7 @@ class BatchReader:
         if not segments or segments[0].base_offset > self.next_offset:
             self._relist = True  # deleted since it was listed
             return
+        self._active_base = segments[-1].base_offset
         for i, segment in enumerate(segments):
             if i + 1 < len(segments) and segments[i + 1].base_offset <= self.next_offset:
                 continue  # wholly below the next offset
@@ -452,8 +455,12 @@ class BatchReader:
         async def read(at: int, length: int) -> Chunk:
             return await self._counted(self._blocking(lambda: source.read(at, length)))
 
+        # Only the active segment may end in a batch the broker is still writing.
+        rolled = segment.base_offset < self._active_base
         async with contextlib.aclosing(
-            batch_runs_in_range(read, position, source.size, chunk_bytes=self.chunk_bytes, name=source.name)
+            batch_runs_in_range(
+                read, position, source.size, chunk_bytes=self.chunk_bytes, name=source.name, whole=rolled
+            )
         ) as found:
             async for run in found:
                 sent: list[StreamBatch] = []

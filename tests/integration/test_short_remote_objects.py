@@ -3,6 +3,8 @@
 A lookup neither answers from the batches before the cut as if the segment ended there, nor reads
 the same short bytes again and again (it spun on one, holding its reader thread, until the
 process ended); a stream does not go on from the segment's end offset, its last batches missing.
+The same holds for a batch whose size field (which no CRC covers) says more bytes than its object
+or rolled segment has left: only the broker's active segment may end in a batch not written whole.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlm.errors import CorruptDataError
+from rlm.log.model import LOG_OVERHEAD
 from rlm.metastore.model import SegmentState
 from rlm.stream.plan import RangeQuery
 from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
@@ -60,4 +63,36 @@ def test_a_stream_over_a_cut_remote_log_does_not_end_short_silently(tiered: Tier
     plan = rt.streams.plan(RangeQuery(tp, offset=max(cut.start_offset, truth.log_start_offset)))
     assert plan.local_start is None or plan.local_start > cut.end_offset, "the cut segment is read locally"
     with pytest.raises(CorruptDataError):
+        stream(tiered, plan)
+
+
+def _second_batch_runs_past_the_end(data: bytes) -> bytes:
+    """``data`` with its second batch's size field 5000 bytes larger than the batch."""
+    second = LOG_OVERHEAD + int.from_bytes(data[8:12], "big")
+    assert second < len(data), "the segment has one batch"
+    size = int.from_bytes(data[second + 8 : second + 12], "big")
+    return data[: second + 8] + (size + 5000).to_bytes(4, "big") + data[second + 12 :]
+
+
+def test_a_stream_over_a_remote_batch_sized_past_its_object_fails(tiered: Tiered) -> None:
+    rt, truth, tp = tiered.runtime, tiered.truth, tiered.tp
+    finished = [s for s in rt.store.list_segments(tp) if s.state is SegmentState.COPY_SEGMENT_FINISHED]
+    damaged = finished[0]
+    key = damaged.layout.log_key
+    rt.storage.put_object(
+        key, _second_batch_runs_past_the_end(rt.storage.read_range(key, 0, damaged.size_bytes))
+    )
+    plan = rt.streams.plan(RangeQuery(tp, offset=max(damaged.start_offset, truth.log_start_offset)))
+    assert plan.local_start is None or plan.local_start > damaged.end_offset, "the segment is read locally"
+    with pytest.raises(CorruptDataError, match="the last batch is cut short"):
+        stream(tiered, plan)
+
+
+def test_a_stream_over_a_rolled_local_batch_sized_past_its_segment_fails(tiered: Tiered) -> None:
+    rt, tp = tiered.runtime, tiered.tp
+    rolled = tiered.partition.segments()[0]
+    rolled.log_path.write_bytes(_second_batch_runs_past_the_end(rolled.log_path.read_bytes()))
+    plan = rt.streams.plan(RangeQuery(tp, offset=rolled.base_offset))
+    assert plan.local_start is not None and plan.local_start <= rolled.base_offset, "read remotely"
+    with pytest.raises(CorruptDataError, match="the last batch is cut short"):
         stream(tiered, plan)
