@@ -125,10 +125,13 @@ async def batches_in_range(
     chunk_bytes: int,
     name: str,
     on_last: Callable[[], None] | None = None,
+    whole: bool = False,
 ) -> AsyncGenerator[tuple[BatchHeader, Batch], None]:
     """Each batch of :func:`batch_runs_in_range`, one at a time."""
     async with contextlib.aclosing(
-        batch_runs_in_range(read, start, end, chunk_bytes=chunk_bytes, name=name, on_last=on_last)
+        batch_runs_in_range(
+            read, start, end, chunk_bytes=chunk_bytes, name=name, on_last=on_last, whole=whole
+        )
     ) as runs:
         async for run in runs:
             for batch in run:

@@ -60,9 +60,12 @@ class Reads:
         return self.data[position : position + length]
 
 
-async def collect(reads: Reads, start: int, end: int, chunk: int) -> list[tuple[int, int, int]]:
+async def collect(
+    reads: Reads, start: int, end: int, chunk: int, *, whole: bool = False
+) -> list[tuple[int, int, int]]:
     out = []
-    async for header, data in batches_in_range(reads.read, start, end, chunk_bytes=chunk, name="x.log"):
+    found = batches_in_range(reads.read, start, end, chunk_bytes=chunk, name="x.log", whole=whole)
+    async for header, data in found:
         assert data == reads.data[header.position : header.position + header.size]
         out.append((header.base_offset, header.last_offset, header.position))
     return out
@@ -77,8 +80,37 @@ def test_every_whole_batch_comes_out_whatever_the_chunk_size(chunk: int) -> None
     assert all(length <= chunk for _, length in reads.asked)
 
 
-def test_a_batch_cut_by_the_end_is_left_out() -> None:
-    assert [b[0] for b in asyncio.run(collect(Reads(LOG), 0, len(LOG) - 5, 256))] == [0, 3, 6]
+@pytest.mark.parametrize("chunk", [1, 17, 256, 4096, 1 << 20])
+def test_a_batch_cut_by_the_end_is_left_out(chunk: int) -> None:
+    """The tail of a segment the broker is still writing (batches read across chunks or not)."""
+    assert [b[0] for b in asyncio.run(collect(Reads(LOG), 0, len(LOG) - 5, chunk))] == [0, 3, 6]
+
+
+@pytest.mark.parametrize("chunk", [1, 17, 256, 4096, 1 << 20])
+@pytest.mark.parametrize("left", [5, 20, 700])
+def test_a_batch_cut_by_the_end_of_a_whole_object_is_corrupt(chunk: int, left: int) -> None:
+    """A whole object or rolled segment whose last batch is cut short (its size field, outside
+    the CRC, says more than there is): the batches before come out, then the error names it."""
+    last = LOG.rindex(kafka_batch(9, 3, 700))
+    found: list[int] = []
+
+    async def walk() -> None:
+        found_batches = batches_in_range(
+            Reads(LOG).read, 0, len(LOG) - left, chunk_bytes=chunk, name="x.log", whole=True
+        )
+        async for header, _ in found_batches:
+            found.append(header.base_offset)
+
+    with pytest.raises(CorruptRecordError, match="the last batch is cut short") as raised:
+        asyncio.run(walk())
+    assert found == [0, 3, 6]
+    assert (raised.value.path, raised.value.position) == ("x.log", last)
+
+
+@pytest.mark.parametrize("chunk", [1, 17, 256, 4096, 1 << 20])
+def test_a_whole_object_read_to_its_end_is_no_error(chunk: int) -> None:
+    found = asyncio.run(collect(Reads(LOG), 0, len(LOG), chunk, whole=True))
+    assert [first for first, _, _ in found] == [0, 3, 6, 9]
 
 
 def test_a_bad_size_field_is_named_with_its_position() -> None:
