@@ -9,13 +9,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
-from sqlalchemy import Connection, Engine, Row, Select, delete, insert, select, tuple_, update
+from sqlalchemy import Connection, Engine, Row, delete, insert, select, update
 
 from metadata import (
     claims,
     cluster,
     compaction,
     exports,
+    listing,
     partitions,
     search,
     summaries,
@@ -66,7 +67,7 @@ Segment = SegmentRow
 FINISHED = SegmentState.COPY_SEGMENT_FINISHED
 END_OFFSET = tree.Measure.END_OFFSET
 MAX_TIMESTAMP = tree.Measure.MAX_TIMESTAMP
-#: Segments fetched per transaction by ``list_segments``.
+#: Segments ``list_segments`` fetches per statement.
 DEFAULT_LIST_PAGE_SIZE = 500
 
 
@@ -82,7 +83,7 @@ class SqlMetadataStore:
         engine: From :func:`metadata.engine.create_engine_for_url`; the store owns it and
             disposes of it on :meth:`close`.
         clock: Current time in milliseconds, for lease expiry.
-        list_page_size: Segments ``list_segments`` reads per transaction.
+        list_page_size: Segments ``list_segments`` reads per statement.
         on_error: Told of every call that fails for want of an answer (to count them).
     """
 
@@ -340,16 +341,11 @@ class SqlMetadataStore:
         leader_epoch: int | None = None,
     ) -> Iterator[RemoteSegment]:
         """See :meth:`rlm.metastore.MetadataStore.list_segments`."""
-        after: tuple[int, UUID] | None = None
-        while True:
-            with self._transaction(write=False, snapshot=False) as conn:
-                query = _page_query(tp, states, leader_epoch, after)
-                rows = conn.execute(query.limit(tree.const(self._list_page_size))).all()
-            for row in rows:
+        # Every page in one snapshot (metadata.listing): the transaction and its pooled
+        # connection last until the listing is exhausted, closed or dropped.
+        with self._transaction(write=False) as conn:
+            for row in listing.rows(conn, tp, states, leader_epoch, self._list_page_size):
                 yield segment_from_row(row, tp)
-            if len(rows) < self._list_page_size:
-                return
-            after = (int(rows[-1].start_offset), rows[-1].segment_id)
 
     def remote_log_size(self, tp: TopicPartition) -> int:
         """See :meth:`rlm.metastore.MetadataStore.remote_log_size`."""
@@ -728,33 +724,6 @@ def _check_ttl(ttl_ms: int) -> None:
 def _same_copy(stored: RemoteSegment, offered: RemoteSegment) -> bool:
     """Whether ``offered`` repeats the add of ``stored`` (state and event time aside)."""
     return stored.with_state(offered.state, offered.event_time_ms) == offered
-
-
-def _page_query(
-    tp: TopicPartition,
-    states: Collection[SegmentState] | None,
-    leader_epoch: int | None,
-    after: tuple[int, UUID] | None,
-) -> Select[Any]:
-    partition_id = tree.partition_id_of(tp.topic, tp.partition)
-    if leader_epoch is None:
-        query = select(Segment.__table__).where(Segment.partition_id == partition_id)
-        order = (Segment.start_offset, Segment.segment_id)
-    else:
-        query = (
-            select(Segment.__table__)
-            .join(SegmentEpochRow, SegmentEpochRow.segment_id == Segment.segment_id)
-            .where(
-                SegmentEpochRow.partition_id == partition_id,
-                SegmentEpochRow.leader_epoch == leader_epoch,
-            )
-        )
-        order = (SegmentEpochRow.segment_start_offset, SegmentEpochRow.segment_id)
-    if states is not None:
-        query = query.where(Segment.state.in_([state.value for state in states]))
-    if after is not None:
-        query = query.where(tuple_(*order) > tuple_(*after))
-    return query.order_by(*order)
 
 
 if TYPE_CHECKING:

@@ -174,8 +174,11 @@ class MetadataStore(Protocol):
         """The partition's segments in offset order, fetched page by page as they are consumed.
 
         Filters: ``states`` keeps segments in one of those states; ``leader_epoch`` keeps segments
-        that epoch wrote records in. Each page is read in its own transaction: a segment changing
-        state while the iteration runs appears at most once.
+        that epoch wrote records in. One listing is one snapshot: it shows the partition as it was
+        when the first segment was read, whatever changes (a compaction swap, retention, a
+        truncation) commit while it runs, so each segment appears once and no offset the partition
+        covered then goes missing. The snapshot holds a database connection until the listing is
+        exhausted, closed or dropped: consume it promptly, and do not keep one part-read.
         """
         ...
 

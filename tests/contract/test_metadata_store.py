@@ -270,13 +270,3 @@ def test_list_segments_in_offset_order_with_filters(store: SqlMetadataStore) -> 
     assert starts(leader_epoch=1) == [40, 50, 60, 70]
     assert starts(leader_epoch=1, states=[FINISHED]) == [60]
     assert starts(states=[]) == []
-
-
-def test_listing_is_lazy_and_pages_through_the_partition(store: SqlMetadataStore) -> None:
-    segs = [segment(i * 10, i * 10 + 9) for i in range(8)]
-    for seg in segs:
-        store.add_segment(seg)
-    listing = store.list_segments(TP)
-    assert [next(listing).start_offset for _ in range(4)] == [0, 10, 20, 30]
-    store.add_segment(segment(75, 79))  # lands in a page not read yet
-    assert [s.start_offset for s in listing] == [40, 50, 60, 70, 75]
