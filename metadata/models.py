@@ -99,6 +99,9 @@ class PartitionRow(Base):
     lease_owner: Mapped[int | None] = mapped_column(Integer)
     lease_epoch: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     lease_expires_at_ms: Mapped[int | None] = mapped_column(BigInteger)
+    """While ``lease_owner`` is set, when the lease expires. Once it is released (``lease_owner``
+    NULL), when its last holder stopped holding it: the release, or the expiry if that came first;
+    NULL when it was never taken (or released by an rlm that kept no such time)."""
     lease_incarnation: Mapped[uuid.UUID | None] = mapped_column(Uuid)
     """The holder's process (see :attr:`rlm.metastore.model.Lease.incarnation`)."""
     topic_id: Mapped[uuid.UUID | None] = mapped_column(Uuid)

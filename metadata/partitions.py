@@ -167,14 +167,25 @@ def renew(conn: Connection, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
     return renewed
 
 
-def release(conn: Connection, lease: Lease) -> bool:
-    """Free the lease if ``lease`` is still current; the epoch stays, so it keeps growing."""
+def release(conn: Connection, lease: Lease, now_ms: int) -> bool:
+    """Free the lease if ``lease`` is still current; the epoch stays, so it keeps growing, and
+    ``lease_expires_at_ms`` keeps when the holder stopped holding it (``now_ms``, or the expiry if
+    that came first): see :func:`released_at_ms`."""
     row = lock(conn, lease.topic_partition)
     if not _is_current(row, lease):
         return False
+    held_until = min(now_ms, int(row.lease_expires_at_ms))
     conn.execute(
         update(Partition)
         .where(Partition.id == row.id)
-        .values(lease_owner=None, lease_expires_at_ms=None, lease_incarnation=None)
+        .values(lease_owner=None, lease_expires_at_ms=held_until, lease_incarnation=None)
     )
     return True
+
+
+def released_at_ms(row: Row[Any]) -> int | None:
+    """When the last holder of the lease of ``row`` released it (or its lease expired, if that came
+    first); None while somebody holds it, and when nobody ever did."""
+    if row.lease_owner is not None or row.lease_expires_at_ms is None:
+        return None
+    return int(row.lease_expires_at_ms)

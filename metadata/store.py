@@ -531,13 +531,19 @@ class SqlMetadataStore:
     def release_lease(self, lease: Lease) -> bool:
         """See :meth:`rlm.metastore.MetadataStore.release_lease`."""
         with self._transaction(write=True) as conn:
-            return partitions.release(conn, lease)
+            return partitions.release(conn, lease, self._clock())
 
     def get_lease(self, tp: TopicPartition) -> Lease | None:
         """See :meth:`rlm.metastore.MetadataStore.get_lease`."""
         with self._transaction(write=False, snapshot=False) as conn:
             row = partitions.find(conn, tp)
         return None if row is None else lease_from_row(row)
+
+    def lease_released_at_ms(self, tp: TopicPartition) -> int | None:
+        """See :meth:`rlm.metastore.MetadataStore.lease_released_at_ms`."""
+        with self._transaction(write=False, snapshot=False) as conn:
+            row = partitions.find(conn, tp)
+        return None if row is None else partitions.released_at_ms(row)
 
     def claim_lease(
         self,

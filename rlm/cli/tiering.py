@@ -84,8 +84,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     delete_topic.add_argument(
         "--idle-ms",
         type=int,
-        help="wait for a partition whose copy lease a sidecar held or claimed within this long "
-        "(default: ten remote.log.manager.lease.ttl.ms)",
+        help="wait for a partition whose copy lease a sidecar held (or gave back) or claimed within "
+        "this long (default: ten remote.log.manager.lease.ttl.ms)",
     )
     add_settings_options(delete_topic, nested=True)
     delete_topic.set_defaults(func=_delete_topic)

@@ -407,7 +407,8 @@ class MetadataStore(Protocol):
         ...
 
     def release_lease(self, lease: Lease) -> bool:
-        """Give the lease up so another broker may take it at once.
+        """Give the lease up so another broker may take it at once; :meth:`lease_released_at_ms`
+        then says when.
 
         Idempotent: returns ``False`` (and changes nothing) when ``lease`` is no longer current.
         """
@@ -415,6 +416,12 @@ class MetadataStore(Protocol):
 
     def get_lease(self, tp: TopicPartition) -> Lease | None:
         """The current lease of ``tp``, expired or not, or ``None`` when nobody holds it."""
+        ...
+
+    def lease_released_at_ms(self, tp: TopicPartition) -> int | None:
+        """When nobody holds the lease of ``tp`` (:meth:`get_lease` is None): when its last holder
+        released it, by the store's time, or when that lease expired if it expired first. ``None``
+        while somebody holds it, and when nobody ever did (or the release predates this record)."""
         ...
 
     def claim_lease(

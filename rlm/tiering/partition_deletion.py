@@ -13,10 +13,11 @@ recorded under another id (the topic created again under its name, its id adopte
 So is a partition this broker's log directories still hold under that id, and any while one of
 them cannot be read (what it holds is unknown: :mod:`rlm.log.broker_dirs`).
 
-A partition whose copy lease some sidecar held, or claimed, within ``idle_ms`` (ten lease times
-to live by default) is waited for: the sidecars of the brokers that hold a live topic renew and
-claim its leases every pass, a deleted topic's stop. This catches a live topic's id given by
-mistake even on a broker that does not hold the partition.
+A partition whose copy lease some sidecar held (until it expired, or gave it back), or claimed,
+within ``idle_ms`` (ten lease times to live by default) is waited for before its deletion begins:
+the sidecars of the brokers that hold a live topic renew and claim its leases every pass, and take
+them again when restarted; a deleted topic's stop. This catches a live topic's id given by mistake
+even on a broker that does not hold the partition.
 
 Per partition, under its copy lease:
 
@@ -105,8 +106,9 @@ def delete_partition(
     live_topics: Mapping[str, str] | None = None,
 ) -> PartitionDeletion:
     """Delete partition ``tp`` of the deleted topic ``topic_id`` from the remote tier; with
-    ``dry_run``, check the same and count what would be deleted, changing nothing. Nothing is
-    done while a sidecar held or claimed the partition's copy lease within ``idle_ms``.
+    ``dry_run``, check the same and count what would be deleted, changing nothing. A deletion
+    not begun yet begins only once no sidecar held (or gave back) or claimed the partition's copy
+    lease within ``idle_ms``.
     ``live_topics`` (topic id → name) are the topics the broker's KRaft metadata log holds live
     (:class:`~rlm.log.cluster_metadata.ClusterMetadata`): one of them is not deleted.
 
@@ -132,7 +134,9 @@ def delete_partition(
             f"{tp}: the broker's KRaft metadata log holds topic {live!r} under id "
             f"{uuid_to_topic_id(topic_id)}: the topic is not deleted; nothing was deleted"
         )
-    recently = _recently_held(store, tp, clock(), idle_ms)
+    # Checked before the deletion begins: a run that died past the mark gave the lease back (or
+    # let it go), and the partition takes no new segment since.
+    recently = _recently_held(store, tp, clock(), idle_ms) if record.deletion_state is None else None
     if recently is not None:
         return PartitionDeletion(
             tp,
@@ -195,6 +199,10 @@ def _recently_held(store: MetadataStore, tp: TopicPartition, now_ms: int, idle_m
     lease = store.get_lease(tp)
     if lease is not None and lease.expires_at_ms > now_ms - idle_ms:
         return f"broker {lease.owner}'s sidecar held its copy lease until {lease.expires_at_ms} (epoch ms)"
+    # A sidecar that stopped (a clean shutdown, a rolling restart) gave its lease back.
+    released = store.lease_released_at_ms(tp) if lease is None else None
+    if released is not None and released > now_ms - idle_ms:
+        return f"a sidecar gave its copy lease back at {released} (epoch ms)"
     claims = store.lease_claims(tp, max_age_ms=idle_ms)
     if claims:
         claim = max(claims, key=lambda c: c.claimed_at_ms)

@@ -109,6 +109,32 @@ def test_acquire_renew_release_and_takeover(store: SqlMetadataStore, clock: Fake
     assert again is not None and again.epoch == 3
 
 
+def test_a_released_lease_says_when_it_was_given_up(store: SqlMetadataStore, clock: FakeClock[int]) -> None:
+    # Deleting a deleted topic waits while a sidecar held its lease lately (partition_deletion):
+    # one that gave the lease back (a clean shutdown, a rolling restart) held it until then.
+    assert store.lease_released_at_ms(TP) is None  # never held
+    held = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
+    assert held is not None
+    assert store.lease_released_at_ms(TP) is None  # held: get_lease says until when
+    clock.advance(1_000)
+    assert store.release_lease(held)
+    assert store.get_lease(TP) is None
+    assert store.lease_released_at_ms(TP) == clock.now
+    clock.advance(1_000)
+    assert not store.release_lease(held)  # not current: the time stays
+    assert store.lease_released_at_ms(TP) == clock.now - 1_000
+
+    # Free to take at once, by any broker, and the epoch keeps growing.
+    taken = store.acquire_lease(TP, owner=2, ttl_ms=TTL)
+    assert taken is not None and taken.epoch == held.epoch + 1
+    assert store.lease_released_at_ms(TP) is None
+    # A lease released after it expired was held until it expired.
+    clock.advance(TTL * 2)
+    assert store.release_lease(taken)
+    assert store.lease_released_at_ms(TP) == taken.expires_at_ms
+    assert store.lease_released_at_ms(TopicPartition("payments", 3)) is None  # unknown partition
+
+
 def test_a_lease_another_holds_is_refused_by_a_read_alone(
     store: SqlMetadataStore, clock: FakeClock[int]
 ) -> None:

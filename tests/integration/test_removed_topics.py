@@ -34,8 +34,8 @@ DELETED = PartitionState.DELETE_PARTITION_FINISHED
 @pytest.fixture
 def deleted(backend: Backend, tiering_factory: TieringFactory, tmp_path: Path) -> tuple[Tiering, Path, UUID]:
     """Topic ``orders`` tiered (5 segments a partition) beside topic ``clicks``, then ``orders``
-    deleted: its directories are gone and its sidecar stopped holding its leases. The broker's
-    metadata log has no word of it yet."""
+    deleted: its directories are gone and its sidecar gave its leases back longer than ten lease
+    times to live ago. The broker's metadata log has no word of it yet."""
     log_dir = tmp_path / "logs"
     partitions = write_topic(log_dir, 5, seed=1)
     tiering = tiering_factory(backend, log_dir)
@@ -44,6 +44,7 @@ def deleted(backend: Backend, tiering_factory: TieringFactory, tmp_path: Path) -
     for tp in (TP, OTHER):
         shutil.rmtree(partitions[tp].path)
     tiering.leases.release_all()
+    idle(tiering)
     return tiering, log_dir, topic_id
 
 
@@ -120,7 +121,7 @@ def test_a_partition_whose_lease_a_sidecar_held_lately_waits(
     with MetadataLogWriter(log_dir) as log:
         log.append(topic_record("orders", topic_id), remove_topic_record(topic_id))
         log.snapshot(2, [])
-    # A sidecar that died holding the lease of orders-0 (one that stopped gave its leases back).
+    # A sidecar that died holding the lease of orders-0.
     other = tiering_factory(tiering.backend, log_dir, broker_id=BROKER_ID + 1, clock=tiering.clock)
     assert other.leases.hold(TP) is not None
 
@@ -292,6 +293,7 @@ def test_a_deleted_topic_found_done_is_looked_at_again_with_the_next_snapshot(
     lagging = tiering_factory(tiering.backend, lagging_dir, broker_id=BROKER_ID + 1, clock=tiering.clock)
     assert [o.copied_segments for o in lagging.copier().run_once()] == [2]
     lagging.leases.release_all()
+    idle(tiering)  # its sidecar gave the lease back long enough ago
 
     assert removed.run_once() == []  # the topic was done with: not looked at until the log changes
     assert len(tiering.finished(late)) == 2

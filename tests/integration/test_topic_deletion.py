@@ -46,6 +46,8 @@ TP = TopicPartition("orders", 0)
 OTHER = TopicPartition("orders", 1)
 TieringFactory = Callable[..., Tiering]
 FINISHED = SegmentState.DELETE_SEGMENT_FINISHED
+#: How long ago a sidecar may have held a partition's lease at most, for :func:`delete` to go on.
+IDLE_MS = 600_000
 
 
 def write_topic(log_dir: Path, segments: int, *, seed: int) -> dict[TopicPartition, PartitionDir]:
@@ -64,7 +66,7 @@ def topic_uuid(partition: PartitionDir) -> UUID:
 @pytest.fixture
 def deleted(backend: Backend, tiering_factory: TieringFactory, tmp_path: Path) -> tuple[Tiering, Path, UUID]:
     """Topic ``orders`` tiered (5 segments a partition), then deleted: its directories are gone,
-    and its sidecar stopped holding the leases."""
+    and its sidecar gave the leases back longer than the idle time ago."""
     log_dir = tmp_path / "logs"
     partitions = write_topic(log_dir, 5, seed=1)
     tiering = tiering_factory(backend, log_dir)
@@ -74,6 +76,7 @@ def deleted(backend: Backend, tiering_factory: TieringFactory, tmp_path: Path) -
     shutil.rmtree(log_dir)
     log_dir.mkdir()
     tiering.leases.release_all()
+    tiering.clock.advance(IDLE_MS + 1)
     return tiering, log_dir, topic_id
 
 
@@ -84,7 +87,7 @@ def delete(
     *,
     step: Step = no_step,
     dry_run: bool = False,
-    idle_ms: int = 600_000,
+    idle_ms: int = IDLE_MS,
 ) -> PartitionDeletion:
     return delete_partition(
         tiering.store,
@@ -210,7 +213,32 @@ def test_a_partition_whose_lease_a_sidecar_held_lately_waits_until_none_has_for_
     assert delete(tiering, TP, topic_id).run_again
     assert delete(tiering, TP, topic_id, dry_run=True).run_again
     assert tiering.finished(TP) == before
-    tiering.clock.advance(600_000)
+    tiering.clock.advance(IDLE_MS)
+    assert delete(tiering, TP, topic_id).deleted_segments == 5
+
+
+def test_a_partition_whose_lease_a_sidecar_gave_back_lately_waits_until_the_idle_time_passed(
+    deleted: tuple[Tiering, Path, UUID], tiering_factory: TieringFactory
+) -> None:
+    # The live topic's id given by mistake just after a rolling restart: the sidecar of the broker
+    # that holds the partition gave its lease back when it stopped, and takes it again once started.
+    tiering, log_dir, topic_id = deleted
+    other = tiering_factory(tiering.backend, log_dir, broker_id=BROKER_ID + 1, clock=tiering.clock)
+    assert other.leases.hold(TP) is not None
+    tiering.clock.advance(1_000)
+    other.leases.release_all()
+    assert tiering.store.get_lease(TP) is None
+    before = tiering.finished(TP)
+
+    outcome = delete(tiering, TP, topic_id)
+
+    assert outcome.run_again and outcome.skipped is not None
+    assert f"a sidecar gave its copy lease back at {tiering.clock()} (epoch ms)" in outcome.skipped
+    tiering.clock.advance(IDLE_MS - 1)
+    assert delete(tiering, TP, topic_id).run_again
+    assert delete(tiering, TP, topic_id, dry_run=True).run_again
+    assert tiering.finished(TP) == before
+    tiering.clock.advance(1)
     assert delete(tiering, TP, topic_id).deleted_segments == 5
 
 
