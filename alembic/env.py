@@ -13,6 +13,7 @@ from sqlalchemy import Connection
 from alembic import context
 from metadata.engine import DEFAULT_URL, WRITE_OPTION, create_engine_for_url
 from metadata.models import Base
+from metadata.schema import lock_migrations
 from rlm.errors import MetadataError
 
 config = context.config
@@ -60,6 +61,8 @@ def _run(connection: Connection) -> None:
         compare_type=True,
     )
     with context.begin_transaction():
+        # Before Alembic reads the revision: a second upgrade at once waits, then finds it done.
+        lock_migrations(connection)
         context.run_migrations()
         if sqlite:
             broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()

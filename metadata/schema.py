@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
 from alembic.util import CommandError
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy import exc as sa_exc
 
 from alembic import command
@@ -33,6 +33,18 @@ def _script_location() -> Path:
 
 #: The Alembic script directory.
 SCRIPT_LOCATION = _script_location()
+#: The PostgreSQL advisory lock that migrations of one database hold while they run (the bytes of
+#: ``rlm_schm``): two ``rlm db upgrade`` at once (the chart's hook Job, a sidecar) queue on it.
+MIGRATION_LOCK_KEY = int.from_bytes(b"rlm_schm", "big")
+
+
+def lock_migrations(connection: Connection) -> None:
+    """Wait until no other migration of the database runs, and keep it so until ``connection``'s
+    transaction ends; Alembic reads the database's revision after this, and finds what the other
+    migration did. On PostgreSQL an advisory lock; SQLite's write transaction (``BEGIN IMMEDIATE``)
+    already serializes migrations."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
 
 
 def alembic_config(url: str, script_location: Path = SCRIPT_LOCATION) -> Config:

@@ -23,6 +23,10 @@ ErrorListener = Callable[[MetadataUnavailableError], None]
 #: SQLSTATEs of a statement the server gave up on: query_canceled (statement_timeout) and
 #: lock_not_available (lock_timeout, NOWAIT).
 _TIMED_OUT_STATES = frozenset({"57014", "55P03"})
+#: SQLSTATEs of a statement naming a table or a column the database lacks: undefined_table,
+#: undefined_column. One that exists already (duplicate_table, duplicate_column) says the schema
+#: is there, and is no missing schema.
+_MISSING_STATES = frozenset({"42P01", "42703"})
 
 
 def translate_error(exc: sa_exc.SQLAlchemyError, *, connecting: bool = False) -> MetadataError:
@@ -53,7 +57,11 @@ def translate_error(exc: sa_exc.SQLAlchemyError, *, connecting: bool = False) ->
         return MetadataUnavailableError(f"metadata database unavailable: {exc.orig}", kind=_kind(exc))
     if isinstance(exc, sa_exc.DisconnectionError):
         return MetadataUnavailableError(f"metadata database unavailable: {exc}", kind="disconnect")
-    if isinstance(exc, sa_exc.ProgrammingError) and "rlm_" in str(exc.orig):
+    if (
+        isinstance(exc, sa_exc.ProgrammingError)
+        and getattr(exc.orig, "sqlstate", None) in _MISSING_STATES
+        and "rlm_" in str(exc.orig)
+    ):
         return SchemaMismatchError(f"metadata database has no rlm schema ({exc.orig}): run `rlm db upgrade`")
     return MetadataError(f"metadata database error: {exc}")
 
