@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -27,6 +26,7 @@ from metadata import (
     uploads,
 )
 from metadata import skipped as skipped_ranges
+from metadata.db_clock import DatabaseClock, wall_clock_ms
 from metadata.engine import Deadlines, create_engine_for_url
 from metadata.models import EpochOffsetRow, PartitionRow, SegmentEpochRow, SegmentRow
 from metadata.rows import (
@@ -71,18 +71,16 @@ MAX_TIMESTAMP = tree.Measure.MAX_TIMESTAMP
 DEFAULT_LIST_PAGE_SIZE = 500
 
 
-def wall_clock_ms() -> int:
-    """Milliseconds since the epoch, from the system clock."""
-    return time.time_ns() // 1_000_000
-
-
 class SqlMetadataStore:
     """The metadata store over a SQLAlchemy engine; see :class:`rlm.metastore.MetadataStore`.
 
     Args:
         engine: From :func:`metadata.engine.create_engine_for_url`; the store owns it and
             disposes of it on :meth:`close`.
-        clock: Current time in milliseconds, for lease expiry.
+        clock: Current time in milliseconds, for lease expiry and the times of claims. By
+            default the database server's clock on PostgreSQL (:mod:`metadata.db_clock`: the one
+            clock every sidecar's store shares), this host's on SQLite; a
+            :class:`~metadata.db_clock.DatabaseClock` given is kept up to date the same way.
         list_page_size: Segments ``list_segments`` reads per statement.
         on_error: Told of every call that fails for want of an answer (to count them).
     """
@@ -91,14 +89,19 @@ class SqlMetadataStore:
         self,
         engine: Engine,
         *,
-        clock: Callable[[], int] = wall_clock_ms,
+        clock: Callable[[], int] | None = None,
         list_page_size: int = DEFAULT_LIST_PAGE_SIZE,
         on_error: ErrorListener | None = None,
     ) -> None:
         if list_page_size < 1:
             raise ValueError(f"list page size must be positive, got {list_page_size}")
         self._engine = engine
-        self._clock = clock
+        if isinstance(clock, DatabaseClock):
+            self._db_clock: DatabaseClock | None = clock
+        else:
+            pg = clock is None and engine.dialect.name == "postgresql"
+            self._db_clock = DatabaseClock() if pg else None
+        self._clock: Callable[[], int] = clock or self._db_clock or wall_clock_ms
         self._list_page_size = list_page_size
         self._on_error = on_error
 
@@ -107,7 +110,7 @@ class SqlMetadataStore:
         cls,
         url: str,
         *,
-        clock: Callable[[], int] = wall_clock_ms,
+        clock: Callable[[], int] | None = None,
         pool_size: int = 5,
         deadlines: Deadlines | None = None,
         on_error: ErrorListener | None = None,
@@ -136,8 +139,18 @@ class SqlMetadataStore:
         """Close every pooled connection. Idempotent."""
         self._engine.dispose()
 
-    def _transaction(self, *, write: bool, snapshot: bool = True) -> AbstractContextManager[Connection]:
-        return transaction(self._engine, write=write, snapshot=snapshot, on_error=self._on_error)
+    @property
+    def clock_offset_ms(self) -> int | None:
+        """The database server's clock minus this host's, as last read (PostgreSQL, with no clock
+        given); None when not read."""
+        return None if self._db_clock is None else self._db_clock.offset_ms
+
+    @contextmanager
+    def _transaction(self, *, write: bool, snapshot: bool = True) -> Iterator[Connection]:
+        with transaction(self._engine, write=write, snapshot=snapshot, on_error=self._on_error) as conn:
+            if self._db_clock is not None:
+                self._db_clock.observe(conn)
+            yield conn
 
     @contextmanager
     def _fenced(self, tp: TopicPartition, lease_epoch: int | None) -> Iterator[tuple[Connection, Row[Any]]]:
