@@ -142,6 +142,21 @@ class SegmentList:
         found = self._max_timestamps.first_at_least(before, timestamp_ms)
         return None if found is None else self._segments[found]
 
+    def last_holding(self, offset: int, *, starting_after: int) -> RemoteSegment | None:
+        """The last segment, in offset order, that holds ``offset`` and starts after
+        ``starting_after``; None when there is none. The answer of
+        :meth:`~rlm.metastore.protocol.MetadataStore.segment_for_offset` over those segments
+        (:func:`rlm.lookup.answer_end.answer_end` asks which copy follows one inside it).
+
+        O(log n), plus one step for each segment starting in that range that ends below
+        ``offset`` (overlapping copies; usually none).
+        """
+        first = bisect.bisect_right(self._starts, starting_after)
+        for i in range(bisect.bisect_right(self._starts, offset) - 1, first - 1, -1):
+            if self._segments[i].end_offset >= offset:
+                return self._segments[i]
+        return None
+
 
 class _Listed:
     """What is known of one partition: its list (None when over the bound), the version and the

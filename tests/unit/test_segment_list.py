@@ -35,3 +35,16 @@ def test_first_for_timestamp_is_the_first_qualifying_segment_in_offset_order(
                 (s for s in segments if s.max_timestamp_ms >= timestamp and s.end_offset >= offset), None
             )
             assert found is expected, (timestamp, offset)
+
+
+@settings(max_examples=300, deadline=None)
+@given(segments=_segments())
+def test_last_holding_is_the_last_segment_starting_after_the_bound_that_holds_the_offset(
+    segments: list[RemoteSegment],
+) -> None:
+    listed = SegmentList(segments)
+    for after in range(-1, 131, 7):
+        for offset in range(-2, 135):
+            found = listed.last_holding(offset, starting_after=after)
+            holding = [s for s in segments if after < s.start_offset <= offset <= s.end_offset]
+            assert found is (holding[-1] if holding else None), (after, offset)
