@@ -5,7 +5,7 @@ copies it truncated (:mod:`tests.integration.test_unclean_election`,
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -27,13 +27,18 @@ TP = TopicPartition("orders", 0)
 SEGMENT_FILES = (".log", ".index", ".timeindex", ".txnindex")
 
 
-def plans(*segments: int | tuple[int, ...], batch_records: int = 5) -> list[SegmentPlan]:
-    """One segment per argument: an epoch (10 records), or its records and epochs."""
+def plans(
+    *segments: int | tuple[int, ...], batch_records: int = 5, peaks: Mapping[int, int] | None = None
+) -> list[SegmentPlan]:
+    """One segment per argument: an epoch (10 records), or its records and epochs. ``peaks``: the
+    largest timestamp of some segments, by position (its middle record holds it, the others lie
+    a few milliseconds below it)."""
     shapes = [(10, s) if isinstance(s, int) else (s[0], *s[1:]) for s in segments]
+    peaks = peaks or {}
     return [
         SegmentPlan(
             records=records,
-            max_timestamp_ms=WRITER_NOW_MS - 1000 + i,
+            max_timestamp_ms=peaks.get(i, WRITER_NOW_MS - 1000 + i),
             leader_epochs=tuple(epochs),
             batch_records=batch_records,
         )
@@ -45,13 +50,19 @@ def partition_path(log_dir: Path) -> Path:
     return log_dir / f"{TP.topic}-{TP.partition}"
 
 
-def write_log(log_dir: Path, *segments: int | tuple[int, ...], batch_records: int = 5) -> None:
-    """Write the partition's log (the same records while the epochs agree), keeping its topic id."""
+def write_log(
+    log_dir: Path,
+    *segments: int | tuple[int, ...],
+    batch_records: int = 5,
+    peaks: Mapping[int, int] | None = None,
+) -> None:
+    """Write the partition's log (the same records while the epochs agree), keeping its topic id;
+    ``peaks`` as :func:`plans` takes them."""
     metadata = partition_path(log_dir) / PARTITION_METADATA
     topic_id = metadata.read_bytes() if metadata.exists() else None
     if log_dir.exists():
         shutil.rmtree(log_dir)
-    write_scripted_log_dir(log_dir, {TP: plans(*segments, batch_records=batch_records)}, seed=7)
+    write_scripted_log_dir(log_dir, {TP: plans(*segments, batch_records=batch_records, peaks=peaks)}, seed=7)
     if topic_id is not None:
         metadata.write_bytes(topic_id)
 

@@ -21,25 +21,35 @@ from rlm.metastore.model import RemoteSegment
 RemoteBatches = Callable[[RemoteSegment, int], Iterator[tuple[BatchHeader, bytes]]]
 
 
-def remote_max_timestamp(segments: Iterable[RemoteSegment], earliest: int, batches: RemoteBatches) -> int:
+def remote_max_timestamp(
+    segments: Iterable[RemoteSegment],
+    earliest: int,
+    batches: RemoteBatches,
+    answer_end: Callable[[RemoteSegment], int] = lambda segment: segment.end_offset,
+) -> int:
     """The largest timestamp of the records of ``segments`` (the partition's finished ones) at or
-    after ``earliest`` (-1 when none)."""
+    after ``earliest`` (-1 when none), each up to the last offset it answers (``answer_end``: a
+    diverged copy kept past its cut ends before its end, :mod:`rlm.lookup.answer_end`)."""
     best = -1
-    straddling = []
+    partial = []
     for segment in segments:
-        if segment.end_offset < earliest:
+        last = answer_end(segment)
+        if last < max(earliest, segment.start_offset):
             continue
-        if segment.start_offset >= earliest:
+        if segment.start_offset >= earliest and last >= segment.end_offset:
             best = max(best, segment.max_timestamp_ms)
         else:
-            straddling.append(segment)
-    for segment in straddling:
+            partial.append((segment, last))
+    for segment, last in partial:
         if segment.max_timestamp_ms <= best:
             continue
-        for header, data in batches(segment, earliest):
-            found = batch_max_timestamp(header, earliest)
+        first = max(earliest, segment.start_offset)
+        for header, data in batches(segment, first):
+            if header.base_offset > last:
+                break
+            found = batch_max_timestamp(header, first, last)
             if found is None:
-                found = records_max_timestamp(decode_batch(data, header._replace(position=0)), earliest)
+                found = records_max_timestamp(decode_batch(data, header._replace(position=0)), first, last)
             best = max(best, found)
     return best
 
@@ -72,15 +82,15 @@ def local_max_timestamp(local: PartitionDir, earliest: int) -> int:
     return best
 
 
-def batch_max_timestamp(header: BatchHeader, earliest: int) -> int | None:
-    """The largest timestamp of a batch's records at or after ``earliest`` (-1 when none), from its
-    header; None when the batch starts below ``earliest`` and its records must be decoded."""
+def batch_max_timestamp(header: BatchHeader, earliest: int, last: int = 2**63 - 1) -> int | None:
+    """The largest timestamp of a batch's records from ``earliest`` to ``last`` (-1 when none),
+    from its header; None when the batch reaches past either and its records must be decoded."""
     if header.last_offset < earliest:
         return -1
-    if 0 <= earliest <= header.base_offset:
+    if 0 <= earliest <= header.base_offset and header.last_offset <= last:
         return header.max_timestamp
     return None
 
 
-def records_max_timestamp(records: list[Record], earliest: int) -> int:
-    return max((r.timestamp for r in records if r.offset >= earliest), default=-1)
+def records_max_timestamp(records: list[Record], earliest: int, last: int = 2**63 - 1) -> int:
+    return max((r.timestamp for r in records if earliest <= r.offset <= last), default=-1)

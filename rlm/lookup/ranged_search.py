@@ -182,23 +182,31 @@ def find_in_remote_segment(
     indexes: SegmentIndexes,
     stats: FetchStats | None = None,
     checkpoint: Checkpoint = never_cancelled,
+    last_offset: int | None = None,
 ) -> TimestampAndOffset | None:
-    """Smallest offset ≥ ``start_offset`` in ``segment`` whose record timestamp is ≥ ``timestamp``.
+    """Smallest offset ≥ ``start_offset`` in ``segment`` whose record timestamp is ≥ ``timestamp``,
+    up to ``last_offset`` (the segment's end by default): the records past it are not looked at
+    (a diverged copy kept past its cut: :mod:`rlm.lookup.answer_end`).
 
     Raises:
         CorruptDataError: the remote bytes are not valid; the message names the object key.
         StorageError / NotFoundError: the remote store failed or lost the object.
     """
+    last = segment.end_offset if last_offset is None else last_offset
     hint = indexes.time_index(segment, stats).lookup(timestamp)
     checkpoint()
     position = indexes.offset_index(segment, stats).lookup(max(hint.offset, start_offset)).position
     reader = RemoteLogReader(storage, segment, stats, checkpoint)
     for header, chunk, at in reader.headers(position, timestamp, start_offset):
+        if header.base_offset > last:
+            return None
         try:
             found = find_record(chunk, header, timestamp, start_offset)
         except CorruptDataError as exc:
             raise exc.at(segment.layout.log_key, at + header.position) from exc
         if found is not None:
+            if found[1] > last:
+                return None
             epoch = header.leader_epoch if header.leader_epoch >= 0 else -1
             return TimestampAndOffset(found[0], found[1], epoch)
     return None

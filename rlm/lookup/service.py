@@ -13,6 +13,9 @@ Every call here is synchronous; :meth:`LookupService.plan` reads only the broker
 loop may call it), :meth:`LookupService.search` may ask the store or read the remote tier and runs
 on the pool its plan names.
 
+The remote tier's part of a search, which stops at the cut of a diverged copy kept past it, is
+:mod:`rlm.lookup.remote_search`'s.
+
 Each lookup is planned once (:meth:`LookupService.plan`, :mod:`rlm.lookup.plans`): from the
 partition's remote-tier summary, its *view*, held by :class:`~rlm.lookup.views.RemoteViews` (which
 says how views are reused and why answers stay exact under one a little stale), and the broker's
@@ -42,20 +45,18 @@ store's queries. A stale list never fails a lookup, nor answers from a deleted o
 from __future__ import annotations
 
 import dataclasses
-import functools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
 from rlm.errors import MetadataUnavailableError, NotFoundError
 from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
-from rlm.log.model import BatchHeader
 from rlm.log.stable import StableOffsetTracker
 from rlm.log.watch import DirectoryWatcher
-from rlm.lookup.max_timestamps import local_max_timestamp, remote_max_timestamp
+from rlm.lookup.max_timestamps import local_max_timestamp
 from rlm.lookup.plans import (
     Answered,
     IsolationLevel,
@@ -66,18 +67,17 @@ from rlm.lookup.plans import (
 )
 from rlm.lookup.ranged_search import (
     Checkpoint,
-    RemoteLogReader,
     SegmentIndexes,
-    find_in_remote_segment,
     never_cancelled,
 )
-from rlm.lookup.segment_lists import DEFAULT_MAX_SEGMENTS, SegmentList, SegmentLists
+from rlm.lookup.remote_search import RemoteSearch
+from rlm.lookup.segment_lists import DEFAULT_MAX_SEGMENTS, SegmentLists
 from rlm.lookup.stats import FetchStats
 from rlm.lookup.tier_stable import TierStableOffsets
-from rlm.lookup.topic_ids import is_other_topic, local_topic_id, of_local_topic
+from rlm.lookup.topic_ids import local_topic_id
 from rlm.lookup.views import DEFAULT_TTL_S, RemoteTierView, RemoteViews
 from rlm.metastore.availability import StoreAvailability
-from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import RemoteSegment, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.protocol import RemoteStorage
 from rlm.timestamps import SpecialTimestamp
@@ -129,8 +129,10 @@ class LookupService:
         )
         self._partitions: dict[TopicPartition, PartitionDir] = {}
         self._stable_offsets = StableOffsetTracker()
-        self._segment_lists = SegmentLists(store, max_segments=max_listed_segments)
-        self._tier_stable = TierStableOffsets(self._finished_segments, storage)
+        self.remote = RemoteSearch(
+            store, storage, indexes, SegmentLists(store, max_segments=max_listed_segments), self.availability
+        )
+        self._tier_stable = TierStableOffsets(self.remote.finished_segments, storage)
         self._lock = threading.Lock()
 
     # -- partitions --------------------------------------------------------------------------
@@ -223,7 +225,7 @@ class LookupService:
         Raises:
             MetadataUnavailableError: the metadata store does not answer.
         """
-        return of_local_topic(self.ask_store(lambda: self.store.segment_for_offset(tp, offset)), local)
+        return self.remote.segment_for_offset(tp, local, offset)
 
     def ask_store(self, ask: Callable[[], T]) -> T:
         """``ask()``, a call of the metadata store, unless the store is down (then this raises
@@ -234,13 +236,8 @@ class LookupService:
         """Forget the remote-tier view of ``tp`` (of every partition when None): the next
         lookup asks the metadata store. For whoever changed the remote tier in this process."""
         self.views.invalidate(tp)
-        self._segment_lists.drop(tp)
+        self.remote.lists.drop(tp)
         self._tier_stable.drop(tp)
-
-    def _finished_segments(self, tp: TopicPartition) -> list[RemoteSegment]:
-        return self.ask_store(
-            lambda: list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
-        )
 
     # -- offsets -----------------------------------------------------------------------------
 
@@ -519,7 +516,7 @@ class LookupService:
         max_remote = view.max_timestamp
         answer = OffsetAnswer.none()
         if max_remote is not None and timestamp <= max_remote:
-            answer = self._search_remote(tp, view, local, local_start, timestamp, earliest, stats, checkpoint)
+            answer = self.remote.find(tp, view, local, local_start, timestamp, earliest, stats, checkpoint)
             if answer.tier is None and local is not None:
                 answer = OffsetAnswer.of(local.find_offset_by_timestamp(timestamp, earliest), "local")
         elif local is not None:
@@ -578,72 +575,6 @@ class LookupService:
         segments = local.segments() if local is not None else []
         return max(segments[0].base_offset, earliest) if segments else 2**63 - 1
 
-    def _search_remote(
-        self,
-        tp: TopicPartition,
-        view: RemoteTierView,
-        local: PartitionDir | None,
-        local_start: int,
-        timestamp: int,
-        start: int,
-        stats: FetchStats | None,
-        checkpoint: Checkpoint,
-    ) -> OffsetAnswer:
-        listed = self.ask_store(lambda: self._segment_lists.get(tp, view.version, view.log_start_offset))
-        if listed is None:
-            return self._search_segments(tp, None, local, local_start, timestamp, start, stats, checkpoint)
-        try:
-            return self._search_segments(tp, listed, local, local_start, timestamp, start, stats, checkpoint)
-        except NotFoundError:
-            # A listed segment was deleted since the list was read (module docstring).
-            self._segment_lists.drop(tp)
-            return self._search_segments(tp, None, local, local_start, timestamp, start, stats, checkpoint)
-
-    def _search_segments(
-        self,
-        tp: TopicPartition,
-        listed: SegmentList | None,
-        local: PartitionDir | None,
-        local_start: int,
-        timestamp: int,
-        start: int,
-        stats: FetchStats | None,
-        checkpoint: Checkpoint,
-    ) -> OffsetAnswer:
-        """The remote search over ``listed``, or over the store's answers when None."""
-        from_offset = start
-        local_id = local_topic_id(local)
-        while True:
-            checkpoint()
-            if listed is not None:
-                segment = listed.first_for_timestamp(timestamp, from_offset=from_offset)
-            else:
-                ask = functools.partial(
-                    self.store.first_segment_for_timestamp, tp, timestamp, from_offset=from_offset
-                )
-                segment = self.ask_store(ask)
-            if segment is None:
-                return OffsetAnswer.none()
-            if is_other_topic(segment.topic_id, local_id):  # a deleted topic's, not yet retired
-                from_offset = segment.end_offset + 1
-                continue
-            begin = max(start, segment.start_offset, from_offset)
-            if local is not None and begin >= local_start:
-                # The broker still has this range: reading it locally costs no GET.
-                return OffsetAnswer.of(local.find_offset_by_timestamp(timestamp, begin), "local")
-            found = find_in_remote_segment(
-                segment,
-                timestamp,
-                begin,
-                storage=self.storage,
-                indexes=self.indexes,
-                stats=stats,
-                checkpoint=checkpoint,
-            )
-            if found is not None:
-                return OffsetAnswer.of(found, "remote")
-            from_offset = segment.end_offset + 1
-
     def _max_timestamp(
         self,
         tp: TopicPartition,
@@ -661,20 +592,11 @@ class LookupService:
         max_remote = view.max_timestamp
         if max_remote is not None and max_remote > best:
             local_start = self._local_start(local, earliest)
-            answer = self._search_remote(
-                tp, view, local, local_start, max_remote, earliest, stats, checkpoint
-            )
+            answer = self.remote.find(tp, view, local, local_start, max_remote, earliest, stats, checkpoint)
             if answer.tier is not None:
                 return self._below_high_watermark(answer, tp, local, isolation, view, earliest)
             # The record holding the remote maximum lies below the log start offset.
-            local_id = local_topic_id(local)
-            segments = [s for s in self._finished_segments(tp) if not is_other_topic(s.topic_id, local_id)]
-
-            def batches(segment: RemoteSegment, offset: int) -> Iterator[tuple[BatchHeader, bytes]]:
-                position = self.indexes.offset_index(segment, stats).lookup(offset).position
-                return RemoteLogReader(self.storage, segment, stats, checkpoint).batches(position)
-
-            best = max(best, remote_max_timestamp(segments, earliest, batches))
+            best = max(best, self.remote.max_timestamp(tp, local, earliest, stats, checkpoint))
         if best < 0:
             return OffsetAnswer.none()
         return self._by_timestamp(tp, local, best, stats, checkpoint, isolation, view)

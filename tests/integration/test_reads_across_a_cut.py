@@ -3,8 +3,9 @@
 After an unclean leader election a diverged copy that also holds offsets the broker deleted is
 trimmed to them, and its batch holding offsets on both sides of the cut is kept whole
 (:mod:`rlm.tiering.trim`): its records past the cut are the old leader's. Every read (a bounded
-fetch, streams of records and of raw batches, over REST and gRPC) gives that batch out cut short
-at the cut, and goes on from there with the broker's log, then its copy.
+fetch, streams of records and of raw batches, over REST and gRPC, offset-for-timestamp lookups)
+gives that batch out cut short at the cut, and goes on from there with the broker's log, then its
+copy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import itertools
 import json
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import grpc
@@ -34,7 +35,7 @@ from rlm.lookup import answer_end
 from tests.grpc_support import ServerThread, free_port
 from tests.lookup_support import parse_with_kafka_python
 from tests.retired_support import rebuilt_from_objects
-from tests.tiering_support import Backend, Tiering, set_log_start_offsets
+from tests.tiering_support import WRITER_NOW_MS, Backend, Tiering, set_log_start_offsets
 from tests.unclean_election_support import (
     TP,
     drop_local_segments_below,
@@ -58,10 +59,11 @@ def waiting_past_the_cut(
     return tiering, log_dir
 
 
-def joined_past_the_cut(tiering: Tiering, log_dir: Path) -> None:
+def joined_past_the_cut(tiering: Tiering, log_dir: Path, peaks: Mapping[int, int] | None = None) -> None:
     """The broker's segment rolled at 35: the copy of 25..34 made, then deleted locally (it answers
-    remotely from 25 on)."""
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6))
+    remotely from 25 on). ``peaks``: the largest timestamps of the broker's segments, as
+    :func:`~tests.unclean_election_support.plans` takes them."""
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6), peaks=peaks)
     drop_local_segments_below(log_dir, 25)
     assert tiering.copier().run_once()[0].copied_segments == 1
     drop_local_segments_below(log_dir, 35)
@@ -272,3 +274,94 @@ def test_a_store_rebuilt_right_after_a_trim_reads_as_the_copiers_and_deletes_non
     rebuilt.copier().run_once()
     assert sorted(set(spans(rebuilt))) == copiers
     assert fetched(rebuilt, log_dir, offsets) == before
+
+
+OLD_PEAK = WRITER_NOW_MS + 60_000
+"""The largest timestamp of the old leader's copy of 20..29, held by its record 25, past the cut;
+its records 20..24 lie 1..5 ms below it (20 the highest), 26..29 7..10 ms below it."""
+NEW_PEAK = OLD_PEAK + 10
+"""The largest timestamp of the new leader's segment 25..27, held by 26; 25 lies 1 ms below it."""
+
+Answer = tuple[int, int, int, str | None]
+
+
+def elected_past_a_peak(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, new_peaks: Mapping[int, int]
+) -> tuple[Tiering, Path]:
+    """:func:`waiting_past_the_cut` with the old leader's copy of 20..29 (one batch, kept as it is)
+    holding :data:`OLD_PEAK` past the cut, far above every other timestamp of the old leader's;
+    ``new_peaks`` the new leader's segments' largest timestamps."""
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (10, 5), (10, 5), batch_records=10, peaks={2: OLD_PEAK})
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), peaks=new_peaks)
+    drop_local_segments_below(log_dir, 25)
+    tiering.copier().run_once()
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,))]
+    return tiering, log_dir
+
+
+def looked_up(
+    tiering: Tiering, log_dir: Path, timestamps: list[int], *, query_tier: bool = False
+) -> dict[int, Answer]:
+    """Each timestamp's answer (offset, timestamp, leader epoch, tier), the same from the lookup
+    service, from ListOffsets on its reader pool and from REST ``GET .../offsets``, with the log
+    start offset put at 0. ``query_tier``: a sidecar without the broker's log directory."""
+    set_log_start_offsets(log_dir, {TP: 0})
+    settings = tiering.settings.replace(auth_enabled=False)
+    if query_tier:
+        settings = settings.replace(log_dirs=(), remote_log_index_cache_dir=log_dir.parent / "query-cache")
+    rt = build_runtime(settings, registry=CollectorRegistry(), storage=tiering.storage)
+    path = f"/v1/topics/{TP.topic}/partitions/{TP.partition}/offsets"
+    answers: dict[int, Answer] = {}
+    try:
+        with TestClient(create_app(settings, runtime_=rt)) as client:
+            for timestamp in timestamps:
+                found = rt.lookup.find(TP, timestamp)
+                answer = (found.offset, found.timestamp, found.leader_epoch, found.tier)
+                listed = rt.list_offsets.find_one(TP, timestamp)
+                assert (listed.offset, listed.timestamp, listed.leader_epoch, listed.tier) == answer
+                body = client.get(path, params={"timestamp": timestamp}).json()
+                assert (body["offset"], body["timestamp"], body["leader_epoch"], body["tier"]) == answer
+                answers[timestamp] = answer
+    finally:
+        rt.close()
+    return answers
+
+
+def test_lookups_past_the_cut_answer_the_brokers_records_not_the_old_leaders(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    """The old leader's 25 holds the largest timestamp of all, but it is not the log's: no record
+    of the log reaches it, and the largest timestamp (-3) is the old leader's 20, below the cut.
+    So while the copy past the cut waits, once it is made, and on a query tier, which reads the
+    copies only."""
+    tiering, log_dir = elected_past_a_peak(backend, tiering_factory, tmp_path, {})
+    expected = {
+        OLD_PEAK: (-1, -1, -1, None),
+        OLD_PEAK - 1: (20, OLD_PEAK - 1, 5, "remote"),
+        -3: (20, OLD_PEAK - 1, 5, "remote"),
+    }
+    assert looked_up(tiering, log_dir, list(expected)) == expected
+
+    joined_past_the_cut(tiering, log_dir)
+    assert looked_up(tiering, log_dir, list(expected)) == expected
+    assert looked_up(tiering, log_dir, list(expected), query_tier=True) == expected
+
+
+def test_a_lookup_past_the_cut_goes_on_in_the_brokers_log_then_its_copy(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    """The new leader's 25 lies above the old leader's peak: a timestamp between them answers the
+    new leader's 25, from the broker's log while the copy past the cut waits, from that copy once
+    it is made (on a query tier too); the largest timestamp is the new leader's 26."""
+    new_peaks = {3: NEW_PEAK}
+    tiering, log_dir = elected_past_a_peak(backend, tiering_factory, tmp_path, new_peaks)
+    waiting = looked_up(tiering, log_dir, [OLD_PEAK, -3])
+    assert waiting == {OLD_PEAK: (25, NEW_PEAK - 1, 6, "local"), -3: (26, NEW_PEAK, 6, "local")}
+
+    joined_past_the_cut(tiering, log_dir, new_peaks)
+    expected = {OLD_PEAK: (25, NEW_PEAK - 1, 6, "remote"), -3: (26, NEW_PEAK, 6, "remote")}
+    assert looked_up(tiering, log_dir, [OLD_PEAK, -3]) == expected
+    assert looked_up(tiering, log_dir, [OLD_PEAK, -3], query_tier=True) == expected
