@@ -34,10 +34,23 @@ from metadata.engine import create_engine_for_url
 from rlm.bootstrap import Runtime, build_runtime
 from rlm.config import Settings, TopicSettings
 from rlm.log.byte_source import read_batch_bytes
-from rlm.log.checkpoints import EpochEntry, read_offset_checkpoint, write_offset_checkpoint
+from rlm.log.checkpoints import (
+    EpochEntry,
+    epoch_for_offset,
+    read_leader_epoch_checkpoint,
+    read_offset_checkpoint,
+    write_leader_epoch_checkpoint,
+    write_offset_checkpoint,
+)
 from rlm.log.dirwriter import LogDirWriter
 from rlm.log.files import segment_file_name
-from rlm.log.logdir import LOG_START_OFFSET_CHECKPOINT, PARTITION_METADATA, LogDir, PartitionDir
+from rlm.log.logdir import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
+    LogDir,
+    PartitionDir,
+)
 from rlm.log.model import Codec, ControlType, Header, Record, TimestampType
 from rlm.log.model import TopicPartition as LogTopicPartition
 from rlm.log.segment import Segment
@@ -203,6 +216,9 @@ class Truth:
     highest_copied: int = -1
     transactions: list[tuple[int, int]] = field(default_factory=list)
     """``(first offset, marker offset)`` of every transaction."""
+    checkpoint_epochs: list[EpochEntry] | None = None
+    """The broker's ``leader-epoch-checkpoint`` once local retention cut its start; None while it
+    holds :attr:`epochs` whole."""
 
     def last_fetchable(self, committed: bool = False) -> int:
         """The high watermark, or with ``committed`` the last stable offset: the first offset of
@@ -222,6 +238,13 @@ class Truth:
             if entry.start_offset <= offset:
                 epoch = entry.epoch
         return epoch
+
+    def held_epoch_at(self, offset: int) -> int:
+        """:meth:`epoch_at` while a tier holds ``offset`` (from the log start offset on: its batch
+        says it) or the broker's checkpoint gives it; below both, the checkpoint's rule (-1)."""
+        if self.checkpoint_epochs is None or offset >= self.log_start_offset:
+            return self.epoch_at(offset)
+        return epoch_for_offset(self.checkpoint_epochs, offset)
 
     def visible(self) -> list[TruthRecord]:
         """Records from the log start offset on (any may be at or past the high watermark)."""
@@ -266,7 +289,7 @@ class Truth:
         if timestamp == -5:
             if self.highest_copied < 0 or self.highest_copied >= self.last_fetchable(committed):
                 return NOTHING
-            return Expected(self.highest_copied, -1, self.epoch_at(self.highest_copied))
+            return Expected(self.highest_copied, -1, self.held_epoch_at(self.highest_copied))
         raise ValueError(f"{timestamp} is not a special timestamp")
 
     def data_records(self, from_offset: int) -> list[Record]:
@@ -573,9 +596,33 @@ def _delete_local_prefix(partition: PartitionDir, truth: Truth, share: float) ->
         else:
             break
     count = max(1, round(share * len(tiered))) if tiered else 0
-    for segment in below + tiered[:count]:
+    deleted = below + tiered[:count]
+    for segment in deleted:
         for suffix in SEGMENT_FILE_SUFFIXES:
             segment.path(suffix).unlink(missing_ok=True)
+    if deleted:
+        # A broker without Kafka's tiering moves its log start offset past what local retention
+        # deleted, and cuts its leader epoch checkpoint's start up to it (UnifiedLog's
+        # maybeIncrementLogStartOffset, LeaderEpochFileCache.truncateFromStart).
+        partition.forget_listing()
+        path = partition.path / LEADER_EPOCH_CHECKPOINT
+        cut = cut_epochs(
+            read_leader_epoch_checkpoint(path),
+            max(partition.segments()[0].base_offset, truth.log_start_offset),
+        )
+        write_leader_epoch_checkpoint(path, cut)
+        truth.checkpoint_epochs = cut
+
+
+def cut_epochs(entries: list[EpochEntry], start: int) -> list[EpochEntry]:
+    """``entries`` with their start cut up to ``start`` as Kafka's
+    ``LeaderEpochFileCache.truncateFromStart`` does: the entries below it dropped, the last of
+    them moved up to begin at ``start`` unless an entry begins there."""
+    kept = [e for e in entries if e.start_offset >= start]
+    below = [e for e in entries if e.start_offset < start]
+    if below and (not kept or kept[0].start_offset != start):
+        kept.insert(0, EpochEntry(below[-1].epoch, start))
+    return kept
 
 
 @dataclass

@@ -79,6 +79,28 @@ class RemoteSearch:
             lambda: list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
         )
 
+    def batch_epoch(
+        self, segment: RemoteSegment, offset: int, stats: FetchStats | None, checkpoint: Checkpoint
+    ) -> int:
+        """The leader epoch of the batch holding ``offset`` in ``segment``, read from the remote
+        tier (one ranged GET, the offset index from the cache); -1 for a legacy (v0/v1) batch,
+        which carries none, or when the segment holds no batch there.
+
+        The segment's row names an epoch for each of its offsets, but not whether its records
+        carry one: the copier gives offsets no epoch began at the epoch that began first in the
+        segment, 0 when none did.
+
+        Raises:
+            CorruptDataError: a batch header is not valid.
+            StorageError / NotFoundError: the remote store failed or lost the object.
+        """
+        position = self.indexes.offset_index(segment, stats).lookup(offset).position
+        reader = RemoteLogReader(self.storage, segment, stats, checkpoint)
+        for header, _, _ in reader.headers(position, start_offset=offset):
+            holds = header.magic >= 2 and header.base_offset <= offset
+            return header.leader_epoch if holds and header.leader_epoch >= 0 else -1
+        return -1
+
     def find(
         self,
         tp: TopicPartition,

@@ -358,10 +358,16 @@ class LookupService:
             return Answered(answer)
         # Without the broker's log, READ_COMMITTED LATEST_TIERED is bounded by the remote tier's
         # last stable offset, read from the tier (a producer snapshot).
-        reads_remote = self.reads_remote(timestamp, view) or (
-            local is None
-            and isolation is IsolationLevel.READ_COMMITTED
-            and timestamp == SpecialTimestamp.LATEST_TIERED
+        # EARLIEST and LATEST_TIERED read the epoch of an offset below the broker's checkpoint
+        # from the remote tier (_epoch_at).
+        reads_remote = (
+            self.reads_remote(timestamp, view)
+            or (
+                local is None
+                and isolation is IsolationLevel.READ_COMMITTED
+                and timestamp == SpecialTimestamp.LATEST_TIERED
+            )
+            or self._reads_remote_epoch(tp, local, timestamp, view)
         )
         return Search(tp, timestamp, isolation, local, view, reads_remote)
 
@@ -402,16 +408,18 @@ class LookupService:
             return self._max_timestamp(tp, local, stats, checkpoint, search.isolation, view)
         if timestamp == SpecialTimestamp.EARLIEST:
             earliest = self.earliest_offset(tp, local, view)
+            tier, segment = self._placed(tp, local, earliest)
             return OffsetAnswer(
-                earliest, -1, self._epoch_at(tp, local, earliest), self._tier_of(tp, local, earliest)
+                earliest, -1, self._epoch_at(local, earliest, segment, stats, checkpoint), tier
             )
         if timestamp == SpecialTimestamp.EARLIEST_LOCAL and local is not None and local.segments():
             start = max(local.segments()[0].base_offset, self.earliest_offset(tp, local, view))
-            return OffsetAnswer(start, -1, self._epoch_at(tp, local, start), "local")
+            return OffsetAnswer(start, -1, self._epoch_at(local, start, None, stats, checkpoint), "local")
         if timestamp == SpecialTimestamp.LATEST_TIERED:
             # Kafka's highestOffsetInRemoteStorage: the highest offset ever copied, which never
-            # falls, also once retention deleted every remote segment; its epoch from the leader
-            # epoch checkpoint (-1 when it starts above the offset, as after such a retention).
+            # falls, also once retention deleted every remote segment; its epoch as _epoch_at
+            # says (-1 once neither the checkpoint nor the remote tier holds it, as after such a
+            # retention).
             highest = self.ask_store(lambda: self.store.highest_copied_offset(tp))
             if highest < 0:
                 return OffsetAnswer.none()
@@ -422,9 +430,10 @@ class LookupService:
             if 0 <= self._fetchable_limit(tp, local, search.isolation, view, earliest) <= highest:
                 return OffsetAnswer.none()
             # The tier that still serves the offset: none once it is below the log start offset.
-            readable = highest >= earliest
-            tier = self._tier_of(tp, local, highest, remote_first=True) if readable else None
-            return OffsetAnswer(highest, -1, self._epoch_at(tp, local, highest), tier)
+            tier, segment = (
+                self._placed(tp, local, highest, remote_first=True) if highest >= earliest else (None, None)
+            )
+            return OffsetAnswer(highest, -1, self._epoch_at(local, highest, segment, stats, checkpoint), tier)
         raise ValueError(f"timestamp {timestamp} needs no search: plan it (LookupService.plan)")
 
     def find(
@@ -601,42 +610,62 @@ class LookupService:
             return OffsetAnswer.none()
         return self._by_timestamp(tp, local, best, stats, checkpoint, isolation, view)
 
-    def _epoch_at(self, tp: TopicPartition, local: PartitionDir | None, offset: int) -> int:
-        """The leader epoch that wrote ``offset``, as Kafka answers ListOffsets: from the broker's
-        ``leader-epoch-checkpoint`` (-1 when it starts above the offset or is empty); a query tier,
-        which has none, asks the remote segment holding it.
+    def _epoch_at(
+        self,
+        local: PartitionDir | None,
+        offset: int,
+        segment: RemoteSegment | None,
+        stats: FetchStats | None,
+        checkpoint: Checkpoint,
+    ) -> int:
+        """The leader epoch that wrote ``offset``, as Kafka with tiered storage answers ListOffsets:
+        from the broker's ``leader-epoch-checkpoint`` when it reaches back to the offset, else from
+        the batch holding it in ``segment``, the remote segment holding it (None: none does); -1
+        when neither has one.
 
-        A broker's empty checkpoint is not a reason to ask the remote tier: a log whose records
-        are all legacy (v0/v1, which carry no epoch) has none, and Kafka answers no epoch for it,
-        while the remote segments' rows name an epoch for every offset (the copier gives offsets
-        that no epoch began at the first one that began in the segment, 0 when none did).
+        The broker's checkpoint does not reach back below its local log once local retention
+        deleted segments: a broker without Kafka's tiering cuts its start up to its log start
+        offset then (``LeaderEpochFileCache.truncateFromStart``), and a query tier has none. Nor
+        does it reach offsets of records that carry no epoch (legacy v0/v1), whose batches say
+        none either: Kafka answers -1 for those.
         """
-        if local is not None:
-            return epoch_for_offset(local.leader_epochs(), offset)
-        segment = self.remote_segment_for_offset(tp, local, offset)
-        return _segment_epoch(segment, offset) if segment is not None else -1
+        epochs = local.leader_epochs() if local is not None else []
+        if epochs and epochs[0].start_offset <= offset:
+            return epoch_for_offset(epochs, offset)
+        if segment is None:
+            return -1
+        return self.remote.batch_epoch(segment, offset, stats, checkpoint)
 
-    def _tier_of(
+    def _reads_remote_epoch(
+        self, tp: TopicPartition, local: PartitionDir | None, timestamp: int, view: RemoteTierView
+    ) -> bool:
+        """Whether the answer to EARLIEST or LATEST_TIERED (the highest copied offset ``view``
+        knows) may take its epoch from the remote tier: the broker's checkpoint does not reach
+        back to it (:meth:`_epoch_at`)."""
+        if timestamp == SpecialTimestamp.EARLIEST:
+            offset = self.earliest_offset(tp, local, view)
+        elif timestamp == SpecialTimestamp.LATEST_TIERED and view.version is not None:
+            offset = view.version[0]
+        else:
+            return False
+        epochs = local.leader_epochs() if local is not None else []
+        return offset >= 0 and not (epochs and epochs[0].start_offset <= offset)
+
+    def _placed(
         self, tp: TopicPartition, local: PartitionDir | None, offset: int, *, remote_first: bool = False
-    ) -> str | None:
-        """The tier holding ``offset``: the local log when both do (the remote tier with
-        ``remote_first``); None when neither does."""
+    ) -> tuple[str | None, RemoteSegment | None]:
+        """The tier holding ``offset`` (the local log when both do; the remote tier with
+        ``remote_first``; None when neither does), and the remote segment holding it when the
+        answer is the remote tier's."""
         in_local = local is not None and bool(local.segments()) and local.segments()[0].base_offset <= offset
         if in_local and not remote_first:
-            return "local"
-        if self.remote_segment_for_offset(tp, local, offset) is not None:
-            return "remote"
-        return "local" if in_local else None
+            return "local", None
+        segment = self.remote_segment_for_offset(tp, local, offset)
+        if segment is not None:
+            return "remote", segment
+        return ("local" if in_local else None), None
 
 
 def _first_base(local: PartitionDir | None) -> int | None:
     segments = local.segments() if local is not None else []
     return segments[0].base_offset if segments else None
-
-
-def _segment_epoch(segment: RemoteSegment, offset: int) -> int:
-    epoch = -1
-    for entry in segment.leader_epochs:
-        if entry.start_offset <= offset:
-            epoch = entry.epoch
-    return epoch

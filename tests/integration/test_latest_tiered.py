@@ -4,7 +4,8 @@ Kafka answers ``UnifiedLog.highestOffsetInRemoteStorage``: the highest offset ev
 never falls (retention does not lower it), with no timestamp and the epoch its leader epoch cache
 gives that offset, -1 when the cache starts above it (Kafka truncates the cache from the start
 when remote retention moves the log start offset past the deleted segments). rlm answers the same
-from the metadata store and the broker's ``leader-epoch-checkpoint``; the tier it names is the
+from the metadata store and the broker's ``leader-epoch-checkpoint`` (the remote tier's batch
+below where that starts); the tier it names is the
 one still holding the offset, none once the offset is below the log start offset.
 """
 
@@ -125,8 +126,10 @@ def test_once_retention_deleted_every_remote_segment_the_highest_copied_offset_s
     assert highest >= 0 and tiered.retention_deleted > 0, tiered.notes
     assert not list(sidecar.rt.store.list_segments(tiered.tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
     assert truth.log_start_offset == highest + 1, tiered.notes
-    # The offset is no tier's any more: below the log start offset, its segments deleted.
-    assert _answer(sidecar.rt, sidecar) == (highest, -1, truth.epoch_at(highest), None)
+    # The offset is no tier's any more: below the log start offset, its segments deleted. Its
+    # epoch is the broker's checkpoint's, which local retention cut past it when it deleted the
+    # local segments (-1), else still holds it.
+    assert _answer(sidecar.rt, sidecar) == (highest, -1, truth.held_epoch_at(highest), None)
 
     # As Kafka leaves it: the leader epoch checkpoint truncated at the new log start offset.
     checkpoint = tiered.partition.path / LEADER_EPOCH_CHECKPOINT

@@ -13,7 +13,10 @@ answer of the lookup service must equal the oracle's, computed from the appended
   offset of a transaction whose marker is not below the high watermark).
 * -1: the high watermark; -2: the log start offset; -3: the first record with the largest
   timestamp (nothing when it is at or past the high watermark); -4: the first local offset;
-  -5: the highest tiered offset. Epochs of these follow ``leader-epoch-checkpoint``.
+  -5: the highest tiered offset. Epochs of these are those that wrote the offsets, as
+  ``leader-epoch-checkpoint`` gives them before local retention cuts its start (the oracle's local
+  retention cuts it as a broker does); -1 for legacy records, and for an offset no tier holds
+  below where the cut checkpoint starts.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from rlm.log.checkpoints import EpochEntry
 from rlm.log.logdir import LogDir
 from rlm.lookup.list_offsets import ErrorCode, ListOffsetsRequest, PartitionQuery, TopicQuery
 from rlm.lookup.plans import Answered, IsolationLevel, OffsetAnswer, Search, ViewNeeded
@@ -194,6 +198,11 @@ def _spread(count: int, *, kind: BatchKind = "plain") -> tuple[BatchPlan, ...]:
     )
 
 
+def _new_leaders(count: int, *, at: tuple[int, ...]) -> tuple[BatchPlan, ...]:
+    # Two records a batch; a new leader appends the batches numbered in ``at``.
+    return tuple(BatchPlan(timestamps=(i * 100, i * 100 + 10), new_epoch=i in at) for i in range(count))
+
+
 def _falling(count: int) -> tuple[BatchPlan, ...]:
     # The largest timestamps come first, each batch's first record the largest of the batch:
     # MAX_TIMESTAMP moves with the log start offset, even inside a batch.
@@ -259,6 +268,16 @@ def _peak_past_the_start(count: int) -> tuple[BatchPlan, ...]:
         pytest.param(
             PartitionPlan(_peak_past_the_start(20), tiering="both", log_start_at=0.41),
             id="max-timestamp-peak-past-the-log-start-locally",
+        ),
+        pytest.param(
+            PartitionPlan(_new_leaders(30, at=(5, 12, 25)), tiering="remote", local_deleted=1.0),
+            id="epochs-cut-below-the-local-log",
+        ),
+        pytest.param(
+            PartitionPlan(
+                _new_leaders(30, at=(5, 12, 25)), tiering="remote", local_deleted=0.5, log_start_at=0.2
+            ),
+            id="epochs-cut-past-the-log-start",
         ),
         pytest.param(PartitionPlan(_spread(20, kind="legacy"), tiering="both"), id="legacy-both-tiers"),
         pytest.param(
@@ -355,3 +374,35 @@ def test_read_committed_latest_is_raised_to_a_log_start_remote_retention_moved(
         answer = rt.lookup.find(tiered.tp, -1, isolation=IsolationLevel.READ_COMMITTED)
         assert answer.offset == truth.log_start_offset == truth.last_fetchable(committed=True)
         check_against_oracle(tiered, random.Random(3))
+
+
+def test_earliest_and_latest_tiered_name_their_epochs_once_local_retention_cut_the_checkpoint(
+    sqlite_template: Path,
+) -> None:
+    # Epochs 3, 4, 5 and 6 begin at offsets 0, 10, 24 and 50; local retention deleted every tiered
+    # segment (0..47) and cut the broker's checkpoint to its first local offset, 48, epoch 5 moved
+    # up to begin there: the earliest and latest tiered offsets take their epochs from the remote
+    # tier (Kafka with tiered storage keeps them: 3 and 5), not -1.
+    plan = PartitionPlan(_new_leaders(30, at=(5, 12, 25)), tiering="remote", local_deleted=1.0)
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        truth = write_partition(root / "logs", plan)
+        rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), root, root / "logs")
+        try:
+            tiered = tier_partition(rt, LogDir(root / "logs").partition(TOPIC, 0), truth, plan)
+            assert [(e.epoch, e.start_offset) for e in truth.epochs] == [(3, 0), (4, 10), (5, 24), (6, 50)]
+            assert truth.checkpoint_epochs == [EpochEntry(5, 48), EpochEntry(6, 50)], tiered.notes
+            answers = {special: rt.lookup.find(tiered.tp, special) for special in (-2, -5)}
+            assert answers == {-2: OffsetAnswer(0, -1, 3, "remote"), -5: OffsetAnswer(47, -1, 5, "remote")}
+            view = rt.lookup.remote_view(tiered.tp, tiered.partition)
+            for special in (-2, -5):  # the epoch is read from the remote tier: on the reader pool
+                planned = rt.lookup.plan(tiered.tp, special, local=tiered.partition, view=view)
+                assert isinstance(planned, Search) and planned.reads_remote
+                result = rt.list_offsets.find_one(tiered.tp, special)
+                assert (result.offset, result.leader_epoch) == (
+                    answers[special].offset,
+                    answers[special].leader_epoch,
+                )
+            check_against_oracle(tiered, random.Random(13))
+        finally:
+            rt.close()
