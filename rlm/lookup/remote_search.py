@@ -12,7 +12,10 @@ memory (:mod:`rlm.lookup.segment_lists`); without a list, with one query per seg
 from __future__ import annotations
 
 import functools
+import threading
+from collections import OrderedDict
 from collections.abc import Iterator
+from uuid import UUID
 
 from rlm.errors import NotFoundError
 from rlm.log.logdir import PartitionDir
@@ -29,6 +32,9 @@ from rlm.metastore.availability import StoreAvailability
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.protocol import RemoteStorage
+
+#: Batch epochs :meth:`RemoteSearch.batch_epoch` keeps (an entry is a few dozen bytes).
+BATCH_EPOCHS_KEPT = 4096
 
 
 class RemoteSearch:
@@ -55,6 +61,10 @@ class RemoteSearch:
         self.indexes = indexes
         self.lists = lists
         self.availability = availability
+        self._epochs: OrderedDict[tuple[UUID, int], int] = OrderedDict()
+        """(segment id, offset) → the epoch of the batch holding it, the most recently used last:
+        a copy's bytes never change, and EARLIEST asks for the same offset until retention moves it."""
+        self._epochs_lock = threading.Lock()
 
     def segment_for_offset(
         self, tp: TopicPartition, local: PartitionDir | None, offset: int
@@ -83,8 +93,9 @@ class RemoteSearch:
         self, segment: RemoteSegment, offset: int, stats: FetchStats | None, checkpoint: Checkpoint
     ) -> int:
         """The leader epoch of the batch holding ``offset`` in ``segment``, read from the remote
-        tier (one ranged GET, the offset index from the cache); -1 for a legacy (v0/v1) batch,
-        which carries none, or when the segment holds no batch there.
+        tier (one ranged GET, the offset index from the cache) the first time it is asked, then
+        kept; -1 for a legacy (v0/v1) batch, which carries none, or when the segment holds no batch
+        there.
 
         The segment's row names an epoch for each of its offsets, but not whether its records
         carry one: the copier gives offsets no epoch began at the epoch that began first in the
@@ -94,12 +105,24 @@ class RemoteSearch:
             CorruptDataError: a batch header is not valid.
             StorageError / NotFoundError: the remote store failed or lost the object.
         """
+        key = (segment.segment_id, offset)
+        with self._epochs_lock:
+            kept = self._epochs.get(key)
+            if kept is not None:
+                self._epochs.move_to_end(key)
+                return kept
+        epoch = -1
         position = self.indexes.offset_index(segment, stats).lookup(offset).position
         reader = RemoteLogReader(self.storage, segment, stats, checkpoint)
         for header, _, _ in reader.headers(position, start_offset=offset):
             holds = header.magic >= 2 and header.base_offset <= offset
-            return header.leader_epoch if holds and header.leader_epoch >= 0 else -1
-        return -1
+            epoch = header.leader_epoch if holds and header.leader_epoch >= 0 else -1
+            break
+        with self._epochs_lock:
+            self._epochs[key] = epoch
+            while len(self._epochs) > BATCH_EPOCHS_KEPT:
+                self._epochs.popitem(last=False)
+        return epoch
 
     def find(
         self,

@@ -392,8 +392,13 @@ def test_earliest_and_latest_tiered_name_their_epochs_once_local_retention_cut_t
             tiered = tier_partition(rt, LogDir(root / "logs").partition(TOPIC, 0), truth, plan)
             assert [(e.epoch, e.start_offset) for e in truth.epochs] == [(3, 0), (4, 10), (5, 24), (6, 50)]
             assert truth.checkpoint_epochs == [EpochEntry(5, 48), EpochEntry(6, 50)], tiered.notes
-            answers = {special: rt.lookup.find(tiered.tp, special) for special in (-2, -5)}
+            first, again = FetchStats(), FetchStats()
+            answers = {special: rt.lookup.find(tiered.tp, special, stats=first) for special in (-2, -5)}
             assert answers == {-2: OffsetAnswer(0, -1, 3, "remote"), -5: OffsetAnswer(47, -1, 5, "remote")}
+            assert first.gets >= 2  # each batch's header, read once
+            asked_again = {special: rt.lookup.find(tiered.tp, special, stats=again) for special in (-2, -5)}
+            assert asked_again == answers
+            assert again.gets == 0  # then kept: a copy's bytes never change
             view = rt.lookup.remote_view(tiered.tp, tiered.partition)
             for special in (-2, -5):  # the epoch is read from the remote tier: on the reader pool
                 planned = rt.lookup.plan(tiered.tp, special, local=tiered.partition, view=view)
