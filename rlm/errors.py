@@ -15,6 +15,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     ├── ConfigError                 a setting is missing or out of range
     │   └── BrokerIdUnknownError    broker.id unset and no log dir has a meta.properties yet (retriable)
     ├── LogDirsOfflineError         none of the broker's log directories can be read (retriable)
+    ├── PartitionUnavailableError   a partition may be in a log directory that cannot be read (retriable)
     ├── StaleReplicaError           a broker's log is a deleted topic's (older than the remote tier's)
     │   └── OlderTopicIdError       its partition.metadata predates the segments it would retire
     ├── InvalidArgumentError        a request's argument is malformed or out of range (also a ValueError)
@@ -140,6 +141,14 @@ class LogDirsOfflineError(RlmError):
     """None of the broker's log directories can be read: each is missing, cannot be listed, or
     has a ``meta.properties`` that cannot be read (see :mod:`rlm.log.broker_dirs`). A pass that
     can read one of them goes on with it instead."""
+
+    retriable = True
+
+
+class PartitionUnavailableError(RlmError):
+    """The broker may hold a partition in a log directory that cannot be read (see
+    :mod:`rlm.log.broker_dirs`): it is in none of those that can, so its local log is unknown,
+    and an answer from the remote tier alone could be wrong (Kafka: ``KAFKA_STORAGE_ERROR``)."""
 
     retriable = True
 

@@ -51,7 +51,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from rlm.errors import MetadataUnavailableError, NotFoundError
+from rlm.errors import MetadataUnavailableError, NotFoundError, PartitionUnavailableError
+from rlm.log.broker_dirs import offline_problem
 from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.stable import StableOffsetTracker
@@ -138,7 +139,12 @@ class LookupService:
     # -- partitions --------------------------------------------------------------------------
 
     def local_partition(self, tp: TopicPartition) -> PartitionDir | None:
-        """The broker's directory of ``tp``, or None when it has none (cached; re-checked on miss)."""
+        """The broker's directory of ``tp``, or None when it has none (cached; re-checked on miss).
+
+        Raises:
+            PartitionUnavailableError: none of the log directories that can be read has ``tp``,
+                and one cannot be read: whether the broker holds it there cannot be told.
+        """
         with self._lock:
             found = self._partitions.get(tp)
         if found is not None and found.path.is_dir():
@@ -152,6 +158,12 @@ class LookupService:
                 return found
         with self._lock:
             self._partitions.pop(tp, None)
+        offline = [problem for problem in map(offline_problem, self.log_dirs) if problem is not None]
+        if offline:
+            raise PartitionUnavailableError(
+                f"{tp} is in none of the log directories that can be read, and {'; '.join(offline)}: "
+                "whether the broker holds it there cannot be told"
+            )
         return None
 
     def pinned_partition(self, tp: TopicPartition, *, relisted: bool = False) -> PartitionDir | None:

@@ -18,10 +18,13 @@ from pathlib import Path
 import pytest
 
 from rlm.cli import main
-from rlm.errors import LogDirsOfflineError
+from rlm.errors import LogDirsOfflineError, PartitionUnavailableError
 from rlm.log.logdir import LogDir
+from rlm.lookup.index_cache import RemoteIndexCache
+from rlm.lookup.service import LookupService
 from rlm.metastore.model import PartitionState, TopicPartition
 from rlm.tiering.overview import Overview
+from rlm.timestamps import SpecialTimestamp
 from tests.cluster_metadata_support import MetadataLogWriter, remove_topic_record, topic_record
 from tests.integration.test_topic_deletion import topic_uuid
 from tests.tiering_support import (
@@ -267,3 +270,31 @@ def test_the_partitions_overview_passes_over_a_missing_log_directory_and_reads_t
     assert set(partitions) == {("orders", 0), ("clicks", 0)}
     # As lookups read it: the log directory listed first.
     assert partitions[("orders", 0)].high_watermark == 5
+
+
+def test_lookups_of_a_partition_that_may_be_in_an_unreadable_log_directory_fail_retriably(
+    backend: Backend, tiering_factory: TieringFactory, dirs: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """Answered from the remote tier alone, LATEST and any timestamp past the tiered records gave
+    "no such offset" while the broker still had them: a consumer takes that for an answer."""
+    first, second = dirs
+    tiering = tiering_factory(backend, first, log_dirs=(first, second))
+    assert all(o.error is None for o in tiering.copier().run_once())
+    lookups = LookupService(
+        tiering.store,
+        tiering.storage,
+        RemoteIndexCache(tmp_path / "cache", tiering.storage, tiering.metrics),
+        (first, second),
+    )
+    tiered_latest = lookups.find(CLICKS, SpecialTimestamp.LATEST)
+    assert tiered_latest.offset > 0 and tiered_latest.tier == "local"
+    second.rename(tmp_path / "moved")  # the disk is gone
+
+    for asked in (SpecialTimestamp.LATEST, SpecialTimestamp.MAX_TIMESTAMP, WRITER_NOW_MS):
+        with pytest.raises(PartitionUnavailableError, match=f"{CLICKS} is in none of the log dir") as raised:
+            lookups.find(CLICKS, asked)
+        assert raised.value.retriable and str(second) in str(raised.value)
+    assert lookups.find(ORDERS, SpecialTimestamp.LATEST).tier == "local"  # the first one answers
+
+    (tmp_path / "moved").rename(second)
+    assert lookups.find(CLICKS, SpecialTimestamp.LATEST) == tiered_latest
