@@ -22,12 +22,15 @@ reader pool, never on an event loop.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError
 from rlm.log.logdir import PartitionDir
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
+from rlm.lookup.answer_end import answer_end
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.plans import IsolationLevel
+from rlm.lookup.segment_lists import SegmentList
 from rlm.lookup.service import LookupService
 from rlm.lookup.topic_ids import is_other_topic, local_topic_id
 from rlm.metastore.model import IndexType, SegmentState, TopicPartition
@@ -168,18 +171,23 @@ def _aborted(
             lambda: list(service.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
         )
         local_id = local_topic_id(local)
-        for segment in finished:
+        # A deleted topic's copies are none of this one's (rlm.lookup.topic_ids).
+        listed = SegmentList(s for s in finished if not is_other_topic(s.topic_id, local_id))
+        for segment in listed.segments:
             if segment.end_offset < start or segment.start_offset >= local_start or segment.txn_index_empty:
-                continue
-            if is_other_topic(segment.topic_id, local_id):  # a deleted topic's (rlm.lookup.topic_ids)
                 continue
             data = indexes.get(segment, IndexType.TRANSACTION)
             if not data:
                 continue
+            # A diverged copy kept past its cut is the old leader's log from there
+            # (rlm.lookup.answer_end): its entries of transactions begun there, and where its
+            # transactions left the last stable offset, are none of the log's.
+            following = partial(listed.last_holding, starting_after=segment.start_offset)
+            last = answer_end(segment, segments[0].base_offset if segments else None, following).last
             index = TransactionIndex.from_bytes(segment.start_offset, data, path=segment.layout.index_key)
             result = index.collect_aborted(start, end)
-            found += result.aborted
-            if result.done:
+            found += [txn for txn in result.aborted if txn.first_offset <= last]
+            if result.done and last == segment.end_offset:
                 return found
     for i, local_segment in enumerate(segments):
         if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
