@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rlm.errors import CorruptDataError, CorruptIndexError
-from rlm.log.batches import decode_batch, find_record
-from rlm.log.byte_source import FileSource, iter_header_windows, iter_headers, read_batch_bytes
+from rlm.log.batches import decode_batch, find_record, first_offset
+from rlm.log.byte_source import ByteSource, FileSource, iter_header_windows, iter_headers, read_batch_bytes
 from rlm.log.checkpoints import EpochEntry
 from rlm.log.files import offset_file_offsets, segment_file_name
-from rlm.log.index import OffsetIndex, TimeIndex, TimestampOffset
+from rlm.log.index import OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset
 from rlm.log.model import BatchHeader, Record, TimestampAndOffset
 from rlm.log.recovery import DEFAULT_INDEX_INTERVAL_BYTES, RebuiltIndexes, TransactionTracker, rebuild_indexes
 from rlm.log.snapshot import read_snapshot
@@ -174,20 +174,34 @@ class Segment:
         self._checked_at = self._clock()
 
     def _check_last_entry(self, index: OffsetIndex) -> None:
-        """Refuse an offset index whose last entry does not point at the batch it names (one
-        header read): searches start from its entries, and one past the end of the ``.log`` or
-        inside a batch would make them miss records or read garbage as a header."""
+        """Refuse an offset index whose last entry Kafka cannot have written
+        (:func:`index_entry_problem`): searches start from its entries, and one past the end of
+        the ``.log`` or inside a batch would make them miss records or read garbage as a header.
+        The batches from the entry on are scanned (headers only) for the segment's last offset."""
         if not len(index):
             return
         entry = index.last_entry
-        with self.open() as source:
-            header = next(iter_headers(source, entry.position), None)
-        if header is None or header.last_offset != entry.offset:
-            found = "no batch" if header is None else f"a batch ending at offset {header.last_offset}"
+        problem, _ = self._scan_from_entry(entry)
+        if problem is not None:
             raise CorruptIndexError(
-                f"last entry ({entry.offset}, {entry.position}) finds {found} in the log",
-                path=str(self.index_path),
+                f"last entry ({entry.offset}, {entry.position}) {problem}", path=str(self.index_path)
             )
+
+    def _scan_from_entry(self, entry: OffsetPosition) -> tuple[str | None, BatchHeader | None]:
+        """What is wrong with ``entry`` (None if nothing), and the segment's last whole batch,
+        scanned from the entry's position.
+
+        Raises:
+            CorruptDataError: a batch from there on cannot be framed.
+        """
+        with self.open() as source:
+            headers = iter_headers(source, entry.position)
+            batch = last = next(headers, None)
+            for last in headers:  # noqa: B007 (the last one is wanted)
+                pass
+            end = self.base_offset - 1 if last is None else last.last_offset
+            problem = index_entry_problem(entry, batch, source, base_offset=self.base_offset, end_offset=end)
+        return problem, last
 
     def max_timestamp_and_offset(self, *, scan_tail: bool = False) -> TimestampOffset:
         """Largest timestamp in the segment and its batch's last offset (last time-index entry).
@@ -220,20 +234,16 @@ class Segment:
     def last_offset(self) -> int | None:
         """Last offset of the segment's last whole batch, or None when it holds none.
 
-        Scanned from the last offset-index entry when that entry points at the batch it names;
-        an entry that does not (a damaged or stale index: past the end of the file, inside a
-        batch, at another batch) is not trusted and the whole ``.log`` is scanned.
+        Scanned from the last offset-index entry when that entry is one Kafka can have written
+        (:func:`index_entry_problem`); an entry that is not (a damaged or stale index: past the
+        end of the file, inside a batch, past the offsets there) is not trusted and the whole
+        ``.log`` is scanned.
         """
         index = self.offset_index()
         if len(index):
-            entry = index.last_entry
             try:
-                headers = self.headers(entry.position)
-                first = next(headers, None)
-                if first is not None and first.last_offset == entry.offset:
-                    last = first
-                    for last in headers:  # noqa: B007 (the last one is wanted)
-                        pass
+                problem, last = self._scan_from_entry(index.last_entry)
+                if problem is None and last is not None:
                     return last.last_offset
             except CorruptDataError:
                 pass  # the entry points inside a batch: scan from the start
@@ -303,6 +313,59 @@ class Segment:
                     epoch = header.leader_epoch if header.leader_epoch >= 0 else -1
                     return TimestampAndOffset(found[0], found[1], epoch)
         return None
+
+
+def index_entry_problem(
+    entry: OffsetPosition,
+    batch: BatchHeader | None,
+    source: ByteSource,
+    *,
+    base_offset: int,
+    end_offset: int,
+) -> str | None:
+    """Why ``entry`` cannot be an offset-index entry Kafka wrote, or None when it can be.
+
+    ``LogSegment.append`` keys the entry of an append by the append's largest offset at the
+    position where the append starts; a follower appends a fetched chunk of several batches at
+    once, and a broker before Kafka 2.0 keyed by the append's first offset. So the entry points at
+    the start of a batch (``batch``, the one found at its position, None if none) and names an
+    offset from that batch's first offset up to the last offset of the batches the append can have
+    held: ``end_offset``, the segment's last offset (or the last before the batch the next entry
+    points at). Any such entry keeps lookups right: every offset at or above it is held by that
+    batch or a later one.
+
+    Args:
+        entry: The entry.
+        batch: The batch found at ``entry.position``.
+        source: The ``.log``, read only when the entry names an offset below the batch's last and
+            the batch is a legacy wrapper, whose first offset is found by decoding it
+            (:func:`batch_first_offset`).
+        base_offset: The segment's base offset.
+        end_offset: The largest offset the entry can name.
+    """
+    if batch is None or batch.position != entry.position or batch.last_offset < base_offset:
+        return "does not point at a batch"
+    if entry.offset > end_offset:
+        return f"is past the batches it can cover (which end at offset {end_offset})"
+    if entry.offset < batch.last_offset:
+        first = batch_first_offset(source, batch)
+        if entry.offset < first:
+            return f"is below the batch there (offsets {first}..{batch.last_offset})"
+    return None
+
+
+def batch_first_offset(source: ByteSource, batch: BatchHeader) -> int:
+    """The batch's first offset: a legacy compressed wrapper's first inner message's, which a
+    broker before Kafka 2.0 keyed its index entry by (the first offset of the append; 2.0 keys by
+    the last). The wrapper is decoded only then; one that cannot be, has its last offset (the
+    batch checks report it)."""
+    if batch.base_offset >= 0:
+        return batch.base_offset
+    data = read_batch_bytes(source, batch)
+    try:
+        return first_offset(data, batch._replace(position=0), verify_crc=False)
+    except CorruptDataError:
+        return batch.last_offset
 
 
 def segment_base_offsets(directory: str | Path) -> list[int]:

@@ -15,14 +15,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.errors import CorruptDataError
-from rlm.log.batches import first_offset
-from rlm.log.byte_source import read_batch_bytes
 from rlm.log.files import offset_file_offsets, parse_base_offset, segment_file_name, warn_stray
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.logdir import LogDir, PartitionDir, parse_partition_dir_name
 from rlm.log.model import CLUSTER_METADATA_DIR, BatchHeader
 from rlm.log.recovery import TransactionTracker
-from rlm.log.segment import Segment, initial_tracker, rebuild_segment_indexes, segment_base_offsets
+from rlm.log.segment import (
+    Segment,
+    index_entry_problem,
+    initial_tracker,
+    rebuild_segment_indexes,
+    segment_base_offsets,
+)
 from rlm.log.snapshot import read_snapshot
 from rlm.log.stable import snapshot_offsets
 from rlm.log.txnindex import TransactionIndex
@@ -152,39 +156,26 @@ def _verify_offset_index(segment: Segment, scan: _Scan) -> Iterator[Problem]:
         yield Problem(str(path), exc.position, exc.reason)
         return
     positions = [h.position for h in scan.headers]
-    for i, entry in enumerate(index.entries()):
-        at = bisect_right(positions, entry.position) - 1
-        if at < 0 or positions[at] != entry.position:
-            yield Problem(
-                str(path),
-                None,
-                f"entry {i} ({entry.offset}, {entry.position}) does not point at a batch",
-            )
-            continue
-        batch = scan.headers[at]
-        first = batch.last_offset if entry.offset >= batch.last_offset else _first_offset(segment, batch)
-        if entry.offset < first:
-            yield Problem(
-                str(path),
-                None,
-                f"entry {i} ({entry.offset}, {entry.position}) is below the batch there "
-                f"(offsets {first}..{batch.last_offset})",
-            )
-
-
-def _first_offset(segment: Segment, batch: BatchHeader) -> int:
-    """The batch's first offset: a legacy compressed wrapper's first inner message's, which a
-    broker before Kafka 2.0 keyed its index entry by (the first offset of the append; 2.0 keys by
-    the last). The wrapper is decoded only then; one that cannot be, has its last offset (the
-    batch checks report it)."""
-    if batch.base_offset >= 0:
-        return batch.base_offset
+    entries = list(index.entries())
+    # Each entry's batch: the last one starting at or before its position (it must start there).
+    found = [bisect_right(positions, entry.position) - 1 for entry in entries]
+    segment_end = scan.headers[-1].last_offset if scan.headers else segment.base_offset - 1
     with segment.open() as source:
-        data = read_batch_bytes(source, batch)
-    try:
-        return first_offset(data, batch._replace(position=0), verify_crc=False)
-    except CorruptDataError:
-        return batch.last_offset
+        for i, entry in enumerate(entries):
+            batch = scan.headers[found[i]] if found[i] >= 0 else None
+            end = segment_end
+            if (
+                i + 1 < len(entries)
+                and found[i + 1] > 0
+                and positions[found[i + 1]] == entries[i + 1].position
+            ):
+                # The append the entry was written for ends before the next entry's batch.
+                end = scan.headers[found[i + 1] - 1].last_offset
+            problem = index_entry_problem(
+                entry, batch, source, base_offset=segment.base_offset, end_offset=end
+            )
+            if problem is not None:
+                yield Problem(str(path), None, f"entry {i} ({entry.offset}, {entry.position}) {problem}")
 
 
 def _verify_time_index(segment: Segment, scan: _Scan, active: bool) -> Iterator[Problem]:
