@@ -83,12 +83,13 @@ def parse_legacy_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
 
     Raises:
         CorruptRecordError: the size is below the minimum of its magic, the entry does not fit
-            ``buf``, the magic is not 0 or 1, or a v0 message has the timestamp-type bit set.
+            ``buf``, or the magic is not 0 or 1. A v0 message's timestamp-type bit is ignored,
+            as Kafka ignores it.
     """
     if len(buf) - pos < LOG_OVERHEAD + _MIN_SIZE[0]:
         raise CorruptRecordError("legacy message is cut short: no room for its header")
     offset, size, crc, magic, attributes = _ENTRY_V0.unpack_from(buf, pos)
-    _check_header(size, magic, attributes, len(buf) - pos - LOG_OVERHEAD)
+    _check_header(size, magic, len(buf) - pos - LOG_OVERHEAD)
     timestamp = _timestamp(buf, pos, magic)
     compressed = attributes & _CODEC_MASK != Codec.NONE
     return BatchHeader(
@@ -109,7 +110,9 @@ def parse_legacy_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
     )
 
 
-def _check_header(size: int, magic: int, attributes: int, room: int) -> None:
+def _check_header(size: int, magic: int, room: int) -> None:
+    # The attributes are not judged here: a v0 message's bit 3 (timestamp type) is ignored, as
+    # Kafka's LegacyRecord.timestampType ignores it, and the codec is checked where it is used.
     if size < _MIN_SIZE[0]:
         raise CorruptRecordError(f"legacy messageSize {size} is below the minimum {_MIN_SIZE[0]}")
     if size > room:
@@ -120,8 +123,6 @@ def _check_header(size: int, magic: int, attributes: int, room: int) -> None:
         raise CorruptRecordError(
             f"legacy v{magic} messageSize {size} is below the minimum {_MIN_SIZE[magic]}"
         )
-    if magic == 0 and attributes & _LOG_APPEND_TIME:
-        raise CorruptRecordError("legacy v0 message has the timestamp-type attribute bit set")
 
 
 def _timestamp(buf: bytes | memoryview, pos: int, magic: int) -> int:
@@ -144,7 +145,7 @@ def _read_entry(view: memoryview, pos: int, limit: int, verify_crc: bool) -> _En
     if limit - pos < LOG_OVERHEAD + _MIN_SIZE[0]:
         raise CorruptRecordError(f"legacy message set is truncated: {limit - pos} bytes left")
     offset, size, crc, magic, attributes = _ENTRY_V0.unpack_from(view, pos)
-    _check_header(size, magic, attributes, limit - pos - LOG_OVERHEAD)
+    _check_header(size, magic, limit - pos - LOG_OVERHEAD)
     end = pos + LOG_OVERHEAD + size
     if verify_crc:
         computed = zlib.crc32(view[pos + MAGIC_OFFSET : end])
@@ -252,7 +253,8 @@ def legacy_up_to(buf: bytes | memoryview, header: BatchHeader, kept: int, last_k
     messages, byte for byte, the last of them at offset ``last_kept``
     (:func:`rlm.log.clip.batch_up_to`): its offset that one's (left 0 where a v1 wrapper's is 0,
     whose inner offsets are taken as they are), its timestamp the kept messages' largest (a
-    LogAppendTime wrapper keeps its own), its key and attributes as they were.
+    LogAppendTime wrapper keeps its own), its key and attributes as they were (but for a v0
+    wrapper's timestamp-type bit, which Kafka ignores and a writer does not set).
 
     Raises:
         CorruptRecordError: as :func:`decode_legacy`, or the wrapper is not compressed.
@@ -276,7 +278,7 @@ def legacy_up_to(buf: bytes | memoryview, header: BatchHeader, kept: int, last_k
         codecs.compress(Codec(codec), inner[:end].tobytes(), magic=magic),
         magic=magic,
         timestamp=timestamp,
-        attributes=attributes,
+        attributes=attributes if magic == 1 else attributes & ~_LOG_APPEND_TIME,
     )
 
 

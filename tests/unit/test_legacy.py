@@ -19,6 +19,7 @@ from rlm.log.legacy import (
     encode_legacy_batch,
     encode_legacy_entry,
     legacy_crc_valid,
+    legacy_up_to,
     parse_legacy_header,
 )
 from rlm.log.model import BatchHeader, Codec, Record, TimestampType
@@ -201,7 +202,7 @@ def test_header_of_compressed_wrapper(magic: int) -> None:
     assert header.codec is Codec.GZIP
 
 
-def test_header_rejects_bad_size_magic_and_v0_timestamp_type() -> None:
+def test_header_rejects_bad_size_and_magic() -> None:
     v0 = encode_legacy_entry(0, None, None, magic=0)
     v1 = encode_legacy_entry(0, None, None, magic=1, timestamp=TS)
     assert (len(v0), len(v1)) == (12 + 14, 12 + 22)
@@ -211,12 +212,45 @@ def test_header_rejects_bad_size_magic_and_v0_timestamp_type() -> None:
         "runs past": patch(v1, 8, ">i", 23),
         "magic 2": patch(v1, 16, ">b", 2),
         "magic -1": patch(v0, 16, ">b", -1),
-        "timestamp-type attribute bit": patch(v0, 17, ">b", 0x08),
         "cut short": v1[:20],
     }
     for reason, buf in cases.items():
         with pytest.raises(CorruptRecordError, match=reason):
             parse_legacy_header(buf, 0)
+
+
+def _v0_timestamp_type_bit(buf: bytes) -> bytes:
+    """Every entry of the v0 message set ``buf`` with attribute bit 3 (the timestamp type) set and
+    its CRC recomputed."""
+    out, pos = bytearray(), 0
+    while pos < len(buf):
+        size = struct.unpack_from(">i", buf, pos + 8)[0] + 12
+        out += patch(buf[pos : pos + size], 17, ">b", buf[pos + 17] | 0x08)
+        pos += size
+    return bytes(out)
+
+
+def test_v0_timestamp_type_bit_is_ignored_as_kafka_does() -> None:
+    """``LegacyRecord.timestampType`` is NO_TIMESTAMP_TYPE for magic 0 whatever bit 3 says: the
+    entries, a wrapper and its inner messages alike, are read, and so is what follows them."""
+    plain = _v0_timestamp_type_bit(encode_legacy_batch(RECORDS[:2], magic=0))
+    inner = _v0_timestamp_type_bit(encode_legacy_batch(RECORDS[2:], magic=0))
+    wrapper = encode_legacy_entry(
+        1003, None, compress(Codec.GZIP, inner, magic=0), magic=0, attributes=Codec.GZIP
+    )
+    buf = (
+        plain + _v0_timestamp_type_bit(wrapper) + encode_legacy_batch([Record(1004, TS, b"k", b"v")], magic=0)
+    )
+    headers, records = read_all(buf)
+    assert [(h.last_offset, h.attributes & 0x08, h.timestamp_type) for h in headers] == [
+        (1000, 0x08, TimestampType.NO_TIMESTAMP_TYPE),
+        (1001, 0x08, TimestampType.NO_TIMESTAMP_TYPE),
+        (1003, 0x08, TimestampType.NO_TIMESTAMP_TYPE),
+        (1004, 0, TimestampType.NO_TIMESTAMP_TYPE),
+    ]
+    assert records == expected([*RECORDS, Record(1004, TS, b"k", b"v")], 0)
+    cut = legacy_up_to(buf, headers[2], 1, 1002)
+    assert read_all(cut)[1] == expected([RECORDS[2]], 0)
 
 
 # --- ported from Kafka's LegacyRecordTest -------------------------------------------------------
