@@ -407,10 +407,8 @@ def _decode_records(
         else:
             u, pos = read_uvarint(data, pos, 5)
             u &= _INT32_BITS
-        if u == 1:
+        if u & 1:  # any negative size is null, as DefaultRecord.readFrom reads it
             key = None
-        elif u & 1:
-            raise CorruptRecordError(f"record {i} has an invalid key length {(u >> 1) ^ -1}")
         else:
             u >>= 1
             if pos + u > rec_end:
@@ -427,10 +425,8 @@ def _decode_records(
         else:
             u, pos = read_uvarint(data, pos, 5)
             u &= _INT32_BITS
-        if u == 1:
+        if u & 1:
             value = None
-        elif u & 1:
-            raise CorruptRecordError(f"record {i} has an invalid value length {(u >> 1) ^ -1}")
         else:
             u >>= 1
             if pos + u > rec_end:
@@ -475,9 +471,7 @@ def _decode_records(
                     vlen = u >> 1
                 else:
                     vlen, pos = read_varint(data, pos)
-                    if vlen < -1:
-                        raise CorruptRecordError(f"record {i} has an invalid header value length {vlen}")
-                    if vlen == -1:
+                    if vlen < 0:
                         found.append((name, None))
                         continue
                 if pos + vlen > rec_end:
@@ -538,9 +532,9 @@ def _decode_headers(
             pos += 1
         else:
             vlen, pos = read_varint(data, pos)
-        if vlen < -1 or pos + vlen > rec_end:
+        if pos + vlen > rec_end:
             raise CorruptRecordError(f"record {index} has an invalid header value length {vlen}")
-        if vlen == -1:
+        if vlen < 0:  # any negative size is null, as DefaultRecord.readFrom reads it
             headers.append((name, None))
         else:
             headers.append((name, data[pos : pos + vlen]))

@@ -1,7 +1,7 @@
 """rlm.log._decode: the C record decoder never answers differently from the Python reference, into
 columns or into Record tuples, on valid, extreme and mutated records and on any bytes at all; where
-the reference finds corruption the C gives up at the same record, and callers get the reference's
-error."""
+the reference finds corruption the C gives up at the same record (or before it, at a record only
+the reference reads), and callers get the reference's error."""
 
 from __future__ import annotations
 
@@ -116,10 +116,14 @@ def _records_outcome(decoder: str, args: Args) -> list[Record] | str:
 
 def _same_position(expected: str, got: str) -> None:
     """Where the reference names the record it found corrupt, the C gave up at that record, or
-    before it at a header key that is not UTF-8 (the C takes none, the reference replaces them)."""
+    before it at a record the reference reads and the C leaves to it: a header key that is not
+    UTF-8 (the C takes none, the reference replaces them), or a key, value or header value length
+    below -1 (null to Kafka, as -1 is; the C takes only -1)."""
     named = re.search(r"\brecord (\d+)\b", expected)
     if named is not None and got.startswith("gave up: record "):
-        at = re.match(r"gave up: record (\d+): a header key is not UTF-8$", got)
+        at = re.match(
+            r"gave up: record (\d+): (a header key is not UTF-8|bad key|bad value|bad header)$", got
+        )
         if at is not None and int(at.group(1)) < int(named.group(1)):
             return
         assert got.startswith(f"gave up: record {named.group(1)}:"), (got, expected)
