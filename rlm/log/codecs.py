@@ -166,6 +166,7 @@ def _snappy_decompress(data: Data, magic: int, max_size: int) -> bytes:
 
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _LZ4_END_MARK = 0
+_LZ4_END_MARK_BYTES = bytes(4)
 _LZ4_STORED = 0x80000000
 
 
@@ -237,15 +238,26 @@ def _lz4_decompress(data: Data, magic: int, max_size: int) -> bytes:
         raise CorruptRecordError(
             f"lz4 frame header checksum mismatch: stored 0x{stored_hc:02x}, computed 0x{hc:02x}"
         )
-    bound, end = _lz4_scan_blocks(view, header_len, flg, max_block)
+    bound, end, mark = _lz4_scan_blocks(view, header_len, flg, max_block)
     if flg & 0x08:
         (content_size,) = _U64LE.unpack_from(view, 6)
         if content_size > bound:
             raise CorruptRecordError(f"lz4 frame declares {content_size} bytes its blocks lack")
         bound = content_size
     frame: Data = view
-    if stored_hc != hc:  # magic 0: the header checksum is not verified, as in Kafka
-        frame = b"".join((view[: header_len - 1], bytes([hc]), view[header_len:end]))
+    if stored_hc != hc or view[mark : mark + 4] != _LZ4_END_MARK_BYTES:
+        # Given to liblz4 as it reads them: magic 0's header checksum, which Kafka does not
+        # verify, correct, and an end mark with the stored bit set as the plain one (liblz4 would
+        # read an empty block and go on), the frame ending there.
+        frame = b"".join(
+            (
+                view[: header_len - 1],
+                bytes([hc]),
+                view[header_len:mark],
+                _LZ4_END_MARK_BYTES,
+                view[mark + 4 : end],
+            )
+        )
     try:
         if bound <= max_size:
             out: bytes = lz4.frame.decompress(frame)
@@ -261,8 +273,10 @@ def _lz4_decompress(data: Data, magic: int, max_size: int) -> bytes:
     return out
 
 
-def _lz4_scan_blocks(view: memoryview, pos: int, flg: int, max_block: int) -> tuple[int, int]:
-    """Walk the block sizes: (bound of the decompressed size, position just past the frame)."""
+def _lz4_scan_blocks(view: memoryview, pos: int, flg: int, max_block: int) -> tuple[int, int, int]:
+    """Walk the block sizes: (bound of the decompressed size, position just past the frame,
+    position of the end mark). A size of 0 ends the frame whatever its stored bit says, as
+    Kafka's ``Lz4BlockInputStream.readBlock`` masks the bit first."""
     n = len(view)
     trailer = 4 if flg & 0x10 else 0
     blocks = 0
@@ -270,19 +284,21 @@ def _lz4_scan_blocks(view: memoryview, pos: int, flg: int, max_block: int) -> tu
         if n - pos < 4:
             raise CorruptRecordError("lz4 frame is truncated: no end mark")
         (size,) = _U32LE.unpack_from(view, pos)
-        pos += 4
+        size &= ~_LZ4_STORED & 0xFFFFFFFF
         if size == _LZ4_END_MARK:
             break
-        size &= ~_LZ4_STORED & 0xFFFFFFFF
+        pos += 4
         if size > max_block:
             raise CorruptRecordError(f"lz4 block of {size} bytes exceeds the {max_block}-byte max")
         pos += size + trailer
         blocks += 1
+    mark = pos
+    pos += 4
     if flg & 0x04:
         pos += 4
     if pos > n:
         raise CorruptRecordError("lz4 frame is truncated")
-    return blocks * max_block, pos
+    return blocks * max_block, pos, mark
 
 
 # --- zstd: one Zstandard frame (zstd-jni streams; Kafka allows it only with magic 2) -------------
@@ -562,6 +578,8 @@ def _lz4_plain(view: memoryview) -> bytes:
         if size == _LZ4_END_MARK:
             break
         size &= ~_LZ4_STORED & 0xFFFFFFFF
+        if size == _LZ4_END_MARK:
+            raise NotPlainError("lz4")  # Kafka's end mark with the stored bit, liblz4's empty block
         if size > _LZ4_KAFKA_BLOCK:
             raise NotPlainError("lz4")
         pos += size

@@ -10,6 +10,7 @@ import types
 from typing import cast
 
 import cramjam
+import crc32c
 import lz4.frame
 import pytest
 import zstandard
@@ -17,8 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlm.errors import CorruptRecordError
+from rlm.log.batches import decode_batch, parse_header
 from rlm.log.codecs import compress, decompress
-from rlm.log.model import Codec
+from rlm.log.columns import ColumnBuffers, append_batch
+from rlm.log.model import Codec, Record
+from rlm.log.v2 import encode_v2_batch
 
 _rng = random.Random(20240601)
 PAYLOADS = {
@@ -238,6 +242,39 @@ def test_lz4_block_checksum_error_is_corrupt() -> None:
     frame[-6] ^= 0xFF  # inside the block checksum
     with pytest.raises(CorruptRecordError, match="lz4"):
         decompress(Codec.LZ4, bytes(frame))
+
+
+#: A block size word of 0 with the stored bit set: Kafka's Lz4BlockInputStream masks the bit
+#: before it looks for the end mark, so this ends the frame (liblz4 reads it as an empty block).
+LZ4_STORED_END_MARK = struct.pack("<I", 0x80000000)
+
+
+@pytest.mark.parametrize("magic", [0, 1, 2])
+@pytest.mark.parametrize("name", ["small", "over-64KiB"])
+@pytest.mark.parametrize(
+    "after", [b"", struct.pack("<I", 0x80000003) + b"xyz" + bytes(4)], ids=["end", "more"]
+)
+def test_lz4_end_mark_with_the_stored_bit_ends_the_frame_as_in_kafka(
+    magic: int, name: str, after: bytes
+) -> None:
+    frame = compress(Codec.LZ4, PAYLOADS[name], magic=magic)
+    assert frame[-4:] == bytes(4)
+    assert decompress(Codec.LZ4, frame[:-4] + LZ4_STORED_END_MARK + after, magic=magic) == PAYLOADS[name]
+
+
+def test_v2_lz4_batch_whose_end_mark_has_the_stored_bit_reads_as_kafka_reads_it() -> None:
+    records = [Record(7 + i, 1_700_000_000_000 + i, b"k", b"v" * (40 * i)) for i in range(30)]
+    batch = encode_v2_batch(records, codec=Codec.LZ4)
+    assert batch[-4:] == bytes(4)
+    for after in (b"", struct.pack("<I", 0x80000003) + b"xyz" + bytes(4)):
+        patched = bytearray(batch[:-4] + LZ4_STORED_END_MARK + after)
+        struct.pack_into(">i", patched, 8, len(patched) - 12)
+        struct.pack_into(">I", patched, 17, crc32c.crc32c(bytes(patched[21:])))
+        header = parse_header(patched, 0)
+        assert decode_batch(bytes(patched), header) == records
+        cols = ColumnBuffers()
+        append_batch(cols, bytes(patched), header, first_offset=0, last_offset=2**63 - 1, batch_no=0)
+        assert cols.rows == len(records)
 
 
 # --- decompression bombs ------------------------------------------------------------------------
