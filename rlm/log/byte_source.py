@@ -128,6 +128,7 @@ def iter_headers(
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     first_window_bytes: int | None = None,
     skip_below: tuple[int, int] | None = None,
+    whole: bool = False,
 ) -> Iterator[BatchHeader]:
     """Yield the header of every whole batch in ``[start, end)`` of ``source``.
 
@@ -140,6 +141,7 @@ def iter_headers(
         window_bytes=window_bytes,
         first_window_bytes=first_window_bytes,
         skip_below=skip_below,
+        whole=whole,
     ):
         yield header
 
@@ -152,6 +154,7 @@ def iter_header_windows(
     window_bytes: int = DEFAULT_WINDOW_BYTES,
     first_window_bytes: int | None = None,
     skip_below: tuple[int, int] | None = None,
+    whole: bool = False,
 ) -> Iterator[tuple[BatchHeader, bytes, int]]:
     """Yield ``(header, window, window position)`` for every whole batch in ``[start, end)`` of
     ``source``: the bytes read last, starting at ``window position`` in the source, hold the
@@ -166,7 +169,10 @@ def iter_header_windows(
     headers (what a timestamp search skips).
 
     Iteration ends cleanly at a torn tail (a last batch not yet completely written, or 17 bytes
-    or fewer left), as Kafka's ``FileLogInputStream`` does. A size field that cannot be a batch,
+    or fewer left), as Kafka's ``FileLogInputStream`` does, unless ``whole`` says the source is
+    written whole (a rolled segment): such a tail is then damage (a size field, which no CRC
+    covers, saying more bytes than there are), raised rather than every record from it to the end
+    silently left out. A size field that cannot be a batch,
     an unknown magic or a malformed header raises :class:`CorruptRecordError` naming the source
     and the byte position.
     """
@@ -176,7 +182,13 @@ def iter_header_windows(
     pos = start
     window = window_bytes if first_window_bytes is None else min(first_window_bytes, window_bytes)
     # FileLogInputStream stops when position + HEADER_SIZE_UP_TO_MAGIC (17) >= end.
-    while limit - pos > MAGIC_OFFSET + 1:
+    while limit - pos > MAGIC_OFFSET + 1 or (whole and limit > pos):
+        if limit - pos <= MAGIC_OFFSET + 1:
+            raise CorruptRecordError(
+                f"the last batch is cut short: {limit - pos} bytes are left at the end, short of its header",
+                path=source.name,
+                position=pos,
+            )
         rel = pos - buf_start
         need = min(V2_HEADER_SIZE, limit - pos)
         if rel < 0 or rel + need > len(buf):
@@ -199,6 +211,13 @@ def iter_header_windows(
             )
         total = LOG_OVERHEAD + size
         if pos + total > limit:
+            if whole:
+                raise CorruptRecordError(
+                    f"the last batch is cut short: {limit - pos} bytes are left at the end, short of its "
+                    f"size field's {total} bytes",
+                    path=source.name,
+                    position=pos,
+                )
             return  # torn tail: the broker is still writing this batch
         try:
             if buf[rel + MAGIC_OFFSET] >= 2:

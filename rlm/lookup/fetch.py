@@ -174,7 +174,8 @@ class RecordFetcher:
                     return  # what was read is the answer
                 raise _SegmentGoneError from None
             with source:
-                for header in iter_headers(source, start):
+                # Only the active segment may end in a batch the broker is still writing.
+                for header in iter_headers(source, start, whole=i + 1 < len(segments)):
                     if header.last_offset < offset:
                         continue
                     if _past_the_end(header, result, taken, max_bytes):

@@ -96,3 +96,11 @@ def test_a_stream_over_a_rolled_local_batch_sized_past_its_segment_fails(tiered:
     assert plan.local_start is not None and plan.local_start <= rolled.base_offset, "read remotely"
     with pytest.raises(CorruptDataError, match="the last batch is cut short"):
         stream(tiered, plan)
+
+
+def test_a_fetch_over_a_rolled_local_batch_sized_past_its_segment_fails(tiered: Tiered) -> None:
+    rt, tp = tiered.runtime, tiered.tp
+    rolled = tiered.partition.segments()[0]
+    rolled.log_path.write_bytes(_second_batch_runs_past_the_end(rolled.log_path.read_bytes()))
+    with pytest.raises(CorruptDataError, match="the last batch is cut short"):
+        rt.fetcher.fetch(tp, rolled.base_offset, 1 << 20)

@@ -185,6 +185,20 @@ def test_a_log_cut_anywhere_inside_its_last_batch_ends_after_the_last_whole_batc
             assert headers == expected[:-1], cut
 
 
+def test_a_whole_log_cut_anywhere_inside_its_last_batch_is_corrupt_there() -> None:
+    """A rolled segment is written whole: a last batch cut short (a size field, outside the CRC,
+    saying more than there is) is damage, raised after the whole batches before it."""
+    log, expected = build_log([10, 200, 70, 30])
+    last = expected[-1]
+    for cut in range(last.position + 1, last.end_position):
+        for window in (61, 100):
+            found: list[BatchHeader] = []
+            with pytest.raises(CorruptRecordError, match="the last batch is cut short") as raised:
+                found.extend(iter_headers(BytesSource(log[:cut]), window_bytes=window, whole=True))
+            assert found == expected[:-1] and raised.value.position == last.position, cut
+    assert list(iter_headers(BytesSource(log), whole=True)) == expected
+
+
 def test_a_file_cut_inside_its_first_batch_has_no_headers(tmp_path: Path) -> None:
     path = tmp_path / "torn.log"
     for cut in (0, 1, 11, 12, 16, 17, 18, 60, 61, len(VECTOR_A) - 1):
