@@ -349,6 +349,16 @@ _SettingsLoader.yaml_implicit_resolvers = {
 
 
 def _convert(name: str, kind: Any, raw: Any) -> Any:
+    """``raw`` (as YAML read it, or an environment variable's text) as setting ``name`` takes it.
+
+    YAML reads ``key:`` with nothing after it (or ``~``, ``null``) as None: an optional setting
+    (``s3.endpoint.url``, ``tls.cert.file``...) left unset, never the text "None" (an endpoint
+    named 'None', TLS on with a certificate file named 'None'); for any other setting an error.
+    """
+    if raw is None or (isinstance(raw, list) and None in raw):
+        if raw is None and "None" in str(kind):
+            return None
+        raise ConfigError(f"{_key(name)} has no value: give it one, or leave the key out for its default")
     text = str(raw).strip()
     try:
         if kind in (int, "int"):

@@ -125,3 +125,47 @@ def test_topics_must_be_a_mapping(tmp_path: Path) -> None:
     assert settings.topic("on").retention_ms == -1
     assert settings.topic("010").retention_bytes == 5
     assert settings.topic("orders") == settings.topic_defaults
+
+
+def test_an_optional_setting_written_without_a_value_is_unset(tmp_path: Path) -> None:
+    # YAML reads `key:` with nothing after it as null: the setting left at its default, never
+    # the text "None" (an endpoint URL 'None', TLS switched on with a certificate file 'None').
+    config = tmp_path / "rlm.yaml"
+    config.write_text(
+        "s3.endpoint.url:\n"
+        "s3.region: ~\n"
+        "tls.cert.file:\n"
+        "tls.key.file:\n"
+        "metadata.log.dir: null\n"
+        "export.iceberg.warehouse:\n"
+        "export.iceberg.catalog.url:\n"
+        "auth.tokens.file:\n"
+    )
+    settings = load_settings(config, env={})
+    assert settings.s3_endpoint_url is None
+    assert settings.s3_region is None
+    assert settings.tls_cert_file is None and settings.tls_key_file is None
+    assert settings.metadata_log_dir is None
+    assert settings.export_iceberg_warehouse is None
+    assert settings.export_iceberg_catalog_url is None
+    assert settings.auth_tokens_file is None
+
+
+@pytest.mark.parametrize(
+    ("written", "key"),
+    [
+        ("remote.url:\n", "remote.url"),
+        ("metadata.url: null\n", "metadata.url"),
+        ("http.port:\n", "http.port"),
+        ("log.dirs:\n", "log.dirs"),
+        ("auth.enabled:\n", "auth.enabled"),
+        ("remote.log.index.cache.dir:\n", "remote.log.index.cache.dir"),
+        ("topics:\n  defaults: {retention.ms: null}\n", "retention.ms"),
+        ("topics:\n  orders:\n    cleanup.policy:\n", "cleanup.policy"),
+    ],
+)
+def test_a_setting_without_a_value_that_needs_one_is_an_error(tmp_path: Path, written: str, key: str) -> None:
+    config = tmp_path / "rlm.yaml"
+    config.write_text(written)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(key)} has no value"):
+        load_settings(config, env={})
