@@ -29,7 +29,9 @@ as a number (``010``) keeps its name.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -335,6 +337,44 @@ _SETTINGS_FIELDS = {
 }
 #: The variables that are settings themselves (``RLM_AUTH_TOKENS_FILE``): never read as ``<name>_FILE``.
 _OWN_VARIABLES = frozenset(_env(_key(name)) for name in (*_SETTINGS_FIELDS, *_TOPIC_FIELDS))
+#: Every ``RLM_*`` variable :func:`load_settings` reads: the settings, ``<setting>_FILE`` and the
+#: settings file.
+_READ_VARIABLES = _OWN_VARIABLES | {f"{n}_FILE" for n in _OWN_VARIABLES} | {"RLM_CONFIG"}
+#: ``RLM_*`` variables that are no settings but are read by other parts of rlm: the token of
+#: ``rlm lookup --grpc``, and the test suite's (a developer's shell that runs both has them set).
+_OTHER_VARIABLES = frozenset({"RLM_TOKEN", "RLM_TEST_POSTGRES_URL", "RLM_ALLOW_PURE_PYTHON"})
+#: What Kubernetes puts in every pod of a namespace for a Service named ``rlm`` or ``rlm-*`` (the
+#: chart's own, when the release is named so): ``<SERVICE>_SERVICE_HOST``, ``_SERVICE_PORT[_<PORT>]``,
+#: ``_PORT=tcp://ip:port`` and ``_PORT_<n>_<PROTO>[_PROTO|_PORT|_ADDR]``.
+_SERVICE_LINK = re.compile(
+    r"RLM(_[A-Z0-9_]+)?_(SERVICE_HOST|SERVICE_PORT(_[A-Z0-9_]+)?|PORT_[0-9]+_(TCP|UDP|SCTP)(_PROTO|_PORT|_ADDR)?)"
+)
+_SERVICE_LINK_PORT = re.compile(r"RLM(_[A-Z0-9_]+)?_PORT")
+_SERVICE_LINK_URL = re.compile(r"(tcp|udp|sctp)://\S+")
+
+
+def check_variable_names(env: Mapping[str, str]) -> None:
+    """Refuse an ``RLM_*`` variable rlm does not read, as an unknown key of the settings file is.
+
+    A misspelt ``RLM_REMOTE_URL`` would otherwise leave the embedded default in place, silently.
+    Kubernetes' service links (``RLM_SERVICE_HOST``... for a Service named ``rlm``) are no typos.
+
+    Raises:
+        ConfigError: names the first such variable, and the one it probably meant when one is close.
+    """
+    for name in sorted(env):
+        if not name.startswith("RLM_") or name in _READ_VARIABLES or name in _OTHER_VARIABLES:
+            continue
+        if _SERVICE_LINK.fullmatch(name) or (
+            _SERVICE_LINK_PORT.fullmatch(name) and _SERVICE_LINK_URL.fullmatch(env[name])
+        ):
+            continue
+        close = difflib.get_close_matches(name, sorted(_READ_VARIABLES | _OTHER_VARIABLES), n=1)
+        meant = f": did you mean {close[0]}?" if close else ""
+        raise ConfigError(
+            f"{name} is no setting (the environment names a setting RLM_ + its key in capitals, "
+            f"with _ for .){meant}"
+        )
 
 
 class _SettingsLoader(yaml.SafeLoader):
@@ -452,9 +492,11 @@ def load_settings(
     """Build settings from defaults, then ``path`` (YAML), then ``env`` (``RLM_*``), then overrides.
 
     Raises:
-        ConfigError: unreadable file, unknown key or a value out of range; the message names it.
+        ConfigError: unreadable file, unknown key or ``RLM_*`` variable (:func:`check_variable_names`)
+            or a value out of range; the message names it.
     """
     env = os.environ if env is None else env
+    check_variable_names(env)
     data: dict[str, Any] = {}
     if path is None and env.get("RLM_CONFIG"):
         path = env["RLM_CONFIG"]

@@ -15,7 +15,7 @@ import yaml
 
 from api.rest.app import create_app
 from rlm.cli import build_parser
-from rlm.config import Settings, load_settings
+from rlm.config import Settings, check_variable_names, load_settings
 from rlm.errors import BrokerIdUnknownError
 from tests.helm.chart import ROOT, Manifest, Rendered, render, rendered, sidecar_values
 from tests.helm.values import REQUIRED, VALUE_SETS, merge
@@ -54,6 +54,7 @@ def test_every_rlm_variable_is_a_real_setting(value_set: str) -> None:
     for name in rlm_names:
         setting = name.removesuffix("_FILE") if name not in SETTINGS_VARIABLES else name
         assert name == SETTINGS_FILE_VARIABLE or setting in SETTINGS_VARIABLES, name
+    check_variable_names(dict.fromkeys(rlm_names, ""))  # rlm refuses a variable it does not read
 
 
 @pytest.mark.parametrize("value_set", ALL)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from rlm.config import Settings, TopicSettings, load_settings
+from rlm.config import Settings, TopicSettings, check_variable_names, load_settings
 from rlm.errors import ConfigError
 
 
@@ -169,3 +169,58 @@ def test_a_setting_without_a_value_that_needs_one_is_an_error(tmp_path: Path, wr
     config.write_text(written)
     with pytest.raises(ConfigError, match=rf"^{re.escape(key)} has no value"):
         load_settings(config, env={})
+
+
+@pytest.mark.parametrize(
+    ("name", "meant"),
+    [
+        ("RLM_REMOTE_ULR", "RLM_REMOTE_URL"),
+        ("RLM_METADATA_URL_FLIE", "RLM_METADATA_URL_FILE"),
+        ("RLM_RETENTION_MSEC", "RLM_RETENTION_MS"),
+        ("RLM_GPRC_PORT", "RLM_GRPC_PORT"),  # shaped like a service link's _PORT, but not one
+        ("RLM_CONFIG_FILE", "RLM_CONFIG"),
+    ],
+)
+def test_a_misspelt_variable_is_an_error_naming_the_one_meant(name: str, meant: str) -> None:
+    # A YAML key that is no setting is an error: so is a variable, instead of a sidecar silently
+    # tiering into the embedded default because RLM_REMOTE_URL was misspelt.
+    with pytest.raises(ConfigError, match=rf"^{name} is no setting.*did you mean {meant}\?"):
+        load_settings(env={name: "9090"})
+
+
+def test_an_unknown_variable_like_no_setting_is_an_error_too() -> None:
+    with pytest.raises(ConfigError, match=r"^RLM_QWERTY is no setting") as refused:
+        load_settings(env={"RLM_QWERTY": "1"})
+    assert "did you mean" not in str(refused.value)
+
+
+def test_variables_rlm_reads_elsewhere_and_kubernetes_service_links_are_accepted() -> None:
+    env = {
+        "RLM_TOKEN": "t",  # rlm lookup --grpc
+        "RLM_TEST_POSTGRES_URL": "postgresql+psycopg://postgres@db/postgres",  # the tests
+        "RLM_ALLOW_PURE_PYTHON": "1",
+        # What Kubernetes puts in every pod of a namespace with a Service named rlm or rlm-metrics.
+        "RLM_SERVICE_HOST": "10.96.0.12",
+        "RLM_SERVICE_PORT": "8080",
+        "RLM_SERVICE_PORT_HTTP": "8080",
+        "RLM_SERVICE_PORT_GRPC": "9090",
+        "RLM_PORT": "tcp://10.96.0.12:8080",
+        "RLM_PORT_8080_TCP": "tcp://10.96.0.12:8080",
+        "RLM_PORT_8080_TCP_PROTO": "tcp",
+        "RLM_PORT_8080_TCP_PORT": "8080",
+        "RLM_PORT_8080_TCP_ADDR": "10.96.0.12",
+        "RLM_METRICS_PORT": "tcp://10.96.0.13:9100",
+        "RLM_METRICS_SERVICE_HOST": "10.96.0.13",
+    }
+    assert load_settings(env=env, http_port=1).http_port == 1
+
+
+def test_every_variable_the_docs_and_the_chart_name_is_accepted() -> None:
+    root = Path(__file__).resolve().parents[2]
+    texts = [root / "README.md", root / "Makefile", root / "helm" / "rlm" / "README.md"]
+    texts += [*(root / "examples").rglob("*"), *(root / "helm" / "rlm" / "templates").rglob("*")]
+    names = {
+        n for t in texts if t.is_file() for n in re.findall(r"\bRLM_[A-Z0-9_]*[A-Z0-9]\b", t.read_text())
+    }
+    assert {"RLM_CONFIG", "RLM_METADATA_URL_FILE", "RLM_AUTH_TOKENS_FILE"} <= names
+    check_variable_names(dict.fromkeys(names, ""))
