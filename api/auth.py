@@ -52,9 +52,13 @@ class TokenAuthenticator:
         """
         tokens: dict[str, Scope] = {}
         for n, pair in enumerate(p for p in settings.auth_tokens.split(",") if p.strip()):
-            scope, sep, token = pair.strip().partition(":")
-            if not sep or not token:
+            scope, sep, token = pair.partition(":")
+            # A space after the comma or the colon ("read:abc, admin: def") is no part of a token.
+            token = token.strip()
+            if not sep:
                 raise ConfigError(f"auth.tokens entry {n + 1} is not scope:token")
+            if not token:
+                raise ConfigError(f"auth.tokens entry {n + 1} has no token (scope:token)")
             tokens[token] = _scope(scope, f"auth.tokens entry {n + 1}")
         if settings.auth_tokens_file is not None:
             tokens.update(_read_tokens_file(settings.auth_tokens_file))
