@@ -1,8 +1,10 @@
 """Bearer-token authentication shared by the REST and gRPC servers.
 
 Tokens come from ``auth.tokens`` (``scope:token`` pairs) and/or ``auth.tokens.file`` (one
-``scope token`` pair per line, ``#`` comments). Only SHA-256 digests of the tokens are kept in
-memory, compared in constant time; a token is never logged or echoed in an error.
+``scope token`` pair per line; a ``#`` at the start of a line or after a space starts a comment, a
+``#`` inside a token is part of it, and a token cannot start with one). Only SHA-256 digests of
+the tokens are kept in memory, compared in constant time; a token is never logged or echoed in an
+error.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ def _scope(text: str, where: str) -> Scope:
     try:
         return Scope(text.strip().lower())
     except ValueError:
-        raise ConfigError(f"{where}: unknown scope {text.strip()!r} (use read or admin)") from None
+        # Not echoed: a pair written the wrong way round puts the token where the scope goes.
+        raise ConfigError(f"{where}: unknown scope (use read or admin)") from None
 
 
 def _read_tokens_file(path: Path) -> dict[str, Scope]:
@@ -98,11 +101,19 @@ def _read_tokens_file(path: Path) -> dict[str, Scope]:
         raise ConfigError(f"cannot read auth.tokens.file {path}: {exc.strerror}") from exc
     tokens = {}
     for number, raw in enumerate(lines, 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
+        # A word starting with # starts a comment: a # inside a token is part of it (cutting the
+        # token there would make its first characters a valid token of their own).
+        words = raw.split()
+        for n, word in enumerate(words):
+            if word.startswith("#"):
+                words = words[:n]
+                break
+        if not words:
             continue
-        parts = line.split()
-        if len(parts) != 2:
-            raise ConfigError(f"{path} line {number}: expected 'scope token'")
-        tokens[parts[1]] = _scope(parts[0], f"{path} line {number}")
+        if len(words) != 2:
+            raise ConfigError(
+                f"{path} line {number}: expected 'scope token' (a token cannot start with #: "
+                "# at the start of a word starts a comment)"
+            )
+        tokens[words[1]] = _scope(words[0], f"{path} line {number}")
     return tokens

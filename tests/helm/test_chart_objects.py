@@ -7,12 +7,13 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import fields
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
 import yaml
 
+from api.auth import Scope, TokenAuthenticator
 from api.rest.app import create_app
 from rlm.cli import build_parser
 from rlm.config import Settings, check_variable_names, load_settings
@@ -90,6 +91,18 @@ def test_secrets_are_never_in_a_config_map(value_set: str) -> None:
         auth = values.get("auth", {}).get("enabled", True)
         kept = [v for k, v in values["secrets"].items() if v and (auth or not k.endswith("Token"))]
         assert set(kept) <= words
+
+
+def test_the_tokens_file_the_chart_writes_holds_exactly_its_tokens(tmp_path: Path) -> None:
+    # A # inside a token is part of it: rlm must not read `read ab#cd` as the token ab.
+    values = merge(REQUIRED, {"secrets": {"readToken": "ab#cd", "adminToken": "ef#gh"}})
+    secret = render(values).one("Secret", "rlm")
+    tokens = tmp_path / "auth-tokens"
+    tokens.write_bytes(base64.b64decode(secret["data"]["auth-tokens"]))
+    auth = TokenAuthenticator.from_settings(Settings(auth_tokens_file=tokens))
+    assert auth.authenticate("Bearer ab#cd") is Scope.READ
+    assert auth.authenticate("Bearer ef#gh") is Scope.ADMIN
+    assert auth.authenticate("Bearer ab") is None and auth.authenticate("Bearer ef") is None
 
 
 @pytest.mark.parametrize("value_set", ALL)

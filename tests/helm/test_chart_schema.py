@@ -61,6 +61,9 @@ CASES = [
     ("scrape interval", "metrics.serviceMonitor.interval", "often", "does not match pattern"),
     ("alert duration", "metrics.prometheusRule.for", "10 minutes", "does not match pattern"),
     ("tokens without blanks", "secrets.readToken", "two words", "does not match pattern"),
+    # In the tokens file the chart writes, `read #x` is a scope and a comment.
+    ("read token not starting with #", "secrets.readToken", "#x", "does not match pattern"),
+    ("admin token not starting with #", "secrets.adminToken", "#x", "does not match pattern"),
 ]
 
 
