@@ -12,10 +12,18 @@ from __future__ import annotations
 import enum
 import hashlib
 import hmac
+import logging
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 from rlm.config import Settings
 from rlm.errors import ConfigError
+
+log = logging.getLogger("rlm.auth")
+#: How often, at most, a request looks whether the tokens file changed (one ``stat``).
+TOKENS_FILE_CHECK_INTERVAL_S = 1.0
 
 
 class Scope(enum.Enum):
@@ -33,16 +41,46 @@ def _digest(token: str) -> bytes:
 
 
 class TokenAuthenticator:
-    """Maps ``Authorization: Bearer <token>`` to a scope."""
+    """Maps ``Authorization: Bearer <token>`` to a scope.
 
-    def __init__(self, tokens: dict[str, Scope], *, enabled: bool = True) -> None:
-        if enabled and not tokens:
+    The tokens of ``tokens_file`` are read again when the file changes (a Kubernetes Secret
+    rotated: its ``..data`` symlink swapped), so that a revoked token stops working without a
+    restart: at most every ``check_interval_s``, a request looks at the file's identity (one
+    ``stat`` of the file the path resolves to: device, inode, mtime, size). A file that cannot be
+    read, or holds no valid tokens, leaves the tokens read before in place and is logged as an
+    error, once for each different problem.
+    """
+
+    def __init__(
+        self,
+        tokens: Mapping[str, Scope],
+        *,
+        enabled: bool = True,
+        tokens_file: Path | None = None,
+        check_interval_s: float = TOKENS_FILE_CHECK_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.enabled = enabled
+        self._fixed = dict(tokens)
+        self._file = tokens_file
+        self._check_interval_s = check_interval_s
+        self._clock = clock
+        self._next_check = clock() + check_interval_s
+        self._problem: str | None = None
+        self._identity: _Identity | None = None
+        found = self._fixed
+        if tokens_file is not None:
+            self._identity = _identity(tokens_file)  # before the read: a change after it is seen next
+            found = {**self._fixed, **_read_tokens_file(tokens_file)}
+        self._digests = self._checked(found)
+
+    def _checked(self, tokens: Mapping[str, Scope]) -> tuple[tuple[bytes, Scope], ...]:
+        if self.enabled and not tokens:
             raise ConfigError(
                 "no API tokens configured: set auth.tokens (RLM_AUTH_TOKENS) or auth.tokens.file, "
                 "or switch authentication off with auth.enabled=false"
             )
-        self.enabled = enabled
-        self._digests = [(_digest(token), scope) for token, scope in tokens.items()]
+        return tuple((_digest(token), scope) for token, scope in tokens.items())
 
     @classmethod
     def from_settings(cls, settings: Settings) -> TokenAuthenticator:
@@ -62,9 +100,27 @@ class TokenAuthenticator:
             if not token:
                 raise ConfigError(f"auth.tokens entry {n + 1} has no token (scope:token)")
             tokens[token] = _scope(scope, f"auth.tokens entry {n + 1}")
-        if settings.auth_tokens_file is not None:
-            tokens.update(_read_tokens_file(settings.auth_tokens_file))
-        return cls(tokens, enabled=settings.auth_enabled)
+        return cls(tokens, enabled=settings.auth_enabled, tokens_file=settings.auth_tokens_file)
+
+    def _refresh(self, path: Path) -> None:
+        """Read ``path`` again if its identity changed (at most every ``check_interval_s``)."""
+        now = self._clock()
+        if now < self._next_check:
+            return
+        self._next_check = now + self._check_interval_s
+        try:
+            identity = _identity(path)
+            if identity == self._identity:
+                return
+            digests = self._checked({**self._fixed, **_read_tokens_file(path)})
+        except ConfigError as exc:  # never holds a token
+            if str(exc) != self._problem:
+                self._problem = str(exc)
+                log.error("%s; the API tokens read before stay in use", exc)
+            return
+        self._identity, self._digests = identity, digests
+        self._problem = None
+        log.info("read the API tokens again from %s: it changed", path)
 
     def authenticate(self, authorization: str | None) -> Scope | None:
         """The scope of the bearer token in an ``Authorization`` value; None if missing or wrong.
@@ -73,6 +129,8 @@ class TokenAuthenticator:
         """
         if not self.enabled:
             return Scope.ADMIN
+        if self._file is not None:
+            self._refresh(self._file)
         if not authorization:
             return None
         kind, _, token = authorization.strip().partition(" ")
@@ -92,6 +150,23 @@ def _scope(text: str, where: str) -> Scope:
     except ValueError:
         # Not echoed: a pair written the wrong way round puts the token where the scope goes.
         raise ConfigError(f"{where}: unknown scope (use read or admin)") from None
+
+
+class _Identity(NamedTuple):
+    """What changes when a file is replaced or written: ``stat`` of the file a path resolves to."""
+
+    device: int
+    inode: int
+    mtime_ns: int
+    size: int
+
+
+def _identity(path: Path) -> _Identity:
+    try:
+        found = path.stat()  # follows symlinks: a Secret's ..data swap gives another inode
+    except OSError as exc:
+        raise ConfigError(f"cannot read auth.tokens.file {path}: {exc.strerror}") from exc
+    return _Identity(found.st_dev, found.st_ino, found.st_mtime_ns, found.st_size)
 
 
 def _read_tokens_file(path: Path) -> dict[str, Scope]:

@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from rlm.log.produce import ProduceSpec, produce
 from tests.e2e.conftest import ADMIN_TOKEN, READ_TOKEN, InProcess, ServeProcess, bearer, start_serve
 from tests.grpc_support import self_signed
 from tests.lookup_support import TOPIC
+from tests.mounted_secret import MountedSecret
 
 #: Routes anyone may call: the probes and the API's documentation.
 PUBLIC = {"/healthz", "/readyz", "/docs", "/docs/oauth2-redirect", "/redoc", "/openapi.json"}
@@ -225,3 +227,65 @@ def test_the_server_logs_no_token(tls_server: ServeProcess) -> None:
     assert '"message": "serving"' in log
     for token in (READ_TOKEN, ADMIN_TOKEN):
         assert token not in log
+
+
+# -- tokens rotated under a running rlm serve ----------------------------------------------------
+
+
+def test_a_rotated_tokens_secret_takes_effect_without_a_restart(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    # The kubelet swaps a mounted Secret's ..data symlink: a revoked token must stop working on
+    # both APIs, and a new one start working, without restarting the sidecar.
+    database = tmp_path / "metadata.db"
+    database.write_bytes(sqlite_template.read_bytes())
+    secret = MountedSecret(tmp_path / "secrets", f"read {READ_TOKEN}\nadmin {ADMIN_TOKEN}\n")
+    settings = {
+        "metadata.url": f"sqlite:///{database}",
+        "remote.url": (tmp_path / "remote").as_uri(),
+        "remote.log.index.cache.dir": str(tmp_path / "index-cache"),
+        "auth.tokens.file": str(secret.path),
+    }
+    served = start_serve(tmp_path, settings, name="rotating")
+    new_token = "e2e-rotated-token-5d21"
+
+    def rest(token: str) -> int:
+        with served.client(headers=bearer(token)) as client:
+            return client.get("/v1/config").status_code
+
+    def grpc_code(token: str) -> grpc.StatusCode:
+        with grpc.insecure_channel(served.grpc_target) as channel:
+            call = channel.unary_unary(
+                "/rlm.v1.RemoteLogManager/GetConfig",
+                request_serializer=pb.GetConfigRequest.SerializeToString,
+                response_deserializer=pb.DynamicConfig.FromString,
+            )
+            try:
+                call(pb.GetConfigRequest(), metadata=(("authorization", f"Bearer {token}"),), timeout=10)
+            except grpc.RpcError as exc:
+                return exc.code()
+            return grpc.StatusCode.OK
+
+    try:
+        assert rest(READ_TOKEN) == 200 and grpc_code(READ_TOKEN) == grpc.StatusCode.OK
+        secret.update(f"read {new_token}\nadmin {ADMIN_TOKEN}\n")
+        wait_until(lambda: rest(READ_TOKEN) == 401)
+        assert grpc_code(READ_TOKEN) == grpc.StatusCode.UNAUTHENTICATED
+        assert rest(new_token) == 200 and grpc_code(new_token) == grpc.StatusCode.OK
+        assert rest(ADMIN_TOKEN) == 200
+
+        secret.update("read\n")  # broken: the tokens read last stay in use
+        time.sleep(2.5)
+        assert rest(new_token) == 200 and grpc_code(new_token) == grpc.StatusCode.OK
+        assert "line 1: expected 'scope token'" in served.log_text()
+    finally:
+        served.terminate()
+    for token in (READ_TOKEN, ADMIN_TOKEN, new_token):
+        assert token not in served.log_text()
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "the change did not take effect in time"
+        time.sleep(0.1)

@@ -9,6 +9,7 @@ import pytest
 from api.auth import Scope, TokenAuthenticator
 from rlm.config import load_settings
 from rlm.errors import ConfigError
+from tests.mounted_secret import MountedSecret
 
 
 def from_file(tmp_path: Path, text: str) -> TokenAuthenticator:
@@ -60,3 +61,75 @@ def test_spaces_around_the_tokens_of_auth_tokens_are_not_part_of_them() -> None:
 def test_an_empty_token_in_auth_tokens_is_an_error_naming_the_entry(tokens: str) -> None:
     with pytest.raises(ConfigError, match=r"auth.tokens entry \d has no token"):
         TokenAuthenticator.from_settings(load_settings(env={"RLM_AUTH_TOKENS": tokens}))
+
+
+class Clock:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watching(secret: MountedSecret, clock: Clock, **tokens: Scope) -> TokenAuthenticator:
+    return TokenAuthenticator(tokens, tokens_file=secret.path, clock=clock)
+
+
+def test_a_rotated_secret_is_read_again_within_a_second(tmp_path: Path) -> None:
+    clock = Clock()
+    secret = MountedSecret(tmp_path / "secrets", "read old-read\nadmin old-admin\n")
+    auth = watching(secret, clock, env_token=Scope.READ)
+    assert scope_of(auth, "old-read") is Scope.READ
+    secret.update("read new-read\nadmin old-admin\n")  # old-read revoked
+    clock.now += 0.5
+    assert scope_of(auth, "old-read") is Scope.READ  # not looked at yet: one stat a second at most
+    clock.now += 0.5
+    assert scope_of(auth, "old-read") is None
+    assert scope_of(auth, "new-read") is Scope.READ
+    assert scope_of(auth, "old-admin") is Scope.ADMIN
+    assert scope_of(auth, "env_token") is Scope.READ  # auth.tokens are kept
+
+
+def test_a_file_rewritten_in_place_is_read_again(tmp_path: Path) -> None:
+    clock = Clock()
+    tokens = tmp_path / "tokens"
+    tokens.write_text("read first\n")
+    auth = TokenAuthenticator({}, tokens_file=tokens, clock=clock)
+    tokens.write_text("read second-and-longer\n")
+    clock.now += 1
+    assert scope_of(auth, "first") is None
+    assert scope_of(auth, "second-and-longer") is Scope.READ
+
+
+@pytest.mark.parametrize(
+    ("broken", "logged"),
+    [
+        ("read\n", "line 1: expected 'scope token'"),
+        ("# every token revoked by mistake\n", "no API tokens configured"),
+        (None, "cannot read auth.tokens.file"),
+    ],
+)
+def test_a_file_that_becomes_unusable_keeps_the_tokens_read_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, broken: str | None, logged: str
+) -> None:
+    clock = Clock()
+    secret = MountedSecret(tmp_path / "secrets", "read kept-token\n")
+    auth = watching(secret, clock)
+    if broken is None:
+        secret.path.unlink()
+    else:
+        secret.update(broken)
+    for _ in range(3):
+        clock.now += 1
+        assert scope_of(auth, "kept-token") is Scope.READ
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and logged in errors[0].getMessage()  # once, not every second
+    assert "kept-token" not in caplog.text
+    secret.update("read fixed-token\n")
+    if broken is None:
+        (secret.root / "tokens").symlink_to("..data/tokens")
+    clock.now += 1
+    assert scope_of(auth, "fixed-token") is Scope.READ
+    assert scope_of(auth, "kept-token") is None
