@@ -38,7 +38,11 @@ from rlm.tiering.retention import Retention
 
 #: What readiness asks the metadata store and the remote storage about (nothing has these names).
 READINESS_PARTITION = TopicPartition("__rlm_readiness", 0)
-READINESS_KEY = "rlm-readiness-probe"
+#: A listing of this prefix, not a HEAD of a key: a HEAD answer has no body, so a bucket that does
+#: not exist answers it with the bare 404 of an object that does not; a listing answers
+#: NoSuchBucket. It needs s3:ListBucket under rlm's prefix, which HEAD of a missing key needs too
+#: (without it S3 answers 403), and on the filesystem it looks into one (absent) directory.
+READINESS_PREFIX = "rlm-readiness-probe/"
 
 
 def open_store(settings: Settings, metrics: Metrics | None = None) -> MetadataStore:
@@ -367,6 +371,6 @@ def _readiness_probe(
 
     checks = {
         metadata: lambda: store.get_partition(READINESS_PARTITION),
-        "remote storage": lambda: storage.object_size(READINESS_KEY),
+        "remote storage": lambda: next(iter(storage.list_keys(READINESS_PREFIX)), None),
     }
     return ReadinessProbe(checks, timeout_s, on_outcome=noted)

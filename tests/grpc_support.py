@@ -78,6 +78,11 @@ class GatedStorage(DelegatingStorage):
             raise StorageUnavailableError("the store cannot be reached", key=key)
         return self.inner.object_size(key)
 
+    def list_keys(self, prefix: str = "") -> Iterator[str]:
+        if self.unavailable:  # readiness lists a prefix
+            raise StorageUnavailableError("the store cannot be reached", key=prefix)
+        return self.inner.list_keys(prefix)
+
 
 class ServerThread:
     """A gRPC server running on its own event loop thread, as ``rlm serve`` runs it."""

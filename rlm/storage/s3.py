@@ -147,6 +147,12 @@ class S3Storage:
             try:
                 return request()
             except (BotoCoreError, ClientError) as exc:
+                if s3_error_code(exc) == "NoSuchBucket":  # S3's message does not say which
+                    raise StorageError(
+                        f"S3 bucket {self.bucket!r} does not exist (S3 {operation} {key!r}: NoSuchBucket)",
+                        key=key,
+                        retriable=False,
+                    ) from exc
                 raise translate(exc, operation=operation, key=key) from exc
 
         return call_with_retry(
