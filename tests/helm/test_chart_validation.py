@@ -14,7 +14,7 @@ from yamllint.config import YamlLintConfig
 
 from tests.helm.chart import CHART, EXAMPLES, NOTES, ROOT, render, rendered, sidecar_values
 from tests.helm.crd_schemas import SCHEMAS, validate_custom
-from tests.helm.values import VALUE_SETS
+from tests.helm.values import VALUE_SETS, merge
 
 #: The oldest Kubernetes the chart supports (Chart.yaml's kubeVersion) and the newest schemas
 #: kubernetes-validate ships.
@@ -96,3 +96,39 @@ def test_the_bitnami_example_is_what_the_chart_prints() -> None:
     assert {"name": "data", "mountPath": "/bitnami/kafka", "readOnly": True} in sidecar["volumeMounts"]
     rlm_ports = {p["containerPort"] for p in sidecar["ports"]}
     assert rlm_ports == {p["port"] for p in example["networkPolicy"]["extraIngress"][0]["ports"]}
+
+
+def _service_monitor(**settings: Any) -> dict[str, Any]:
+    return merge(VALUE_SETS["defaults"], {"metrics": {"serviceMonitor": {"enabled": True, **settings}}})
+
+
+def test_a_service_monitor_in_another_namespace_without_a_token_secret_there_stops() -> None:
+    # The Prometheus Operator reads a ServiceMonitor's authorization Secret from the
+    # ServiceMonitor's own namespace: the release's Secret is not there, and nothing is scraped.
+    with pytest.raises(helm.HelmRenderError) as err:
+        render(_service_monitor(namespace="monitoring"))
+    message = str(err.value)
+    assert "metrics.serviceMonitor.namespace" in message and "monitoring" in message
+    assert "metrics.serviceMonitor.tokenSecretName" in message
+
+
+@pytest.mark.parametrize(
+    ("values", "secret", "namespace"),
+    [
+        (_service_monitor(), "rlm", "kafka"),
+        (_service_monitor(namespace="kafka"), "rlm", "kafka"),
+        (_service_monitor(namespace="monitoring", tokenSecretName="rlm-scrape"), "rlm-scrape", "monitoring"),
+    ],
+)
+def test_a_service_monitor_reads_a_token_secret_of_its_own_namespace(
+    values: dict[str, Any], secret: str, namespace: str
+) -> None:
+    monitor = render(values).one("ServiceMonitor")
+    assert monitor["metadata"]["namespace"] == namespace
+    assert monitor["spec"]["endpoints"][0]["authorization"]["credentials"]["name"] == secret
+
+
+def test_a_service_monitor_elsewhere_needs_no_secret_without_auth() -> None:
+    values = merge(_service_monitor(namespace="monitoring"), {"auth": {"enabled": False}})
+    monitor = render(values).one("ServiceMonitor")
+    assert "authorization" not in monitor["spec"]["endpoints"][0]

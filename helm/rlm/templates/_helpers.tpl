@@ -102,6 +102,10 @@ Stop with one message naming every required value that is missing or inconsisten
 {{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
 {{- $problems = append $problems "tls.existingSecret: a kubernetes.io/tls Secret is required with tls.enabled" }}
 {{- end }}
+{{- $sm := .Values.metrics.serviceMonitor }}
+{{- if and $sm.enabled .Values.auth.enabled $sm.namespace (ne $sm.namespace .Release.Namespace) (not $sm.tokenSecretName) }}
+{{- $problems = append $problems (printf "metrics.serviceMonitor.namespace: the Prometheus Operator reads the scrape token's Secret from the ServiceMonitor's namespace (%s), where the release's Secret is not: leave the namespace empty (the release's, %s), or create a Secret in %s holding the read token under the key %s and name it in metrics.serviceMonitor.tokenSecretName" $sm.namespace .Release.Namespace $sm.namespace .Values.secretKeys.metricsToken) }}
+{{- end }}
 {{- if and (eq .Values.mode "sidecar") (not .Values.config.logDirs) }}
 {{- $problems = append $problems "config.logDirs: the sidecar mode needs the broker's log directories" }}
 {{- end }}
