@@ -227,8 +227,9 @@ def _check_topic_id(record: PartitionRecord, topic_id: UUID) -> None:
 
 
 def _check_not_held_locally(log_dirs: Iterable[Path], tp: TopicPartition, topic_id: UUID) -> None:
-    """Raises StateConflictError when a log directory holds ``tp`` under ``topic_id``, or one cannot
-    be read: what it holds is unknown (:mod:`rlm.log.broker_dirs`), so nothing may be deleted."""
+    """Raises StateConflictError when a log directory holds ``tp`` under ``topic_id`` or under no
+    topic id it can tell (no ``partition.metadata``), or one cannot be read: what it holds is
+    unknown (:mod:`rlm.log.broker_dirs`), so nothing may be deleted."""
     for path in log_dirs:
         log_dir = LogDir(path)
         problem = offline_problem(log_dir)
@@ -240,10 +241,16 @@ def _check_not_held_locally(log_dirs: Iterable[Path], tp: TopicPartition, topic_
             except OSError as exc:
                 problem = f"log directory {path} is offline: {exc}"
             else:
-                if local_topic_id(partition) == topic_id:
+                held = local_topic_id(partition)
+                if held == topic_id:
                     raise StateConflictError(
                         f"{tp}: {partition.path} holds it under topic id {uuid_to_topic_id(topic_id)}: "
                         "the topic is not deleted on this broker; nothing was deleted"
+                    )
+                if held is None:  # a broker before Kafka 2.8 writes none: the topic may be this one
+                    raise StateConflictError(
+                        f"{tp}: {partition.path} holds it, with no partition.metadata to tell its topic "
+                        "id: the topic may not be deleted on this broker; nothing was deleted"
                     )
                 continue
         raise StateConflictError(

@@ -23,7 +23,7 @@ from rlm.bootstrap import Runtime, build_runtime
 from rlm.cli import main
 from rlm.errors import NotFoundError, StateConflictError
 from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
-from rlm.log.logdir import LogDir, PartitionDir
+from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
 from rlm.metastore.model import LogPosition, PartitionState, SegmentState, TopicPartition
 from rlm.storage.description import TOPIC_DELETED, Retirement
 from rlm.tiering.deletion import Step, no_step
@@ -191,6 +191,26 @@ def test_a_partition_the_broker_still_holds_is_refused(
 
     assert tiering.finished(TP) == before
     assert tiering.copier().run_once()[0].error is None
+
+
+def test_a_partition_the_broker_holds_with_no_partition_metadata_is_refused(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    """A broker before Kafka 2.8 writes no partition.metadata: the topic it holds under the name
+    may be the one named, so nothing of it is deleted."""
+    log_dir = tmp_path / "logs"
+    partitions = write_topic(log_dir, 3, seed=1)
+    tiering = tiering_factory(backend, log_dir)
+    tiering.copier().run_once()
+    before = tiering.finished(TP)
+    topic_id = topic_uuid(partitions[TP])
+    (partitions[TP].path / PARTITION_METADATA).unlink()
+
+    for dry_run in (True, False):
+        with pytest.raises(StateConflictError, match="no partition.metadata to tell its topic id"):
+            delete(tiering, TP, topic_id, dry_run=dry_run)
+
+    assert tiering.finished(TP) == before
 
 
 def test_a_partition_whose_lease_a_sidecar_held_lately_waits_until_none_has_for_the_idle_time(
