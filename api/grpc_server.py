@@ -61,7 +61,11 @@ Context = grpc.aio.ServicerContext[Any, Any]
 T = TypeVar("T")
 
 
-class RemoteLogManagerServicer(ReadRecordsServicer, rlm_pb2_grpc.RemoteLogManagerServicer):
+# ReadRecords writes its messages (grpc.aio takes a coroutine that calls context.write for a
+# streaming method), where the generated stubs type it as returning an iterator of them.
+class RemoteLogManagerServicer(  # type: ignore[misc]
+    ReadRecordsServicer, rlm_pb2_grpc.RemoteLogManagerServicer
+):
     """``rlm.v1.RemoteLogManager`` over a runtime's services."""
 
     def __init__(self, runtime: Runtime) -> None:

@@ -10,8 +10,8 @@ cancels cancels them. A stream that cannot continue ends with the error's status
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
 
@@ -108,7 +108,10 @@ class ReadRecordsServicer:
 
     async def ReadRecords(  # noqa: N802 (the method's name in the proto)
         self, request: pb.ReadRecordsRequest, context: Context
-    ) -> AsyncIterator[pb.ReadRecordsResponse]:
+    ) -> None:
+        # Each message is written here, not yielded: a write the client's cancel ends then ends
+        # this call, where grpc's own writes of yielded messages logged each such cancel as an
+        # error ("ExecuteBatchError") with its traceback.
         try:
             slot, plan = await open_stream(self.runtime, read_records_query(request), _deadline_ms(context))
         except Exception as exc:
@@ -121,6 +124,17 @@ class ReadRecordsServicer:
             ) as answers:
                 try:
                     async for answer in answers:
-                        yield answer
+                        if not await _written(context, answer):
+                            raise asyncio.CancelledError  # the client went away: no status to send
                 except Exception as exc:
                     await abort_for(context, exc, "ReadRecords")
+
+
+async def _written(context: Context, answer: pb.ReadRecordsResponse) -> bool:
+    """Send ``answer``; False when the call ended under the write (the client cancelled it or
+    went away, the connection with it)."""
+    try:
+        await context.write(answer)
+    except Exception:  # grpc's error of a write on an ended call has no public type
+        return False
+    return True
