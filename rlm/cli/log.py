@@ -96,13 +96,11 @@ def _reindex(args: argparse.Namespace) -> int:
     failed = False
     for result in results:
         name = result.segment.log_path.name
-        print(f"{name}: {'rebuilt' if result.rebuilt else 'kept'} ({result.reason})")
-        if result.error is not None:
+        if result.corruption is not None:
             failed = True
-            print(
-                f"{name}: indexes cover the data before a corrupt batch: {result.error}",
-                file=sys.stderr,
-            )
+            print(f"{result.corruption}: the segment's indexes are left as they are", file=sys.stderr)
+            continue
+        print(f"{name}: {'rebuilt' if result.rebuilt else 'kept'} ({result.reason})")
     return 1 if failed else 0
 
 

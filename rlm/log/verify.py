@@ -34,13 +34,27 @@ from rlm.log.validate import BatchChecker, Problem
 
 #: The file kinds verify (and ``rlm log dump``) reads.
 FILE_KINDS = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
-__all__ = ["FILE_KINDS", "Problem", "verify_file", "verify_partition", "verify_path", "verify_segment"]
+__all__ = [
+    "FILE_KINDS",
+    "Problem",
+    "next_tracker",
+    "verify_file",
+    "verify_partition",
+    "verify_path",
+    "verify_segment",
+]
 
 
 @dataclass
 class _Scan:
+    """The batches of a ``.log`` its indexes are checked against: those before the first corrupt
+    one (what Kafka's recovery keeps). Index entries past it are not checked: the corruption is
+    the problem, and the broker rebuilds them when it truncates the log there."""
+
     headers: list[BatchHeader]
     running_max: list[int]
+    corrupt_at: int | None = None
+    """Position of the first batch that failed a check, if any."""
 
 
 def verify_path(path: str | Path, *, deep: bool = True) -> list[Problem]:
@@ -96,14 +110,18 @@ def verify_partition(partition: PartitionDir, *, deep: bool = True) -> list[Prob
     snapshots; index files without their ``.log`` are skipped with a warning."""
     problems: list[Problem] = []
     segments = partition.segments()
-    tracker = initial_tracker(segments[0]) if segments else TransactionTracker()
+    tracker: TransactionTracker | None = initial_tracker(segments[0]) if segments else None
     for i, segment in enumerate(segments):
         following = segments[i + 1].base_offset if i + 1 < len(segments) else None
-        problems.extend(
+        found = list(
             verify_segment(
                 segment, deep=deep, active=following is None, tracker=tracker, next_base_offset=following
             )
         )
+        problems.extend(found)
+        if following is not None:
+            damaged = any(p.path == str(segment.log_path) for p in found)
+            tracker = next_tracker(tracker, segments[i + 1], damaged=damaged)
     for offset in snapshot_offsets(partition.path):
         problems.extend(verify_index_file(partition.path / segment_file_name(offset, ".snapshot"), offset))
     bases = {s.base_offset for s in segments}
@@ -112,6 +130,21 @@ def verify_partition(partition: PartitionDir, *, deep: bool = True) -> list[Prob
             if offset not in bases:
                 warn_stray(partition.path / segment_file_name(offset, suffix), "no .log of that offset")
     return problems
+
+
+def next_tracker(
+    tracker: TransactionTracker | None, segment: Segment, *, damaged: bool
+) -> TransactionTracker | None:
+    """The open transactions at the start of ``segment``, given ``tracker`` as the scan of the
+    segment before it left it.
+
+    After a damaged ``.log`` (the scan stopped at its corrupt batch) or an unknown state (None),
+    they are read from ``segment``'s producer snapshot; without one they are unknown (None), and
+    its transaction index can be neither checked nor rebuilt.
+    """
+    if not damaged and tracker is not None:
+        return tracker
+    return initial_tracker(segment) if segment.path(".snapshot").exists() else None
 
 
 def verify_segment(
@@ -131,9 +164,12 @@ def verify_segment(
     with segment.open() as source:
         for header, _, problems in checker.batches_of(source):
             yield from problems
-            running = max(running, header.max_timestamp)
-            scan.headers.append(header)
-            scan.running_max.append(running)
+            if problems and scan.corrupt_at is None:
+                scan.corrupt_at = header.position
+            if scan.corrupt_at is None:
+                running = max(running, header.max_timestamp)
+                scan.headers.append(header)
+                scan.running_max.append(running)
     if checker.framing_error:
         yield checker.problems[-1]
         return
@@ -156,7 +192,7 @@ def _verify_offset_index(segment: Segment, scan: _Scan) -> Iterator[Problem]:
         yield Problem(str(path), exc.position, exc.reason)
         return
     positions = [h.position for h in scan.headers]
-    entries = list(index.entries())
+    entries = [e for e in index.entries() if scan.corrupt_at is None or e.position < scan.corrupt_at]
     # Each entry's batch: the last one starting at or before its position (it must start there).
     found = [bisect_right(positions, entry.position) - 1 for entry in entries]
     segment_end = scan.headers[-1].last_offset if scan.headers else segment.base_offset - 1
@@ -193,6 +229,8 @@ def _verify_time_index(segment: Segment, scan: _Scan, active: bool) -> Iterator[
     last_offsets = [h.last_offset for h in scan.headers]
     for i, entry in enumerate(index.entries()):
         at = bisect_right(last_offsets, entry.offset - 1)
+        if at >= len(scan.headers) and scan.corrupt_at is not None:
+            break  # an entry of the batches from the corrupt one on
         if at >= len(scan.headers):
             yield Problem(
                 str(path),
@@ -208,7 +246,7 @@ def _verify_time_index(segment: Segment, scan: _Scan, active: bool) -> Iterator[
                 f"timestamp up to that batch is {scan.running_max[at]}",
             )
     segment_max = scan.running_max[-1] if scan.running_max else -1
-    if not active and segment_max >= 0:
+    if not active and segment_max >= 0 and scan.corrupt_at is None:
         last = index.last_entry if len(index) else None
         if last is None or last.timestamp != segment_max:
             yield Problem(
@@ -230,6 +268,9 @@ def _verify_txn_index(segment: Segment, tracker: TransactionTracker | None) -> I
         return  # aborted transactions can only be checked with the partition's earlier segments
     rebuilt = rebuild_segment_indexes(segment, tracker=tracker)
     found = list(segment.transaction_index().entries()) if segment.txn_index_path.exists() else []
+    if rebuilt.error is not None:
+        # The rebuild stopped at the corrupt batch: only the transactions ended before it count.
+        found = [entry for entry in found if entry.last_offset < rebuilt.next_offset]
     expected = list(rebuilt.txn_index.entries())
     if found != expected:
         yield Problem(

@@ -13,8 +13,9 @@ import pytest
 from kafka.record import MemoryRecords
 
 from rlm.cli import main
-from rlm.log.logdir import LogDir
+from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.produce import ProduceSummary
+from rlm.log.segment import Segment
 
 RECORD_FIELDS = [
     "offset",
@@ -26,6 +27,7 @@ RECORD_FIELDS = [
     "leader_epoch",
     "is_control",
 ]
+INDEX_SUFFIXES = (".index", ".timeindex", ".txnindex")
 
 
 @pytest.fixture
@@ -125,6 +127,76 @@ def test_verify_reports_bad_index_and_reindex_repairs_it(
     assert segment.time_index_path.read_bytes() == good
     code, _, _ = _run(capsys, "log", "verify", str(partition.path))
     assert code == 0
+
+
+def _damaged_before_an_abort(partition: PartitionDir) -> tuple[Segment, int]:
+    """A rolled segment with an aborted transaction whose marker follows another batch, damaged
+    inside that earlier batch's records; returns the segment and the damaged batch's position."""
+    for segment in partition.segments()[:-1]:
+        if not segment.txn_index_path.exists():
+            continue
+        aborted = list(segment.transaction_index().entries())
+        headers = list(segment.headers())
+        if not aborted or len(headers) < 2:
+            continue
+        target = next(h for h in headers if h.last_offset < aborted[-1].last_offset)
+        data = bytearray(segment.log_path.read_bytes())
+        data[target.position + 70] ^= 0xFF  # inside the records: only the CRC tells
+        segment.log_path.write_bytes(bytes(data))
+        return segment, target.position
+    raise AssertionError("the sample has no rolled segment with an aborted transaction")
+
+
+def _index_files(partition: PartitionDir) -> dict[str, bytes]:
+    return {
+        path.name: path.read_bytes()
+        for path in sorted(partition.path.iterdir())
+        if path.suffix in INDEX_SUFFIXES
+    }
+
+
+def test_verify_reports_the_corrupt_batch_and_not_the_indexes_past_it(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    partition = LogDir(logs).partition("orders", 1)
+    segment, position = _damaged_before_an_abort(partition)
+    code, _, err = _run(capsys, "log", "verify", str(partition.path))
+    assert code == 1
+    *problems, total = err.splitlines()
+    assert total == f"1 problem(s) found in {partition.path}"
+    assert len(problems) == 1
+    assert problems[0].startswith(f"{segment.log_path}: position {position}: CRC mismatch")
+
+
+def test_reindex_leaves_every_index_of_a_corrupt_segment_as_it_is(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    partition = LogDir(logs).partition("orders", 1)
+    segment, position = _damaged_before_an_abort(partition)
+    before = _index_files(partition)
+    code, out, err = _run(capsys, "log", "reindex", str(partition.path))
+    assert code == 1
+    assert f"{segment.log_path}: position {position}: CRC mismatch" in err
+    assert "left as they are" in err
+    assert "rebuilt" not in out
+    assert _index_files(partition) == before
+
+
+def test_reindex_of_a_corrupt_segment_rebuilds_the_others_indexes(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    partition = LogDir(logs).partition("orders", 1)
+    segment, _ = _damaged_before_an_abort(partition)
+    others = [s for s in partition.segments() if s.base_offset != segment.base_offset]
+    before = _index_files(partition)
+    for other in others:
+        other.time_index_path.unlink()
+    code, out, _ = _run(capsys, "log", "reindex", str(partition.path))
+    assert code == 1
+    assert out.count("rebuilt") == len(others)
+    # The segments after the damaged one start from their producer snapshots: their transaction
+    # indexes are not rewritten from transactions lost in the damage.
+    assert _index_files(partition) == before
 
 
 def test_find_offset_json_and_not_found(logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
