@@ -15,6 +15,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     ├── ConfigError                 a setting is missing or out of range
     │   └── BrokerIdUnknownError    broker.id unset and no log dir has a meta.properties yet (retriable)
     ├── LogDirsOfflineError         none of the broker's log directories can be read (retriable)
+    ├── BrokerRunningError          a broker holds the log directory a command would write to
     ├── PartitionUnavailableError   a partition may be in a log directory that cannot be read (retriable)
     ├── StaleReplicaError           a broker's log is a deleted topic's (older than the remote tier's)
     │   └── OlderTopicIdError       its partition.metadata predates the segments it would retire
@@ -143,6 +144,11 @@ class LogDirsOfflineError(RlmError):
     can read one of them goes on with it instead."""
 
     retriable = True
+
+
+class BrokerRunningError(RlmError):
+    """A broker holds the log directory's ``.lock``: a command that writes the broker's files
+    (``rlm log reindex``) refuses to run beside it."""
 
 
 class PartitionUnavailableError(RlmError):

@@ -27,9 +27,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     verify.add_argument("--shallow", action="store_true", help="check CRCs without decoding records")
     verify.set_defaults(func=_verify)
 
-    reindex = cmds.add_parser("reindex", help="rebuild missing or corrupt indexes of a partition")
+    reindex = cmds.add_parser(
+        "reindex",
+        help="rebuild missing or corrupt indexes of a partition (the broker must be stopped)",
+        description="Rebuild the missing or wrong indexes of a partition as Kafka's recovery would. "
+        "Stop the broker first: it keeps its indexes open and writes them itself, and a broker "
+        "holding the log directory's .lock is refused. The new files get the owner and mode of "
+        "those they replace (or of the segment's .log).",
+    )
     reindex.add_argument("partition_dir", type=Path)
     reindex.add_argument("--force", action="store_true", help="rebuild every segment's indexes")
+    reindex.add_argument(
+        "--skip-lock-check",
+        action="store_true",
+        help="write even though a process holds the log directory's .lock (only when no broker "
+        "runs on it, e.g. a lock the filesystem reports wrongly)",
+    )
     reindex.add_argument("--index-interval-bytes", type=int, default=4096)
     reindex.set_defaults(func=_reindex)
 
@@ -85,11 +98,15 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _reindex(args: argparse.Namespace) -> int:
+    from rlm.log.broker_lock import ensure_broker_stopped
     from rlm.log.logdir import open_partition
     from rlm.log.reindex import reindex_partition
 
+    partition = open_partition(args.partition_dir)
+    if not args.skip_lock_check:
+        ensure_broker_stopped(partition.path.resolve().parent)
     results = reindex_partition(
-        open_partition(args.partition_dir),
+        partition,
         force=args.force,
         index_interval_bytes=args.index_interval_bytes,
     )

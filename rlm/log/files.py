@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import re
+import stat
 import threading
 
 from rlm.errors import InvalidFileNameError
@@ -118,16 +119,28 @@ def _printable(text: str) -> str:
     return text if text.isprintable() else repr(text)
 
 
-def atomic_write(path: StrPath, data: bytes) -> None:
+def atomic_write(path: StrPath, data: bytes, *, like: StrPath | None = None) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves either the old or the new file.
 
     Writes ``<path>.tmp``, fsyncs it, renames it over ``path`` and fsyncs the parent directory.
-    The temporary file is removed when writing it fails.
+    The new file gets the owner, group and permission bits of the file it replaces, or of ``like``
+    when there is none (an index beside its ``.log``): a broker running as its own user opens its
+    indexes read-write, and fails on a file another user owns. The temporary file is removed when
+    writing it fails.
+
+    Raises:
+        PermissionError: The owner or group cannot be given (the process runs neither as root nor
+            as that owner, or is not in that group); ``path`` is left as it was.
     """
     target = os.fspath(path)
     tmp = target + TMP_SUFFIX
+    model = _stat(target)
+    if model is None and like is not None:
+        model = _stat(os.fspath(like))
     try:
         with open(tmp, "wb") as out:
+            if model is not None:
+                _take_owner_and_mode(out.fileno(), model, target)
             out.write(data)
             out.flush()
             os.fsync(out.fileno())
@@ -137,6 +150,31 @@ def atomic_write(path: StrPath, data: bytes) -> None:
             os.unlink(tmp)
         raise
     fsync_dir(os.path.dirname(os.path.abspath(target)))
+
+
+def _stat(path: str) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+
+
+def _take_owner_and_mode(fd: int, model: os.stat_result, target: str) -> None:
+    """Give the open file ``fd`` the owner, group and permission bits of ``model``."""
+    own = os.fstat(fd)
+    uid = model.st_uid if own.st_uid != model.st_uid else -1
+    gid = model.st_gid if own.st_gid != model.st_gid else -1
+    if uid != -1 or gid != -1:  # only root may give a file away; an owner may pick its groups
+        try:
+            os.fchown(fd, uid, gid)
+        except PermissionError as exc:
+            raise PermissionError(
+                exc.errno,
+                f"cannot give the new file the owner {model.st_uid}:{model.st_gid} of the one it "
+                f"replaces (run as that user or as root)",
+                target,
+            ) from exc
+    os.fchmod(fd, stat.S_IMODE(model.st_mode))  # after the chown, which may clear set-id bits
 
 
 def fsync_dir(directory: StrPath) -> None:

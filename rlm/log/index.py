@@ -206,12 +206,13 @@ class _SegmentIndex:
         """Remove every entry."""
         self._truncate_entries(0)
 
-    def write(self, path: StrPath | None = None) -> None:
-        """Atomically write the trimmed index to ``path`` (default: the path it came from)."""
+    def write(self, path: StrPath | None = None, *, like: StrPath | None = None) -> None:
+        """Atomically write the trimmed index to ``path`` (default: the path it came from), with the
+        owner and mode of the file it replaces, or of ``like`` (see :func:`~rlm.log.files.atomic_write`)."""
         target = path if path is not None else self.path
         if target is None:
             raise ValueError(f"the {self.KIND} has no path to write to")
-        atomic_write(target, self.to_bytes())
+        atomic_write(target, self.to_bytes(), like=like)
         self.path = os.fspath(target)
         self._tail_problem = None
 

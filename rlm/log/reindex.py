@@ -74,10 +74,11 @@ def _rewrite(
     wrong = [p for p in problems if p.path != str(segment.log_path)]
     if not force and not wrong:
         return ReindexResult(segment, False, "indexes are consistent")
-    rebuilt.offset_index.write(segment.index_path)
-    rebuilt.time_index.write(segment.time_index_path)
+    # A missing index is made with the owner and mode of the broker's .log.
+    rebuilt.offset_index.write(segment.index_path, like=segment.log_path)
+    rebuilt.time_index.write(segment.time_index_path, like=segment.log_path)
     if txn_known and (len(rebuilt.txn_index) or segment.txn_index_path.exists()):
-        rebuilt.txn_index.write(segment.txn_index_path)
+        rebuilt.txn_index.write(segment.txn_index_path, like=segment.log_path)
     segment.invalidate()
     reason = "; ".join(str(p) for p in wrong) if wrong else "forced"
     if not txn_known:

@@ -110,12 +110,13 @@ class TransactionIndex:
         """The file content: every entry, no trailing bytes."""
         return b"".join(encode_aborted_txn(txn) for txn in self._txns)
 
-    def write(self, path: StrPath | None = None) -> None:
-        """Atomically write the index to ``path`` (default: the path it came from)."""
+    def write(self, path: StrPath | None = None, *, like: StrPath | None = None) -> None:
+        """Atomically write the index to ``path`` (default: the path it came from), with the owner
+        and mode of the file it replaces, or of ``like`` (see :func:`~rlm.log.files.atomic_write`)."""
         target = path if path is not None else self.path
         if target is None:
             raise ValueError("the transaction index has no path to write to")
-        atomic_write(target, self.to_bytes())
+        atomic_write(target, self.to_bytes(), like=like)
         self.path = os.fspath(target)
         self._trailing_bytes = 0
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -255,3 +257,70 @@ def test_console_script_produce_and_dump(tmp_path: Path) -> None:
     )
     offsets = [json.loads(line)["offset"] for line in dumped.stdout.splitlines()]
     assert offsets == sorted(offsets) and len(offsets) >= 500
+
+
+def test_reindex_gives_rewritten_and_new_indexes_the_owner_and_mode_of_the_brokers_files(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("giving files another owner takes root")
+    partition = LogDir(logs).partition("clicks", 1)
+    segment = partition.segments()[0]
+    for path in partition.path.iterdir():
+        os.chown(path, 4321, 4322)  # the broker's user, as the broker left them
+        path.chmod(0o640)
+    good = segment.time_index_path.read_bytes()
+    segment.time_index_path.write_bytes(good[:12])
+    segment.index_path.unlink()
+    code, out, err = _run(capsys, "log", "reindex", str(partition.path))
+    assert code == 0 and "rebuilt" in out, err
+    assert segment.time_index_path.read_bytes() == good
+    for path in (segment.time_index_path, segment.index_path):
+        mode = path.stat()
+        assert (mode.st_uid, mode.st_gid, stat.S_IMODE(mode.st_mode)) == (4321, 4322, 0o640), path
+
+
+def _hold_broker_lock(log_dir: Path) -> subprocess.Popen[str]:
+    """A process that holds ``log_dir/.lock`` as a running broker does (Java's FileChannel.tryLock:
+    an fcntl lock on Linux)."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import fcntl, sys\n"
+            f"f = open({str(log_dir / '.lock')!r}, 'a+')\n"
+            "fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+            "print('locked', flush=True)\n"
+            "sys.stdin.read()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "locked\n"
+    return holder
+
+
+def test_reindex_is_refused_while_the_broker_holds_the_log_dir_lock(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    partition = LogDir(logs).partition("clicks", 1)
+    segment = partition.segments()[0]
+    segment.index_path.unlink()
+    holder = _hold_broker_lock(logs)
+    try:
+        code, out, err = _run(capsys, "log", "reindex", str(partition.path))
+        assert code == 1 and out == ""
+        assert f"{logs / '.lock'}" in err and "stop the broker" in err
+        assert not segment.index_path.exists()
+        code, out, err = _run(capsys, "log", "reindex", "--force", str(partition.path))
+        assert code == 1 and not segment.index_path.exists()
+        code, out, err = _run(capsys, "log", "reindex", "--skip-lock-check", str(partition.path))
+        assert code == 0 and segment.index_path.exists(), err
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    segment.index_path.unlink()
+    code, out, err = _run(capsys, "log", "reindex", str(partition.path))  # the broker stopped
+    assert code == 0 and segment.index_path.exists(), err
