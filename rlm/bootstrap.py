@@ -216,8 +216,9 @@ def build_runtime(
     answer from the remote tier alone, and the copier and retention find no partition to work on.
 
     ``index_cache_on_demand``: open the remote index cache's directory (and take its lock) only
-    when a lookup first needs a remote index, for commands that may never read one (``rlm copy``,
-    ``rlm retention``, ``rlm lookup``) and may run beside an ``rlm serve`` using the directory.
+    when a lookup first needs a remote index, and then a temporary one when an ``rlm serve`` holds
+    it, for commands that run beside one using the directory (``rlm copy``, ``rlm retention``,
+    ``rlm lookup``).
     """
     metrics = Metrics(registry)
     store = store if store is not None else open_store(settings, metrics)
@@ -239,6 +240,7 @@ def build_runtime(
             metrics,
             max_bytes=settings.remote_log_index_file_cache_total_size_bytes,
             open_now=not index_cache_on_demand,
+            private_when_taken=index_cache_on_demand,
         )
         offset_pool = BoundedPool(
             "offset-reader",

@@ -16,7 +16,9 @@ deletes ``*.tmp`` leftovers and entries that fail their check, then evicts down 
 A ``.lock`` file held with ``flock`` keeps a second cache (in this or another process) out of the
 directory. A cache built with ``open_now=False`` touches the directory, lock included, only when
 first asked for an index: a command that may never read a remote index (``rlm copy``, a lookup the
-local tier answers) then runs beside another rlm using the same directory.
+local tier answers) then runs beside another rlm using the same directory; with
+``private_when_taken`` one that does read them (``rlm lookup`` beside ``rlm serve``) keeps its
+entries in a temporary directory of its own instead, removed when it closes.
 
 Concurrency: one lock guards the bookkeeping and the directory's names (renames, unlinks, mtimes);
 data is read and written outside it. A miss registers a load for its key; a ``get`` of a key that
@@ -36,6 +38,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -44,7 +48,7 @@ from types import TracebackType
 from typing import TypeVar
 from uuid import UUID
 
-from rlm.errors import CorruptDataError, NotFoundError
+from rlm.errors import ConfigError, CorruptDataError, NotFoundError
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.lookup.cache_entry import (
     ENTRY_HEADER_BYTES,
@@ -129,6 +133,7 @@ class RemoteIndexCache:
         max_bytes: int = DEFAULT_MAX_BYTES,
         parsed_max_bytes: int = DEFAULT_PARSED_MAX_BYTES,
         open_now: bool = True,
+        private_when_taken: bool = False,
     ) -> None:
         """Open the cache in ``directory`` (created when missing) and load what it holds.
 
@@ -140,10 +145,13 @@ class RemoteIndexCache:
             parsed_max_bytes: Bound on the bytes of the parsed indexes kept in memory.
             open_now: Open the directory now; when False, at the first :meth:`get` (whose
                 errors are then the ones below).
+            private_when_taken: When another cache holds ``directory``, keep the entries in a
+                new temporary directory instead (said in a warning), removed by :meth:`close`:
+                for a one-shot command beside a server that holds the directory.
 
         Raises:
             ValueError: A bound is negative.
-            ConfigError: Another cache uses ``directory``.
+            ConfigError: Another cache uses ``directory`` (and not ``private_when_taken``).
             OSError: ``directory`` cannot be created or read.
         """
         if max_bytes < 0 or parsed_max_bytes < 0:
@@ -163,6 +171,9 @@ class RemoteIndexCache:
         self._closed = False
         self._lock_fd = -1
         self._opening = threading.Lock()
+        self._private_when_taken = private_when_taken
+        self._private = False
+        """The entries are in a temporary directory of this cache's own, removed by close()."""
         if open_now:
             self._open()
 
@@ -176,7 +187,7 @@ class RemoteIndexCache:
             with self._lock:
                 self._check_open()
             self._directory.mkdir(parents=True, exist_ok=True)
-            fd = lock_directory(self._directory)
+            fd = self._lock_directory()
             try:
                 self._recover()
             except BaseException:
@@ -184,6 +195,23 @@ class RemoteIndexCache:
                 raise
             with self._lock:
                 self._lock_fd = fd
+
+    def _lock_directory(self) -> int:
+        """Take the directory, or a temporary one when it is taken and ``private_when_taken``."""
+        try:
+            return lock_directory(self._directory)
+        except ConfigError:
+            if not self._private_when_taken:
+                raise
+        private = Path(tempfile.mkdtemp(prefix="rlm-index-cache-"))
+        _log.warning(
+            "%s is in use by another remote index cache (an rlm serve?): using a temporary one, %s, "
+            "removed at exit",
+            self._directory,
+            private,
+        )
+        self._directory, self._private = private, True
+        return lock_directory(private)
 
     def _recover(self) -> None:
         found: list[tuple[int, str, EntryKey, int]] = []
@@ -472,7 +500,8 @@ class RemoteIndexCache:
             self._publish()
 
     def close(self) -> None:
-        """Stop serving and release the directory; entries stay on disk for the next start. Idempotent."""
+        """Stop serving and release the directory; entries stay on disk for the next start (but in
+        a temporary directory, which is removed). Idempotent."""
         with self._lock:
             if self._closed:
                 return
@@ -482,6 +511,8 @@ class RemoteIndexCache:
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
+            if self._private:
+                shutil.rmtree(self._directory, ignore_errors=True)
 
     def __enter__(self) -> RemoteIndexCache:
         return self

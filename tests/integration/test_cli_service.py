@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
 import shutil
 from pathlib import Path
 
@@ -72,12 +74,13 @@ def test_copy_lookup_and_retention_from_the_command_line(
 def test_copy_and_lookup_run_beside_another_process_holding_the_index_cache(
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
     sqlite_template: Path,
 ) -> None:
     # `rlm serve` holds the index cache of its working directory; copy never reads the cache and a
     # lookup the local tier answers does not either: both run beside it. A remote lookup, which
-    # would need the cache, says which directory is taken.
+    # needs a cache, says which directory is taken and keeps a temporary one of its own.
     monkeypatch.chdir(tmp_path)
     logs = tmp_path / "logs"
     produce(logs, ProduceSpec(topics=1, partitions=1, records=1200, segment_bytes=16 * 1024, seed=2))
@@ -98,8 +101,14 @@ def test_copy_and_lookup_run_beside_another_process_holding_the_index_cache(
         target = next(iter(first.headers())).max_timestamp
         for suffix in (".log", ".index", ".timeindex", ".txnindex"):
             first.path(suffix).unlink(missing_ok=True)
-        code, _, err = _run(capsys, "lookup", "orders", "0", "--timestamp", str(target), *settings)
-        assert code == 1 and "is in use by another remote index cache" in err
+        with caplog.at_level(logging.WARNING):
+            code, out, err = _run(capsys, "lookup", "orders", "0", "--timestamp", str(target), *settings)
+        assert code == 0 and json.loads(out)["tier"] == "remote", err
+        private = re.search(
+            r"is in use by another remote index cache .*using a temporary one, (\S+),", caplog.text
+        )
+        assert private is not None, caplog.text
+        assert not Path(private[1]).exists()  # removed when the command ended
     finally:
         held.close()
     code, out, err = _run(capsys, "lookup", "orders", "0", "--timestamp", str(target), *settings)
