@@ -2,11 +2,13 @@
 
 * PostgreSQL (production): ``postgresql+psycopg://user@host:5432/db``; a bare ``postgresql://``
   URL gets the psycopg 3 driver.
-* SQLite (embedded default): ``sqlite:///path/to/file.db``. The parent directory is created; the
-  database runs in WAL mode (readers never block the writer) with a busy timeout, every commit is
-  synced to the disk (``synchronous=FULL``: a commit survives a power loss), and write
-  transactions start with ``BEGIN IMMEDIATE`` so that two writers queue up instead of failing
-  when one upgrades its read lock.
+* SQLite (embedded default): ``sqlite:///path/to/file.db``. The migrations (``rlm db upgrade``)
+  create the file and its parent directory; the store and the schema check refuse a file that
+  does not exist rather than leave an empty one behind. The database runs in WAL mode (readers
+  never block the writer) with a busy timeout, every commit is synced to the disk
+  (``synchronous=FULL``: a commit survives a power loss), and write transactions start with
+  ``BEGIN IMMEDIATE`` so that two writers queue up instead of failing when one upgrades its read
+  lock.
 
 Every call can be given a deadline (:class:`Deadlines`): waiting for a pooled connection
 (``pool_timeout``), opening one (libpq's ``connect_timeout``), and each statement — PostgreSQL
@@ -29,7 +31,7 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.pool import NullPool
 
 from metadata.pg_connection import AnsweringConnection
-from rlm.errors import ConfigError
+from rlm.errors import ConfigError, SchemaMismatchError
 
 #: Where the embedded store lives when ``RLM_METADATA_URL`` is not set.
 DEFAULT_URL = "sqlite:///build/rlm-metadata.db"
@@ -90,6 +92,7 @@ def create_engine_for_url(
     pool_size: int = 5,
     deadlines: Deadlines | None = None,
     pooled: bool = True,
+    create: bool = True,
 ) -> Engine:
     """Create an engine for ``url`` with rlm's connection settings.
 
@@ -98,9 +101,13 @@ def create_engine_for_url(
         pool_size: Most connections the engine holds open; never more are opened.
         deadlines: How long a call may wait for a pooled connection, a new one, a statement.
         pooled: ``False`` opens a connection per use (for one-shot commands and migrations).
+        create: An SQLite file that does not exist is created (with its directory) at the first
+            connection; when False it is refused, as a database that was never migrated (what
+            only reads it, or needs its schema, must not leave an empty file behind).
 
     Raises:
         ConfigError: The URL is not usable (see :func:`parse_url`).
+        SchemaMismatchError: The SQLite file does not exist (without ``create``).
     """
     parsed = parse_url(url)
     deadlines = deadlines if deadlines is not None else Deadlines()
@@ -113,7 +120,10 @@ def create_engine_for_url(
         return _postgres_engine(parsed, deadlines, pool_args)
 
     assert parsed.database is not None  # parse_url guarantees a file path
-    Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    if create:
+        Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+    elif not Path(parsed.database).exists():
+        raise SchemaMismatchError(f"no metadata database at {parsed.database}: run `rlm db upgrade`")
     busy_timeout_s = deadlines.statement_timeout_s if deadlines.statement_timeout_s is not None else 30.0
     engine = create_engine(
         parsed,

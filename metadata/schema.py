@@ -21,7 +21,7 @@ from sqlalchemy import exc as sa_exc
 from alembic import command
 from metadata.engine import parse_url
 from metadata.transaction import translate_error
-from rlm.errors import SchemaMismatchError
+from rlm.errors import ConfigError, SchemaMismatchError
 
 
 def _script_location() -> Path:
@@ -117,14 +117,31 @@ def upgrade(url: str, revision: str = "head") -> None:
     """Apply the migrations to the database at ``url`` up to ``revision``.
 
     Raises:
-        ConfigError: The URL is not usable.
+        ConfigError: The URL is not usable, or ``revision`` is not one of the migrations.
         MetadataUnavailableError: The database cannot be reached.
     """
     parse_url(url)
+    config = alembic_config(url)
+    _check_revision(config, revision)
     try:
-        command.upgrade(alembic_config(url), revision)
+        command.upgrade(config, revision)
     except sa_exc.SQLAlchemyError as exc:
         raise translate_error(exc) from exc
+    except CommandError as exc:
+        raise ConfigError(f"cannot upgrade to revision {revision!r}: {exc}") from exc
+
+
+def _check_revision(config: Config, revision: str) -> None:
+    """Refuse a revision no migration is (before the database is touched: an SQLite file would be
+    created). A relative one (``+1``, ``0003+1``) is resolved by Alembic against the database."""
+    if "+" in revision:
+        return
+    script = ScriptDirectory.from_config(config)
+    try:
+        script.get_revisions(revision)
+    except (CommandError, RevisionError):
+        known = [migration.revision for migration in script.walk_revisions()]
+        raise ConfigError(f"unknown revision {revision!r} (known: {known[-1]}…{known[0]}, head)") from None
 
 
 def downgrade(url: str, revision: str) -> None:

@@ -118,11 +118,12 @@ class SqlMetadataStore:
         """Connect to ``url`` and check that its schema is the one this rlm needs.
 
         Raises:
-            SchemaMismatchError: The schema is missing, older or newer; the message says what to run.
+            SchemaMismatchError: The schema is missing (an SQLite file too), older or newer; the
+                message says what to run.
             MetadataUnavailableError: The database cannot be reached.
             ConfigError: The URL is not usable.
         """
-        engine = create_engine_for_url(url, pool_size=pool_size, deadlines=deadlines)
+        engine = create_engine_for_url(url, pool_size=pool_size, deadlines=deadlines, create=False)
         try:
             check_schema(engine)
         except BaseException:

@@ -85,12 +85,13 @@ def check_metadata(url: str) -> str:
     returns the line that says so.
 
     Raises:
-        SchemaMismatchError: it has another revision, or none; the message says which.
+        SchemaMismatchError: it has another revision, or none (or is an SQLite file that does
+            not exist); the message says which.
     """
     from metadata.engine import create_engine_for_url, display_url
     from metadata.schema import check_schema, head_revision
 
-    engine = create_engine_for_url(url, pooled=False)
+    engine = create_engine_for_url(url, pooled=False, create=False)
     try:
         check_schema(engine)
     finally:

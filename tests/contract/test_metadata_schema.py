@@ -21,6 +21,7 @@ from metadata.schema import (
 )
 from metadata.store import SqlMetadataStore
 from rlm.cli import db as db_cli
+from rlm.cli import main
 from rlm.errors import MetadataUnavailableError, SchemaMismatchError
 from tests.metadata_support import (
     TP,
@@ -58,6 +59,8 @@ def test_migrations_go_down_and_up_again(empty_url: str) -> None:
 
 
 def test_an_unmigrated_database_is_refused_with_the_command_to_run(empty_url: str) -> None:
+    if empty_url.startswith("sqlite:///"):
+        Path(empty_url.removeprefix("sqlite:///")).touch()  # an SQLite database without tables
     with pytest.raises(SchemaMismatchError, match=r"has no rlm schema.*run `rlm db upgrade`"):
         SqlMetadataStore.open(empty_url)
     upgrade(empty_url)
@@ -124,3 +127,30 @@ def test_rlm_db_upgrade_and_current(
     assert "up to date" in capsys.readouterr().out
     with SqlMetadataStore.open(url) as store:
         assert store.get_partition(TP) is None
+
+
+def test_an_unknown_revision_is_refused_naming_the_known_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = tmp_path / "meta.db"
+    code = main(["db", "upgrade", "--url", f"sqlite:///{database}", "--revision", "bogus"])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert err == f"rlm: error: unknown revision 'bogus' (known: 0001…{HEAD}, head)\n"
+    assert not database.exists()
+
+
+def test_commands_that_read_refuse_a_sqlite_file_that_does_not_exist(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    database = tmp_path / "new" / "new.db"
+    url = f"sqlite:///{database}"
+    missing = f"no metadata database at {database}: run `rlm db upgrade`"
+    assert main(["db", "current", "--url", url]) == 1
+    assert missing in capsys.readouterr().out
+    assert main(["lookup", "orders", "0", "--timestamp", "0", "--metadata-url", url]) == 1
+    assert missing in capsys.readouterr().err
+    assert not database.parent.exists()
+    assert main(["db", "upgrade", "--url", url]) == 0  # creates the file, and its directory
+    assert main(["db", "current", "--url", url]) == 0
+    assert "up to date" in capsys.readouterr().out
