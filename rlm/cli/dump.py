@@ -10,14 +10,16 @@ from typing import Any
 
 from rlm.errors import CorruptDataError
 from rlm.log.batches import crc_valid, decode_batch
-from rlm.log.byte_source import FileSource, iter_headers, read_batch_bytes
+from rlm.log.byte_source import FileSource
 from rlm.log.files import parse_base_offset, segment_file_name
 from rlm.log.index import OffsetIndex, TimeIndex
+from rlm.log.logdir import PartitionDir
 from rlm.log.model import BatchHeader, Record
 from rlm.log.segment import segment_base_offsets
 from rlm.log.snapshot import read_snapshot
 from rlm.log.txnindex import TransactionIndex
 from rlm.log.v2 import parse_control_record
+from rlm.log.validate import BatchChecker, Problem
 
 Emit = Callable[[str], None]
 
@@ -26,24 +28,36 @@ def _b64(data: bytes | None) -> str | None:
     return None if data is None else base64.b64encode(data).decode("ascii")
 
 
-def dump_path(path: Path, emit: Emit, *, records: bool, as_json: bool) -> None:
-    """Dump a ``.log``, an index, a snapshot, or every ``.log`` of a partition directory."""
+def dump_path(path: Path, emit: Emit, *, records: bool, as_json: bool) -> list[Problem]:
+    """Dump a ``.log``, an index, a snapshot, or every ``.log`` of a partition directory.
+
+    Returns the bytes of ``.log`` files that could not be read as batches, as ``rlm log verify``
+    finds them (a size field that cannot be one, bytes after the last whole batch).
+
+    Raises:
+        NotFoundError: ``path`` does not exist, or is a directory but not a partition's.
+        CorruptDataError: An index or snapshot cannot be read, a batch's records cannot be decoded.
+    """
     if path.is_dir():
-        for base in segment_base_offsets(path):  # stray *.log entries are skipped with a warning
-            dump_path(path / segment_file_name(base, ".log"), emit, records=records, as_json=as_json)
-        return
+        PartitionDir(path)  # a log directory, or any other, is refused saying what it holds
+        problems: list[Problem] = []
+        bases = segment_base_offsets(path)  # stray *.log entries are skipped with a warning
+        for i, base in enumerate(bases):
+            log = path / segment_file_name(base, ".log")
+            problems += _dump_log(log, emit, records=records, as_json=as_json, active=i == len(bases) - 1)
+        return problems
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     suffix = path.suffix
     if suffix == ".log":
-        _dump_log(path, emit, records=records, as_json=as_json)
-    elif suffix in (".index", ".timeindex", ".txnindex", ".snapshot"):
+        return _dump_log(path, emit, records=records, as_json=as_json)
+    if suffix in (".index", ".timeindex", ".txnindex", ".snapshot"):
         for row in _index_rows(path):
             emit(json.dumps(row) if as_json else " ".join(f"{k}: {v}" for k, v in row.items()))
-    else:
-        raise CorruptDataError(
-            f"cannot dump {path}: expected a .log, .index, .timeindex, .txnindex or .snapshot file"
-        )
+        return []
+    raise CorruptDataError(
+        f"cannot dump {path}: expected a .log, .index, .timeindex, .txnindex or .snapshot file"
+    )
 
 
 def _index_rows(path: Path) -> Iterator[dict[str, Any]]:
@@ -69,14 +83,19 @@ def _index_rows(path: Path) -> Iterator[dict[str, Any]]:
             yield e._asdict()
 
 
-def _dump_log(path: Path, emit: Emit, *, records: bool, as_json: bool) -> None:
+def _dump_log(path: Path, emit: Emit, *, records: bool, as_json: bool, active: bool = False) -> list[Problem]:
+    """Print the batches of a ``.log``; returns the bytes that could not be read as batches.
+
+    ``active``: the partition's last segment, whose torn tail is a batch still being written.
+    """
     base = parse_base_offset(path)
     if not as_json:
         emit(f"Dumping {path}")
         emit(f"Log starting offset: {base}")
+    # The checks verify makes; a batch that fails the others is printed (crc_valid: false...).
+    checker = BatchChecker(str(path), base)
     with FileSource(path) as source:
-        for header in iter_headers(source):
-            data = read_batch_bytes(source, header)
+        for header, data, _ in checker.batches_of(source):
             local = header._replace(position=0)
             valid = crc_valid(data, local)
             decoded: list[Record] | None = None
@@ -94,6 +113,10 @@ def _dump_log(path: Path, emit: Emit, *, records: bool, as_json: bool) -> None:
                 for record in decoded:
                     row = record_info(record, header)
                     emit(json.dumps(row) if as_json else "| " + _record_text(row, record))
+        size = source.size
+    if checker.framing_error:
+        return checker.problems[-1:]
+    return checker.finish(size, active=active)
 
 
 def batch_info(header: BatchHeader, valid: bool, decoded: list[Record] | None) -> dict[str, Any]:

@@ -78,8 +78,10 @@ def _dump(args: argparse.Namespace) -> int:
 
     if not args.path.exists():
         raise NotFoundError(f"{args.path} does not exist")
-    dump_path(args.path, print, records=args.records, as_json=args.json)
-    return 0
+    unread = dump_path(args.path, print, records=args.records, as_json=args.json)
+    for problem in unread:
+        print(problem, file=sys.stderr)
+    return 1 if unread else 0
 
 
 def _verify(args: argparse.Namespace) -> int:

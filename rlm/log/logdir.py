@@ -51,6 +51,27 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
     return TopicPartition(topic, int(number))
 
 
+def _what_it_holds(path: Path) -> str:
+    """What a directory that is not a partition's holds, for the message that says so."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError as exc:
+        return f"expected TOPIC-PARTITION: {exc.strerror or exc}"
+    partitions = [name for name in names if parse_partition_dir_name(name) and (path / name).is_dir()]
+    if partitions:
+        return f"it holds the partition directories {_some(partitions)}: name one of them"
+    return (
+        f"expected TOPIC-PARTITION; it holds {_some(names)}"
+        if names
+        else "expected TOPIC-PARTITION; it is empty"
+    )
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "")
+
+
 class PartitionDir:
     """One partition's directory: its segments in offset order, the active one last."""
 
@@ -64,7 +85,7 @@ class PartitionDir:
         self.path = Path(path)
         tp = parse_partition_dir_name(self.path.name)
         if tp is None:
-            raise NotFoundError(f"{self.path} is not a partition directory (expected TOPIC-PARTITION)")
+            raise NotFoundError(f"{self.path} is not a partition directory ({_what_it_holds(self.path)})")
         self.tp = tp
         self.log_dir = log_dir if log_dir is not None else LogDir(self.path.parent)
         self.max_index_size = max_index_size

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import random
 import shutil
 import stat
 import subprocess
@@ -94,6 +95,32 @@ def test_dump_batches_text_and_json(logs: Path, capsys: pytest.CaptureFixture[st
     code, out, _ = _run(capsys, "log", "dump", str(index), "--json")
     entries = [json.loads(line) for line in out.splitlines()]
     assert entries and all(set(e) == {"timestamp", "offset"} for e in entries)
+
+
+def test_dump_of_a_log_dir_says_it_is_not_a_partition_directory(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = _run(capsys, "log", "dump", str(logs))
+    assert code == 1 and out == ""
+    assert err.startswith(f"rlm: error: {logs} is not a partition directory (it holds the partition")
+    assert "orders-0" in err
+
+
+def test_dump_reports_the_bytes_it_cannot_read(logs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    segment = LogDir(logs).partition("orders", 0).segments()[0]
+    batches = len(list(segment.headers()))
+    size = segment.size()
+    with open(segment.log_path, "ab") as log:
+        log.write(bytes(range(7, 107)))
+    code, out, err = _run(capsys, "log", "dump", str(segment.log_path), "--json")
+    assert code == 1
+    assert len(out.splitlines()) == batches
+    assert err == f"{segment.log_path}: position {size}: 100 trailing bytes after the last whole batch\n"
+    garbage = segment.directory / "00000000000000900000.log"
+    garbage.write_bytes(random.Random(3).randbytes(3000))
+    code, out, err = _run(capsys, "log", "dump", str(garbage))
+    assert code == 1 and out.startswith(f"Dumping {garbage}")
+    assert err.startswith(f"{garbage}: position 0: ")
 
 
 def test_verify_passes_then_names_file_and_position_of_corruption(
