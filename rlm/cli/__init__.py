@@ -31,15 +31,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rlm`` console script; returns the process exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         code: int = args.func(args)
     except RlmError as exc:
         print(f"rlm: error: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:
         return 0
+    except KeyboardInterrupt:  # Ctrl-C: the shell's code for SIGINT, and no traceback
+        print("rlm: interrupted", file=sys.stderr)
+        return 130
     except OSError as exc:  # a file that cannot be read (permissions, a directory where a file was expected)
         print(f"rlm: error: {exc}", file=sys.stderr)
         return 1

@@ -7,9 +7,11 @@ import json
 import os
 import random
 import shutil
+import signal
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -351,3 +353,18 @@ def test_reindex_is_refused_while_the_broker_holds_the_log_dir_lock(
     segment.index_path.unlink()
     code, out, err = _run(capsys, "log", "reindex", str(partition.path))  # the broker stopped
     assert code == 0 and segment.index_path.exists(), err
+
+
+def test_ctrl_c_ends_a_command_with_130_and_no_traceback(tmp_path: Path) -> None:
+    out = tmp_path / "generated"
+    command = [sys.executable, "-m", "rlm", "log", "produce", str(out), "--records", "50000000", "--quiet"]
+    running = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        while not out.exists() and running.poll() is None:  # the command is under way
+            time.sleep(0.02)
+        running.send_signal(signal.SIGINT)
+        _, err = running.communicate(timeout=60)
+    finally:
+        running.kill()
+    assert running.returncode == 130
+    assert err == "rlm: interrupted\n"
