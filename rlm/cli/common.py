@@ -1,12 +1,15 @@
-"""Pieces shared by the command groups: the settings options."""
+"""Pieces shared by the command groups: the settings options, integer arguments."""
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlm.arguments import parse_int
 from rlm.config import Settings, load_settings
+from rlm.errors import InvalidArgumentError
 
 
 def add_settings_options(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
@@ -41,3 +44,16 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     if getattr(args, "broker_id", None) is not None:
         overrides["broker_id"] = args.broker_id
     return load_settings(getattr(args, "config", None), **overrides)
+
+
+def integer(name: str, low: int, high: int) -> Callable[[str], int]:
+    """An argparse ``type``: an integer in ``[low, high]``, parsed as the APIs parse integers
+    (:mod:`rlm.arguments`), its message kept (argparse prefixes the argument's name)."""
+
+    def parse(text: str) -> int:
+        try:
+            return parse_int(text, name, low, high)
+        except InvalidArgumentError as exc:
+            raise argparse.ArgumentTypeError(exc.reason) from None
+
+    return parse

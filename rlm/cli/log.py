@@ -7,8 +7,13 @@ import json
 import sys
 from pathlib import Path
 
+from rlm.arguments import INT32_MAX
+from rlm.cli.common import integer
 from rlm.errors import NotFoundError
 from rlm.log.model import Codec
+
+#: Kafka's smallest ``segment.bytes`` (``LegacyRecord.RECORD_OVERHEAD_V0``).
+MIN_SEGMENT_BYTES = 14
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,16 +63,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     produce = cmds.add_parser("produce", help="generate a realistic Kafka log directory")
     produce.add_argument("out_dir", type=Path)
-    produce.add_argument("--topics", type=int, default=2)
-    produce.add_argument("--partitions", type=int, default=2)
-    produce.add_argument("--records", type=int, default=10_000, help="records per partition")
-    produce.add_argument("--segment-bytes", type=int, default=512 * 1024)
-    produce.add_argument("--value-bytes", type=int, default=120)
-    produce.add_argument("--max-batch-records", type=int, default=64)
+    produce.add_argument("--topics", type=integer("--topics", 1, INT32_MAX), default=2)
+    produce.add_argument("--partitions", type=integer("--partitions", 1, INT32_MAX), default=2)
+    produce.add_argument(
+        "--records", type=integer("--records", 0, INT32_MAX), default=10_000, help="records per partition"
+    )
+    produce.add_argument(
+        "--segment-bytes",
+        type=integer("--segment-bytes", MIN_SEGMENT_BYTES, INT32_MAX),
+        default=512 * 1024,
+        help=f"segment.bytes (at least {MIN_SEGMENT_BYTES}, as in Kafka)",
+    )
+    produce.add_argument("--value-bytes", type=integer("--value-bytes", 0, INT32_MAX), default=120)
+    produce.add_argument("--max-batch-records", type=integer("--max-batch-records", 1, INT32_MAX), default=64)
     produce.add_argument(
         "--codecs", default="none,gzip,snappy,lz4,zstd", help="comma-separated codecs to mix"
     )
-    produce.add_argument("--legacy-batches", type=int, default=0, help="v1 batches first (topic 0)")
+    produce.add_argument(
+        "--legacy-batches",
+        type=integer("--legacy-batches", 0, INT32_MAX),
+        default=0,
+        help="v1 batches first (topic 0)",
+    )
     produce.add_argument("--seed", type=int, default=0)
     produce.add_argument("--quiet", action="store_true", help="no progress bar")
     produce.set_defaults(func=_produce)

@@ -4,41 +4,28 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from typing import Any
 
-from rlm.arguments import INT32_MAX, parse_int
-from rlm.cli.common import add_settings_options, settings_from_args
-from rlm.errors import InvalidArgumentError, NotFoundError, RlmError
+from rlm.arguments import INT32_MAX
+from rlm.cli.common import add_settings_options, integer, settings_from_args
+from rlm.errors import NotFoundError, RlmError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``lookup``."""
     lookup = sub.add_parser("lookup", help="offset of the first record at or after a timestamp, both tiers")
     lookup.add_argument("topic")
-    lookup.add_argument("partition", type=_integer("partition", 0, INT32_MAX))
+    lookup.add_argument("partition", type=integer("partition", 0, INT32_MAX))
     lookup.add_argument(
         "--timestamp", required=True, help="epoch ms, ISO-8601, or latest|earliest|max-timestamp|..."
     )
     lookup.add_argument(
-        "--timeout-ms", type=_integer("--timeout-ms", 1, 3_600_000), help="wait at most this long"
+        "--timeout-ms", type=integer("--timeout-ms", 1, 3_600_000), help="wait at most this long"
     )
     lookup.add_argument("--grpc", metavar="HOST:PORT", help="ask a running rlm over gRPC instead")
     lookup.add_argument("--token", help="bearer token for --grpc (or RLM_TOKEN)")
     add_settings_options(lookup)
     lookup.set_defaults(func=_lookup)
-
-
-def _integer(name: str, low: int, high: int) -> Callable[[str], int]:
-    """An argument parsed as the APIs parse integers (rlm.arguments), its message kept."""
-
-    def parse(text: str) -> int:
-        try:
-            return parse_int(text, name, low, high)
-        except InvalidArgumentError as exc:
-            raise argparse.ArgumentTypeError(exc.reason) from None
-
-    return parse
 
 
 def _lookup(args: argparse.Namespace) -> int:

@@ -368,3 +368,27 @@ def test_ctrl_c_ends_a_command_with_130_and_no_traceback(tmp_path: Path) -> None
         running.kill()
     assert running.returncode == 130
     assert err == "rlm: interrupted\n"
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--max-batch-records", "0", "argument --max-batch-records: must be from 1 to 2147483647, not 0"),
+        ("--records", "-5", "argument --records: must be from 0 to 2147483647, not -5"),
+        ("--topics", "-1", "argument --topics: must be from 1 to 2147483647, not -1"),
+        ("--partitions", "0", "argument --partitions: must be from 1 to 2147483647, not 0"),
+        ("--segment-bytes", "13", "argument --segment-bytes: must be from 14 to 2147483647, not 13"),
+        ("--value-bytes", "-1", "argument --value-bytes: must be from 0 to 2147483647, not -1"),
+        ("--legacy-batches", "-1", "argument --legacy-batches: must be from 0 to 2147483647, not -1"),
+        ("--records", "ten", "argument --records: 'ten' is not an integer"),
+    ],
+)
+def test_produce_refuses_counts_out_of_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], option: str, value: str, message: str
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["log", "produce", str(tmp_path / "out"), "--quiet", option, value])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+    assert not (tmp_path / "out").exists()
