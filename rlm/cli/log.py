@@ -56,7 +56,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     find.add_argument(
         "--timestamp",
         required=True,
-        help="epoch ms, ISO-8601, or latest|earliest|max-timestamp|earliest-local (-1..-4)",
+        help="epoch ms, ISO-8601, or latest|earliest|max-timestamp|earliest-local|latest-tiered "
+        "(-1..-5; latest-tiered: -1, a local log knows nothing tiered)",
     )
     find.add_argument("--json", action="store_true")
     find.set_defaults(func=_find_offset)
@@ -141,6 +142,7 @@ def _reindex(args: argparse.Namespace) -> int:
 
 
 def _find_offset(args: argparse.Namespace) -> int:
+    from rlm.log.checkpoints import epoch_for_offset
     from rlm.log.logdir import open_partition
     from rlm.log.model import TimestampAndOffset
     from rlm.timestamps import SpecialTimestamp, parse_timestamp
@@ -148,11 +150,16 @@ def _find_offset(args: argparse.Namespace) -> int:
     timestamp = parse_timestamp(args.timestamp)
     partition = open_partition(args.partition_dir)
     found: TimestampAndOffset | None
+    # The leader epochs as lookups answer for a partition the remote tier holds nothing of: the
+    # latest epoch for LATEST, the epoch of the offset for the earliest ones.
+    epochs = partition.leader_epochs()
     if timestamp == SpecialTimestamp.LATEST:
         hw = partition.high_watermark()
-        found = TimestampAndOffset(-1, partition.log_end_offset() if hw is None else hw, -1)
+        latest = partition.log_end_offset() if hw is None else hw
+        found = TimestampAndOffset(-1, latest, epochs[-1].epoch if epochs else -1)
     elif timestamp in (SpecialTimestamp.EARLIEST, SpecialTimestamp.EARLIEST_LOCAL):
-        found = TimestampAndOffset(-1, partition.log_start_offset(), -1)
+        start = partition.log_start_offset()
+        found = TimestampAndOffset(-1, start, epoch_for_offset(epochs, start))
     elif timestamp == SpecialTimestamp.MAX_TIMESTAMP:
         found = partition.max_timestamp_offset()
     elif timestamp == SpecialTimestamp.LATEST_TIERED:

@@ -18,6 +18,7 @@ import pytest
 from kafka.record import MemoryRecords
 
 from rlm.cli import main
+from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.produce import ProduceSummary
 from rlm.log.segment import Segment
@@ -249,6 +250,27 @@ def test_find_offset_json_and_not_found(logs: Path, capsys: pytest.CaptureFixtur
     assert json.loads(out) == {"offset": -1, "timestamp": -1, "leader_epoch": -1}
     code, _, err = _run(capsys, "log", "find-offset", str(partition.path), "--timestamp", "yesterday-ish")
     assert code == 1 and "yesterday-ish" in err
+
+
+def test_find_offset_of_the_special_timestamps_gives_the_epochs_lookups_give(
+    logs: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    partition = LogDir(logs).partition("orders", 0)
+    epochs = partition.leader_epochs()
+    start = partition.segments()[0].base_offset
+    hw = partition.high_watermark()
+    latest = partition.log_end_offset() if hw is None else hw
+    expected = {
+        "latest": (latest, -1, epochs[-1].epoch),
+        "earliest": (start, -1, epoch_for_offset(epochs, start)),
+        "earliest-local": (start, -1, epoch_for_offset(epochs, start)),
+        "latest-tiered": (-1, -1, -1),
+    }
+    assert expected["latest"][2] > 0  # the sample has leader changes
+    for name, answer in expected.items():
+        code, out, _ = _run(capsys, "log", "find-offset", str(partition.path), "--timestamp", name, "--json")
+        found = json.loads(out)
+        assert code == 0 and (found["offset"], found["timestamp"], found["leader_epoch"]) == answer, name
 
 
 def test_unknown_path_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
