@@ -317,6 +317,7 @@ def _skip(args: argparse.Namespace) -> int:
     if start < 0 or end < start:
         raise ConfigError(f"--from-offset {start} --to-offset {end} is not a range of offsets")
     partition = _local_partition(settings.log_dirs, tp)
+    _check_whole_segments(partition, tp, start, end)
     hw = partition.high_watermark()
     if hw is None or end >= hw:
         raise ConfigError(
@@ -334,6 +335,24 @@ def _skip(args: argparse.Namespace) -> int:
         store.close()
     print(f"{tp}: offsets {stored.start_offset}..{stored.end_offset} skipped ({stored.reason})")
     return 0
+
+
+def _check_whole_segments(partition: PartitionDir, tp: TopicPartition, start: int, end: int) -> None:
+    """Refuse a range that is not the offsets of whole local segments: the copier tiers a segment
+    whole or passes over one a skip covers whole, so a part of one skipped would be tiered all the
+    same, while listed as never tiered."""
+    bases = [s.base_offset for s in partition.segments()]
+    if start in bases and end + 1 in bases:
+        return
+    # The bases from the segment holding ``start`` through the first past ``end``.
+    after = [b for b in bases if b > end][:1]
+    near = [b for b in bases if b <= start][-1:] + [b for b in bases if start < b <= end] + after
+    shown = ", ".join(str(b) for b in (near if len(near) <= 6 else [*near[:5], near[-1]]))
+    raise ConfigError(
+        f"cannot skip offsets {start}..{end} of {tp}: a skip covers whole segments, from a segment's "
+        f"base offset to the offset before a later one's (the copier tiers or passes over a segment "
+        f"whole); segments of {partition.path} start at {shown or 'no offset: it holds none'}"
+    )
 
 
 def _local_partition(log_dirs: tuple[Path, ...], tp: TopicPartition) -> PartitionDir:

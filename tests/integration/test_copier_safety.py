@@ -346,25 +346,17 @@ def test_an_operator_skips_a_segment_that_cannot_be_repaired(
     assert main([*skip, "--reason", "disk error, no replica has it", *settings]) == 0
     assert f"orders-0: offsets {start}..{end} skipped" in capsys.readouterr().out
     # A range overlapping what is skipped (or copied) now is refused, saying why.
-    assert (
-        main(
-            [
-                "copy",
-                "skip",
-                "orders",
-                "0",
-                "--from-offset",
-                "0",
-                "--to-offset",
-                "5",
-                "--reason",
-                "x",
-                *settings,
-            ]
-        )
-        == 1
-    )
+    first_start, first_end = nominal[0]
+    again = ["copy", "skip", "orders", "0", "--from-offset", str(first_start), "--to-offset", str(first_end)]
+    assert main([*again, "--reason", "x", *settings]) == 1
     assert "offsets up to" in capsys.readouterr().err
+    # So is a part of a segment: the copier would tier it all the same.
+    part = ["copy", "skip", "orders", "0", "--from-offset", str(start + 1), "--to-offset", str(end)]
+    assert main([*part, "--reason", "x", *settings]) == 1
+    assert "a skip covers whole segments" in capsys.readouterr().err
+    part = ["copy", "skip", "orders", "0", "--from-offset", str(start), "--to-offset", str(end - 1)]
+    assert main([*part, "--reason", "x", *settings]) == 1
+    assert f"segments of {partition.path} start at {start}, {end + 1}" in capsys.readouterr().err
     assert main(copy) == 0
     capsys.readouterr()
 
