@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlm.errors import CorruptDataError
+from rlm.errors import CorruptDataError, NotFoundError
 from rlm.log.files import offset_file_offsets, parse_base_offset, segment_file_name, warn_stray
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.logdir import LogDir, PartitionDir, parse_partition_dir_name
@@ -62,6 +62,8 @@ def verify_path(path: str | Path, *, deep: bool = True) -> list[Problem]:
 
     Raises:
         InvalidFileNameError: a file is not named after an offset.
+        NotFoundError: a directory holding segments is not named as a partition's (no partition
+            of a log directory, nor a partition directory).
         CorruptDataError: a file of a kind verify does not know.
     """
     path = Path(path)
@@ -71,6 +73,11 @@ def verify_path(path: str | Path, *, deep: bool = True) -> list[Problem]:
         return verify_partition(PartitionDir(path), deep=deep)
     problems: list[Problem] = []
     partitions = LogDir(path).partitions()
+    if not partitions and segment_base_offsets(path):
+        raise NotFoundError(
+            f"{path} holds segments but is not named as Kafka names a partition's directory "
+            "(TOPIC-PARTITION): verify a copy under such a name, or its .log files one by one"
+        )
     # Not a topic's, but the same segment format: a log directory's verify covers it too.
     metadata_log = path / CLUSTER_METADATA_DIR
     if metadata_log.is_dir():

@@ -142,6 +142,17 @@ def test_verify_passes_then_names_file_and_position_of_corruption(
     assert f"{segment.log_path}: position {target.position}: CRC mismatch" in err
 
 
+def test_verify_of_a_partitions_copy_not_named_as_kafka_names_it_is_refused(
+    logs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Read as a log directory, it held no partition and verified "OK" whatever its segments held."""
+    copy = tmp_path / "damaged"
+    shutil.copytree(logs / "orders-0", copy)
+    code, out, err = _run(capsys, "log", "verify", str(copy))
+    assert code == 1 and out == ""
+    assert f"{copy} holds segments but is not named as Kafka names a partition's directory" in err
+
+
 def test_verify_reports_bad_index_and_reindex_repairs_it(
     logs: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
