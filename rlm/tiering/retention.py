@@ -55,6 +55,7 @@ from rlm.tiering.copier import Clock, wall_clock_ms
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.local_partitions import LogDirLister, duplicated
+from rlm.tiering.overview import remote_log_start
 from rlm.tiering.removed_topics import RemovedTopics
 from rlm.tiering.topic_identity import adopt_local_topic_id
 
@@ -69,6 +70,7 @@ class RetentionOutcome:
     deleted_segments: int = 0
     deleted_bytes: int = 0
     log_start_offset: int = -1
+    """The first offset the remote tier answers for after the pass (-1 while nothing is tiered)."""
     skipped: str | None = None
     error: RlmError | OSError | None = None
     purged_rows: int = 0
@@ -309,7 +311,7 @@ class Retention:
         labels = (tp.topic, str(tp.partition))
         if not doomed:
             self.metrics.remote_log_size_bytes.labels(*labels).set(sum(s.size_bytes for s in finished))
-            return RetentionOutcome(tp, log_start_offset=remote_start)
+            return RetentionOutcome(tp, log_start_offset=remote_log_start(record, finished))
         new_start = max(s.end_offset for s in doomed) + 1
         start = self.store.advance_log_start_offset(tp, new_start, lease_epoch=lease_epoch)
         self.on_change(tp)  # no lookup here answers from the doomed segments any more

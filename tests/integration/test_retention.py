@@ -251,6 +251,7 @@ def test_the_log_start_offset_the_broker_checkpointed_deletes_nothing_unless_ask
     (outcome,) = tiering.retention(settings=week).run_once()
 
     assert (outcome.error, outcome.deleted_segments) == (None, 0)
+    assert outcome.log_start_offset == 0  # the remote tier answers from its first segment
     assert _states(tiering) == [SegmentState.COPY_SEGMENT_FINISHED] * 6
     record = tiering.store.get_partition(TP)
     assert record is not None and record.remote_log_start_offset == -1  # never advanced
