@@ -9,6 +9,7 @@ SQLite default ``rlm serve`` uses too. The database is reached through the compo
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rlm.errors import SchemaMismatchError
 
@@ -65,6 +66,6 @@ def _current(args: argparse.Namespace) -> int:
     try:
         print(check_metadata(_url(args)))
     except SchemaMismatchError as exc:
-        print(exc)
+        print(exc, file=sys.stderr)
         return 1
     return 0

@@ -159,7 +159,7 @@ def _copy(args: argparse.Namespace) -> int:
 
                 outcomes = runtime.copier.run_once(found, progress=advance)
             for outcome in outcomes:
-                print(_describe_copy(outcome))
+                print(_describe_copy(outcome), file=sys.stdout if outcome.error is None else sys.stderr)
             return _exit_code(any(o.error is not None for o in outcomes), found.offline, "tiered")
 
         def copy_pass() -> None:
@@ -197,7 +197,7 @@ def _retention(args: argparse.Namespace) -> int:
             found = runtime.retention.lister.list()
             outcomes = runtime.retention.run_once(found)
             for outcome in outcomes:
-                print(_describe_retention(outcome))
+                print(_describe_retention(outcome), file=sys.stdout if outcome.error is None else sys.stderr)
             return _exit_code(any(o.error is not None for o in outcomes), found.offline, "expired")
 
         def retention_pass() -> None:
@@ -254,7 +254,7 @@ def _delete_topic(args: argparse.Namespace) -> int:
                     live_topics=live_topics,
                 )
             except RlmError as exc:
-                print(f"{tp}: error: {exc}")
+                print(f"{tp}: error: {exc}", file=sys.stderr)
                 failed = True
                 continue
             if done.skipped is not None:

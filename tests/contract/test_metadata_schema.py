@@ -119,7 +119,7 @@ def test_rlm_db_upgrade_and_current(
 ) -> None:
     url = f"sqlite:///{tmp_path / 'cli' / 'metadata.db'}"
     assert _run("db", "current", "--url", url) == 1
-    assert "run `rlm db upgrade`" in capsys.readouterr().out
+    assert "run `rlm db upgrade`" in capsys.readouterr().err
     assert _run("db", "upgrade", "--url", url) == 0
     assert f"is at revision {HEAD}" in capsys.readouterr().out
     monkeypatch.setenv("RLM_METADATA_URL", url)
@@ -147,7 +147,7 @@ def test_commands_that_read_refuse_a_sqlite_file_that_does_not_exist(
     url = f"sqlite:///{database}"
     missing = f"no metadata database at {database}: run `rlm db upgrade`"
     assert main(["db", "current", "--url", url]) == 1
-    assert missing in capsys.readouterr().out
+    assert missing in capsys.readouterr().err
     assert main(["lookup", "orders", "0", "--timestamp", "0", "--metadata-url", url]) == 1
     assert missing in capsys.readouterr().err
     assert not database.parent.exists()

@@ -340,7 +340,7 @@ def test_an_operator_skips_a_segment_that_cannot_be_repaired(
     copy = ["copy", "--once", "--quiet", *settings, "--remote-url", sqlite_fs.remote_url]
 
     assert main(copy) == 1
-    assert "copying stops at segment" in capsys.readouterr().out
+    assert "copying stops at segment" in capsys.readouterr().err
     start, end = nominal[2]
     skip = ["copy", "skip", "orders", "0", "--from-offset", str(start), "--to-offset", str(end)]
     assert main([*skip, "--reason", "disk error, no replica has it", *settings]) == 0

@@ -351,9 +351,9 @@ def test_rlm_retention_delete_topic_refuses_a_topic_the_metadata_log_holds_live(
     assert main([*command, "--dry-run"]) == 1
     assert main(command) == 1
 
-    out = capsys.readouterr().out
+    err = capsys.readouterr().err
     refusal = f"the broker's KRaft metadata log holds topic 'orders' under id {uuid_to_topic_id(topic_id)}"
-    assert out.count(refusal) == 4, out
+    assert err.count(refusal) == 4, err
     assert states(tiering) == {TP: None, OTHER: None}
     assert len(tiering.finished(TP)) == 5
 

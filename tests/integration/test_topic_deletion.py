@@ -349,7 +349,7 @@ def test_rlm_retention_delete_topic_deletes_every_partition_of_the_topic(
     assert main([*command, "--topic-id", "not-an-id"]) == 1
     assert "--topic-id 'not-an-id' is not a Kafka topic id" in capsys.readouterr().err
     assert main([*command, "--topic-id", uuid_to_topic_id(UUID(int=7))]) == 1
-    assert capsys.readouterr().out.count("it is another topic of that name") == 2
+    assert capsys.readouterr().err.count("it is another topic of that name") == 2
     keys = sorted(tiering.storage.list_keys(""))
     assert main([*command, "--topic-id", uuid_to_topic_id(topic_id), "--dry-run"]) == 0
     out = capsys.readouterr().out
