@@ -388,6 +388,10 @@ _SettingsLoader.yaml_implicit_resolvers = {
 }
 
 
+#: The settings' types (as annotated) whose value may be left unset.
+_OPTIONAL_KINDS = ("str | None", "Path | None")
+
+
 def _convert(name: str, kind: Any, raw: Any) -> Any:
     """``raw`` (as YAML read it, or an environment variable's text) as setting ``name`` takes it.
 
@@ -396,7 +400,7 @@ def _convert(name: str, kind: Any, raw: Any) -> Any:
     named 'None', TLS on with a certificate file named 'None'); for any other setting an error.
     """
     if raw is None or (isinstance(raw, list) and None in raw):
-        if raw is None and "None" in str(kind):
+        if raw is None and kind in _OPTIONAL_KINDS:
             return None
         raise ConfigError(f"{_key(name)} has no value: give it one, or leave the key out for its default")
     text = str(raw).strip()
