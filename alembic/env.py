@@ -59,6 +59,11 @@ def _run(connection: Connection) -> None:
         # SQLite cannot ALTER most things in place: batch mode copies the table instead.
         render_as_batch=sqlite,
         compare_type=True,
+        # One transaction for the whole upgrade, on SQLite too (whose DDL is transactional; Alembic
+        # assumes otherwise for the sqlite3 module's implicit commits, which rlm turns off). With a
+        # transaction per migration, a second upgrade at once ran a migration between two of the
+        # first's, and the first then ran it again on the revision it had read at its start.
+        transactional_ddl=True,
     )
     with context.begin_transaction():
         # Before Alembic reads the revision: a second upgrade at once waits, then finds it done.

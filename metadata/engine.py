@@ -21,6 +21,8 @@ keepalives find a connection whose peer vanished while it sat in the pool.
 from __future__ import annotations
 
 import math
+import sqlite3
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,7 +140,7 @@ def create_engine_for_url(
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         try:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            _enter_wal(cursor, busy_timeout_s)
             # FULL: each commit reaches the disk before the call returns. NORMAL (in WAL mode)
             # syncs only at checkpoints, so a power loss can roll back commits the caller acted
             # on, e.g. DELETE_SEGMENT_STARTED, whose objects the caller then deleted.
@@ -154,6 +156,24 @@ def create_engine_for_url(
         connection.exec_driver_sql("BEGIN IMMEDIATE" if writing else "BEGIN")
 
     return engine
+
+
+def _enter_wal(cursor: Any, timeout_s: float) -> None:
+    """Put the database in WAL mode, waiting up to ``timeout_s`` for other connections.
+
+    Only the first connection to a new file changes the mode (it is kept in the file). Two doing so
+    at once can each hold a read lock the other's change needs: SQLite then answers "database is
+    locked" at once, without the busy timeout's wait, so the wait is done here.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _postgres_engine(parsed: URL, deadlines: Deadlines, pool_args: dict[str, Any]) -> Engine:

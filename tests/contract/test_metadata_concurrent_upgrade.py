@@ -4,13 +4,17 @@ second waits for the first and finds the schema up to date; on SQLite and Postgr
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
+import threading
 from multiprocessing.synchronize import Barrier
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy import exc as sa_exc
 
 from alembic import command
-from metadata.engine import create_engine_for_url
+from metadata.engine import Deadlines, create_engine_for_url
 from metadata.schema import alembic_config, current_revision, head_revision, upgrade
 from metadata.transaction import transaction
 from rlm.errors import MetadataError, SchemaMismatchError
@@ -52,6 +56,47 @@ def test_concurrent_upgrades_queue_and_both_succeed(empty_url: str, start: str |
     finally:
         engine.dispose()
     command.check(alembic_config(empty_url))
+
+
+def test_a_connection_to_a_new_sqlite_file_waits_for_a_writer_to_set_wal_mode(tmp_path: Path) -> None:
+    # The first connections to a new file each switch it to WAL mode. A switch while another
+    # connection writes was answered "database is locked" at once, without the busy wait: two
+    # upgrades starting together on a new file then had one fail.
+    path = tmp_path / "new.db"
+    writer = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    writer.execute("CREATE TABLE t (x)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO t VALUES (1)")
+    commit = threading.Timer(0.3, writer.execute, ("COMMIT",))
+    commit.start()
+    engine = create_engine_for_url(
+        f"sqlite:///{path}", pooled=False, deadlines=Deadlines(statement_timeout_s=20)
+    )
+    try:
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+            assert connection.exec_driver_sql("SELECT x FROM t").scalars().all() == [1]
+    finally:
+        engine.dispose()
+        commit.join()
+        writer.close()
+
+
+def test_a_connection_that_cannot_set_wal_mode_in_time_says_the_database_is_locked(tmp_path: Path) -> None:
+    path = tmp_path / "new.db"
+    writer = sqlite3.connect(path, isolation_level=None)
+    writer.execute("CREATE TABLE t (x)")
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("INSERT INTO t VALUES (1)")
+    engine = create_engine_for_url(
+        f"sqlite:///{path}", pooled=False, deadlines=Deadlines(statement_timeout_s=0.2)
+    )
+    try:
+        with pytest.raises(sa_exc.OperationalError, match="database is locked"):
+            engine.connect()
+    finally:
+        engine.dispose()
+        writer.close()
 
 
 def failure(engine: Engine, statement: str) -> MetadataError:

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import inspect, text
 
 from alembic import command
 from metadata.engine import create_engine_for_url
@@ -15,6 +15,7 @@ from metadata.schema import (
     SCRIPT_LOCATION,
     alembic_config,
     check_schema,
+    current_revision,
     downgrade,
     head_revision,
     upgrade,
@@ -84,6 +85,31 @@ def test_an_older_schema_is_refused_until_upgraded(empty_url: str, tmp_path: Pat
         check_schema(engine, newer)
     finally:
         engine.dispose()
+
+
+def test_an_upgrade_that_fails_part_way_leaves_the_schema_where_it_was(
+    empty_url: str, tmp_path: Path
+) -> None:
+    # One transaction for the whole upgrade, on SQLite as on PostgreSQL: a failed upgrade is not
+    # left half done, and a second upgrade at once cannot run migrations between this one's.
+    upgrade(empty_url, "0005")
+    failing = tmp_path / "failing-alembic"
+    shutil.copytree(SCRIPT_LOCATION, failing)
+    (failing / "versions" / "9999_later.py").write_text(
+        NEXT_REVISION.replace(
+            "def upgrade() -> None:\n    pass", "def upgrade() -> None:\n    raise RuntimeError('broken')"
+        )
+    )
+    with pytest.raises(RuntimeError, match="broken"):
+        command.upgrade(alembic_config(empty_url, failing), "head")
+    engine = create_engine_for_url(empty_url, pooled=False)
+    try:
+        assert current_revision(engine) == "0005"
+        assert "rlm_cluster" not in inspect(engine).get_table_names()  # made by 0011, rolled back
+    finally:
+        engine.dispose()
+    upgrade(empty_url)
+    command.check(alembic_config(empty_url))
 
 
 def test_a_newer_schema_is_refused(empty_url: str) -> None:
