@@ -265,6 +265,11 @@ static const char *kafka_lz4_frame(const unsigned char *at, int64_t n, int64_t *
             break;
         }
         size &= 0x7FFFFFFFu;
+        if (size == 0) {
+            /* Kafka's end mark with the stored bit (liblz4's empty block): Kafka ends the frame
+             * there, liblz4 reads on; the Python path (_lz4_plain's fallback) does as Kafka does. */
+            return "lz4: an end mark with the stored bit";
+        }
         if (size > LZ4_KAFKA_BLOCK) {
             return "lz4: a block larger than the frame's";
         }

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from rlm.errors import CorruptRecordError
 from rlm.log.batches import decode_batch, parse_header
 from rlm.log.codecs import compress, decompress
-from rlm.log.columns import ColumnBuffers, append_batch
+from rlm.log.columns import COLUMNS, ColumnBuffers, append_batch, append_log
 from rlm.log.model import Codec, Record
 from rlm.log.v2 import encode_v2_batch
 
@@ -275,6 +275,13 @@ def test_v2_lz4_batch_whose_end_mark_has_the_stored_bit_reads_as_kafka_reads_it(
         cols = ColumnBuffers()
         append_batch(cols, bytes(patched), header, first_offset=0, last_offset=2**63 - 1, batch_no=0)
         assert cols.rows == len(records)
+        walked, reference = ColumnBuffers(), ColumnBuffers()  # the C log walk, its native lz4 too
+        append_log(walked, bytes(patched), first_offset=0, last_offset=2**63 - 1)
+        append_log(reference, bytes(patched), first_offset=0, last_offset=2**63 - 1, in_c=False)
+        assert walked.rows == reference.rows == len(records)
+        assert [bytes(walked.view(c)) for c in range(len(COLUMNS))] == [
+            bytes(reference.view(c)) for c in range(len(COLUMNS))
+        ]
 
 
 # --- decompression bombs ------------------------------------------------------------------------

@@ -90,6 +90,11 @@ def test_native_decompression_never_differs_from_the_reference() -> None:
         (Codec.LZ4, codecs.compress(Codec.LZ4, b"abc" * 99)[:-4], "no end mark"),
         (Codec.LZ4, codecs.compress(Codec.LZ4, b"abc" * 99) + b"\x00", "bytes after the frame"),
         (Codec.LZ4, b"\x04\x22\x4d\x18\x64\x40\xa7" + b"\x00" * 4, "another descriptor (a content checksum)"),
+        (
+            Codec.LZ4,
+            codecs.compress(Codec.LZ4, b"abc" * 99)[:-4] + (1 << 31).to_bytes(4, "little") + b"\x00" * 4,
+            "an end mark with the stored bit, which Kafka reads as the end (liblz4: an empty block)",
+        ),
     ],
 )
 def test_native_decompression_gives_up_on_frames_kafka_does_not_write(
