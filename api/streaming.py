@@ -7,6 +7,8 @@ awaited without holding a thread, within the request's deadline.
 
 from __future__ import annotations
 
+import asyncio
+
 from rlm.bootstrap import Runtime
 from rlm.errors import PoolFullError
 from rlm.lookup.pool import CancelToken, run_on
@@ -16,6 +18,9 @@ from rlm.stream.service import StreamSlot
 
 async def open_stream(rt: Runtime, query: RangeQuery, timeout_ms: int | None) -> tuple[StreamSlot, RangePlan]:
     """A stream place and the plan of ``query``; release the place when the stream ends.
+
+    A stream that cannot be planned gives its place back at once, counted as failed, or as
+    cancelled when the awaiting call is cancelled (its client went away while it was planned).
 
     Raises:
         PoolFullError: ``remote.fetch.max.streams`` streams are being sent.
@@ -37,6 +42,9 @@ async def open_stream(rt: Runtime, query: RangeQuery, timeout_ms: int | None) ->
         planned = await run_on(
             rt.fetch_pool, plan, timeout_s, label=query.tp, what=f"planning the stream of {query.tp}"
         )
+    except asyncio.CancelledError:  # the client went away (or the server stops) while it was planned
+        slot.release("cancelled")
+        raise
     except BaseException:
         slot.release("failed")
         raise

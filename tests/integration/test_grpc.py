@@ -567,6 +567,34 @@ def test_a_full_fetch_pool_answers_resource_exhausted(served: Served) -> None:
     assert running.result().records == queued.result().records != []
 
 
+def _streams_ended(runtime: Runtime, outcome: str) -> float:
+    return runtime.metrics.registry.get_sample_value("rlm_streams_total", {"outcome": outcome}) or 0.0
+
+
+def test_a_stream_cancelled_while_it_is_planned_counts_as_cancelled_not_failed(served: Served) -> None:
+    runtime = served.runtime
+    pool = runtime.fetch_pool
+    wait_until(lambda: pool.running == pool.pending == 0)  # earlier tests' cancelled reads are gone
+    cancelled, failed = _streams_ended(runtime, "cancelled"), _streams_ended(runtime, "failed")
+    # A timestamp the remote tier answers: planning searches it, and waits at the closed gate.
+    remote = str(remote_timestamp(served.truth))
+    request = pb.ReadRecordsRequest(topic=TOPIC, partition=0, from_timestamp=remote)
+    with served.storage.closed() as held:
+        call = served.stub.ReadRecords(request, metadata=READ, timeout=30)
+        assert held.acquire(timeout=10)
+        assert runtime.streams.active == 1
+        call.cancel()
+        wait_until(lambda: runtime.streams.active == 0)
+    assert _streams_ended(runtime, "cancelled") == cancelled + 1
+    assert _streams_ended(runtime, "failed") == failed
+    # A stream that cannot be planned still counts as failed.
+    past_the_end = pb.ReadRecordsRequest(topic=TOPIC, partition=0, offset=served.truth.high_watermark + 10)
+    code, _ = code_of(lambda: list(served.stub.ReadRecords(past_the_end, metadata=READ, timeout=30)))
+    assert code is grpc.StatusCode.OUT_OF_RANGE
+    assert _streams_ended(runtime, "failed") == failed + 1
+    assert _streams_ended(runtime, "cancelled") == cancelled + 1
+
+
 # -- TLS ----------------------------------------------------------------------------------------
 
 
