@@ -5,6 +5,10 @@ Tokens come from ``auth.tokens`` (``scope:token`` pairs) and/or ``auth.tokens.fi
 ``#`` inside a token is part of it, and a token cannot start with one). Only SHA-256 digests of
 the tokens are kept in memory, compared in constant time; a token is never logged or echoed in an
 error.
+
+A stream outlives the request that opened it: its :class:`Admission` looks at its token again as
+it goes on, so that a token revoked in the tokens file ends the streams it opened too
+(:class:`TokenRevokedError`), not only the requests that come after.
 """
 
 from __future__ import annotations
@@ -40,13 +44,18 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8")).digest()
 
 
+class TokenRevokedError(Exception):
+    """The token that opened a stream was revoked while the stream ran (401, UNAUTHENTICATED)."""
+
+
 class TokenAuthenticator:
     """Maps ``Authorization: Bearer <token>`` to a scope.
 
     The tokens of ``tokens_file`` are read again when the file changes (a Kubernetes Secret
     rotated: its ``..data`` symlink swapped), so that a revoked token stops working without a
-    restart: at most every ``check_interval_s``, a request looks at the file's identity (one
-    ``stat`` of the file the path resolves to: device, inode, mtime, size). A file that cannot be
+    restart: at most every ``check_interval_s``, a request (or a piece of a running stream, through
+    its :class:`Admission`) looks at the file's identity (one ``stat`` of the file the path
+    resolves to: device, inode, mtime, size). A file that cannot be
     read, or holds no valid tokens, leaves the tokens read before in place and is logged as an
     error, once for each different problem.
     """
@@ -68,6 +77,9 @@ class TokenAuthenticator:
         self._next_check = clock() + check_interval_s
         self._problem: str | None = None
         self._identity: _Identity | None = None
+        self.generation = 0
+        """How many times the tokens were read again: an :class:`Admission` looks its token up
+        again only when this changed."""
         found = self._fixed
         if tokens_file is not None:
             self._identity = _identity(tokens_file)  # before the read: a change after it is seen next
@@ -102,6 +114,12 @@ class TokenAuthenticator:
             tokens[token] = _scope(scope, f"auth.tokens entry {n + 1}")
         return cls(tokens, enabled=settings.auth_enabled, tokens_file=settings.auth_tokens_file)
 
+    def refresh(self) -> None:
+        """Read the tokens file again if it changed; looked at most every ``check_interval_s``
+        (one ``stat``), so that calling this for every piece of a stream costs a clock reading."""
+        if self.enabled and self._file is not None:
+            self._refresh(self._file)
+
     def _refresh(self, path: Path) -> None:
         """Read ``path`` again if its identity changed (at most every ``check_interval_s``)."""
         now = self._clock()
@@ -119,6 +137,7 @@ class TokenAuthenticator:
                 log.error("%s; the API tokens read before stay in use", exc)
             return
         self._identity, self._digests = identity, digests
+        self.generation += 1
         self._problem = None
         log.info("read the API tokens again from %s: it changed", path)
 
@@ -129,19 +148,67 @@ class TokenAuthenticator:
         """
         if not self.enabled:
             return Scope.ADMIN
-        if self._file is not None:
-            self._refresh(self._file)
-        if not authorization:
+        self.refresh()
+        return self._scope_of(_offered(authorization))
+
+    def admission(self, authorization: str | None) -> Admission:
+        """The admission of a stream opened with ``authorization`` (already authenticated), for
+        the stream to check as it goes on."""
+        return Admission(self, _offered(authorization))
+
+    def _scope_of(self, offered: bytes | None) -> Scope | None:
+        if not self.enabled:
+            return Scope.ADMIN
+        if offered is None:
             return None
-        kind, _, token = authorization.strip().partition(" ")
-        if kind.lower() != "bearer" or not token:
-            return None
-        offered = _digest(token.strip())
         found = None
         for digest, scope in self._digests:
             if hmac.compare_digest(digest, offered):
                 found = scope
         return found
+
+
+class Admission:
+    """The token a stream was opened with (its digest), looked up again while the stream runs.
+
+    :meth:`check` is called before each piece of the stream is sent: it costs a clock reading and
+    a comparison of :attr:`TokenAuthenticator.generation`, and looks the token up only when the
+    tokens were read again since its last look. Every scope may read, so a token still listed
+    admits its stream, whatever its scope now.
+    """
+
+    __slots__ = ("_authenticator", "_generation", "_offered")
+
+    def __init__(self, authenticator: TokenAuthenticator, offered: bytes | None) -> None:
+        self._authenticator = authenticator
+        self._offered = offered
+        self._generation: int | None = None  # the first check looks: the tokens may have changed since
+
+    def check(self) -> None:
+        """Return while the stream's token is valid.
+
+        Raises:
+            TokenRevokedError: the token is no longer among the tokens read (never named).
+        """
+        authenticator = self._authenticator
+        authenticator.refresh()
+        if authenticator.generation == self._generation:
+            return
+        self._generation = authenticator.generation
+        if authenticator._scope_of(self._offered) is None:
+            raise TokenRevokedError(
+                "the bearer token of this stream was revoked (auth.tokens.file changed): the stream ends here"
+            )
+
+
+def _offered(authorization: str | None) -> bytes | None:
+    """The digest of the bearer token of an ``Authorization`` value; None without one."""
+    if not authorization:
+        return None
+    kind, _, token = authorization.strip().partition(" ")
+    if kind.lower() != "bearer" or not token:
+        return None
+    return _digest(token.strip())
 
 
 def _scope(text: str, where: str) -> Scope:

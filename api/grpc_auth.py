@@ -46,7 +46,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         handler = await continuation(handler_call_details)
         if needed is None or handler is None:
             return handler
-        granted = self.authenticator.authenticate(_authorization(handler_call_details.invocation_metadata))
+        granted = self.authenticator.authenticate(authorization_of(handler_call_details.invocation_metadata))
         if granted is None:
             return _refusal(
                 handler,
@@ -62,7 +62,8 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         return handler
 
 
-def _authorization(metadata: Any) -> str | None:
+def authorization_of(metadata: Any) -> str | None:
+    """The ``authorization`` value of a call's metadata, if any."""
     # Keys arrive lower-cased; a text value is a str.
     for key, value in metadata or ():
         if key == "authorization" and isinstance(value, str):

@@ -4,6 +4,8 @@ Single calls answer a status with a message in words; ListOffsets answers Kafka 
 its response instead. The mapping follows the REST API's (404 → NOT_FOUND, 400 → INVALID_ARGUMENT,
 429 → RESOURCE_EXHAUSTED, 503 → UNAVAILABLE, 504 → DEADLINE_EXCEEDED), with gRPC's more specific
 codes where it has them: OUT_OF_RANGE for an offset outside the log and DATA_LOSS for corrupt data.
+A stream whose bearer token is revoked while it runs ends UNAUTHENTICATED, as the interceptor
+(:mod:`api.grpc_auth`) refuses a call without a valid token.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from api.auth import TokenRevokedError
 from rlm.errors import (
     ConfigError,
     CorruptDataError,
@@ -61,6 +64,8 @@ def status_for(exc: BaseException) -> grpc.StatusCode:
     """The status code of an error a service raised."""
     if isinstance(exc, StatusError):
         return exc.code
+    if isinstance(exc, TokenRevokedError):
+        return grpc.StatusCode.UNAUTHENTICATED
     if isinstance(exc, OffsetOutOfRangeError):
         return grpc.StatusCode.OUT_OF_RANGE
     if isinstance(exc, NotFoundError):
@@ -103,7 +108,7 @@ def answers_errors(method: Method[S, Req, Resp]) -> Method[S, Req, Resp]:
 async def abort_for(context: Context, exc: Exception, method: str) -> NoReturn:
     """End the call with the status of ``exc`` and a message in words (raises ``AbortError``)."""
     code = status_for(exc)
-    if isinstance(exc, StatusError | RlmError | ValueError):
+    if isinstance(exc, StatusError | RlmError | ValueError | TokenRevokedError):
         message = str(exc)
     else:
         message = f"internal error: {type(exc).__name__}"

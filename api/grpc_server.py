@@ -68,8 +68,9 @@ class RemoteLogManagerServicer(  # type: ignore[misc]
 ):
     """``rlm.v1.RemoteLogManager`` over a runtime's services."""
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, authenticator: TokenAuthenticator) -> None:
         self.runtime = runtime
+        self.authenticator = authenticator
 
     @override
     @answers_errors
@@ -267,7 +268,9 @@ def build_grpc_server(
         # A second process on the same port must fail to start, not share the port's calls.
         options=[("grpc.so_reuseport", 0)],
     )
-    rlm_pb2_grpc.add_RemoteLogManagerServicer_to_server(RemoteLogManagerServicer(runtime), server)
+    rlm_pb2_grpc.add_RemoteLogManagerServicer_to_server(
+        RemoteLogManagerServicer(runtime, authenticator), server
+    )
     health_pb2_grpc.add_HealthServicer_to_server(
         ReadinessHealthServicer(runtime.readiness_problems_async, refresh_s=readiness_refresh_s), server
     )

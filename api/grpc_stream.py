@@ -5,7 +5,9 @@ at most :data:`RECORDS_PER_MESSAGE` records), translated from the column decoder
 (:mod:`rlm.stream.records`, no record object in between), or with ``raw`` the batches themselves;
 messages are made on the streams' executor, the next while the last is sent. The stream
 waits for the client to take each message, so a slow client slows the reads; a client that
-cancels cancels them. A stream that cannot continue ends with the error's status, never with OK.
+cancels cancels them. A stream that cannot continue ends with the error's status, never with OK;
+one whose bearer token is revoked (:mod:`api.auth`) ends with UNAUTHENTICATED at its next message
+once the tokens file is read again.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Any
 import grpc
 
 from api import grpc_messages as msg
+from api.auth import TokenAuthenticator
 from api.gen.rlm.v1 import rlm_pb2 as pb
+from api.grpc_auth import authorization_of
 from api.grpc_errors import abort_for
 from api.streaming import open_stream
 from rlm.arguments import check_range
@@ -105,6 +109,7 @@ class ReadRecordsServicer:
     """The ``ReadRecords`` method of ``rlm.v1.RemoteLogManager`` (mixed into its servicer)."""
 
     runtime: Runtime
+    authenticator: TokenAuthenticator
 
     async def ReadRecords(  # noqa: N802 (the method's name in the proto)
         self, request: pb.ReadRecordsRequest, context: Context
@@ -117,6 +122,7 @@ class ReadRecordsServicer:
         except Exception as exc:
             await abort_for(context, exc, "ReadRecords")
         streams = self.runtime.streams
+        admitted = self.authenticator.admission(authorization_of(context.invocation_metadata()))
         with outcome_of(slot):
             encode = partial(_message, plan, raw=request.raw)
             async with contextlib.aclosing(
@@ -124,6 +130,7 @@ class ReadRecordsServicer:
             ) as answers:
                 try:
                     async for answer in answers:
+                        admitted.check()
                         if not await _written(context, answer):
                             raise asyncio.CancelledError  # the client went away: no status to send
                 except Exception as exc:

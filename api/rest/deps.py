@@ -15,7 +15,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from api.auth import Scope, TokenAuthenticator
+from api.auth import Admission, Scope, TokenAuthenticator
 from api.rest.errors import ApiError, problem, unauthenticated
 from rlm.bootstrap import Runtime
 
@@ -73,6 +73,12 @@ def check_scope(request: Request, scope: Scope) -> Scope:
     if not granted.allows(scope):
         raise ApiError(403, f"this token's scope is {granted.value}; {scope.value} is required")
     return granted
+
+
+async def admission(request: Request) -> Admission:
+    """The admission of the caller's bearer token, for a stream to check as it goes on."""
+    authenticator: TokenAuthenticator = request.app.state.authenticator
+    return authenticator.admission(request.headers.get("authorization"))
 
 
 def require(scope: Scope) -> Callable[[Request], Awaitable[Scope]]:

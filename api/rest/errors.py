@@ -12,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api.auth import TokenRevokedError
 from rlm.errors import (
     ConfigError,
     InvalidArgumentError,
@@ -61,6 +62,8 @@ def unauthenticated() -> ApiError:
 
 def status_for(exc: BaseException) -> int:
     """The HTTP status of an rlm error."""
+    if isinstance(exc, TokenRevokedError):
+        return 401
     if isinstance(exc, NotFoundError):
         return 404
     if isinstance(exc, InvalidTopicNameError | InvalidRecordError | ConfigError | ValueError):

@@ -13,9 +13,11 @@ requests that ask to stream: an ``Accept`` of ``application/x-ndjson`` or
 
 Octet and Arrow streams that cannot continue are cut (the connection closes before the chunked
 body's end, and an Arrow stream lacks its end marker): a client never takes a short stream for a
-whole one. The range is planned before the status is sent, so bad arguments and unknown
-partitions get their 4xx; above ``remote.fetch.max.streams`` streams the answer is 429 with
-``Retry-After``. A client that goes away cancels the stream's reads at once.
+whole one. A stream whose bearer token is revoked (:mod:`api.auth`) ends the same way (an NDJSON
+error line with status 401) at its next piece once the tokens file is read again. The range is
+planned before the status is sent, so bad arguments and unknown partitions get their 4xx; above
+``remote.fetch.max.streams`` streams the answer is 429 with ``Retry-After``. A client that goes
+away cancels the stream's reads at once.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import asyncio
 import contextlib
 import importlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 from typing import Annotated, Any
 from urllib.parse import parse_qsl
@@ -38,9 +40,9 @@ from starlette.routing import Match
 from starlette.types import Receive, Send
 from starlette.types import Scope as AsgiScope
 
-from api.auth import Scope
+from api.auth import Admission, Scope
 from api.rest.accept import Accept
-from api.rest.deps import known_query, require, runtime
+from api.rest.deps import admission, known_query, require, runtime
 from api.rest.errors import ApiError, status_for
 from api.rest.schemas import MAX_TIMEOUT_MS, text_int
 from api.streaming import open_stream
@@ -164,6 +166,7 @@ async def stream_records(
     partition: Annotated[int, Path(ge=0, le=INT32_MAX), text_int(0, INT32_MAX)],
     rt: Annotated[Runtime, Depends(runtime)],
     _: Annotated[Scope, Depends(require(Scope.READ))],
+    admitted: Annotated[Admission, Depends(admission)],
     offset: Annotated[int | None, Query(ge=0, le=INT64_MAX), text_int(0, INT64_MAX)] = None,
     end_offset: Annotated[int | None, Query(ge=0, le=INT64_MAX), text_int(0, INT64_MAX)] = None,
     from_timestamp: Annotated[str | None, Query(max_length=64)] = None,
@@ -180,7 +183,8 @@ async def stream_records(
         "to_timestamp": to_timestamp,
         "isolation_level": isolation_level,
     }
-    return await _stream_records(request.headers, TopicPartition(topic, partition), rt, args, timeout_ms)
+    tp = TopicPartition(topic, partition)
+    return await _stream_records(request.headers, tp, rt, args, timeout_ms, admitted.check)
 
 
 def _query(
@@ -201,25 +205,31 @@ def _query(
     )
 
 
-async def _ndjson(plan: RangePlan, streams: RecordStreams) -> AsyncIterator[bytes]:
+async def _ndjson(plan: RangePlan, streams: RecordStreams, check: Callable[[], None]) -> AsyncIterator[bytes]:
     try:
         async with contextlib.aclosing(
             streams.encoded_range(plan, partial(ndjson_lines, plan), PIECE_BYTES)
         ) as pieces:
             async for piece in pieces:
+                check()
                 yield piece
     except Exception as exc:  # the trailer says why the stream ends here
         yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
 
 
-async def _raw(batches: AsyncIterator[list[StreamBatch]]) -> AsyncIterator[bytes | memoryview]:
+async def _raw(
+    batches: AsyncIterator[list[StreamBatch]], check: Callable[[], None]
+) -> AsyncIterator[bytes | memoryview]:
     async for group in group_batches(batches, RAW_PIECE_BYTES):
+        check()
         data = [batch.data for batch in group]
         for start, end in chunk_runs(data):  # one piece per chunk's run: nothing copied
             yield joined(data[start:end])
 
 
-async def _arrow(plan: RangePlan, streams: RecordStreams) -> AsyncIterator[bytes | memoryview]:
+async def _arrow(
+    plan: RangePlan, streams: RecordStreams, check: Callable[[], None]
+) -> AsyncIterator[bytes | memoryview]:
     # pyarrow is imported by the first Arrow stream, off the event loop (a tenth of a second), not
     # by the server: a process that never streams Arrow does not hold it (some 45 MiB).
     arrow = await streams.run(partial(importlib.import_module, "rlm.stream.arrow"))
@@ -230,6 +240,7 @@ async def _arrow(plan: RangePlan, streams: RecordStreams) -> AsyncIterator[bytes
     )
     async with contextlib.aclosing(made) as messages:
         async for message in messages:
+            check()
             for part in writer.parts(message):
                 yield part
     yield arrow.END_OF_STREAM
@@ -241,6 +252,7 @@ async def _stream_records(
     rt: Runtime,
     query_args: dict[str, Any],
     timeout_ms: int | None,
+    check: Callable[[], None],
 ) -> StreamingResponse:
     media = streamed_media(request_headers.get("accept"))
     if media is None:
@@ -252,12 +264,13 @@ async def _stream_records(
     slot, planned = await open_stream(rt, _query(tp, **query_args), timeout_ms)
     streams = rt.streams
     body: AsyncIterator[bytes | memoryview]
+    # check() before each piece: a stream whose token was revoked ends there (TokenRevokedError).
     if media == NDJSON:
-        body = _ndjson(planned, streams)
+        body = _ndjson(planned, streams, check)
     elif media == ARROW:
-        body = _arrow(planned, streams)
+        body = _arrow(planned, streams, check)
     else:
-        body = _raw(streams.runs(planned))
+        body = _raw(streams.runs(planned), check)
     headers = {
         "X-Rlm-Start-Offset": str(planned.start),
         "X-Rlm-End-Offset": str(max(planned.start, planned.end)),

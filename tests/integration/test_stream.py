@@ -14,7 +14,7 @@ import asyncio
 import base64
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -159,6 +159,11 @@ def read(client: TestClient, media: str, **params: Any) -> tuple[bytes, dict[str
 
 def decoded(client: TestClient, media: str, **params: Any) -> list[Record]:
     body, headers = read(client, media, **params)
+    return records_of(media, body, headers)
+
+
+def records_of(media: str, body: bytes, headers: dict[str, str]) -> list[Record]:
+    """The records of a whole streamed body of ``media``."""
     if media == NDJSON:
         return from_ndjson(body)
     if media == ARROW:
@@ -291,8 +296,13 @@ def stop_grpc(server: ServerThread, rt: Runtime) -> None:
 
 def grpc_records(stub: rlm_pb2_grpc.RemoteLogManagerStub, raw: bool, **fields: Any) -> list[Record]:
     request = pb.ReadRecordsRequest(topic=TOPIC, partition=0, raw=raw, **fields)
+    return message_records(stub.ReadRecords(request, timeout=30), raw)
+
+
+def message_records(messages: Iterable[pb.ReadRecordsResponse], raw: bool) -> list[Record]:
+    """The records of a ``ReadRecords`` stream's messages."""
     out: list[Record] = []
-    for message in stub.ReadRecords(request, timeout=30):
+    for message in messages:
         if raw:
             out += from_raw(message.raw_batches, message.start_offset, message.end_offset)
             continue

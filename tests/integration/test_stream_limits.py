@@ -9,7 +9,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
 
 import httpx
 import pytest
@@ -26,6 +28,7 @@ from tests.lookup_support import TOPIC, Backend, Tiered, runtime, tier_partition
 
 NDJSON = "application/x-ndjson"
 URL = f"/v1/topics/{TOPIC}/partitions/0/records"
+G = TypeVar("G", bound=GatedStorage)
 
 
 class CountingGate(GatedStorage):
@@ -42,12 +45,13 @@ class CountingGate(GatedStorage):
 
 
 class Served:
-    """uvicorn serving the REST app on a thread of its own, as ``rlm serve`` runs it."""
+    """uvicorn serving the REST app on a thread of its own, as ``rlm serve`` runs it (with the
+    tokens of the runtime's settings unless given an authenticator)."""
 
-    def __init__(self, rt: Runtime) -> None:
-        app = create_app(
-            rt.settings, runtime_=rt, authenticator=TokenAuthenticator.from_settings(rt.settings)
-        )
+    def __init__(self, rt: Runtime, authenticator: TokenAuthenticator | None = None) -> None:
+        if authenticator is None:
+            authenticator = TokenAuthenticator.from_settings(rt.settings)
+        app = create_app(rt.settings, runtime_=rt, authenticator=authenticator)
         self.port = free_port()
         config = uvicorn.Config(app, host="127.0.0.1", port=self.port, log_config=None, access_log=False)
         self.server = uvicorn.Server(config)
@@ -64,25 +68,34 @@ class Served:
         self.thread.join(10)
 
 
+def gated_partition(
+    request: pytest.FixtureRequest, root: Path, gate: Callable[[RemoteStorage], G], **changes: object
+) -> tuple[Tiered, G]:
+    """The partition of ``test_fetch`` tiered under ``root`` (SQLite and the filesystem store, small
+    stream chunks), its remote store behind ``gate``."""
+    log_dir = root / "logs"
+    truth = write_partition(log_dir, PLAN)
+    gates: list[G] = []
+
+    def wrap(storage: RemoteStorage) -> RemoteStorage:
+        gates.append(gate(storage))
+        return gates[0]
+
+    backend = Backend("sqlite-fs", sqlite_template=request.getfixturevalue("sqlite_template"))
+    rt = runtime(backend, root, log_dir, wrap=wrap, remote_fetch_stream_buffer_bytes=4096, **changes)
+    return tier_partition(rt, LogDir(log_dir).partition(TOPIC, 0), truth, PLAN), gates[0]
+
+
 @pytest.fixture(scope="module")
 def gate_and_server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[Tiered, CountingGate, Served]]:
     root = tmp_path_factory.mktemp("stream-limits")
-    log_dir = root / "logs"
-    truth = write_partition(log_dir, PLAN)
-    gates: list[CountingGate] = []
-
-    def wrap(storage: RemoteStorage) -> RemoteStorage:
-        gates.append(CountingGate(storage))
-        return gates[0]
-
-    backend = Backend("sqlite-fs", sqlite_template=request.getfixturevalue("sqlite_template"))
-    rt = runtime(backend, root, log_dir, wrap=wrap, auth_enabled=False, remote_fetch_stream_buffer_bytes=4096)
-    tiered = tier_partition(rt, LogDir(log_dir).partition(TOPIC, 0), truth, PLAN)
+    tiered, gate = gated_partition(request, root, CountingGate, auth_enabled=False)
+    rt = tiered.runtime
     served = Served(rt)
     try:
-        yield tiered, gates[0], served
+        yield tiered, gate, served
     finally:
         served.stop()
         rt.close()

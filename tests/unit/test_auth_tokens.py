@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from api.auth import Scope, TokenAuthenticator
+from api.auth import Scope, TokenAuthenticator, TokenRevokedError
 from rlm.config import load_settings
 from rlm.errors import ConfigError
 from tests.mounted_secret import MountedSecret
@@ -133,3 +133,45 @@ def test_a_file_that_becomes_unusable_keeps_the_tokens_read_before(
     clock.now += 1
     assert scope_of(auth, "fixed-token") is Scope.READ
     assert scope_of(auth, "kept-token") is None
+
+
+def test_an_admission_ends_when_its_token_is_revoked_and_only_then(tmp_path: Path) -> None:
+    clock = Clock()
+    secret = MountedSecret(tmp_path / "secrets", "read streaming-token\nread other-token\n")
+    auth = watching(secret, clock)
+    admitted = auth.admission("Bearer streaming-token")
+    admitted.check()
+    secret.update("read streaming-token\n")  # another token revoked: the tokens are read again
+    clock.now += 1
+    admitted.check()
+    assert auth.generation == 1
+    secret.update("read other-token\n")
+    clock.now += 0.5
+    admitted.check()  # not looked at yet: one stat a second at most
+    clock.now += 0.5
+    with pytest.raises(TokenRevokedError, match="revoked") as revoked:
+        admitted.check()
+    assert "streaming-token" not in str(revoked.value)
+
+
+def test_an_admission_made_after_its_token_was_revoked_ends_at_its_first_check(tmp_path: Path) -> None:
+    clock = Clock()
+    secret = MountedSecret(tmp_path / "secrets", "read streaming-token\nread other-token\n")
+    auth = watching(secret, clock)
+    assert scope_of(auth, "streaming-token") is Scope.READ
+    secret.update("read other-token\n")
+    clock.now += 1
+    assert scope_of(auth, "other-token") is Scope.READ  # this request reads the tokens again
+    admitted = auth.admission("Bearer streaming-token")
+    with pytest.raises(TokenRevokedError):
+        admitted.check()
+
+
+def test_without_authentication_an_admission_never_ends(tmp_path: Path) -> None:
+    clock = Clock()
+    secret = MountedSecret(tmp_path / "secrets", "read some-token\n")
+    auth = TokenAuthenticator({}, enabled=False, tokens_file=secret.path, clock=clock)
+    admitted = auth.admission(None)
+    secret.update("read another-token\n")
+    clock.now += 1
+    admitted.check()
