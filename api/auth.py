@@ -20,7 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from rlm.config import Settings
 from rlm.errors import ConfigError
@@ -44,6 +44,16 @@ def _digest(token: str) -> bytes:
     return hashlib.sha256(token.encode("utf-8")).digest()
 
 
+class TokensFileEvents(Protocol):
+    """Receives what the looks at the tokens file find (``rlm.metrics.Metrics`` exports it)."""
+
+    def tokens_file_checked(self, usable: bool, read_at: float) -> None:
+        """The file was looked at: ``usable`` while the tokens in use are the file's, False while
+        it cannot be read or holds no valid tokens (the tokens read before stay in use);
+        ``read_at`` is when it was last read whole (Unix time)."""
+        ...
+
+
 class TokenRevokedError(Exception):
     """The token that opened a stream was revoked while the stream ran (401, UNAUTHENTICATED)."""
 
@@ -57,7 +67,8 @@ class TokenAuthenticator:
     its :class:`Admission`) looks at the file's identity (one ``stat`` of the file the path
     resolves to: device, inode, mtime, size). A file that cannot be
     read, or holds no valid tokens, leaves the tokens read before in place and is logged as an
-    error, once for each different problem.
+    error, once for each different problem, and reported to the :class:`TokensFileEvents` given
+    to :meth:`report_to` (the metrics) at each look until it is fixed.
     """
 
     def __init__(
@@ -77,6 +88,8 @@ class TokenAuthenticator:
         self._next_check = clock() + check_interval_s
         self._problem: str | None = None
         self._identity: _Identity | None = None
+        self._read_at = 0.0  # Unix time of the last whole read of the file
+        self._events: TokensFileEvents | None = None
         self.generation = 0
         """How many times the tokens were read again: an :class:`Admission` looks its token up
         again only when this changed."""
@@ -84,6 +97,7 @@ class TokenAuthenticator:
         if tokens_file is not None:
             self._identity = _identity(tokens_file)  # before the read: a change after it is seen next
             found = {**self._fixed, **_read_tokens_file(tokens_file)}
+            self._read_at = time.time()
         self._digests = self._checked(found)
 
     def _checked(self, tokens: Mapping[str, Scope]) -> tuple[tuple[bytes, Scope], ...]:
@@ -114,6 +128,16 @@ class TokenAuthenticator:
             tokens[token] = _scope(scope, f"auth.tokens entry {n + 1}")
         return cls(tokens, enabled=settings.auth_enabled, tokens_file=settings.auth_tokens_file)
 
+    def report_to(self, events: TokensFileEvents) -> None:
+        """Report each look at the tokens file to ``events`` from now on, starting with the last
+        one's finding; nothing without a file or with authentication off."""
+        self._events = events
+        self._report()
+
+    def _report(self) -> None:
+        if self._events is not None and self.enabled and self._file is not None:
+            self._events.tokens_file_checked(self._problem is None, self._read_at)
+
     def refresh(self) -> None:
         """Read the tokens file again if it changed; looked at most every ``check_interval_s``
         (one ``stat``), so that calling this for every piece of a stream costs a clock reading."""
@@ -129,16 +153,23 @@ class TokenAuthenticator:
         try:
             identity = _identity(path)
             if identity == self._identity:
+                if self._problem is not None:  # back as it was when last read: its tokens are in use
+                    self._problem = None
+                    log.info("%s is as it was when last read: its API tokens are in use", path)
+                    self._report()
                 return
             digests = self._checked({**self._fixed, **_read_tokens_file(path)})
         except ConfigError as exc:  # never holds a token
             if str(exc) != self._problem:
                 self._problem = str(exc)
                 log.error("%s; the API tokens read before stay in use", exc)
+            self._report()
             return
         self._identity, self._digests = identity, digests
+        self._read_at = time.time()
         self.generation += 1
         self._problem = None
+        self._report()
         log.info("read the API tokens again from %s: it changed", path)
 
     def authenticate(self, authorization: str | None) -> Scope | None:

@@ -16,7 +16,8 @@ class Metrics:
     """The metric objects, registered in ``registry``.
 
     Also the remote store's :class:`~rlm.storage.events.StorageEvents`: the composition root hands
-    it to the store, whose events it counts.
+    it to the store, whose events it counts; and the API authenticator's tokens-file events
+    (``api.auth.TokensFileEvents``), which it exports.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -232,6 +233,17 @@ class Metrics:
         self.stream_read_bytes = Counter(
             "rlm_stream_read_bytes_total", "Bytes record streams read from either tier", registry=r
         )
+        # API tokens (api.auth)
+        self.auth_tokens_file_unreadable = Gauge(
+            "rlm_auth_tokens_file_unreadable",
+            "1 while auth.tokens.file cannot be read, or holds a malformed line or no token, at the last "
+            "look: the tokens read before stay in use, so revoking or adding one has no effect", registry=r,
+        )  # fmt: skip
+        self.auth_tokens_file_read = Gauge(
+            "rlm_auth_tokens_file_last_read_timestamp_seconds",
+            "When auth.tokens.file was last read whole, its tokens taken into use (Unix time); 0 "
+            "without one", registry=r,
+        )  # fmt: skip
 
     # -- rlm.storage.events.StorageEvents --------------------------------------------------------
 
@@ -242,3 +254,10 @@ class Metrics:
     def checksum_unreported(self) -> None:
         """Count a put checked by size only."""
         self.storage_size_only_verifications.inc()
+
+    # -- api.auth.TokensFileEvents ---------------------------------------------------------------
+
+    def tokens_file_checked(self, usable: bool, read_at: float) -> None:
+        """Export what the last look at the tokens file found."""
+        self.auth_tokens_file_unreadable.set(0 if usable else 1)
+        self.auth_tokens_file_read.set(read_at)

@@ -26,13 +26,16 @@ def create_app(
     authenticator: TokenAuthenticator | None = None,
 ) -> FastAPI:
     """Build the REST app. Without ``runtime_`` the app builds one at start-up and closes it at
-    shutdown; with one (``rlm serve`` shares it with gRPC and the loops) the caller owns it."""
+    shutdown; with one (``rlm serve`` shares it with gRPC and the loops) the caller owns it. From
+    start-up on, the authenticator's looks at the tokens file are reported to the runtime's
+    metrics, which the app exports."""
     auth = authenticator if authenticator is not None else TokenAuthenticator.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         owned = runtime_ is None
         app.state.runtime = runtime_ if runtime_ is not None else build_runtime(settings)
+        auth.report_to(app.state.runtime.metrics)
         try:
             yield
         finally:

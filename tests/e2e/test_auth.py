@@ -23,6 +23,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from api.gen.rlm.v1 import rlm_pb2 as pb
 from rlm.log.produce import ProduceSpec, produce
@@ -266,6 +267,12 @@ def test_a_rotated_tokens_secret_takes_effect_without_a_restart(
                 return exc.code()
             return grpc.StatusCode.OK
 
+    def tokens_file_unreadable() -> float:
+        with served.client(headers=bearer(ADMIN_TOKEN)) as client:
+            exported = client.get("/metrics").text
+        families = text_string_to_metric_families(exported)
+        return next(f.samples[0].value for f in families if f.name == "rlm_auth_tokens_file_unreadable")
+
     try:
         assert rest(READ_TOKEN) == 200 and grpc_code(READ_TOKEN) == grpc.StatusCode.OK
         secret.update(f"read {new_token}\nadmin {ADMIN_TOKEN}\n")
@@ -274,10 +281,12 @@ def test_a_rotated_tokens_secret_takes_effect_without_a_restart(
         assert rest(new_token) == 200 and grpc_code(new_token) == grpc.StatusCode.OK
         assert rest(ADMIN_TOKEN) == 200
 
+        assert tokens_file_unreadable() == 0
         secret.update("read\n")  # broken: the tokens read last stay in use
         time.sleep(2.5)
         assert rest(new_token) == 200 and grpc_code(new_token) == grpc.StatusCode.OK
         assert "line 1: expected 'scope token'" in served.log_text()
+        assert tokens_file_unreadable() == 1
     finally:
         served.terminate()
     for token in (READ_TOKEN, ADMIN_TOKEN, new_token):

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from api.auth import Scope, TokenAuthenticator, TokenRevokedError
 from rlm.config import load_settings
 from rlm.errors import ConfigError
+from rlm.metrics import Metrics
 from tests.mounted_secret import MountedSecret
 
 
@@ -115,8 +118,13 @@ def test_a_file_that_becomes_unusable_keeps_the_tokens_read_before(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, broken: str | None, logged: str
 ) -> None:
     clock = Clock()
+    before = time.time()
     secret = MountedSecret(tmp_path / "secrets", "read kept-token\n")
     auth = watching(secret, clock)
+    metrics = Metrics(CollectorRegistry())
+    auth.report_to(metrics)
+    unreadable, read_at = tokens_file_metrics(metrics)
+    assert unreadable == 0 and read_at is not None and before <= read_at <= time.time()
     if broken is None:
         secret.path.unlink()
     else:
@@ -124,6 +132,7 @@ def test_a_file_that_becomes_unusable_keeps_the_tokens_read_before(
     for _ in range(3):
         clock.now += 1
         assert scope_of(auth, "kept-token") is Scope.READ
+        assert tokens_file_metrics(metrics) == (1, read_at)  # the tokens in use were read then
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and logged in errors[0].getMessage()  # once, not every second
     assert "kept-token" not in caplog.text
@@ -133,6 +142,17 @@ def test_a_file_that_becomes_unusable_keeps_the_tokens_read_before(
     clock.now += 1
     assert scope_of(auth, "fixed-token") is Scope.READ
     assert scope_of(auth, "kept-token") is None
+    unreadable, read_again_at = tokens_file_metrics(metrics)
+    assert unreadable == 0 and read_again_at is not None and read_again_at >= read_at
+
+
+def tokens_file_metrics(metrics: Metrics) -> tuple[float | None, float | None]:
+    """``rlm_auth_tokens_file_unreadable`` and ``rlm_auth_tokens_file_last_read_timestamp_seconds``."""
+    registry = metrics.registry
+    return (
+        registry.get_sample_value("rlm_auth_tokens_file_unreadable"),
+        registry.get_sample_value("rlm_auth_tokens_file_last_read_timestamp_seconds"),
+    )
 
 
 def test_an_admission_ends_when_its_token_is_revoked_and_only_then(tmp_path: Path) -> None:
@@ -175,3 +195,28 @@ def test_without_authentication_an_admission_never_ends(tmp_path: Path) -> None:
     secret.update("read another-token\n")
     clock.now += 1
     admitted.check()
+
+
+def test_a_tokens_file_back_as_it_was_read_is_usable_again(tmp_path: Path) -> None:
+    clock = Clock()
+    secret = MountedSecret(tmp_path / "secrets", "read kept-token\n")
+    auth = watching(secret, clock)
+    metrics = Metrics(CollectorRegistry())
+    auth.report_to(metrics)
+    _, read_at = tokens_file_metrics(metrics)
+    secret.path.unlink()  # the link goes, the file it named stays
+    clock.now += 1
+    assert scope_of(auth, "kept-token") is Scope.READ
+    assert tokens_file_metrics(metrics) == (1, read_at)
+    (secret.root / "tokens").symlink_to("..data/tokens")
+    clock.now += 1
+    assert scope_of(auth, "kept-token") is Scope.READ
+    assert tokens_file_metrics(metrics) == (0, read_at)  # not read again: nothing changed in it
+
+
+def test_without_a_tokens_file_nothing_is_reported() -> None:
+    auth = TokenAuthenticator({"env-token": Scope.READ})
+    metrics = Metrics(CollectorRegistry())
+    auth.report_to(metrics)
+    assert scope_of(auth, "env-token") is Scope.READ
+    assert tokens_file_metrics(metrics) == (0, 0)
