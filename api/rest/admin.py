@@ -10,7 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from api.auth import Scope
 from api.rest.deps import known_query, require, runtime
 from api.rest.json_body import StrictJsonRoute
-from api.rest.offsets import ERRORS
+from api.rest.offsets import BODY_ERRORS, ERRORS
 from api.rest.schemas import (
     ConfigOut,
     ConfigPatch,
@@ -134,7 +134,7 @@ def get_config(
     return _config(rt.dynamic_config.current())
 
 
-@router.patch("/config", response_model=ConfigOut, responses=ERRORS, summary="Change settings (admin)")
+@router.patch("/config", response_model=ConfigOut, responses=BODY_ERRORS, summary="Change settings (admin)")
 def patch_config(
     body: ConfigPatch,
     rt: Annotated[Runtime, Depends(runtime)],

@@ -34,12 +34,20 @@ SERIALIZE_INLINE_PARTITIONS = 64
 ERRORS: dict[int | str, dict[str, object]] = {
     s: {"model": Problem} for s in (400, 401, 403, 404, 429, 503, 504)
 }
+#: The error answers of an operation that takes a JSON body: also 415 (:mod:`api.rest.json_body`).
+BODY_ERRORS: dict[int | str, dict[str, object]] = {
+    **ERRORS,
+    415: {
+        "model": Problem,
+        "description": "Unsupported Media Type: a body sent without Content-Type: application/json",
+    },
+}
 
 
 @router.post(
     "/list-offsets",
     response_model=ListOffsetsOut,
-    responses=ERRORS,
+    responses=BODY_ERRORS,
     summary="Kafka ListOffsets (v10 shape): per-partition error codes",
 )
 async def list_offsets(

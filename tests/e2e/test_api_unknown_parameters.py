@@ -197,6 +197,26 @@ def test_a_body_not_sent_as_json_is_refused_with_415_saying_how_to_send_it(
     assert "Content-Type: application/json" in error and "dictionary" not in error, error
 
 
+def test_the_openapi_document_declares_the_415_of_every_operation_taking_a_body(
+    api_client: TestClient,
+) -> None:
+    document = api_client.get("/openapi.json").json()
+    taking_a_body = set()
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            responses = operation["responses"]
+            if "requestBody" not in operation:
+                assert "415" not in responses, (method, path)
+                continue
+            taking_a_body.add((method.upper(), path))
+            refused = responses.get("415")
+            assert refused is not None, (method, path)
+            assert "Content-Type: application/json" in refused["description"]
+            schema = refused["content"]["application/json"]["schema"]
+            assert schema == {"$ref": "#/components/schemas/Problem"}, (method, path)
+    assert taking_a_body == {(method, path) for method, path, _ in BODY_ROUTES}
+
+
 @pytest.mark.parametrize(("method", "path", "body"), BODY_ROUTES)
 @pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "application/vnd.rlm+json"])
 def test_json_content_types_are_taken(
