@@ -205,7 +205,9 @@ def _query(
     )
 
 
-async def _ndjson(plan: RangePlan, streams: RecordStreams, check: Callable[[], None]) -> AsyncIterator[bytes]:
+async def _ndjson(
+    plan: RangePlan, streams: RecordStreams, check: Callable[[], None], slot: StreamSlot
+) -> AsyncIterator[bytes]:
     try:
         async with contextlib.aclosing(
             streams.encoded_range(plan, partial(ndjson_lines, plan), PIECE_BYTES)
@@ -214,6 +216,7 @@ async def _ndjson(plan: RangePlan, streams: RecordStreams, check: Callable[[], N
                 check()
                 yield piece
     except Exception as exc:  # the trailer says why the stream ends here
+        slot.release("failed")  # the body itself ends as any other: counted here, not as completed
         yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
 
 
@@ -266,7 +269,7 @@ async def _stream_records(
     body: AsyncIterator[bytes | memoryview]
     # check() before each piece: a stream whose token was revoked ends there (TokenRevokedError).
     if media == NDJSON:
-        body = _ndjson(planned, streams, check)
+        body = _ndjson(planned, streams, check, slot)
     elif media == ARROW:
         body = _arrow(planned, streams, check)
     else:

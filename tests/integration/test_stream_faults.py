@@ -80,8 +80,17 @@ def test_a_store_that_keeps_failing_ends_the_stream_with_an_error(faulty: Faulty
     start = truth.log_start_offset
     faulty.tiered.runtime.index_cache.resize(1)  # indexes are read again: through the proxy
     faulty.proxy.inject(ProxyFault.SERVER_ERROR, "GetObject", every=1)
+    registry = faulty.tiered.runtime.metrics.registry
+
+    def streams(outcome: str) -> float:
+        return registry.get_sample_value("rlm_streams_total", {"outcome": outcome}) or 0.0
+
+    before = {outcome: streams(outcome) for outcome in ("completed", "failed")}
     try:
         answer = faulty.client.get(URL, params={"offset": start}, headers={"Accept": NDJSON})
+        # The NDJSON body ends with its error line as a whole body ends: counted as failed all the same.
+        assert streams("failed") == before["failed"] + 1
+        assert streams("completed") == before["completed"]
         port = free_port()
         rt = faulty.tiered.runtime
         server = ServerThread(
