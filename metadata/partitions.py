@@ -69,17 +69,17 @@ def topic_partition(row: Row[Any]) -> TopicPartition:
     return TopicPartition(row.topic, int(row.partition))
 
 
-def check_fence(row: Row[Any], lease_epoch: int | None) -> None:
-    """Refuse a write whose lease epoch is not the partition's current one.
+def check_fence(row: Row[Any], fence: Lease | None) -> None:
+    """Refuse a write made under a lease whose epoch is not the partition's current one.
 
     Raises:
-        StaleLeaseError: ``lease_epoch`` is given and the lease was since taken over or released.
+        StaleLeaseError: ``fence`` is given and the lease was since taken over or released.
     """
-    if lease_epoch is None:
+    if fence is None:
         return
-    if row.lease_owner is not None and int(row.lease_epoch) == lease_epoch:
+    if row.lease_owner is not None and int(row.lease_epoch) == fence.epoch:
         return
-    raise StaleLeaseError(f"write to {topic_partition(row)} refused: {_stale(row, lease_epoch)}")
+    raise StaleLeaseError(f"write to {topic_partition(row)} refused: {_stale(row, fence.epoch)}")
 
 
 def _stale(row: Row[Any], epoch: int) -> str:

@@ -154,12 +154,12 @@ class SqlMetadataStore:
             yield conn
 
     @contextmanager
-    def _fenced(self, tp: TopicPartition, lease_epoch: int | None) -> Iterator[tuple[Connection, Row[Any]]]:
+    def _fenced(self, tp: TopicPartition, fence: Lease | None) -> Iterator[tuple[Connection, Row[Any]]]:
         """A write transaction holding the lock of ``tp``'s row, which it yields, fenced by
-        ``lease_epoch`` (see :func:`metadata.partitions.check_fence`)."""
+        ``fence`` (see :func:`metadata.partitions.check_fence`)."""
         with self._transaction(write=True) as conn:
             part = partitions.lock(conn, tp)
-            partitions.check_fence(part, lease_epoch)
+            partitions.check_fence(part, fence)
             yield conn, part
 
     def __enter__(self) -> SqlMetadataStore:
@@ -175,14 +175,14 @@ class SqlMetadataStore:
 
     # -- segments: writes ---------------------------------------------------------------------
 
-    def add_segment(self, segment: RemoteSegment, *, lease_epoch: int | None = None) -> None:
+    def add_segment(self, segment: RemoteSegment, *, fence: Lease | None = None) -> None:
         """See :meth:`rlm.metastore.MetadataStore.add_segment`."""
         tp = segment.topic_partition
         what = f"segment {segment.segment_id} of {tp}"
         if segment.state is not SegmentState.COPY_SEGMENT_STARTED:
             # A segment enters the store as COPY_SEGMENT_STARTED, nothing else.
             raise InvalidStateTransitionError("no state", segment.state.value, subject=what)
-        with self._fenced(tp, lease_epoch) as (conn, part):
+        with self._fenced(tp, fence) as (conn, part):
             if part.deletion_state is not None:
                 raise StateConflictError(f"cannot add {what}: the partition is {part.deletion_state}")
             stored = conn.execute(
@@ -203,12 +203,12 @@ class SqlMetadataStore:
         *,
         event_time_ms: int,
         expected: SegmentState | None = None,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> StateUpdate:
         """See :meth:`rlm.metastore.MetadataStore.update_segment_state`."""
         with self._transaction(write=True) as conn:
             # Lock first, then read: the state read below is the one this transaction changes.
-            part = _lock_partition_of(conn, segment_id, lease_epoch)
+            part = _lock_partition_of(conn, segment_id, fence)
             tp = partitions.topic_partition(part)
             row = conn.execute(select(Segment.__table__).where(Segment.segment_id == segment_id)).first()
             if row is None:  # purged while this call waited for the lock
@@ -235,13 +235,13 @@ class SqlMetadataStore:
             return StateUpdate(segment.with_state(state, event_time_ms), changed=True)
 
     def add_pending_upload(
-        self, segment_id: UUID, upload: PendingUpload, *, lease_epoch: int | None = None
+        self, segment_id: UUID, upload: PendingUpload, *, fence: Lease | None = None
     ) -> None:
         """See :meth:`rlm.metastore.MetadataStore.add_pending_upload`."""
         with self._transaction(write=True) as conn:
             # Under the partition's lock: a cleanup moving the segment on waits for this, or this
             # sees the state it left.
-            part = _lock_partition_of(conn, segment_id, lease_epoch)
+            part = _lock_partition_of(conn, segment_id, fence)
             state = conn.execute(select(Segment.state).where(Segment.segment_id == segment_id)).scalar()
             if state is None:  # purged while this call waited for the lock
                 raise NotFoundError(f"no remote segment {segment_id}")
@@ -382,11 +382,9 @@ class SqlMetadataStore:
         with self._transaction(write=False, snapshot=False) as conn:
             return [partition_from_row(row) for row in conn.execute(query)]
 
-    def advance_log_start_offset(
-        self, tp: TopicPartition, offset: int, *, lease_epoch: int | None = None
-    ) -> int:
+    def advance_log_start_offset(self, tp: TopicPartition, offset: int, *, fence: Lease | None = None) -> int:
         """See :meth:`rlm.metastore.MetadataStore.advance_log_start_offset`."""
-        with self._fenced(tp, lease_epoch) as (conn, part):
+        with self._fenced(tp, fence) as (conn, part):
             current = int(part.remote_log_start_offset)
             if offset <= current:
                 return current
@@ -401,10 +399,10 @@ class SqlMetadataStore:
         state: PartitionState,
         *,
         event_time_ms: int,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> PartitionRecord:
         """See :meth:`rlm.metastore.MetadataStore.update_partition_state`."""
-        with self._fenced(tp, lease_epoch) as (conn, part):
+        with self._fenced(tp, fence) as (conn, part):
             current = None if part.deletion_state is None else PartitionState(part.deletion_state)
             if check_transition(current, state, subject=f"partition {tp}"):
                 conn.execute(
@@ -422,7 +420,7 @@ class SqlMetadataStore:
         topic_id: UUID,
         *,
         event_time_ms: int,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
         written_ms: int | None = None,
     ) -> TopicIdChange:
         """See :meth:`rlm.metastore.MetadataStore.adopt_topic_id`."""
@@ -430,9 +428,9 @@ class SqlMetadataStore:
             row = partitions.find(conn, tp)
         if row is not None and row.topic_id == topic_id:
             # The usual case, every copier pass: confirmed by a read, no write transaction.
-            partitions.check_fence(row, lease_epoch)
+            partitions.check_fence(row, fence)
             return TopicIdChange(topic_id, 0, reset=False)
-        with self._fenced(tp, lease_epoch) as (conn, part):
+        with self._fenced(tp, fence) as (conn, part):
             return topic_ids.adopt(conn, part, topic_id, event_time_ms, written_ms)
 
     def topic_id_retirees(
@@ -440,7 +438,7 @@ class SqlMetadataStore:
         tp: TopicPartition,
         topic_id: UUID,
         *,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
         written_ms: int | None = None,
     ) -> list[RemoteSegment] | None:
         """See :meth:`rlm.metastore.MetadataStore.topic_id_retirees`."""
@@ -450,7 +448,7 @@ class SqlMetadataStore:
             row = partitions.find(conn, tp)
             if row is None:
                 return []
-            partitions.check_fence(row, lease_epoch)
+            partitions.check_fence(row, fence)
             return topic_ids.retirees(conn, row, topic_id, written_ms)
 
     def truncate_copies(
@@ -459,10 +457,10 @@ class SqlMetadataStore:
         from_offset: int,
         *,
         event_time_ms: int,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> int:
         """See :meth:`rlm.metastore.MetadataStore.truncate_copies`."""
-        with self._fenced(tp, lease_epoch) as (conn, part):
+        with self._fenced(tp, fence) as (conn, part):
             return truncation.truncate(conn, part, from_offset, event_time_ms)
 
     def trim_copies(
@@ -473,10 +471,10 @@ class SqlMetadataStore:
         from_offset: int,
         *,
         event_time_ms: int,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> int:
         """See :meth:`rlm.metastore.MetadataStore.trim_copies`."""
-        with self._fenced(tp, lease_epoch) as (conn, part):
+        with self._fenced(tp, fence) as (conn, part):
             return truncation.trim(conn, part, kept, replacement, from_offset, event_time_ms)
 
     def finish_overlay(
@@ -485,10 +483,10 @@ class SqlMetadataStore:
         segment_id: UUID,
         *,
         event_time_ms: int,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> None:
         """See :meth:`rlm.metastore.MetadataStore.finish_overlay`."""
-        with self._fenced(tp, lease_epoch) as (conn, part):
+        with self._fenced(tp, fence) as (conn, part):
             truncation.overlay(conn, part, segment_id, event_time_ms)
 
     # -- leases -------------------------------------------------------------------------------
@@ -646,9 +644,9 @@ class SqlMetadataStore:
 
     # -- skipped ranges -----------------------------------------------------------------------
 
-    def add_skipped_range(self, skipped: SkippedRange, *, lease_epoch: int | None = None) -> SkippedRange:
+    def add_skipped_range(self, skipped: SkippedRange, *, fence: Lease | None = None) -> SkippedRange:
         """See :meth:`rlm.metastore.MetadataStore.add_skipped_range`."""
-        with self._fenced(skipped.topic_partition, lease_epoch) as (conn, part):
+        with self._fenced(skipped.topic_partition, fence) as (conn, part):
             return skipped_ranges.add(conn, part, skipped)
 
     def list_skipped_ranges(self, tp: TopicPartition) -> list[SkippedRange]:
@@ -665,7 +663,7 @@ class SqlMetadataStore:
         *,
         deleted_before_ms: int,
         limit: int = 1000,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> int:
         """See :meth:`rlm.metastore.MetadataStore.purge_deleted_segments`."""
         if limit < 1:
@@ -674,7 +672,7 @@ class SqlMetadataStore:
             if partitions.find_id(conn, tp) is None:
                 return 0
             part = partitions.lock(conn, tp)
-            partitions.check_fence(part, lease_epoch)
+            partitions.check_fence(part, fence)
             # The partition row keeps the highest copied offset and rlm_epoch_offset the
             # per-epoch ones: neither is derived from these rows again, so nothing falls.
             ids = list(
@@ -721,18 +719,18 @@ class SqlMetadataStore:
             summaries.rebuild(conn, part)
 
 
-def _lock_partition_of(conn: Connection, segment_id: UUID, lease_epoch: int | None) -> Row[Any]:
-    """Lock the row of the segment's partition and check the writer's lease epoch.
+def _lock_partition_of(conn: Connection, segment_id: UUID, fence: Lease | None) -> Row[Any]:
+    """Lock the row of the segment's partition and check the writer's lease.
 
     Raises:
         NotFoundError: No segment has this id.
-        StaleLeaseError: ``lease_epoch`` is stale.
+        StaleLeaseError: ``fence`` is not the partition's lease.
     """
     partition_id = conn.execute(select(Segment.partition_id).where(Segment.segment_id == segment_id)).scalar()
     if partition_id is None:
         raise NotFoundError(f"no remote segment {segment_id}")
     part = partitions.lock_by_id(conn, partition_id)
-    partitions.check_fence(part, lease_epoch)
+    partitions.check_fence(part, fence)
     return part
 
 

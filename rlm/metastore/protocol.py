@@ -7,9 +7,10 @@ Conventions shared by every method:
 
 * Each call is one transaction: it happens entirely or not at all.
 * "Not found" is ``None`` (or Kafka's ``-1`` for offsets), never an exception.
-* Writes that take ``lease_epoch`` are fenced: when it is given and is not the partition's current
-  lease epoch (a newer holder exists, or the lease was released), the call changes nothing and
-  raises :class:`~rlm.errors.StaleLeaseError`. The copier passes its lease epoch on every write.
+* Writes that take a ``fence`` are fenced by it, the writer's copy lease: when it is given and its
+  epoch is not the partition's current lease epoch (a newer holder exists, or the lease was
+  released), the call changes nothing and raises :class:`~rlm.errors.StaleLeaseError`. The copier
+  passes its lease on every write; ``None`` writes unfenced.
 * :class:`~rlm.errors.MetadataUnavailableError` (retriable) means the database could not be
   reached or aborted the transaction; nothing was changed and the call may be retried.
 * "Offset order" sorts segments by start offset, then by segment id.
@@ -47,7 +48,7 @@ class MetadataStore(Protocol):
 
     # -- segments: writes ---------------------------------------------------------------------
 
-    def add_segment(self, segment: RemoteSegment, *, lease_epoch: int | None = None) -> None:
+    def add_segment(self, segment: RemoteSegment, *, fence: Lease | None = None) -> None:
         """Record a segment whose copy is starting.
 
         Idempotent: adding the same segment again (same id, same fields) is a no-op. A partition
@@ -59,7 +60,7 @@ class MetadataStore(Protocol):
             InvalidStateTransitionError: ``segment.state`` is not ``COPY_SEGMENT_STARTED``.
             DuplicateSegmentError: The id is already stored with different metadata.
             StateConflictError: The partition is being deleted.
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
         """
         ...
 
@@ -70,7 +71,7 @@ class MetadataStore(Protocol):
         *,
         event_time_ms: int,
         expected: SegmentState | None = None,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> StateUpdate:
         """Move a segment to ``state``; concurrent callers are serialized, none is lost.
 
@@ -83,12 +84,12 @@ class MetadataStore(Protocol):
             NotFoundError: No segment has this id.
             StateConflictError: The segment is neither in ``state`` nor in ``expected``.
             InvalidStateTransitionError: The move is not allowed; the message names both states.
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
         """
         ...
 
     def add_pending_upload(
-        self, segment_id: UUID, upload: PendingUpload, *, lease_epoch: int | None = None
+        self, segment_id: UUID, upload: PendingUpload, *, fence: Lease | None = None
     ) -> None:
         """Record an unfinished upload of one of a segment's objects, whose copy is under way.
 
@@ -102,7 +103,7 @@ class MetadataStore(Protocol):
             NotFoundError: No segment has this id.
             StateConflictError: The segment is no longer ``COPY_SEGMENT_STARTED``: its cleanup may
                 have run already, so the upload must be aborted rather than recorded.
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
         """
         ...
 
@@ -196,15 +197,13 @@ class MetadataStore(Protocol):
         """Every known partition (in one deletion state when given), ordered by topic/partition."""
         ...
 
-    def advance_log_start_offset(
-        self, tp: TopicPartition, offset: int, *, lease_epoch: int | None = None
-    ) -> int:
+    def advance_log_start_offset(self, tp: TopicPartition, offset: int, *, fence: Lease | None = None) -> int:
         """Raise the remote log start offset to ``offset``; returns the stored value.
 
         Never lowers it: an ``offset`` at or below the stored one is a no-op.
 
         Raises:
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
         """
         ...
 
@@ -214,13 +213,13 @@ class MetadataStore(Protocol):
         state: PartitionState,
         *,
         event_time_ms: int,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> PartitionRecord:
         """Move the partition's deletion state; repeating the current state is a no-op.
 
         Raises:
             InvalidStateTransitionError: The move is not allowed; the message names both states.
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
         """
         ...
 
@@ -230,7 +229,7 @@ class MetadataStore(Protocol):
         topic_id: UUID,
         *,
         event_time_ms: int,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
         written_ms: int | None = None,
     ) -> TopicIdChange:
         """Make ``topic_id`` (the broker's ``partition.metadata``) the id the partition's remote
@@ -267,7 +266,7 @@ class MetadataStore(Protocol):
             RetiredTopicIdError: ``topic_id`` was retired from the partition (the error says when,
                 and for which id).
             OlderTopicIdError: ``written_ms`` is older than the segments it would retire.
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
         """
         ...
 
@@ -276,7 +275,7 @@ class MetadataStore(Protocol):
         tp: TopicPartition,
         topic_id: UUID,
         *,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
         written_ms: int | None = None,
     ) -> list[RemoteSegment] | None:
         """What :meth:`adopt_topic_id` of ``topic_id`` would retire now, changing nothing (one
@@ -287,7 +286,7 @@ class MetadataStore(Protocol):
 
         Raises:
             RetiredTopicIdError, OlderTopicIdError: As :meth:`adopt_topic_id` would refuse.
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
         """
         ...
 
@@ -297,7 +296,7 @@ class MetadataStore(Protocol):
         from_offset: int,
         *,
         event_time_ms: int,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> int:
         """Retire every ``COPY_SEGMENT_STARTED`` and ``COPY_SEGMENT_FINISHED`` segment of ``tp``
         starting at or above ``from_offset``, in one transaction, so that the broker's log is
@@ -314,7 +313,7 @@ class MetadataStore(Protocol):
         segments were retired (0: nothing changed).
 
         Raises:
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
         """
         ...
 
@@ -326,7 +325,7 @@ class MetadataStore(Protocol):
         from_offset: int,
         *,
         event_time_ms: int,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> int:
         """Replace ``kept``, a ``COPY_SEGMENT_FINISHED`` segment of ``tp``, by ``replacement``, a
         ``COPY_SEGMENT_STARTED`` copy of its first offsets (the same start offset, a lower end
@@ -341,7 +340,7 @@ class MetadataStore(Protocol):
         ``DELETE_SEGMENT_STARTED``. Returns how many segments were retired, ``kept`` included.
 
         Raises:
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
             StateConflictError: ``kept``, ``replacement`` or ``from_offset`` is not as described;
                 nothing changed.
         """
@@ -353,7 +352,7 @@ class MetadataStore(Protocol):
         segment_id: UUID,
         *,
         event_time_ms: int,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> None:
         """Move ``segment_id``, a ``COPY_SEGMENT_STARTED`` copy of ``tp`` starting inside a
         ``COPY_SEGMENT_FINISHED`` one and reaching past it, to ``COPY_SEGMENT_FINISHED``: a copy of
@@ -364,7 +363,7 @@ class MetadataStore(Protocol):
         :attr:`~rlm.metastore.model.PartitionRecord.lineage` grows by one.
 
         Raises:
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
             StateConflictError: ``segment_id`` is not a started copy of ``tp`` starting inside a
                 finished one; nothing changed.
         """
@@ -461,7 +460,7 @@ class MetadataStore(Protocol):
 
     # -- skipped ranges -----------------------------------------------------------------------
 
-    def add_skipped_range(self, skipped: SkippedRange, *, lease_epoch: int | None = None) -> SkippedRange:
+    def add_skipped_range(self, skipped: SkippedRange, *, fence: Lease | None = None) -> SkippedRange:
         """Record that the remote tier will never hold ``skipped``'s offsets; the copier then
         copies on above them. Returns the range as stored.
 
@@ -473,7 +472,7 @@ class MetadataStore(Protocol):
                 highest copied offset, or below the remote log start offset), a copy under way,
                 or another skipped range; the message says which.
             StateConflictError: The partition is being deleted.
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
         """
         ...
 
@@ -489,7 +488,7 @@ class MetadataStore(Protocol):
         *,
         deleted_before_ms: int,
         limit: int = 1000,
-        lease_epoch: int | None = None,
+        fence: Lease | None = None,
     ) -> int:
         """Forget up to ``limit`` of the partition's ``DELETE_SEGMENT_FINISHED`` segments whose
         deletion finished before ``deleted_before_ms``; returns how many.
@@ -498,7 +497,7 @@ class MetadataStore(Protocol):
         :meth:`highest_copied_offset` (per epoch too) does not change.
 
         Raises:
-            StaleLeaseError: ``lease_epoch`` is stale.
+            StaleLeaseError: ``fence`` is not the partition's lease.
         """
         ...
 

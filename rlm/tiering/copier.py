@@ -259,7 +259,7 @@ class Copier:
                 self.storage,
                 segment,
                 now_ms=self.clock(),
-                lease_epoch=lease.epoch,
+                fence=lease,
                 step=self.step,
             ):
                 cleaned += 1
@@ -268,7 +268,7 @@ class Copier:
 
     def _delete(self, segment: RemoteSegment, lease: Lease) -> bool:
         return delete_segment(
-            self.store, self.storage, segment, now_ms=self.clock(), lease_epoch=lease.epoch, step=self.step
+            self.store, self.storage, segment, now_ms=self.clock(), fence=lease, step=self.step
         )
 
     def _copy_join(self, partition: PartitionDir, lease: Lease, cut: int, past: int) -> int | None:
@@ -296,7 +296,7 @@ class Copier:
 
                 def finish() -> None:  # and an export of the kept copy's records from the cut is redone
                     self.store.finish_overlay(
-                        tp, prepared.remote.segment_id, event_time_ms=self.clock(), lease_epoch=lease.epoch
+                        tp, prepared.remote.segment_id, event_time_ms=self.clock(), fence=lease
                     )
 
                 self._copy(prepared, lease, finish=finish)
@@ -369,7 +369,7 @@ class Copier:
             SkippedRange(
                 tp, gap.start_offset, gap.end_offset, SkipKind.NOT_IN_LOCAL_LOG, gap.reason, self.clock()
             ),
-            lease_epoch=lease.epoch,
+            fence=lease,
         )
         self.metrics.copy_gaps.labels(tp.topic, str(tp.partition)).inc()
         log.warning(
@@ -431,7 +431,7 @@ class Copier:
                 prepared.remote.segment_id,
                 cut,
                 event_time_ms=self.clock(),
-                lease_epoch=lease.epoch,
+                fence=lease,
             )
 
         with tempfile.TemporaryDirectory(prefix="rlm-trim-") as directory:
@@ -473,7 +473,7 @@ class Copier:
         remote = prepared.remote
         layout = remote.layout
         started = time.perf_counter()
-        self.store.add_segment(remote, lease_epoch=lease.epoch)
+        self.store.add_segment(remote, fence=lease)
         self.step("copy_started")
         finishing = False
         record = partial(self._record_upload, remote.segment_id, lease)
@@ -500,7 +500,7 @@ class Copier:
                     SegmentState.COPY_SEGMENT_FINISHED,
                     event_time_ms=self.clock(),
                     expected=SegmentState.COPY_SEGMENT_STARTED,
-                    lease_epoch=lease.epoch,
+                    fence=lease,
                 )
         except BaseException:
             self._abandon(prepared, lease, outcome_unknown=finishing)
@@ -510,7 +510,7 @@ class Copier:
 
     def _record_upload(self, segment_id: UUID, lease: Lease, upload: PendingUpload) -> None:
         """Record an upload the copy started, before its bytes go (fenced: a stale holder aborts it)."""
-        self.store.add_pending_upload(segment_id, upload, lease_epoch=lease.epoch)
+        self.store.add_pending_upload(segment_id, upload, fence=lease)
 
     def _abandon(self, prepared: PreparedSegment, lease: Lease, *, outcome_unknown: bool) -> None:
         """Remove a failed copy's objects, unfinished puts and row; what fails is left to cleanup.
@@ -535,8 +535,6 @@ class Copier:
                 self.storage.delete_objects(keys)
                 current = current or self.store.get_segment(remote.segment_id)
             if current is not None:
-                delete_segment(
-                    self.store, self.storage, current, now_ms=self.clock(), lease_epoch=lease.epoch
-                )
+                delete_segment(self.store, self.storage, current, now_ms=self.clock(), fence=lease)
         except (RlmError, OSError) as exc:
             log.warning("rolling back the copy of %s failed (cleanup will retry): %s", prepared.log_path, exc)

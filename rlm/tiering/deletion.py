@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rlm.errors import StateConflictError
-from rlm.metastore.model import RemoteSegment, SegmentState
+from rlm.metastore.model import Lease, RemoteSegment, SegmentState
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.protocol import RemoteStorage
 
@@ -48,7 +48,7 @@ def delete_segment(
     segment: RemoteSegment,
     *,
     now_ms: int,
-    lease_epoch: int | None,
+    fence: Lease | None,
     step: Step = no_step,
 ) -> bool:
     """Delete ``segment`` from the remote tier; returns False when another deleter got there first.
@@ -57,10 +57,11 @@ def delete_segment(
     (expired) or already ``DELETE_SEGMENT_STARTED`` (a retry). The state moves first, so no reader
     picks the segment once its objects start to disappear. Unless the copy had finished, the
     unfinished puts of its keys are aborted before its objects are deleted (a retry may be the
-    cleanup of an abandoned copy, so it aborts them too).
+    cleanup of an abandoned copy, so it aborts them too). Both state changes are fenced by
+    ``fence``, the deleter's copy lease (``None``: not fenced).
 
     Raises:
-        StaleLeaseError: ``lease_epoch`` is no longer the partition's lease.
+        StaleLeaseError: ``fence`` is no longer the partition's lease.
         StorageError / MetadataError: the pass can be retried; the row stays ``DELETE_SEGMENT_STARTED``.
     """
     if segment.state is SegmentState.DELETE_SEGMENT_FINISHED:
@@ -73,7 +74,7 @@ def delete_segment(
                 SegmentState.DELETE_SEGMENT_STARTED,
                 event_time_ms=now_ms,
                 expected=segment.state,
-                lease_epoch=lease_epoch,
+                fence=fence,
             )
         except StateConflictError:
             return False  # it finished or was deleted meanwhile; its new state is someone else's
@@ -89,7 +90,7 @@ def delete_segment(
         segment.segment_id,
         SegmentState.DELETE_SEGMENT_FINISHED,
         event_time_ms=now_ms,
-        lease_epoch=lease_epoch,
+        fence=fence,
     )
     step("delete_finished")
     return True

@@ -213,7 +213,7 @@ class LineageKeeper:
         """Retire the copies of ``tp`` from ``from_offset`` on, their objects marked retired first:
         a store rebuilt from the objects before they are deleted leaves them out."""
         self.mark(tp, from_offset)
-        return self.store.truncate_copies(tp, from_offset, event_time_ms=now_ms, lease_epoch=lease.epoch)
+        return self.store.truncate_copies(tp, from_offset, event_time_ms=now_ms, fence=lease)
 
     def _replaced(
         self, tp: TopicPartition, found: Divergence, retired: int, *, trimmed: tuple[int, int] | None = None

@@ -156,7 +156,7 @@ def delete_partition(
     try:
         if record.deletion_state is None:  # else a run that died went as far
             store.update_partition_state(
-                tp, PartitionState.DELETE_PARTITION_MARKED, event_time_ms=clock(), lease_epoch=lease.epoch
+                tp, PartitionState.DELETE_PARTITION_MARKED, event_time_ms=clock(), fence=lease
             )
         step("partition_marked")
         segments = list(store.list_segments(tp, states=GOING))
@@ -167,20 +167,20 @@ def delete_partition(
         step("segments_marked")
         if segments:
             end = max(s.end_offset for s in segments)
-            store.advance_log_start_offset(tp, end + 1, lease_epoch=lease.epoch)
+            store.advance_log_start_offset(tp, end + 1, fence=lease)
         store.update_partition_state(
-            tp, PartitionState.DELETE_PARTITION_STARTED, event_time_ms=clock(), lease_epoch=lease.epoch
+            tp, PartitionState.DELETE_PARTITION_STARTED, event_time_ms=clock(), fence=lease
         )
         step("partition_deletion_started")
         deleted = deleted_bytes = 0
         for segment in segments:
-            if delete_segment(store, storage, segment, now_ms=clock(), lease_epoch=lease.epoch, step=step):
+            if delete_segment(store, storage, segment, now_ms=clock(), fence=lease, step=step):
                 deleted += 1
                 deleted_bytes += segment.size_bytes
             lease = leases.hold(tp) or lease
         storage.delete_objects([marker_key(tp, topic_id)])
         store.update_partition_state(
-            tp, PartitionState.DELETE_PARTITION_FINISHED, event_time_ms=clock(), lease_epoch=lease.epoch
+            tp, PartitionState.DELETE_PARTITION_FINISHED, event_time_ms=clock(), fence=lease
         )
     finally:
         leases.release(tp)

@@ -45,7 +45,7 @@ from rlm.errors import RlmError, StaleLeaseError
 from rlm.log.broker_dirs import LocalPartitions, group_partitions
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import never_tiered
-from rlm.metastore.model import PartitionState, RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import Lease, PartitionState, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.storage.log_start import write_marker
@@ -274,8 +274,8 @@ class Retention:
             )
             if change is not None and change.reset:
                 self.on_change(tp)
-            outcome = self._enforce(partition, tp, lease.epoch)
-            return dataclasses.replace(outcome, purged_rows=self._purge(tp, lease.epoch))
+            outcome = self._enforce(partition, tp, lease)
+            return dataclasses.replace(outcome, purged_rows=self._purge(tp, lease))
         except (RlmError, OSError) as exc:
             if isinstance(exc, StaleLeaseError):
                 self.leases.forget(tp)
@@ -283,14 +283,12 @@ class Retention:
             log.warning("retention of %s failed: %s", tp, exc)
             return RetentionOutcome(tp, error=exc)
 
-    def _enforce(self, partition: PartitionDir, tp: TopicPartition, lease_epoch: int) -> RetentionOutcome:
+    def _enforce(self, partition: PartitionDir, tp: TopicPartition, lease: Lease) -> RetentionOutcome:
         now = self.clock()
         for stuck in list(self.store.list_segments(tp, states=[SegmentState.DELETE_SEGMENT_STARTED])):
             if deferred(stuck, now):
                 continue
-            delete_segment(
-                self.store, self.storage, stuck, now_ms=now, lease_epoch=lease_epoch, step=self.step
-            )
+            delete_segment(self.store, self.storage, stuck, now_ms=now, fence=lease, step=self.step)
         finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
         highest = max((s.end_offset for s in finished), default=-1)
         local_only = sum(s.size() for s in partition.segments() if s.base_offset > highest)
@@ -313,14 +311,14 @@ class Retention:
             self.metrics.remote_log_size_bytes.labels(*labels).set(sum(s.size_bytes for s in finished))
             return RetentionOutcome(tp, log_start_offset=remote_log_start(record, finished))
         new_start = max(s.end_offset for s in doomed) + 1
-        start = self.store.advance_log_start_offset(tp, new_start, lease_epoch=lease_epoch)
+        start = self.store.advance_log_start_offset(tp, new_start, fence=lease)
         self.on_change(tp)  # no lookup here answers from the doomed segments any more
         # Before any object goes: the objects left then say where the log starts.
         mark_log_start(self.store, self.storage, tp, doomed[0].topic_id, start)
         self.step("log_start_advanced")
         deleted = deleted_bytes = 0
         for segment in doomed:
-            if self._delete(segment, now, lease_epoch):
+            if self._delete(segment, now, lease):
                 self.on_deleted(segment)
                 deleted += 1
                 deleted_bytes += segment.size_bytes
@@ -331,19 +329,15 @@ class Retention:
         self.metrics.remote_log_size_bytes.labels(*labels).set(remaining)
         return RetentionOutcome(tp, deleted, deleted_bytes, start)
 
-    def _purge(self, tp: TopicPartition, lease_epoch: int) -> int:
+    def _purge(self, tp: TopicPartition, lease: Lease) -> int:
         """Forget the rows of segments deleted longer ago than the setting says."""
         kept_ms = self.settings.remote_log_metadata_deleted_segments_retention_ms
         if kept_ms < 0:
             return 0
-        purged = self.store.purge_deleted_segments(
-            tp, deleted_before_ms=self.clock() - kept_ms, lease_epoch=lease_epoch
-        )
+        purged = self.store.purge_deleted_segments(tp, deleted_before_ms=self.clock() - kept_ms, fence=lease)
         if purged:
             self.metrics.purged_segments.labels(tp.topic, str(tp.partition)).inc(purged)
         return purged
 
-    def _delete(self, segment: RemoteSegment, now: int, lease_epoch: int) -> bool:
-        return delete_segment(
-            self.store, self.storage, segment, now_ms=now, lease_epoch=lease_epoch, step=self.step
-        )
+    def _delete(self, segment: RemoteSegment, now: int, lease: Lease) -> bool:
+        return delete_segment(self.store, self.storage, segment, now_ms=now, fence=lease, step=self.step)

@@ -82,7 +82,7 @@ def adopt_local_topic_id(
     where = partition.path / PARTITION_METADATA
     try:
         written_ms = where.stat().st_mtime_ns // 1_000_000
-        doomed = store.topic_id_retirees(tp, topic_id, lease_epoch=lease.epoch, written_ms=written_ms)
+        doomed = store.topic_id_retirees(tp, topic_id, fence=lease, written_ms=written_ms)
         if doomed is None:  # the usual case, every pass: the id recorded (one read)
             return TopicIdChange(topic_id, 0, reset=False)
         for segment in doomed:
@@ -91,9 +91,7 @@ def adopt_local_topic_id(
             lease = leases.hold(tp) or lease
         if doomed:
             step("topic_segments_marked")
-        change = store.adopt_topic_id(
-            tp, topic_id, event_time_ms=now_ms, lease_epoch=lease.epoch, written_ms=written_ms
-        )
+        change = store.adopt_topic_id(tp, topic_id, event_time_ms=now_ms, fence=lease, written_ms=written_ms)
     except RetiredTopicIdError as exc:
         _give_back(leases, tp)
         raise RetiredTopicIdError(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -206,7 +207,7 @@ def test_the_same_owner_reacquiring_fences_its_previous_incarnation(
     new = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
     assert old is not None and new is not None and new.epoch == old.epoch + 1
     with pytest.raises(StaleLeaseError):
-        store.add_segment(segment(0, 9), lease_epoch=old.epoch)
+        store.add_segment(segment(0, 9), fence=old)
 
 
 def test_lease_epochs_are_per_partition(store: SqlMetadataStore) -> None:
@@ -224,25 +225,25 @@ def test_every_write_with_a_stale_epoch_fails_and_changes_nothing(
     old = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
     assert old is not None
     seg = segment(0, 99)
-    store.add_segment(seg, lease_epoch=old.epoch)
+    store.add_segment(seg, fence=old)
     clock.advance(TTL)
     new = store.acquire_lease(TP, owner=2, ttl_ms=TTL)
     assert new is not None
 
     stale = r"lease epoch 1 is stale, the lease is at epoch 2 and held by broker 2"
     with pytest.raises(StaleLeaseError, match=stale):
-        store.add_segment(segment(100, 199), lease_epoch=old.epoch)
+        store.add_segment(segment(100, 199), fence=old)
     with pytest.raises(StaleLeaseError, match=stale):
         store.update_segment_state(
             seg.segment_id,
             SegmentState.COPY_SEGMENT_FINISHED,
             event_time_ms=1,
-            lease_epoch=old.epoch,
+            fence=old,
         )
     with pytest.raises(StaleLeaseError, match=stale):
-        store.advance_log_start_offset(TP, 50, lease_epoch=old.epoch)
+        store.advance_log_start_offset(TP, 50, fence=old)
     with pytest.raises(StaleLeaseError, match=stale):
-        store.update_partition_state(TP, MARKED, event_time_ms=1, lease_epoch=old.epoch)
+        store.update_partition_state(TP, MARKED, event_time_ms=1, fence=old)
 
     assert [s.segment_id for s in store.list_segments(TP)] == [seg.segment_id]
     stored = store.get_segment(seg.segment_id)
@@ -252,7 +253,7 @@ def test_every_write_with_a_stale_epoch_fails_and_changes_nothing(
     assert (record.remote_log_start_offset, record.deletion_state) == (-1, None)
 
     update = store.update_segment_state(
-        seg.segment_id, SegmentState.COPY_SEGMENT_FINISHED, event_time_ms=1, lease_epoch=new.epoch
+        seg.segment_id, SegmentState.COPY_SEGMENT_FINISHED, event_time_ms=1, fence=new
     )
     assert update.changed
 
@@ -261,6 +262,6 @@ def test_writes_after_a_release_are_fenced(store: SqlMetadataStore) -> None:
     lease = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
     assert lease is not None and store.release_lease(lease)
     with pytest.raises(StaleLeaseError, match="not held by anyone"):
-        store.add_segment(segment(0, 9), lease_epoch=lease.epoch)
+        store.add_segment(segment(0, 9), fence=lease)
     with pytest.raises(StaleLeaseError):
-        store.add_segment(segment(0, 9), lease_epoch=0)
+        store.add_segment(segment(0, 9), fence=dataclasses.replace(lease, epoch=0))

@@ -90,7 +90,7 @@ def test_skipping_is_fenced_by_the_lease(store: SqlMetadataStore, clock: FakeClo
     clock.advance(TTL)
     assert store.acquire_lease(TP, owner=2, ttl_ms=TTL) is not None
     with pytest.raises(StaleLeaseError):
-        store.add_skipped_range(_skip(0, 9), lease_epoch=old.epoch)
+        store.add_skipped_range(_skip(0, 9), fence=old)
     assert store.list_skipped_ranges(TP) == []
 
 
@@ -152,7 +152,7 @@ def test_purging_is_fenced_by_the_lease(store: SqlMetadataStore, clock: FakeCloc
     clock.advance(TTL)
     assert store.acquire_lease(TP, owner=2, ttl_ms=TTL) is not None
     with pytest.raises(StaleLeaseError):
-        store.purge_deleted_segments(TP, deleted_before_ms=10, lease_epoch=old.epoch)
+        store.purge_deleted_segments(TP, deleted_before_ms=10, fence=old)
     assert store.get_segment(seg.segment_id) is not None
 
 
@@ -180,7 +180,7 @@ def test_another_incarnation_of_the_owner_takes_over_unless_told_to_wait(
     restarted = store.acquire_lease(TP, owner=1, ttl_ms=TTL, incarnation=second)
     assert restarted is not None and restarted.epoch == again.epoch + 1 and restarted.incarnation == second
     with pytest.raises(StaleLeaseError):
-        store.add_segment(segment(0, 9), lease_epoch=again.epoch)
+        store.add_segment(segment(0, 9), fence=again)
     # Once it expires, the waiting incarnation takes it.
     clock.advance(TTL)
     taken = store.acquire_lease(TP, owner=1, ttl_ms=TTL, incarnation=first, replace_own_incarnation=False)

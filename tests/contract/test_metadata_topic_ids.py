@@ -223,7 +223,7 @@ def test_a_stale_lease_cannot_adopt_an_id(store: SqlMetadataStore) -> None:
     store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
     for topic_id in (OLD, NEW):
         with pytest.raises(StaleLeaseError):
-            store.adopt_topic_id(TP, topic_id, event_time_ms=5, lease_epoch=lease.epoch)
+            store.adopt_topic_id(TP, topic_id, event_time_ms=5, fence=lease)
     record = store.get_partition(TP)
     assert record is not None and (record.topic_id, record.highest_copied_offset) == (OLD, 9)
     assert states(store) == {OLD: [FINISHED]}
@@ -275,7 +275,7 @@ def test_what_a_refused_id_would_retire_is_refused_alike(store: SqlMetadataStore
     assert lease is not None
     store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
     with pytest.raises(StaleLeaseError):
-        store.topic_id_retirees(TP, third, lease_epoch=lease.epoch)
+        store.topic_id_retirees(TP, third, fence=lease)
     assert states(store) == {OLD: [DELETING], NEW: [FINISHED]}
 
 

@@ -87,7 +87,7 @@ def test_a_stale_lease_cannot_truncate(store: SqlMetadataStore) -> None:
     add_finished(store, segment(0, 99))
     store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
     with pytest.raises(StaleLeaseError):
-        store.truncate_copies(TP, 0, event_time_ms=5, lease_epoch=lease.epoch)
+        store.truncate_copies(TP, 0, event_time_ms=5, fence=lease)
     assert store.highest_copied_offset(TP) == 99
     assert [s.state for s in store.list_segments(TP)] == [SegmentState.COPY_SEGMENT_FINISHED]
 
@@ -203,9 +203,7 @@ def test_a_stale_lease_cannot_trim(store: SqlMetadataStore) -> None:
     store.add_segment(trimmed)
     store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
     with pytest.raises(StaleLeaseError):
-        store.trim_copies(
-            TP, diverged.segment_id, trimmed.segment_id, 50, event_time_ms=5, lease_epoch=lease.epoch
-        )
+        store.trim_copies(TP, diverged.segment_id, trimmed.segment_id, 50, event_time_ms=5, fence=lease)
     assert store.highest_copied_offset(TP) == 99
 
 
@@ -274,6 +272,6 @@ def test_a_stale_lease_cannot_finish_a_copy_over_a_kept_one(store: SqlMetadataSt
     store.add_segment(over)
     store.acquire_lease(TP, owner=1, ttl_ms=30_000)  # a restart: a newer epoch
     with pytest.raises(StaleLeaseError):
-        store.finish_overlay(TP, over.segment_id, event_time_ms=7, lease_epoch=lease.epoch)
+        store.finish_overlay(TP, over.segment_id, event_time_ms=7, fence=lease)
     found = store.get_segment(over.segment_id)
     assert found is not None and found.state is SegmentState.COPY_SEGMENT_STARTED

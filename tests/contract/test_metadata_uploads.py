@@ -93,15 +93,15 @@ def test_recording_an_upload_is_fenced_by_the_copy_lease(
     old = store.acquire_lease(TP, owner=1, ttl_ms=TTL)
     assert old is not None
     seg = segment(0, 99)
-    store.add_segment(seg, lease_epoch=old.epoch)
-    store.add_pending_upload(seg.segment_id, LOG, lease_epoch=old.epoch)
+    store.add_segment(seg, fence=old)
+    store.add_pending_upload(seg.segment_id, LOG, fence=old)
     clock.advance(TTL)
     new = store.acquire_lease(TP, owner=2, ttl_ms=TTL)
     assert new is not None
 
     with pytest.raises(StaleLeaseError, match="lease epoch 1 is stale"):
-        store.add_pending_upload(seg.segment_id, INDEXES, lease_epoch=old.epoch)
+        store.add_pending_upload(seg.segment_id, INDEXES, fence=old)
 
     assert store.pending_uploads(seg.segment_id) == [LOG]
-    store.add_pending_upload(seg.segment_id, INDEXES, lease_epoch=new.epoch)
+    store.add_pending_upload(seg.segment_id, INDEXES, fence=new)
     assert store.pending_uploads(seg.segment_id) == [INDEXES, LOG]

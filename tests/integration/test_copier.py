@@ -235,7 +235,7 @@ def test_segments_rolled_later_are_copied_from_the_highest_copied_offset(
     assert [r.start_offset for r in first] == bases[:2]
     # Retention removes both copies; they must never be copied again.
     for row in first:
-        delete_segment(tiering.store, tiering.storage, row, now_ms=tiering.clock(), lease_epoch=None)
+        delete_segment(tiering.store, tiering.storage, row, now_ms=tiering.clock(), fence=None)
     restore()  # the broker rolled segment 2 and wrote 3 to 6 (6 is active)
 
     (outcome,) = tiering.copier().run_once()
@@ -467,7 +467,7 @@ def test_cleanup_removes_copies_a_crashed_incarnation_left_started(
         prepared = prepare_segment(
             partition, segment, broker_id=BROKER_ID, now_ms=1, epochs=partition.leader_epochs()
         )
-        tiering.store.add_segment(prepared.remote, lease_epoch=lease.epoch)
+        tiering.store.add_segment(prepared.remote, fence=lease)
     crashed = tiering.segments(tp)
     tiering.storage.put_object(crashed[0].layout.log_key, segments[0].log_path)
 

@@ -193,7 +193,7 @@ def test_size_retention_counts_local_only_bytes_and_never_started_copies(
     assert lease is not None
     prepared = prepare_segment(partition, segments[4], broker_id=BROKER_ID, now_ms=NOW, epochs=[])
     in_flight = dataclasses.replace(prepared.remote, size_bytes=10**12)
-    tiering.store.add_segment(in_flight, lease_epoch=lease.epoch)
+    tiering.store.add_segment(in_flight, fence=lease)
 
     exactly_full = _with_topic(tiering.settings, retention_bytes=remote + local_only)
     (untouched,) = tiering.retention(settings=exactly_full).run_once()

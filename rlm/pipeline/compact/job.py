@@ -356,7 +356,7 @@ def cleanup(
     store.forget_compaction_outputs(tp, leftovers)
     for segment in list(store.list_segments(tp, states=[SegmentState.DELETE_SEGMENT_STARTED])):
         if not deferred(segment, now_ms) and delete_segment(
-            store, storage, segment, now_ms=now_ms, lease_epoch=None
+            store, storage, segment, now_ms=now_ms, fence=None
         ):
             deleted += 2
     return deleted
