@@ -70,21 +70,52 @@ def topic_partition(row: Row[Any]) -> TopicPartition:
 
 
 def check_fence(row: Row[Any], fence: Lease | None) -> None:
-    """Refuse a write made under a lease whose epoch is not the partition's current one.
+    """Refuse a write made under a lease that is no longer the partition's.
+
+    The lease's whole identity is compared (see :func:`holds`), not its epoch alone: a database
+    failover that loses committed transactions (PostgreSQL's asynchronous replication) can hand
+    one epoch out twice, to two brokers or to two processes of one, and only the holder the row
+    names may write.
 
     Raises:
-        StaleLeaseError: ``fence`` is given and the lease was since taken over or released.
+        StaleLeaseError: ``fence`` is given and is not the lease ``row`` records (it was taken
+            over or released since); the message says what differs.
     """
-    if fence is None:
+    if fence is None or holds(row, fence):
         return
-    if row.lease_owner is not None and int(row.lease_epoch) == fence.epoch:
-        return
-    raise StaleLeaseError(f"write to {topic_partition(row)} refused: {_stale(row, fence.epoch)}")
+    raise StaleLeaseError(f"write to {topic_partition(row)} refused: {_stale(row, fence)}")
 
 
-def _stale(row: Row[Any], epoch: int) -> str:
-    holder = f"held by broker {row.lease_owner}" if row.lease_owner is not None else "not held by anyone"
-    return f"lease epoch {epoch} is stale, the lease is at epoch {row.lease_epoch} and {holder}"
+def holds(row: Row[Any], lease: Lease) -> bool:
+    """Whether ``lease`` is the lease ``row`` records: the same partition and epoch, held by the
+    same broker's same process (incarnation)."""
+    return (
+        row.lease_owner is not None
+        and topic_partition(row) == lease.topic_partition
+        and int(row.lease_epoch) == lease.epoch
+        and int(row.lease_owner) == lease.owner
+        and row.lease_incarnation == lease.incarnation
+    )
+
+
+def _stale(row: Row[Any], lease: Lease) -> str:
+    """What makes ``lease`` another lease than the one ``row`` records."""
+    recorded = topic_partition(row)
+    if recorded != lease.topic_partition:
+        return f"the lease is {lease.topic_partition}'s, not {recorded}'s"
+    if row.lease_owner is None or int(row.lease_epoch) != lease.epoch:
+        holder = f"held by broker {row.lease_owner}" if row.lease_owner is not None else "not held by anyone"
+        return f"lease epoch {lease.epoch} is stale, the lease is at epoch {row.lease_epoch} and {holder}"
+    # The same epoch held by another: it was handed out twice (a failover lost the first take).
+    if int(row.lease_owner) != lease.owner:
+        return (
+            f"lease epoch {lease.epoch} is broker {row.lease_owner}'s, not broker {lease.owner}'s: "
+            "the epoch was handed out twice"
+        )
+    return (
+        f"lease epoch {lease.epoch} of broker {lease.owner} is held by its incarnation "
+        f"{row.lease_incarnation}, not by incarnation {lease.incarnation}: the epoch was handed out twice"
+    )
 
 
 def acquire(
@@ -158,7 +189,7 @@ def renew(conn: Connection, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
     if not _is_current(row, lease):
         raise StaleLeaseError(
             f"cannot renew the lease of {lease.topic_partition} for broker {lease.owner}: "
-            f"{_stale(row, lease.epoch)}"
+            f"{_stale(row, lease)}"
         )
     renewed = Lease(lease.topic_partition, lease.owner, lease.epoch, now_ms + ttl_ms, lease.incarnation)
     conn.execute(

@@ -25,7 +25,7 @@ Every error carries ``retriable``: whether the same call may succeed if tried ag
     ├── MetadataError               the remote-segment metadata store refused or failed a call
     │   ├── MetadataUnavailableError     the database cannot be reached or gave up (retriable)
     │   ├── SchemaMismatchError          the database schema is not the revision rlm needs
-    │   ├── StaleLeaseError              a write carried a lease epoch that is no longer current
+    │   ├── StaleLeaseError              a write carried a lease that is no longer current
     │   ├── RetiredTopicIdError          a broker named a retired topic id (also a StaleReplicaError)
     │   ├── InvalidStateTransitionError  the state machine forbids going from one state to another
     │   ├── StateConflictError           the row is not in the state the caller expected
@@ -193,10 +193,10 @@ class SchemaMismatchError(MetadataError):
 
 
 class StaleLeaseError(MetadataError):
-    """A write was fenced: its lease epoch is not the partition's current lease epoch.
+    """A write was fenced: its lease is not the partition's current lease.
 
-    The writer lost its lease (it expired and was taken over, or was released) and must stop
-    writing for that partition.
+    The writer lost its lease (it expired and was taken over, or was released; or a database
+    failover handed its epoch to another holder too) and must stop writing for that partition.
     """
 
 

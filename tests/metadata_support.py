@@ -18,7 +18,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, delete, event, select
+from sqlalchemy import Engine, delete, event, select, update
 from sqlalchemy.engine import make_url
 
 from metadata.engine import create_engine_for_url
@@ -170,6 +170,20 @@ def add_finished(store: SqlMetadataStore, *segments: RemoteSegment) -> None:
         store.add_segment(seg)
         store.update_segment_state(
             seg.segment_id, SegmentState.COPY_SEGMENT_FINISHED, event_time_ms=seg.event_time_ms + 1
+        )
+
+
+def grant_epoch_again(
+    store: SqlMetadataStore, tp: TopicPartition, owner: int, incarnation: uuid.UUID | None
+) -> None:
+    """Record ``tp``'s lease, at the epoch it is at, as taken by ``owner``'s process
+    ``incarnation``, behind the store's back: what a PostgreSQL failover that lost the commit of
+    the last take leaves, once the promoted standby handed the same epoch out again."""
+    with store.engine.begin() as conn:
+        conn.execute(
+            update(PartitionRow)
+            .where(PartitionRow.topic == tp.topic, PartitionRow.partition == tp.partition)
+            .values(lease_owner=owner, lease_incarnation=incarnation)
         )
 
 

@@ -372,8 +372,9 @@ class RemoteTierSummary:
 class Lease:
     """The right to copy one partition, held by one broker's sidecar until ``expires_at_ms``.
 
-    ``epoch`` grows by one at every acquisition; writes carry it and are refused once a newer
-    epoch exists, so a holder that lost its lease cannot write.
+    ``epoch`` grows by one at every acquisition; writes carry the lease and are refused once the
+    partition records another (a newer epoch, or the same epoch held by another broker or
+    incarnation: an epoch handed out twice), so a holder that lost its lease cannot write.
     """
 
     topic_partition: TopicPartition

@@ -7,10 +7,12 @@ Conventions shared by every method:
 
 * Each call is one transaction: it happens entirely or not at all.
 * "Not found" is ``None`` (or Kafka's ``-1`` for offsets), never an exception.
-* Writes that take a ``fence`` are fenced by it, the writer's copy lease: when it is given and its
-  epoch is not the partition's current lease epoch (a newer holder exists, or the lease was
-  released), the call changes nothing and raises :class:`~rlm.errors.StaleLeaseError`. The copier
-  passes its lease on every write; ``None`` writes unfenced.
+* Writes that take a ``fence`` are fenced by it, the writer's copy lease: when it is given and is
+  not the partition's current lease (a newer holder exists, or the lease was released), the call
+  changes nothing and raises :class:`~rlm.errors.StaleLeaseError`. The whole lease is compared:
+  its partition, its epoch, its holder's broker id and incarnation, so that of an epoch handed out
+  twice (a database failover that lost committed transactions) only the holder the store records
+  writes. The copier passes its lease on every write; ``None`` writes unfenced.
 * :class:`~rlm.errors.MetadataUnavailableError` (retriable) means the database could not be
   reached or aborted the transaction; nothing was changed and the call may be retried.
 * "Offset order" sorts segments by start offset, then by segment id.

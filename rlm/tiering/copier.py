@@ -3,7 +3,7 @@
 Per partition and pass:
 
 1. take or renew the partition's copy lease (only one sidecar copies a partition; every write
-   below carries the lease epoch, so a sidecar that lost its lease cannot write), or claim it
+   below carries the lease, so a sidecar that lost its lease cannot write), or claim it
    while another broker holds it; a holder gives it up to a claim ahead of its broker's log
    (its broker down, or a follower behind: :mod:`rlm.tiering.reach`);
    the broker's topic id (``partition.metadata``) is adopted for the remote state: a topic

@@ -15,7 +15,7 @@ the keeper is told how far its broker's log reaches (:mod:`rlm.tiering.reach`): 
 broker holds the lease, it records a claim in the store; while another broker's live claim
 (younger than the lease's time to live) is ahead of its log, it gives the lease up and does not
 take it again. A claim grants nothing by itself: the claimer takes the lease as any other, and
-every write stays fenced by the lease epoch.
+every write stays fenced by the lease.
 
 A broker whose sidecar does not hold a partition's lease asks for it at every pass, so that its
 asking costs the store reads, not writes: a lease held by another is refused by a read, and a

@@ -4,24 +4,30 @@ Before incarnations, each process retook the lease the other had just taken at i
 each take a new epoch, forever (the epoch went from 7 to 66 in 20 s with two idle copiers), and
 each fenced the other's writes. A restarted sidecar must still fence its previous incarnation at
 once.
+
+Nor may two holders of one epoch both write: a PostgreSQL failover that lost the commit of a take
+can hand the epoch out again, to another broker or another process of the same one. The holder
+the store records writes; the other's copies and deletions are refused at their first write.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from rlm.errors import CorruptCheckpointError
+from rlm.config import TopicSettings
+from rlm.errors import CorruptCheckpointError, StaleLeaseError
 from rlm.log.logdir import LogDir
 from rlm.log.produce import ProduceSpec, produce
-from rlm.metastore.model import TopicPartition
+from rlm.metastore.model import SegmentState, TopicPartition
 from rlm.tiering.leases import LeaseKeeper
 from tests.clock import FakeClock
-from tests.metadata_support import counted_statements, writes
+from tests.metadata_support import counted_statements, grant_epoch_again, writes
 from tests.tiering_support import (
     Backend,
     Tiering,
@@ -35,6 +41,8 @@ SPEC = ProduceSpec(topics=1, partitions=2, records=600, segment_bytes=12 * 1024,
 TP = TopicPartition("orders", 0)
 TTL = 60_000
 TieringFactory = Callable[..., Tiering]
+#: Whom a failover handed the sidecar's epoch to again: another broker, or another process of its own.
+TAKERS = [pytest.param(2, id="another-broker"), pytest.param(1, id="another-incarnation")]
 
 
 @pytest.fixture(scope="module")
@@ -174,3 +182,49 @@ def test_a_sidecar_that_cannot_read_its_brokers_partition_files_gives_its_lease_
     assert lease is not None and lease.owner == 2
     assert isinstance(first.copier().run_once()[0].error, CorruptCheckpointError)
     assert second.store.get_lease(TP) == lease
+
+
+@pytest.mark.parametrize("taker", TAKERS)
+def test_a_copier_whose_epoch_a_failover_handed_out_again_cannot_finish_a_copy(
+    sqlite_fs: Backend, tiering_factory: TieringFactory, log_dir: Path, taker: int
+) -> None:
+    tiering = tiering_factory(sqlite_fs, log_dir)
+    partition = LogDir(log_dir).partition(TP.topic, TP.partition)
+    granted: list[str] = []
+
+    def failover(name: str) -> None:
+        # The first copy is recorded; then the promoted standby hands the same epoch out again.
+        if name == "copy_started" and not granted:
+            grant_epoch_again(tiering.store, TP, taker, uuid.uuid4())
+            granted.append(name)
+
+    outcome = tiering.copier(step=failover).copy_partition(partition)
+
+    assert isinstance(outcome.error, StaleLeaseError), outcome
+    assert "the epoch was handed out twice" in str(outcome.error)
+    assert outcome.copied_segments == 0
+    # The copy stays started, for the holder's cleanup: nothing of it is finished.
+    assert [s.state for s in tiering.segments(TP)] == [SegmentState.COPY_SEGMENT_STARTED]
+
+
+@pytest.mark.parametrize("taker", TAKERS)
+def test_retention_whose_epoch_a_failover_handed_out_again_deletes_nothing(
+    sqlite_fs: Backend, tiering_factory: TieringFactory, log_dir: Path, taker: int
+) -> None:
+    tiering = tiering_factory(sqlite_fs, log_dir)
+    partition = LogDir(log_dir).partition(TP.topic, TP.partition)
+    copied = tiering.copier().copy_partition(partition)
+    assert copied.error is None and copied.copied_segments
+    finished = tiering.finished(TP)
+    everything = tiering.settings.replace(topic_defaults=TopicSettings(retention_ms=-1, retention_bytes=0))
+
+    def failover(name: str) -> None:
+        # Retention advanced the remote log start; the standby then hands its epoch out again.
+        if name == "log_start_advanced":
+            grant_epoch_again(tiering.store, TP, taker, uuid.uuid4())
+
+    outcome = tiering.retention(step=failover, settings=everything).enforce(partition)
+
+    assert isinstance(outcome.error, StaleLeaseError), outcome
+    assert "the epoch was handed out twice" in str(outcome.error)
+    assert tiering.finished(TP) == finished
