@@ -164,18 +164,10 @@ def withheld(
     return not replace_own_incarnation and row.lease_incarnation != incarnation
 
 
-def _is_current(row: Row[Any], lease: Lease) -> bool:
-    return (
-        row.lease_owner is not None
-        and int(row.lease_owner) == lease.owner
-        and int(row.lease_epoch) == lease.epoch
-    )
-
-
 def renewed_since(row: Row[Any] | None, lease: Lease, ttl_ms: int, since_ms: int) -> Lease | None:
     """``lease`` as ``row`` has it, when it is still current and was last taken or renewed (for
     ``ttl_ms``) later than ``since_ms``; else None."""
-    if row is None or not _is_current(row, lease) or row.lease_expires_at_ms is None:
+    if row is None or not holds(row, lease) or row.lease_expires_at_ms is None:
         return None
     expires_at_ms = int(row.lease_expires_at_ms)
     if expires_at_ms - ttl_ms <= since_ms:
@@ -186,7 +178,7 @@ def renewed_since(row: Row[Any] | None, lease: Lease, ttl_ms: int, since_ms: int
 def renew(conn: Connection, lease: Lease, ttl_ms: int, now_ms: int) -> Lease:
     """Extend the still-current ``lease``; :class:`StaleLeaseError` when it is not current."""
     row = lock(conn, lease.topic_partition)
-    if not _is_current(row, lease):
+    if not holds(row, lease):
         raise StaleLeaseError(
             f"cannot renew the lease of {lease.topic_partition} for broker {lease.owner}: "
             f"{_stale(row, lease)}"
@@ -203,7 +195,7 @@ def release(conn: Connection, lease: Lease, now_ms: int) -> bool:
     ``lease_expires_at_ms`` keeps when the holder stopped holding it (``now_ms``, or the expiry if
     that came first): see :func:`released_at_ms`."""
     row = lock(conn, lease.topic_partition)
-    if not _is_current(row, lease):
+    if not holds(row, lease):
         return False
     held_until = min(now_ms, int(row.lease_expires_at_ms))
     conn.execute(

@@ -403,7 +403,8 @@ class MetadataStore(Protocol):
         read alone: nothing is written.
 
         Raises:
-            StaleLeaseError: The lease was taken over or released.
+            StaleLeaseError: The lease was taken over or released: the partition records another
+                lease (an epoch, broker id or incarnation of its own), or none.
         """
         ...
 
@@ -411,7 +412,8 @@ class MetadataStore(Protocol):
         """Give the lease up so another broker may take it at once; :meth:`lease_released_at_ms`
         then says when.
 
-        Idempotent: returns ``False`` (and changes nothing) when ``lease`` is no longer current.
+        Idempotent: returns ``False`` (and changes nothing) when ``lease`` is no longer current
+        (the partition records another epoch, broker id or incarnation, or no holder).
         """
         ...
 

@@ -170,3 +170,20 @@ def test_the_lease_of_another_partition_fences_nothing_here(store: SqlMetadataSt
         store.add_segment(segment(0, 99), fence=there)
     assert list(store.list_segments(TP)) == []
     store.add_segment(segment(0, 99), fence=here)
+
+
+def test_a_lease_whose_epoch_went_to_another_incarnation_is_neither_renewed_nor_released(
+    store: SqlMetadataStore,
+) -> None:
+    lease = store.acquire_lease(TP, owner=1, ttl_ms=TTL, incarnation=MINE)
+    assert lease is not None
+    grant_epoch_again(store, TP, 1, THEIRS)
+    theirs = store.get_lease(TP)
+
+    named = f"held by its incarnation {THEIRS}, not by incarnation {MINE}"
+    with pytest.raises(StaleLeaseError, match=named):
+        store.renew_lease(lease, TTL, refresh_after_ms=TTL)  # renewed just now: found by a read
+    with pytest.raises(StaleLeaseError, match=named):
+        store.renew_lease(lease, TTL)
+    assert not store.release_lease(lease)
+    assert store.get_lease(TP) == theirs

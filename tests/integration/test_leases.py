@@ -228,3 +228,29 @@ def test_retention_whose_epoch_a_failover_handed_out_again_deletes_nothing(
     assert isinstance(outcome.error, StaleLeaseError), outcome
     assert "the epoch was handed out twice" in str(outcome.error)
     assert tiering.finished(TP) == finished
+
+
+def test_a_process_whose_epoch_a_failover_gave_another_process_of_its_broker_leaves_it_the_lease(
+    sqlite_fs: Backend,
+) -> None:
+    # As after a restart: the other process of its broker id holds the lease, and retaking it
+    # would start a new epoch at every pass of each.
+    clock = FakeClock()
+    store = sqlite_fs.open_store(clock)
+    try:
+        keeper = LeaseKeeper(store, 1, TTL)
+        held = keeper.hold(TP)
+        assert held is not None
+        other = uuid.uuid4()
+        grant_epoch_again(store, TP, 1, other)
+        theirs = store.get_lease(TP)
+        assert theirs is not None and theirs.epoch == held.epoch
+
+        assert keeper.hold(TP) is None  # its renewal is refused: it yields
+        clock.advance(TTL // 2)
+        assert keeper.hold(TP) is None  # and does not take the lease back at its next pass
+
+        assert store.get_lease(TP) == theirs  # not taken back: the same epoch, the other's
+        assert keeper.holder(TP) == f"another process with broker.id 1 (incarnation {other})"
+    finally:
+        store.close()
