@@ -22,6 +22,13 @@ rebuilt from the objects in between must not bring them back as a row. Its value
 why: ``1700000000123 diverged`` (the broker's log diverged from the copy: an unclean leader
 election; a time alone says the same) or ``1700000000123 topic-deleted`` (the topic was deleted
 and created again under its name).
+
+A trim's copy (:mod:`rlm.tiering.trim`: a diverged copy's first batches, written as a new segment)
+names the copy it replaces in a fourth entry, ``rlm-replaces``: that copy's segment id, stored with
+its objects before the metadata store swaps it in. A rebuild that finds both its objects makes it
+the row and the copy it names an orphan, before the swap as after it
+(:mod:`rlm.pipeline.rebuild.job`). Like the marks, it is an entry of its own: stored whether or not
+the description fits, kept when a mark is added, and passed over by an rlm that does not know it.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from typing import NamedTuple
+from uuid import UUID
 
 from rlm.errors import CorruptDataError
 from rlm.metastore.model import ByteRange, IndexType, LeaderEpochEntry, RemoteSegment
@@ -47,6 +55,8 @@ RETIRED_KEY = "rlm-retired"
 DIVERGED = "diverged"
 #: Why a copy was retired: its topic was deleted (and created again under its name).
 TOPIC_DELETED = "topic-deleted"
+#: The metadata entry of a trim's copy: the segment id of the copy it replaces.
+REPLACES_KEY = "rlm-replaces"
 #: S3's limit on the user metadata of an object, keys and values together.
 MAX_METADATA_BYTES = 2048
 VERSION = 1
@@ -78,12 +88,17 @@ class Description(NamedTuple):
         )
 
 
-def describe(segment: RemoteSegment, *, compaction: str | None = None) -> dict[str, str]:
+def describe(
+    segment: RemoteSegment, *, compaction: str | None = None, replaces: UUID | None = None
+) -> dict[str, str]:
     """The metadata to store with the segment's index object: its description (left out when
-    it would not fit) and, for a compaction's output, its ``compaction`` state."""
+    it would not fit), for a compaction's output its ``compaction`` state, and for a trim's copy
+    the segment id of the copy it ``replaces``."""
     if compaction not in (None, PENDING, SWAPPED):
         raise ValueError(f"unknown compaction state {compaction!r}")
     marks = {} if compaction is None else {COMPACTION_KEY: compaction}
+    if replaces is not None:
+        marks[REPLACES_KEY] = str(replaces)
     d = Description.of(segment)
     text = json.dumps(
         {
@@ -110,6 +125,18 @@ def read_compaction(metadata: Mapping[str, str]) -> str | None:
     :data:`SWAPPED`); ``None`` for a segment the copier wrote (or one of unknown state)."""
     state = metadata.get(COMPACTION_KEY)
     return state if state in (PENDING, SWAPPED) else None
+
+
+def read_replaces(metadata: Mapping[str, str]) -> UUID | None:
+    """The segment id of the copy a trim's copy replaces, from its index object's metadata;
+    ``None`` for any other segment (or a value that is no segment id)."""
+    value = metadata.get(REPLACES_KEY)
+    if value is None:
+        return None
+    try:
+        return UUID(value.strip())
+    except ValueError:
+        return None
 
 
 class Retirement(NamedTuple):

@@ -18,6 +18,7 @@ from rlm.storage.description import (
     DIVERGED,
     MAX_METADATA_BYTES,
     PENDING,
+    REPLACES_KEY,
     RETIRED_KEY,
     SWAPPED,
     TOPIC_DELETED,
@@ -25,6 +26,7 @@ from rlm.storage.description import (
     describe,
     read_compaction,
     read_description,
+    read_replaces,
     read_retired,
     retired_mark,
     with_mark,
@@ -92,6 +94,24 @@ def test_a_mark_that_would_not_fit_beside_the_description_leaves_it_out() -> Non
 
     assert marked == {RETIRED_KEY: "1700000000123"}
     assert sum(len(k) + len(v) for k, v in {**metadata, **marked}.items()) > MAX_METADATA_BYTES
+
+
+def test_a_trims_copy_names_the_copy_it_replaces_whether_or_not_its_description_fits() -> None:
+    old = uuid.uuid4()
+    metadata = describe(row(), replaces=old)
+    assert metadata[REPLACES_KEY] == str(old) and read_replaces(metadata) == old
+    assert read_description(metadata, "k") == read_description(describe(row()), "k")
+    assert read_replaces(describe(row())) is None
+    # Too many leader epochs for the description: the name is stored all the same.
+    too_long = describe(row(400), replaces=old)
+    assert DESCRIPTION_KEY not in too_long and read_replaces(too_long) == old
+    # A mark added later keeps it.
+    assert read_replaces(with_mark(metadata, RETIRED_KEY, retired_mark(42, DIVERGED))) == old
+
+
+@pytest.mark.parametrize("value", ["", "soon", "42", f"{uuid.UUID(int=7)} and more"])
+def test_a_replaced_copy_that_is_no_segment_id_is_no_name(value: str) -> None:
+    assert read_replaces({REPLACES_KEY: value}) is None
 
 
 def test_marking_retired_stores_the_same_bytes_and_keeps_the_other_entries(
