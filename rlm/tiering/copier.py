@@ -444,8 +444,10 @@ class Copier:
                 directory=Path(directory),
             )
             self._copy(prepared, lease, finish=swap)
-        # Marked only now: until its replacement finished, its offsets below the cut were held by
-        # it alone (a pass that died before the swap leaves the replacement to be deleted).
+        # Marked only now: a pass that failed before the swap deleted the replacement, and its
+        # offsets below the cut were held by it alone. Until then, a store rebuilt from the objects
+        # leaves it out for the replacement, which names it (rlm-replaces); the mark also keeps it
+        # out of one whose replacement's metadata cannot be read, or is gone.
         mark_retired(self.storage, copy, now_ms=self.clock())
         return Trimmed(retired, prepared.remote.end_offset, prepared.remote.segment_id)
 
@@ -488,7 +490,10 @@ class Copier:
             )
             self.step("log_uploaded")
             self.storage.put_object(
-                layout.index_key, prepared.index_blob.data, on_upload=record, metadata=describe(remote)
+                layout.index_key,
+                prepared.index_blob.data,
+                on_upload=record,
+                metadata=describe(remote, replaces=prepared.replaces),
             )
             self.step("indexes_uploaded")
             finishing = True

@@ -49,6 +49,9 @@ class PreparedSegment:
     log_crc32c: int
     """CRC-32C of the ``.log`` bytes that passed the checks: the upload must send exactly these
     (a file changed after it was checked is refused, never tiered)."""
+    replaces: uuid.UUID | None = None
+    """The copy it replaces, for a trim's copy (:mod:`rlm.tiering.trim`): named in its index
+    object's metadata (:func:`rlm.storage.description.describe`)."""
 
 
 def prepare_segment(

@@ -10,8 +10,15 @@ retires the copies from the cut on in one transaction
 (:meth:`~rlm.metastore.protocol.MetadataStore.trim_copies`), and the same copier pass tiers the
 broker's log from the cut, as after any replacement (:mod:`rlm.tiering.lineage_keeper`). The
 copies from the cut on are marked retired on the remote tier before that transaction, the old
-copy only after it (:func:`rlm.storage.marks.mark_retired`): until the new copy is finished, the
-old one alone holds its first offsets, and a store rebuilt from the objects must keep it.
+copy only after it (:func:`rlm.storage.marks.mark_retired`): a pass that fails before the swap
+deletes the new copy, and the old one alone holds its first offsets again. The new copy names the
+old one in its index object's metadata (``rlm-replaces``, :mod:`rlm.storage.description`), stored
+with it before the swap: a store rebuilt from the objects while both copies are there (the copier
+died between the swap and the old copy's mark, or before the swap) makes the new copy the row and
+the old one an orphan (:mod:`rlm.pipeline.rebuild.job`), so that the old leader's records past the
+cut never answer again. Before the swap as after it, that leaves the old copy's records from the
+cut on to the broker: up to where its log diverged they are its own, in its files from the cut
+(its first local segment) on and tiered again from there; the others are the old leader's.
 
 The new copy's ``.log`` is the old one's, byte for byte, up to the batch that starts at the cut.
 Where one batch holds offsets on both sides of the cut (the logs diverged before the broker's
@@ -35,6 +42,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -134,8 +142,8 @@ def trim_copy(
     directory: Path,
 ) -> PreparedSegment:
     """Build the copy of ``copy``'s batches holding offsets below ``cut`` (see the module), its
-    ``.log`` written under ``directory``; the row is ``COPY_SEGMENT_STARTED``, nothing is stored
-    yet.
+    ``.log`` written under ``directory``, naming ``copy`` as the one it replaces; the row is
+    ``COPY_SEGMENT_STARTED``, nothing is stored yet.
 
     Raises:
         NoShorterCopyError: the copy cut there would be the same copy.
@@ -169,7 +177,7 @@ def trim_copy(
         txn_index = TransactionIndex.from_bytes(copy.start_offset, stored, path=copy.layout.index_key)
         txn_index.truncate_to(last + 1)
     epochs = [EpochEntry(e.epoch, e.start_offset) for e in copy.leader_epochs]
-    return assemble(
+    prepared = assemble(
         copy.topic_partition,
         copy.topic_id,
         segment,
@@ -180,3 +188,4 @@ def trim_copy(
         broker_id=broker_id,
         event_time_ms=copy.event_time_ms,
     )
+    return replace(prepared, replaces=copy.segment_id)
