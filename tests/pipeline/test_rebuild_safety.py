@@ -252,6 +252,75 @@ def test_a_set_inside_a_copy_the_copier_wrote_stays_and_one_inside_a_swapped_out
     assert [(o.keys, o.held_by) for o in orphans] == [(tuple(inner.objects.keys), tuple(output.objects.keys))]
 
 
+def test_a_copy_a_trims_copy_names_is_an_orphan_the_trims_copy_holds() -> None:
+    tp = TopicPartition("orders", 0)
+    # The diverged copy of 20..39, the trim's copy of its batches up to 24 naming it (its copier
+    # died after the store's swap, before marking the old copy retired, or before the swap), and
+    # the copy after them.
+    diverged = replace(_candidate(tp, 20, 39, size=2000, segment_id=uuid.UUID(int=1)), from_description=True)
+    trimmed = replace(
+        _candidate(tp, 20, 24, size=500, segment_id=uuid.UUID(int=2)),
+        from_description=True,
+        replaces=diverged.objects.segment_id,
+    )
+    after = replace(_candidate(tp, 40, 49, size=1000, segment_id=uuid.UUID(int=3)), from_description=True)
+    chosen, orphans = choose([diverged, trimmed, after])
+    assert sorted(c.objects.segment_id.int for c in chosen) == [2, 3]
+    [old] = orphans
+    assert (old.keys, old.deletable, old.held_by) == (
+        tuple(diverged.objects.keys),
+        True,
+        tuple(trimmed.objects.keys),
+    )
+    assert old.reason == (
+        f"replaced by a trim after an unclean leader election (segment {trimmed.objects.segment_id} "
+        "holds its batches up to offset 24): the broker's log diverged from its later records"
+    )
+    # Read from its bytes (a description too long), the trim's copy still names it.
+    assert choose([diverged, replace(trimmed, from_description=False), after])[0] == [
+        replace(trimmed, from_description=False),
+        after,
+    ]
+    # A name no trim's copy could give (another start, or no shorter range) is passed over.
+    for start, end in ((25, 29), (20, 39)):
+        other = replace(
+            _candidate(tp, start, end, size=500, segment_id=uuid.UUID(int=4)), from_description=True
+        )
+        other = replace(other, replaces=diverged.objects.segment_id)
+        assert len(choose([diverged, other])[0]) == (2 if start == 25 else 1)
+        assert not [o for o in choose([diverged, other])[1] if "trim" in o.reason]
+
+
+def test_a_trimmed_compaction_output_still_replaces_its_inputs_but_not_the_trims_copy() -> None:
+    tp = TopicPartition("orders", 0)
+    # A compaction's output of 20..39 swapped in (its inputs kept for the delay), then trimmed to
+    # 20..24 after an unclean election; the copier died before deleting it.
+    output = replace(
+        _candidate(tp, 20, 39, size=1200, segment_id=uuid.UUID(int=1)),
+        from_description=True,
+        compaction=SWAPPED,
+    )
+    inputs = [
+        replace(_candidate(tp, s, s + 9, size=1000, segment_id=uuid.UUID(int=n)), from_description=True)
+        for n, s in ((2, 20), (3, 30))
+    ]
+    trimmed = replace(
+        _candidate(tp, 20, 24, size=300, segment_id=uuid.UUID(int=4)),
+        from_description=True,
+        replaces=output.objects.segment_id,
+    )
+    for compaction in (SWAPPED, PENDING):  # swapped, its mark still pending
+        chosen, orphans = choose([replace(output, compaction=compaction), *inputs, trimmed])
+        assert chosen == [trimmed]
+        found = _by_keys(orphans)
+        assert found[tuple(output.objects.keys)].reason.startswith("replaced by a trim")
+        for i in inputs:
+            orphan = found[tuple(i.objects.keys)]
+            assert f"segment {output.objects.segment_id}" in orphan.reason
+            assert orphan.held_by == tuple(trimmed.objects.keys)
+            assert orphan.deletable == (compaction == SWAPPED)
+
+
 def _epochs(c: Candidate, *entries: tuple[int, int], described: bool = True) -> Candidate:
     """``c`` with the leader epochs ``(epoch, start offset)``."""
     epochs = tuple(LeaderEpochEntry(e, o) for e, o in entries)

@@ -5,15 +5,20 @@ A drawn history of one partition: the copier's copies (some redone after a crash
 first attempt's objects, some written before descriptions existed), a takeover's copy starting
 inside the last one, compactions of runs of segments (killed before their swap, swapped, or
 swapped with the mark still ``pending``), retention deleting the oldest segment, the compaction
-delay expiring, a trim after an unclean election (the retired copies' objects deleted in the same
-pass, or left by a copier that died first), the topic deleted and created again under its name
-(the old topic's segments retired the same way), and sidecars lost (a set then of unknown state). The
-model keeps which rows the lost database held and which records each set holds at each offset.
+delay expiring, a trim after an unclean election (of any segment; its copy names the one it
+replaces; the retired copies' objects deleted in the same pass, or left by a copier that died after
+the swap, or the trim's copy left whole by one that died before it), the topic deleted and created
+again under its name (the old topic's segments retired the same way), and sidecars lost (a set then
+of unknown state, naming no copy it replaces). The model keeps which rows the lost database held
+and which records each set holds at each offset.
 
 Whatever the history, once the orphans the rebuild calls deletable are deleted, every offset a
 row of the lost database held is still held by a set that stays, with the records of one such row
 or a superset of them (a compaction's inputs hold every record its output holds), and every orphan
-names only sets that stay as the ones holding its range.
+names only sets that stay as the ones holding its range. A set a trim's copy found whole names is
+never a row: its records past that copy's end, in any row they make (it, or a compaction's output of
+it), are the exception, which a trim takes from the remote tier (the broker's from its first local
+segment on, then the old leader's), whether the copier died before its swap or after it.
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ class ModelSet:
     """Its row was ``COPY_SEGMENT_FINISHED`` in the lost database."""
     present: bool = True
     """Its objects are in the store."""
+    replaces: ModelSet | None = None
+    """Of a trim's copy, the set it replaces, named in its metadata (lost with a sidecar)."""
 
     def leader_epochs(self) -> tuple[LeaderEpochEntry, ...]:
         """The epoch of each offset is its records' lineage (a compaction keeps its inputs')."""
@@ -87,7 +94,13 @@ class ModelSet:
             broker_id=1,
             event_time_ms=self.time if self.described else REBUILD_TIME,
         )
-        return Candidate(objects, description, from_description=self.described, compaction=self.compaction)
+        return Candidate(
+            objects,
+            description,
+            from_description=self.described,
+            compaction=self.compaction,
+            replaces=None if self.replaces is None else self.replaces.segment_id,
+        )
 
 
 @dataclass
@@ -197,18 +210,21 @@ def apply(p: Partition, op: str, data: st.DataObject) -> None:
             if replaced:
                 s.present = False
     elif op == "trim":
-        copies = [s for s in live if s.compaction is None and s.end > s.start]
+        copies = [s for s in live if s.end > s.start]
         if not copies:
             return
         diverged = data.draw(st.sampled_from(copies))
         kept_end = data.draw(st.integers(diverged.start, diverged.end - 1))
         cut = data.draw(st.integers(diverged.start + 1, kept_end + 1))
-        died = data.draw(st.booleans())  # before the retired copies' objects were deleted
+        crash = data.draw(st.sampled_from(["none", "after the swap", "before the swap"]))
         kept = {o: diverged.records[o] for o in range(diverged.start, kept_end + 1)}
+        if crash == "before the swap":  # the trim's copy whole, before the copies from the cut were marked
+            p.add(data, diverged.start, kept_end, kept, live=False, replaces=diverged)
+            return
         for s in live:
-            if s is diverged or s.start >= cut:
-                s.live, s.present = False, died
-        p.add(data, diverged.start, kept_end, kept)
+            if s is diverged or s.start >= cut:  # their objects left when it died before deleting them
+                s.live, s.present = False, crash == "after the swap"
+        p.add(data, diverged.start, kept_end, kept, replaces=diverged)
         p.next_offset, p.lineage = cut, p.lineage + 1
     elif op == "recreate":
         # The topic deleted and created again: the copier retires the old topic's segments and
@@ -221,7 +237,7 @@ def apply(p: Partition, op: str, data: st.DataObject) -> None:
         present = [s for s in p.sets if s.present]
         if present:
             lost = data.draw(st.sampled_from(present))
-            lost.described, lost.compaction = False, None
+            lost.described, lost.compaction, lost.replaces = False, None, None
 
 
 @settings(max_examples=6000)
@@ -239,6 +255,7 @@ def test_deleting_the_orphans_of_a_rebuild_loses_no_offset_the_database_held(dat
             f"{s.sid}: {s.start}..{s.end} epochs {[tuple(e) for e in s.leader_epochs()]} {s.compaction} "
             f"{'live' if s.live else '-'} {'present' if s.present else 'gone'} "
             f"{'described' if s.described else 'undescribed'} id {s.segment_id}"
+            f"{'' if s.replaces is None else f' replaces {s.replaces.sid}'}"
         )
     note(f"chosen {[c.objects.segment_id for c in chosen]}")
     for o in orphans:
@@ -250,8 +267,20 @@ def test_deleting_the_orphans_of_a_rebuild_loses_no_offset_the_database_held(dat
     assert {key for c in chosen for key in c.objects.keys} <= staying_keys
     for orphan in orphans:
         assert set(orphan.held_by) <= staying_keys, orphan
+    trims = [(t, t.replaces) for t in present if t.replaces is not None and t.replaces.present]
+    # The set a trim's copy found whole replaced is never a row: the old leader's records past the
+    # cut never answer again.
+    assert not {o.segment_id for _, o in trims} & {c.objects.segment_id for c in chosen}
     for offset in range(max(s.end for s in p.sets) + 1 if p.sets else 0):
-        rows = [s for s in p.sets if s.live and s.start <= offset <= s.end]
+        rows = [
+            s
+            for s in p.sets
+            if s.live
+            and s.start <= offset <= s.end
+            and not any(
+                t.end < offset <= o.end and holds(o.records[offset], s.records[offset]) for t, o in trims
+            )
+        ]
         if not rows:
             continue
         assert any(

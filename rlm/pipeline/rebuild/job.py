@@ -21,10 +21,16 @@ topic id than others of the partition (a topic deleted and created again under t
 whose old segments a copier that died left) are none of the others' copies nor inputs: they are
 rows beside them, which the copier retires at its next pass, as in the original database.
 Overlapping sets of different ranges (a takeover's copy) are all kept, as the copier left them,
-and so is a set inside the range of a copy the copier wrote: a trim's copy inside the diverged
-copy it replaced, whose objects the trimming pass marks retired and deletes at once but a
-copier that died before such marks existed left for the next pass (:mod:`rlm.tiering.trim`; the
-next copier pass trims that copy again), or an older copy inside a takeover's.
+and so is a set inside the range of a copy the copier wrote (an older copy inside a takeover's).
+
+A trim's copy (:mod:`rlm.tiering.trim`: a diverged copy's first batches, which replaces it after an
+unclean leader election) is written whole, naming the copy it replaces (``rlm-replaces``), before
+the store's swap; the copy it replaces is marked retired only after the swap. Wherever the copier
+died between the two, a rebuild that finds the trim's copy complete chooses it, and the copy it
+names is an orphan, deleted with ``delete_orphans`` while the trim's copy is still there: the old
+leader's records past the cut never answer again. A trim's copy that names none (written before
+trims' copies did, or whose metadata could not be read) stays beside the copy it replaced, and the
+next copier pass trims that one again.
 
 A set rebuilt from its bytes with no compaction mark read (its description could not be read, as
 a damaged sidecar, or it has none) may be a compaction's output still pending: its state is
@@ -64,6 +70,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
+from uuid import UUID
 
 from rlm.errors import ConfigError, RlmError, StorageError, StorageUnavailableError
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
@@ -163,6 +170,8 @@ class Candidate:
     from_description: bool
     compaction: str | None = None
     """A compaction output's state: ``pending`` until its swap, ``swapped`` after."""
+    replaces: UUID | None = None
+    """Of a trim's copy, the segment id of the diverged copy it replaces."""
 
     @property
     def pending(self) -> bool:
@@ -244,11 +253,13 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
 
     A set inside a compaction output's range is one the compaction replaced (its output covers the
     inputs' offsets, and is kept while the inputs wait for ``remote.compaction.delete.delay.ms``):
-    the original database holds the output alone as finished. A set inside the range of a copy the
-    copier wrote (:attr:`Candidate.copied`) stays beside it, as the copier left them: a trim's copy
-    inside the diverged copy it replaced (whose objects a copier that died before deleting them,
-    and before retired copies were marked, left; the original database holds the trim's copy
-    alone, and the next copier pass trims the other again), or an older copy inside a takeover's.
+    the original database holds the output alone as finished. A set a complete trim's copy names
+    (:attr:`Candidate.replaces`) is an orphan that copy holds, wherever the copier died around the
+    swap (module docstring), and no pending output: the copier trimmed it as the partition's
+    segment. As a compaction's output it still replaces the sets inside it, but for the trim's copy.
+    Any other set inside the range of a copy the copier wrote (:attr:`Candidate.copied`) stays
+    beside it, as the copier left them: a trim's copy naming no copy, inside the diverged one it
+    replaced (the next copier pass trims that again), or an older copy inside a takeover's.
     But an output still marked pending is one whose job died before its swap (or before marking it
     swapped): while the segments it would replace hold its whole range, the original database holds
     those, and the output is the orphan; once some are gone (deleted after the swap), the output is
@@ -260,6 +271,12 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
         if c.slot() not in best or c.preference() > best[c.slot()].preference():
             best[c.slot()] = c
     chosen = {id(c) for c in best.values()}
+    # Of the trim's copies naming a set, the chosen sets of their ranges (a second copy of one
+    # holds the same batches).
+    trims = {
+        old: list({id(best[t.slot()]): best[t.slot()] for t in copies}.values())
+        for old, copies in _trims(candidates).items()
+    }
     held_by: dict[int, list[Candidate]] = {}
     found: list[tuple[Candidate, Orphan]] = []
     for c in candidates:
@@ -291,7 +308,7 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
             found.append((c, orphan))
     survivors = list(best.values())
     for c in list(survivors):
-        inputs = _covered(c, survivors) if c.pending or c.unknown else None
+        inputs = _covered(c, survivors) if (c.pending or c.unknown) and id(c) not in trims else None
         if inputs is not None:
             survivors.remove(c)
             held_by[id(c)] = inputs
@@ -314,25 +331,33 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
         key=lambda c: (c.log, c.objects.start_offset, -c.description.end_offset),
     )
     kept_sets: list[Candidate] = []
-    cover: Candidate | None = None  # of the kept sets that may be a compaction's output, the one
-    # reaching furthest so far in the partition (inside a copy the copier wrote, a set stays)
+    cover: Candidate | None = None  # of the sets that may be a compaction's output, kept or
+    # trimmed, the one reaching furthest so far in the partition (inside a copy the copier wrote,
+    # a set stays)
+    firsts: set[int] = set()  # the trims' copies of the cover's first batches, and theirs
     for c in ordered:
         if cover is not None and cover.log != c.log:
-            cover = None
-        if cover is not None and c.description.end_offset <= cover.description.end_offset:
-            if not c.later_leader(cover):
-                held_by[id(c)] = [cover]
-                found.append((c, _inside(c, cover)))
-                continue
-            # Of a later leader epoch than the cover holds: not a set it replaced (a
-            # compaction's inputs hold no epoch its output does not), but a copy of the log
-            # after an unclean election, inside the range of a diverged one a copier that died
-            # left. Both stay, as the cover still reaches further.
-            kept_sets.append(c)
+            cover, firsts = None, set()
+        inside = cover is not None and c.description.end_offset <= cover.description.end_offset
+        # Inside, yet no set the cover replaced: a trim's copy of the cover's first batches (or of
+        # such a copy's), or a copy of a later leader epoch than the cover holds (a compaction's
+        # inputs hold no epoch its output does not): the log after an unclean election, inside
+        # the range of a diverged copy a copier that died left. It stays; the cover still reaches
+        # further.
+        own = inside and cover is not None and (id(c) in firsts or c.later_leader(cover))
+        if inside and cover is not None and not own:
+            held_by[id(c)] = [cover]
+            found.append((c, _inside(c, cover)))
             continue
-        kept_sets.append(c)
-        if not c.copied:
-            cover = c
+        if id(c) in trims:
+            held_by[id(c)] = trims[id(c)]
+            found.append((c, _trimmed(c, trims[id(c)])))
+            if inside:
+                firsts.update(id(t) for t in trims[id(c)])
+        else:
+            kept_sets.append(c)
+        if not inside and not c.copied:
+            cover, firsts = c, {id(t) for t in trims.get(id(c), ())}
     # What holds an orphan's range once deleting is done: the sets it defers to when they stay
     # (chosen, or orphans never deleted), else what holds theirs (each step leads inward or to a
     # chosen set, so it ends).
@@ -346,6 +371,37 @@ def choose(candidates: Sequence[Candidate]) -> tuple[list[Candidate], list[Orpha
         held_keys = dict.fromkeys(key for h in holders(c) for key in h.objects.keys)
         orphans.append(replace(orphan, held_by=tuple(held_keys)))
     return kept_sets, orphans
+
+
+def _trims(candidates: Sequence[Candidate]) -> dict[int, list[Candidate]]:
+    """Per set (by ``id``) a trim's copy among ``candidates`` names as the copy it replaces, the
+    copies naming it. A name is taken only from a copy of the same partition and topic id that
+    starts where the named set starts and ends before it ends, as a trim's copy does."""
+    by_id = {c.objects.segment_id: c for c in candidates}
+    trims: dict[int, list[Candidate]] = {}
+    for c in candidates:
+        old = None if c.replaces is None else by_id.get(c.replaces)
+        if (
+            old is not None
+            and old.log == c.log
+            and old.objects.start_offset == c.objects.start_offset
+            and c.description.end_offset < old.description.end_offset
+        ):
+            trims.setdefault(id(old), []).append(c)
+    return trims
+
+
+def _trimmed(c: Candidate, trims: Sequence[Candidate]) -> Orphan:
+    """The orphan of ``c``, replaced by the trim's copies ``trims`` (module docstring)."""
+    held = "; ".join(
+        f"segment {t.objects.segment_id} holds its batches up to offset {t.description.end_offset}"
+        for t in trims
+    )
+    reason = (
+        f"replaced by a trim after an unclean leader election ({held}): the broker's log diverged "
+        "from its later records"
+    )
+    return Orphan(tuple(c.objects.keys), reason)
 
 
 def _inside(c: Candidate, cover: Candidate) -> Orphan:
@@ -505,8 +561,15 @@ def rebuild(
                 reason = f"undescribable, both objects are there: {problem}"
                 orphans.append(Orphan(keys, reason, deletable=False, kept="it may be whole"))
             else:
+                replaces = None if row["replaces"] is None else UUID(row["replaces"])
                 candidates.append(
-                    Candidate(objects, description_of(row), bool(row["from_description"]), row["compaction"])
+                    Candidate(
+                        objects,
+                        description_of(row),
+                        bool(row["from_description"]),
+                        row["compaction"],
+                        replaces,
+                    )
                 )
                 if problem is not None:
                     problems.append(Problem(keys, problem))

@@ -18,7 +18,9 @@ object makes a set *incomplete*, another such orphan: a description that cannot 
 aside and the set is read instead, as if it had none; a set whose bytes do not give a row either is
 *undescribable* and kept for an operator to look at; a store that fails (throttled after its
 retries, access denied) tells nothing of the set, and the rebuild fails without writing or
-deleting anything, to be run again.
+deleting anything, to be run again. A described set also carries what its index object's metadata
+says beyond the description: a compaction output's state, and the copy a trim's copy replaces
+(:mod:`rlm.storage.description`), by which :mod:`rlm.pipeline.rebuild.job` chooses.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from rlm.storage.description import (
     Description,
     read_compaction,
     read_description,
+    read_replaces,
     read_retired,
 )
 from rlm.storage.layout import (
@@ -182,6 +185,8 @@ class Described(NamedTuple):
     """Whether that came from its description (else from its bytes)."""
     compaction: str | None
     """A compaction output's state (:func:`rlm.storage.description.read_compaction`)."""
+    replaces: uuid.UUID | None = None
+    """Of a trim's copy, the copy it replaces (:func:`rlm.storage.description.read_replaces`)."""
 
 
 class Outcome(enum.Enum):
@@ -263,7 +268,7 @@ def _examine(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> Finding
         return Finding(
             Outcome.RETIRED, problem=f"{index_key}: segment {objects.segment_id} was retired{when}: {why}"
         )
-    compaction = read_compaction(metadata)
+    compaction, replaces = read_compaction(metadata), read_replaces(metadata)
     description: Description | None = None
     if damaged is None:
         try:
@@ -276,13 +281,13 @@ def _examine(storage: RemoteStorage, objects: ObjectSet, now_ms: int) -> Finding
             return _incomplete(objects, (index_key,))  # deleted since its HEAD
         damaged = _disagreement(description, log_key, log_size, index_key, index_size)
         if damaged is None:
-            return Finding(Outcome.DESCRIBED, Described(description, True, compaction))
+            return Finding(Outcome.DESCRIBED, Described(description, True, compaction, replaces))
     try:
         read = _read(storage, objects, log_size, now_ms)
     except CorruptDataError as exc:
         return Finding(Outcome.UNDESCRIBABLE, problem="; ".join(p for p in (damaged, str(exc)) if p))
     problem = None if damaged is None else f"{damaged}; rebuilt from its objects"
-    return Finding(Outcome.DESCRIBED, Described(read, False, compaction), problem)
+    return Finding(Outcome.DESCRIBED, Described(read, False, compaction, replaces), problem)
 
 
 def _incomplete(objects: ObjectSet, missing: tuple[str, ...]) -> Finding:
@@ -378,6 +383,7 @@ DESCRIBED_SCHEMA = arrow_schema(
     pa.field("broker_id", pa.int32()),
     pa.field("event_time_ms", pa.int64()),
     pa.field("compaction", pa.string()),
+    pa.field("replaces", pa.string()),
 )
 
 
@@ -404,7 +410,7 @@ def describe_task(now_ms: int, storage: RemoteStorage, summary: SegmentSummary) 
         "retriable": finding.retriable,
     }
     if finding.described is not None:
-        d, from_description, compaction = finding.described
+        d, from_description, compaction, replaces = finding.described
         out.update(
             from_description=from_description,
             end_offset=d.end_offset,
@@ -418,6 +424,7 @@ def describe_task(now_ms: int, storage: RemoteStorage, summary: SegmentSummary) 
             broker_id=d.broker_id,
             event_time_ms=d.event_time_ms,
             compaction=compaction,
+            replaces=None if replaces is None else str(replaces),
         )
     yield batch_of(DESCRIBED_SCHEMA, [out])
 
