@@ -263,6 +263,7 @@ def _rebuild(args: argparse.Namespace) -> int:
         lines += [
             f"orphan: {', '.join(o.keys)}: {o.reason}"
             + (" (deleted)" if o.deleted else f" (kept: {o.kept})" if o.kept else "")
+            + (f" (retired mark: {o.marked})" if o.marked else "")
             for o in report.orphans
         ]
         sys.stdout.write("\n".join(lines) + "\n")

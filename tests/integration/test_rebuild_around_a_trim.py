@@ -21,7 +21,7 @@ from rlm.errors import StorageUnavailableError
 from rlm.metastore.model import RemoteSegment, SegmentState
 from rlm.pipeline.rebuild.job import RebuildReport
 from rlm.storage.delegate import DelegatingStorage
-from rlm.storage.description import read_replaces, read_retired
+from rlm.storage.description import DIVERGED, read_replaces, read_retired
 from tests.retired_support import rebuilt_from_objects, retirements
 from tests.tiering_support import Backend, Tiering, set_log_start_offsets
 from tests.unclean_election_support import TP, Fetched, drop_local_segments_below, fetched, spans, write_log
@@ -99,8 +99,8 @@ def rebuild_of(
 ) -> Rebuild:
     """A store rebuilt from the objects of ``elected``, and a harness on it."""
 
-    def rebuild(*, delete_orphans: bool = False) -> tuple[Tiering, RebuildReport]:
-        directory = tmp_path / "rebuilt"
+    def rebuild(*, delete_orphans: bool = False, into: str = "rebuilt") -> tuple[Tiering, RebuildReport]:
+        directory = tmp_path / into
         return rebuilt_from_objects(
             elected.tiering,
             tiering_factory,
@@ -148,6 +148,7 @@ def test_a_copier_that_dies_after_the_swap_leaves_the_old_copy_out_of_a_rebuild(
         "batches up to offset 24): the broker's log diverged from its later records"
     )
     assert replaced.deleted and replaced.held_by == (trimmed.layout.log_key, trimmed.layout.index_key)
+    assert replaced.marked == "marked"  # before it was deleted, in case the delete is kept
     assert tiering.storage.object_size(old.layout.log_key) is None
     assert below_the_cut(fetched(rebuilt, elected.log_dir, OFFSETS)) == elected.before
     tiers_from_the_cut(rebuilt, elected.log_dir)
@@ -185,4 +186,42 @@ def test_a_copier_that_dies_before_the_swap_leaves_a_rebuild_the_trims_copy(
         f"replaced by a trim after an unclean leader election (segment {trimmed.segment_id}"
     )
     assert replaced.deletable and not replaced.deleted
+    assert replaced.marked == "marked" and replaced.to_json()["retired_mark"] == "marked"
+    assert retired_why(tiering, old) == DIVERGED
     tiers_from_the_cut(rebuilt, elected.log_dir)
+
+
+def retired_why(tiering: Tiering, segment: RemoteSegment) -> str | None:
+    marks = tiering.storage.object_metadata(segment.layout.index_key)
+    assert marks is not None
+    mark = read_retired(marks)
+    return None if mark is None else mark.why
+
+
+def test_a_rebuild_marks_the_copy_a_trim_replaced_so_that_later_ones_leave_it_out(
+    elected: Elected, rebuild_of: Rebuild
+) -> None:
+    tiering, old = elected.tiering, elected.old
+    assert isinstance(tiering.copier(step=crash_after_the_swap).run_once()[0].error, OSError)
+    trimmed = tiering.store.segment_for_offset(TP, 22)
+    assert trimmed is not None and trimmed.segment_id != old.segment_id
+    assert retired_why(tiering, old) is None
+
+    # Orphans not deleted: the old copy stays on the remote tier, marked retired by the rebuild.
+    rebuilt, report = rebuild_of()
+
+    assert spans(rebuilt) == TRIMMED[:3]
+    [replaced] = [o for o in report.orphans if o.keys == (old.layout.log_key, old.layout.index_key)]
+    assert (replaced.deleted, replaced.marked) == (False, "marked")
+    assert retired_why(tiering, old) == DIVERGED
+
+    # Retention deletes the trim's copy (its objects, then the rebuilt store's row); a store
+    # rebuilt after that must not bring the old leader's copy back in its place.
+    tiering.storage.delete_objects([trimmed.layout.log_key, trimmed.layout.index_key])
+    again, report = rebuild_of(into="rebuilt-again")
+
+    assert spans(again) == TRIMMED[:2]
+    assert again.store.segment_for_offset(TP, 22) is None
+    [retired] = [o for o in report.orphans if o.keys == (old.layout.log_key, old.layout.index_key)]
+    assert f"segment {old.segment_id} was retired" in retired.reason
+    assert retired.marked is None  # not a trim's replaced copy any more: nothing names it

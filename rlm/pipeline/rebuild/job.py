@@ -27,8 +27,10 @@ A trim's copy (:mod:`rlm.tiering.trim`: a diverged copy's first batches, which r
 unclean leader election) is written whole, naming the copy it replaces (``rlm-replaces``), before
 the store's swap; the copy it replaces is marked retired only after the swap. Wherever the copier
 died between the two, a rebuild that finds the trim's copy complete chooses it, and the copy it
-names is an orphan, deleted with ``delete_orphans`` while the trim's copy is still there: the old
-leader's records past the cut never answer again. A trim's copy that names none (written before
+names is an orphan: the rebuild marks it retired, as the copier would have, and deletes it with
+``delete_orphans`` while the trim's copy is still there. The old leader's records past the cut
+never answer again, in a later rebuild neither (once retention deleted the trim's copy, the mark
+alone keeps the old copy out). A trim's copy that names none (written before
 trims' copies did, or whose metadata could not be read) stays beside the copy it replaced, and the
 next copier pass trims that one again.
 
@@ -84,8 +86,9 @@ from rlm.pipeline.rebuild.objects import (
 )
 from rlm.pipeline.stage import Collect
 from rlm.pipeline.storage import StorageSpec
-from rlm.storage.description import PENDING, Description
+from rlm.storage.description import DIVERGED, PENDING, Description
 from rlm.storage.log_start import marker_partition, marker_topic_id, read_marker
+from rlm.storage.marks import mark_retired
 from rlm.storage.protocol import RemoteStorage
 
 #: Markers (remote log start offsets) read at once.
@@ -120,10 +123,18 @@ class Orphan:
     deleted: bool = False
     kept: str | None = None
     """Why they were not deleted, when deleting orphans was asked."""
+    retire: RemoteSegment | None = field(default=None, repr=False)
+    """Of a copy a trim replaced, its row: the rebuild marks it retired (module docstring)."""
+    marked: str | None = None
+    """Of such a copy, how its retired mark went: ``marked``, or why it could not be marked."""
 
     def to_json(self) -> dict[str, Any]:
-        out = {"keys": list(self.keys), "reason": self.reason, "deleted": self.deleted}
-        return out if self.kept is None else {**out, "kept": self.kept}
+        out: dict[str, Any] = {"keys": list(self.keys), "reason": self.reason, "deleted": self.deleted}
+        if self.kept is not None:
+            out["kept"] = self.kept
+        if self.marked is not None:
+            out["retired_mark"] = self.marked
+        return out
 
 
 @dataclass(frozen=True)
@@ -401,7 +412,7 @@ def _trimmed(c: Candidate, trims: Sequence[Candidate]) -> Orphan:
         f"replaced by a trim after an unclean leader election ({held}): the broker's log diverged "
         "from its later records"
     )
-    return Orphan(tuple(c.objects.keys), reason)
+    return Orphan(tuple(c.objects.keys), reason, retire=c.objects.row(c.description))
 
 
 def _inside(c: Candidate, cover: Candidate) -> Orphan:
@@ -475,6 +486,25 @@ def _raise_failures(failed: Sequence[tuple[ObjectSet, dict[str, Any]]]) -> None:
     if all(row["retriable"] for _, row in failed):
         raise StorageUnavailableError(message, key=key)
     raise StorageError(message, key=key, retriable=False)
+
+
+def mark_replaced(storage: RemoteStorage, orphans: Sequence[Orphan], now_ms: int) -> list[Orphan]:
+    """Mark retired the copies trims replaced (:attr:`Orphan.retire`), as the copier does after a
+    trim's swap; the orphans, each such saying how its mark went. A mark that fails is reported,
+    not raised: the rows are written by then, and the copy is still an orphan of this rebuild.
+    """
+    done: list[Orphan] = []
+    for o in orphans:
+        if o.retire is None:
+            done.append(o)
+            continue
+        try:
+            found = mark_retired(storage, o.retire, now_ms=now_ms, why=DIVERGED)
+        except RlmError as exc:
+            done.append(replace(o, marked=f"could not be marked retired: {exc}"))
+            continue
+        done.append(replace(o, marked="marked" if found else "its index object is gone: not marked"))
+    return done
 
 
 def delete_orphans(storage: RemoteStorage, orphans: Sequence[Orphan]) -> list[Orphan]:
@@ -582,6 +612,7 @@ def rebuild(
             segment.segment_id, SegmentState.COPY_SEGMENT_FINISHED, event_time_ms=segment.event_time_ms
         )
     restore_log_starts(store, storage, markers, options.topics)
+    orphans = mark_replaced(storage, orphans, now_ms)
     if options.delete_orphans:
         orphans = delete_orphans(storage, orphans)
     return RebuildReport(
