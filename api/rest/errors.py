@@ -26,6 +26,8 @@ from rlm.errors import (
 from rlm.lookup.list_offsets import ErrorCode
 
 log = logging.getLogger(__name__)
+#: The logger uvicorn reports an app's exceptions to.
+SERVER_LOGGER = "uvicorn.error"
 
 #: HTTP status for a Kafka error code of a single-partition answer.
 STATUS_FOR_CODE = {
@@ -81,8 +83,23 @@ def problem(status: int, message: str, headers: dict[str, str] | None = None) ->
     return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
 
 
+class CutStreamLog(logging.Filter):
+    """Leaves out uvicorn's report of a stream cut because its token was revoked.
+
+    A raw or Arrow stream that cannot continue is cut by raising out of the app once its answer
+    began, and uvicorn reports that as "Exception in ASGI application", an error with a traceback.
+    For a revoked token that is no fault of the server, and the app has logged it already, as a
+    warning naming the request (:func:`install`)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], TokenRevokedError))
+
+
 def install(app: FastAPI) -> None:
-    """Register the handlers on ``app``."""
+    """Register the handlers on ``app`` (and :class:`CutStreamLog` on uvicorn's logger, once)."""
+    server_log = logging.getLogger(SERVER_LOGGER)
+    if not any(isinstance(f, CutStreamLog) for f in server_log.filters):
+        server_log.addFilter(CutStreamLog())
 
     @app.exception_handler(ApiError)
     async def api_error(request: Request, exc: ApiError) -> JSONResponse:
@@ -124,5 +141,8 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("%s %s failed", request.method, request.url.path)
+        if isinstance(exc, TokenRevokedError):  # a stream cut once its answer began
+            log.warning("%s %s: stream cut: %s", request.method, request.url.path, exc)
+        else:
+            log.exception("%s %s failed", request.method, request.url.path)
         return problem(500, f"internal error: {type(exc).__name__}")

@@ -14,7 +14,8 @@ requests that ask to stream: an ``Accept`` of ``application/x-ndjson`` or
 Octet and Arrow streams that cannot continue are cut (the connection closes before the chunked
 body's end, and an Arrow stream lacks its end marker): a client never takes a short stream for a
 whole one. A stream whose bearer token is revoked (:mod:`api.auth`) ends the same way (an NDJSON
-error line with status 401) at its next piece once the tokens file is read again. The range is
+error line with status 401) at its next piece once the tokens file is read again, logged as a
+warning (:mod:`api.rest.errors`), not as an error. The range is
 planned before the status is sent, so bad arguments and unknown partitions get their 4xx; above
 ``remote.fetch.max.streams`` streams the answer is 429 with ``Retry-After``. A client that goes
 away cancels the stream's reads at once.

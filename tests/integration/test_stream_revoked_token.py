@@ -10,6 +10,7 @@ UNAUTHENTICATED). A reload that keeps the stream's token leaves the stream whole
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from api.auth import TokenAuthenticator
 from api.gen.rlm.v1 import rlm_pb2 as pb
 from api.gen.rlm.v1 import rlm_pb2_grpc
 from api.grpc_server import build_grpc_server
+from api.rest import errors
 from tests.clock import FakeClock
 from tests.grpc_support import GatedStorage, ServerThread, code_of, free_port
 from tests.integration.test_stream import (
@@ -113,10 +115,22 @@ def rest_stream(guarded: Guarded, media: str, token: str, then: tuple[str, ...])
     return Answer(bytes(body), dict(answer.headers), cut)
 
 
+def reports(caplog: pytest.LogCaptureFixture) -> list[tuple[str, int, str, bool]]:
+    """What the server logged at WARNING or above: logger, level, message, whether with a traceback."""
+    return [
+        (r.name, r.levelno, r.getMessage(), r.exc_info is not None)
+        for r in caplog.records
+        if r.levelno >= logging.WARNING
+    ]
+
+
 @pytest.mark.parametrize("media", [NDJSON, OCTET, ARROW])
-def test_a_rest_stream_ends_when_its_token_is_revoked(guarded: Guarded, media: str) -> None:
+def test_a_rest_stream_ends_when_its_token_is_revoked(
+    guarded: Guarded, media: str, caplog: pytest.LogCaptureFixture
+) -> None:
     token = f"rest-{media.rsplit('/', 1)[-1]}"
     guarded.tokens(token)
+    caplog.set_level(logging.WARNING)
     answer = rest_stream(guarded, media, token, then=())
     if media == NDJSON:
         assert not answer.cut
@@ -125,6 +139,12 @@ def test_a_rest_stream_ends_when_its_token_is_revoked(guarded: Guarded, media: s
         assert token not in last["error"]
     else:
         assert answer.cut  # never a body that looks whole
+        # Reported once, before the connection closed: a warning naming the request, no error,
+        # no traceback (uvicorn's report of the exception left out).
+        [(logger, level, message, traceback)] = reports(caplog)
+        assert (logger, level, traceback) == (errors.__name__, logging.WARNING, False)
+        assert message.startswith(f"GET {URL}: stream cut: the bearer token of this stream was revoked")
+        assert token not in message
     # The token is refused from now on, as for any request.
     with httpx.Client(base_url=guarded.rest.url, timeout=30) as client:
         refused = client.get(
