@@ -75,10 +75,10 @@ from rlm.lookup.remote_search import RemoteSearch
 from rlm.lookup.segment_lists import DEFAULT_MAX_SEGMENTS, SegmentLists
 from rlm.lookup.stats import FetchStats
 from rlm.lookup.tier_stable import TierStableOffsets
-from rlm.lookup.topic_ids import local_topic_id
+from rlm.lookup.topic_ids import is_other_topic, local_topic_id
 from rlm.lookup.views import DEFAULT_TTL_S, RemoteTierView, RemoteViews
 from rlm.metastore.availability import StoreAvailability
-from rlm.metastore.model import RemoteSegment, TopicPartition
+from rlm.metastore.model import PartitionRecord, RemoteSegment, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.protocol import RemoteStorage
 from rlm.timestamps import SpecialTimestamp
@@ -431,8 +431,11 @@ class LookupService:
             # Kafka's highestOffsetInRemoteStorage: the highest offset ever copied, which never
             # falls, also once retention deleted every remote segment; its epoch as _epoch_at
             # says (-1 once neither the checkpoint nor the remote tier holds it, as after such a
-            # retention).
-            highest = self.ask_store(lambda: self.store.highest_copied_offset(tp))
+            # retention). Only the topic the broker's directory holds now counts: the record of a
+            # topic deleted under the same name, not yet retired, or of one being deleted, is not
+            # this one's (as the view says, :mod:`rlm.lookup.views`).
+            record = self.ask_store(lambda: self.store.get_partition(tp))
+            highest = _highest_copied(record, local)
             if highest < 0:
                 return OffsetAnswer.none()
             earliest = self.earliest_offset(tp, local, view)
@@ -681,3 +684,19 @@ class LookupService:
 def _first_base(local: PartitionDir | None) -> int | None:
     segments = local.segments() if local is not None else []
     return segments[0].base_offset if segments else None
+
+
+def _highest_copied(record: PartitionRecord | None, local: PartitionDir | None) -> int:
+    """The highest offset ever copied of the topic ``local`` holds, from its partition ``record``;
+    -1 when nothing of it was: no record, one of a partition being deleted, or one of a topic
+    deleted and created again under the same name whose remote state is not retired yet
+    (:mod:`rlm.lookup.topic_ids`), whose offsets are not this topic's.
+
+    Raises:
+        UnreadableTopicIdError: the broker's ``partition.metadata`` cannot be read.
+    """
+    if record is None or record.deletion_state is not None:
+        return -1
+    if is_other_topic(record.topic_id, local_topic_id(local)):
+        return -1
+    return record.highest_copied_offset

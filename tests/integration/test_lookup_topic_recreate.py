@@ -202,3 +202,15 @@ def test_an_unreadable_topic_id_fails_fetches_and_streams(
     assert fetch_values(rt, 0, 29) == new_records[:30]
     plan = rt.streams.plan(RangeQuery(TP))
     assert (plan.start, plan.local_start) == (0, 0)
+
+
+def test_latest_tiered_is_not_the_deleted_topics(sidecar: tuple[Runtime, Path]) -> None:
+    rt, log_dir = sidecar
+    # The new topic grows past the offsets the deleted one had copied (up to 49).
+    shutil.rmtree(log_dir)
+    write_topic(log_dir, 7, seed=2)
+    rt.lookup.invalidate()
+
+    # Nothing of the new topic is tiered yet: the deleted topic's highest copied offset is no answer.
+    assert rt.lookup.find(TP, LATEST_TIERED) == OffsetAnswer.none()
+    assert rt.list_offsets.find_one(TP, LATEST_TIERED).offset == -1
