@@ -30,6 +30,7 @@ ACCELERATED = _scan is not None
 _INT32_BITS = 0xFFFFFFFF
 _INT64_BITS = 0xFFFFFFFFFFFFFFFF
 _INT64_MAX = 2**63 - 1
+_INT64_MIN = -(2**63)
 _PREFIX = struct.Struct(">qi")
 #: lastOffsetDelta, then (past baseTimestamp) maxTimestamp of a v2 batch header, from byte 23.
 _LAST_DELTA_AND_MAX_TIMESTAMP = struct.Struct(">i8xq")
@@ -51,7 +52,9 @@ def find_record(
     timestamp is ≥ ``timestamp`` and whose offset is ≥ ``start_offset``; None when none is.
 
     Each record's length, timestamp delta and offset delta are read; its key, value and headers
-    are skipped. With ``log_append`` every record's timestamp is ``base_timestamp``.
+    are skipped. With ``log_append`` every record's timestamp is ``base_timestamp``; otherwise it
+    is ``base_timestamp`` plus the delta in Java's long arithmetic, which wraps, as
+    :func:`rlm.log.v2.decode_v2` reads it (the C loop gives such a record up to the reference).
 
     Raises:
         CorruptRecordError: a record that does not fit, or fewer records than ``count``.
@@ -116,6 +119,8 @@ def find_record_py(
                 u, pos = read_uvarint(data, pos, 10)
                 u &= _INT64_BITS
             ts = base_timestamp if log_append else base_timestamp + ((u >> 1) ^ -(u & 1))
+            if not _INT64_MIN <= ts <= _INT64_MAX:  # wraps as Java's long does, as a decode reads it
+                ts = ((ts - _INT64_MIN) & _INT64_BITS) + _INT64_MIN
             u = data[pos]
             if u >= 0x80:
                 if data[pos + 1] < 0x80:

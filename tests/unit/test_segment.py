@@ -184,3 +184,16 @@ def test_segment_rolled_after_its_indexes_were_loaded_is_not_skipped(tmp_path: P
     assert partition.find_offset_by_timestamp(TS + 8000) == TimestampAndOffset(TS + 9000, 6, 0)
     assert partition.find_offset_by_timestamp(TS + 9000) == TimestampAndOffset(TS + 9000, 6, 0)
     assert partition.max_timestamp_offset() == TimestampAndOffset(TS + 9000, 6, 0)
+
+
+def test_a_timestamp_search_reads_a_wrapped_timestamp_delta_as_kafka_does(tmp_path: Path) -> None:
+    """A batch whose first record has no timestamp (-1) and whose next is at Long.MAX_VALUE holds
+    the wrapped delta Long.MIN_VALUE, as the producer wrote it; Kafka reads the timestamp back in
+    long arithmetic, so a search finds the record where a decode shows it."""
+    int64_max = 2**63 - 1
+    batch = encode_v2_batch([Record(0, -1, None, b"a"), Record(1, int64_max, None, b"b")])
+    (tmp_path / segment_file_name(0, ".log")).write_bytes(batch)
+    segment = Segment(tmp_path, 0)
+    header = next(iter(segment.headers()))
+    assert [r.timestamp for r in segment.read_records(header)] == [-1, int64_max]
+    assert segment.find_offset_by_timestamp(int64_max - 5) == TimestampAndOffset(int64_max, 1, -1)
