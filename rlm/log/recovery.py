@@ -49,12 +49,27 @@ class TransactionTracker:
         self.ongoing.setdefault(producer_id, offset)
 
     def end(self, producer_id: int, marker_offset: int, aborted: bool) -> AbortedTxn | None:
-        """Close the producer's transaction; returns the index entry when it was aborted."""
-        first = self.ongoing.pop(producer_id, marker_offset)
-        if not aborted:
+        """Close the producer's transaction; returns the index entry when it was aborted.
+
+        A marker with no transaction open (the producer wrote no data to the partition before
+        aborting, or the marker is a retry) ends nothing: Kafka's ``ProducerAppendInfo`` emits a
+        completed transaction only for one that holds data, so neither the broker's transaction
+        index nor its recovery has an entry for it.
+        """
+        first = self.ongoing.pop(producer_id, None)
+        if not aborted or first is None:
             return None
-        lso = min(self.ongoing.values(), default=marker_offset + 1)
-        return AbortedTxn(producer_id, first, marker_offset, lso)
+        return AbortedTxn(producer_id, first, marker_offset, self._stable_after(marker_offset))
+
+    def lone_abort(self, producer_id: int, marker_offset: int) -> AbortedTxn:
+        """The entry an ABORT marker ending no open transaction would have, had its transaction
+        begun at the marker: what is known of an abort whose transaction may have begun before
+        the segment when the transactions open at its start are not (see
+        :attr:`RebuiltIndexes.lone_aborts`)."""
+        return AbortedTxn(producer_id, marker_offset, marker_offset, self._stable_after(marker_offset))
+
+    def _stable_after(self, marker_offset: int) -> int:
+        return min(self.ongoing.values(), default=marker_offset + 1)
 
 
 @dataclass
@@ -73,6 +88,16 @@ class RebuiltIndexes:
     offset_of_max_timestamp: int
     error: CorruptDataError | None = None
     """The corruption recovery stopped at, if any (Kafka truncates the log there)."""
+    lone_aborts: list[AbortedTxn] = field(default_factory=list)
+    """The ABORT markers that ended no transaction open by the tracker, as
+    :meth:`TransactionTracker.lone_abort` gives them. Kafka indexes none of them (an aborted
+    transaction that wrote nothing); where the transactions open at the segment's start are not
+    known, one of them may end a transaction begun before it, which the broker's index holds."""
+
+    def txn_entries_if_unknown_start(self) -> list[AbortedTxn]:
+        """The transaction index's entries and the lone aborts, in marker order: an entry for every
+        ABORT marker, for checks made without the transactions open at the segment's start."""
+        return sorted([*self.txn_index.entries(), *self.lone_aborts], key=lambda t: t.last_offset)
 
 
 class IndexRebuilder:
@@ -109,6 +134,7 @@ class IndexRebuilder:
         self.txn_index = TransactionIndex(base_offset)
         self.tracker = tracker if tracker is not None else TransactionTracker()
         self.epochs = list(epochs or [])
+        self.lone_aborts: list[AbortedTxn] = []
         self.valid_bytes = 0
         self.next_offset = base_offset
         self.max_timestamp = -1
@@ -129,7 +155,7 @@ class IndexRebuilder:
         """
         if header.magic >= 2:
             self._epoch(header.leader_epoch, header.base_offset)
-            for aborted in track_transactions(header, self.tracker, batch, name):
+            for aborted in track_transactions(header, self.tracker, batch, name, lone=self.lone_aborts):
                 self.txn_index.append(aborted)
         self._advance(header.size, header.last_offset, header.max_timestamp)
 
@@ -171,6 +197,7 @@ class IndexRebuilder:
             self.max_timestamp,
             self.offset_of_max_timestamp,
             error,
+            self.lone_aborts,
         )
 
 
@@ -237,6 +264,7 @@ def track_transactions(
     name: str,
     *,
     verify_crc: bool = False,
+    lone: list[AbortedTxn] | None = None,
 ) -> list[AbortedTxn]:
     """Apply one batch to ``tracker`` the way Kafka's producer state does.
 
@@ -251,6 +279,8 @@ def track_transactions(
             only, so a header-only scan reads no data batch).
         name: the file (or object) the batch is read from, for error messages.
         verify_crc: check a control batch's CRC before decoding it.
+        lone: where to add the ABORT markers that end no open transaction
+            (:meth:`TransactionTracker.lone_abort`).
 
     Returns:
         The aborted transactions the batch ended, as transaction-index entries.
@@ -273,7 +303,10 @@ def track_transactions(
     aborted: list[AbortedTxn] = []
     for offset, control_type in markers:
         if control_type in (ControlType.ABORT, ControlType.COMMIT):
-            entry = tracker.end(header.producer_id, offset, control_type == ControlType.ABORT)
+            is_abort = control_type == ControlType.ABORT
+            if lone is not None and is_abort and header.producer_id not in tracker.ongoing:
+                lone.append(tracker.lone_abort(header.producer_id, offset))
+            entry = tracker.end(header.producer_id, offset, is_abort)
             if entry is not None:
                 aborted.append(entry)
     return aborted

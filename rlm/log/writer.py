@@ -211,12 +211,12 @@ class PartitionAppender:
         )
         result = self._append_batch(batch, offset, offset, timestamp, now, log_append_time)
         state = self._producers.get(producer_id)
-        first = state.txn_first_offset if state is not None and state.txn_first_offset >= 0 else offset
+        first = state.txn_first_offset if state is not None else -1
         if state is not None:
             state.txn_first_offset = -1
             state.coordinator_epoch = coordinator_epoch
             state.last_offset = offset
-        if control_type == ControlType.ABORT:
+        if control_type == ControlType.ABORT and first >= 0:  # a marker alone aborts no data
             open_txns = [p.txn_first_offset for p in self._producers.values() if p.txn_first_offset >= 0]
             lso = min(open_txns, default=offset + 1)
             self._segment.txn_index.append(AbortedTxn(producer_id, first, offset, lso))

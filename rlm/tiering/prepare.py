@@ -222,7 +222,7 @@ def rebuilt_transaction_index(
         CorruptDataError: a batch of ``partition`` scanned for the open transactions is corrupt.
     """
     rebuilt = checked.rebuilt.txn_index
-    if not len(rebuilt):
+    if not len(rebuilt) and not checked.rebuilt.lone_aborts:  # no ABORT marker at all
         return rebuilt
     tracker = open_transactions_at(partition, segment.base_offset)
     if tracker.ongoing == initial_tracker(segment).ongoing:

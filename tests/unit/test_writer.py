@@ -217,3 +217,21 @@ def test_legacy_appends_start_no_leader_epoch_as_recovery_rebuilds(tmp_path: Pat
     assert written == [EpochEntry(3, 3), EpochEntry(4, 6)]
     (segment,) = PartitionDir(directory).segments()
     assert rebuild_segment_indexes(segment).epochs == written
+
+
+def test_an_abort_marker_without_data_is_no_aborted_transaction(tmp_path: Path) -> None:
+    """A transaction that wrote nothing to the partition (a producer aborting before its first
+    send landed, or a retried marker) ends with a marker alone: Kafka's ``ProducerAppendInfo``
+    emits no completed transaction for it, so neither the broker's transaction index nor its
+    recovery holds an entry, and a log dir the broker wrote so verifies clean."""
+    appender = PartitionAppender(tmp_path / "t-0", clock=FakeClock(NOW))
+    appender.append(_records(2), producer_id=7, producer_epoch=1, base_sequence=0, transactional=True)
+    appender.append_control(ControlType.ABORT, producer_id=7, producer_epoch=1)
+    appender.append_control(ControlType.ABORT, producer_id=7, producer_epoch=1)  # a retried marker
+    appender.append_control(ControlType.ABORT, producer_id=9, producer_epoch=0)  # nothing written
+    appender.close()
+    segment = PartitionDir(tmp_path / "t-0").segments()[0]
+    expected = [AbortedTxn(7, 0, 2, 3)]
+    assert list(segment.transaction_index().entries()) == expected
+    assert list(rebuild_segment_indexes(segment).txn_index.entries()) == expected
+    assert verify_path(tmp_path / "t-0") == []

@@ -339,8 +339,10 @@ def _read(storage: RemoteStorage, objects: ObjectSet, log_size: int, now_ms: int
     for kind, built in ((IndexType.OFFSET, rebuilt.offset_index), (IndexType.TIMESTAMP, rebuilt.time_index)):
         expected = built.to_bytes()
         take(kind, len(expected), expected)
-    if len(rebuilt.txn_index):
-        take(IndexType.TRANSACTION, TXN_ENTRY_SIZE * len(rebuilt.txn_index))
+    # The transactions open at the set's start are not known: one entry per ABORT marker.
+    txn_entries = len(rebuilt.txn_entries_if_unknown_start())
+    if txn_entries:
+        take(IndexType.TRANSACTION, TXN_ENTRY_SIZE * txn_entries)
     rest = data[position:]
     if len(rest) >= SNAPSHOT_HEADER_SIZE and int.from_bytes(rest[:2], "big") == SNAPSHOT_VERSION:
         count = int.from_bytes(rest[6:10], "big", signed=True)
@@ -355,7 +357,7 @@ def _read(storage: RemoteStorage, objects: ObjectSet, log_size: int, now_ms: int
         size_bytes=log_size,
         leader_epochs=epochs_of_segment(epochs, objects.start_offset, end, own=rebuilt.epochs),
         index_ranges=tuple(ranges),
-        txn_index_empty=not len(rebuilt.txn_index),
+        txn_index_empty=not txn_entries,
         broker_id=UNKNOWN_BROKER,
         event_time_ms=now_ms,
     )
