@@ -60,6 +60,12 @@ def encode_aborted_txn(txn: AbortedTxn) -> bytes:
         raise ValueError(f"cannot encode {txn}: {exc}") from exc
 
 
+def decode_entry(entry: bytes) -> tuple[int, AbortedTxn]:
+    """The version of one entry's 34 bytes, and the entry as version 0 reads it."""
+    version, *fields = _ENTRY.unpack(entry)
+    return version, AbortedTxn(*fields)
+
+
 class TransactionIndex:
     """The transaction index of the segment at ``base_offset``, held in memory."""
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
@@ -42,6 +42,8 @@ from rlm.log.snapshot import ENTRY_SIZE as SNAPSHOT_ENTRY_SIZE
 from rlm.log.snapshot import HEADER_SIZE as SNAPSHOT_HEADER_SIZE
 from rlm.log.snapshot import SNAPSHOT_VERSION
 from rlm.log.txnindex import ENTRY_SIZE as TXN_ENTRY_SIZE
+from rlm.log.txnindex import VERSION as TXN_VERSION
+from rlm.log.txnindex import AbortedTxn, decode_entry
 from rlm.metastore.model import (
     UNKNOWN_BROKER,
     ByteRange,
@@ -306,6 +308,32 @@ def _disagreement(d: Description, log_key: str, log_size: int, index_key: str, i
     return None
 
 
+def _txn_entries(data: bytes, position: int, markers: Sequence[AbortedTxn]) -> int:
+    """How many transaction-index entries the index object holds from ``position``, of the ABORT
+    markers of its ``.log`` (``markers``, in order, each as the entry it would have).
+
+    With the transactions open at the set's start unknown, which markers have an entry cannot be
+    told from the ``.log``: an abort whose transaction wrote nothing to the partition has none (as
+    in the broker's index), one ending a transaction begun before the segment has. So the entries
+    are read: one is a marker's when it is of version 0 and names the marker's producer id and
+    offset. What follows them, a producer snapshot (version 1) or a leader-epoch checkpoint (text),
+    never is."""
+    count = 0
+    for marker in markers:
+        at = position + count * TXN_ENTRY_SIZE
+        entry = data[at : at + TXN_ENTRY_SIZE]
+        if len(entry) < TXN_ENTRY_SIZE:
+            break
+        version, txn = decode_entry(entry)
+        if (version, txn.producer_id, txn.last_offset) == (
+            TXN_VERSION,
+            marker.producer_id,
+            marker.last_offset,
+        ):
+            count += 1
+    return count
+
+
 def _read(storage: RemoteStorage, objects: ObjectSet, log_size: int, now_ms: int) -> Description:
     """Describe a set by reading it (module docstring)."""
     log_key, index_key = objects.both_keys()
@@ -339,8 +367,7 @@ def _read(storage: RemoteStorage, objects: ObjectSet, log_size: int, now_ms: int
     for kind, built in ((IndexType.OFFSET, rebuilt.offset_index), (IndexType.TIMESTAMP, rebuilt.time_index)):
         expected = built.to_bytes()
         take(kind, len(expected), expected)
-    # The transactions open at the set's start are not known: one entry per ABORT marker.
-    txn_entries = len(rebuilt.txn_entries_if_unknown_start())
+    txn_entries = _txn_entries(data, position, rebuilt.txn_entries_if_unknown_start())
     if txn_entries:
         take(IndexType.TRANSACTION, TXN_ENTRY_SIZE * txn_entries)
     rest = data[position:]
