@@ -85,13 +85,19 @@ def group_segments(
     """Runs of consecutive changed segments, each run cut so that its estimated output size (the
     input size scaled by the share of records kept) stays within ``segment_bytes`` (a run has at
     least one segment). Segments read only in part (overlapping copies, the log start inside
-    them) or reaching past the compactable ``end`` are left as they are."""
+    them) or starting past the compactable ``end`` are left as they are.
+
+    The segment holding ``end`` is rewritten like those before it, its batches past ``end`` copied
+    as they are (Kafka's cleaner cleans the segment holding its upper bound too): the rules count
+    its records at or below ``end`` as compacted, so a record of it that lost to a tombstone of an
+    earlier segment must go with it, or removing that tombstone later would bring the record's
+    value back."""
     groups: list[list[SegmentSummary]] = []
     current: list[SegmentSummary] = []
     size = 0.0
     for summary, change in zip(segments, changes, strict=True):
         s = summary.segment
-        if not (summary.read_whole and s.end_offset <= end and change.changed):
+        if not (summary.read_whole and s.start_offset <= end and change.changed):
             if current:
                 groups.append(current)
             current, size = [], 0.0
