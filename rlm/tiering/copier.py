@@ -80,7 +80,7 @@ from rlm.tiering.join import prepare_join
 from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.lineage_keeper import LineageKeeper, Trimmed
 from rlm.tiering.local_partitions import LogDirLister, duplicated
-from rlm.tiering.prepare import PreparedSegment, prepare_segment
+from rlm.tiering.prepare import PreparedSegment, prepare_segment, producer_snapshot
 from rlm.tiering.topic_identity import adopt_local_topic_id
 from rlm.tiering.trim import trim_copy
 
@@ -439,7 +439,7 @@ class Copier:
                 self.storage,
                 copy,
                 cut,
-                snapshot=snapshot.read_bytes() if snapshot.exists() else None,
+                snapshot=producer_snapshot(snapshot),
                 broker_id=self.settings.broker_id,
                 directory=Path(directory),
             )

@@ -37,6 +37,7 @@ from rlm.tiering.prepare import (
     check_segment,
     epochs_of_segment,
     prepare_segment,
+    producer_snapshot,
     rebuilt_transaction_index,
     transaction_index,
 )
@@ -91,7 +92,7 @@ def prepare_join(
         checked,
         epochs=epochs_of_segment(epochs, start, join.end_offset, own=checked.rebuilt.epochs),
         txn_index=txn_index,
-        snapshot=snapshot.read_bytes() if snapshot.exists() else None,
+        snapshot=producer_snapshot(snapshot),
         broker_id=broker_id,
         event_time_ms=now_ms,
     )

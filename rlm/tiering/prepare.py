@@ -25,6 +25,7 @@ from rlm.log.files import segment_file_name
 from rlm.log.logdir import PartitionDir
 from rlm.log.recovery import RebuiltIndexes
 from rlm.log.segment import Segment, initial_tracker, rebuild_segment_indexes
+from rlm.log.snapshot import decode_snapshot
 from rlm.log.stable import open_transactions_at
 from rlm.log.txnindex import TransactionIndex
 from rlm.log.validate import BatchChecker
@@ -86,10 +87,31 @@ def prepare_segment(
         checked,
         epochs=epochs_of_segment(epochs, segment.base_offset, checked.end_offset, own=checked.rebuilt.epochs),
         txn_index=transaction_index(segment) or rebuilt_transaction_index(partition, segment, checked),
-        snapshot=snapshot.read_bytes() if snapshot.exists() else None,
+        snapshot=producer_snapshot(snapshot),
         broker_id=broker_id,
         event_time_ms=now_ms,
     )
+
+
+def producer_snapshot(path: Path) -> bytes | None:
+    """The producer snapshot file at ``path`` as a copy stores it; None when there is none that
+    can be read.
+
+    The broker writes the snapshot named after a new segment in place (not renamed into place),
+    after it created that segment's file: a copy made in between reads its first bytes, or none.
+    Those bytes are no snapshot, and the copy would keep them for good. A snapshot that cannot be
+    read is therefore left out, as a missing one is (readers of the tier then find the producer
+    state from the segments), and as the broker passes over one it cannot read.
+    """
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        decode_snapshot(data, path=path)
+    except CorruptDataError:
+        return None
+    return data
 
 
 @dataclass(frozen=True)

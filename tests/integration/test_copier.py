@@ -22,7 +22,9 @@ from rlm.log.checkpoints import EpochEntry, epoch_for_offset, topic_id_to_uuid, 
 from rlm.log.logdir import LogDir, PartitionDir
 from rlm.log.produce import ProduceSpec, produce
 from rlm.log.segment import Segment
+from rlm.log.snapshot import decode_snapshot
 from rlm.metastore.model import (
+    IndexType,
     LeaderEpochEntry,
     PendingUpload,
     RemoteSegment,
@@ -31,6 +33,7 @@ from rlm.metastore.model import (
 )
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
+from rlm.storage.range_source import read_index
 from rlm.storage.ratelimit import RateLimiter
 from rlm.tiering.deletion import delete_segment
 from rlm.tiering.leases import LeaseKeeper
@@ -508,3 +511,29 @@ def test_loops_taking_one_lease_at_once_share_one_epoch(
     assert len(set(taken)) == 1, taken
     lease = tiering.store.get_lease(tp)
     assert lease is not None and lease.epoch == taken[0]
+
+
+def test_a_producer_snapshot_the_broker_is_still_writing_is_not_tiered(
+    sqlite_fs: Backend, tiering_factory: TieringFactory, log_dir: Path
+) -> None:
+    """The broker creates the next segment's file before it writes the producer snapshot named
+    after it, in place (not renamed into place): for a moment the snapshot holds only its first
+    bytes. A copy made then must not store those bytes as the segment's snapshot: they are no
+    snapshot, and the copy keeps them for good (a verification reports them corrupt, a reader of
+    the tier's open transactions passes over them)."""
+    partition = _partition(log_dir, "orders", 0)
+    second = partition.rolled_segments()[1]
+    snapshot = second.path(".snapshot")
+    whole = snapshot.read_bytes()
+    assert len(whole) > 10
+    snapshot.write_bytes(whole[:10])  # the header written, the entries not yet
+    tiering = tiering_factory(sqlite_fs, log_dir)
+
+    outcomes = tiering.copier().run_once()
+
+    assert [o.error for o in outcomes] == [None] * 4
+    first = next(r for r in tiering.finished(tp_of(partition)) if r.end_offset + 1 == second.base_offset)
+    stored = read_index(tiering.storage, first.layout, IndexType.PRODUCER_SNAPSHOT)
+    if stored is not None:
+        decode_snapshot(stored)
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
