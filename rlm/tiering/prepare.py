@@ -14,6 +14,7 @@ does not matter; the max timestamp is that time index's last entry.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +38,8 @@ from rlm.metastore.model import (
     TopicPartition,
 )
 from rlm.storage.layout import IndexBlob, segment_keys
+
+log = logging.getLogger("rlm.copier")
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,8 @@ def producer_snapshot(path: Path) -> bytes | None:
         return None
     try:
         decode_snapshot(data, path=path)
-    except CorruptDataError:
+    except CorruptDataError as exc:
+        log.warning("producer snapshot left out of the copy: %s", exc)
         return None
     return data
 
