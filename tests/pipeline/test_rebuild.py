@@ -23,9 +23,9 @@ from pyspark.sql import SparkSession
 from metadata.schema import upgrade
 from metadata.store import SqlMetadataStore
 from rlm.cli import main
-from rlm.lookup.segment_lists import SegmentList
 from rlm.metastore.model import RemoteSegment, SegmentState
 from rlm.pipeline.export.bounds import offset_for_timestamp
+from rlm.remote_tier.read_plan import summarize
 from rlm.storage.description import DESCRIPTION_KEY
 from rlm.storage.layout import segment_keys
 from rlm.storage.protocol import RemoteStorage
@@ -138,7 +138,7 @@ def _lookups(tier: Tier, url: str) -> dict[str, Any]:
                 rows = list(store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
                 end = max(r.end_offset for r in rows)
                 stamps = sorted({r.max_timestamp_ms for r in rows})
-                listed = SegmentList(rows)
+                listed = summarize(rows, record.remote_log_start_offset)
                 answers[str(tp)] = {
                     "highest": store.highest_copied_offset(tp),
                     "size": store.remote_log_size(tp),

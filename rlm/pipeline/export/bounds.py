@@ -8,6 +8,12 @@ first segment whose max timestamp reaches the time, its time and offset indexes,
 headers from the indexed position; a few ranged reads, never a scan of the tier. Where timestamps
 only grow along offsets this is exactly the records with T1 ≤ timestamp < T2.
 
+Each copy is searched only over the offsets the export reads from it (its summary's read range),
+as the lookups search a copy only up to where it answers (:mod:`rlm.lookup.answer_end`): a
+diverged copy kept past its cut holds the old leader's records beyond it, which are not the log's,
+and whose timestamps would otherwise start or stop the range at an offset the log's records there
+(read from the copy that follows) do not reach.
+
 ``read_committed`` stops each partition at the tier's last stable offset
 (:func:`rlm.remote_tier.stable.tiered_stable_offset`): the first offset of a transaction whose
 COMMIT or ABORT marker is not tiered yet, whose records the transaction index cannot yet flag.
@@ -22,16 +28,15 @@ are thus read by the first incremental run after their marker is tiered.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rlm.errors import NotFoundError
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.lookup.ranged_search import find_in_remote_segment
-from rlm.lookup.segment_lists import SegmentList
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import IndexType, RemoteSegment, TopicPartition
-from rlm.remote_tier.read_plan import PartitionPlan
+from rlm.remote_tier.read_plan import PartitionPlan, SegmentSummary
 from rlm.storage.protocol import RemoteStorage
 from rlm.storage.range_source import read_index
 
@@ -64,26 +69,28 @@ class DirectIndexes:
 
 
 def offset_for_timestamp(
-    storage: RemoteStorage, segments: SegmentList, timestamp_ms: int, start: int
+    storage: RemoteStorage, segments: Sequence[SegmentSummary], timestamp_ms: int, start: int
 ) -> int | None:
-    """The smallest offset ≥ ``start`` of ``segments`` whose record timestamp is ≥ ``timestamp_ms``;
-    ``None`` when there is none. The lookup service's remote search, without a local tier.
+    """The smallest offset ≥ ``start`` read from ``segments`` (a partition's summaries, in offset
+    order) whose record timestamp is ≥ ``timestamp_ms``; ``None`` when there is none. The lookup
+    service's remote search, without a local tier: each copy searched over its read range only.
 
     Raises:
         CorruptDataError: An index or batch read is not valid; the message names the object.
         NotFoundError / StorageError: The store lost an object or failed.
     """
     indexes = DirectIndexes(storage)
-    from_offset = start
-    while True:
-        segment = segments.first_for_timestamp(timestamp_ms, from_offset=from_offset)
-        if segment is None:
-            return None
-        begin = max(start, segment.start_offset, from_offset)
-        found = find_in_remote_segment(segment, timestamp_ms, begin, storage=storage, indexes=indexes)
+    for summary in segments:
+        segment = summary.segment
+        begin = max(start, summary.read_from)
+        if begin > summary.read_to or segment.max_timestamp_ms < timestamp_ms:
+            continue
+        found = find_in_remote_segment(
+            segment, timestamp_ms, begin, storage=storage, indexes=indexes, last_offset=summary.read_to
+        )
         if found is not None:
             return found.offset
-        from_offset = segment.end_offset + 1
+    return None
 
 
 @dataclass(frozen=True)
@@ -114,12 +121,11 @@ def partition_range(
     stop = NO_END if stable_end is None else stable_end
     if (from_ms is None and to_ms is None) or not plan.segments:
         return Range(start, stop)
-    segments = SegmentList(s.segment for s in plan.segments)
     if from_ms is not None:
-        found = offset_for_timestamp(storage, segments, from_ms, start)
+        found = offset_for_timestamp(storage, plan.segments, from_ms, start)
         start = NO_END if found is None else found
     if to_ms is not None:
-        found = offset_for_timestamp(storage, segments, to_ms, start)
+        found = offset_for_timestamp(storage, plan.segments, to_ms, start)
         stop = min(stop, NO_END if found is None else found)
     return Range(start, stop)
 
