@@ -47,11 +47,21 @@ def read_aborted(storage: RemoteStorage, summary: SegmentSummary) -> list[Aborte
 
 
 def aborted_task(storage: RemoteStorage, summary: SegmentSummary) -> Iterator[pa.RecordBatch]:
-    """The stage task: one row per entry of the segment's transaction index."""
+    """The stage task: one row per entry of the segment's transaction index, but those of
+    transactions begun past the last offset the segment is read for (``read_to``).
+
+    Past there a later copy is read: where it holds the same records, its own index names the
+    same aborts (their markers lie in it); where this copy is a diverged one kept past its cut
+    (:mod:`rlm.lookup.answer_end`), its records there are the old leader's, and an abort of theirs
+    is none of the log's: the log may have committed another transaction of the same producer at
+    those offsets, whose records a ``read_committed`` reader would otherwise leave out. The range
+    streams follow the same rule (:mod:`rlm.stream.plan`).
+    """
     tp = summary.topic_partition
     rows = [
         {"topic": tp.topic, "partition": tp.partition, **txn._asdict()}
         for txn in read_aborted(storage, summary)
+        if txn.first_offset <= summary.read_to
     ]
     yield batch_of(ABORTED_SCHEMA, rows)
 
