@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import date
 from pathlib import Path
 
 import pyarrow as pa
@@ -10,6 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from rlm.pipeline.columns import RECORD_SCHEMA
 from rlm.pipeline.export.parquet import (
     INDEXED_COLUMNS,
     NULL_PARTITION,
@@ -17,7 +19,7 @@ from rlm.pipeline.export.parquet import (
     files_task,
     writes_directly,
 )
-from rlm.pipeline.export.rows import EXPORT_SCHEMA
+from rlm.pipeline.export.rows import EXPORT_SCHEMA, Isolation, export_rows
 from rlm.remote_tier.read_plan import SegmentSummary, summarize
 from rlm.storage.protocol import RemoteStorage
 from tests.metadata_support import TP, segment
@@ -90,3 +92,41 @@ def test_values_are_written_without_dictionary_or_statistics_and_the_rest_with_b
 def test_only_local_outputs_are_written_directly() -> None:
     assert writes_directly("/data/out") and writes_directly("file:///data/out")
     assert not writes_directly("s3a://bucket/out") and not writes_directly("hdfs://nn/out")
+
+
+def test_a_timestamp_past_the_last_date_goes_to_the_null_date_not_a_failed_run(tmp_path: Path) -> None:
+    """Kafka takes any CreateTime a producer sets (one in microseconds by mistake lies in year
+    55,000): no date names its day, so its row goes where rows without a day go, its timestamp
+    kept, and the run does not fail on it (every later run would, holding back every record)."""
+    far = 1_700_000_000_000_000
+    record = {
+        "topic": TP.topic,
+        "partition": TP.partition,
+        "timestamp_type": "CreateTime",
+        "key": b"k",
+        "value": b"v",
+        "headers": [],
+        "leader_epoch": 0,
+        "producer_id": None,
+        "is_control": False,
+        "is_transactional": False,
+        "aborted": False,
+    }
+    records = pa.RecordBatch.from_pylist(
+        [{**record, "offset": 0, "timestamp": far}, {**record, "offset": 1, "timestamp": DAY}],
+        schema=RECORD_SCHEMA,
+    )
+    rows = export_rows(records, Isolation.READ_COMMITTED)
+    assert rows.column("date").to_pylist() == [None, date(1970, 1, 2)]
+
+    summary = summarize([segment(0, 1)])[0]
+    directory = (tmp_path / "run-1").as_uri()
+    [files] = list(files_task(lambda _s, _x: iter([rows]), directory, None, summary))  # type: ignore[arg-type]
+    prefix = f"topic={TP.topic}/partition={TP.partition}"
+    name = f"part-run-1-{summary.segment_id}.parquet"
+    assert sorted(str(path) for path in files.column("path").to_pylist()) == [
+        f"{prefix}/date=1970-01-02/{name}",
+        f"{prefix}/date={NULL_PARTITION}/{name}",
+    ]
+    table = pq.read_table(tmp_path / "run-1" / prefix / f"date={NULL_PARTITION}" / name)
+    assert table.column("timestamp").cast(pa.int64()).to_pylist() == [far]
