@@ -15,12 +15,13 @@ Per partition, oldest segment first, a ``COPY_SEGMENT_FINISHED`` segment is dele
 and the pass stops at the first segment that breaches none. Time and size apply only to topics whose
 ``cleanup.policy`` has ``delete`` (as Kafka's ``UnifiedLog.deleteOldSegments``): a topic that is only
 ``compact`` keeps its segments whatever ``retention.ms`` and ``retention.bytes`` say, and loses them
-only to the log start offset. The remote log start offset advances
-past the deleted segments *before* anything is deleted, so readers never look for data that is
-going away, and is written beside the segments (:mod:`rlm.storage.log_start`, for a metadata
-store rebuilt from the objects); each segment then goes ``DELETE_SEGMENT_STARTED`` → objects deleted →
-``DELETE_SEGMENT_FINISHED``. Segments still being copied are never counted nor deleted; a delete
-left half done by a crash is finished by the next pass. Only the lease holder runs it.
+only to the log start offset. The remote log start offset advances past the deleted segments
+(not past a kept copy's other records there: :func:`log_start_after`) *before* anything is
+deleted, so readers never look for data that is going away, and is written beside the segments
+(:mod:`rlm.storage.log_start`, for a metadata store rebuilt from the objects); each segment
+then goes ``DELETE_SEGMENT_STARTED`` → objects deleted → ``DELETE_SEGMENT_FINISHED``. Segments
+still being copied are never counted nor deleted; a delete left half done by a crash is finished
+by the next pass. Only the lease holder runs it.
 
 Rows of segments whose deletion finished are kept for
 ``remote.log.metadata.deleted.segments.retention.ms`` (a verification or an orphan scan that
@@ -43,6 +44,7 @@ from uuid import UUID
 from rlm.config import Settings, TopicSettings
 from rlm.errors import RlmError, StaleLeaseError
 from rlm.log.broker_dirs import LocalPartitions, group_partitions
+from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import never_tiered
 from rlm.metastore.model import Lease, PartitionState, RemoteSegment, SegmentState, TopicPartition
@@ -104,6 +106,36 @@ def breaching_segments(
         over -= segment.size_bytes  # whatever the reason it goes, the partition shrinks by it
         chosen.append(segment)
     return chosen
+
+
+def log_start_after(doomed: list[RemoteSegment], kept: list[RemoteSegment], *, floor: int = -1) -> int:
+    """The remote log start offset once ``doomed`` (the first finished segments, in offset order)
+    are deleted and ``kept`` (the others, in offset order) stay (pure: no I/O).
+
+    As Kafka has it, past the last offset a doomed segment holds: a kept copy starting inside one
+    (a takeover copied from mid-segment) holds the same records there, which go with it. Not where
+    the kept copy holds other records than the doomed one at the same offsets (leader epochs
+    differ: after an unclean election the broker's log was tiered from inside a copy kept below it,
+    :mod:`rlm.tiering.join`): reads answer those offsets from the kept copy, and its records there
+    are not the doomed segment's, so nothing said they expired. The log then starts at the first
+    of them, or at ``floor`` (the log start offset retention deletes below) when that is higher.
+    """
+    start = max(s.end_offset for s in doomed) + 1
+    for later in kept:
+        if later.start_offset >= start:
+            break
+        for gone in doomed:
+            first, last = max(later.start_offset, gone.start_offset), min(gone.end_offset, later.end_offset)
+            edges = {e.start_offset for e in (*gone.leader_epochs, *later.leader_epochs)}
+            for offset in sorted({first} | {o for o in edges if first < o <= last}):
+                if offset > last or offset >= start:
+                    break
+                if epoch_for_offset(gone.leader_epochs, offset) != epoch_for_offset(
+                    later.leader_epochs, offset
+                ):
+                    start = max(offset, min(floor, start))
+                    break
+    return start
 
 
 def mark_log_start(
@@ -310,7 +342,7 @@ class Retention:
         if not doomed:
             self.metrics.remote_log_size_bytes.labels(*labels).set(sum(s.size_bytes for s in finished))
             return RetentionOutcome(tp, log_start_offset=remote_log_start(record, finished))
-        new_start = max(s.end_offset for s in doomed) + 1
+        new_start = log_start_after(doomed, finished[len(doomed) :], floor=log_start)
         start = self.store.advance_log_start_offset(tp, new_start, fence=lease)
         self.on_change(tp)  # no lookup here answers from the doomed segments any more
         # Before any object goes: the objects left then say where the log starts.

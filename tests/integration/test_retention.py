@@ -28,12 +28,13 @@ from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.overview import Overview
 from rlm.tiering.prepare import prepare_segment
-from rlm.tiering.retention import breaching_segments
+from rlm.tiering.retention import breaching_segments, log_start_after
 from rlm.timestamps import SpecialTimestamp
 from tests.clock import FakeClock
 from tests.metadata_support import segment
 from tests.tiering_support import (
     BROKER_ID,
+    WRITER_NOW_MS,
     Backend,
     SegmentPlan,
     Tiering,
@@ -43,6 +44,7 @@ from tests.tiering_support import (
     set_log_start_offsets,
     write_scripted_log_dir,
 )
+from tests.unclean_election_support import drop_local_segments_below, spans, write_log
 
 TP = TopicPartition("orders", 0)
 NOW = 1_700_000_000_000
@@ -487,10 +489,60 @@ def test_segments_deleted_for_another_reason_count_toward_the_size_limit() -> No
     assert _breaching(mixed, retention_bytes=240) == [0]  # 160 too many: segment 0 goes, 10 remain
 
 
+def test_a_copy_kept_past_the_cut_takes_only_its_own_records_when_it_expires(
+    backend: Backend,
+    tiering_factory: TieringFactory,
+    tmp_path: Path,
+) -> None:
+    """After an unclean election the old leader's copy of 20..29 is kept (only it holds 20..24) and
+    the new leader's log is tiered from 25 in a copy reaching past it, which answers from 25 on.
+    When the old copy expires, the new leader's records 25..29, an hour old, stay readable."""
+    now = WRITER_NOW_MS
+    log_dir = tmp_path / "logs"
+    old = {0: now - 6 * HOUR, 1: now - 5 * HOUR, 2: now - 4 * HOUR, 3: now - 4 * HOUR}
+    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10, peaks=old)
+    tiering = tiering_factory(backend, log_dir, FakeClock(now))
+    tiering.copier().run_once()
+    new = {0: now - 6 * HOUR, 1: now - 5 * HOUR, **{i: now - HOUR for i in range(2, 6)}}
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (10, 6), (10, 6), (10, 6), peaks=new)
+    drop_local_segments_below(log_dir, 25)
+    assert [tiering.copier().run_once()[0].error for _ in range(2)] == [None, None]
+    assert spans(tiering)[2:4] == [(20, 29, (5,)), (25, 34, (6,))]
+    three_hours = _with_topic(tiering.settings, retention_ms=3 * HOUR)
+
+    (outcome,) = tiering.retention(settings=three_hours).run_once()
+
+    assert (outcome.error, outcome.deleted_segments, outcome.log_start_offset) == (None, 3, 25)
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.remote_log_start_offset == 25
+    assert [s[:2] for s in spans(tiering)] == [(25, 34), (35, 44), (45, 54)]
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
+    for local in LogDir(log_dir).partition(TP.topic, TP.partition).segments()[:2]:
+        local.log_path.unlink()  # the broker's local retention: 25..34 are tiered
+    cache = RemoteIndexCache(tmp_path / "cache", tiering.storage, tiering.metrics)
+    lookups = LookupService(tiering.store, tiering.storage, cache, (log_dir,), clock=FakeClock(100.0))
+    try:
+        assert lookups.find(TP, SpecialTimestamp.EARLIEST).offset == 25
+    finally:
+        cache.close()
+
+
 def test_log_start_offset_breach_is_for_segments_wholly_below_it() -> None:
     assert _breaching(log_start_offset=20) == [0, 10]
     assert _breaching(log_start_offset=25) == [0, 10]  # segment 20-29 still holds 25-29
     assert _breaching(log_start_offset=0) == []
+
+
+def test_the_log_start_passes_a_deleted_segment_unless_a_kept_copy_holds_other_records_there() -> None:
+    gone = segment(0, 29, epochs=((4, 0), (5, 20)))
+    # A takeover's copy of the same records from 10: they go with the deleted segment, as in Kafka.
+    assert log_start_after([gone], [segment(10, 49, epochs=((4, 10), (5, 20)))]) == 30
+    # A copy of the broker's log from 25 on, where the deleted segment holds epoch 5's records.
+    diverged = segment(25, 49, epochs=((6, 25),))
+    assert log_start_after([gone], [diverged]) == 25
+    assert log_start_after([gone], [segment(22, 49, epochs=((5, 22), (6, 27)))]) == 27
+    assert log_start_after([gone], [diverged], floor=27) == 27  # below it the log is deleted
+    assert log_start_after([gone], [segment(30, 49, epochs=((6, 30),))]) == 30
 
 
 def test_rows_of_long_deleted_segments_are_purged_and_the_highest_copied_offset_stays(
