@@ -51,7 +51,8 @@ def delete_segment(
     fence: Lease | None,
     step: Step = no_step,
 ) -> bool:
-    """Delete ``segment`` from the remote tier; returns False when another deleter got there first.
+    """Delete ``segment`` from the remote tier; returns False when another deleter got there first,
+    or a compaction swap replaced it meanwhile and its objects must wait (:func:`deferred`).
 
     ``segment`` may be ``COPY_SEGMENT_STARTED`` (an abandoned copy), ``COPY_SEGMENT_FINISHED``
     (expired) or already ``DELETE_SEGMENT_STARTED`` (a retry). The state moves first, so no reader
@@ -69,7 +70,7 @@ def delete_segment(
     copy_finished = segment.state is SegmentState.COPY_SEGMENT_FINISHED
     if segment.state is not SegmentState.DELETE_SEGMENT_STARTED:
         try:
-            store.update_segment_state(
+            update = store.update_segment_state(
                 segment.segment_id,
                 SegmentState.DELETE_SEGMENT_STARTED,
                 event_time_ms=now_ms,
@@ -78,6 +79,10 @@ def delete_segment(
             )
         except StateConflictError:
             return False  # it finished or was deleted meanwhile; its new state is someone else's
+        if not update.changed and deferred(update.segment, now_ms):
+            # A compaction swap moved it meanwhile (the store takes the move as a repeat): its
+            # objects stay until the swap's delay is over, for the reads that picked it before.
+            return False
         step("delete_started")
     if not copy_finished:
         keys = [segment.layout.log_key, segment.layout.index_key]

@@ -8,6 +8,7 @@ their own at the end.
 from __future__ import annotations
 
 import dataclasses
+import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from rlm.log.model import NO_TIMESTAMP
 from rlm.log.writer import ProducerRecord, TopicConfig
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
-from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import ObjectLayout, RemoteSegment, SegmentState, TopicPartition
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.log_start import marker_key, read_marker
 from rlm.storage.protocol import RemoteStorage
@@ -368,6 +369,53 @@ def test_a_delete_left_started_is_retried(
     ]
     assert not set(_objects_of(rows[0])) & set(tiering.storage.list_keys(""))
     assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_a_segment_a_compaction_replaced_meanwhile_keeps_its_objects_until_its_delete_delay(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,
+    tmp_path: Path,
+) -> None:
+    """Retention picked segment 0 before a compaction swap replaced it: the swap gave lookups and
+    fetches that picked it too until ``delete_after_ms`` to read it, and retention leaves it so."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    rows = tiering.finished(TP)
+    delay = 5 * 60_000
+
+    def compacted_meanwhile(name: str) -> None:
+        if name != "log_start_advanced":
+            return
+        lease = tiering.store.acquire_compaction_lease(TP, "job", 60_000)
+        assert lease is not None
+        output_id = uuid.uuid4()
+        output = dataclasses.replace(
+            rows[0],
+            segment_id=output_id,
+            state=SegmentState.COPY_SEGMENT_STARTED,
+            layout=ObjectLayout(f"{output_id}.log", f"{output_id}.indexes", rows[0].layout.index_ranges),
+        )
+        swapped = tiering.store.swap_compacted(
+            lease, [output], [rows[0].segment_id], now_ms=NOW, delete_after_ms=NOW + delay
+        )
+        assert swapped
+
+    compact_delete = TopicSettings(cleanup_policy="compact,delete", retention_ms=4 * HOUR, retention_bytes=-1)
+    settings = tiering.settings.replace(topic_defaults=compact_delete)
+    (outcome,) = tiering.retention(settings=settings, step=compacted_meanwhile).run_once()
+
+    assert (outcome.error, outcome.deleted_segments) == (None, 2)  # segments 1 and 2
+    replaced = tiering.store.get_segment(rows[0].segment_id)
+    assert replaced is not None and replaced.state is SegmentState.DELETE_SEGMENT_STARTED
+    assert set(_objects_of(rows[0])) <= set(tiering.storage.list_keys(""))
+
+    tiering.clock.advance(delay)
+    (later,) = tiering.retention(settings=settings).run_once()
+    assert later.error is None
+    replaced = tiering.store.get_segment(rows[0].segment_id)
+    assert replaced is not None and replaced.state is SegmentState.DELETE_SEGMENT_FINISHED
+    assert not set(_objects_of(rows[0])) & set(tiering.storage.list_keys(""))
 
 
 def test_a_segment_being_copied_is_never_deleted(
