@@ -113,15 +113,16 @@ def spans(tiering: Tiering) -> list[tuple[int, int, tuple[int, ...]]]:
 
 
 def elected_past_the_cut(
-    backend: Backend, tiering_factory: Callable[..., Tiering], tmp_path: Path
+    backend: Backend, tiering_factory: Callable[..., Tiering], tmp_path: Path, *, past_the_cut: int = 3
 ) -> tuple[Tiering, Path]:
     """The old leader's 0..39 tiered in batches of 10 (epoch 5 from 20), then the new leader's log
-    (epoch 6 from 20, 28.. its active segment) with its segments below 25 deleted: 20..24 are only
-    in the old copy's batch of 20..29, which holds offsets on both sides of 25."""
+    (epoch 6 from 20; a segment of ``past_the_cut`` records from 25, then its active segment of 3:
+    28.. by default) with its segments below 25 deleted: 20..24 are only in the old copy's batch
+    of 20..29, which holds offsets on both sides of 25."""
     log_dir = tmp_path / "logs"
     write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)
     tiering = tiering_factory(backend, log_dir)
     tiering.copier().run_once()
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6))
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (past_the_cut, 6))
     drop_local_segments_below(log_dir, 25)
     return tiering, log_dir

@@ -208,19 +208,23 @@ class RecordFetcher:
         position = self.indexes.offset_index(segment, stats).lookup(offset).position
         reader = RemoteLogReader(self.storage, segment, stats, checkpoint)
         taken = 0
+        name = segment.layout.log_key
         for header, data in reader.batches(position):
             if header.last_offset < offset:
                 continue
-            if header.base_offset > last or _past_the_end(header, result, taken, max_bytes):
+            if header.base_offset > last:
                 return
             # A batch reaching past the copy's last answered offset is the old leader's there: it
-            # is given out cut short.
+            # is given out cut short, and only what is given out is held against the high
+            # watermark and the bound (the old leader's last offset may lie past the new
+            # leader's high watermark where the records up to the cut do not).
+            clipped: tuple[BatchHeader, bytes] | None = (header, data)
+            if header.last_offset > last and not header.is_control:
+                clipped = cut_short(header, data, last, name)
+            if clipped is None or _past_the_end(clipped[0], result, taken, max_bytes):
+                return
             result.next_offset = min(header.next_offset, last + 1)
             if not header.is_control:
-                name = segment.layout.log_key
-                clipped = cut_short(header, data, last, name) if header.last_offset > last else (header, data)
-                if clipped is None:
-                    return
                 records = _decode(*clipped, name, offset, result.high_watermark)
                 result.batches.append(FetchedBatch(*clipped, records))
                 taken += clipped[0].size

@@ -391,21 +391,29 @@ class BatchReader:
                         if sent:
                             yield sent
                         return
-                    if header.last_offset >= self.plan.end and await self._past_the_end(header, data):
+                    if last is not None and header.last_offset > last:
+                        # Another copy or the broker's log answers past ``last``: a batch across
+                        # it is sent cut short there (the old leader's records are past it, and
+                        # so is the end of the batch as stored, which may lie past the range or
+                        # the high watermark where the batch cut short does not).
+                        clipped = None
+                        if header.base_offset <= last and is_sent(header, self._aborted):
+                            clipped = await self._blocking(partial(cut_short, header, bytes(data), last, key))
+                        if clipped is not None and await self._ends_here(*clipped):
+                            if sent:
+                                yield sent
+                            yield None
+                            return
+                        self.next_offset = max(self.next_offset, last + 1)
+                        if clipped is not None:
+                            sent.append(StreamBatch(*clipped, "remote", key))
+                        if sent:
+                            yield sent
+                        return
+                    if await self._ends_here(header, data):
                         if sent:
                             yield sent
                         yield None
-                        return
-                    if last is not None and header.last_offset > last:
-                        # Another copy or the broker's log answers past ``last``: a batch across
-                        # it is sent cut short there (the old leader's records are past it).
-                        self.next_offset = max(self.next_offset, last + 1)
-                        if header.base_offset <= last and is_sent(header, self._aborted):
-                            clipped = await self._blocking(partial(cut_short, header, bytes(data), last, key))
-                            if clipped is not None:
-                                sent.append(StreamBatch(*clipped, "remote", key))
-                        if sent:
-                            yield sent
                         return
                     self.next_offset = header.last_offset + 1
                     if is_sent(header, self._aborted):
@@ -547,6 +555,11 @@ class BatchReader:
         finally:
             for left, _ in jobs:
                 left.cancelled = True
+
+    async def _ends_here(self, header: BatchHeader, data: Batch) -> bool:
+        """Whether the stream ends before a batch: it reaches the range's end and
+        :meth:`_past_the_end` says so."""
+        return header.last_offset >= self.plan.end and await self._past_the_end(header, data)
 
     async def _past_the_end(self, header: BatchHeader, data: Batch) -> bool:
         """Whether a batch ending at or past the range's end lies wholly past it or past the last

@@ -196,6 +196,29 @@ def test_a_stream_across_a_copy_kept_past_the_cut_sends_its_records_below_the_cu
         assert all(before[1] < after[0] for before, after in itertools.pairwise(joined["batches"]))
 
 
+def test_a_kept_batch_whose_old_leaders_records_reach_the_high_watermark_is_read_below_the_cut(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    """The new leader has written little past the cut: its high watermark (29) is the kept batch
+    20..29's last offset, the old leader's. Cut at 24 the batch lies below it: a fetch from 20
+    answers 20..24 (not nothing, the next fetch sent back to 20), and a stream sends them, then
+    the broker's 25..28 (it does not end at 19)."""
+    tiering, log_dir = elected_past_the_cut(backend, tiering_factory, tmp_path, past_the_cut=1)
+    tiering.copier().run_once()
+    assert spans(tiering) == [(0, 9, (4,)), (10, 19, (4,)), (20, 29, (5,))]
+    assert LogDir(log_dir).partition(TP.topic, TP.partition).high_watermark() == 29
+
+    answers = fetched(tiering, log_dir, [20, 25])
+    assert answers[20] == ("remote", 25, [(o, 5) for o in range(20, 25)])
+    assert answers[25] == ("local", 29, new_leaders_from(25, 28))
+
+    got = streamed(tiering, log_dir, {"offset": 12, "end_offset": 40})
+    expected = [(o, 4) for o in range(12, 20)] + [(o, 5) for o in range(20, 25)] + new_leaders_from(25, 28)
+    assert got["ndjson"] == got["arrow"] == got["raw_in_range"] == expected
+    assert got["grpc"] == got["grpc_raw"] == expected
+    assert got["batches"][:2] == [(10, 19), (20, 24)]
+
+
 def test_a_copy_the_store_has_answer_an_offset_is_read_from_there_whatever_its_answer_end_says(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
