@@ -410,7 +410,8 @@ class BatchReader:
                         if sent:
                             yield sent
                         return
-                    if await self._ends_here(header, data):
+                    # (the test inline, not through _ends_here: no coroutine made per batch)
+                    if header.last_offset >= self.plan.end and await self._past_the_end(header, data):
                         if sent:
                             yield sent
                         yield None
