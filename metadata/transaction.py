@@ -83,7 +83,8 @@ def transaction(
 
     Args:
         engine: Engine from :func:`metadata.engine.create_engine_for_url`.
-        write: The block writes. On SQLite the transaction then takes the write lock up front.
+        write: The block writes. On SQLite the transaction then takes the write lock up front;
+            on PostgreSQL it runs at READ COMMITTED, whatever the database's default.
         snapshot: A reading block runs several statements that must see one snapshot: on
             PostgreSQL it then runs at REPEATABLE READ. A read of one statement passes ``False``
             and runs in autocommit mode, saving the BEGIN and COMMIT round trips.
@@ -99,9 +100,16 @@ def transaction(
         raise _told(translate_error(exc, connecting=True), on_error) from exc
     try:
         with connection:
+            postgresql = connection.dialect.name == "postgresql"
             if write:
                 connection.execution_options(**{WRITE_OPTION: True})
-            elif connection.dialect.name == "postgresql":
+                if postgresql:
+                    # Whatever the database's default_transaction_isolation: a write locks its
+                    # partition's row, then reads the state it changes, and only at READ COMMITTED
+                    # do those reads see what the writer it waited for committed. At REPEATABLE
+                    # READ they would see the database as it was before the wait.
+                    connection.execution_options(isolation_level="READ COMMITTED")
+            elif postgresql:
                 level = "REPEATABLE READ" if snapshot else "AUTOCOMMIT"
                 connection.execution_options(isolation_level=level)
             with connection.begin():
