@@ -26,9 +26,10 @@ from uuid import UUID
 
 from sqlalchemy import Connection, Row, delete, insert, or_, select, update
 
-from metadata import exports, recount, uploads
+from metadata import exports, recount, summaries, uploads
 from metadata.models import CopyTruncationRow, PartitionRow, SegmentRow, SkippedRangeRow
 from metadata.partitions import topic_partition
+from metadata.rows import segment_from_row
 from rlm.errors import StateConflictError
 from rlm.metastore.model import SegmentState
 
@@ -129,7 +130,7 @@ def overlay(conn: Connection, part: Row[Any], segment_id: UUID, now_ms: int) -> 
             a finished copy of it; nothing changed.
     """
     row = conn.execute(
-        select(SegmentRow.state, SegmentRow.start_offset).where(
+        select(SegmentRow.__table__).where(
             SegmentRow.partition_id == part.id, SegmentRow.segment_id == segment_id
         )
     ).first()
@@ -156,7 +157,10 @@ def overlay(conn: Connection, part: Row[Any], segment_id: UUID, now_ms: int) -> 
         .values(state=SegmentState.COPY_SEGMENT_FINISHED.value, event_time_ms=now_ms)
     )
     uploads.forget(conn, segment_id)
-    recount.partition(conn, part.id)
+    # Nothing leaves COPY_SEGMENT_FINISHED: accounted for as any copy finishing, not counted
+    # again from the finished rows, which would drop the highest offsets of the leader epochs
+    # whose copies retention deleted.
+    summaries.segment_finished(conn, part, segment_from_row(row, tp))
     _replaced_from(conn, part, start, now_ms)
 
 

@@ -10,7 +10,7 @@ import pytest
 from metadata.store import SqlMetadataStore
 from rlm.errors import StaleLeaseError, StateConflictError
 from rlm.metastore import SegmentState, SkipKind, SkippedRange
-from tests.metadata_support import TP, add_finished, segment
+from tests.metadata_support import TP, add_finished, segment, stored_tree
 
 OUT = "file:///exports/orders"
 
@@ -275,3 +275,25 @@ def test_a_stale_lease_cannot_finish_a_copy_over_a_kept_one(store: SqlMetadataSt
         store.finish_overlay(TP, over.segment_id, event_time_ms=7, fence=lease)
     found = store.get_segment(over.segment_id)
     assert found is not None and found.state is SegmentState.COPY_SEGMENT_STARTED
+
+
+def test_a_copy_over_a_kept_one_lowers_no_highest_offset_of_a_leader_epoch(store: SqlMetadataStore) -> None:
+    # Retention deleted the copies of epoch 3: its offsets were copied all the same, and a copy
+    # finishing over a kept one retires nothing, so no epoch's highest copied offset falls.
+    gone = segment(0, 99, epochs=((3, 0),))
+    kept = segment(100, 149, epochs=((5, 100),))
+    add_finished(store, gone, kept)
+    store.advance_log_start_offset(TP, 100)
+    for state in (SegmentState.DELETE_SEGMENT_STARTED, SegmentState.DELETE_SEGMENT_FINISHED):
+        store.update_segment_state(gone.segment_id, state, event_time_ms=5)
+    over = segment(140, 199, epochs=((6, 140),))
+    store.add_segment(over)
+
+    store.finish_overlay(TP, over.segment_id, event_time_ms=7)
+
+    assert store.highest_copied_offset(TP, leader_epoch=3) == 99
+    assert store.highest_copied_offset(TP, leader_epoch=5) == 149
+    assert store.highest_copied_offset(TP, leader_epoch=6) == 199
+    record, tree = store.get_partition(TP), stored_tree(store)
+    store.rebuild_summaries(TP)  # the figures are what the segment rows say
+    assert (store.get_partition(TP), stored_tree(store)) == (record, tree)
