@@ -230,7 +230,13 @@ class ListOffsets:
         else:
             planning = self.planner.start(wanted, isolation, deadline, stats)
         if isinstance(planning.read, Task):
-            await waits.wait([planning.read], deadline - self._clock())
+            try:
+                await waits.wait([planning.read], deadline - self._clock())
+            except BaseException:
+                # The request went away (its client, or the server stopping): nobody will finish
+                # the planning, so the read is cancelled here, not left queued to run for nobody.
+                planning.read.cancel()
+                raise
         plan = await asyncio.to_thread(planning.finish, deadline) if big else planning.finish(deadline)
         outcomes = plan.answered
         done_at = dict.fromkeys(outcomes, time.perf_counter())

@@ -8,6 +8,7 @@ elapsed time are loose (the time the gate stays closed): they tell a deadline ke
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Collection, Iterator
@@ -180,3 +181,37 @@ def test_a_request_names_at_most_the_configured_partitions_in_all(sidecar: Sidec
     list_offsets.max_partitions = 3
     with pytest.raises(InvalidArgumentError, match="at most 3"):
         list_offsets.handle(sidecar.request([("a", p, 0) for p in range(4)], timeout_ms=1000))
+
+
+def test_a_request_that_goes_away_while_views_are_read_cancels_the_read(sidecar: Sidecar) -> None:
+    """The client went away while the request awaited its batched read of views, still queued
+    behind busy metadata threads: the read is dropped, not run later for nobody."""
+    rt = sidecar.runtime
+    pool = rt.metadata_pool
+    release = threading.Event()
+    running = threading.Barrier(pool.threads + 1)
+
+    def busy(token: object) -> None:
+        running.wait(WAIT)
+        assert release.wait(WAIT)
+
+    blockers = [pool.submit(busy) for _ in range(pool.threads)]
+    try:
+        running.wait(WAIT)  # every metadata thread is taken
+        asked = [("never-produced", p, 0) for p in range(3)]
+
+        async def main() -> None:
+            request = asyncio.create_task(rt.list_offsets.handle_async(sidecar.request(asked, 30_000)))
+            while pool.pending == 0:
+                await asyncio.sleep(0.001)
+            request.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await request
+
+        asyncio.run(main())
+        assert pool.pending == 0, "the read of a request that went away stayed queued"
+    finally:
+        release.set()
+        for blocker in blockers:
+            assert blocker.wait(WAIT)
+    assert sidecar.store.batches == [], "the read of a request that went away was run"
