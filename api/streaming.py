@@ -2,7 +2,8 @@
 
 Above ``remote.fetch.max.streams`` streams the answer is ``PoolFullError`` (429 with ``Retry-After``,
 RESOURCE_EXHAUSTED). Planning may search the remote tier, so it runs on the remote-fetch pool,
-awaited without holding a thread, within the request's deadline.
+awaited without holding a thread, within the request's deadline; cut off by it, planning stops at
+its next remote read.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ async def open_stream(rt: Runtime, query: RangeQuery, timeout_ms: int | None) ->
         )
 
     def plan(token: CancelToken) -> RangePlan:
-        return streams.plan(query)
+        return streams.plan(query, checkpoint=token.raise_if_cancelled)
 
     try:
         timeout_s = rt.request_timeout.seconds_for(timeout_ms)

@@ -30,6 +30,7 @@ from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.lookup.answer_end import answer_end
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.plans import IsolationLevel
+from rlm.lookup.ranged_search import Checkpoint, never_cancelled
 from rlm.lookup.segment_lists import SegmentList
 from rlm.lookup.service import LookupService
 from rlm.lookup.topic_ids import is_other_topic, local_topic_id
@@ -87,10 +88,20 @@ class RangePlan:
         return self.start >= self.end
 
 
-def plan_range(service: LookupService, indexes: RemoteIndexCache, query: RangeQuery) -> RangePlan:
+def plan_range(
+    service: LookupService,
+    indexes: RemoteIndexCache,
+    query: RangeQuery,
+    *,
+    checkpoint: Checkpoint = never_cancelled,
+) -> RangePlan:
     """Resolve ``query`` into offsets (blocking: run it on the reader pool).
 
+    ``checkpoint`` is called between remote reads (its pool task's token): planning cut off by
+    its request's deadline stops there instead of reading on for nobody, holding a pool thread.
+
     Raises:
+        TaskCancelledError: ``checkpoint`` said the plan is no longer wanted.
         InvalidTopicNameError: the topic name breaks Kafka's rule.
         NotFoundError: unknown topic-partition.
         UnreadableTopicIdError: the store knows the partition and the broker's
@@ -127,27 +138,33 @@ def plan_range(service: LookupService, indexes: RemoteIndexCache, query: RangeQu
                 )
         start = query.offset
     elif query.from_timestamp is not None:
-        start = _offset_for(service, tp, query.from_timestamp, query.isolation, limit)
+        start = _offset_for(service, tp, query.from_timestamp, query.isolation, limit, checkpoint)
     else:
         start = earliest
     end = limit
     if query.end_offset is not None:
         end = min(end, query.end_offset)
     if query.to_timestamp is not None:
-        end = min(end, _offset_for(service, tp, query.to_timestamp, query.isolation, limit))
+        end = min(end, _offset_for(service, tp, query.to_timestamp, query.isolation, limit, checkpoint))
     segments = local.segments() if local is not None else []
     local_start = max(segments[0].base_offset, earliest) if segments else None
     aborted: tuple[AbortedTxn, ...] = ()
     if query.isolation is IsolationLevel.READ_COMMITTED and start < end:
-        aborted = tuple(_aborted(service, indexes, tp, local, start, end))
+        aborted = tuple(_aborted(service, indexes, tp, local, start, end, checkpoint))
     return RangePlan(tp, start, end, limit, local_start, local, aborted, query.isolation)
 
 
 def _offset_for(
-    service: LookupService, tp: TopicPartition, timestamp: int, isolation: IsolationLevel, limit: int
+    service: LookupService,
+    tp: TopicPartition,
+    timestamp: int,
+    isolation: IsolationLevel,
+    limit: int,
+    checkpoint: Checkpoint,
 ) -> int:
     """The offset-for-timestamp answer; ``limit`` when there is none (nothing at or after it)."""
-    answer = service.find(tp, timestamp, isolation=isolation)
+    checkpoint()
+    answer = service.find(tp, timestamp, isolation=isolation, checkpoint=checkpoint)
     return limit if answer.offset < 0 else answer.offset
 
 
@@ -158,6 +175,7 @@ def _aborted(
     local: PartitionDir | None,
     start: int,
     end: int,
+    checkpoint: Checkpoint = never_cancelled,
 ) -> list[AbortedTxn]:
     """The aborted transactions with records in ``[start, end)``, from the transaction indexes of
     every segment from the one holding ``start`` on, until one says no later one can matter (an
@@ -176,6 +194,7 @@ def _aborted(
         for segment in listed.segments:
             if segment.end_offset < start or segment.start_offset >= local_start or segment.txn_index_empty:
                 continue
+            checkpoint()
             data = indexes.get(segment, IndexType.TRANSACTION)
             if not data:
                 continue

@@ -33,6 +33,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TypeVar
 
 from rlm.lookup.index_cache import RemoteIndexCache
+from rlm.lookup.ranged_search import Checkpoint, never_cancelled
 from rlm.lookup.service import LookupService
 from rlm.metrics import Metrics
 from rlm.stream.chunks import StreamBatch
@@ -202,13 +203,14 @@ class RecordStreams:
         for call in self._idle_calls:
             loop.run_in_executor(self._executor, _logged, call)
 
-    def plan(self, query: RangeQuery) -> RangePlan:
-        """Resolve ``query`` (blocking; may search the remote tier: run it on the reader pool).
+    def plan(self, query: RangeQuery, *, checkpoint: Checkpoint = never_cancelled) -> RangePlan:
+        """Resolve ``query`` (blocking; may search the remote tier: run it on the reader pool,
+        ``checkpoint`` its task's token, checked between remote reads).
 
         Raises:
             as :func:`rlm.stream.plan.plan_range`.
         """
-        return plan_range(self.service, self.indexes, query)
+        return plan_range(self.service, self.indexes, query, checkpoint=checkpoint)
 
     async def run(self, call: Callable[[], T]) -> T:
         """``call()`` on the streams' executor: a blocking call, off the event loop."""

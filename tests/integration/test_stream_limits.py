@@ -19,9 +19,12 @@ import uvicorn
 
 from api.auth import TokenAuthenticator
 from api.rest.app import create_app
+from api.streaming import open_stream
 from rlm.bootstrap import Runtime
+from rlm.errors import RequestTimedOutError
 from rlm.log.logdir import LogDir
 from rlm.storage.protocol import RemoteStorage
+from rlm.stream.plan import RangeQuery
 from tests.grpc_support import GatedStorage, free_port, wait_until
 from tests.integration.test_fetch import PLAN
 from tests.lookup_support import TOPIC, Backend, Tiered, runtime, tier_partition, write_partition
@@ -169,3 +172,28 @@ def test_a_client_that_goes_away_leaves_no_read_running(
         reads = gate.reads
     time.sleep(0.3)  # the gate is open again: a stream still running would read on
     assert gate.reads == reads
+
+
+def test_a_stream_planned_past_its_deadline_stops_reading_the_remote_tier(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Planning searched the remote tier for the stream's timestamps and was cut off by the
+    request's deadline: it stops at its next remote read, holding the fetch thread no longer."""
+    tiered, gate = gated_partition(request, tmp_path, CountingGate)
+    rt = tiered.runtime
+    query = RangeQuery(tiered.tp, from_timestamp=3900, to_timestamp=3990)
+    try:
+        with gate.closed() as arrivals:
+
+            async def main() -> None:
+                with pytest.raises(RequestTimedOutError):
+                    await open_stream(rt, query, timeout_ms=300)
+
+            asyncio.run(main())
+            assert arrivals.acquire(timeout=10)  # planning waits at the gate, for a remote read
+            reads = gate.reads
+        wait_until(lambda: rt.fetch_pool.running == 0)
+        assert gate.reads == reads, f"planning read on after its deadline: {gate.reads - reads} reads"
+        assert rt.streams.active == 0
+    finally:
+        rt.close()
