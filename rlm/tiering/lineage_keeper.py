@@ -207,6 +207,14 @@ class LineageKeeper:
         if kept is None:
             self.metrics.copies_diverged.labels(*labels).set(0)
         self._replaced(tp, found, retired)
+        if retired and any(s.start_offset < found.replace_from <= s.end_offset for s in finished):
+            # A copy kept past an earlier cut reaches over the retired ones' start (the copy that
+            # answered past it was the broker's, now diverged too): it answers up to its end again,
+            # and the copier, resuming past it, would leave the broker's segments ending inside it
+            # untiered, its old leader's records answering there once the broker deletes them. It
+            # is compared again now, and kept or cut as at its own cut, the log tiered past it.
+            again = self.follow(partition, lease, now_ms=now_ms)
+            return again._replace(retired=retired + again.retired)
         return Followed(retired, older)
 
     def _retire(self, tp: TopicPartition, from_offset: int, lease: Lease, now_ms: int) -> int:

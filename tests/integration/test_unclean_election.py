@@ -487,16 +487,25 @@ def test_a_copy_past_the_cut_of_a_segment_failing_the_checks_stops_copying_there
     assert len([r for r in caplog.records if r.levelno >= logging.ERROR]) == 1
 
 
+def elected_with_segments_inside_the_kept_batch(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> tuple[Tiering, Path]:
+    """The old leader's 0..39 tiered in batches of 10 (epoch 5 from 20), then the new leader's log
+    (epoch 6 from 20), rolled at 25, 28 and 35, with its segments below 25 deleted: its segment of
+    25..27 lies inside the old copy's batch of 20..29."""
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)
+    tiering = tiering_factory(backend, log_dir)
+    assert tiering.copier().run_once()[0].copied_segments == 4
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6), (10, 6), (10, 6))
+    drop_local_segments_below(log_dir, 25)
+    return tiering, log_dir
+
+
 def test_the_brokers_first_segments_smaller_than_the_batch_kept_across_the_cut_are_tiered_as_one_copy(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
 ) -> None:
-    log_dir = tmp_path / "logs"
-    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10)  # batches 20..29, 30..39
-    tiering = tiering_factory(backend, log_dir)
-    assert tiering.copier().run_once()[0].copied_segments == 4
-    # The new leader rolled at 25, 28 and 35: its segment of 25..27 lies inside the batch of 20..29.
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 6), (10, 6), (10, 6))
-    drop_local_segments_below(log_dir, 25)
+    tiering, log_dir = elected_with_segments_inside_the_kept_batch(backend, tiering_factory, tmp_path)
 
     outcomes = [tiering.copier().run_once()[0] for _ in range(2)]
 
@@ -663,3 +672,30 @@ def aborted_transactions(tiering: Tiering, segment: RemoteSegment | None) -> lis
     assert segment is not None
     data = read_index(tiering.storage, segment.layout, IndexType.TRANSACTION)
     return [] if data is None else list(TransactionIndex.from_bytes(segment.start_offset, data).entries())
+
+
+def test_a_copy_joined_past_a_kept_one_that_diverges_again_is_tiered_again_past_the_kept_one(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    tiering, log_dir = elected_with_segments_inside_the_kept_batch(backend, tiering_factory, tmp_path)
+    copier = tiering.copier()
+    for _ in range(2):
+        assert copier.run_once()[0].error is None
+    assert spans(tiering)[2:] == [(20, 29, (5,)), (25, 34, (6,)), (35, 44, (6,)), (45, 54, (6,))]
+
+    # A second unclean election: the next leader holds epoch 6's records up to 27 only, then its own.
+    write_log(log_dir, (10, 4), (10, 4), (5, 6), (3, 6), (7, 7), (10, 7), (10, 7))
+    drop_local_segments_below(log_dir, 25)
+    copier = tiering.copier()  # another sidecar's: it finds the kept copy cannot be cut at 25
+    outcome = copier.run_once()[0]
+    assert (outcome.error, outcome.copied_segments) == (None, 3)
+    # The broker's local retention deletes what the remote tier holds since.
+    drop_local_segments_below(log_dir, 28)
+    assert copier.run_once()[0].error is None
+
+    # The copy kept past 25 answers 20..24 only; the broker's records from 25 on are tiered again,
+    # its segments of 25..27 and 28..34 as one copy reaching past it.
+    assert spans(tiering)[2:] == [(20, 29, (5,)), (25, 34, (6, 7)), (35, 44, (7,)), (45, 54, (7,))]
+    assert_epochs_read(tiering, {24: 5, 25: 6, 27: 6, 28: 7, 34: 7, 35: 7})
+    answers = fetched(tiering, log_dir, [25])
+    assert answers[25][2][:3] == [(25, 6), (26, 6), (27, 6)]
