@@ -15,8 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 
-from rlm.bootstrap import Runtime
+from rlm.bootstrap import Runtime, build_runtime
 from rlm.log.logdir import PARTITION_METADATA, LogDir
 from rlm.log.model import Record
 from rlm.lookup.list_offsets import ErrorCode
@@ -214,3 +215,42 @@ def test_latest_tiered_is_not_the_deleted_topics(sidecar: tuple[Runtime, Path]) 
     # Nothing of the new topic is tiered yet: the deleted topic's highest copied offset is no answer.
     assert rt.lookup.find(TP, LATEST_TIERED) == OffsetAnswer.none()
     assert rt.list_offsets.find_one(TP, LATEST_TIERED).offset == -1
+
+
+def drop_tiered_local_segments(log_dir: Path) -> None:
+    """The broker's local retention: the rolled (tiered) segments go, the active one stays."""
+    local = LogDir(log_dir).partition(TP.topic, TP.partition)
+    for segment in local.rolled_segments():
+        for path in segment.log_path.parent.glob(f"{segment.base_offset:020d}.*"):
+            path.unlink()
+
+
+def test_a_lookup_process_that_listed_the_deleted_topics_segments_searches_the_new_topics(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    # Two processes over one store: the copier's sidecar and another that only answers lookups
+    # (it hears of the copier's changes only through the store).
+    log_dir = tmp_path / "logs"
+    write_topic(log_dir, 3, seed=1)
+    backend = Backend("sqlite-fs", sqlite_template=sqlite_template)
+    settings = backend.settings(tmp_path, log_dir)
+    tiering = build_runtime(settings, registry=CollectorRegistry(), storage=backend.storage(tmp_path))
+    other = settings.replace(remote_log_index_cache_dir=tmp_path / "other-index-cache")
+    lookups = build_runtime(other, registry=CollectorRegistry(), storage=backend.storage(tmp_path))
+    try:
+        assert [o.copied_segments for o in tiering.copier.run_once()] == [3]
+        drop_tiered_local_segments(log_dir)
+        answer = OffsetAnswer(15, WRITER_NOW_MS - 999, 0, "remote")
+        assert lookups.lookup.find(TP, WRITER_NOW_MS - 999) == answer  # its segments listed
+
+        # Deleted and created again with the same records: the same remote size and offsets.
+        shutil.rmtree(log_dir)
+        write_topic(log_dir, 3, seed=1)
+        assert [o.copied_segments for o in tiering.copier.run_once()] == [3]
+        drop_tiered_local_segments(log_dir)
+        lookups.lookup.views.invalidate(TP)  # the view's time to live passed
+
+        assert lookups.lookup.find(TP, WRITER_NOW_MS - 999) == answer
+    finally:
+        lookups.close()
+        tiering.close()
