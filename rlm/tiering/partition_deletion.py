@@ -19,7 +19,8 @@ the sidecars of the brokers that hold a live topic renew and claim its leases ev
 them again when restarted; a deleted topic's stop. This catches a live topic's id given by mistake
 even on a broker that does not hold the partition.
 
-Per partition, under its copy lease:
+Per partition, under its copy lease, once its record, read again, still names the deleted
+topic's id (the topic created again may have been adopted since the checks):
 
 1. ``DELETE_PARTITION_MARKED``: from then on the store refuses new segments of the partition,
    copies and compaction swaps alike (the compaction job discards its outputs), so the segments
@@ -154,6 +155,13 @@ def delete_partition(
             tp, skipped=f"the copy lease is held by {leases.holder(tp)}; run again", run_again=True
         )
     try:
+        # Read again under the lease: the topic created again may have been adopted since the
+        # checks above, by a sidecar that has given the lease back since (its adoption clears the
+        # deletion state of a run that died): its segments are none of this deletion's.
+        record = store.get_partition(tp)
+        if record is None:
+            raise NotFoundError(f"the remote tier holds nothing of {tp}")
+        _check_topic_id(record, topic_id)
         if record.deletion_state is None:  # else a run that died went as far
             store.update_partition_state(
                 tp, PartitionState.DELETE_PARTITION_MARKED, event_time_ms=clock(), fence=lease

@@ -411,3 +411,55 @@ def test_rest_and_grpc_show_the_deleted_partition_and_its_topic_id_and_read_noth
     assert offsets.status_code == 404, offsets.text
     assert "unknown topic-partition orders-0" in offsets.text
     assert other.status_code == 200 and other.json()["offset"] == 0
+
+
+class _AdoptedMeanwhile:
+    """The deletion's lease keeper; just before the deletion takes the lease, ``meanwhile`` runs
+    (another sidecar holds the lease, does its pass and gives the lease back)."""
+
+    def __init__(self, tiering: Tiering, meanwhile: Callable[[], object]) -> None:
+        self.leases = tiering.leases
+        self.meanwhile: Callable[[], object] | None = meanwhile
+
+    def hold(self, tp: TopicPartition) -> object:
+        run, self.meanwhile = self.meanwhile, None
+        if run is not None:
+            run()
+        return self.leases.hold(tp)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.leases, name)
+
+
+def test_a_deletion_run_again_leaves_the_topic_created_again_meanwhile(
+    deleted: tuple[Tiering, Path, UUID],
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    with pytest.raises(OSError, match="the process died"):
+        delete(tiering, TP, topic_id, step=crash_at("partition_marked"))
+    shutil.rmtree(log_dir)
+    write_topic(log_dir, 3, seed=2)
+
+    def created_again_and_tiered() -> None:
+        assert [o.copied_segments for o in tiering.copier().run_once()] == [3, 3]
+        tiering.leases.release_all()  # a rolling restart
+
+    # The run again reads the partition's record (the deleted topic's, marked) before the topic
+    # created again is tiered, and takes the lease after.
+    leases = _AdoptedMeanwhile(tiering, created_again_and_tiered)
+    with pytest.raises(StateConflictError, match="it is another topic of that name"):
+        delete_partition(
+            tiering.store,
+            tiering.storage,
+            leases,  # type: ignore[arg-type]
+            TP,
+            topic_id,
+            clock=tiering.clock,
+            log_dirs=tiering.settings.log_dirs,
+            idle_ms=IDLE_MS,
+        )
+
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.deletion_state is None and record.topic_id != topic_id
+    assert [s.start_offset for s in tiering.finished(TP)] == [0, 10, 20]
+    assert tiering.store.get_lease(TP) is None
