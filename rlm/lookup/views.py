@@ -5,7 +5,8 @@ A lookup needs four facts of a partition's remote tier: whether the store knows 
 finished segment, its remote log start offset and its max remote timestamp. The store answers them
 for many partitions in one query (``remote_tier_summaries``: all the partitions of a ListOffsets
 request at once). A view is reused for ``ttl_s`` (default 1 s), and read again at once when the
-broker's first local segment changed since (local retention deleted segments) or on
+broker's first local segment changed since (local retention deleted segments), or the topic id of
+its directory did (the topic was deleted and created again under the name), or on
 :meth:`RemoteViews.invalidate`.
 
 A partition whose record in the store is of another topic id than the broker's directory (the
@@ -28,9 +29,10 @@ Without the store (it is down, see :class:`~rlm.metastore.availability.StoreAvai
 read failed), :meth:`RemoteViews.fallback` gives the view a lookup may still use, if any:
 
 * the last view read, however old, while the broker's first local segment is still the one it was
-  read with. The argument for a view ``ttl_s`` old holds at any age: segments finished since hold
-  offsets the broker still has (it deleted none), so they cannot hold an earlier match than its
-  local log; deleted ones only lower the max remote timestamp, and a search then goes remote.
+  read with (the same base offset, in a directory of the same topic id). The argument for a view
+  ``ttl_s`` old holds at any age: segments finished since hold offsets the broker still has (it
+  deleted none), so they cannot hold an earlier match than its local log; deleted ones only lower
+  the max remote timestamp, and a search then goes remote.
 * no view read, but the broker's local log starts at or below its log start offset (from offset
   0, or at its ``log-start-offset-checkpoint``): every offset a consumer may read is still local,
   so an answer found locally has no earlier match in the remote tier. The view of an empty remote
@@ -51,6 +53,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from uuid import UUID
 
+from rlm.errors import CorruptDataError
 from rlm.log.logdir import PartitionDir
 from rlm.lookup.topic_ids import UnreadableTopicIdError, is_other_topic, local_topic_id
 from rlm.metastore.availability import StoreAvailability
@@ -85,6 +88,10 @@ class RemoteTierView:
     local_base: int | None
     """Base offset of the broker's first local segment when the view was read."""
     read_at: float
+    local_topic_id: str | None = None
+    """The topic id of the broker's directory when the view was read (:func:`_local_identity`):
+    a view is reused only for the same topic, never for one deleted and created again under the
+    name whose first local segment has the same base offset (both from 0, usually)."""
     unreadable_topic_id: UnreadableTopicIdError | None = None
     """Why the remote tier may not be used: the store knows the partition but the broker's
     topic id cannot be read (:mod:`rlm.lookup.topic_ids`). Such a view is never kept."""
@@ -145,10 +152,14 @@ class RemoteViews:
             MetadataUnavailableError: the store is down or did not answer.
         """
         bases = {tp: _first_base(local) for tp, local in partitions.items()}
+        ids = {tp: _local_identity(local) for tp, local in partitions.items()}
         now = self._clock()
         summaries = self.availability.call(lambda: self.store.remote_tier_summaries(list(partitions)))
         views = {
-            tp: _local_topic_view(summaries.get(tp), partitions[tp], base, now) for tp, base in bases.items()
+            tp: dataclasses.replace(
+                _local_topic_view(summaries.get(tp), partitions[tp], base, now), local_topic_id=ids[tp]
+            )
+            for tp, base in bases.items()
         }
         kept = {
             tp: v
@@ -173,7 +184,7 @@ class RemoteViews:
         now = self._clock()
         with self._lock:
             view = self._views.get(tp)
-            if view is None or view.local_base != base:
+            if view is None or view.local_base != base or view.local_topic_id != _local_identity(local):
                 return None
             age = now - view.read_at
             if age < self.ttl_s:
@@ -192,7 +203,7 @@ class RemoteViews:
             return None
         with self._lock:
             last = self._views.get(tp)
-        if last is not None and last.local_base == base:
+        if last is not None and last.local_base == base and last.local_topic_id == _local_identity(local):
             return last
         log_start = local.checkpointed_log_start_offset()
         if base <= (log_start if log_start is not None else 0):
@@ -264,6 +275,18 @@ def _version(record: PartitionRecord) -> tuple[int, int, int, UUID | None]:
         record.remote_log_size_bytes,
         record.topic_id,
     )
+
+
+def _local_identity(local: PartitionDir | None) -> str | None:
+    """The topic id of the broker's directory as :attr:`RemoteTierView.local_topic_id` keeps it:
+    None without one, ``"unreadable"`` when ``partition.metadata`` cannot be read (a view kept
+    from before is then read again, and says so)."""
+    if local is None:
+        return None
+    try:
+        return local.topic_id()
+    except (CorruptDataError, OSError):
+        return "unreadable"
 
 
 def _first_base(local: PartitionDir | None) -> int | None:

@@ -18,6 +18,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from rlm.bootstrap import Runtime, build_runtime
+from rlm.errors import MetadataUnavailableError
 from rlm.log.logdir import PARTITION_METADATA, LogDir
 from rlm.log.model import Record
 from rlm.lookup.list_offsets import ErrorCode
@@ -254,3 +255,21 @@ def test_a_lookup_process_that_listed_the_deleted_topics_segments_searches_the_n
     finally:
         lookups.close()
         tiering.close()
+
+
+def test_a_view_of_the_deleted_topic_is_not_used_for_the_new_one_while_the_store_is_down(
+    sidecar: tuple[Runtime, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt, log_dir = sidecar
+    rt.lookup.invalidate()
+    assert rt.lookup.find(TP, EARLIEST).offset == 20  # the deleted topic's view, local base 0
+    recreate_topic(log_dir)  # its first local segment has base offset 0 too
+
+    def down(partitions: object) -> object:
+        raise MetadataUnavailableError("the metadata store does not answer")
+
+    monkeypatch.setattr(rt.store, "remote_tier_summaries", down)
+    # Within the view's time to live, then as the fallback while the store does not answer.
+    assert rt.lookup.find(TP, EARLIEST).offset == 0
+    monkeypatch.setattr(rt.lookup.views, "ttl_s", 0.0)
+    assert rt.lookup.find(TP, EARLIEST).offset == 0
