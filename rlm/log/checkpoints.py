@@ -344,6 +344,8 @@ def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def _unescape(text: str, lineno: int, location: str) -> str:
+    if "\\" not in text:  # the common case (and read as latin-1, the text holds no surrogate)
+        return text
     out: list[str] = []
     i = 0
     while i < len(text):
