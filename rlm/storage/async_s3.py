@@ -79,6 +79,7 @@ class AsyncS3Reader:
         self._sleep = sleep
         self._draw = draw
         self._clients: dict[asyncio.AbstractEventLoop, tuple[contextlib.AsyncExitStack, Any]] = {}
+        self._making: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
 
     @classmethod
     def for_storage(
@@ -100,6 +101,15 @@ class AsyncS3Reader:
         made = self._clients.get(loop)
         if made is not None:
             return made[1]
+        # Making a client waits (temporary keys are fetched off the loop): reads that start
+        # meanwhile wait for it rather than make clients of their own, which nothing would close.
+        async with self._making.setdefault(loop, asyncio.Lock()):
+            made = self._clients.get(loop)
+            if made is None:
+                made = self._clients[loop] = await self._new_client()
+        return made[1]
+
+    async def _new_client(self) -> tuple[contextlib.AsyncExitStack, Any]:
         stack = contextlib.AsyncExitStack()
         config = self.config
         session = AioSession()
@@ -117,8 +127,7 @@ class AsyncS3Reader:
                 config=AioConfig(**{**client_options(config), "max_pool_connections": self.connections}),
             )
         )
-        self._clients[loop] = (stack, client)
-        return client
+        return stack, client
 
     async def _retried(self, key: str, call: Callable[[], Awaitable[T]]) -> T:
         """``call()``, retried with the store's policy while it fails retriably."""
@@ -255,6 +264,7 @@ class AsyncS3Reader:
         loop = asyncio.get_running_loop()
         made = self._clients.pop(loop, None)
         self._clients.clear()
+        self._making.clear()
         if made is not None:
             await made[0].aclose()
 

@@ -6,6 +6,8 @@ through a proxy in front of moto's server."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -140,4 +142,35 @@ def test_static_keys_are_signed_with_as_they_are(moto_s3: MotoS3, proxy: S3Proxy
         loop.run_until_complete(reader.close())
     finally:
         loop.close()
+        storage.close()
+
+
+def test_reads_that_start_together_share_one_client_that_close_closes(
+    moto_s3: MotoS3, proxy: S3Proxy
+) -> None:
+    # Temporary keys are fetched off the loop while the client is made: reads started together
+    # all wait there, and each must not make a client of its own, its connections beyond the
+    # reader's bound and never closed (dropped, aiohttp warns of them when they are collected).
+    clock = Clock()
+    storage = _storage(moto_s3, proxy, RotatingRole(clock))
+    reader = AsyncS3Reader.for_storage(storage, now=clock)
+
+    async def read() -> bytes:
+        return b"".join([p async for p in reader.stream_range(KEY, 0, len(DATA), piece_bytes=4096)])
+
+    async def run() -> list[bytes]:
+        try:
+            return list(await asyncio.gather(*(read() for _ in range(4))))
+        finally:
+            await reader.close()
+
+    gc.collect()  # what earlier tests left is not this one's
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", ResourceWarning)
+            assert asyncio.run(run()) == [DATA] * 4
+            gc.collect()
+        unclosed = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+        assert unclosed == []
+    finally:
         storage.close()
