@@ -198,11 +198,12 @@ class S3Storage:
             limiter.acquire(len(data))
         args = body_checksum(self.config, data, s3_crc32c(checksum))
 
-        def put() -> None:
-            self._client.put_object(Bucket=self.bucket, Key=full_key, Body=data, **args, **extra)
+        def put() -> str | None:
+            answer = self._client.put_object(Bucket=self.bucket, Key=full_key, Body=data, **args, **extra)
+            return answer.get("ETag") or None
 
-        self._call("PutObject", key, put)
-        return Uploaded(checksum, s3_crc32c(checksum))
+        etag = self._call("PutObject", key, put)
+        return Uploaded(checksum, s3_crc32c(checksum), etag)
 
     # -- RemoteStorage: reads, deletes, listings --------------------------------------------
 

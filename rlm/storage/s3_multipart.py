@@ -53,6 +53,8 @@ class StoredObject(NamedTuple):
     size: int
     crc32c: str | None
     """The CRC-32C S3 reports, in its form (see :func:`expected_crc32c`); ``None`` when it reports none."""
+    etag: str | None = None
+    """Its ETag: another put of the key gives another."""
 
 
 class Uploaded(NamedTuple):
@@ -62,6 +64,8 @@ class Uploaded(NamedTuple):
     """CRC-32C of the whole object."""
     reported: str
     """The CRC-32C S3 should report for the object (:func:`expected_crc32c`)."""
+    etag: str | None = None
+    """The ETag the store answered the put with; ``None`` when unknown (a lost answer)."""
 
 
 def s3_crc32c(crc: int) -> str:
@@ -114,7 +118,7 @@ def stored_object(client: S3Client, bucket: str, full_key: str, crc32c: bool) ->
         if s3_error_code(exc) in NOT_FOUND_CODES:
             return None
         raise
-    return StoredObject(head["ContentLength"], head.get("ChecksumCRC32C") or None)
+    return StoredObject(head["ContentLength"], head.get("ChecksumCRC32C") or None, head.get("ETag") or None)
 
 
 class MultipartUploader:
@@ -180,7 +184,10 @@ class MultipartUploader:
                 check_expected_crc32c(key, checksum, expected)
                 part_crcs = [crc for _, crc in parts]
                 sent = Uploaded(checksum, expected_crc32c(checksum, part_crcs, checksum_type))
-                self._complete(key, full_key, upload_id, [part for part, _ in parts], payload.size, sent)
+                etag = self._complete(
+                    key, full_key, upload_id, [part for part, _ in parts], payload.size, sent
+                )
+                sent = sent._replace(etag=etag)
             except BaseException:
                 self._abort(key, full_key, upload_id)
                 raise
@@ -244,23 +251,25 @@ class MultipartUploader:
         parts: list[CompletedPartTypeDef],
         size: int,
         sent: Uploaded,
-    ) -> None:
+    ) -> str | None:
+        """Complete the upload; returns the object's ETag (``None`` when the answer was lost)."""
         attempts = 0
         extra: dict[str, Any] = {}
         if self._crc32c and self._config.multipart_checksum_type == "FULL_OBJECT":
             extra = {"ChecksumCRC32C": s3_crc32c(sent.crc32c), "ChecksumType": "FULL_OBJECT"}
 
-        def complete() -> None:
+        def complete() -> str | None:
             nonlocal attempts
             attempts += 1
             try:
-                self._client.complete_multipart_upload(
+                completed = self._client.complete_multipart_upload(
                     Bucket=self._bucket,
                     Key=full_key,
                     UploadId=upload_id,
                     MultipartUpload={"Parts": parts},
                     **extra,
                 )
+                return completed.get("ETag") or None
             except ClientError as exc:
                 # S3 forgets a completed upload: an earlier attempt may have completed it unseen.
                 if (
@@ -268,10 +277,10 @@ class MultipartUploader:
                     and s3_error_code(exc) == "NoSuchUpload"
                     and self._holds(full_key, size, sent.reported)
                 ):
-                    return
+                    return None
                 raise
 
-        self._call("CompleteMultipartUpload", key, complete)
+        return self._call("CompleteMultipartUpload", key, complete)
 
     def _holds(self, full_key: str, size: int, reported: str) -> bool:
         """Whether the stored object has this size and, when S3 reports one, this CRC-32C."""

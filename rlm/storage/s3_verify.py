@@ -11,6 +11,11 @@ A check that finds other bytes than were sent is made once more, :data:`RECHECK_
 before the object is deleted: a store may answer a PUT before the object reads back whole (s3rver
 answers a streamed PUT before its file is written, and reads an empty file meanwhile). Only bytes
 still other then are a mismatch; a store that needed the second look is named once in the log.
+
+An object whose ETag is not the one the put was answered with was stored by another put of the
+key since (a key rewritten in place, as the remote log start marker, may have two writers at
+once): it is the other put's, which may have been checked already, so it is kept, and the put
+fails all the same.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from botocore.exceptions import ClientError
 
@@ -40,6 +45,14 @@ _log = logging.getLogger(__name__)
 _READ_CHUNK = 1024 * 1024
 #: Seconds after which a put whose check found other bytes than were sent is checked again.
 RECHECK_AFTER_S = 0.25
+
+
+class _Problem(NamedTuple):
+    """What a check found stored other than was sent."""
+
+    text: str
+    etag: str | None
+    """The ETag of what is stored; ``None`` when unknown (nothing is)."""
 
 
 class PutVerifier:
@@ -78,16 +91,26 @@ class PutVerifier:
         time.sleep(RECHECK_AFTER_S)  # the store may not read back whole yet (module docstring)
         problem = self._problem(key, full_key, size, sent)
         if problem is None:
-            self._lagged(key, first)
+            self._lagged(key, first.text)
             return
-        error = ChecksumMismatchError(f"S3 put {key!r}: {problem}; the object was deleted", key=key)
+        if None not in (problem.etag, sent.etag) and problem.etag != sent.etag:
+            # Another put of the key replaced this one's object: that is the other writer's, and
+            # it may have checked it already. Deleting it would lose both.
+            raise ChecksumMismatchError(
+                f"S3 put {key!r}: {problem.text}: another put replaced the object meanwhile (ETag "
+                f"{problem.etag}, this put's {sent.etag}); it is kept",
+                key=key,
+            )
+        error = ChecksumMismatchError(f"S3 put {key!r}: {problem.text}; the object was deleted", key=key)
         try:
             self._delete([key])
         except RlmError as exc:  # the copier's cleanup deletes it later; the mismatch is what matters
-            error = ChecksumMismatchError(f"S3 put {key!r}: {problem}; deleting it failed: {exc}", key=key)
+            error = ChecksumMismatchError(
+                f"S3 put {key!r}: {problem.text}; deleting it failed: {exc}", key=key
+            )
         raise error
 
-    def _problem(self, key: str, full_key: str, size: int, sent: Uploaded) -> str | None:
+    def _problem(self, key: str, full_key: str, size: int, sent: Uploaded) -> _Problem | None:
         """What the stored object holds other than was sent, as ``verify_after_put`` checks it;
         None when nothing."""
         if self._config.verify_after_put == "read-back":
@@ -107,22 +130,22 @@ class PutVerifier:
             RECHECK_AFTER_S,
         )
 
-    def _head_problem(self, key: str, full_key: str, size: int, sent: Uploaded) -> str | None:
+    def _head_problem(self, key: str, full_key: str, size: int, sent: Uploaded) -> _Problem | None:
         crc32c = self._config.checksums == "crc32c"
         stored = self._call(
             "HeadObject", key, partial(stored_object, self._client, self._bucket, full_key, crc32c)
         )
         if stored is None:
-            return "the object is missing after the put"
+            return _Problem("the object is missing after the put", None)
         if stored.size != size:
-            return f"{stored.size} bytes stored, {size} sent"
+            return _Problem(f"{stored.size} bytes stored, {size} sent", stored.etag)
         if not crc32c:
             return None
         if stored.crc32c is None:
             self._size_only(key)
             return None
         if not crc32c_matches(stored.crc32c, sent.reported):
-            return f"CRC-32C {stored.crc32c} stored, {sent.reported} sent"
+            return _Problem(f"CRC-32C {stored.crc32c} stored, {sent.reported} sent", stored.etag)
         return None
 
     def _size_only(self, key: str) -> None:
@@ -138,19 +161,19 @@ class PutVerifier:
             key,
         )
 
-    def _read_back_problem(self, key: str, full_key: str, size: int, sent: Uploaded) -> str | None:
+    def _read_back_problem(self, key: str, full_key: str, size: int, sent: Uploaded) -> _Problem | None:
         stored = self._call("GetObject", key, partial(self._read_back, full_key))
         if stored is None:
-            return "the object is missing after the put"
-        stored_size, stored_crc = stored
+            return _Problem("the object is missing after the put", None)
+        stored_size, stored_crc, etag = stored
         if stored_size != size:
-            return f"{stored_size} bytes read back, {size} sent"
+            return _Problem(f"{stored_size} bytes read back, {size} sent", etag)
         if stored_crc != sent.crc32c:
-            return f"CRC-32C {stored_crc:08x} read back, {sent.crc32c:08x} sent"
+            return _Problem(f"CRC-32C {stored_crc:08x} read back, {sent.crc32c:08x} sent", etag)
         return None
 
-    def _read_back(self, full_key: str) -> tuple[int, int] | None:
-        """Size and CRC-32C of the stored object, read whole; ``None`` when there is none."""
+    def _read_back(self, full_key: str) -> tuple[int, int, str | None] | None:
+        """Size, CRC-32C and ETag of the stored object, read whole; ``None`` when there is none."""
         try:
             response = self._client.get_object(Bucket=self._bucket, Key=full_key)
         except ClientError as exc:
@@ -162,4 +185,4 @@ class PutVerifier:
             while chunk := body.read(_READ_CHUNK):
                 size += len(chunk)
                 crc = crc32c_update(chunk, crc)
-        return size, crc
+        return size, crc, response.get("ETag") or None
