@@ -36,7 +36,7 @@ class DynamicConfig:
         return DynamicSettings(
             self.offset_pool.threads,
             self.timeout.default_ms,
-            int(limiter.rate_bytes_per_s) if limiter is not None else -1,
+            int(limiter.rate) if limiter is not None else -1,
         )
 
     def update(

@@ -43,6 +43,9 @@ class RateLimiter:
         burst = rate_bytes_per_s if burst_bytes is None else burst_bytes
         if burst <= 0:
             raise ConfigError(f"upload burst must be positive, not {burst} bytes")
+        self.rate = rate_bytes_per_s
+        """The rate as given: a whole number of bytes per second stays exact (the float below
+        is not, past 2**53), for reading the setting back."""
         self.rate_bytes_per_s = float(rate_bytes_per_s)
         self.burst_bytes = float(burst)
         self._clock = clock
