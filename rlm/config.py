@@ -57,6 +57,10 @@ def _env(key: str) -> str:
     return "RLM_" + key.replace(".", "_").replace("-", "_").upper()
 
 
+#: The longest ``remote.list.offsets.request.timeout.ms``: what a request's own ``timeout_ms`` and
+#: a change at run time (``PATCH /v1/config``) may ask for, an hour.
+MAX_REQUEST_TIMEOUT_MS = 3_600_000
+
 #: ``compaction.strategy`` values (KIP-280).
 COMPACTION_STRATEGIES = ("offset", "timestamp", "header")
 
@@ -230,6 +234,8 @@ class Settings:
     remote_log_offset_reader_threads: int = 5
     remote_log_offset_read_max_pending_tasks: int = 100
     remote_list_offsets_request_timeout_ms: int = 30_000
+    """``remote.list.offsets.request.timeout.ms``: how long a lookup that brings no timeout of its
+    own waits; 1 to 3600000 (an hour), as a request's ``timeout_ms`` and a change at run time."""
     remote_log_reader_threads: int = 10
     remote_log_reader_max_pending_tasks: int = 100
     remote_log_index_file_cache_total_size_bytes: int = 1_073_741_824
@@ -285,6 +291,11 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_key(name)} must be > 0, not {getattr(self, name)}")
+        timeout = self.remote_list_offsets_request_timeout_ms
+        if timeout > MAX_REQUEST_TIMEOUT_MS:
+            raise ConfigError(
+                f"remote.list.offsets.request.timeout.ms must be 1 to {MAX_REQUEST_TIMEOUT_MS}, not {timeout}"
+            )
         if self.remote_compaction_delete_delay_ms < 0:
             raise ConfigError(
                 f"remote.compaction.delete.delay.ms must be ≥ 0, not {self.remote_compaction_delete_delay_ms}"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
+from rlm.config import MAX_REQUEST_TIMEOUT_MS
 from rlm.errors import ConfigError
 from rlm.lookup.pool import BoundedPool, RequestTimeout
 from rlm.storage.ratelimit import RateLimiter
@@ -53,9 +54,10 @@ class DynamicConfig:
         """
         if reader_threads is not None and not 1 <= reader_threads <= 256:
             raise ConfigError(f"remote.log.offset.reader.threads must be 1 to 256, not {reader_threads}")
-        if request_timeout_ms is not None and not 1 <= request_timeout_ms <= 3_600_000:
+        if request_timeout_ms is not None and not 1 <= request_timeout_ms <= MAX_REQUEST_TIMEOUT_MS:
             raise ConfigError(
-                f"remote.list.offsets.request.timeout.ms must be 1 to 3600000, not {request_timeout_ms}"
+                f"remote.list.offsets.request.timeout.ms must be 1 to {MAX_REQUEST_TIMEOUT_MS}, "
+                f"not {request_timeout_ms}"
             )
         if copy_max_bytes_per_second is not None and (
             copy_max_bytes_per_second == 0 or copy_max_bytes_per_second < -1
