@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rlm.arguments import INT64_MAX
 from rlm.log.aborted import AbortedIndex
 from rlm.log.model import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, Record, TimestampType
 from rlm.log.v2 import decode_v2, encode_v2_batch
@@ -46,7 +47,9 @@ class RewriteParams:
 
     @property
     def new_horizon(self) -> int:
-        return self.now_ms + self.delete_retention_ms
+        """now + ``delete.retention.ms``, at most the largest timestamp a batch holds (a
+        retention of Long.MAX_VALUE keeps tombstones for good, never wraps to a past horizon)."""
+        return min(self.now_ms + self.delete_retention_ms, INT64_MAX)
 
 
 @dataclass(frozen=True)

@@ -72,3 +72,24 @@ def test_a_kept_record_keeps_its_header_key_bytes_when_its_batch_is_rewritten(co
     assert decode_batch(out, header)[0].headers == (("\ufffd\ufffdbin", b"y"), ("ok", None))
     raw = decode_v2(out, header, raw_header_keys=True)[0].headers[0][0]
     assert raw.encode("utf-8", "surrogateescape") == BAD_KEY
+
+
+def test_a_delete_retention_of_long_max_keeps_the_tombstone_for_good() -> None:
+    # delete.retention.ms = Long.MAX_VALUE (keep tombstones forever): now + it is past what a
+    # batch's base timestamp holds, and the horizon stamped is the farthest one there is.
+    batch = encode_v2_batch([Record(10, 1000, b"a", b"1"), Record(11, 1001, b"a", None)], base_offset=10)
+    keep = Keep(end=11, kept=frozenset({11}), empty_markers=frozenset(), last_batches=frozenset())
+    counts = Counts()
+    (out,) = rewrite_batches(
+        TopicPartition("t", 0),
+        [RawBatch(parse_header(batch, 0), batch)],
+        keep,
+        RewriteParams(now_ms=1_700_000_000_000, delete_retention_ms=2**63 - 1),
+        AbortedIndex([]),
+        "00000000000000000010.log",
+        counts,
+    )
+    header = parse_header(out, 0)
+    assert header.has_delete_horizon and header.base_timestamp == 2**63 - 1
+    assert [(r.offset, r.timestamp, r.value) for r in decode_batch(out, header)] == [(11, 1001, None)]
+    assert counts.batches_stamped == 1 and counts.tombstones_kept == 1
