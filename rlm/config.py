@@ -162,8 +162,8 @@ class Settings:
     """``list.offsets.max.partitions``: partitions one ListOffsets request may name, in all (a
     topic without partitions counts as one); a bigger request is refused (400, INVALID_ARGUMENT)."""
     remote_url: str = ""
-    """``remote.url``: ``s3://bucket/prefix`` or ``file:///path``; empty means the embedded default,
-    ``build/rlm/remote`` under the working directory."""
+    """``remote.url``: ``s3://bucket/prefix`` or ``file:///path``; left out, the embedded default,
+    ``build/rlm/remote`` under the working directory (given empty, an error)."""
     s3_endpoint_url: str | None = None
     """``s3.endpoint.url``: endpoint of an S3-compatible store."""
     s3_region: str | None = None
@@ -534,6 +534,11 @@ def load_settings(
         raw_env = _from_env(env, _env(_key(name)))
         if raw_env is not None:
             values[name] = _convert(name, f.type, raw_env)
+    if values.get("remote_url") == "":
+        raise ConfigError(
+            "remote.url is empty: give s3://bucket/prefix or file:///path, or leave it out for the "
+            f"embedded default ({EMBEDDED_REMOTE_DIR} under the working directory)"
+        )
     values.update(overrides)
     if "broker_id" not in values and values.get("log_dirs"):
         values["broker_id"] = broker_id_from_log_dirs(values["log_dirs"])

@@ -225,3 +225,19 @@ def test_every_variable_the_docs_and_the_chart_name_is_accepted() -> None:
     assert {"RLM_CONFIG", "RLM_METADATA_URL_FILE", "RLM_AUTH_TOKENS_FILE"} <= names
     names.remove("RLM_REMOTE_ULR")  # the README's example of a misspelt variable, refused
     check_variable_names(dict.fromkeys(names, "tcp://10.96.0.12:8080"))  # the README names RLM_PORT
+
+
+@pytest.mark.parametrize("where", ["file", "variable", "secret file"])
+def test_an_empty_remote_url_is_an_error_not_the_embedded_directory(tmp_path: Path, where: str) -> None:
+    # `remote.url:` without a value is an error; so is one given empty (a variable set from an
+    # unset one, a Secret's empty key): the embedded default, a directory under the working
+    # directory, would take the broker's segments while the metadata store, which other sidecars
+    # and the query tiers read, said they were tiered.
+    config = tmp_path / "rlm.yaml"
+    config.write_text('remote.url: ""\n' if where == "file" else "{}\n")
+    secret = tmp_path / "remote-url"
+    secret.write_text("\n")
+    env = {"variable": {"RLM_REMOTE_URL": ""}, "secret file": {"RLM_REMOTE_URL_FILE": str(secret)}}
+    with pytest.raises(ConfigError, match=r"^remote\.url is empty"):
+        load_settings(config, env=env.get(where, {}))
+    assert load_settings(env={}).remote_url.endswith("/build/rlm/remote")  # left out: the default
