@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from rlm.arguments import check_int, parse_int
+from rlm.arguments import INT32_MAX, check_int, parse_int
 from rlm.errors import ConfigError, InvalidArgumentError
 from rlm.log.identity import broker_id_from_log_dirs
 
@@ -150,7 +150,7 @@ class Settings:
     metadata_statement_timeout_ms: int = 10_000
     """``metadata.statement.timeout.ms``: PostgreSQL cancels a statement (lock waits included) that
     runs longer, and rlm closes a connection whose server has not answered a second after that;
-    on SQLite, how long a writer waits for another's lock."""
+    on SQLite, how long a writer waits for another's lock. At most 2147483647 (PostgreSQL's)."""
     metadata_retry_backoff_ms: int = 1_000
     """``metadata.retry.backoff.ms``: after the metadata store failed to answer, lookups answer
     without it (from the broker's log where that is exact, else at once with a retriable error)
@@ -291,6 +291,12 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_key(name)} must be > 0, not {getattr(self, name)}")
+        statement = self.metadata_statement_timeout_ms
+        if statement > INT32_MAX:
+            raise ConfigError(
+                f"metadata.statement.timeout.ms must be 1 to {INT32_MAX} (PostgreSQL's statement_timeout "
+                f"takes no more), not {statement}"
+            )
         timeout = self.remote_list_offsets_request_timeout_ms
         if timeout > MAX_REQUEST_TIMEOUT_MS:
             raise ConfigError(
