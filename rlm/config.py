@@ -102,7 +102,8 @@ class TopicSettings:
     min_compaction_lag_ms: int = 0
     """``min.compaction.lag.ms``: records younger than this (by timestamp) are never compacted away."""
     segment_bytes: int = 1_073_741_824
-    """``segment.bytes``: target size of the segments compaction writes."""
+    """``segment.bytes``: target size of the segments compaction writes; 14 to 2147483647 (an int,
+    as Kafka's)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cleanup_policy", _cleanup_policy(self.cleanup_policy))
@@ -116,8 +117,9 @@ class TopicSettings:
         for name in ("delete_retention_ms", "min_compaction_lag_ms"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{_key(name)} must be ≥ 0, not {getattr(self, name)}")
-        if self.segment_bytes < 14:
-            raise ConfigError(f"segment.bytes must be ≥ 14, not {self.segment_bytes}")
+        if not 14 <= self.segment_bytes <= INT32_MAX:
+            # An int, as Kafka's: an offset index entry addresses no byte past 2 GiB.
+            raise ConfigError(f"segment.bytes must be 14 to {INT32_MAX}, not {self.segment_bytes}")
         for name in ("retention_ms", "retention_bytes"):
             if getattr(self, name) < -1:
                 raise ConfigError(f"{_key(name)} must be -1 or ≥ 0, not {getattr(self, name)}")
