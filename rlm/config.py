@@ -206,7 +206,7 @@ class Settings:
     remote_log_manager_copy_max_bytes_per_second: int = -1
     """Upload rate limit in bytes/s; -1 is unlimited."""
     remote_log_manager_lease_ttl_ms: int = 60_000
-    """How long a copy lease lasts without renewal."""
+    """How long a copy lease lasts without renewal; at most 2147483647."""
     remote_log_metadata_deleted_segments_retention_ms: int = 86_400_000
     """``remote.log.metadata.deleted.segments.retention.ms``: how long the metadata store keeps the
     row of a segment whose deletion finished (for verification and orphan scans that started
@@ -232,7 +232,7 @@ class Settings:
     their objects, so that lookups and fetches in flight over them finish."""
     remote_compaction_lease_ttl_ms: int = 600_000
     """``remote.compaction.lease.ttl.ms``: how long a compaction job's per-partition lease lasts
-    without renewal (the job renews it between stages)."""
+    without renewal (the job renews it between stages); at most 2147483647."""
     remote_log_offset_reader_threads: int = 5
     remote_log_offset_read_max_pending_tasks: int = 100
     remote_list_offsets_request_timeout_ms: int = 30_000
@@ -293,6 +293,10 @@ class Settings:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{_key(name)} must be > 0, not {getattr(self, name)}")
+        for name in ("remote_log_manager_lease_ttl_ms", "remote_compaction_lease_ttl_ms"):
+            # A lease expires at now + ttl, a claim is kept 10 ttls: both stay in a BIGINT.
+            if getattr(self, name) > INT32_MAX:
+                raise ConfigError(f"{_key(name)} must be 1 to {INT32_MAX}, not {getattr(self, name)}")
         statement = self.metadata_statement_timeout_ms
         if statement > INT32_MAX:
             raise ConfigError(
