@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm.arguments import INT64_MAX
 from rlm.config import Settings
 from rlm.errors import RlmError, StaleLeaseError
 from rlm.metastore.compaction import CompactionLease, CompactionOutput, CompactionStore
@@ -303,7 +304,9 @@ def _finish(
         rows = [r.row for _, r in done if r.row is not None]
         replaced = [s.segment.segment_id for plan, _ in done for s in plan.inputs]
         try:
-            if store.swap_compacted(lease, rows, replaced, now_ms=now, delete_after_ms=now + delay_ms):
+            # Long.MAX_VALUE keeps the replaced objects for good, never past what a BIGINT holds.
+            delete_after = min(now + delay_ms, INT64_MAX)
+            if store.swap_compacted(lease, rows, replaced, now_ms=now, delete_after_ms=delete_after):
                 _mark_swapped(storage, tp, rows)
                 return report
             reason = "a replaced segment is no longer finished (retention or another job changed it)"
