@@ -401,7 +401,27 @@ def check_variable_names(env: Mapping[str, str]) -> None:
 
 
 class _SettingsLoader(yaml.SafeLoader):
-    """YAML's safe loader with numbers left as the text written (see the module's docstring)."""
+    """YAML's safe loader with numbers left as the text written (see the module's docstring), that
+    refuses a key given twice in one mapping (YAML forbids it; PyYAML keeps the last silently: a
+    topic's second entry would drop the first's ``retention.ms: -1``). Merge keys still merge."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[object] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, list | dict):
+                continue  # unhashable: SafeLoader's own error names it
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while reading a mapping",
+                    node.start_mark,
+                    f"the key {key!r} is given twice",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 _NUMBER_TAGS = ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
@@ -507,6 +527,8 @@ def _topic_settings(values: Mapping[str, Any], base: TopicSettings, where: str) 
         name = str(key).replace(".", "_")
         if name not in _TOPIC_FIELDS:
             raise ConfigError(f"{where}: unknown topic setting {key!r}")
+        if name in changes:
+            raise ConfigError(f"{where}: {key!r} gives {_key(name)} twice")
         changes[name] = _convert(name, _TOPIC_FIELDS[name].type, raw)
     return dataclasses.replace(base, **changes)
 
@@ -541,6 +563,8 @@ def load_settings(
         name = str(key).replace(".", "_").replace("-", "_")
         if name not in _SETTINGS_FIELDS:
             raise ConfigError(f"{path}: unknown setting {key!r}")
+        if name in values:
+            raise ConfigError(f"{path}: {key!r} gives {_key(name)} twice")
         values[name] = _convert(name, _SETTINGS_FIELDS[name].type, raw)
     for name, f in _SETTINGS_FIELDS.items():
         raw_env = _from_env(env, _env(_key(name)))

@@ -241,3 +241,40 @@ def test_an_empty_remote_url_is_an_error_not_the_embedded_directory(tmp_path: Pa
     with pytest.raises(ConfigError, match=r"^remote\.url is empty"):
         load_settings(config, env=env.get(where, {}))
     assert load_settings(env={}).remote_url.endswith("/build/rlm/remote")  # left out: the default
+
+
+@pytest.mark.parametrize(
+    ("written", "key"),
+    [
+        # The second `orders` replaced the first: its retention.ms -1 was lost, and the topic's
+        # remote segments went after the default week.
+        (
+            "topics:\n  orders: {retention.ms: -1}\n  clicks: {retention.ms: 1000}\n"
+            "  orders: {retention.bytes: 5000}\n",
+            "orders",
+        ),
+        ("topics:\n  orders:\n    retention.ms: -1\n    retention.ms: 1000\n", "retention.ms"),
+        ("remote.url: s3://a/p\nbroker.id: 1\nremote.url: s3://b/p\n", "remote.url"),
+        ("topics:\n  orders: {retention.ms: -1, retention_ms: 1000}\n", "retention_ms"),
+        ("remote.log.reader.threads: 4\nremote-log-reader-threads: 8\n", "remote-log-reader-threads"),
+    ],
+)
+def test_a_key_given_twice_is_an_error_not_the_last_one_silently(
+    tmp_path: Path, written: str, key: str
+) -> None:
+    path = tmp_path / "twice.yaml"
+    path.write_text(written)
+    with pytest.raises(ConfigError) as refused:
+        load_settings(path, env={})
+    assert key in str(refused.value) and "twice" in str(refused.value)
+
+
+def test_yaml_merge_keys_still_merge(tmp_path: Path) -> None:
+    config = tmp_path / "rlm.yaml"
+    config.write_text(
+        "topics:\n"
+        "  defaults: &base {retention.ms: 1000, retention.bytes: 5}\n"
+        "  orders: {<<: *base, retention.ms: -1}\n"
+    )
+    settings = load_settings(config, env={})
+    assert (settings.topic("orders").retention_ms, settings.topic("orders").retention_bytes) == (-1, 5)
