@@ -463,6 +463,10 @@ def _convert(name: str, kind: Any, raw: Any) -> Any:
             items = raw if isinstance(raw, list) else [p for p in text.split(",") if p.strip()]
             return tuple(Path(str(p).strip()) for p in items)
         if kind in (Path, "Path"):
+            if not text:  # Path("") is ".", the working directory
+                raise ConfigError(
+                    f"{_key(name)} has no value: give it one, or leave the key out for its default"
+                )
             return Path(text)
         if kind in ("str | None",):
             return text or None

@@ -278,3 +278,19 @@ def test_yaml_merge_keys_still_merge(tmp_path: Path) -> None:
     )
     settings = load_settings(config, env={})
     assert (settings.topic("orders").retention_ms, settings.topic("orders").retention_bytes) == (-1, 5)
+
+
+def test_an_empty_index_cache_dir_is_an_error_not_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Path("") is ".": the index cache took the working directory, locked it, and at start
+    # deleted every *.tmp file there as a cache write cut short.
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "rlm.yaml"
+    for env, text in (
+        ({"RLM_REMOTE_LOG_INDEX_CACHE_DIR": ""}, "{}\n"),
+        ({}, 'remote.log.index.cache.dir: ""\n'),
+    ):
+        config.write_text(text)
+        with pytest.raises(ConfigError, match=r"^remote\.log\.index\.cache\.dir has no value"):
+            load_settings(config, env=env)
