@@ -34,11 +34,15 @@ def parse_int(text: str, name: str, low: int = INT64_MIN, high: int = INT64_MAX)
         raise InvalidArgumentError(
             name, f"{shown(text)} is not an integer (ASCII digits, optionally after '-')"
         )
-    if len(digits.lstrip("0")) > MAX_DIGITS:
+    significant = digits.lstrip("0")
+    if len(significant) > MAX_DIGITS:
         raise InvalidArgumentError(
             name, f"a number of {len(digits)} digits is out of range: it must be from {low} to {high}"
         )
-    return check_range(int(text), name, low, high)
+    # The digits after the leading zeros only: int() refuses a text of more than 4300 digits,
+    # zeros included, in words about Python's limits.
+    value = int(significant or "0")
+    return check_range(-value if text.startswith("-") else value, name, low, high)
 
 
 def check_int(value: object, name: str, low: int = INT64_MIN, high: int = INT64_MAX) -> int:

@@ -152,6 +152,37 @@ def test_integers_in_paths_and_queries_are_parsed_strictly_on_every_route(
     assert_refused(api_client.get(f"{offsets}/0/segments", params={"limit": text}), "limit", words)
 
 
+def test_an_integer_written_with_thousands_of_leading_zeros_is_the_number_it_writes(
+    api_client: TestClient,
+) -> None:
+    # The digits that count are the ones after the zeros: "000…07" is 7 on every route, as "07" is,
+    # never Python's refusal of a string of more than 4300 digits.
+    zeros = "0" * 5000
+    offsets = f"/v1/topics/{TOPIC}/partitions"
+    plain = api_client.get(f"{offsets}/0/offsets", params={"timestamp": "0"})
+    assert plain.status_code == 200, plain.text
+    padded = api_client.get(
+        f"{offsets}/{zeros}0/offsets", params={"timestamp": "0", "timeout_ms": zeros + "9000"}
+    )
+    assert padded.status_code == 200, padded.text
+    assert padded.json() == plain.json()
+    records = api_client.get(
+        f"{offsets}/{zeros}0/records", params={"offset": zeros + "7", "max_bytes": zeros + "1"}
+    )
+    assert records.status_code == 200, records.text
+    assert (
+        records.json() == api_client.get(f"{offsets}/0/records", params={"offset": 7, "max_bytes": 1}).json()
+    )
+    segments = api_client.get(f"{offsets}/{zeros}0/segments", params={"limit": zeros + "1"})
+    assert segments.status_code == 200, segments.text
+    assert len(segments.json()["segments"]) == 1
+    assert_refused(
+        api_client.get(f"{offsets}/0/offsets", params={"timestamp": "0", "timeout_ms": zeros + "0"}),
+        "query.timeout_ms",
+        "must be from 1 to",
+    )
+
+
 @pytest.mark.parametrize(
     ("field", "value", "words"),
     [

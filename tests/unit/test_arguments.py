@@ -25,6 +25,9 @@ from rlm.timestamps import InvalidTimestampError, SpecialTimestamp, parse_timest
         ("007", 7),
         ("9223372036854775807", INT64_MAX),
         ("-9223372036854775808", INT64_MIN),
+        ("0" * 5000 + "7", 7),  # beyond int()'s 4300 digits, but for the zeros
+        ("-" + "0" * 5000 + "9223372036854775808", INT64_MIN),
+        ("0" * 5000, 0),
     ],
 )
 def test_integers_are_ascii_digits_after_an_optional_minus(text: str, value: int) -> None:
