@@ -79,6 +79,23 @@ def status_for(exc: BaseException) -> int:
     return 500
 
 
+def ended_stream(what: str, exc: Exception) -> tuple[int, str]:
+    """The status and words of the error ``exc`` that ends a stream whose answer began (``what``
+    names the request, as ``GET /path``), reported as the handlers of :func:`install` report an
+    error answer: a revoked token and a 5xx of rlm's as warnings, anything else unexpected as an
+    error with its traceback, its words kept from the client."""
+    if isinstance(exc, TokenRevokedError):
+        log.warning("%s: stream cut: %s", what, exc)
+        return 401, str(exc)
+    if isinstance(exc, RlmError | ValueError):
+        status = status_for(exc)
+        if status >= 500:
+            log.warning("%s failed: %s", what, exc)
+        return status, str(exc)
+    log.error("%s failed", what, exc_info=exc)
+    return 500, f"internal error: {type(exc).__name__}"
+
+
 def problem(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
 

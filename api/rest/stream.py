@@ -44,7 +44,7 @@ from starlette.types import Scope as AsgiScope
 from api.auth import Admission, Scope
 from api.rest.accept import Accept
 from api.rest.deps import admission, known_query, require, runtime
-from api.rest.errors import ApiError, status_for
+from api.rest.errors import ApiError, ended_stream
 from api.rest.schemas import MAX_TIMEOUT_MS, text_int
 from api.streaming import open_stream
 from rlm.arguments import INT32_MAX, INT64_MAX
@@ -185,7 +185,8 @@ async def stream_records(
         "isolation_level": isolation_level,
     }
     tp = TopicPartition(topic, partition)
-    return await _stream_records(request.headers, tp, rt, args, timeout_ms, admitted.check)
+    what = f"{request.method} {request.url.path}"
+    return await _stream_records(request.headers, tp, rt, args, timeout_ms, admitted.check, what)
 
 
 def _query(
@@ -207,7 +208,7 @@ def _query(
 
 
 async def _ndjson(
-    plan: RangePlan, streams: RecordStreams, check: Callable[[], None], slot: StreamSlot
+    plan: RangePlan, streams: RecordStreams, check: Callable[[], None], slot: StreamSlot, what: str
 ) -> AsyncIterator[bytes]:
     try:
         async with contextlib.aclosing(
@@ -218,7 +219,9 @@ async def _ndjson(
                 yield piece
     except Exception as exc:  # the trailer says why the stream ends here
         slot.release("failed")  # the body itself ends as any other: counted here, not as completed
-        yield (json.dumps({"error": str(exc), "status": status_for(exc)}) + "\n").encode()
+        # Reported here: the body ends as a whole one does, so no handler of the app sees the error.
+        status, message = ended_stream(what, exc)
+        yield (json.dumps({"error": message, "status": status}) + "\n").encode()
 
 
 async def _raw(
@@ -257,6 +260,7 @@ async def _stream_records(
     query_args: dict[str, Any],
     timeout_ms: int | None,
     check: Callable[[], None],
+    what: str,
 ) -> StreamingResponse:
     media = streamed_media(request_headers.get("accept"))
     if media is None:
@@ -270,7 +274,7 @@ async def _stream_records(
     body: AsyncIterator[bytes | memoryview]
     # check() before each piece: a stream whose token was revoked ends there (TokenRevokedError).
     if media == NDJSON:
-        body = _ndjson(planned, streams, check, slot)
+        body = _ndjson(planned, streams, check, slot, what)
     elif media == ARROW:
         body = _arrow(planned, streams, check)
     else:

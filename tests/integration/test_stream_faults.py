@@ -7,6 +7,7 @@ a gRPC status): never a stream that looks whole but is short.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -125,3 +126,21 @@ def test_the_s3_reader_has_a_connection_for_each_get_the_streams_may_hold(faulty
     assert isinstance(remote, AsyncS3Reader)  # an S3 store is read with aiobotocore
     # Each stream holds its segment's GET and, at a segment's end, the next one's.
     assert remote.connections == 2 * rt.settings.remote_fetch_max_streams > remote.config.max_pool_connections
+
+
+def test_an_ndjson_stream_ended_by_the_store_is_logged_as_a_grpc_one_is(
+    faulty: Faulty, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The error line reaches the client, but the operator is told too: as gRPC's ReadRecords logs
+    # the UNAVAILABLE it ends with, and as REST logs an error answer of 5xx, naming the request.
+    truth = faulty.tiered.truth
+    faulty.tiered.runtime.index_cache.resize(1)  # indexes are read again: through the proxy
+    faulty.proxy.inject(ProxyFault.SERVER_ERROR, "GetObject", every=1)
+    caplog.set_level(logging.WARNING)
+    try:
+        answer = faulty.client.get(URL, params={"offset": truth.log_start_offset}, headers={"Accept": NDJSON})
+    finally:
+        faulty.proxy.clear()
+    assert answer.status_code == 200 and '"status": 503' in answer.content.decode().splitlines()[-1]
+    reported = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any(f"GET {URL}" in m and "GetObject" in m for m in reported), reported
