@@ -38,7 +38,7 @@ from fastapi.routing import APIRoute
 from starlette.datastructures import Headers
 from starlette.responses import StreamingResponse
 from starlette.routing import Match
-from starlette.types import Receive, Send
+from starlette.types import Message, Receive, Send
 from starlette.types import Scope as AsgiScope
 
 from api.auth import Admission, Scope
@@ -113,9 +113,16 @@ router = APIRouter(
 )
 
 
+class _ClientGoneError(Exception):
+    """The server could not send a piece: the client went away (an ``OSError`` of ``send``)."""
+
+
 class _SlotStream(StreamingResponse):
     """A streamed body that holds a stream place until it ends, watches for the client going away
-    (then cancels the body at once) and closes the body whatever happens."""
+    (then cancels the body at once) and closes the body whatever happens.
+
+    Only an ``OSError`` of sending is the client going away: one of the body (a local segment
+    the disk cannot read) fails the stream, which is cut, as any other error of its reads."""
 
     def __init__(
         self,
@@ -129,14 +136,21 @@ class _SlotStream(StreamingResponse):
 
     async def __call__(self, scope: AsgiScope, receive: Receive, send: Send) -> None:
         outcome = "cancelled"
-        sending = asyncio.ensure_future(self.stream_response(send))
+
+        async def sent(message: Message) -> None:
+            try:
+                await send(message)
+            except OSError as exc:
+                raise _ClientGoneError from exc
+
+        sending = asyncio.ensure_future(self.stream_response(sent))
         watching = asyncio.ensure_future(self.listen_for_disconnect(receive))
         try:
             done, _ = await asyncio.wait((sending, watching), return_when=asyncio.FIRST_COMPLETED)
             if sending in done:
                 try:
                     sending.result()
-                except OSError:  # the client went away while a piece was sent
+                except _ClientGoneError:  # the client went away while a piece was sent
                     return
                 except BaseException:
                     outcome = "failed"

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 import pytest
 
-from api.rest.stream import _ndjson
+from api.rest.stream import OCTET, _ndjson, _SlotStream
 from rlm.errors import StorageUnavailableError
 
 WHAT = "GET /v1/topics/orders/partitions/0/records"
@@ -76,3 +76,47 @@ def test_a_failing_store_is_logged_as_a_warning_and_its_words_sent(caplog: pytes
     [record] = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert (record.levelno, record.exc_info) == (logging.WARNING, None)
     assert record.getMessage() == f"{WHAT} failed: GetObject answered 503"
+
+
+# -- raw and Arrow streams: cut, and counted as failed, when their reads fail ---------------------
+
+
+def run_slot_stream(body: AsyncIterator[bytes], slot: _Slot, *, send_fails: bool = False) -> list[str]:
+    """Send ``body`` as a raw stream holding ``slot``; the kinds of messages sent."""
+    sent: list[str] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the client stays
+        raise AssertionError
+
+    async def send(message: Any) -> None:
+        if send_fails and message["type"] == "http.response.body":
+            raise ConnectionResetError(104, "Connection reset by peer")  # a server whose send raises
+        sent.append(message["type"] + (".more" if message.get("more_body") else ""))
+
+    stream = _SlotStream(body, OCTET, {}, cast(Any, slot))
+    asyncio.run(stream({"type": "http"}, receive, send))
+    return sent
+
+
+def test_a_read_error_of_a_raw_stream_fails_it_not_taken_for_the_client_leaving() -> None:
+    # A local segment the disk cannot read (EIO) raises OSError out of the body: the stream must
+    # fail (the server cuts the connection and logs it), not end quietly counted as cancelled.
+    async def body() -> AsyncIterator[bytes]:
+        yield b"batch"
+        raise OSError(5, "Input/output error")
+
+    slot = _Slot()
+    with pytest.raises(OSError, match="Input/output error"):
+        run_slot_stream(body(), slot)
+    assert slot.outcomes == ["failed"]
+
+
+def test_a_client_that_left_while_a_piece_was_sent_cancels_the_stream() -> None:
+    async def body() -> AsyncIterator[bytes]:
+        yield b"batch"
+        yield b"another"
+
+    slot = _Slot()
+    sent = run_slot_stream(body(), slot, send_fails=True)
+    assert slot.outcomes == ["cancelled"] and sent == ["http.response.start"]
