@@ -1,7 +1,7 @@
 """JSON request bodies read strictly: a key given twice in one object, a number longer than
-Python parses, or arrays and objects nested deeper than it parses, is refused with words (400), not
-settled by taking one of the values or answered "There was an error parsing the body"; a body sent
-without a JSON ``Content-Type`` is refused (415) saying so.
+Python parses, arrays and objects nested deeper than it parses, or bytes that are not UTF-8, is
+refused with words (400), not settled by taking one of the values or answered "There was an error
+parsing the body"; a body sent without a JSON ``Content-Type`` is refused (415) saying so.
 
 :class:`StrictJsonRoute` is the route class of the routers whose operations take a body.
 """
@@ -47,6 +47,10 @@ class StrictJsonRequest(Request):
                 raise  # answered by the app's handler, with the position
             except _RefusedBodyError as exc:
                 raise HTTPException(400, f"invalid request: body: {exc}") from None
+            except UnicodeDecodeError as exc:  # JSON is UTF-8 (RFC 8259; UTF-16 and 32 are detected)
+                raise HTTPException(
+                    400, f"invalid request: body: not UTF-8 at byte {exc.start} (counting from 0)"
+                ) from None
             except RecursionError:  # Python's parser recurses once per level
                 raise HTTPException(
                     400,

@@ -233,3 +233,14 @@ def test_json_nested_too_deeply_is_named_not_a_parse_failure(api_client: TestCli
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert "body" in error and "nested" in error and "There was an error" not in error, error
+
+
+def test_a_body_that_is_not_utf_8_is_named_not_a_parse_failure(api_client: TestClient) -> None:
+    # JSON is UTF-8 (RFC 8259): a name written in Latin-1 is refused saying where, as any other
+    # body that does not parse, never "There was an error parsing the body".
+    body = '{"topics": [{"name": "café", "partitions": []}]}'.encode("latin-1")
+    for path, method in (("/v1/list-offsets", "POST"), ("/v1/config", "PATCH")):
+        response = api_client.request(method, path, content=body, headers=JSON)
+        assert response.status_code == 400, response.text
+        error = response.json()["error"]
+        assert error == "invalid request: body: not UTF-8 at byte 25 (counting from 0)", error
