@@ -1,7 +1,9 @@
 """``ReadRecords``: a range of a partition streamed over gRPC (server streaming), as over REST.
 
 Each message holds the decoded records of a group of stored batches (about a read chunk's worth,
-at most :data:`RECORDS_PER_MESSAGE` records), translated from the column decoder's buffers
+at most :data:`RECORDS_PER_MESSAGE` records, and at most about :data:`MESSAGE_BYTES` of them: a
+group that decodes to more is sent in several messages, so that a client with gRPC's default
+4 MiB limit takes them), translated from the column decoder's buffers
 (:mod:`rlm.stream.records`, no record object in between), or with ``raw`` the batches themselves;
 messages are made on the streams' executor, the next while the last is sent. The stream
 waits for the client to take each message, so a slow client slows the reads; a client that
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from functools import partial
 from typing import Any
 
@@ -39,6 +42,13 @@ from rlm.timestamps import parse_timestamp
 Context = grpc.aio.ServicerContext[Any, Any]
 #: Records per message at most (a message also ends after about a read chunk of stored bytes).
 RECORDS_PER_MESSAGE = 8192
+#: The bytes of records (or raw batches) a message holds at most, but for a record or batch larger
+#: than that, sent alone: a gRPC client takes messages of at most 4 MiB unless told otherwise, and
+#: a read chunk of compressed text decodes to several times that.
+MESSAGE_BYTES = 1 << 20
+#: What a record or a header costs in a message beyond its bytes, at most (a header key's
+#: characters count four bytes each, as UTF-8 may take).
+RECORD_OVERHEAD_BYTES = 48
 #: A batch's timestamp type, from its label in the decoded spans.
 _TIMESTAMP_TYPES = {kind.label.encode(): value for kind, value in msg.TIMESTAMP_TYPES.items()}
 
@@ -70,21 +80,35 @@ def read_records_query(request: pb.ReadRecordsRequest) -> RangeQuery:
     )
 
 
-def _message(plan: RangePlan, batches: list[StreamBatch], *, raw: bool) -> pb.ReadRecordsResponse:
-    answer = pb.ReadRecordsResponse(start_offset=plan.start, end_offset=max(plan.start, plan.end))
+def _messages(plan: RangePlan, batches: list[StreamBatch], *, raw: bool) -> list[pb.ReadRecordsResponse]:
+    """The messages of a group of batches: its decoded records (or with ``raw`` its batches), cut
+    so that each holds at most about :data:`MESSAGE_BYTES` (a record or batch larger than that
+    alone): a group's stored bytes may decode to many times their size."""
+
+    def message() -> pb.ReadRecordsResponse:
+        return pb.ReadRecordsResponse(start_offset=plan.start, end_offset=max(plan.start, plan.end))
+
     if raw:
-        answer.raw_batches = b"".join(b.data for b in batches)
-        return answer
+        cuts = _cuts([len(b.data) for b in batches])
+        return [
+            pb.ReadRecordsResponse(
+                start_offset=plan.start,
+                end_offset=max(plan.start, plan.end),
+                raw_batches=b"".join(b.data for b in batches[a:b]),
+            )
+            for a, b in itertools.pairwise(cuts)
+        ] or [message()]
     cols, spans = decode_range(plan, batches)
     if cols.rows == 0:
-        return answer
+        return [message()]
     offsets = columns.ints(cols, c.OFFSET, "q")
     timestamps = columns.ints(cols, c.TIMESTAMP, "q")
     keys, values, headers = columns.keys(cols), columns.values(cols), columns.headers(cols)
+    records: list[pb.Record] = []
     start = 0
     for end, label, epoch in spans:
         kind = _TIMESTAMP_TYPES[label]
-        answer.records.extend(
+        records.extend(
             pb.Record(
                 offset=offsets[i],
                 timestamp=timestamps[i],
@@ -97,7 +121,32 @@ def _message(plan: RangePlan, batches: list[StreamBatch], *, raw: bool) -> pb.Re
             for i in range(start, end)
         )
         start = end
-    return answer
+    sizes = [
+        RECORD_OVERHEAD_BYTES
+        + len(keys[i] or b"")
+        + len(values[i] or b"")
+        + sum(RECORD_OVERHEAD_BYTES + len(k) * 4 + len(v or b"") for k, v in headers[i])
+        for i in range(cols.rows)
+    ]
+    answers = []
+    for a, b in itertools.pairwise(_cuts(sizes)):
+        answer = message()
+        answer.records.extend(records[a:b])
+        answers.append(answer)
+    return answers
+
+
+def _cuts(sizes: list[int]) -> list[int]:
+    """Where to cut items of ``sizes`` into runs of at most :data:`MESSAGE_BYTES` (an item larger
+    than that alone): the first index of each run, then the end (``[]`` without items)."""
+    cuts = [0]
+    held = 0
+    for i, size in enumerate(sizes):
+        if held and held + size > MESSAGE_BYTES:
+            cuts.append(i)
+            held = 0
+        held += size
+    return [*cuts, len(sizes)] if sizes else []
 
 
 def _deadline_ms(context: Context) -> int | None:
@@ -124,15 +173,16 @@ class ReadRecordsServicer:
         streams = self.runtime.streams
         admitted = self.authenticator.admission(authorization_of(context.invocation_metadata()))
         with outcome_of(slot):
-            encode = partial(_message, plan, raw=request.raw)
+            encode = partial(_messages, plan, raw=request.raw)
             async with contextlib.aclosing(
                 streams.encoded_range(plan, encode, streams.group_bytes, RECORDS_PER_MESSAGE)
-            ) as answers:
+            ) as groups:
                 try:
-                    async for answer in answers:
-                        admitted.check()
-                        if not await _written(context, answer):
-                            raise asyncio.CancelledError  # the client went away: no status to send
+                    async for answers in groups:
+                        for answer in answers:
+                            admitted.check()
+                            if not await _written(context, answer):
+                                raise asyncio.CancelledError  # the client went away: no status to send
                 except Exception as exc:
                     await abort_for(context, exc, "ReadRecords")
 

@@ -484,6 +484,10 @@ Global___ReadRecordsRequest: _TypeAlias = ReadRecordsRequest  # noqa: Y015
 
 @_typing.final
 class ReadRecordsResponse(_message.Message):
+    """At most about 1 MiB of records or batches a message (a record or batch larger than that alone),
+    within the 4 MiB a client takes by default, whatever the stored batches decode to.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     START_OFFSET_FIELD_NUMBER: _builtins.int
