@@ -56,6 +56,9 @@ REPLY_MARGIN_BOUNDS_S = (0.02, 0.5)
 
 #: Readiness is probed at most this often while health is watched, whatever ``refresh_s`` says.
 MIN_WATCH_INTERVAL_S = 0.1
+#: Health watchers take at most this share of ``max_concurrent_rpcs`` (at least one): a Watch,
+#: which needs no token, holds its place for as long as its client keeps it open.
+WATCHERS_SHARE = 0.25
 
 Context = grpc.aio.ServicerContext[Any, Any]
 T = TypeVar("T")
@@ -174,10 +177,18 @@ class ReadinessHealthServicer(health_aio.HealthServicer):
     Readiness is probed when asked (Check) or every ``refresh_s`` while someone watches (Watch);
     at most one probe runs at a time, and at most one per ``refresh_s``. A probe answers within
     its own deadline (``readiness.timeout.ms``) and holds no worker thread while it waits.
+    At most ``max_watchers`` Watch calls run at once; another ends at once with RESOURCE_EXHAUSTED.
     """
 
-    def __init__(self, probe: Callable[[], Awaitable[list[str]]], *, refresh_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        probe: Callable[[], Awaitable[list[str]]],
+        *,
+        refresh_s: float = 1.0,
+        max_watchers: int | None = None,
+    ) -> None:
         super().__init__()
+        self._max_watchers = max_watchers
         self._probe = probe
         self._refresh_s = refresh_s
         self._probed_at = -math.inf
@@ -220,11 +231,16 @@ class ReadinessHealthServicer(health_aio.HealthServicer):
         request: health_pb2.HealthCheckRequest,
         context: grpc.aio.ServicerContext[health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse],
     ) -> None:
-        await self.refresh()  # the first answer is the current status, not a stale one
-        self._watchers += 1
-        if self._poller is None:
-            self._poller = asyncio.create_task(self._poll(), name="rlm-grpc-readiness")
+        if self._max_watchers is not None and self._watchers >= self._max_watchers:
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"{self._max_watchers} health watchers are connected already: use Check, or try again later",
+            )
+        self._watchers += 1  # counted before the first await: watchers arriving at once are bounded too
         try:
+            await self.refresh()  # the first answer is the current status, not a stale one
+            if self._poller is None:
+                self._poller = asyncio.create_task(self._poll(), name="rlm-grpc-readiness")
             await super().Watch(request, context)
         finally:
             self._watchers -= 1
@@ -256,7 +272,8 @@ def build_grpc_server(
         host: the address to listen on.
         port: the port to listen on.
         tls: PEM certificate chain and private key; plaintext when None.
-        max_concurrent_rpcs: calls handled at once; more are refused with RESOURCE_EXHAUSTED.
+        max_concurrent_rpcs: calls handled at once; more are refused with RESOURCE_EXHAUSTED. Health
+            watchers take at most a quarter of them (``WATCHERS_SHARE``).
         readiness_refresh_s: the health service probes readiness at most this often.
 
     Raises:
@@ -271,9 +288,12 @@ def build_grpc_server(
     rlm_pb2_grpc.add_RemoteLogManagerServicer_to_server(
         RemoteLogManagerServicer(runtime, authenticator), server
     )
-    health_pb2_grpc.add_HealthServicer_to_server(
-        ReadinessHealthServicer(runtime.readiness_problems_async, refresh_s=readiness_refresh_s), server
+    health = ReadinessHealthServicer(
+        runtime.readiness_problems_async,
+        refresh_s=readiness_refresh_s,
+        max_watchers=max(1, int(max_concurrent_rpcs * WATCHERS_SHARE)),
     )
+    health_pb2_grpc.add_HealthServicer_to_server(health, server)
     health_service = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
     reflection.enable_server_reflection((SERVICE_NAME, health_service, reflection.SERVICE_NAME), server)
     address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
