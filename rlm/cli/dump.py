@@ -14,7 +14,7 @@ from rlm.log.byte_source import FileSource
 from rlm.log.files import parse_base_offset, segment_file_name
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.logdir import PartitionDir
-from rlm.log.model import BatchHeader, Record
+from rlm.log.model import INT32_MAX, BatchHeader, Record
 from rlm.log.segment import segment_base_offsets
 from rlm.log.snapshot import read_snapshot
 from rlm.log.txnindex import TransactionIndex
@@ -126,7 +126,7 @@ def batch_info(header: BatchHeader, valid: bool, decoded: list[Record] | None) -
     if header.magic < 2 and decoded is not None and base < 0:
         base = decoded[0].offset if decoded else header.last_offset
         count = len(decoded)
-    last_seq = header.base_sequence + header.last_offset - base if header.base_sequence >= 0 else -1
+    last_seq = _last_sequence(header.base_sequence, header.last_offset - base)
     return {
         "position": header.position,
         "base_offset": base,
@@ -149,6 +149,16 @@ def batch_info(header: BatchHeader, valid: bool, decoded: list[Record] | None) -
         "crc": header.crc,
         "crc_valid": valid,
     }
+
+
+def _last_sequence(base_sequence: int, delta: int) -> int:
+    """The batch's last sequence: sequences wrap from INT32_MAX to 0
+    (``DefaultRecordBatch.incrementSequence``); -1 (NO_SEQUENCE) stays -1."""
+    if base_sequence == -1:
+        return -1
+    if base_sequence > INT32_MAX - delta:
+        return delta - (INT32_MAX - base_sequence) - 1
+    return base_sequence + delta
 
 
 def record_info(record: Record, header: BatchHeader) -> dict[str, Any]:
