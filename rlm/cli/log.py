@@ -48,7 +48,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="write even though a process holds the log directory's .lock (only when no broker "
         "runs on it, e.g. a lock the filesystem reports wrongly)",
     )
-    reindex.add_argument("--index-interval-bytes", type=int, default=4096)
+    reindex.add_argument(
+        "--index-interval-bytes",
+        type=integer("--index-interval-bytes", 0, INT32_MAX),
+        default=4096,
+        help="the topic's index.interval.bytes (at least 0, as in Kafka; default 4096)",
+    )
     reindex.set_defaults(func=_reindex)
 
     find = cmds.add_parser("find-offset", help="offset of the first record with timestamp >= T")

@@ -49,3 +49,25 @@ def test_dump_gives_the_last_sequence_wrapped_as_kafka_does(
     assert batch["last_sequence"] == 2
     code, out, _ = _run(capsys, "log", "dump", str(log))
     assert "last_sequence: 2 " in out
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("-5", "argument --index-interval-bytes: must be from 0 to 2147483647, not -5"),
+        ("4k", "argument --index-interval-bytes: '4k' is not an integer"),
+    ],
+)
+def test_reindex_refuses_an_index_interval_kafka_would_not_take(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, message: str
+) -> None:
+    # Kafka's index.interval.bytes is at least 0; a negative one indexed every batch from
+    # position 0, and the broker's indexes were rewritten with it.
+    partition = tmp_path / "t-0"
+    partition.mkdir()
+    (partition / "00000000000000000000.log").write_bytes(_batch(0, 3) + _batch(3, 3))
+    with pytest.raises(SystemExit) as exited:
+        main(["log", "reindex", str(partition), "--force", "--index-interval-bytes", value])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+    assert sorted(p.name for p in partition.iterdir()) == ["00000000000000000000.log"]
