@@ -183,7 +183,7 @@ def verify_segment(
     yield from checker.finish(segment.size(), active=active)
     yield from _verify_offset_index(segment, scan)
     yield from _verify_time_index(segment, scan, active)
-    yield from _verify_txn_index(segment, tracker)
+    yield from _verify_txn_index(segment, tracker, scan)
 
 
 def _verify_offset_index(segment: Segment, scan: _Scan) -> Iterator[Problem]:
@@ -263,17 +263,27 @@ def _verify_time_index(segment: Segment, scan: _Scan, active: bool) -> Iterator[
             )
 
 
-def _verify_txn_index(segment: Segment, tracker: TransactionTracker | None) -> Iterator[Problem]:
+def _verify_txn_index(segment: Segment, tracker: TransactionTracker | None, scan: _Scan) -> Iterator[Problem]:
+    """Check the transaction index against the aborted transactions the log implies; first, the
+    transaction markers the batch checks pass but Kafka's recovery cannot read (it truncates the
+    segment there, as the rebuild stops there)."""
+    index_problem: Problem | None = None
     if segment.txn_index_path.exists():
         try:
             index = segment.transaction_index()
             index.sanity_check()
         except CorruptDataError as exc:
-            yield Problem(str(segment.txn_index_path), exc.position, exc.reason)
-            return
+            index_problem = Problem(str(segment.txn_index_path), exc.position, exc.reason)
+    # Without the transactions open at the segment's start (None) the markers are read all the same.
+    rebuilt = rebuild_segment_indexes(segment, tracker=TransactionTracker() if tracker is None else tracker)
+    if rebuilt.error is not None and scan.corrupt_at is None:
+        error = rebuilt.error
+        yield Problem(error.path or str(segment.log_path), error.position, error.reason)
+    if index_problem is not None:
+        yield index_problem
+        return
     if tracker is None:
         return  # aborted transactions can only be checked with the partition's earlier segments
-    rebuilt = rebuild_segment_indexes(segment, tracker=tracker)
     found = list(segment.transaction_index().entries()) if segment.txn_index_path.exists() else []
     if rebuilt.error is not None:
         # The rebuild stopped at the corrupt batch: only the transactions ended before it count.

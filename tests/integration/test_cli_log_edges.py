@@ -9,6 +9,9 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from rlm.cli import main
+from rlm.log.index import OffsetIndex, TimeIndex
+from rlm.log.model import Record
+from rlm.log.v2 import encode_v2_batch
 
 INT32_MAX = 2**31 - 1
 
@@ -71,3 +74,51 @@ def test_reindex_refuses_an_index_interval_kafka_would_not_take(
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
     assert sorted(p.name for p in partition.iterdir()) == ["00000000000000000000.log"]
+
+
+def _segment_with_a_marker_kafka_cannot_read(partition: Path) -> int:
+    """Two segments; the first holds a transaction whose COMMIT marker has a 2-byte key (its CRC
+    matches: only reading the marker tells), then one more batch. Both have their indexes, as
+    the broker wrote them. Returns the marker batch's position."""
+    first = encode_v2_batch(
+        [Record(0, 1000, b"k", b"v"), Record(1, 2000, b"k", b"v")],
+        producer_id=3,
+        producer_epoch=0,
+        base_sequence=0,
+        is_transactional=True,
+    )
+    marker = encode_v2_batch(
+        [Record(2, 2500, b"\x00\x00", b"\x00\x00\x00\x00\x00\x00")],
+        producer_id=3,
+        producer_epoch=0,
+        is_transactional=True,
+        is_control=True,
+    )
+    last = encode_v2_batch([Record(3, 3000, b"k", b"v")])
+    partition.mkdir()
+    (partition / "00000000000000000000.log").write_bytes(first + marker + last)
+    (partition / "00000000000000000004.log").write_bytes(encode_v2_batch([Record(4, 4000, b"k", b"v")]))
+    for base, (timestamp, offset) in ((0, (3000, 3)), (4, (4000, 4))):
+        OffsetIndex(base).write(partition / f"{base:020d}.index")
+        times = TimeIndex(base)
+        times.maybe_append(timestamp, offset, skip_full_check=True)
+        times.write(partition / f"{base:020d}.timeindex")
+    return len(first)
+
+
+@pytest.mark.parametrize("shallow", [False, True])
+def test_verify_reports_a_transaction_marker_kafka_recovery_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], shallow: bool
+) -> None:
+    # Kafka's recovery reads every transaction marker (ProducerAppendInfo) and truncates the
+    # segment at one it cannot read; reindex leaves such a segment's indexes as they are. Verify
+    # passed it as sound.
+    partition = tmp_path / "t-0"
+    position = _segment_with_a_marker_kafka_cannot_read(partition)
+    log = partition / "00000000000000000000.log"
+    code, _, err = _run(capsys, "log", "verify", str(partition), *(["--shallow"] if shallow else []))
+    assert code == 1
+    assert f"{log}: position {position}: control record at offset 2 has a short key" in err
+    code, _, err = _run(capsys, "log", "reindex", str(partition))
+    assert code == 1
+    assert f"{log}: position {position}: control record at offset 2 has a short key" in err
