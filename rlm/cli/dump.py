@@ -14,7 +14,7 @@ from rlm.log.byte_source import FileSource
 from rlm.log.files import parse_base_offset, segment_file_name
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.logdir import PartitionDir
-from rlm.log.model import INT32_MAX, BatchHeader, Record
+from rlm.log.model import INT32_MAX, BatchHeader, ControlType, Record
 from rlm.log.segment import segment_base_offsets
 from rlm.log.snapshot import read_snapshot
 from rlm.log.txnindex import TransactionIndex
@@ -182,7 +182,12 @@ def _record_text(row: dict[str, Any], record: Record) -> str:
     parts.append(f"headerKeys: [{','.join(name for name, _ in record.headers)}]")
     if row["is_control"]:
         marker = parse_control_record(record)
-        parts.append(f"endTxnMarker: {marker.type} coordinatorEpoch: {marker.coordinator_epoch}")
+        known = marker.type in ControlType._value2member_map_
+        name = ControlType(marker.type).name if known else "UNKNOWN"
+        if marker.type in (ControlType.ABORT, ControlType.COMMIT):
+            parts.append(f"endTxnMarker: {name} coordinatorEpoch: {marker.coordinator_epoch}")
+        else:
+            parts.append(f"controlType: {name}({marker.type})")
     return " ".join(parts)
 
 

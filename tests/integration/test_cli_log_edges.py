@@ -10,8 +10,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from rlm.cli import main
 from rlm.log.index import OffsetIndex, TimeIndex
-from rlm.log.model import Record
-from rlm.log.v2 import encode_v2_batch
+from rlm.log.model import ControlType, Record
+from rlm.log.v2 import encode_control_batch, encode_v2_batch
 
 INT32_MAX = 2**31 - 1
 
@@ -122,3 +122,24 @@ def test_verify_reports_a_transaction_marker_kafka_recovery_cannot_read(
     code, _, err = _run(capsys, "log", "reindex", str(partition))
     assert code == 1
     assert f"{log}: position {position}: control record at offset 2 has a short key" in err
+
+
+def test_dump_names_control_records_as_kafka_dump_log_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # kafka-dump-log: "endTxnMarker: COMMIT coordinatorEpoch: 5" for a transaction marker,
+    # "controlType: LEADER_CHANGE(2)" for any other control record (KRaft's metadata log).
+    log = tmp_path / "t-0" / "00000000000000000000.log"
+    log.parent.mkdir()
+    commit = encode_control_batch(0, ControlType.COMMIT, producer_id=3, producer_epoch=0, timestamp=1000,
+                                  coordinator_epoch=5)  # fmt: skip
+    leader_change = encode_v2_batch(
+        [Record(1, 2000, b"\x00\x00\x00\x02", b"\x00\x00")], is_control=True
+    )
+    log.write_bytes(commit + leader_change)
+    code, out, _ = _run(capsys, "log", "dump", str(log), "--records")
+    assert code == 0
+    records = [line for line in out.splitlines() if line.startswith("| ")]
+    assert records[0].endswith(" endTxnMarker: COMMIT coordinatorEpoch: 5")
+    assert records[1].endswith(" controlType: LEADER_CHANGE(2)")
+
