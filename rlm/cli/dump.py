@@ -112,7 +112,11 @@ def _dump_log(path: Path, emit: Emit, *, records: bool, as_json: bool, active: b
             if records and decoded is not None:
                 for record in decoded:
                     row = record_info(record, header)
-                    emit(json.dumps(row) if as_json else "| " + _record_text(row, record))
+                    try:
+                        line = json.dumps(row) if as_json else "| " + _record_text(row, record)
+                    except CorruptDataError as exc:
+                        raise exc.at(str(path), header.position) from exc
+                    emit(line)
         size = source.size
     if checker.framing_error:
         return checker.problems[-1:]

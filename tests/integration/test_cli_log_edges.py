@@ -143,3 +143,13 @@ def test_dump_names_control_records_as_kafka_dump_log_does(
     assert records[0].endswith(" endTxnMarker: COMMIT coordinatorEpoch: 5")
     assert records[1].endswith(" controlType: LEADER_CHANGE(2)")
 
+
+def test_dump_names_the_file_and_position_of_a_marker_it_cannot_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    partition = tmp_path / "t-0"
+    position = _segment_with_a_marker_kafka_cannot_read(partition)
+    log = partition / "00000000000000000000.log"
+    code, _, err = _run(capsys, "log", "dump", str(log), "--records")
+    assert code == 1
+    assert f"rlm: error: {log}, position {position}: control record at offset 2 has a short key" in err
