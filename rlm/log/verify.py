@@ -15,6 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlm.errors import CorruptDataError, NotFoundError
+from rlm.log.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
 from rlm.log.files import offset_file_offsets, parse_base_offset, segment_file_name, warn_stray
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.logdir import LogDir, PartitionDir, parse_partition_dir_name
@@ -32,6 +38,13 @@ from rlm.log.stable import snapshot_offsets
 from rlm.log.txnindex import TransactionIndex
 from rlm.log.validate import BatchChecker, Problem
 
+#: The files a broker's log directory holds from its first start, partitions or not.
+LOG_DIR_FILES = (
+    META_PROPERTIES,
+    RECOVERY_POINT_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
 #: The file kinds verify (and ``rlm log dump``) reads.
 FILE_KINDS = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
 __all__ = [
@@ -63,7 +76,8 @@ def verify_path(path: str | Path, *, deep: bool = True) -> list[Problem]:
     Raises:
         InvalidFileNameError: a file is not named after an offset.
         NotFoundError: a directory holding segments is not named as a partition's (no partition
-            of a log directory, nor a partition directory).
+            of a log directory, nor a partition directory), or a directory holds nothing of a
+            broker's (no partition directory, no ``meta.properties`` nor checkpoint file).
         CorruptDataError: a file of a kind verify does not know.
     """
     path = Path(path)
@@ -82,6 +96,11 @@ def verify_path(path: str | Path, *, deep: bool = True) -> list[Problem]:
     metadata_log = path / CLUSTER_METADATA_DIR
     if metadata_log.is_dir():
         partitions.append(PartitionDir(metadata_log))
+    if not partitions and not any((path / name).exists() for name in LOG_DIR_FILES):
+        raise NotFoundError(
+            f"{path} is not a Kafka log directory (it holds no partition directory and none of "
+            f"{', '.join(LOG_DIR_FILES)}) nor a partition directory: nothing to verify"
+        )
     for partition in partitions:
         problems.extend(verify_partition(partition, deep=deep))
     return problems

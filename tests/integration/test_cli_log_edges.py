@@ -153,3 +153,30 @@ def test_dump_names_the_file_and_position_of_a_marker_it_cannot_read(
     code, _, err = _run(capsys, "log", "dump", str(log), "--records")
     assert code == 1
     assert f"rlm: error: {log}, position {position}: control record at offset 2 has a short key" in err
+
+
+def test_verify_of_a_directory_that_is_no_log_directory_verifies_nothing_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The parent of the broker's log directories (a path one level too high), or an empty
+    # directory: nothing in it is the broker's, and "OK" told the operator it was verified.
+    partition = tmp_path / "data" / "t-0"
+    partition.mkdir(parents=True)
+    (partition / "00000000000000000000.log").write_bytes(_batch(0, 3))
+    (tmp_path / "data" / "meta.properties").write_text("version=1\nnode.id=1\n")
+    code, out, err = _run(capsys, "log", "verify", str(tmp_path))
+    assert code == 1 and out == ""
+    assert f"rlm: error: {tmp_path} is not a Kafka log directory" in err
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, err = _run(capsys, "log", "verify", str(empty))
+    assert code == 1 and out == ""
+    assert f"rlm: error: {empty} is not a Kafka log directory" in err
+
+
+def test_verify_of_a_log_directory_holding_no_partition_yet_is_ok(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "meta.properties").write_text("version=1\nnode.id=1\n")
+    code, out, _ = _run(capsys, "log", "verify", str(tmp_path))
+    assert code == 0 and out == f"{tmp_path}: OK\n"
