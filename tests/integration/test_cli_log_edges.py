@@ -131,11 +131,10 @@ def test_dump_names_control_records_as_kafka_dump_log_does(
     # "controlType: LEADER_CHANGE(2)" for any other control record (KRaft's metadata log).
     log = tmp_path / "t-0" / "00000000000000000000.log"
     log.parent.mkdir()
-    commit = encode_control_batch(0, ControlType.COMMIT, producer_id=3, producer_epoch=0, timestamp=1000,
-                                  coordinator_epoch=5)  # fmt: skip
-    leader_change = encode_v2_batch(
-        [Record(1, 2000, b"\x00\x00\x00\x02", b"\x00\x00")], is_control=True
+    commit = encode_control_batch(
+        0, ControlType.COMMIT, producer_id=3, producer_epoch=0, timestamp=1000, coordinator_epoch=5
     )
+    leader_change = encode_v2_batch([Record(1, 2000, b"\x00\x00\x00\x02", b"\x00\x00")], is_control=True)
     log.write_bytes(commit + leader_change)
     code, out, _ = _run(capsys, "log", "dump", str(log), "--records")
     assert code == 0
