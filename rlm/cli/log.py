@@ -158,9 +158,9 @@ def _find_offset(args: argparse.Namespace) -> int:
     # The leader epochs as lookups answer for a partition the remote tier holds nothing of: the
     # latest epoch for LATEST, the epoch of the offset for the earliest ones.
     epochs = partition.leader_epochs()
+    hw = partition.high_watermark()
+    latest = partition.log_end_offset() if hw is None else hw
     if timestamp == SpecialTimestamp.LATEST:
-        hw = partition.high_watermark()
-        latest = partition.log_end_offset() if hw is None else hw
         found = TimestampAndOffset(-1, latest, epochs[-1].epoch if epochs else -1)
     elif timestamp in (SpecialTimestamp.EARLIEST, SpecialTimestamp.EARLIEST_LOCAL):
         start = partition.log_start_offset()
@@ -171,6 +171,9 @@ def _find_offset(args: argparse.Namespace) -> int:
         found = None  # a broker's local log knows nothing tiered
     else:
         found = partition.find_offset_by_timestamp(timestamp)
+    if timestamp >= 0 or timestamp == SpecialTimestamp.MAX_TIMESTAMP:
+        # As Kafka's ListOffsets: an answer from the last fetchable offset (LATEST's) on is none.
+        found = found if found is not None and found.offset < latest else None
     answer = found or TimestampAndOffset(-1, -1, -1)
     if args.json:
         print(

@@ -9,6 +9,7 @@ import pytest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from rlm.cli import main
+from rlm.log.checkpoints import write_offset_checkpoint
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.model import ControlType, Record
 from rlm.log.v2 import encode_control_batch, encode_v2_batch
@@ -179,3 +180,33 @@ def test_verify_of_a_log_directory_holding_no_partition_yet_is_ok(
     (tmp_path / "meta.properties").write_text("version=1\nnode.id=1\n")
     code, out, _ = _run(capsys, "log", "verify", str(tmp_path))
     assert code == 0 and out == f"{tmp_path}: OK\n"
+
+
+def test_find_offset_answers_nothing_at_or_above_the_high_watermark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Kafka's ListOffsets answers a consumer's timestamp (and MAX_TIMESTAMP) only with an offset
+    # below the last fetchable offset, the high watermark its LATEST gives: records above it are
+    # not committed and may be truncated away.
+    partition = tmp_path / "t-0"
+    partition.mkdir()
+    batches = [
+        encode_v2_batch([Record(base + i, ts, b"k", b"v") for i in range(3)])
+        for base, ts in ((0, 1000), (3, 2000), (6, 3000))
+    ]
+    (partition / "00000000000000000000.log").write_bytes(b"".join(batches))
+    write_offset_checkpoint(tmp_path / "replication-offset-checkpoint", {("t", 0): 6})
+
+    def find(timestamp: str) -> dict[str, int]:
+        code, out, _ = _run(capsys, "log", "find-offset", str(partition), "--timestamp", timestamp, "--json")
+        assert code == 0
+        answer: dict[str, int] = json.loads(out)
+        return answer
+
+    assert find("latest")["offset"] == 6
+    assert find("1500") == {"offset": 3, "timestamp": 2000, "leader_epoch": -1}
+    assert find("2500") == {"offset": -1, "timestamp": -1, "leader_epoch": -1}
+    assert find("max-timestamp") == {"offset": -1, "timestamp": -1, "leader_epoch": -1}
+    write_offset_checkpoint(tmp_path / "replication-offset-checkpoint", {("t", 0): 9})
+    assert find("2500")["offset"] == 6
+    assert find("max-timestamp")["offset"] == 6
