@@ -9,6 +9,8 @@ warning. Verification only reads.
 
 from __future__ import annotations
 
+import os
+import re
 from bisect import bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -45,6 +47,14 @@ LOG_DIR_FILES = (
     LOG_START_OFFSET_CHECKPOINT,
     REPLICATION_OFFSET_CHECKPOINT,
 )
+#: The directory of a log directory Kafka's ``LogManager`` skips (tiered storage's index cache).
+REMOTE_INDEX_CACHE_DIR = "remote-log-index-cache"
+_MARKED_DIR_SUFFIXES = ("-delete", "-future", "-stray")
+#: ``DELETE_DIR_PATTERN``, ``FUTURE_DIR_PATTERN`` and ``STRAY_DIR_PATTERN`` of Kafka's ``LocalLog``.
+_MARKED_DIR = re.compile(r"\S+-\S+\.\S+-(?:delete|future|stray)", re.ASCII)
+#: What Java's ``Integer.parseInt`` reads: a sign, then decimal digits of any script (its
+#: ``Character.digit``, as Python's ``int``); the int32 range is checked apart.
+_JAVA_INT = re.compile(r"[+-]?\d+")
 #: The file kinds verify (and ``rlm log dump``) reads.
 FILE_KINDS = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
 __all__ = [
@@ -101,9 +111,36 @@ def verify_path(path: str | Path, *, deep: bool = True) -> list[Problem]:
             f"{path} is not a Kafka log directory (it holds no partition directory and none of "
             f"{', '.join(LOG_DIR_FILES)}) nor a partition directory: nothing to verify"
         )
+    problems.extend(_directories_kafka_refuses(path))
     for partition in partitions:
         problems.extend(verify_partition(partition, deep=deep))
     return problems
+
+
+def _directories_kafka_refuses(log_dir: Path) -> Iterator[Problem]:
+    """The directories of a log directory the broker will not start on: Kafka's ``LogManager``
+    fails the whole log directory on one its ``parseTopicPartitionName`` cannot read (an ext4
+    ``lost+found``, a partition's copy under another name)."""
+    for entry in sorted(os.scandir(log_dir), key=lambda e: e.name):
+        if entry.is_dir() and entry.name != REMOTE_INDEX_CACHE_DIR and not _kafka_reads_dir_name(entry.name):
+            yield Problem(
+                entry.path,
+                None,
+                "not named TOPIC-PARTITION (nor TOPIC-PARTITION.ID-delete, -future or -stray): the "
+                "broker refuses to load the log directory while it holds it; move it out",
+            )
+
+
+def _kafka_reads_dir_name(name: str) -> bool:
+    """Whether Kafka's ``UnifiedLog.parseTopicPartitionName`` reads a directory's name."""
+    if name.endswith(_MARKED_DIR_SUFFIXES):
+        if _MARKED_DIR.fullmatch(name) is None:
+            return False
+        name = name[: name.rindex(".")]
+    topic, sep, number = name.rpartition("-")
+    if not sep or not topic or _JAVA_INT.fullmatch(number) is None:
+        return False
+    return -(2**31) <= int(number) <= 2**31 - 1
 
 
 def verify_file(path: Path, *, deep: bool = True) -> list[Problem]:

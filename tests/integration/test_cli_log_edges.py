@@ -210,3 +210,28 @@ def test_find_offset_answers_nothing_at_or_above_the_high_watermark(
     write_offset_checkpoint(tmp_path / "replication-offset-checkpoint", {("t", 0): 9})
     assert find("2500")["offset"] == 6
     assert find("max-timestamp")["offset"] == 6
+
+
+def test_verify_of_a_log_directory_reports_a_directory_the_broker_would_refuse_to_start_on(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Kafka's LogManager fails the whole log directory on any directory in it not named as a
+    # partition's (UnifiedLog.parseTopicPartitionName): an ext4 lost+found, a stray copy.
+    (tmp_path / "meta.properties").write_text("version=1\nnode.id=1\n")
+    partition = tmp_path / "t-0"
+    partition.mkdir()
+    (partition / "00000000000000000000.log").write_bytes(_batch(0, 3))
+    assert _run(capsys, "log", "reindex", str(partition))[0] == 0
+    for kept in ("t-1.0123456789abcdef0123456789abcdef-delete", "remote-log-index-cache", "t-2"):
+        (tmp_path / kept).mkdir()
+    (tmp_path / "notes.txt").write_text("files are not looked at")
+    code, out, err = _run(capsys, "log", "verify", str(tmp_path))
+    assert code == 0, err
+    for refused in ("lost+found", "t-0-copy", "t-x.y-future"):
+        (tmp_path / refused).mkdir()
+    code, out, err = _run(capsys, "log", "verify", str(tmp_path))
+    assert code == 1 and out == ""
+    *problems, total = err.splitlines()
+    assert total == f"3 problem(s) found in {tmp_path}"
+    for refused in ("lost+found", "t-0-copy", "t-x.y-future"):
+        assert any(p.startswith(f"{tmp_path / refused}: not named TOPIC-PARTITION") for p in problems)
