@@ -12,6 +12,7 @@ from rlm.cli import main
 from rlm.log.checkpoints import write_offset_checkpoint
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.model import ControlType, Record
+from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.log.v2 import encode_control_batch, encode_v2_batch
 
 INT32_MAX = 2**31 - 1
@@ -235,3 +236,46 @@ def test_verify_of_a_log_directory_reports_a_directory_the_broker_would_refuse_t
     assert total == f"3 problem(s) found in {tmp_path}"
     for refused in ("lost+found", "t-0-copy", "t-x.y-future"):
         assert any(p.startswith(f"{tmp_path / refused}: not named TOPIC-PARTITION") for p in problems)
+
+
+def _partition_after_retention(log_dir: Path) -> Path:
+    """A partition whose first segment (base 5) holds the ABORT marker of a transaction begun at
+    offset 2, in a segment retention deleted; the broker indexed the abort in the segment's
+    transaction index. Like a broker's, the first segment has no producer snapshot (Kafka keeps
+    those of the last two segments only)."""
+    partition = log_dir / "t-0"
+    partition.mkdir()
+    abort = encode_control_batch(5, ControlType.ABORT, producer_id=3, producer_epoch=0, timestamp=5000)
+    data = encode_v2_batch([Record(6, 6000, b"k", b"v")])
+    (partition / "00000000000000000005.log").write_bytes(abort + data)
+    (partition / "00000000000000000007.log").write_bytes(encode_v2_batch([Record(7, 7000, b"k", b"v")]))
+    txns = TransactionIndex(5)
+    txns.append(AbortedTxn(3, 2, 5, 6))
+    txns.write(partition / "00000000000000000005.txnindex")
+    for base, (timestamp, offset) in ((5, (6000, 6)), (7, (7000, 7))):
+        OffsetIndex(base).write(partition / f"{base:020d}.index")
+        times = TimeIndex(base)
+        times.maybe_append(timestamp, offset, skip_full_check=True)
+        times.write(partition / f"{base:020d}.timeindex")
+    write_offset_checkpoint(log_dir / "log-start-offset-checkpoint", {("t", 0): 5})
+    return partition
+
+
+def test_reindex_keeps_the_abort_of_a_transaction_begun_before_the_first_segment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Without a snapshot at the first segment's base, the transactions open at its start are
+    # unknown: taken as none, the abort looked unindexed-for, verify called the index wrong and
+    # reindex rewrote it empty, handing the aborted records to read_committed consumers.
+    partition = _partition_after_retention(tmp_path)
+    txnindex = partition / "00000000000000000005.txnindex"
+    before = txnindex.read_bytes()
+    code, _, err = _run(capsys, "log", "verify", str(partition))
+    assert code == 0, err
+    code, out, err = _run(capsys, "log", "reindex", str(partition))
+    assert code == 0, err
+    assert txnindex.read_bytes() == before
+    code, out, _ = _run(capsys, "log", "reindex", str(partition), "--force")
+    assert code == 0
+    assert "transaction index left as it is" in out
+    assert txnindex.read_bytes() == before
