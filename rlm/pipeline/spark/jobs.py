@@ -39,7 +39,7 @@ def run_verify(
         RlmError: The metadata store or the storage cannot be opened or listed, or a topic asked
             for is unknown.
     """
-    store = open_store(settings)
+    store = open_compaction_store(settings)
     try:
         storage = open_remote_storage(settings)
         try:

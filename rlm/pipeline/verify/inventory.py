@@ -4,13 +4,15 @@ A live row is any row not in ``DELETE_SEGMENT_FINISHED``: an unfinished copy or 
 its objects legitimately (the copier's cleanup or retention removes them), so its objects are not
 orphans; the row itself is reported once it is older than the cleanup horizon, since by then a
 running copier would have cleaned it up (a row a compaction replaced, once the horizon has passed
-after its deletion delay).
+after its deletion delay). The objects a compaction job recorded as its outputs and has not
+swapped in are not orphans either: the job is writing them, or its next run's cleanup deletes them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Iterator
 
+from rlm.metastore.compaction import CompactionOutput
 from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
 from rlm.pipeline.verify.problems import Problem, ProblemKind
 from rlm.storage.layout import parse_segment_key, partition_hash
@@ -33,6 +35,11 @@ def referenced_keys(rows: Iterable[RemoteSegment]) -> set[str]:
         if row.state is not SegmentState.DELETE_SEGMENT_FINISHED
         for key in (row.layout.log_key, row.layout.index_key)
     }
+
+
+def output_keys(outputs: Iterable[CompactionOutput]) -> set[str]:
+    """The object keys of compaction outputs recorded and not yet swapped in."""
+    return {key for output in outputs for key in (output.log_key, output.index_key)}
 
 
 def partition_prefixes(partitions: Iterable[TopicPartition]) -> list[str]:

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlm.metastore.compaction import CompactionStore
 from rlm.metastore.model import RemoteSegment, SkippedRange, TopicPartition
-from rlm.metastore.protocol import MetadataStore
 from rlm.pipeline.reader import DEFAULT_CHUNK_BYTES
 from rlm.pipeline.stage import Collect
 from rlm.pipeline.storage import StorageSpec
@@ -25,6 +25,7 @@ from rlm.pipeline.verify.inventory import (
     DEFAULT_CLEANUP_HORIZON_MS,
     LIVE_STATES,
     orphan_objects,
+    output_keys,
     referenced_keys,
     stale_rows,
     stored_keys,
@@ -114,7 +115,7 @@ def skipped_json(skipped: SkippedRange) -> dict[str, Any]:
 
 
 def verify(
-    store: MetadataStore,
+    store: CompactionStore,
     storage: RemoteStorage,
     spec: StorageSpec,
     collect: Collect,
@@ -125,7 +126,7 @@ def verify(
     """Verify the remote tier of the partitions ``options`` selects.
 
     Args:
-        store: The metadata store (read only).
+        store: The metadata store (read only; compaction jobs' recorded outputs are no orphans).
         storage: The driver's storage client, for listing keys.
         spec: How executors open the same storage.
         collect: Runs the per-segment stage and brings its rows back.
@@ -155,7 +156,7 @@ def verify(
     problems += stale_rows(rows, now_ms=now_ms, horizon_ms=options.cleanup_horizon_ms)
     filtered = bool(options.topics or options.partitions)
     chosen = {r.topic_partition for r in records} if filtered else None
-    referenced = referenced_keys(_live_rows(store, rows, chosen))
+    referenced = _referenced(store, rows, chosen)
     bytes_read = batches = 0
     # The store's keys are listed while the executors check the segments (nothing the stage
     # does changes them): the listing's round trips add nothing to the run's time.
@@ -188,15 +189,16 @@ def verify(
     )
 
 
-def _live_rows(
-    store: MetadataStore, rows: list[RemoteSegment], chosen: Collection[TopicPartition] | None
-) -> list[RemoteSegment]:
-    """The rows whose objects are not orphans: of the ``chosen`` partitions (``rows`` are theirs),
-    or, when ``None``, the live rows of every partition, those being deleted included."""
+def _referenced(
+    store: CompactionStore, rows: list[RemoteSegment], chosen: Collection[TopicPartition] | None
+) -> set[str]:
+    """The keys of the objects that are not orphans: those of the live rows and of the outputs
+    compaction jobs recorded, of the ``chosen`` partitions (``rows`` are theirs), or, when
+    ``None``, of every partition, those being deleted included."""
     if chosen is not None:
-        return rows
-    return [
-        row
-        for record in store.list_partitions()
-        for row in store.list_segments(record.topic_partition, states=LIVE_STATES)
-    ]
+        partitions = list(chosen)
+    else:
+        partitions = [record.topic_partition for record in store.list_partitions()]
+        rows = [row for tp in partitions for row in store.list_segments(tp, states=LIVE_STATES)]
+    outputs = [output for tp in partitions for output in store.compaction_outputs(tp)]
+    return referenced_keys(rows) | output_keys(outputs)
