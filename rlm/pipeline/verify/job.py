@@ -156,7 +156,6 @@ def verify(
     problems += stale_rows(rows, now_ms=now_ms, horizon_ms=options.cleanup_horizon_ms)
     filtered = bool(options.topics or options.partitions)
     chosen = {r.topic_partition for r in records} if filtered else None
-    referenced = _referenced(store, rows, chosen)
     bytes_read = batches = 0
     # The store's keys are listed while the executors check the segments (nothing the stage
     # does changes them): the listing's round trips add nothing to the run's time.
@@ -168,7 +167,7 @@ def verify(
                 bytes_read += result["bytes_read"]
                 batches += result["batches"]
                 problems += [problem_from_row(p) for p in result["problems"]]
-        problems += orphan_objects(listed.result(), referenced)
+        problems += _orphans(store, storage, listed.result(), chosen)
     problems.sort(
         key=lambda p: (
             p.kind.value,
@@ -189,16 +188,32 @@ def verify(
     )
 
 
-def _referenced(
-    store: CompactionStore, rows: list[RemoteSegment], chosen: Collection[TopicPartition] | None
-) -> set[str]:
-    """The keys of the objects that are not orphans: those of the live rows and of the outputs
-    compaction jobs recorded, of the ``chosen`` partitions (``rows`` are theirs), or, when
-    ``None``, of every partition, those being deleted included."""
-    if chosen is not None:
-        partitions = list(chosen)
-    else:
-        partitions = [record.topic_partition for record in store.list_partitions()]
-        rows = [row for tp in partitions for row in store.list_segments(tp, states=LIVE_STATES)]
+def _orphans(
+    store: CompactionStore,
+    storage: RemoteStorage,
+    keys: list[str],
+    chosen: Collection[TopicPartition] | None,
+) -> list[Problem]:
+    """The orphans among ``keys``, listed before this is called.
+
+    What references an object is read after the listing: a copy writes its row, and a compaction
+    job records its outputs, before their objects, so an object listed that is not an orphan is
+    referenced now (read earlier, a copy that started since would make orphans of its objects).
+    Of an output swapped in meanwhile the row is read: the outputs are read first. An object no
+    live row references may have been deleted since it was listed (its row then finished its
+    deletion): only those still there are orphans.
+    """
+    candidates = orphan_objects(keys, _referenced(store, chosen))
+    return [p for p in candidates if p.object_key is None or storage.object_size(p.object_key) is not None]
+
+
+def _referenced(store: CompactionStore, chosen: Collection[TopicPartition] | None) -> set[str]:
+    """The keys of the objects that are not orphans: those of the outputs compaction jobs recorded
+    and of the live rows, of the ``chosen`` partitions, or, when ``None``, of every partition,
+    those being deleted included."""
+    partitions = (
+        list(chosen) if chosen is not None else [record.topic_partition for record in store.list_partitions()]
+    )
     outputs = [output for tp in partitions for output in store.compaction_outputs(tp)]
-    return referenced_keys(rows) | output_keys(outputs)
+    rows = [row for tp in partitions for row in store.list_segments(tp, states=LIVE_STATES)]
+    return output_keys(outputs) | referenced_keys(rows)
