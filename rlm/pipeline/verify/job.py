@@ -14,9 +14,10 @@ from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 from rlm.metastore.compaction import CompactionStore
-from rlm.metastore.model import RemoteSegment, SkippedRange, TopicPartition
+from rlm.metastore.model import RemoteSegment, SegmentState, SkippedRange, TopicPartition
 from rlm.pipeline.reader import DEFAULT_CHUNK_BYTES
 from rlm.pipeline.stage import Collect
 from rlm.pipeline.storage import StorageSpec
@@ -163,10 +164,12 @@ def verify(
         listed = pool.submit(lambda: list(stored_keys(storage, chosen)))
         if summaries:
             stage = verify_stage(spec, deep=options.deep, chunk_bytes=options.chunk_bytes)
+            found: list[Problem] = []
             for result in collect(stage, summaries).to_pylist():
                 bytes_read += result["bytes_read"]
                 batches += result["batches"]
-                problems += [problem_from_row(p) for p in result["problems"]]
+                found += [problem_from_row(p) for p in result["problems"]]
+            problems += _still_finished(store, found)
         problems += _orphans(store, storage, listed.result(), chosen)
     problems.sort(
         key=lambda p: (
@@ -186,6 +189,23 @@ def verify(
         problems,
         skipped,
     )
+
+
+def _still_finished(store: CompactionStore, found: list[Problem]) -> list[Problem]:
+    """The problems of the segments still finished once checked: retention, or the deferred
+    deletion of segments a compaction replaced, may have deleted a segment planned as finished
+    before its check read it (a deep run takes hours); it left the tier, and its objects' absence
+    is no problem."""
+    states = {
+        segment_id: store.get_segment(UUID(segment_id))
+        for segment_id in {p.segment_id for p in found if p.segment_id is not None}
+    }
+    return [
+        p
+        for p in found
+        if p.segment_id is None
+        or ((row := states[p.segment_id]) is not None and row.state is SegmentState.COPY_SEGMENT_FINISHED)
+    ]
 
 
 def _orphans(
