@@ -159,3 +159,19 @@ def test_offsets_copied_past_the_last_finished_segment_are_a_gap() -> None:
     # The tail ends where the copies do; a log start past them all is what retention leaves.
     assert _problems(segment(10, 19), last, record=_record(highest=29)) == []
     assert _problems(record=_record(log_start=40, highest=39)) == []
+
+
+def test_the_log_start_read_after_the_segments_judges_the_gaps_below_them() -> None:
+    # Retention advanced the log start to 10 and deleted [0, 9] after the record was read, before
+    # the segments were: no gap below [10, 19]; one above it is still a gap.
+    segments = [segment(10, 19), segment(30, 39)]
+    record = _record(log_start=0, highest=39)
+    (gap,) = continuity_problems(TP, segments, record, [], log_start_after=10)
+    assert gap.kind is ProblemKind.GAP and gap.offset == 20
+    # Every segment deleted so: no tail gap either.
+    assert continuity_problems(TP, [], record, [], log_start_after=40) == []
+    # A segment below the log start read before the segments is one retention left behind.
+    (below,) = continuity_problems(
+        TP, [segment(0, 9), segment(10, 19)], _record(10, 19), [], log_start_after=10
+    )
+    assert below.kind is ProblemKind.LOG_START

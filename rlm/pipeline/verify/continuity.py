@@ -141,12 +141,21 @@ def continuity_problems(
     finished: Sequence[RemoteSegment],
     record: PartitionRecord | None,
     skipped: Sequence[SkippedRange] = (),
+    *,
+    log_start_after: int | None = None,
 ) -> list[Problem]:
     """Gaps no skipped range explains, overlaps no takeover explains, and disagreements with the
-    remote log start offset."""
+    remote log start offset.
+
+    ``record`` is read before the segments, ``log_start_after`` (the remote log start offset)
+    after them: retention advances it before it deletes, so the segments it deleted before they
+    were read lie below the later one, and the offsets from there on are judged for gaps; a
+    segment lies wholly below the earlier one only when retention left it behind.
+    """
     problems: list[Problem] = []
     ordered = in_offset_order(finished)
     log_start = -1 if record is None else record.remote_log_start_offset
+    gaps_from = log_start if log_start_after is None else max(log_start, log_start_after)
     live = []
     for segment in ordered:
         if log_start >= 0 and segment.end_offset < log_start:
@@ -174,12 +183,12 @@ def continuity_problems(
                 offset=log_start,
             )
         )
-    problems += _tail_gap(tp, live, record, skipped)
+    problems += _tail_gap(tp, live, record, gaps_from, skipped)
     if not live:
         return problems
-    if log_start >= 0 and live[0].start_offset > log_start:
+    if gaps_from >= 0 and live[0].start_offset > gaps_from:
         problems += judge_gap(
-            tp, log_start, live[0].start_offset - 1, before=None, after=live[0], skipped=skipped
+            tp, gaps_from, live[0].start_offset - 1, before=None, after=live[0], skipped=skipped
         )
     covering = [live[0]]
     for segment in live[1:]:
@@ -221,16 +230,18 @@ def _tail_gap(
     tp: TopicPartition,
     live: Sequence[RemoteSegment],
     record: PartitionRecord | None,
+    log_start: int,
     skipped: Sequence[SkippedRange],
 ) -> list[Problem]:
-    """The offsets above every finished segment up to the highest offset ever copied: the copier
-    never copies them again (it copies above that offset), so their segment was lost."""
+    """The offsets above every finished segment (and at or above ``log_start``) up to the highest
+    offset ever copied: the copier never copies them again (it copies above that offset), so
+    their segment was lost."""
     if record is None:
         return []
     highest = record.highest_copied_offset
     reach = max((s.end_offset for s in live), default=-1)
     before = max(live, key=lambda s: s.end_offset) if live else None
-    first = max(reach + 1, record.remote_log_start_offset, 0)
+    first = max(reach + 1, log_start, 0)
     if first > highest:
         return []
     return judge_gap(tp, first, highest, before=before, after=None, skipped=skipped)

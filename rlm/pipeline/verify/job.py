@@ -150,8 +150,13 @@ def verify(
         summaries.extend(plan.segments)
         skips = store.list_skipped_ranges(plan.topic_partition)
         skipped += skips
+        after = store.get_partition(plan.topic_partition)  # retention may have run since
         problems += continuity_problems(
-            plan.topic_partition, [s.segment for s in plan.segments], record, skips
+            plan.topic_partition,
+            [s.segment for s in plan.segments],
+            record,
+            skips,
+            log_start_after=None if after is None else after.remote_log_start_offset,
         )
         rows += store.list_segments(plan.topic_partition, states=LIVE_STATES)
     problems += stale_rows(rows, now_ms=now_ms, horizon_ms=options.cleanup_horizon_ms)
