@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from rlm.errors import CorruptDataError
 from rlm.log.logdir import PartitionDir
 from rlm.log.recovery import DEFAULT_INDEX_INTERVAL_BYTES, RebuiltIndexes, TransactionTracker
-from rlm.log.segment import Segment, rebuild_segment_indexes
+from rlm.log.segment import Segment, first_tracker, rebuild_segment_indexes
 from rlm.log.validate import Problem
-from rlm.log.verify import first_tracker, next_tracker, verify_segment
+from rlm.log.verify import next_tracker, verify_segment
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def reindex_partition(
     but for segments whose ``.log`` is corrupt, which are left as they are."""
     segments = partition.segments()
     results: list[ReindexResult] = []
-    tracker = first_tracker(segments[0]) if segments else None
+    tracker = first_tracker(segments)
     for i, segment in enumerate(segments):
         active = i == len(segments) - 1
         state = None if tracker is None else TransactionTracker(dict(tracker.ongoing))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from rlm.errors import CorruptDataError, CorruptIndexError
@@ -383,6 +383,19 @@ def initial_tracker(segment: Segment) -> TransactionTracker:
         except CorruptDataError:
             pass  # a corrupt snapshot is ignored, as the broker does
     return TransactionTracker()
+
+
+def first_tracker(segments: Sequence[Segment]) -> TransactionTracker | None:
+    """Open transactions at the start of a partition's first segment (``segments`` in offset
+    order): none when the log starts at offset 0, else those of the snapshot named after it;
+    ``None`` (unknown) without one, as when retention deleted the segments before it (a broker
+    does not keep a snapshot of every segment)."""
+    if not segments:
+        return None
+    first = segments[0]
+    if first.base_offset == 0 or first.path(".snapshot").exists():
+        return initial_tracker(first)
+    return None
 
 
 def rebuild_segment_indexes(

@@ -30,6 +30,7 @@ from rlm.log.model import CLUSTER_METADATA_DIR, BatchHeader
 from rlm.log.recovery import TransactionTracker
 from rlm.log.segment import (
     Segment,
+    first_tracker,
     index_entry_problem,
     initial_tracker,
     rebuild_segment_indexes,
@@ -60,7 +61,6 @@ FILE_KINDS = (".log", ".index", ".timeindex", ".txnindex", ".snapshot")
 __all__ = [
     "FILE_KINDS",
     "Problem",
-    "first_tracker",
     "next_tracker",
     "verify_file",
     "verify_partition",
@@ -174,7 +174,7 @@ def verify_partition(partition: PartitionDir, *, deep: bool = True) -> list[Prob
     snapshots; index files without their ``.log`` are skipped with a warning."""
     problems: list[Problem] = []
     segments = partition.segments()
-    tracker = first_tracker(segments[0]) if segments else None
+    tracker = first_tracker(segments)
     for i, segment in enumerate(segments):
         following = segments[i + 1].base_offset if i + 1 < len(segments) else None
         found = list(
@@ -194,16 +194,6 @@ def verify_partition(partition: PartitionDir, *, deep: bool = True) -> list[Prob
             if offset not in bases:
                 warn_stray(partition.path / segment_file_name(offset, suffix), "no .log of that offset")
     return problems
-
-
-def first_tracker(segment: Segment) -> TransactionTracker | None:
-    """The open transactions at the start of a partition's first segment: none at offset 0, else
-    from its producer snapshot; without one (the broker keeps those of its last two segments
-    only) they are unknown (None): a transaction begun in a segment retention deleted may be
-    open there, its abort indexed in this segment's transaction index."""
-    if segment.base_offset == 0 or segment.path(".snapshot").exists():
-        return initial_tracker(segment)
-    return None
 
 
 def next_tracker(
