@@ -1,6 +1,7 @@
-"""``rlm log verify`` of a partition whose log no longer starts at offset 0 (retention deleted its
-first segments): the transactions open at its first segment's start are known from the producer
-snapshot named after it, and unknown without one (the broker keeps no snapshot of every segment)."""
+"""``rlm log verify`` and ``rlm log reindex`` of a partition whose log no longer starts at offset 0
+(retention deleted its first segments): the transactions open at its first segment's start are
+known from the producer snapshot named after it, and unknown without one (the broker keeps no
+snapshot of every segment)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rlm.log.dirwriter import LogDirWriter
 from rlm.log.files import segment_file_name
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import ControlType
+from rlm.log.reindex import reindex_partition
 from rlm.log.verify import verify_partition
 from rlm.log.writer import ProducerRecord
 
@@ -48,3 +50,14 @@ def test_a_partition_whose_first_segments_are_gone_verifies_healthy(tmp_path: Pa
     assert verify_partition(partition) == []  # the snapshot at 2 says producer 7's began at 1
     (partition.path / segment_file_name(2, ".snapshot")).unlink()
     assert [str(p) for p in verify_partition(partition)] == []  # unknown: not checked
+
+
+def test_reindex_keeps_the_transaction_index_of_an_unknown_start(tmp_path: Path) -> None:
+    partition = _partition(tmp_path / "logs")
+    _delete_first_segment(partition)
+    (partition.path / segment_file_name(2, ".snapshot")).unlink()
+    txnindex = partition.path / segment_file_name(2, ".txnindex")
+    before = txnindex.read_bytes()
+    assert len(before) == 34  # producer 7's, from offset 1
+    reindex_partition(partition, force=True)
+    assert txnindex.read_bytes() == before
