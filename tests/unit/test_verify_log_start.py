@@ -61,3 +61,14 @@ def test_reindex_keeps_the_transaction_index_of_an_unknown_start(tmp_path: Path)
     assert len(before) == 34  # producer 7's, from offset 1
     reindex_partition(partition, force=True)
     assert txnindex.read_bytes() == before
+
+
+def test_a_damaged_transaction_index_is_the_only_problem_found(tmp_path: Path) -> None:
+    # The transactions the first segment leaves open are still carried to the next one when its
+    # own transaction index cannot be read.
+    partition = _partition(tmp_path / "logs")
+    damaged = partition.path / segment_file_name(0, ".txnindex")
+    damaged.write_bytes(b"zzz")
+    assert [(p.path, p.message) for p in verify_partition(partition)] == [
+        (str(damaged), "3 trailing bytes do not form a whole entry")
+    ]
