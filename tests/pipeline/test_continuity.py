@@ -175,3 +175,21 @@ def test_the_log_start_read_after_the_segments_judges_the_gaps_below_them() -> N
         TP, [segment(0, 9), segment(10, 19)], _record(10, 19), [], log_start_after=10
     )
     assert below.kind is ProblemKind.LOG_START
+
+
+def test_a_leader_epoch_going_back_at_a_segment_boundary_is_reported() -> None:
+    # [100, 199] is another leader's log after an unclean election (epoch 4 where the tier already
+    # holds epoch 5 below it): the tier stitches two histories together.
+    earlier = segment(0, 99, epochs=((3, 0), (5, 80)))
+    stitched = segment(100, 199, epochs=((4, 100), (6, 151)))
+    (problem,) = _problems(earlier, stitched)
+    assert problem.kind is ProblemKind.LEADER_EPOCH and problem.offset == 100
+    assert problem.segment_id == str(stitched.segment_id)
+    assert "leader epoch 4 at offset 100, below epoch 5 of offset 99" in problem.message
+    # Across a gap too; an epoch that stays or rises is fine.
+    assert _kinds(_problems(earlier, segment(120, 199, epochs=((4, 120),)))) == [
+        ProblemKind.GAP,
+        ProblemKind.LEADER_EPOCH,
+    ]
+    assert _problems(earlier, segment(100, 199, epochs=((5, 100), (6, 151)))) == []
+    assert _problems(earlier, segment(100, 199, epochs=((7, 100),))) == []

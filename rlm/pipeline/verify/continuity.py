@@ -16,6 +16,9 @@ Judged from the metadata alone (no object is read):
   records; higher, the new leader's log diverged after an unclean election and its records are
   the ones the log kept. A copy lying wholly inside earlier ones, or one whose epochs go back, is
   an overlap no takeover explains.
+* Leader epochs: a segment starting above the offsets held before it starts in a leader epoch at
+  least that of the last offset before it (a log's epochs never go back; one that does is another
+  leader's diverged log stitched to this one).
 * The remote log start offset: no finished segment lies wholly below it (retention advances it
   and then deletes them), the first one above it starts at or below it (else the offsets between
   are a gap), and it is at most one past the highest offset ever copied.
@@ -136,6 +139,29 @@ def judge_overlap(tp: TopicPartition, earlier: RemoteSegment, later: RemoteSegme
     return None
 
 
+def _epoch_back(tp: TopicPartition, before: RemoteSegment, after: RemoteSegment) -> list[Problem]:
+    """A problem when ``after``, which starts above ``before``'s last offset, starts in an older
+    leader epoch than that offset's: a log's epochs never go back, so its records are another
+    leader's history (a log diverged after an unclean election), stitched to this one."""
+    if not after.leader_epochs or not before.leader_epochs:
+        return []
+    ours, theirs = epoch_at(after, after.start_offset), epoch_at(before, before.end_offset)
+    if ours >= theirs:
+        return []
+    return [
+        Problem(
+            ProblemKind.LEADER_EPOCH,
+            tp.topic,
+            tp.partition,
+            f"segment {_range(after)} starts in leader epoch {ours} at offset {after.start_offset}, "
+            f"below epoch {theirs} of offset {before.end_offset} in segment {_range(before)} "
+            f"(segment {before.segment_id}): a log's leader epochs never go back",
+            segment_id=str(after.segment_id),
+            offset=after.start_offset,
+        )
+    ]
+
+
 def continuity_problems(
     tp: TopicPartition,
     finished: Sequence[RemoteSegment],
@@ -202,6 +228,8 @@ def continuity_problems(
                 after=segment,
                 skipped=skipped,
             )
+        if segment.start_offset > reach.end_offset:
+            problems += _epoch_back(tp, reach, segment)
         elif segment.end_offset <= reach.end_offset:
             problems.append(
                 Problem(

@@ -29,7 +29,8 @@ class ProblemKind(enum.Enum):
     INDEX_MISMATCH = "index-mismatch"
     """A file of the index object differs from the one rebuilt from the ``.log``."""
     LEADER_EPOCH = "leader-epoch"
-    """A batch's leader epoch is not the one the row says wrote its offsets."""
+    """A batch's leader epoch is not the one the row says wrote its offsets, or a segment starts
+    in an older leader epoch than the offsets before it."""
     GAP = "gap"
     """Offsets between consecutive finished segments that no finished segment holds."""
     OVERLAP = "overlap"
