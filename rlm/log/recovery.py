@@ -94,6 +94,27 @@ class RebuiltIndexes:
     transaction that wrote nothing); where the transactions open at the segment's start are not
     known, one of them may end a transaction begun before it, which the broker's index holds."""
 
+    def without_emptied_aborts(self, entries: list[AbortedTxn]) -> list[AbortedTxn]:
+        """``entries`` (a transaction index's) without those of ABORT markers that end no
+        transaction the log holds (:attr:`lone_aborts`).
+
+        Kafka's log cleaner removes an aborted transaction's batches and keeps its marker (until
+        the delete horizon passes) with the transaction's entry as the index held it: its first
+        offset (and, when other transactions' batches went too, its last stable offset) may then
+        lie below what the log left gives, never above.
+        """
+        lone = {(t.producer_id, t.last_offset): t for t in self.lone_aborts}
+
+        def emptied(entry: AbortedTxn) -> bool:
+            bound = lone.get((entry.producer_id, entry.last_offset))
+            return (
+                bound is not None
+                and entry.first_offset <= bound.first_offset
+                and entry.last_stable_offset <= bound.last_stable_offset
+            )
+
+        return [entry for entry in entries if not emptied(entry)]
+
     def txn_entries_if_unknown_start(self) -> list[AbortedTxn]:
         """The transaction index's entries and the lone aborts, in marker order: an entry for every
         ABORT marker, for checks made without the transactions open at the segment's start."""

@@ -27,7 +27,7 @@ from rlm.log.files import offset_file_offsets, parse_base_offset, segment_file_n
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.log.logdir import LogDir, PartitionDir, parse_partition_dir_name
 from rlm.log.model import CLUSTER_METADATA_DIR, BatchHeader
-from rlm.log.recovery import RebuiltIndexes, TransactionTracker
+from rlm.log.recovery import TransactionTracker
 from rlm.log.segment import (
     Segment,
     first_tracker,
@@ -38,7 +38,7 @@ from rlm.log.segment import (
 )
 from rlm.log.snapshot import read_snapshot
 from rlm.log.stable import snapshot_offsets
-from rlm.log.txnindex import AbortedTxn, TransactionIndex
+from rlm.log.txnindex import TransactionIndex
 from rlm.log.validate import BatchChecker, Problem
 
 #: The files a broker's log directory holds from its first start, partitions or not.
@@ -346,31 +346,10 @@ def _verify_txn_index(segment: Segment, tracker: TransactionTracker | None, scan
         # The rebuild stopped at the corrupt batch: only the transactions ended before it count.
         found = [entry for entry in found if entry.last_offset < rebuilt.next_offset]
     expected = list(rebuilt.txn_index.entries())
-    if found != expected and _without_emptied_aborts(found, rebuilt) != expected:
+    if found != expected and rebuilt.without_emptied_aborts(found) != expected:
         yield Problem(
             str(segment.txn_index_path),
             None,
             f"transaction index has {len(found)} entries, the log implies {len(expected)} "
             f"aborted transactions",
         )
-
-
-def _without_emptied_aborts(found: list[AbortedTxn], rebuilt: RebuiltIndexes) -> list[AbortedTxn]:
-    """``found`` without the entries of ABORT markers that end no transaction the log holds.
-
-    Kafka's log cleaner removes an aborted transaction's batches and keeps its marker (until the
-    delete horizon passes) with the transaction's entry as the index held it: its first offset
-    (and, when other transactions' batches went too, its last stable offset) may then lie below
-    what the log left gives (:meth:`TransactionTracker.lone_abort`), never above.
-    """
-    lone = {(t.producer_id, t.last_offset): t for t in rebuilt.lone_aborts}
-
-    def emptied(entry: AbortedTxn) -> bool:
-        bound = lone.get((entry.producer_id, entry.last_offset))
-        return (
-            bound is not None
-            and entry.first_offset <= bound.first_offset
-            and entry.last_stable_offset <= bound.last_stable_offset
-        )
-
-    return [entry for entry in found if not emptied(entry)]

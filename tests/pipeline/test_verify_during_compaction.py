@@ -22,7 +22,7 @@ from rlm.storage.filesystem import FilesystemStorage
 from tests.pipeline.compact.support import TOPIC, compacting, write_keyed_log
 from tests.pipeline.compact.test_reference_job import NOW
 from tests.pipeline.conftest import make_tier
-from tests.pipeline.tiers import Tier, add_started_row, put_orphan
+from tests.pipeline.tiers import Tier, add_started_row, put_orphan, verify_tier
 
 
 @pytest.fixture
@@ -31,13 +31,7 @@ def tier(request: pytest.FixtureRequest, tmp_path: Path) -> Tier:
 
 
 def _verify(tier: Tier) -> VerifyReport:
-    storage = tier.open_storage()
-    try:
-        with tier.open_store() as store:
-            spec = StorageSpec.from_settings(tier.settings)
-            return verify(store, storage, spec, run_in_process, VerifyOptions(), now_ms=NOW)
-    finally:
-        storage.close()
+    return verify_tier(tier, VerifyOptions(), now_ms=NOW)
 
 
 def test_outputs_written_and_not_yet_swapped_in_are_no_orphans(tier: Tier) -> None:

@@ -19,7 +19,7 @@ from rlm.pipeline.verify.job import VerifyOptions, verify
 from rlm.pipeline.verify.problems import ProblemKind
 from rlm.remote_tier.read_plan import SegmentSummary
 from tests.pipeline.conftest import make_tier
-from tests.pipeline.tiers import Tier, delete_finished
+from tests.pipeline.tiers import Tier, delete_finished, verify_tier
 
 NOW = 1_800_000_000_000
 
@@ -46,23 +46,16 @@ def test_a_segment_deleted_while_verify_runs_is_not_missing(tier: Tier, deep: bo
             storage.close()
         return run_in_process(stage, summaries)
 
-    storage = tier.open_storage()
-    try:
-        with tier.open_store() as store:
-            spec = StorageSpec.from_settings(tier.settings)
-            report = verify(store, storage, spec, retention_first, VerifyOptions(deep=deep), now_ms=NOW)
-    finally:
-        storage.close()
+    report = verify_tier(tier, VerifyOptions(deep=deep), now_ms=NOW, collect=retention_first)
     assert [str(p) for p in report.problems] == []
     # The same segment's objects gone while its row says finished is a problem.
     storage = tier.open_storage()
     try:
         survivor = tier.finished(tp)[0]
         storage.delete_objects([survivor.layout.log_key])
-        with tier.open_store() as store:
-            report = verify(store, storage, spec, run_in_process, VerifyOptions(deep=deep), now_ms=NOW)
     finally:
         storage.close()
+    report = verify_tier(tier, VerifyOptions(deep=deep), now_ms=NOW)
     assert [(p.kind, p.segment_id) for p in report.problems] == [
         (ProblemKind.MISSING_OBJECT, str(survivor.segment_id))
     ]

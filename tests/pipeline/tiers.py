@@ -26,6 +26,9 @@ from rlm.log.byte_source import BytesSource, iter_headers
 from rlm.log.model import V2_HEADER_SIZE
 from rlm.metastore.model import LeaderEpochEntry, ObjectLayout, RemoteSegment, SegmentState, TopicPartition
 from rlm.metrics import Metrics
+from rlm.pipeline.stage import Collect, run_in_process
+from rlm.pipeline.storage import StorageSpec
+from rlm.pipeline.verify.job import VerifyOptions, VerifyReport, verify
 from rlm.storage.layout import segment_keys
 from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.copier import Copier, CopyOutcome
@@ -206,3 +209,16 @@ def put_orphan(storage: RemoteStorage, like: RemoteSegment) -> str:
     key = segment_keys(tp.topic, like.topic_id, tp.partition, like.end_offset + 1000, uuid.uuid4()).log_key
     storage.put_object(key, b"left behind by a copy whose row is gone")
     return key
+
+
+def verify_tier(
+    tier: Tier, options: VerifyOptions, *, now_ms: int, collect: Collect = run_in_process
+) -> VerifyReport:
+    """``rlm spark verify`` of the tier, its stage run by ``collect`` (in this process by default)."""
+    storage = tier.open_storage()
+    try:
+        with tier.open_store() as store:
+            spec = StorageSpec.from_settings(tier.settings)
+            return verify(store, storage, spec, collect, options, now_ms=now_ms)
+    finally:
+        storage.close()

@@ -21,17 +21,19 @@ NOW = 1_700_000_000_000
 TXN: dict[str, Any] = {"producer_id": 7, "producer_epoch": 0}
 
 
-def _cleaned(root: Path) -> PartitionDir:
+def cleaned(root: Path, *, rolled: int = 1) -> PartitionDir:
     """users-0: [0, 3] holds a record, producer 7's aborted transaction (its batch at 1, its marker
-    at 2) and a record; the cleaner then removed the batch at 1."""
+    at 2) and a record; ``rolled`` segments of one record follow, then an active one; the cleaner
+    then removed the batch at 1."""
     with LogDirWriter(root, clock=lambda: NOW) as writer:
         log = writer.partition("users", 0)
         log.append([ProducerRecord(NOW, b"a", b"1")])  # 0
         log.append([ProducerRecord(NOW, b"k", b"t")], base_sequence=0, transactional=True, **TXN)  # 1
         log.append_control(ControlType.ABORT, **TXN)  # 2
         log.append([ProducerRecord(NOW, b"b", b"2")])  # 3
-        log.roll()
-        log.append([ProducerRecord(NOW, b"c", b"3")])  # 4
+        for offset in range(4, 4 + rolled + 1):
+            log.roll()
+            log.append([ProducerRecord(NOW, b"c", str(offset).encode())])
     partition = PartitionDir(root / "users-0")
     segment = Segment(partition.path, 0)
     assert list(segment.transaction_index().entries()) == [AbortedTxn(7, 1, 2, 3)]
@@ -45,12 +47,12 @@ def _cleaned(root: Path) -> PartitionDir:
 
 
 def test_a_cleaned_segment_keeping_an_emptied_aborts_entry_verifies_healthy(tmp_path: Path) -> None:
-    partition = _cleaned(tmp_path / "logs")
+    partition = cleaned(tmp_path / "logs")
     assert [str(p) for p in verify_partition(partition)] == []
 
 
 def test_an_entry_for_a_marker_the_log_does_not_hold_is_still_reported(tmp_path: Path) -> None:
-    partition = _cleaned(tmp_path / "logs")
+    partition = cleaned(tmp_path / "logs")
     index = TransactionIndex(0)
     index.append(AbortedTxn(7, 1, 2, 3))
     index.append(AbortedTxn(8, 1, 3, 4))  # offset 3 is no marker
