@@ -37,13 +37,19 @@ def cleaned(root: Path, *, rolled: int = 1) -> PartitionDir:
     partition = PartitionDir(root / "users-0")
     segment = Segment(partition.path, 0)
     assert list(segment.transaction_index().entries()) == [AbortedTxn(7, 1, 2, 3)]
+    remove_batch(segment, 1)
+    return partition
+
+
+def remove_batch(segment: Segment, base_offset: int) -> None:
+    """Remove the batch starting at ``base_offset`` from ``segment``, as the cleaner does, with the
+    offset and time indexes of what is left (the transaction index is left as it is)."""
     data = segment.log_path.read_bytes()
-    (aborted,) = [h for h in iter_headers(BytesSource(data)) if h.base_offset == 1]
-    segment.log_path.write_bytes(data[: aborted.position] + data[aborted.end_position :])
+    (removed,) = [h for h in iter_headers(BytesSource(data)) if h.base_offset == base_offset]
+    segment.log_path.write_bytes(data[: removed.position] + data[removed.end_position :])
     rebuilt = rebuild_segment_indexes(segment)
     rebuilt.offset_index.write(segment.index_path)
     rebuilt.time_index.write(segment.time_index_path)
-    return partition
 
 
 def test_a_cleaned_segment_keeping_an_emptied_aborts_entry_verifies_healthy(tmp_path: Path) -> None:

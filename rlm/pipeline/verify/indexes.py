@@ -16,7 +16,9 @@
   must be the ones the log leaves open at the segment's end (exactly when the start state is
   known; otherwise every transaction the log leaves open must be open in it, and every open one
   that began in this segment must begin where the log says). Its other fields depend on producers
-  the broker expired, which the log does not show.
+  the broker expired, which the log does not show. The copy of a segment Kafka's log cleaner
+  rewrote keeps the snapshot taken when the segment rolled: a transaction it holds open from an
+  offset no batch holds any more (the cleaner removed that batch) is left out.
   A compaction's output keeps its last input's snapshot, as Kafka's cleaner does, while its log
   lost batches: a transaction's first batches (it then begins later in the log), every batch of
   one (the snapshot names a transaction the log never opens) or, once its horizon passed, the
@@ -53,6 +55,7 @@ def check_indexes(
     *,
     start_state_known: bool,
     compacted: bool,
+    holes: Sequence[tuple[int, int]] = (),
 ) -> None:
     """Compare every file of the segment's index object with what ``rebuilt`` says.
 
@@ -63,6 +66,7 @@ def check_indexes(
         open_at_end: Producer id → first offset of each transaction open at the segment's end.
         start_state_known: Whether the transactions open at the segment's start were known.
         compacted: Whether the segment is a compaction's output.
+        holes: The offsets (first, last) between two batches that no batch holds.
     """
     summary = reader.summary
     start = summary.segment.start_offset
@@ -87,7 +91,13 @@ def check_indexes(
         _compare(findings, f"{kind.value} index", list(stored.entries()), list(built.entries()), reader, kind)
     _check_transactions(reader, findings, files.get(IndexType.TRANSACTION), rebuilt, start_state_known)
     _check_snapshot(
-        reader, findings, files.get(IndexType.PRODUCER_SNAPSHOT), open_at_end, start_state_known, compacted
+        reader,
+        findings,
+        files.get(IndexType.PRODUCER_SNAPSHOT),
+        open_at_end,
+        start_state_known,
+        compacted,
+        holes,
     )
     _check_epochs(reader, findings, files.get(IndexType.LEADER_EPOCH))
 
@@ -203,6 +213,7 @@ def _check_snapshot(
     open_at_end: dict[int, int],
     start_state_known: bool,
     compacted: bool,
+    holes: Sequence[tuple[int, int]],
 ) -> None:
     if data is None:
         return
@@ -212,7 +223,15 @@ def _check_snapshot(
     except CorruptDataError as exc:
         findings.add(ProblemKind.INDEX_MISMATCH, exc.reason, key=summary.index_key)
         return
-    stored = {e.producer_id: e.current_txn_first_offset for e in entries if e.current_txn_first_offset >= 0}
+    stored = {
+        e.producer_id: e.current_txn_first_offset
+        for e in entries
+        # The copy of a segment Kafka's log cleaner rewrote keeps the snapshot taken when it
+        # rolled: a transaction open there whose batches the cleaner removed (its first offset
+        # now in a hole of the log) is one the log no longer opens.
+        if e.current_txn_first_offset >= 0
+        and (e.producer_id in open_at_end or not _in_holes(e.current_txn_first_offset, holes))
+    }
     start = summary.segment.start_offset
     if compacted:
         wrong = not _compacted_snapshot_agrees(
@@ -231,6 +250,10 @@ def _check_snapshot(
             f"{dict(sorted(stored.items()))}, the log leaves open {dict(sorted(open_at_end.items()))}",
             key=summary.index_key,
         )
+
+
+def _in_holes(offset: int, holes: Sequence[tuple[int, int]]) -> bool:
+    return any(first <= offset <= last for first, last in holes)
 
 
 def _compacted_snapshot_agrees(

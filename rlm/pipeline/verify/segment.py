@@ -29,7 +29,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import NamedTuple
 
@@ -84,6 +84,8 @@ class _Scan:
     last_offset: int | None
     rebuilder: IndexRebuilder
     start_state_known: bool
+    holes: list[tuple[int, int]] = field(default_factory=list)
+    """The offsets between two batches that no batch holds (first, last): what a cleaner removed."""
 
 
 class _Epochs:
@@ -197,6 +199,7 @@ def _check(
                 dict(scan.rebuilder.tracker.ongoing),
                 start_state_known=scan.start_state_known,
                 compacted=compacted,
+                holes=scan.holes,
             )
     return SegmentCheck(summary.segment_id, reader.bytes_read, scan.batches, findings.problems())
 
@@ -259,6 +262,8 @@ class _Walk:
             scan.batches += 1
             if first <= self.previous:
                 self._out_of_order(first, run.position + h.pos)
+            elif first > self.previous + 1 and scan.first_offset is not None:
+                scan.holes.append((self.previous + 1, first - 1))
             if scan.first_offset is None:
                 scan.first_offset = first
             self.previous = max(self.previous, h.last_offset)
@@ -284,6 +289,8 @@ class _Walk:
         first = first_offset(raw.data, raw.local_header, verify_crc=False)
         if first <= self.previous:
             self._out_of_order(first, header.position)
+        elif first > self.previous + 1 and scan.first_offset is not None:
+            scan.holes.append((self.previous + 1, first - 1))
         if scan.first_offset is None:
             scan.first_offset = first
         self.previous = max(self.previous, header.last_offset)
