@@ -1,7 +1,8 @@
 """KRaft cluster metadata log directories for tests, written as a controller leaves them.
 
 The record values are encoded here by hand from Kafka's message schemas (``TopicRecord.json``,
-``RemoveTopicRecord.json``, ``BeginTransactionRecord.json``...), never with the reader under test.
+``RemoveTopicRecord.json``, ``ConfigRecord.json``, ``BeginTransactionRecord.json``...), never with
+the reader under test.
 :class:`MetadataLogWriter` appends them in v2 batches through rlm's broker-like
 :class:`~rlm.log.writer.PartitionAppender` (segments with their indexes) and writes snapshot files
 with their SnapshotHeader and SnapshotFooter control batches::
@@ -58,6 +59,14 @@ def topic_record(name: str, topic_id: uuid.UUID) -> bytes:
 def remove_topic_record(topic_id: uuid.UUID) -> bytes:
     """RemoveTopicRecord v0: TopicId (16 bytes), no tagged fields."""
     return metadata_record(9, 0, topic_id.bytes + b"\x00")
+
+
+def config_record(resource_name: str, name: str, value: str | None, *, resource_type: int = 2) -> bytes:
+    """ConfigRecord v0 (apiKey 4, flexible): ResourceType int8 (2 TOPIC, 4 BROKER), ResourceName
+    and Name (compact strings), Value (compact nullable string: null deletes), no tagged fields."""
+    raw_value = b"\x00" if value is None else _compact_string(value)
+    body = struct.pack(">b", resource_type) + _compact_string(resource_name) + _compact_string(name)
+    return metadata_record(4, 0, body + raw_value + b"\x00")
 
 
 def _tagged_name(text: str | None) -> bytes:

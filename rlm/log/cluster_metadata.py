@@ -1,4 +1,4 @@
-"""The KRaft cluster metadata log: which topics it says were removed.
+"""The KRaft cluster metadata log: which topics it says were removed, and the topics' config overrides.
 
 A KRaft broker keeps it in ``<metadata.log.dir>/__cluster_metadata-0/``: segments, and snapshots
 ``<endOffset:020d>-<epoch:010d>.checkpoint`` (not ``.part``/``.deleted``), each the image of every
@@ -7,12 +7,16 @@ committed record below its end offset in v2 batches between SnapshotHeader and F
 Each metadata record has a null key and a value (``MetadataRecordSerde``)::
 
     frameVersion  uvarint  1 (0 was the 2.8 preview's, unsupported)
-    apiKey        uvarint  2 TopicRecord, 9 RemoveTopicRecord, 23/24/25 Begin/End/AbortTransaction
+    apiKey        uvarint  2 TopicRecord, 4 ConfigRecord, 9 RemoveTopicRecord,
+                           23/24/25 Begin/End/AbortTransaction
     version       uvarint
     body                   the message at that version
 
     TopicRecord v0 (flexible)   Name: uvarint length+1, UTF-8 | TopicId: 16 bytes | tagged fields
     RemoveTopicRecord           TopicId: 16 bytes | (v0: tagged fields; ignored)
+    ConfigRecord v0 (flexible)  ResourceType: int8 (2 TOPIC, 4 BROKER) | ResourceName: compact string
+                                | Name: compact string | Value: compact nullable string (null: the
+                                override was deleted) | tagged fields
     tagged fields               uvarint count, then per field: uvarint tag, uvarint size, bytes
 
 Nothing here raises for bad bytes: this reader only ever delays deletions, so what it cannot read
@@ -24,7 +28,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -39,6 +43,8 @@ from rlm.log.varint import read_uvarint
 
 FRAME_VERSION = 1
 TOPIC_RECORD = 2
+CONFIG_RECORD = 4
+TOPIC_RESOURCE = 2
 REMOVE_TOPIC_RECORD = 9
 BEGIN_TRANSACTION_RECORD = 23
 END_TRANSACTION_RECORD = 24
@@ -83,16 +89,31 @@ class ClusterMetadata:
     """Snapshots, batches and records skipped because they could not be parsed; reading of the log
     stops at a bad batch (or one out of place: offsets missing or repeated) anywhere but at the
     tail of its last segment."""
+    committed_configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """The topic-level config overrides of the latest snapshot's image (committed), by topic name."""
+    configs: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """The topic-level config overrides after replaying the log onto that image: the committed
+    ones and the pending ones (past the snapshot's end: a new leader may truncate them)."""
+
+
+class ConfigChange(NamedTuple):
+    """A ConfigRecord: ``value`` set for the config ``name`` of a resource, or None to delete it."""
+
+    resource_type: int
+    resource_name: str
+    name: str
+    value: str | None
 
 
 class MetadataRecord(NamedTuple):
     """The parts of a metadata record's value read here: its frame, the topic id of a TopicRecord
-    or a RemoveTopicRecord and the name of a TopicRecord."""
+    or a RemoveTopicRecord, the name of a TopicRecord and the change of a ConfigRecord."""
 
     api_key: int
     version: int
     topic_id: str | None = None
     name: str | None = None
+    config: ConfigChange | None = None
 
 
 def decode_record(value: bytes | None) -> MetadataRecord:
@@ -121,7 +142,35 @@ def decode_record(value: bytes | None) -> MetadataRecord:
         return MetadataRecord(api_key, version, topic_id, name)
     if api_key == REMOVE_TOPIC_RECORD:
         return MetadataRecord(api_key, version, _topic_id(value, pos))
+    if api_key == CONFIG_RECORD:
+        return MetadataRecord(api_key, version, config=_config_change(value, pos, version))
     return MetadataRecord(api_key, version)
+
+
+def _config_change(value: bytes, pos: int, version: int) -> ConfigChange:
+    if pos >= len(value):
+        raise CorruptRecordError("ConfigRecord has no ResourceType")
+    resource_type = value[pos] - 256 if value[pos] > 127 else value[pos]  # int8
+    resource_name, pos = _compact_string(value, pos + 1, "ResourceName")
+    name, pos = _compact_string(value, pos, "Name")
+    config_value, pos = _compact_string(value, pos, "Value")
+    if resource_name is None or name is None:
+        raise CorruptRecordError("ConfigRecord has a null ResourceName or Name")
+    # Later versions may add fields after these four.
+    if version == 0 and _skip_tagged_fields(value, pos) != len(value):
+        raise CorruptRecordError("ConfigRecord has bytes after its tagged fields")
+    return ConfigChange(resource_type, resource_name, name, config_value)
+
+
+def _compact_string(value: bytes, pos: int, field: str) -> tuple[str | None, int]:
+    """A compact nullable string at ``pos``: uvarint length + 1 (0: null), then UTF-8 bytes."""
+    length, pos = read_uvarint(value, pos, 5)
+    if length == 0:
+        return None, pos
+    end = pos + length - 1
+    if end > len(value):
+        raise CorruptRecordError(f"ConfigRecord's {field} runs past the end of the record")
+    return value[pos:end].decode("utf-8", "replace"), end
 
 
 def _topic_id(value: bytes, pos: int) -> str:
@@ -179,8 +228,15 @@ def _scan(path: Path, visit: Callable[[BatchHeader, list[Record]], None]) -> _En
 class _Replay:
     """Applies metadata records in log order, holding a transaction's until it ends."""
 
-    def __init__(self, topics: dict[str, str], snapshot_end: int | None) -> None:
+    def __init__(
+        self,
+        topics: dict[str, str],
+        snapshot_end: int | None,
+        configs: dict[str, dict[str, str]] | None = None,
+    ) -> None:
         self.topics = topics
+        self.configs: dict[str, dict[str, str]] = configs if configs is not None else {}
+        """Topic name -> its config overrides, as replayed."""
         self.names = dict(topics)
         self.snapshot_end = snapshot_end
         self.removals: dict[str, TopicRemoval] = {}
@@ -207,18 +263,32 @@ class _Replay:
                 # Committed with its transaction's end, not before.
                 self._apply(held_record, held_offset, held_timestamp, committed_at=offset)
             self._unmarked = []
-        elif record.topic_id is not None and self._transaction is not None:
+        elif record.topic_id is None and record.config is None:
+            return  # a record that says nothing of topics
+        elif self._transaction is not None:
             self._transaction.append((record, offset, timestamp_ms))
-        elif record.topic_id is not None:  # a TopicRecord or a RemoveTopicRecord
+        else:  # a TopicRecord, a RemoveTopicRecord or a ConfigRecord
             self._apply(record, offset, timestamp_ms)
 
     def _apply(
         self, record: MetadataRecord, offset: int, timestamp_ms: int, *, committed_at: int | None = None
     ) -> None:
-        topic_id = record.topic_id
-        assert topic_id is not None
         at = offset if committed_at is None else committed_at
         committed = self.snapshot_end is not None and at < self.snapshot_end
+        change = record.config
+        if change is not None:
+            # Below the snapshot, its image already holds the outcome. Only topics' configs count.
+            if not committed and change.resource_type == TOPIC_RESOURCE:
+                overrides = self.configs.setdefault(change.resource_name, {})
+                if change.value is None:
+                    overrides.pop(change.name, None)
+                else:
+                    overrides[change.name] = change.value
+                if not overrides:
+                    del self.configs[change.resource_name]
+            return
+        topic_id = record.topic_id
+        assert topic_id is not None
         if record.api_key == TOPIC_RECORD:
             assert record.name is not None
             self.names[topic_id] = record.name
@@ -227,6 +297,9 @@ class _Replay:
             return
         if not committed:
             self.topics.pop(topic_id, None)
+            name = self.names.get(topic_id)
+            if name is not None:  # as Kafka's ConfigurationsDelta, the topic's configs go with it
+                self.configs.pop(name, None)
         if topic_id not in self.removals:
             name = self.names.get(topic_id)
             self.removals[topic_id] = TopicRemoval(topic_id, offset, timestamp_ms, committed, name)
@@ -271,9 +344,11 @@ def read_cluster_metadata(path: Path) -> ClusterMetadata:
     log segment in offset order.
 
     Records below the snapshot's end offset are committed: of them only RemoveTopicRecords count;
-    later ones are replayed onto its image (a RemoveTopicRecord there is pending). Control batches
-    and the records of an aborted or unended metadata transaction do not count. A torn or corrupt
-    batch at the tail of the last segment ends reading quietly (the broker may be writing it).
+    later ones are replayed onto its image (a RemoveTopicRecord there is pending, and so are the
+    config overrides found there: :attr:`ClusterMetadata.configs` against ``committed_configs``).
+    Control batches and the records of an aborted or unended metadata transaction do not count. A
+    torn or corrupt batch at the tail of the last segment ends reading quietly (the broker may be
+    writing it).
 
     Raises:
         NotFoundError: ``path`` is not a directory.
@@ -283,13 +358,16 @@ def read_cluster_metadata(path: Path) -> ClusterMetadata:
     unreadable = 0
     snapshot_end: int | None = None
     topics: dict[str, str] = {}
+    configs: dict[str, dict[str, str]] = {}
     for end_offset, name in _snapshots(path):
         image = _read_snapshot(path / name)
         if image is not None:
             snapshot_end, topics, unreadable = end_offset, image.topics, unreadable + image.unreadable
+            configs = image.configs
             break
         unreadable += 1
-    replay = _Replay(topics, snapshot_end)
+    committed_configs = {topic: dict(overrides) for topic, overrides in configs.items()}
+    replay = _Replay(topics, snapshot_end, configs)
     image_end = snapshot_end or 0
     # The offset the next batch must start at. The log's offsets follow one another with no gap
     # and no overlap (nothing compacts it), and a batch's base offset lies outside its CRC: one
@@ -318,4 +396,6 @@ def read_cluster_metadata(path: Path) -> ClusterMetadata:
             break
     unreadable += replay.unreadable
     end = max(image_end, cursor or 0)
-    return ClusterMetadata(path, snapshot_end, end, replay.removals, replay.topics, unreadable)
+    return ClusterMetadata(
+        path, snapshot_end, end, replay.removals, replay.topics, unreadable, committed_configs, replay.configs
+    )

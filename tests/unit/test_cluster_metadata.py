@@ -21,6 +21,7 @@ from rlm.log import v2
 from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.cluster_metadata import (
     ClusterMetadata,
+    ConfigChange,
     MetadataRecord,
     TopicRemoval,
     decode_record,
@@ -35,6 +36,7 @@ from tests.cluster_metadata_support import (
     abort_transaction_record,
     batch_spans,
     begin_transaction_record,
+    config_record,
     end_transaction_record,
     leader_change_batch,
     metadata_record,
@@ -58,6 +60,9 @@ REMOVE_FOO = bytes.fromhex(f"01 09 00 {IDS} 00")  # frame 1, apiKey 9, v0, id, n
 BEGIN = bytes.fromhex("01 17 00 00")  # apiKey 23, no tagged fields
 BEGIN_NAMED = bytes.fromhex("01 17 00 01 00 03 03 6162")  # tag 0, size 3, Name "ab"
 END = bytes.fromhex("01 18 00 00")  # apiKey 24
+# frame 1, apiKey 4, v0, TOPIC, "foo", "retention.ms", "-1", no tags
+CONFIG_FOO = bytes.fromhex("01 04 00 02 04 666f6f 0d 726574656e74696f6e2e6d73 03 2d31 00")
+CONFIG_FOO_DELETED = bytes.fromhex("01 04 00 02 04 666f6f 0d 726574656e74696f6e2e6d73 00 00")  # null
 ABORT = bytes.fromhex("01 19 00 00")  # apiKey 25
 
 
@@ -591,3 +596,86 @@ def test_a_batch_whose_base_offset_is_out_of_place_stops_reading(tmp_path: Path,
     meta = read_cluster_metadata(log.path)
 
     assert (dict(meta.removals), meta.end_offset, meta.unreadable) == ({}, 1, 1)
+
+
+# -- config overrides (ConfigRecord) --------------------------------------------------------
+
+
+def test_config_records_decode() -> None:
+    expected = MetadataRecord(4, 0, config=ConfigChange(2, "foo", "retention.ms", "-1"))
+    assert decode_record(CONFIG_FOO) == expected
+    assert decode_record(CONFIG_FOO_DELETED).config == ConfigChange(2, "foo", "retention.ms", None)
+    broker_default = decode_record(config_record("", "log.retention.ms", "5", resource_type=4))
+    assert broker_default.config == ConfigChange(4, "", "log.retention.ms", "5")
+    assert config_record("foo", "retention.ms", "-1") == CONFIG_FOO
+    assert config_record("foo", "retention.ms", None) == CONFIG_FOO_DELETED
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        bytes.fromhex("01 04 00"),  # no ResourceType
+        bytes.fromhex("01 04 00 02 00 01 00 00"),  # null ResourceName
+        bytes.fromhex("01 04 00 02 04 666f6f 00 00 00"),  # null Name
+        bytes.fromhex("01 04 00 02 04 666f6f 03 6162 7f 00"),  # Value runs past the end
+        bytes.fromhex("01 04 00 02 04 666f6f 03 6162 02 61"),  # no tagged fields
+        CONFIG_FOO + b"\x00",  # bytes after the tagged fields
+    ],
+)
+def test_malformed_config_records_raise(value: bytes) -> None:
+    with pytest.raises(CorruptRecordError):
+        decode_record(value)
+
+
+def test_config_overrides_replay_snapshot_then_log(tmp_path: Path) -> None:
+    with MetadataLogWriter(tmp_path) as log:
+        log.append(TOPIC_FOO, config_record("foo", "retention.ms", "1000"))  # 0-1
+        log.append(topic_record("bar", BAR), config_record("bar", "retention.bytes", "5"))  # 2-3
+        log.snapshot(
+            4,
+            [
+                TOPIC_FOO,
+                config_record("foo", "retention.ms", "1000"),
+                topic_record("bar", BAR),
+                config_record("bar", "retention.bytes", "5"),
+                config_record("", "log.retention.ms", "9", resource_type=4),  # a broker's: not a topic's
+            ],
+        )
+        log.append(config_record("foo", "retention.ms", "-1"), config_record("bar", "retention.bytes", None))
+    meta = read_cluster_metadata(log.path)
+    assert meta.committed_configs == {"foo": {"retention.ms": "1000"}, "bar": {"retention.bytes": "5"}}
+    assert meta.configs == {"foo": {"retention.ms": "-1"}}  # bar's only override deleted
+    assert meta.unreadable == 0
+
+
+def test_a_log_without_a_snapshot_has_only_pending_configs(tmp_path: Path) -> None:
+    with MetadataLogWriter(tmp_path) as log:
+        log.append(TOPIC_FOO, config_record("foo", "retention.ms", "-1"))
+    meta = read_cluster_metadata(log.path)
+    assert (meta.committed_configs, meta.configs) == ({}, {"foo": {"retention.ms": "-1"}})
+
+
+def test_a_removed_topic_loses_its_configs(tmp_path: Path) -> None:
+    with MetadataLogWriter(tmp_path) as log:
+        log.append(TOPIC_FOO, config_record("foo", "retention.ms", "-1"))  # 0-1
+        log.snapshot(2, [TOPIC_FOO, config_record("foo", "retention.ms", "-1")])
+        log.append(REMOVE_FOO)  # 2
+        log.append(topic_record("foo", FOO_AGAIN))  # 3: created again, no override
+    meta = read_cluster_metadata(log.path)
+    assert meta.committed_configs == {"foo": {"retention.ms": "-1"}}
+    assert meta.configs == {}
+
+
+def test_config_records_of_an_aborted_transaction_do_not_count(tmp_path: Path) -> None:
+    with MetadataLogWriter(tmp_path) as log:
+        log.append(TOPIC_FOO)
+        log.append(BEGIN, config_record("foo", "retention.ms", "1"), ABORT)
+        log.append(BEGIN, config_record("foo", "retention.bytes", "2"), END)
+    assert read_cluster_metadata(log.path).configs == {"foo": {"retention.bytes": "2"}}
+
+
+def test_undecodable_config_records_are_skipped_and_counted(tmp_path: Path) -> None:
+    with MetadataLogWriter(tmp_path) as log:
+        log.append(TOPIC_FOO, CONFIG_FOO[:-3], config_record("foo", "retention.bytes", "7"))
+    meta = read_cluster_metadata(log.path)
+    assert (meta.configs, meta.unreadable) == ({"foo": {"retention.bytes": "7"}}, 1)
