@@ -257,10 +257,22 @@ class Settings:
     Spark writes and pyiceberg reads: ``file:///...``, ``s3://...``); required to create a table."""
     topic_defaults: TopicSettings = field(default_factory=TopicSettings)
     topic_overrides: Mapping[str, TopicSettings] = field(default_factory=dict)
+    topic_override_keys: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    """The fields (``retention_ms``, ...) each ``topics.<name>`` entry of the settings file sets
+    itself; the others it takes from the defaults. A topic of ``topic_overrides`` not named here
+    sets every field (settings built in code)."""
 
     def topic(self, name: str) -> TopicSettings:
         """The settings of ``name``: its override, else the defaults."""
         return self.topic_overrides.get(name, self.topic_defaults)
+
+    def topic_sets(self, name: str, field_name: str) -> bool:
+        """Whether the settings of topic ``name`` set ``field_name`` (``retention_ms``...) themselves
+        rather than taking it from the defaults."""
+        if name not in self.topic_overrides:
+            return False
+        keys = self.topic_override_keys.get(name)
+        return keys is None or field_name in keys
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (validated again)."""
@@ -355,9 +367,9 @@ def _choice(name: str, value: object, allowed: tuple[str, ...]) -> str:
 
 
 _TOPIC_FIELDS = {f.name: f for f in fields(TopicSettings)}
-_SETTINGS_FIELDS = {
-    f.name: f for f in fields(Settings) if f.name not in ("topic_defaults", "topic_overrides")
-}
+#: The fields of Settings that hold the topics' settings: not settings of their own.
+_TOPIC_SETTINGS = ("topic_defaults", "topic_overrides", "topic_override_keys")
+_SETTINGS_FIELDS = {f.name: f for f in fields(Settings) if f.name not in _TOPIC_SETTINGS}
 #: The variables that are settings themselves (``RLM_AUTH_TOKENS_FILE``): never read as ``<name>_FILE``.
 _OWN_VARIABLES = frozenset(_env(_key(name)) for name in (*_SETTINGS_FIELDS, *_TOPIC_FIELDS))
 #: Every ``RLM_*`` variable :func:`load_settings` reads: the settings, ``<setting>_FILE`` and the
@@ -592,11 +604,20 @@ def load_settings(
         for topic, v in topics.items()
         if topic != "defaults"
     }
+    keys = {
+        topic: frozenset(str(key).replace(".", "_") for key in v)
+        for topic, v in topics.items()
+        if topic != "defaults"
+    }
     defaults = values.pop("topic_defaults", defaults)
-    per_topic = {**per_topic, **values.pop("topic_overrides", {})}
+    given = values.pop("topic_overrides", {})
+    per_topic = {**per_topic, **given}
+    keys = {**{t: k for t, k in keys.items() if t not in given}, **values.pop("topic_override_keys", {})}
     if not values.get("remote_url"):
         values["remote_url"] = EMBEDDED_REMOTE_DIR.resolve().as_uri()
     try:
-        return Settings(topic_defaults=defaults, topic_overrides=per_topic, **values)
+        return Settings(
+            topic_defaults=defaults, topic_overrides=per_topic, topic_override_keys=keys, **values
+        )
     except TypeError as exc:
         raise ConfigError(str(exc)) from exc

@@ -135,6 +135,13 @@ class Metrics:
             "Parts of the broker's metadata log the last read could not read (snapshots, batches, "
             "records); the deleted topics found may be incomplete while above 0", registry=r,
         )  # fmt: skip
+        self.unreadable_topic_configs = Counter(
+            "rlm_retention_unreadable_topic_config_total",
+            "Partitions a pass skipped time and size retention of: their topic's retention.ms or "
+            "retention.bytes override in the broker's metadata log could not be read",
+            ("topic",),
+            registry=r,
+        )
         self.loop_errors = Counter(
             "rlm_loop_errors_total", "Errors that ended a pass of a background loop", ("loop",), registry=r
         )

@@ -70,16 +70,19 @@ class RemovedTopics:
     clock: Clock = wall_clock_ms
     step: Step = no_step
     _read: ClusterMetadata | None = field(default=None, init=False)
+    _current: ClusterMetadata | None = field(default=None, init=False)
+    """What the last :meth:`refresh` found (None: no metadata log)."""
     _snapshot: str | None = field(default=None, init=False)
     _missing_said: bool = field(default=False, init=False)
     _done: set[str] = field(default_factory=set, init=False)
     """Removed topic ids with nothing left to delete, as of the last read of the metadata log:
     passes skip them (and list no partitions when all are), until the log is read again."""
 
-    def removals(self) -> dict[str, TopicRemoval]:
-        """The committed removals of the broker's metadata log, by topic id (read again only when
-        its latest snapshot changed, or the last read was incomplete)."""
+    def refresh(self) -> ClusterMetadata | None:
+        """The broker's metadata log as last read, read again when its latest snapshot changed (or
+        the last read was incomplete); None when there is none."""
         path = find_cluster_metadata(list(self.log_dirs), self.metadata_log_dir)
+        self._current = None
         if path is None:
             if self.metadata_log_dir is not None and not self._missing_said:
                 self._missing_said = True  # a volume not mounted, a wrong path: said once
@@ -88,7 +91,7 @@ class RemovedTopics:
                     "topics are not found until it does",
                     self.metadata_log_dir,
                 )
-            return {}
+            return None
         self._missing_said = False
         snapshot = latest_snapshot(path)
         read = self._read
@@ -108,13 +111,23 @@ class RemovedTopics:
                     path,
                     read.unreadable,
                 )
+        self._current = read
+        return read
+
+    def removals(self, *, refresh: bool = True) -> dict[str, TopicRemoval]:
+        """The committed removals of the broker's metadata log, by topic id (:meth:`refresh` first,
+        unless ``refresh`` is off: then as the pass's refresh found them)."""
+        read = self.refresh() if refresh else self._current
+        if read is None:
+            return {}
         return {topic_id: r for topic_id, r in read.removals.items() if r.committed}
 
-    def run_once(self) -> list[PartitionDeletion]:
-        """Delete every partition of a removed topic the store still holds; never raises (a
-        failure is logged and counted in ``rlm_loop_errors_total{loop="retention"}``)."""
+    def run_once(self, *, refresh: bool = True) -> list[PartitionDeletion]:
+        """Delete every partition of a removed topic the store still holds (``refresh``: as
+        :meth:`removals`); never raises (a failure is logged and counted in
+        ``rlm_loop_errors_total{loop="retention"}``)."""
         try:
-            removed = {k: r for k, r in self.removals().items() if k not in self._done}
+            removed = {k: r for k, r in self.removals(refresh=refresh).items() if k not in self._done}
             if not removed:
                 return []
             records = self.store.list_partitions()

@@ -28,6 +28,9 @@ Rows of segments whose deletion finished are kept for
 listed a segment before it went still finds why its objects are gone), then purged by the pass.
 The partition's highest copied offset, which counts deleted segments, is kept with the partition.
 
+Each topic's ``retention.ms`` and ``retention.bytes`` are rlm's topic settings over the topic's
+own configs in the broker's KRaft metadata log (:mod:`rlm.tiering.topic_retention`).
+
 A full pass also deletes the partitions of the topics the cluster deleted, as Kafka does
 (:mod:`rlm.tiering.removed_topics`), and forgets the rows of deleted partitions' segments.
 """
@@ -60,6 +63,7 @@ from rlm.tiering.local_partitions import LogDirLister, duplicated
 from rlm.tiering.overview import remote_log_start
 from rlm.tiering.removed_topics import RemovedTopics
 from rlm.tiering.topic_identity import adopt_local_topic_id
+from rlm.tiering.topic_retention import TopicRetention
 
 log = logging.getLogger("rlm.retention")
 
@@ -205,7 +209,10 @@ class Retention:
             clock=clock,
             step=step,
         )
-        """Deletes the partitions of the topics the cluster deleted (each full pass)."""
+        """Deletes the partitions of the topics the cluster deleted (each full pass); its read of the
+        broker's metadata log also gives the topics' retention overrides."""
+        self.topic_retention = TopicRetention(settings, metrics)
+        """Each topic's retention: rlm's topic settings over the broker's topic configs."""
         self.cluster_guard = ClusterGuard(store, settings.log_dirs, settings.broker_id)
         """Refuses a pass with another Kafka cluster's metadata store."""
         self.lister = LogDirLister(settings.log_dirs, metrics, done="expired")
@@ -228,6 +235,7 @@ class Retention:
             LogDirsOfflineError: none of the log directories can be read; nothing was done.
         """
         self.cluster_guard.check()
+        self._follow_cluster_metadata()
         if partitions is None:
             partitions = self.lister.list()
         everything = isinstance(partitions, LocalPartitions)
@@ -239,7 +247,7 @@ class Retention:
             outcomes = sorted([*outcomes, *pool.map(self.enforce, todo)], key=lambda o: o.topic_partition)
         if everything:
             if self.settings.remote_log_delete_removed_topics:
-                for deletion in self.removed_topics.run_once():
+                for deletion in self.removed_topics.run_once(refresh=False):
                     if deletion.skipped is None:
                         self.on_change(deletion.topic_partition)
                     outcomes.append(
@@ -253,6 +261,15 @@ class Retention:
                     )
             self.purge_deleted_partitions()
         return outcomes
+
+    def _follow_cluster_metadata(self) -> None:
+        """Read the broker's metadata log (once a pass, when its latest snapshot changed) for the
+        topics' retention overrides and the removed topics; a failure leaves the last read's."""
+        try:
+            self.topic_retention.update(self.removed_topics.refresh())
+        except (RlmError, OSError) as exc:
+            self.metrics.loop_errors.labels("retention").inc()
+            log.warning("reading the cluster metadata log failed: %s", exc)
 
     def purge_deleted_partitions(self) -> int:
         """Forget the rows of segments of partitions deleted from the remote tier (their topic
@@ -333,7 +350,7 @@ class Retention:
             log_start = max(partition.checkpointed_log_start_offset() or -1, remote_start)
         doomed = breaching_segments(
             finished,
-            self.settings.topic(tp.topic),
+            self.topic_retention.topic(tp.topic),
             now_ms=now,
             local_only_bytes=local_only,
             log_start_offset=log_start if log_start >= 0 else None,

@@ -24,6 +24,7 @@ from tests.helm.values import REQUIRED, VALUE_SETS, merge
 SETTINGS_VARIABLES = {"RLM_" + f.name.upper() for f in fields(Settings)} - {
     "RLM_TOPIC_DEFAULTS",
     "RLM_TOPIC_OVERRIDES",
+    "RLM_TOPIC_OVERRIDE_KEYS",
 }
 #: Read by load_settings besides the settings themselves: the settings file.
 SETTINGS_FILE_VARIABLE = "RLM_CONFIG"

@@ -98,7 +98,11 @@ def test_every_object_of_the_schema_refuses_unknown_keys() -> None:
 
 
 def test_config_settings_lists_every_rlm_setting_the_chart_does_not_set_itself() -> None:
-    every = {f.name.replace("_", ".") for f in fields(Settings)} - {"topic.defaults", "topic.overrides"}
+    every = {f.name.replace("_", ".") for f in fields(Settings)} - {
+        "topic.defaults",
+        "topic.overrides",
+        "topic.override.keys",
+    }
     allowed = set(SCHEMA["properties"]["config"]["properties"]["settings"]["propertyNames"]["enum"])
     written = set()  # what the chart writes itself, besides what config.settings asks
     for name, values in VALUE_SETS.items():
