@@ -88,7 +88,7 @@ class RemovedTopics:
                 self._missing_said = True  # a volume not mounted, a wrong path: said once
                 log.warning(
                     "metadata.log.dir %s holds no KRaft metadata log (__cluster_metadata-0): deleted "
-                    "topics are not found until it does",
+                    "topics and the topics' retention overrides are not found until it does",
                     self.metadata_log_dir,
                 )
             return None
