@@ -10,6 +10,7 @@ from dataclasses import fields
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+import helm_python as helm
 import pytest
 import yaml
 
@@ -301,3 +302,53 @@ def test_the_pod_runs_non_root_and_writes_only_to_its_empty_dirs(value_set: str)
                 assert "emptyDir" in volumes[mount["name"]], (where, mount)
     cache = PurePosixPath(_settings_file(r)["remote.log.index.cache.dir"])
     assert cache.is_relative_to("/var/cache/rlm")
+
+
+#: Helm reads the values (values.yaml, -f) as JSON numbers, float64: an integer above 2**53 reaches
+#: the templates rounded, so `retention.ms: 9223372036854775807` would be rendered 9223372036854776000.
+UNSAFE_INTEGERS = [
+    ("config/topics/defaults/retention.ms", 2**63 - 1),
+    ("config/topics/orders/retention.bytes", 2**53 + 1),
+    ("config/settings/remote.log.manager.copy.max.bytes.per.second", 2**60 + 1),
+    ("indexCache/maxBytes", 2**53 + 1),
+]
+
+
+def _at(path: str, value: Any) -> dict[str, Any]:
+    keys = path.split("/")
+    extra: dict[str, Any] = {keys[-1]: value}
+    for key in reversed(keys[:-1]):
+        extra = {key: extra}
+    return merge(REQUIRED, extra)
+
+
+@pytest.mark.parametrize(("path", "value"), UNSAFE_INTEGERS, ids=[p for p, _ in UNSAFE_INTEGERS])
+def test_an_integer_helm_would_round_is_refused_not_rendered_wrong(path: str, value: int) -> None:
+    try:
+        r = render(_at(path, value))
+    except helm.HelmError as err:
+        assert path.replace("/", ".") in str(err)
+        assert "quote" in str(err)  # the way out: a string rlm parses exactly
+        return
+    text = r.one("ConfigMap", "rlm")["data"]["rlm.yaml"]
+    assert str(value) in text, f"{path}: {value} rendered as\n{text}"
+
+
+def test_a_quoted_long_max_reaches_rlm_exactly(tmp_path: Path) -> None:
+    values = merge(
+        REQUIRED,
+        {
+            "config": {
+                "brokerId": 0,
+                "topics": {
+                    "defaults": {"retention.ms": str(2**63 - 1)},
+                    "orders": {"retention.bytes": 2**53 - 1},
+                },
+            }
+        },
+    )
+    path = tmp_path / "rlm.yaml"
+    path.write_text(render(values).one("ConfigMap", "rlm")["data"]["rlm.yaml"])
+    settings = load_settings(path, env={})
+    assert settings.topic_defaults.retention_ms == 2**63 - 1
+    assert settings.topic_overrides["orders"].retention_bytes == 2**53 - 1

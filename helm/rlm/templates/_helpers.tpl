@@ -109,6 +109,21 @@ Stop with one message naming every required value that is missing or inconsisten
 {{- if and (eq .Values.mode "sidecar") (not .Values.config.logDirs) }}
 {{- $problems = append $problems "config.logDirs: the sidecar mode needs the broker's log directories" }}
 {{- end }}
+{{- /* Helm reads values as JSON numbers (float64): an integer beyond 2^53 arrives rounded. */}}
+{{- $numbers := dict "indexCache.maxBytes" .Values.indexCache.maxBytes }}
+{{- range $key, $value := .Values.config.settings }}
+{{- $_ := set $numbers (printf "config.settings.%s" $key) $value }}
+{{- end }}
+{{- range $topic, $settings := .Values.config.topics }}
+{{- range $key, $value := $settings }}
+{{- $_ := set $numbers (printf "config.topics.%s.%s" $topic $key) $value }}
+{{- end }}
+{{- end }}
+{{- range $key, $value := $numbers }}
+{{- if and (kindIs "float64" $value) (or (ge $value 9007199254740992.0) (le $value -9007199254740992.0)) }}
+{{- $problems = append $problems (printf "%s: %.0f is beyond 2^53, where Helm's numbers (float64) lose digits and rlm would get another value; write it quoted (a string rlm reads exactly), e.g. \"9223372036854775807\"" $key $value) }}
+{{- end }}
+{{- end }}
 {{- if $problems }}
 {{- fail (printf "\n\nrlm: the values are incomplete:\n  - %s\n" (join "\n  - " $problems)) }}
 {{- end }}
