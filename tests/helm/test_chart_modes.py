@@ -152,3 +152,14 @@ def test_a_settings_change_rolls_the_broker_pods_that_run_the_sidecar() -> None:
     assert week.get("podAnnotations") and month.get("podAnnotations")
     assert week["podAnnotations"] != month["podAnnotations"]
     assert printed({"config": {"topics": {"defaults": {"retention.ms": 604800000}}}}) == week
+
+
+def test_the_printed_sidecar_values_open_the_kafka_network_policy_to_the_rlm_ports() -> None:
+    # Bitnami Kafka's NetworkPolicy admits Kafka's ports only: without the rlm ports in it, nothing
+    # reaches rlm's REST and gRPC, nor Prometheus its /metrics (and no alert ever fires).
+    printed = sidecar_values(render(merge(REQUIRED, {"containerPorts": {"http": 8081, "grpc": 9091}})).notes)
+    (sidecar,) = printed["broker"]["sidecars"]
+    ports = {p["containerPort"] for p in sidecar["ports"]}
+    assert ports == {8081, 9091}
+    admitted = {p["port"] for rule in printed["networkPolicy"]["extraIngress"] for p in rule["ports"]}
+    assert ports <= admitted
