@@ -352,3 +352,25 @@ def test_a_quoted_long_max_reaches_rlm_exactly(tmp_path: Path) -> None:
     settings = load_settings(path, env={})
     assert settings.topic_defaults.retention_ms == 2**63 - 1
     assert settings.topic_overrides["orders"].retention_bytes == 2**53 - 1
+
+
+#: Kafka's defaults: log.segment.bytes, and message.max.bytes (the largest batch).
+KAFKA_SEGMENT_BYTES, KAFKA_MAX_BATCH_BYTES = 1073741824, 1048588
+UNITS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def _bytes(quantity: str) -> int:
+    found = re.fullmatch(r"(\d+)(Ki|Mi|Gi|Ti)?", quantity)
+    assert found, quantity
+    return int(found.group(1)) * UNITS[found.group(2) or ""]
+
+
+def test_tmp_holds_a_segment_for_every_copier_thread_at_once() -> None:
+    # Each copier thread (remote.log.manager.copier.thread.pool.size of them, one partition each)
+    # may write a trimmed or joined segment under /tmp at the same time, e.g. after an unclean
+    # election on many partitions. Past its emptyDir's sizeLimit the kubelet evicts the pod: in
+    # sidecar mode the Kafka broker with it.
+    r = rendered("defaults")
+    (volume,) = [v for v in sidecar_values(r.notes)["broker"]["extraVolumes"] if v["name"] == "rlm-tmp"]
+    threads = Settings().remote_log_manager_copier_thread_pool_size
+    assert _bytes(volume["emptyDir"]["sizeLimit"]) >= threads * (KAFKA_SEGMENT_BYTES + KAFKA_MAX_BATCH_BYTES)
