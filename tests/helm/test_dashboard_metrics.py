@@ -102,3 +102,16 @@ def test_the_dashboard_covers_what_operators_watch() -> None:
         "rlm_fetch_seconds_count", "rlm_pool_task_queue_size", "rlm_remote_list_offsets_expirations_total",
         "rlm_metadata_errors_total", "rlm_remote_log_size_bytes",
     } <= queried  # fmt: skip
+
+
+def test_the_alerts_watch_what_loses_records_or_stops_tiering() -> None:
+    alerted = {name for _, expr in _alert_queries() for name in _metric_names(expr)}
+    assert {
+        # Records the broker deleted before they were tiered: gone from both tiers.
+        "rlm_copy_gaps_total",
+        # A partition's copying stopped at a segment it cannot copy, until repaired or skipped:
+        # the broker's local retention goes on deleting what is behind it.
+        "rlm_copy_blocked",
+        # A pass of the copier or of retention ended by an error (retention then enforces nothing).
+        "rlm_loop_errors_total",
+    } <= alerted
