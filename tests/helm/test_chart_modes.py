@@ -163,3 +163,15 @@ def test_the_printed_sidecar_values_open_the_kafka_network_policy_to_the_rlm_por
     assert ports == {8081, 9091}
     admitted = {p["port"] for rule in printed["networkPolicy"]["extraIngress"] for p in rule["ports"]}
     assert ports <= admitted
+
+
+def test_the_default_disruption_budget_never_blocks_a_node_drain() -> None:
+    # One replica without the autoscaler: a budget of minAvailable 1 would allow no eviction at
+    # all, and `kubectl drain` of its node would hang until someone deletes the pod by hand.
+    for replicas in (1, 2, 3):
+        values = merge(
+            REQUIRED, {"mode": "standalone", "autoscaling": {"enabled": False}, "replicaCount": replicas}
+        )
+        spec = render(values).one("PodDisruptionBudget")["spec"]
+        allowed = spec["maxUnavailable"] if "maxUnavailable" in spec else replicas - spec["minAvailable"]
+        assert allowed == 1, (replicas, spec)
