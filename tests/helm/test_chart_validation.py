@@ -132,3 +132,20 @@ def test_a_service_monitor_elsewhere_needs_no_secret_without_auth() -> None:
     values = merge(_service_monitor(namespace="monitoring"), {"auth": {"enabled": False}})
     monitor = render(values).one("ServiceMonitor")
     assert "authorization" not in monitor["spec"]["endpoints"][0]
+
+
+@pytest.mark.parametrize(
+    "probes",
+    [
+        {"sidecar": {"waitForBrokerIdSeconds": 600}},  # the startup probe gives 60 periods of 5 s
+        {"startupProbe": {"enabled": False}},  # then the liveness probe, 6 periods of 10 s, comes first
+    ],
+    ids=["longer wait", "no startup probe"],
+)
+def test_a_wait_for_the_broker_id_longer_than_the_probes_allow_stops(probes: dict[str, Any]) -> None:
+    # rlm serves nothing while it waits for meta.properties: a probe window shorter than the wait
+    # kills it, again and again, on a broker's first start.
+    with pytest.raises(helm.HelmRenderError, match="sidecar.waitForBrokerIdSeconds"):
+        render(merge(VALUE_SETS["defaults"], probes))
+    # With the broker id given, nothing waits.
+    render(merge(VALUE_SETS["defaults"], merge(probes, {"config": {"brokerId": 1}})))

@@ -109,6 +109,22 @@ Stop with one message naming every required value that is missing or inconsisten
 {{- if and (eq .Values.mode "sidecar") (not .Values.config.logDirs) }}
 {{- $problems = append $problems "config.logDirs: the sidecar mode needs the broker's log directories" }}
 {{- end }}
+{{- /* rlm serves nothing, probes included, while it waits for meta.properties. */}}
+{{- if and (eq .Values.mode "sidecar") (kindIs "invalid" .Values.config.brokerId) }}
+{{- $first := "" }}
+{{- if .Values.startupProbe.enabled }}
+{{- $first = "startupProbe" }}
+{{- else if .Values.livenessProbe.enabled }}
+{{- $first = "livenessProbe" }}
+{{- end }}
+{{- if $first }}
+{{- $probe := index .Values $first }}
+{{- $window := add (int $probe.initialDelaySeconds) (mul (int $probe.periodSeconds) (int $probe.failureThreshold)) }}
+{{- if ge (int .Values.sidecar.waitForBrokerIdSeconds) (int $window) }}
+{{- $problems = append $problems (printf "sidecar.waitForBrokerIdSeconds: %d s is not below the %d s the %s allows (initialDelaySeconds + periodSeconds × failureThreshold): the kubelet would kill rlm while it waits for the broker's meta.properties; shorten the wait or widen the %s" (int .Values.sidecar.waitForBrokerIdSeconds) (int $window) $first $first) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- /* Helm reads values as JSON numbers (float64): an integer beyond 2^53 arrives rounded. */}}
 {{- $numbers := dict "indexCache.maxBytes" .Values.indexCache.maxBytes }}
 {{- range $key, $value := .Values.config.settings }}
