@@ -149,3 +149,11 @@ def test_a_wait_for_the_broker_id_longer_than_the_probes_allow_stops(probes: dic
         render(merge(VALUE_SETS["defaults"], probes))
     # With the broker id given, nothing waits.
     render(merge(VALUE_SETS["defaults"], merge(probes, {"config": {"brokerId": 1}})))
+
+
+@pytest.mark.parametrize("given", ["awsAccessKeyId", "awsSecretAccessKey"])
+def test_half_an_s3_key_pair_stops(given: str) -> None:
+    # The id alone reached rlm with an empty secret key (botocore: partial credentials, every S3
+    # call failing); the secret key alone was dropped without a word, for the AWS chain.
+    with pytest.raises(helm.HelmRenderError, match="secrets.awsAccessKeyId"):
+        render(merge(VALUE_SETS["defaults"], {"secrets": {given: "x"}}))

@@ -99,6 +99,9 @@ Stop with one message naming every required value that is missing or inconsisten
 {{- if and .Values.auth.enabled (not .Values.existingSecret) (not .Values.secrets.readToken) }}
 {{- $problems = append $problems "secrets.readToken (or existingSecret): an API token is required while auth.enabled" }}
 {{- end }}
+{{- if and (not .Values.existingSecret) (ne (not .Values.secrets.awsAccessKeyId) (not .Values.secrets.awsSecretAccessKey)) }}
+{{- $problems = append $problems "secrets.awsAccessKeyId and secrets.awsSecretAccessKey: give both (static S3 keys) or neither (the AWS credential chain, e.g. IAM roles for service accounts)" }}
+{{- end }}
 {{- if and .Values.tls.enabled (not .Values.tls.existingSecret) }}
 {{- $problems = append $problems "tls.existingSecret: a kubernetes.io/tls Secret is required with tls.enabled" }}
 {{- end }}
