@@ -25,7 +25,7 @@ LABEL_VALUES = re.compile(r"^label_values\((.+),\s*\w+\)$")
 
 
 def _exposed_names() -> set[str]:
-    names = set()
+    names = {"up"}  # Prometheus's own, one per scraped target
     for family in Metrics(CollectorRegistry()).registry.collect():
         if family.type == "counter":
             names |= {f"{family.name}_total", f"{family.name}_created"}
@@ -115,3 +115,37 @@ def test_the_alerts_watch_what_loses_records_or_stops_tiering() -> None:
         # A pass of the copier or of retention ended by an error (retention then enforces nothing).
         "rlm_loop_errors_total",
     } <= alerted
+
+
+def _selectors(node: Any) -> Iterator[promql_parser.VectorSelector]:
+    if isinstance(node, promql_parser.VectorSelector):
+        yield node
+    for attr in ("expr", "lhs", "rhs", "vector_selector", "param"):
+        child = getattr(node, attr, None)
+        if child is not None and not isinstance(child, str | int | float):
+            yield from _selectors(child)
+    for arg in getattr(node, "args", None) or []:
+        yield from _selectors(arg)
+
+
+@pytest.mark.parametrize("value_set", ["sidecar", "standalone-full"])
+def test_an_alert_fires_when_the_scraped_rlm_is_down(value_set: str) -> None:
+    # A sidecar that crash-loops (settings refused, a wrong password) exports nothing: every other
+    # alert stays silent while the broker's local retention deletes what was never tiered. Only
+    # Prometheus's `up` of the ServiceMonitor's targets tells.
+    r = rendered(value_set)
+    service = r.one("Service")["metadata"]
+    monitor = r.one("ServiceMonitor")["spec"]
+    assert service["namespace"] in monitor["namespaceSelector"]["matchNames"]
+    assert monitor["selector"]["matchLabels"].items() <= service["labels"].items()
+    found = []
+    for group in r.one("PrometheusRule")["spec"]["groups"]:
+        for alert in group["rules"]:
+            for selector in _selectors(promql_parser.parse(alert["expr"])):
+                if selector.name == "up":
+                    matchers = {m.name: m.value for m in selector.matchers.matchers}
+                    found.append((alert["alert"], matchers))
+    assert found, "no alert on up"
+    for _, matchers in found:
+        # The Prometheus Operator labels a target with its Service's name and namespace.
+        assert matchers == {"namespace": service["namespace"], "service": service["name"]}
