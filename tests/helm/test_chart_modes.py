@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Any
 
+import pytest
 import yaml
 
 from tests.helm.chart import Manifest, render, rendered, sidecar_values
@@ -107,7 +108,8 @@ def test_tls_serves_both_apis_from_the_certificate_secret() -> None:
             (mount,) = [m for m in container["volumeMounts"] if m["name"] == "rlm-tls"]
             for key in ("tls.cert.file", "tls.key.file"):
                 assert PurePosixPath(settings[key]).parent == PurePosixPath(mount["mountPath"])
-            assert {"name": "rlm-tls", "secret": {"secretName": "rlm-tls"}} in volumes
+            (volume,) = [v for v in volumes if v["name"] == "rlm-tls"]
+            assert volume["secret"]["secretName"] == "rlm-tls"
     monitor = rendered("tls").one("ServiceMonitor")["spec"]["endpoints"][0]
     assert monitor["scheme"] == "https" and monitor["tlsConfig"] == {"insecureSkipVerify": True}
 
@@ -175,3 +177,17 @@ def test_the_default_disruption_budget_never_blocks_a_node_drain() -> None:
         spec = render(values).one("PodDisruptionBudget")["spec"]
         allowed = spec["maxUnavailable"] if "maxUnavailable" in spec else replicas - spec["minAvailable"]
         assert allowed == 1, (replicas, spec)
+
+
+@pytest.mark.parametrize("value_set", ["sidecar", "tls"])
+def test_the_broker_pod_starts_without_the_objects_of_the_rlm_release(value_set: str) -> None:
+    # The broker pods mount the rlm release's ConfigMap and Secrets. A volume of a ConfigMap or
+    # Secret that is not there keeps the whole pod from starting, Kafka with it: after `helm
+    # uninstall rlm`, or when the Kafka values land before the rlm release (GitOps), every broker
+    # that restarted would stay down. Optional, only the rlm container fails (RlmDown says so).
+    broker = sidecar_values(rendered(value_set).notes)["broker"]
+    sources = [v.get("configMap") or v.get("secret") for v in broker["extraVolumes"]]
+    sources = [s for s in sources if s is not None]
+    assert sources
+    for source in sources:
+        assert source.get("optional") is True, source

@@ -284,12 +284,21 @@ Include it in a Kafka chart's sidecars with its volumes from "rlm.sidecarVolumes
 
 {{/* The volumes the rlm container mounts (the broker's data volume is the Kafka chart's). */}}
 {{- define "rlm.volumes" -}}
+{{- /* In a broker pod, an object of this release that is missing (uninstalled, not yet applied) must
+stop the rlm container only, never the pod and its broker. */}}
+{{- $sidecar := eq .Values.mode "sidecar" -}}
 - name: rlm-config
   configMap:
     name: {{ include "rlm.fullname" . }}
+    {{- if $sidecar }}
+    optional: true
+    {{- end }}
 - name: rlm-secrets
   secret:
     secretName: {{ include "rlm.secretName" . }}
+    {{- if $sidecar }}
+    optional: true
+    {{- end }}
     items:
       - key: {{ .Values.secretKeys.metadataUrl }}
         path: metadata-url
@@ -301,6 +310,9 @@ Include it in a Kafka chart's sidecars with its volumes from "rlm.sidecarVolumes
 - name: rlm-tls
   secret:
     secretName: {{ .Values.tls.existingSecret }}
+    {{- if $sidecar }}
+    optional: true
+    {{- end }}
 {{- end }}
 - name: rlm-cache
   emptyDir:
