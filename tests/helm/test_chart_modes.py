@@ -154,6 +154,11 @@ def test_a_settings_change_rolls_the_broker_pods_that_run_the_sidecar() -> None:
     assert week.get("podAnnotations") and month.get("podAnnotations")
     assert week["podAnnotations"] != month["podAnnotations"]
     assert printed({"config": {"topics": {"defaults": {"retention.ms": 604800000}}}}) == week
+    # What rlm does not read (labels, annotations, the chart's version in them) restarts no broker.
+    relabelled = printed(
+        {"config": {"topics": {"defaults": {"retention.ms": 604800000}}}, "commonLabels": {"team": "x"}}
+    )
+    assert relabelled["podAnnotations"] == week["podAnnotations"]
 
 
 def test_the_printed_sidecar_values_open_the_kafka_network_policy_to_the_rlm_ports() -> None:
