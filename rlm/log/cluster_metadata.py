@@ -36,7 +36,7 @@ from rlm.errors import CorruptDataError, CorruptRecordError, NotFoundError
 from rlm.log.batches import decode_batch
 from rlm.log.byte_source import FileSource, iter_header_windows, read_batch_bytes
 from rlm.log.checkpoints import uuid_to_topic_id
-from rlm.log.model import CLUSTER_METADATA_DIR, BatchHeader, ControlType, Record
+from rlm.log.model import CLUSTER_METADATA_DIR, V2_HEADER_SIZE, BatchHeader, ControlType, Record
 from rlm.log.segment import segment_base_offsets
 from rlm.log.v2 import parse_control_record
 from rlm.log.varint import read_uvarint
@@ -203,26 +203,39 @@ def find_cluster_metadata(log_dirs: Sequence[Path], metadata_log_dir: Path | Non
     return None
 
 
-def _scan(path: Path, visit: Callable[[BatchHeader, list[Record]], None]) -> _Ending:
-    """Decode every batch of ``path`` in order and pass it to ``visit`` (which may raise
-    :class:`CorruptDataError` to stop). Says how reading ended: ``whole`` (every byte read as
-    valid batches), ``tail`` (at a torn or corrupt batch reaching the end of the file) or ``bad``
-    (anywhere else); never raises for the file's bytes."""
-    size = read = 0
+class _Scanned(NamedTuple):
+    """How a scan of a segment ended: ``whole`` (every byte read as valid batches), ``tail`` (at a
+    torn or corrupt batch reaching the end of the file) or ``bad`` (anywhere else); the position
+    after the last batch passed on, and where that batch starts and its header bytes (empty when
+    none was)."""
+
+    ending: _Ending
+    position: int
+    mark_at: int
+    mark: bytes
+
+
+def _scan(path: Path, visit: Callable[[BatchHeader, list[Record]], None], start: int = 0) -> _Scanned:
+    """Decode every batch of ``path`` from byte ``start`` in order and pass it to ``visit`` (which
+    may raise :class:`CorruptDataError` to stop); never raises for the file's bytes."""
+    size = read = mark_at = start
+    mark = b""
     failed: BatchHeader | None = None
     try:
         with FileSource(path) as source:
             size = source.size
-            for header, window, window_start in iter_header_windows(source):
+            for header, window, window_start in iter_header_windows(source, start):
                 failed = header
                 data, at = window, header.position - window_start
                 if at + header.size > len(window):  # not read with the header
                     data, at = read_batch_bytes(source, header), 0
                 visit(header, decode_batch(data, header._replace(position=at)))
-                read, failed = header.end_position, None
+                read, failed, mark_at = header.end_position, None, header.position
+                mark = bytes(data[at : at + min(header.size, V2_HEADER_SIZE)])
     except (CorruptDataError, OSError):
-        return "tail" if failed is not None and failed.end_position >= size else "bad"
-    return "whole" if read == size else "tail"
+        ending: _Ending = "tail" if failed is not None and failed.end_position >= size else "bad"
+        return _Scanned(ending, read, mark_at, mark)
+    return _Scanned("whole" if read == size else "tail", read, mark_at, mark)
 
 
 class _Replay:
@@ -323,7 +336,7 @@ def _read_snapshot(path: Path) -> _Replay | None:
             for record in records:
                 replay.record(record.value, record.offset, header.max_timestamp)
 
-    return replay if _scan(path, visit) == "whole" and ended else None
+    return replay if _scan(path, visit).ending == "whole" and ended else None
 
 
 def _snapshots(path: Path) -> list[tuple[int, str]]:
@@ -353,49 +366,141 @@ def read_cluster_metadata(path: Path) -> ClusterMetadata:
     Raises:
         NotFoundError: ``path`` is not a directory.
     """
-    if not path.is_dir():
-        raise NotFoundError(f"cluster metadata log {path} does not exist")
-    unreadable = 0
-    snapshot_end: int | None = None
-    topics: dict[str, str] = {}
-    configs: dict[str, dict[str, str]] = {}
-    for end_offset, name in _snapshots(path):
-        image = _read_snapshot(path / name)
-        if image is not None:
-            snapshot_end, topics, unreadable = end_offset, image.topics, unreadable + image.unreadable
-            configs = image.configs
-            break
-        unreadable += 1
-    committed_configs = {topic: dict(overrides) for topic, overrides in configs.items()}
-    replay = _Replay(topics, snapshot_end, configs)
-    image_end = snapshot_end or 0
-    # The offset the next batch must start at. The log's offsets follow one another with no gap
-    # and no overlap (nothing compacts it), and a batch's base offset lies outside its CRC: one
-    # out of place is damage, and must not move a record below the snapshot's end.
+    return ClusterMetadataReader(path).read()
+
+
+@dataclass
+class _Tail:
+    """A read of the log so far: its snapshot's image replayed, then the log up to a position."""
+
+    snapshot: str | None
+    """The latest snapshot's file name when the read began (readable or not)."""
+    snapshot_end: int | None
+    committed_configs: dict[str, dict[str, str]]
+    replay: _Replay
+    unreadable: int
     cursor: int | None = None
+    """The offset the next batch must start at (None: no segment read yet)."""
+    base: int | None = None
+    """The base offset of the segment read last."""
+    position: int = 0
+    """The bytes of that segment read as whole batches."""
+    mark_base: int | None = None
+    mark_at: int = 0
+    mark: bytes = b""
+    """The header bytes of the last batch read (in the segment at ``mark_base``, at byte
+    ``mark_at``), to tell it was not replaced since."""
 
-    def visit(header: BatchHeader, records: list[Record]) -> None:
-        nonlocal cursor
-        if header.base_offset != cursor:
-            raise CorruptDataError(f"a batch at offset {header.base_offset} where {cursor} was next")
-        cursor = header.next_offset
-        if not header.is_control:
-            for record in records:
-                replay.record(record.value, record.offset, header.max_timestamp)
 
-    bases = segment_base_offsets(path)
-    for i, base in enumerate(bases):
-        if base > image_end if cursor is None else base != cursor:
-            unreadable += 1  # offsets missing after the image (or the last segment), or repeated
-            break
-        cursor = base
-        ending = _scan(path / f"{base:020d}.log", visit)
-        if ending != "whole":
-            if ending == "bad" or i < len(bases) - 1:  # else the broker may be writing it
-                unreadable += 1
-            break
-    unreadable += replay.unreadable
-    end = max(image_end, cursor or 0)
-    return ClusterMetadata(
-        path, snapshot_end, end, replay.removals, replay.topics, unreadable, committed_configs, replay.configs
-    )
+class ClusterMetadataReader:
+    """Reads a ``__cluster_metadata-0`` directory again and again, as :func:`read_cluster_metadata`
+    does, but going on from where the last read stopped when it can: the controller appends to the
+    log all the time (a NoOpRecord every 500 ms), and a config override appended there counts at
+    once, not when the next snapshot is written.
+
+    Going on needs the same latest snapshot, a last read with nothing unreadable, and the segment
+    it stopped in still holding the batch it read last where it read it (so neither truncated nor
+    replaced: a new leader truncating records past the high watermark writes its own, under its
+    own leader epoch, in their place). Anything else reads the whole directory again. Segments
+    before that one may go (only from the log's start, below a snapshot): what they said is kept.
+
+    A truncation going unnoticed would leave pending records (past the snapshot's end) in the
+    replayed state until the next full read, at the next snapshot at the latest. That is safe: a
+    pending removal never deletes (:mod:`rlm.tiering.removed_topics` acts on committed ones only),
+    and a pending config override only ever lengthens remote retention
+    (:mod:`rlm.tiering.topic_retention` takes the longer of the committed and the pending outcome).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.resumed = False
+        """Whether the last :meth:`read` went on from the one before (else it read everything)."""
+        self._tail: _Tail | None = None
+        self._last: ClusterMetadata | None = None
+
+    def read(self) -> ClusterMetadata:
+        """The directory as it now is (the same object as last time when nothing was appended).
+
+        Raises:
+            NotFoundError: the directory does not exist.
+        """
+        if not self.path.is_dir():
+            raise NotFoundError(f"cluster metadata log {self.path} does not exist")
+        tail, last = self._tail, self._last
+        self.resumed = tail is not None and last is not None and self._can_go_on(tail, last)
+        if not self.resumed or tail is None:
+            tail = self._tail = self._read_snapshot()
+        before = (tail.base, tail.position)
+        unreadable = self._read_log(tail)
+        if self.resumed and last is not None and (tail.base, tail.position) == before:
+            return last
+        replay = tail.replay
+        self._last = ClusterMetadata(
+            self.path,
+            tail.snapshot_end,
+            max(tail.snapshot_end or 0, tail.cursor or 0),
+            dict(replay.removals),
+            dict(replay.topics),
+            tail.unreadable + unreadable + replay.unreadable,
+            tail.committed_configs,
+            {topic: dict(overrides) for topic, overrides in replay.configs.items()},
+        )
+        return self._last
+
+    def _can_go_on(self, tail: _Tail, last: ClusterMetadata) -> bool:
+        if last.unreadable or latest_snapshot(self.path) != tail.snapshot:
+            return False
+        try:
+            if tail.base is not None and (self.path / f"{tail.base:020d}.log").stat().st_size < tail.position:
+                return False
+            if tail.mark_base is None:
+                return True  # no batch read from the log
+            with FileSource(self.path / f"{tail.mark_base:020d}.log") as source:
+                return source.read(tail.mark_at, len(tail.mark)) == tail.mark
+        except OSError:  # a segment gone
+            return False
+
+    def _read_snapshot(self) -> _Tail:
+        unreadable = 0
+        found = _snapshots(self.path)
+        for end_offset, name in found:
+            image = _read_snapshot(self.path / name)
+            if image is not None:
+                configs = {topic: dict(overrides) for topic, overrides in image.configs.items()}
+                replay = _Replay(image.topics, end_offset, image.configs)
+                return _Tail(found[0][1], end_offset, configs, replay, unreadable + image.unreadable)
+            unreadable += 1
+        return _Tail(found[0][1] if found else None, None, {}, _Replay({}, None), unreadable)
+
+    def _read_log(self, tail: _Tail) -> int:
+        """Read the log on from ``tail`` (moving it on); the parts found unreadable."""
+        replay = tail.replay
+        image_end = tail.snapshot_end or 0
+
+        # The log's offsets follow one another with no gap and no overlap (nothing compacts it),
+        # and a batch's base offset lies outside its CRC: one out of place is damage, and must not
+        # move a record below the snapshot's end.
+        def visit(header: BatchHeader, records: list[Record]) -> None:
+            if header.base_offset != tail.cursor:
+                raise CorruptDataError(f"a batch at offset {header.base_offset} where {tail.cursor} was next")
+            tail.cursor = header.next_offset
+            if not header.is_control:
+                for record in records:
+                    replay.record(record.value, record.offset, header.max_timestamp)
+
+        bases = segment_base_offsets(self.path)
+        start = bases.index(tail.base) if tail.base in bases else 0
+        for i in range(start, len(bases)):
+            base = bases[i]
+            if base != tail.base:
+                if base > image_end if tail.cursor is None else base != tail.cursor:
+                    return 1  # offsets missing after the image (or the last segment), or repeated
+                tail.cursor, tail.base, tail.position = base, base, 0
+            scanned = _scan(self.path / f"{base:020d}.log", visit, tail.position)
+            tail.position = scanned.position
+            if scanned.mark:
+                tail.mark_base, tail.mark_at, tail.mark = base, scanned.mark_at, scanned.mark
+            if scanned.ending != "whole":
+                # A torn batch at the tail is read again next time: the broker may be writing it.
+                return 1 if scanned.ending == "bad" or i < len(bases) - 1 else 0
+        return 0
