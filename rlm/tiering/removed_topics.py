@@ -15,11 +15,13 @@ metadata snapshot (``<offset>-<epoch>.checkpoint``). Brokers write snapshots of 
 only, while the log's tail may hold records past the quorum's high watermark that a new leader
 truncates. So a deletion waits for the broker's next snapshot (``metadata.log.max.snapshot.
 interval.ms``, an hour by default, or sooner after ``metadata.log.max.record.bytes.between.
-snapshots``), and only a new snapshot can make a removal committed: the log is read again only
-when the latest snapshot changes (or the last read was incomplete), not on every pass. A removed
-topic with nothing left to delete is passed over until then too, so that passes in between list
-no partitions of the store (a broker that was away may still tier a partition of it on its
-return: the next read looks again).
+snapshots``), and only a new snapshot can make a removal committed. Each pass reads the log on
+from where the last one stopped (what was appended since: pending records, config overrides),
+and reads it whole again only when the latest snapshot changed, the log was truncated or the last
+read was incomplete (:class:`~rlm.log.cluster_metadata.ClusterMetadataReader`). A removed topic
+with nothing left to delete is passed over until the next whole read, so that passes in between
+list no partitions of the store (a broker that was away may still tier a partition of it on its
+return: the next whole read looks again).
 
 A removal the broker's log no longer holds (the sidecar was away longer than the broker keeps
 its metadata log after a snapshot, ``metadata.max.retention.ms``) is not found: the operator's
@@ -37,10 +39,9 @@ from rlm.errors import RlmError, StateConflictError
 from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.cluster_metadata import (
     ClusterMetadata,
+    ClusterMetadataReader,
     TopicRemoval,
     find_cluster_metadata,
-    latest_snapshot,
-    read_cluster_metadata,
 )
 from rlm.metastore.model import PartitionState
 from rlm.metastore.protocol import MetadataStore
@@ -69,18 +70,20 @@ class RemovedTopics:
     """How long no sidecar may have held or claimed a partition's copy lease before it is deleted."""
     clock: Clock = wall_clock_ms
     step: Step = no_step
+    _reader: ClusterMetadataReader | None = field(default=None, init=False)
     _read: ClusterMetadata | None = field(default=None, init=False)
     _current: ClusterMetadata | None = field(default=None, init=False)
     """What the last :meth:`refresh` found (None: no metadata log)."""
-    _snapshot: str | None = field(default=None, init=False)
     _missing_said: bool = field(default=False, init=False)
     _done: set[str] = field(default_factory=set, init=False)
-    """Removed topic ids with nothing left to delete, as of the last read of the metadata log:
-    passes skip them (and list no partitions when all are), until the log is read again."""
+    """Removed topic ids with nothing left to delete, as of the last full read of the metadata
+    log: passes skip them (and list no partitions when all are), until it is read whole again."""
 
     def refresh(self) -> ClusterMetadata | None:
-        """The broker's metadata log as last read, read again when its latest snapshot changed (or
-        the last read was incomplete); None when there is none."""
+        """The broker's metadata log as it now is (read on from where the last refresh stopped,
+        or whole again when its latest snapshot changed, it was truncated or the last read was
+        incomplete: :class:`~rlm.log.cluster_metadata.ClusterMetadataReader`); None when there is
+        none."""
         path = find_cluster_metadata(list(self.log_dirs), self.metadata_log_dir)
         self._current = None
         if path is None:
@@ -93,13 +96,15 @@ class RemovedTopics:
                 )
             return None
         self._missing_said = False
-        snapshot = latest_snapshot(path)
-        read = self._read
-        if read is None or read.unreadable or read.path != path or snapshot != self._snapshot:
-            before = read.unreadable if read is not None else 0
-            read = self._read = read_cluster_metadata(path)
-            self._snapshot = snapshot
-            self._done.clear()  # looked at again once per read: a lagging sidecar may have tiered more
+        reader = self._reader
+        if reader is None or reader.path != path:
+            reader = self._reader = ClusterMetadataReader(path)
+        last = self._read
+        read = self._read = reader.read()
+        if read is not last:
+            before = last.unreadable if last is not None else 0
+            if not reader.resumed or _committed(read) != _committed(last):
+                self._done.clear()  # looked at again once per read: a lagging sidecar may have tiered more
             self.metrics.cluster_metadata_unreadable.set(read.unreadable)
             self.metrics.cluster_metadata_snapshot_offset.set(
                 -1 if read.snapshot_end_offset is None else read.snapshot_end_offset
@@ -180,3 +185,8 @@ class RemovedTopics:
             outcomes.append(outcome)
         self._done |= removed.keys() - left
         return outcomes
+
+
+def _committed(read: ClusterMetadata | None) -> set[str]:
+    """The ids of the committed removals ``read`` found."""
+    return set() if read is None else {k for k, r in read.removals.items() if r.committed}

@@ -13,9 +13,16 @@ import pytest
 
 from rlm.cli import main
 from rlm.log.checkpoints import uuid_to_topic_id, write_partition_metadata
+from rlm.log.cluster_metadata import read_cluster_metadata
 from rlm.metastore.model import PartitionState, TopicPartition
 from rlm.tiering.retention import Retention
-from tests.cluster_metadata_support import MetadataLogWriter, batch_spans, remove_topic_record, topic_record
+from tests.cluster_metadata_support import (
+    MetadataLogWriter,
+    batch_spans,
+    config_record,
+    remove_topic_record,
+    topic_record,
+)
 from tests.integration.test_topic_deletion import OTHER, TP, objects_of, topic_uuid, write_topic
 from tests.pipeline.tiers import AWS_ENV
 from tests.tiering_support import (
@@ -112,6 +119,26 @@ def test_a_removal_past_the_latest_snapshot_waits_for_the_next_snapshot(
 
     assert states(tiering) == {TP: DELETED, OTHER: DELETED}
     assert set(tiering.storage.list_keys("")) == set()
+
+
+def test_each_refresh_reads_what_the_log_appended_since_without_a_new_snapshot(
+    deleted: tuple[Tiering, Path, UUID],
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    removed_topics = tiering.retention().removed_topics
+    with MetadataLogWriter(log_dir) as log:
+        log.append(topic_record("orders", topic_id))  # 0
+        log.snapshot(1, [topic_record("orders", topic_id)])
+        first = removed_topics.refresh()
+        assert first is not None and first.configs == {}
+        log.append(config_record("orders", "retention.ms", "-1"))  # 1
+        read = removed_topics.refresh()
+        assert read is not None and read.configs == {"orders": {"retention.ms": "-1"}}
+        log.append(remove_topic_record(topic_id))  # 2: pending
+        read = removed_topics.refresh()
+    assert read == read_cluster_metadata(log.path)
+    assert not read.removals[uuid_to_topic_id(topic_id)].committed
+    assert removed_topics.run_once(refresh=False) == []  # pending: nothing deleted
 
 
 def test_a_partition_whose_lease_a_sidecar_held_lately_waits(

@@ -154,3 +154,24 @@ def test_without_a_metadata_log_rlms_settings_alone_count(
     assert all(o.error is None for o in tiering.copier().run_once())
     settings = _hourly(tiering.settings)
     assert _deleted(tiering, settings) == 6  # 6h to 1h old
+
+
+def test_an_override_appended_to_the_log_counts_at_the_next_pass_without_a_new_snapshot(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    _write(log_dir, HOURLY)
+    clock = FakeClock(NOW)
+    with MetadataLogWriter(log_dir) as log:
+        image = [topic_record("orders", ORDERS), config_record("orders", "retention.ms", str(7 * HOUR))]
+        log.append(*image)
+        log.snapshot(log.next_offset, image)
+        tiering = tiering_factory(backend, log_dir, clock)
+        assert all(o.error is None for o in tiering.copier().run_once())
+        retention = tiering.retention(settings=_hourly(tiering.settings))
+        assert _deleted(tiering, retention) == 0  # 6h to 1h old, under the broker's 7h
+        # kafka-configs --alter --add-config retention.ms=-1: in the log, in no snapshot yet.
+        log.append(config_record("orders", "retention.ms", "-1"))
+        clock.advance(3 * HOUR)
+        assert _deleted(tiering, retention) == 0  # 7h older would have gone
+    assert {r.state for r in tiering.segments(TP)} == {FINISHED}
