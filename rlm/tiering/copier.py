@@ -41,6 +41,7 @@ read, and a partition found in two log directories is not copied until one holds
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import threading
@@ -51,6 +52,8 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from uuid import UUID
+
+from prometheus_client import Gauge
 
 from rlm.config import Settings
 from rlm.errors import CorruptDataError, RlmError, SegmentNotCopiedError, StaleLeaseError
@@ -179,6 +182,7 @@ class Copier:
             LogDirsOfflineError: listing all, none of the log directories can be read.
         """
         self.cluster_guard.check()
+        listed_all = partitions is None
         if partitions is None:
             partitions = self.partitions()
         found = partitions if isinstance(partitions, LocalPartitions) else group_partitions(partitions)
@@ -187,6 +191,8 @@ class Copier:
             for outcome in outcomes:
                 progress(outcome)
         todo = found.partitions
+        if listed_all and not found.offline:
+            self._forget_gone({p.tp for p in todo} | set(found.duplicates))
         workers = max(1, min(self.settings.remote_log_manager_copier_thread_pool_size, len(todo)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rlm-copier") as pool:
             for outcome in pool.map(self.copy_partition, todo):
@@ -206,6 +212,7 @@ class Copier:
         try:
             lease = self.leases.hold_partition(partition)
             if lease is None:
+                self._forget_gauges(tp)  # the holder exports them; this sidecar's last would stay
                 return CopyOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
             # Before anything is decided with the remote state: it may be a deleted topic's.
             change = adopt_local_topic_id(
@@ -357,6 +364,37 @@ class Copier:
             self._set_lag(labels, plan.candidates[done:], lag_bytes)
         self.metrics.copy_blocked.labels(*labels).set(0)
         return CopyOutcome(tp, copied, copied_bytes, cleaned, lag_segments, lag_bytes)
+
+    def _forget_gone(self, here: set[TopicPartition]) -> None:
+        """Stop exporting the per-partition gauges of the partitions no longer in the log
+        directories (reassigned to other brokers, deleted): they would stay as last set."""
+        gone = {
+            TopicPartition(sample.labels["topic"], int(sample.labels["partition"]))
+            for gauge in self._gauges()
+            for metric in gauge.collect()
+            for sample in metric.samples
+        } - here
+        for tp in gone:
+            self._forget_gauges(tp)
+
+    def _gauges(self) -> tuple[Gauge, ...]:
+        m = self.metrics
+        return (m.copy_blocked, m.copy_lag_segments, m.copy_lag_bytes, m.copy_lag_seconds, m.copies_diverged)
+
+    def _forget_gauges(self, tp: TopicPartition) -> None:
+        """Stop exporting this sidecar's per-partition gauges of ``tp``: another broker's sidecar
+        tiers it now, and alerts take the highest value over the sidecars."""
+        labels = (tp.topic, str(tp.partition))
+        m = self.metrics
+        for gauge in (
+            m.copy_blocked,
+            m.copy_lag_segments,
+            m.copy_lag_bytes,
+            m.copy_lag_seconds,
+            m.copies_diverged,
+        ):
+            with contextlib.suppress(KeyError):  # KeyError: never set here
+                gauge.remove(*labels)
 
     def _set_lag(self, labels: tuple[str, str], waiting: Sequence[Candidate], size: int) -> None:
         self.metrics.copy_lag_segments.labels(*labels).set(len(waiting))

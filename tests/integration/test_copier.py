@@ -333,6 +333,58 @@ def test_copy_lag_metrics_count_what_is_not_tiered_yet(
     assert lag() == (0, 0)
 
 
+def test_a_sidecar_whose_lease_moved_away_exports_no_stale_gauges_of_the_partition(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,
+    log_dir: Path,
+) -> None:
+    """Alerts take the highest value of a partition's gauges over the sidecars: a former holder's
+    last lag or blocked flag would keep them firing while another broker tiers the partition."""
+    partition = _partition(log_dir, "orders", 0)
+    first = tiering_factory(sqlite_fs, log_dir)
+    labels = {"topic": "orders", "partition": "0"}
+
+    def stop_after_one(name: str) -> None:
+        if name == "copy_finished" and len(first.finished(tp_of(partition))) == 1:
+            raise StorageUnavailableError("the remote store went away")
+
+    [failed] = first.copier(step=stop_after_one).run_once([partition])
+    assert failed.error is not None
+    assert (first.registry.get_sample_value("rlm_copy_lag_segments", labels) or 0) > 0
+    first.leases.release_all()
+    other = tiering_factory(sqlite_fs, log_dir, broker_id=BROKER_ID + 1, clock=first.clock)
+    [taken] = other.copier().run_once([partition])
+    assert taken.error is None and taken.copied_segments > 0
+
+    [skipped] = first.copier().run_once([partition])
+
+    assert skipped.skipped is not None and "lease is held by" in skipped.skipped
+    for gauge in ("rlm_copy_lag_segments", "rlm_copy_lag_bytes", "rlm_copy_lag_seconds", "rlm_copy_blocked"):
+        assert first.registry.get_sample_value(gauge, labels) is None, gauge
+    assert other.registry.get_sample_value("rlm_copy_lag_segments", labels) == 0
+
+
+def test_the_gauges_of_a_partition_moved_to_another_broker_go_with_it(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,
+    log_dir: Path,
+) -> None:
+    gone = {"topic": "orders", "partition": "0"}
+    kept = {"topic": "orders", "partition": "1"}
+    tiering = tiering_factory(sqlite_fs, log_dir)
+    partition = _partition(log_dir, "orders", 0)
+
+    tiering.copier().run_once()
+    assert tiering.registry.get_sample_value("rlm_copy_blocked", gone) == 0
+    shutil.rmtree(partition.path)  # reassigned: the broker deleted its replica
+
+    tiering.copier().run_once()
+
+    for gauge in ("rlm_copy_lag_segments", "rlm_copy_lag_bytes", "rlm_copy_lag_seconds", "rlm_copy_blocked"):
+        assert tiering.registry.get_sample_value(gauge, gone) is None, gauge
+        assert tiering.registry.get_sample_value(gauge, kept) == 0, gauge
+
+
 class RecordingRateLimiter(RateLimiter):
     """A rate limiter on a fake clock that records what passes and how long it made callers wait."""
 
