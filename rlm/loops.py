@@ -55,4 +55,5 @@ class BackgroundLoop:
             except Exception:
                 self._on_error()
                 log.exception("%s pass failed; retrying in %.0f s", self.name, self._interval_s)
-            self._stop.wait(self._interval_s)
+            # An interval past what a thread can wait (Long.MAX_VALUE ms) waits that long instead.
+            self._stop.wait(min(self._interval_s, threading.TIMEOUT_MAX))
