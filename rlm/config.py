@@ -60,6 +60,8 @@ def _env(key: str) -> str:
 #: The longest ``remote.list.offsets.request.timeout.ms``: what a request's own ``timeout_ms`` and
 #: a change at run time (``PATCH /v1/config``) may ask for, an hour.
 MAX_REQUEST_TIMEOUT_MS = 3_600_000
+#: The most ``remote.log.offset.reader.threads``, at start and when changed at run time.
+MAX_READER_THREADS = 256
 
 #: ``compaction.strategy`` values (KIP-280).
 COMPACTION_STRATEGIES = ("offset", "timestamp", "header")
@@ -309,6 +311,11 @@ class Settings:
             # A lease expires at now + ttl, a claim is kept 10 ttls: both stay in a BIGINT.
             if getattr(self, name) > INT32_MAX:
                 raise ConfigError(f"{_key(name)} must be 1 to {INT32_MAX}, not {getattr(self, name)}")
+        threads = self.remote_log_offset_reader_threads
+        if threads > MAX_READER_THREADS:
+            raise ConfigError(
+                f"remote.log.offset.reader.threads must be 1 to {MAX_READER_THREADS}, not {threads}"
+            )
         statement = self.metadata_statement_timeout_ms
         if statement > INT32_MAX:
             raise ConfigError(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from rlm.config import MAX_REQUEST_TIMEOUT_MS
+from rlm.config import MAX_READER_THREADS, MAX_REQUEST_TIMEOUT_MS
 from rlm.errors import ConfigError
 from rlm.lookup.pool import BoundedPool, RequestTimeout
 from rlm.storage.ratelimit import RateLimiter
@@ -52,8 +52,10 @@ class DynamicConfig:
         Raises:
             ConfigError: a value out of range; the message names the setting.
         """
-        if reader_threads is not None and not 1 <= reader_threads <= 256:
-            raise ConfigError(f"remote.log.offset.reader.threads must be 1 to 256, not {reader_threads}")
+        if reader_threads is not None and not 1 <= reader_threads <= MAX_READER_THREADS:
+            raise ConfigError(
+                f"remote.log.offset.reader.threads must be 1 to {MAX_READER_THREADS}, not {reader_threads}"
+            )
         if request_timeout_ms is not None and not 1 <= request_timeout_ms <= MAX_REQUEST_TIMEOUT_MS:
             raise ConfigError(
                 f"remote.list.offsets.request.timeout.ms must be 1 to {MAX_REQUEST_TIMEOUT_MS}, "

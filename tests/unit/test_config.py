@@ -294,3 +294,12 @@ def test_an_empty_index_cache_dir_is_an_error_not_the_working_directory(
         config.write_text(text)
         with pytest.raises(ConfigError, match=r"^remote\.log\.index\.cache\.dir has no value"):
             load_settings(config, env=env)
+
+
+def test_reader_threads_are_held_at_start_to_what_a_change_at_run_time_may_set() -> None:
+    # PATCH /v1/config refuses more than 256: a settings file or variable may not start more.
+    assert Settings(remote_log_offset_reader_threads=256).remote_log_offset_reader_threads == 256
+    with pytest.raises(ConfigError, match=r"remote.log.offset.reader.threads must be 1 to 256, not 100000"):
+        Settings(remote_log_offset_reader_threads=100_000)
+    with pytest.raises(ConfigError, match="remote.log.offset.reader.threads must be 1 to 256"):
+        load_settings(env={"RLM_REMOTE_LOG_OFFSET_READER_THREADS": "257"})
