@@ -8,6 +8,7 @@ The migrations live in ``alembic/`` at the top of the source tree (``[tool.alemb
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 from alembic.config import Config
@@ -21,7 +22,7 @@ from sqlalchemy import exc as sa_exc
 from alembic import command
 from metadata.engine import parse_url
 from metadata.transaction import translate_error
-from rlm.errors import ConfigError, SchemaMismatchError
+from rlm.errors import ConfigError, MetadataUnavailableError, SchemaMismatchError
 
 
 def _script_location() -> Path:
@@ -36,15 +37,26 @@ SCRIPT_LOCATION = _script_location()
 #: The PostgreSQL advisory lock that migrations of one database hold while they run (the bytes of
 #: ``rlm_schm``): two ``rlm db upgrade`` at once (the chart's hook Job, a sidecar) queue on it.
 MIGRATION_LOCK_KEY = int.from_bytes(b"rlm_schm", "big")
+#: How long a migration's statement waits for a table lock on PostgreSQL. An ``ALTER TABLE`` waits
+#: for every transaction that read the table, and PostgreSQL queues every later statement on the
+#: table behind it: the sidecars would stall for as long as the longest reader. Past this wait the
+#: upgrade rolls back (giving its locks up) and :func:`upgrade` starts it again.
+LOCK_TIMEOUT_MS = 1000
+#: How long :func:`upgrade` keeps starting again an upgrade that could not get its table locks.
+LOCK_RETRY_S = 600.0
+#: PostgreSQL's SQLSTATE for a lock wait past ``lock_timeout`` (``lock_not_available``).
+LOCK_NOT_AVAILABLE = "55P03"
 
 
 def lock_migrations(connection: Connection) -> None:
     """Wait until no other migration of the database runs, and keep it so until ``connection``'s
     transaction ends; Alembic reads the database's revision after this, and finds what the other
-    migration did. On PostgreSQL an advisory lock; SQLite's write transaction (``BEGIN IMMEDIATE``)
-    already serializes migrations."""
+    migration did. On PostgreSQL an advisory lock (waited for as long as it takes), after which
+    each table lock is waited for at most :data:`LOCK_TIMEOUT_MS`; SQLite's write transaction
+    (``BEGIN IMMEDIATE``) already serializes migrations."""
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
+        connection.execute(text(f"SET LOCAL lock_timeout = {int(LOCK_TIMEOUT_MS)}"))
 
 
 def alembic_config(url: str, script_location: Path = SCRIPT_LOCATION) -> Config:
@@ -123,12 +135,25 @@ def upgrade(url: str, revision: str = "head") -> None:
     parse_url(url)
     config = alembic_config(url)
     _check_revision(config, revision)
-    try:
-        command.upgrade(config, revision)
-    except sa_exc.SQLAlchemyError as exc:
-        raise translate_error(exc) from exc
-    except CommandError as exc:
-        raise ConfigError(f"cannot upgrade to revision {revision!r}: {exc}") from exc
+    deadline = time.monotonic() + LOCK_RETRY_S
+    while True:
+        try:
+            command.upgrade(config, revision)
+            return
+        except sa_exc.OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+                raise translate_error(exc) from exc
+            if time.monotonic() >= deadline:
+                raise MetadataUnavailableError(
+                    f"the upgrade could not lock the tables it changes for {LOCK_RETRY_S:g} s: "
+                    f"a long transaction holds them ({exc.orig})",
+                    kind="timeout",
+                ) from exc
+            time.sleep(LOCK_TIMEOUT_MS / 1000)
+        except sa_exc.SQLAlchemyError as exc:
+            raise translate_error(exc) from exc
+        except CommandError as exc:
+            raise ConfigError(f"cannot upgrade to revision {revision!r}: {exc}") from exc
 
 
 def _check_revision(config: Config, revision: str) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import sqlite3
 import threading
+import time
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from metadata.engine import Deadlines, create_engine_for_url
 from metadata.schema import alembic_config, current_revision, head_revision, upgrade
 from metadata.transaction import transaction
 from rlm.errors import MetadataError, SchemaMismatchError
+from tests.metadata_support import create_postgres_database, drop_postgres_database
 
 UPGRADERS = 2
 
@@ -124,3 +126,40 @@ def test_a_table_or_column_that_exists_already_is_not_said_to_be_a_missing_schem
         assert isinstance(missing, SchemaMismatchError) and "no rlm schema" in str(missing)
     finally:
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_an_upgrade_waiting_behind_a_long_transaction_does_not_stall_the_sidecars() -> None:
+    # ALTER TABLE waits for every transaction that read the table; while it waits, PostgreSQL
+    # queues every later statement on the table behind it. An upgrade must give its locks up
+    # after a short wait and try again rather than stall the sidecars for as long as the reader.
+    url = create_postgres_database()
+    reader = create_engine_for_url(url, pooled=False)
+    sidecar = create_engine_for_url(url, pooled=False, deadlines=Deadlines(statement_timeout_s=3.0))
+    try:
+        upgrade(url, "0005")  # 0006 alters rlm_partition
+        outcome: list[str] = []
+        with reader.connect() as long_reader:
+            long_reader.execute(text("SELECT count(*) FROM rlm_partition"))  # holds its lock till the end
+
+            def run() -> None:
+                try:
+                    upgrade(url)
+                except Exception as exc:
+                    outcome.append(f"{type(exc).__name__}: {exc}")
+                else:
+                    outcome.append("ok")
+
+            upgrader = threading.Thread(target=run)
+            upgrader.start()
+            time.sleep(1.5)  # the upgrade is waiting for rlm_partition by now
+            with sidecar.connect() as conn:
+                assert conn.execute(text("SELECT count(*) FROM rlm_partition")).scalar_one() == 0
+            long_reader.rollback()
+        upgrader.join(timeout=60)
+        assert outcome == ["ok"]
+        assert current_revision(reader) == head_revision()
+    finally:
+        reader.dispose()
+        sidecar.dispose()
+        drop_postgres_database(url)
