@@ -20,7 +20,7 @@ from sqlalchemy import Connection, Engine, text
 from sqlalchemy import exc as sa_exc
 
 from alembic import command
-from metadata.engine import parse_url
+from metadata.engine import create_engine_for_url, parse_url
 from metadata.transaction import translate_error
 from rlm.errors import ConfigError, MetadataUnavailableError, SchemaMismatchError
 
@@ -109,17 +109,26 @@ def check_schema(engine: Engine, script_location: Path = SCRIPT_LOCATION) -> Non
         raise SchemaMismatchError(
             f"metadata database {where} has no rlm schema, rlm needs revision {head}: run `rlm db upgrade`"
         )
-    script = ScriptDirectory.from_config(alembic_config("", script_location))
-    try:
-        known = script.get_revision(current) is not None
-    except (CommandError, RevisionError):
-        known = False
-    if known:
+    if _known(current, script_location):
         raise SchemaMismatchError(
             f"metadata database {where} schema is at revision {current}, rlm needs {head}: "
             "run `rlm db upgrade`"
         )
-    raise SchemaMismatchError(
+    raise _newer(where, current, head)
+
+
+def _known(revision: str, script_location: Path = SCRIPT_LOCATION) -> bool:
+    """Whether ``revision`` is one of the migrations at ``script_location``."""
+    script = ScriptDirectory.from_config(alembic_config("", script_location))
+    try:
+        return script.get_revision(revision) is not None
+    except (CommandError, RevisionError):
+        return False
+
+
+def _newer(where: str, current: str, head: str) -> SchemaMismatchError:
+    """The error for a database at revision ``current``, which no migration of this rlm is."""
+    return SchemaMismatchError(
         f"metadata database {where} schema is at revision {current}, newer than this rlm "
         f"(which knows up to {head}): upgrade rlm, or point RLM_METADATA_URL at another database"
     )
@@ -153,7 +162,21 @@ def upgrade(url: str, revision: str = "head") -> None:
         except sa_exc.SQLAlchemyError as exc:
             raise translate_error(exc) from exc
         except CommandError as exc:
+            _refuse_newer(url)
             raise ConfigError(f"cannot upgrade to revision {revision!r}: {exc}") from exc
+
+
+def _refuse_newer(url: str) -> None:
+    """Raise :class:`SchemaMismatchError` when the database at ``url`` is at a revision newer than
+    this rlm's migrations (what Alembic reports only as a revision it cannot locate)."""
+    engine = create_engine_for_url(url, pooled=False)
+    try:
+        current = current_revision(engine)
+        where = engine.url.render_as_string(hide_password=True)
+    finally:
+        engine.dispose()
+    if current is not None and not _known(current):
+        raise _newer(where, current, head_revision())
 
 
 def _check_revision(config: Config, revision: str) -> None:

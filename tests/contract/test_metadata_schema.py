@@ -126,6 +126,22 @@ def test_a_newer_schema_is_refused(empty_url: str) -> None:
         engine.dispose()
 
 
+def test_rlm_db_upgrade_refuses_a_newer_schema_saying_to_upgrade_rlm(
+    empty_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    upgrade(empty_url)
+    engine = create_engine_for_url(empty_url, pooled=False)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '9f3e2a1b7c6d'"))
+    finally:
+        engine.dispose()
+    assert main(["db", "upgrade", "--url", empty_url]) == 1
+    assert "at revision 9f3e2a1b7c6d, newer than this rlm" in capsys.readouterr().err
+    with pytest.raises(SchemaMismatchError, match=r"newer than this rlm.*upgrade rlm"):
+        upgrade(empty_url, "0005")
+
+
 def test_an_unreachable_database_is_a_retriable_error() -> None:
     with pytest.raises(MetadataUnavailableError) as raised:
         SqlMetadataStore.open("postgresql+psycopg://postgres@127.0.0.1:9/rlm")
