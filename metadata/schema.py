@@ -16,13 +16,14 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, func, select, text
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import table as table_
 
 from alembic import command
 from metadata.engine import create_engine_for_url, parse_url
 from metadata.transaction import translate_error
-from rlm.errors import ConfigError, MetadataUnavailableError, SchemaMismatchError
+from rlm.errors import ConfigError, MetadataError, MetadataUnavailableError, SchemaMismatchError
 
 
 def _script_location() -> Path:
@@ -57,6 +58,21 @@ def lock_migrations(connection: Connection) -> None:
     if connection.dialect.name == "postgresql":
         connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         connection.execute(text(f"SET LOCAL lock_timeout = {int(LOCK_TIMEOUT_MS)}"))
+
+
+def refuse_losing_rows(connection: Connection, table: str, revision: str) -> None:
+    """Refuse (in a migration's ``downgrade``) to go below ``revision`` while ``table``, which it
+    drops, holds rows that no upgrade could rebuild.
+
+    Raises:
+        MetadataError: ``table`` holds rows.
+    """
+    held = connection.execute(select(func.count()).select_from(table_(table))).scalar_one()
+    if held:
+        raise MetadataError(
+            f"refusing to downgrade below revision {revision}: {table} holds {held} row(s) that no "
+            "upgrade could recover"
+        )
 
 
 def alembic_config(url: str, script_location: Path = SCRIPT_LOCATION) -> Config:

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import op
+from metadata.schema import refuse_losing_rows
 
 revision: str = "0008"
 down_revision: str | Sequence[str] | None = "0007"
@@ -71,5 +72,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Drop ``rlm_retired_topic_id``."""
+    """Drop ``rlm_retired_topic_id``; refused once an id is retired: its segments may be gone, so
+    the way back up could not find it again, and a stale replica's ``partition.metadata`` could
+    then have the deleted topic's id adopted and the live topic's copies retired."""
+    refuse_losing_rows(op.get_bind(), "rlm_retired_topic_id", revision)
     op.drop_table("rlm_retired_topic_id")

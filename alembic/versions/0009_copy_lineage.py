@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 
 from alembic import op
+from metadata.schema import refuse_losing_rows
 
 revision: str = "0009"
 down_revision: str | Sequence[str] | None = "0008"
@@ -42,7 +43,10 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    """Drop ``rlm_copy_truncation`` and ``rlm_partition.lineage``."""
+    """Drop ``rlm_copy_truncation`` and ``rlm_partition.lineage``; refused once a truncation is
+    recorded: the lineages would count from 0 again on the way back up, and an export planned
+    before a truncation could then commit past it."""
+    refuse_losing_rows(op.get_bind(), "rlm_copy_truncation", revision)
     op.drop_table("rlm_copy_truncation")
     with op.batch_alter_table("rlm_partition") as batch:
         batch.drop_column("lineage")

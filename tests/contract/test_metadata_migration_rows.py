@@ -12,6 +12,7 @@ from metadata.engine import create_engine_for_url
 from metadata.models import PendingUploadRow, SegmentEpochRow
 from metadata.schema import downgrade, upgrade
 from metadata.store import SqlMetadataStore
+from rlm.errors import MetadataError
 from rlm.metastore import PendingUpload, SegmentState, TopicPartition
 from tests.metadata_support import (
     TP,
@@ -97,3 +98,32 @@ def test_ledger_rows_recorded_before_topic_ids_count_until_the_topic_is_created_
     upgrade(empty_url)
     with SqlMetadataStore.open(empty_url) as store:
         assert store.export_offsets("file:///a") == {TP: 40, other: 5}
+
+
+@pytest.mark.parametrize("revision", ["0008", "0007"])
+def test_going_below_the_lineages_is_refused_once_copies_were_replaced(empty_url: str, revision: str) -> None:
+    # Dropping the truncations would let an export planned before one commit past it once the
+    # lineages, counted from 0 again, are upgraded back.
+    upgrade(empty_url)
+    with SqlMetadataStore.open(empty_url) as store:
+        add_finished(store, segment(0, 99), segment(100, 199))
+        assert store.truncate_copies(TP, 100, event_time_ms=5) == 1
+    with pytest.raises(MetadataError, match=r"rlm_copy_truncation"):
+        downgrade(empty_url, revision)
+    with SqlMetadataStore.open(empty_url) as store:  # still at head, the lineage kept
+        record = store.get_partition(TP)
+        assert record is not None and record.lineage == 1
+        assert store.record_export_offsets("file:///a", {TP: 200}, lineages={TP: 0}) == {TP: 100}
+
+
+def test_going_below_the_retired_topic_ids_is_refused_once_one_was_retired(empty_url: str) -> None:
+    # Dropping them would let a stale replica's partition.metadata adopt a deleted topic's id again
+    # and retire the live topic's copies.
+    old, new = uuid.UUID(int=1), uuid.UUID(int=2)
+    upgrade(empty_url)
+    with SqlMetadataStore.open(empty_url) as store:
+        store.adopt_topic_id(TP, old, event_time_ms=1)
+        add_finished(store, segment(0, 99))
+        store.adopt_topic_id(TP, new, event_time_ms=2)  # retires the old topic's copies
+    with pytest.raises(MetadataError, match=r"rlm_retired_topic_id"):
+        downgrade(empty_url, "0007")
