@@ -32,16 +32,11 @@ def upgrade() -> None:
         "rlm_segment", sa.column("partition_id", sa.Integer()), sa.column("topic_id", sa.Uuid())
     )
     partition = sa.table("rlm_partition", sa.column("id", sa.Integer()), sa.column("topic_id", sa.Uuid()))
-    conn = op.get_bind()
-    named: dict[int, set[object]] = {}
-    pairs = sa.select(segment.c.partition_id, segment.c.topic_id).where(segment.c.topic_id.is_not(None))
-    for partition_id, topic_id in conn.execute(pairs.distinct()):
-        named.setdefault(int(partition_id), set()).add(topic_id)
-    for partition_id, ids in named.items():
-        if len(ids) == 1:
-            conn.execute(
-                sa.update(partition).where(partition.c.id == partition_id).values(topic_id=ids.pop())
-            )
+    # One statement (no rows read back), so that `alembic upgrade --sql` can print it too.
+    named = segment.c.partition_id == partition.c.id, segment.c.topic_id.is_not(None)
+    ids = sa.select(sa.func.count(sa.distinct(segment.c.topic_id))).where(*named).scalar_subquery()
+    one = sa.select(segment.c.topic_id).where(*named).limit(1).scalar_subquery()
+    op.execute(sa.update(partition).where(ids == 1).values(topic_id=one))
 
 
 def downgrade() -> None:

@@ -62,13 +62,10 @@ def upgrade() -> None:
         )
         .group_by(segment.c.partition_id, segment.c.topic_id, partition.c.topic_id)
     )
-    conn = op.get_bind()
-    rows = [
-        {"partition_id": p, "topic_id": t, "retired_at_ms": int(at), "successor": s}
-        for p, t, at, s in conn.execute(found)
-    ]
-    if rows:
-        op.bulk_insert(retired, rows)
+    # One statement (no rows read back), so that `alembic upgrade --sql` can print it too.
+    op.execute(
+        sa.insert(retired).from_select(["partition_id", "topic_id", "retired_at_ms", "successor"], found)
+    )
 
 
 def downgrade() -> None:

@@ -142,6 +142,16 @@ def test_rlm_db_upgrade_refuses_a_newer_schema_saying_to_upgrade_rlm(
         upgrade(empty_url, "0005")
 
 
+def test_the_postgresql_migrations_sql_can_be_printed_without_a_database(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `alembic upgrade head --sql`: the script a DBA reviews and runs, the backfills included.
+    command.upgrade(alembic_config("postgresql+psycopg://rlm@db.invalid/rlm"), "head", sql=True)
+    printed = capsys.readouterr().out
+    assert "UPDATE rlm_partition SET topic_id" in printed  # 0006's backfill
+    assert "INSERT INTO rlm_retired_topic_id" in printed  # 0008's
+
+
 def test_an_unreachable_database_is_a_retriable_error() -> None:
     with pytest.raises(MetadataUnavailableError) as raised:
         SqlMetadataStore.open("postgresql+psycopg://postgres@127.0.0.1:9/rlm")
