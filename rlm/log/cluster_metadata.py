@@ -432,8 +432,8 @@ class ClusterMetadataReader:
             tail = self._tail = self._read_snapshot()
         before = (tail.base, tail.position)
         unreadable = self._read_log(tail)
-        if self.resumed and last is not None and (tail.base, tail.position) == before:
-            return last
+        if self.resumed and last is not None and (tail.base, tail.position) == before and not unreadable:
+            return last  # (a bad batch where the last read stopped is no news: it counts)
         replay = tail.replay
         self._last = ClusterMetadata(
             self.path,

@@ -128,3 +128,19 @@ def test_a_segment_gone_reads_everything_again(tmp_path: Path) -> None:
         _same_as_fresh(reader)
         log.last_segment().unlink()
     assert _same_as_fresh(reader, resumed=False).configs["foo"] == {"retention.ms": "604800000"}
+
+
+def test_a_corrupt_batch_appended_where_the_last_read_stopped_is_counted(tmp_path: Path) -> None:
+    log, reader = _started(tmp_path)
+    with log:
+        log.append(config_record("foo", "retention.ms", "-1"))
+        segment = log.last_segment()
+        (*_, (last, size)) = batch_spans(segment)
+        data = bytearray(segment.read_bytes())
+        data[last + size - 1] ^= 0xFF  # a bit flipped in its records: its CRC fails
+        segment.write_bytes(bytes(data))
+        log.append(config_record("foo", "retention.bytes", "1"))
+        read = reader.read()
+    fresh = read_cluster_metadata(reader.path)
+    assert fresh.unreadable == 1
+    assert read == fresh
