@@ -4,6 +4,7 @@ way as a fresh :func:`~rlm.log.cluster_metadata.read_cluster_metadata` of the sa
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 import uuid
 from pathlib import Path
@@ -144,3 +145,71 @@ def test_a_corrupt_batch_appended_where_the_last_read_stopped_is_counted(tmp_pat
     fresh = read_cluster_metadata(reader.path)
     assert fresh.unreadable == 1
     assert read == fresh
+
+
+def test_random_appends_rolls_torn_tails_and_snapshots_read_on_as_a_fresh_read(tmp_path: Path) -> None:
+    import random
+
+    ids = [uuid.UUID(int=0x100 + i) for i in range(3)]
+    names = ["a", "b", "c"]
+    for seed in range(15):
+        rng = random.Random(seed)
+        log = MetadataLogWriter(tmp_path / str(seed))
+        reader = ClusterMetadataReader(log.path)
+        trimmed = in_transaction = False
+        history = [topic_record("a", ids[0])]
+        with log:
+            log.append(*history)
+            for step in range(40):
+                op = rng.random()
+                if op < 0.55:
+                    values = []
+                    for _ in range(rng.randint(1, 3)):
+                        kind = rng.random()
+                        if kind < 0.3:
+                            values.append(topic_record(rng.choice(names), rng.choice(ids)))
+                        elif kind < 0.45:
+                            values.append(remove_topic_record(rng.choice(ids)))
+                        elif kind < 0.8:
+                            value = rng.choice(["1", "-1", None, "99"])
+                            values.append(config_record(rng.choice(names), "retention.ms", value))
+                        else:
+                            marker = rng.randrange(3)
+                            in_transaction = marker == 0
+                            values.append(
+                                [
+                                    meta.begin_transaction_record(),
+                                    meta.end_transaction_record(),
+                                    meta.abort_transaction_record(),
+                                ][marker]
+                            )
+                    log.append(*values)
+                    history.extend(values)
+                elif op < 0.7:
+                    log.roll()
+                elif op < 0.85:
+                    segment = log.last_segment()
+                    data = segment.read_bytes()
+                    if data:
+                        segment.write_bytes(data[: len(data) - rng.randint(1, 20)])
+                        torn = reader.read()
+                        fresh = read_cluster_metadata(log.path)
+                        assert torn == fresh, (seed, step, "torn")
+                        segment.write_bytes(data)
+                elif op < 0.93:
+                    if in_transaction or (log.path / meta.snapshot_name(log.next_offset, 1)).exists():
+                        continue  # one snapshot per end offset and epoch, none inside a transaction
+                    log.snapshot(log.next_offset, history)  # replayed, the image below its end
+                else:
+                    segments = sorted(log.path.glob("*.log"))
+                    if len(segments) > 1 and read_cluster_metadata(log.path).snapshot_end_offset:
+                        bases = [int(s.name[:20]) for s in segments]
+                        end = read_cluster_metadata(log.path).snapshot_end_offset or 0
+                        if bases[1] <= end:
+                            segments[0].unlink()
+                            trimmed = True
+                read = reader.read()
+                fresh = read_cluster_metadata(log.path)
+                if trimmed:  # what the deleted segments said is kept by the reader
+                    read = dataclasses.replace(read, removals=fresh.removals)
+                assert read == fresh, (seed, step)
