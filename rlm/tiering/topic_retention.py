@@ -13,9 +13,11 @@ retention takes each of the two from, first found:
 The broker's overrides come from the latest snapshot's image (committed) and from the log after it
 (pending: a new leader may truncate them); of the two outcomes, the one keeping more counts, so a
 pending override may lengthen retention at once but shortens it only once a snapshot holds it.
-An override that is no integer of at least -1 makes the topic's retention unknown: its time and
-size retention are skipped (deleting by the log start offset goes on), with a warning and
-``rlm_retention_unreadable_topic_config_total``. Without a metadata log, rlm's settings alone count.
+An override that is no integer of at least -1 (any Java long for ``retention.bytes``: Kafka's
+``LogConfig`` lets it be negative, and a negative size keeps everything) makes the topic's
+retention unknown: its time and size retention are skipped (deleting by the log start offset goes
+on), with a warning and ``rlm_retention_unreadable_topic_config_total``. Without a metadata log,
+rlm's settings alone count.
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ def broker_value(overrides: Mapping[str, str] | None, field_name: str) -> int | 
         return None
     try:
         value = int(raw.strip())
-        if value > _LONG_MAX:  # no Java long: the broker would not have written it
+        if not -_LONG_MAX - 1 <= value <= _LONG_MAX:  # no Java long: the broker would not write it
             raise ValueError(raw)
+        if key == "retention.bytes" and value < 0:
+            value = -1  # LogConfig validates no range for it: any negative size is unlimited
         # rlm's own range check of the setting
         TopicSettings(retention_ms=value) if key == "retention.ms" else TopicSettings(retention_bytes=value)
     except (ValueError, ConfigError):

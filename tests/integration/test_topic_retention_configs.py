@@ -82,6 +82,19 @@ def test_a_broker_size_override_applies(
     assert _deleted(tiering, forever) >= 1
 
 
+def test_a_negative_broker_size_override_keeps_time_retention_going(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    # Kafka lets retention.bytes be any negative long (unlimited): time retention still deletes.
+    four_hours = config_record("orders", "retention.ms", str(4 * HOUR))
+    unlimited = config_record("orders", "retention.bytes", "-2")
+    tiering = _tiered(tiering_factory, backend, tmp_path / "logs", four_hours, unlimited)
+    week = tiering.settings.replace(topic_defaults=TopicSettings(retention_ms=7 * 24 * HOUR))
+    assert _deleted(tiering, week) == 3  # 6h, 5h and 4h old
+    labels = {"topic": "orders"}
+    assert tiering.registry.get_sample_value("rlm_retention_unreadable_topic_config_total", labels) is None
+
+
 def test_rlms_explicit_topic_entry_wins_and_warns_once_when_shorter(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

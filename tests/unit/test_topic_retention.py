@@ -58,11 +58,23 @@ def test_only_the_keys_an_rlm_topic_entry_sets_win() -> None:
     assert _times(settings, {"retention.ms": "-1", "retention.bytes": "-1"}) == (-1, 7)
 
 
-@pytest.mark.parametrize("value", ["forever", "-2", "", "1.5", "99999999999999999999999999"])
+@pytest.mark.parametrize(
+    "value", ["forever", "-9223372036854775809", "", "1.5", "99999999999999999999999999"]
+)
 def test_an_unreadable_override_turns_time_and_size_retention_off(value: str) -> None:
     resolved = resolve(_settings(), "orders", {"orders": {"retention.bytes": value}}, {})
     assert (resolved.settings.retention_ms, resolved.settings.retention_bytes) == (-1, -1)
     assert resolved.unreadable == (Unreadable("retention.bytes", value),)
+
+
+@pytest.mark.parametrize("value", ["-2", "-1000", "-9223372036854775808"])
+def test_a_negative_retention_bytes_override_is_unlimited_as_in_kafka(value: str) -> None:
+    # LogConfig gives retention.bytes no validator ("can be negative"): the broker keeps any
+    # negative size, and both tiers delete nothing by size; time retention goes on.
+    image = {"orders": {"retention.bytes": value, "retention.ms": "5"}}
+    resolved = resolve(_settings(), "orders", image, image)
+    assert resolved.unreadable == ()
+    assert (resolved.settings.retention_ms, resolved.settings.retention_bytes) == (5, -1)
 
 
 def test_the_settings_file_records_which_keys_a_topic_entry_sets(tmp_path: Path) -> None:
