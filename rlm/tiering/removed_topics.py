@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlm.errors import RlmError, StateConflictError
+from rlm.errors import NotFoundError, RlmError, StateConflictError
 from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.cluster_metadata import (
     ClusterMetadata,
@@ -83,9 +83,18 @@ class RemovedTopics:
         """The broker's metadata log as it now is (read on from where the last refresh stopped,
         or whole again when its latest snapshot changed, it was truncated or the last read was
         incomplete: :class:`~rlm.log.cluster_metadata.ClusterMetadataReader`); None when there is
-        none."""
+        none.
+
+        Raises:
+            NotFoundError: a metadata log read before is gone (or its directory cannot be read).
+        """
         path = find_cluster_metadata(list(self.log_dirs), self.metadata_log_dir)
         self._current = None
+        if path is None and self._reader is not None:
+            # Read before, gone now (its log directory offline, a volume unmounted): not a cluster
+            # without one. Failing leaves the last read's overrides in force (rlm's defaults may
+            # be shorter than the broker's) and deletes no removed topic until it is back.
+            raise NotFoundError(f"the cluster metadata log {self._reader.path} read before is gone")
         if path is None:
             if self.metadata_log_dir is not None and not self._missing_said:
                 self._missing_said = True  # a volume not mounted, a wrong path: said once

@@ -63,6 +63,22 @@ def test_a_topic_the_broker_keeps_forever_keeps_its_remote_segments(
     assert {r.state for r in tiering.segments(TP)} == {FINISHED}
 
 
+def test_a_metadata_log_gone_after_a_read_keeps_the_overrides_last_read(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    # The log directory holding it offline or unmounted: its overrides are not forgotten (rlm's
+    # shorter default would delete what the broker keeps), as when reading it fails.
+    tiering = _tiered(
+        tiering_factory, backend, tmp_path / "logs", config_record("orders", "retention.ms", "-1")
+    )
+    retention = tiering.retention(settings=_hourly(tiering.settings))
+    assert _deleted(tiering, retention) == 0
+    metadata_log = tmp_path / "logs" / "__cluster_metadata-0"
+    metadata_log.rename(tmp_path / "away")
+    assert _deleted(tiering, retention) == 0
+    assert {r.state for r in tiering.segments(TP)} == {FINISHED}
+
+
 def test_a_broker_override_shorter_than_rlms_default_deletes_per_the_broker(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
 ) -> None:
