@@ -16,8 +16,10 @@ pending override may lengthen retention at once but shortens it only once a snap
 An override that is no integer of at least -1 (any Java long for ``retention.bytes``: Kafka's
 ``LogConfig`` lets it be negative, and a negative size keeps everything) makes the topic's
 retention unknown: its time and size retention are skipped (deleting by the log start offset goes
-on), with a warning and ``rlm_retention_unreadable_topic_config_total``. Without a metadata log,
-rlm's settings alone count.
+on), with a warning and ``rlm_retention_unreadable_topic_config_total``. So are every topic's
+(unless rlm's own entry sets both keys) while parts of the metadata log cannot be read
+(``ClusterMetadata.unreadable``): the overrides in them are unknown. Without a metadata log, rlm's
+settings alone count.
 """
 
 from __future__ import annotations
@@ -84,13 +86,20 @@ class Resolved:
     """Broker overrides that could not be read: time and size retention are off in ``settings``."""
     shorter: tuple[tuple[str, int, int], ...] = ()
     """``(key, rlm's value, the broker's)`` where rlm's own topic entry keeps less."""
+    incomplete: bool = False
+    """The metadata log was read incompletely and rlm's entry does not set both keys: the broker's
+    overrides may be missing, so time and size retention are off in ``settings``."""
 
 
-def resolve(settings: Settings, topic: str, committed: _Overrides, pending: _Overrides) -> Resolved:
-    """The settings retention applies to ``topic`` (pure: no I/O); see the module's docstring."""
+def resolve(
+    settings: Settings, topic: str, committed: _Overrides, pending: _Overrides, *, incomplete: bool = False
+) -> Resolved:
+    """The settings retention applies to ``topic`` (pure: no I/O); see the module's docstring.
+    ``incomplete``: parts of the metadata log could not be read (its overrides may be missing)."""
     base = settings.topic(topic)
     changes: dict[str, int] = {}
     unreadable: list[Unreadable] = []
+    unknown = False
     shorter: list[tuple[str, int, int]] = []
     for field_name, key in RETENTION_KEYS.items():
         found = [broker_value(image.get(topic), field_name) for image in (committed, pending)]
@@ -105,17 +114,18 @@ def resolve(settings: Settings, topic: str, committed: _Overrides, pending: _Ove
         if bad:
             unreadable.extend(bad)
             continue
+        unknown |= incomplete
         # Each image's outcome: its override, else rlm's default; the longer one counts.
         layered = [v if isinstance(v, int) else ours for v in found]
         changes[field_name] = longer(*layered)
-    if unreadable:
+    if unreadable or unknown:
         changes = {"retention_ms": -1, "retention_bytes": -1}  # delete nothing by time or size
     resolved = dataclasses.replace(
         base,
         retention_ms=changes.get("retention_ms", base.retention_ms),
         retention_bytes=changes.get("retention_bytes", base.retention_bytes),
     )
-    return Resolved(resolved, tuple(dict.fromkeys(unreadable)), tuple(shorter))
+    return Resolved(resolved, tuple(dict.fromkeys(unreadable)), tuple(shorter), unknown)
 
 
 class TopicRetention:
@@ -127,6 +137,7 @@ class TopicRetention:
         self.metrics = metrics
         self._committed: _Overrides = {}
         self._pending: _Overrides = {}
+        self._incomplete = False
         self._said: set[tuple[object, ...]] = set()
         self._lock = threading.Lock()
 
@@ -134,15 +145,25 @@ class TopicRetention:
         """Follow ``metadata`` (None: no metadata log; rlm's settings alone count)."""
         with self._lock:
             if metadata is None:
-                self._committed, self._pending = {}, {}
+                self._committed, self._pending, self._incomplete = {}, {}, False
             else:
                 self._committed, self._pending = metadata.committed_configs, metadata.configs
+                self._incomplete = metadata.unreadable > 0
 
     def topic(self, name: str) -> TopicSettings:
         """The settings retention applies to topic ``name`` now."""
         with self._lock:
-            committed, pending = self._committed, self._pending
-        resolved = resolve(self.settings, name, committed, pending)
+            committed, pending, incomplete = self._committed, self._pending, self._incomplete
+        resolved = resolve(self.settings, name, committed, pending, incomplete=incomplete)
+        if resolved.incomplete:
+            self.metrics.unreadable_topic_configs.labels(name).inc()
+            if self._first(("incomplete", name)):
+                log.warning(
+                    "topic %s: parts of the broker's cluster metadata log could not be read, so its "
+                    "retention overrides may be missing: its remote segments are not deleted by "
+                    "time or size until they can be read",
+                    name,
+                )
         for key, value in resolved.unreadable:
             self.metrics.unreadable_topic_configs.labels(name).inc()
             if self._first(("unreadable", name, key, value)):

@@ -79,6 +79,28 @@ def test_a_metadata_log_gone_after_a_read_keeps_the_overrides_last_read(
     assert {r.state for r in tiering.segments(TP)} == {FINISHED}
 
 
+def test_an_unreadable_snapshot_with_no_log_below_it_deletes_nothing_by_time_or_size(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    # The broker keeps orders forever, but its only snapshot is damaged and its log starts at the
+    # snapshot's end: what the override is cannot be known, so rlm's default must not apply.
+    tiering = _tiered(
+        tiering_factory, backend, tmp_path / "logs", config_record("orders", "retention.ms", "-1")
+    )
+    metadata_log = tmp_path / "logs" / "__cluster_metadata-0"
+    (snapshot,) = metadata_log.glob("*.checkpoint")
+    end = int(snapshot.name[:20])
+    for segment in metadata_log.glob("0000*"):
+        if segment.suffix in (".log", ".index", ".timeindex"):
+            segment.unlink()
+    (metadata_log / f"{end:020d}.log").touch()
+    data = bytearray(snapshot.read_bytes())
+    data[-80] ^= 0xFF  # inside the batch of the override: its CRC fails
+    snapshot.write_bytes(bytes(data))
+    assert _deleted(tiering, _hourly(tiering.settings)) == 0
+    assert {r.state for r in tiering.segments(TP)} == {FINISHED}
+
+
 def test_a_broker_override_shorter_than_rlms_default_deletes_per_the_broker(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
 ) -> None:

@@ -86,3 +86,18 @@ def test_the_settings_file_records_which_keys_a_topic_entry_sets(tmp_path: Path)
         "orders", "cleanup_policy"
     )
     assert not settings.topic_sets("clicks", "retention_ms")
+
+
+def test_an_incompletely_read_metadata_log_turns_time_and_size_retention_off() -> None:
+    image = {"orders": {"retention.ms": "5"}}
+    resolved = resolve(_settings(), "orders", image, image, incomplete=True)
+    assert resolved.incomplete and (resolved.settings.retention_ms, resolved.settings.retention_bytes) == (
+        -1,
+        -1,
+    )
+    ours = _settings(orders=TopicSettings(retention_ms=HOUR, retention_bytes=7))  # sets both keys
+    resolved = resolve(ours, "orders", image, image, incomplete=True)
+    assert not resolved.incomplete and (
+        resolved.settings.retention_ms,
+        resolved.settings.retention_bytes,
+    ) == (HOUR, 7)
