@@ -79,6 +79,11 @@ class RemovedTopics:
     """Removed topic ids with nothing left to delete, as of the last full read of the metadata
     log: passes skip them (and list no partitions when all are), until it is read whole again."""
 
+    @property
+    def has_read(self) -> bool:
+        """Whether a metadata log was read (found) since the process started."""
+        return self._reader is not None
+
     def refresh(self) -> ClusterMetadata | None:
         """The broker's metadata log as it now is (read on from where the last refresh stopped,
         or whole again when its latest snapshot changed, it was truncated or the last read was
@@ -100,7 +105,8 @@ class RemovedTopics:
                 self._missing_said = True  # a volume not mounted, a wrong path: said once
                 log.warning(
                     "metadata.log.dir %s holds no KRaft metadata log (__cluster_metadata-0): deleted "
-                    "topics and the topics' retention overrides are not found until it does",
+                    "topics and the topics' retention overrides are not found until it does; meanwhile "
+                    "retention by time and size is off but for topics whose rlm entry sets both keys",
                     self.metadata_log_dir,
                 )
             return None

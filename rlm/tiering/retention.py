@@ -266,10 +266,18 @@ class Retention:
         """Read the broker's metadata log (once a pass, when its latest snapshot changed) for the
         topics' retention overrides and the removed topics; a failure leaves the last read's."""
         try:
-            self.topic_retention.update(self.removed_topics.refresh())
+            read = self.removed_topics.refresh()
         except (RlmError, OSError) as exc:
             self.metrics.loop_errors.labels("retention").inc()
             log.warning("reading the cluster metadata log failed: %s", exc)
+            if not self.removed_topics.has_read:
+                self.topic_retention.unknown()  # no last read's overrides to keep in force
+            return
+        if read is None and self.removed_topics.metadata_log_dir is not None:
+            # Set and not there (a volume not mounted yet): not a cluster without one.
+            self.topic_retention.unknown()
+        else:
+            self.topic_retention.update(read)
 
     def purge_deleted_partitions(self) -> int:
         """Forget the rows of segments of partitions deleted from the remote tier (their topic

@@ -18,8 +18,9 @@ An override that is no integer of at least -1 (any Java long for ``retention.byt
 retention unknown: its time and size retention are skipped (deleting by the log start offset goes
 on), with a warning and ``rlm_retention_unreadable_topic_config_total``. So are every topic's
 (unless rlm's own entry sets both keys) while parts of the metadata log cannot be read
-(``ClusterMetadata.unreadable``): the overrides in them are unknown. Without a metadata log, rlm's
-settings alone count.
+(``ClusterMetadata.unreadable``): the overrides in them are unknown; and while ``metadata.log.dir``
+is set and holds no metadata log, or none could be read yet (:meth:`TopicRetention.unknown`).
+Without a metadata log (none set, none found), rlm's settings alone count.
 """
 
 from __future__ import annotations
@@ -149,6 +150,13 @@ class TopicRetention:
             else:
                 self._committed, self._pending = metadata.committed_configs, metadata.configs
                 self._incomplete = metadata.unreadable > 0
+
+    def unknown(self) -> None:
+        """The broker's overrides cannot be known now (``metadata.log.dir`` set and holding no
+        metadata log, or never read whole): time and size retention are off as for a log read
+        incompletely, until :meth:`update` brings a read."""
+        with self._lock:
+            self._incomplete = True
 
     def topic(self, name: str) -> TopicSettings:
         """The settings retention applies to topic ``name`` now."""

@@ -79,6 +79,26 @@ def test_a_metadata_log_gone_after_a_read_keeps_the_overrides_last_read(
     assert {r.state for r in tiering.segments(TP)} == {FINISHED}
 
 
+def test_a_metadata_log_dir_set_and_not_there_yet_deletes_nothing_by_time_or_size(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    # metadata.log.dir names a volume not mounted (yet): the broker's overrides cannot be known, so
+    # rlm's shorter default must not apply, as when the log cannot be read; once it is, they count.
+    tiering = _tiered(
+        tiering_factory, backend, tmp_path / "logs", config_record("orders", "retention.ms", "-1")
+    )
+    mounted = tmp_path / "metadata"
+    retention = tiering.retention(settings=_hourly(tiering.settings).replace(metadata_log_dir=mounted))
+    assert _deleted(tiering, retention) == 0
+    assert {r.state for r in tiering.segments(TP)} == {FINISHED}
+    # Mounted, holding no override of orders: rlm's default applies.
+    with MetadataLogWriter(mounted) as log:
+        values = [topic_record("orders", ORDERS)]
+        log.append(*values)
+        log.snapshot(log.next_offset, values)
+    assert _deleted(tiering, retention) > 0
+
+
 def test_an_unreadable_snapshot_with_no_log_below_it_deletes_nothing_by_time_or_size(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
 ) -> None:
