@@ -42,6 +42,11 @@ def _tiered(
     return tiering
 
 
+def _kept_forever(factory: TieringFactory, backend: Backend, tmp_path: Path) -> Tiering:
+    """:func:`_tiered` with the broker keeping ``orders`` for good (``retention.ms=-1``)."""
+    return _tiered(factory, backend, tmp_path / "logs", config_record("orders", "retention.ms", "-1"))
+
+
 def _hourly(settings: Settings, **topics: TopicSettings) -> Settings:
     return settings.replace(topic_defaults=TopicSettings(retention_ms=HOUR), topic_overrides=topics)
 
@@ -56,9 +61,7 @@ def _deleted(tiering: Tiering, settings: Settings | Retention) -> int:
 def test_a_topic_the_broker_keeps_forever_keeps_its_remote_segments(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
 ) -> None:
-    tiering = _tiered(
-        tiering_factory, backend, tmp_path / "logs", config_record("orders", "retention.ms", "-1")
-    )
+    tiering = _kept_forever(tiering_factory, backend, tmp_path)
     assert _deleted(tiering, _hourly(tiering.settings)) == 0
     assert {r.state for r in tiering.segments(TP)} == {FINISHED}
 
@@ -68,9 +71,7 @@ def test_a_metadata_log_gone_after_a_read_keeps_the_overrides_last_read(
 ) -> None:
     # The log directory holding it offline or unmounted: its overrides are not forgotten (rlm's
     # shorter default would delete what the broker keeps), as when reading it fails.
-    tiering = _tiered(
-        tiering_factory, backend, tmp_path / "logs", config_record("orders", "retention.ms", "-1")
-    )
+    tiering = _kept_forever(tiering_factory, backend, tmp_path)
     retention = tiering.retention(settings=_hourly(tiering.settings))
     assert _deleted(tiering, retention) == 0
     metadata_log = tmp_path / "logs" / "__cluster_metadata-0"
@@ -84,9 +85,7 @@ def test_a_metadata_log_dir_set_and_not_there_yet_deletes_nothing_by_time_or_siz
 ) -> None:
     # metadata.log.dir names a volume not mounted (yet): the broker's overrides cannot be known, so
     # rlm's shorter default must not apply, as when the log cannot be read; once it is, they count.
-    tiering = _tiered(
-        tiering_factory, backend, tmp_path / "logs", config_record("orders", "retention.ms", "-1")
-    )
+    tiering = _kept_forever(tiering_factory, backend, tmp_path)
     mounted = tmp_path / "metadata"
     retention = tiering.retention(settings=_hourly(tiering.settings).replace(metadata_log_dir=mounted))
     assert _deleted(tiering, retention) == 0
@@ -104,9 +103,7 @@ def test_an_unreadable_snapshot_with_no_log_below_it_deletes_nothing_by_time_or_
 ) -> None:
     # The broker keeps orders forever, but its only snapshot is damaged and its log starts at the
     # snapshot's end: what the override is cannot be known, so rlm's default must not apply.
-    tiering = _tiered(
-        tiering_factory, backend, tmp_path / "logs", config_record("orders", "retention.ms", "-1")
-    )
+    tiering = _kept_forever(tiering_factory, backend, tmp_path)
     metadata_log = tmp_path / "logs" / "__cluster_metadata-0"
     (snapshot,) = metadata_log.glob("*.checkpoint")
     end = int(snapshot.name[:20])
@@ -156,9 +153,7 @@ def test_a_negative_broker_size_override_keeps_time_retention_going(
 def test_rlms_explicit_topic_entry_wins_and_warns_once_when_shorter(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tiering = _tiered(
-        tiering_factory, backend, tmp_path / "logs", config_record("orders", "retention.ms", "-1")
-    )
+    tiering = _kept_forever(tiering_factory, backend, tmp_path)
     retention = tiering.retention(
         settings=_hourly(tiering.settings, orders=TopicSettings(retention_ms=4 * HOUR))
     )
@@ -173,9 +168,7 @@ def test_rlms_explicit_topic_entry_wins_and_warns_once_when_shorter(
 def test_an_rlm_topic_entry_that_does_not_set_retention_leaves_the_brokers(
     backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
 ) -> None:
-    tiering = _tiered(
-        tiering_factory, backend, tmp_path / "logs", config_record("orders", "retention.ms", "-1")
-    )
+    tiering = _kept_forever(tiering_factory, backend, tmp_path)
     compacting = TopicSettings(retention_ms=HOUR, cleanup_policy="compact,delete")
     settings = _hourly(tiering.settings, orders=compacting).replace(
         topic_override_keys={"orders": frozenset({"cleanup_policy"})}
