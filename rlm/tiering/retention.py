@@ -263,8 +263,9 @@ class Retention:
         return outcomes
 
     def _follow_cluster_metadata(self) -> None:
-        """Read the broker's metadata log (once a pass, when its latest snapshot changed) for the
-        topics' retention overrides and the removed topics; a failure leaves the last read's."""
+        """Read the broker's metadata log (once a pass, on from where the last read stopped) for
+        the topics' retention overrides and the removed topics; a failure leaves the last read's
+        overrides in force, or none known when nothing was read yet."""
         try:
             read = self.removed_topics.refresh()
         except (RlmError, OSError) as exc:
