@@ -41,7 +41,7 @@ import yaml
 
 from rlm.arguments import INT32_MAX, check_int, parse_int
 from rlm.errors import ConfigError, InvalidArgumentError
-from rlm.log.identity import broker_id_from_log_dirs
+from rlm.log.identity import broker_id_from_log_dirs, check_broker_id
 
 DEFAULT_METADATA_URL = "sqlite:///build/rlm/metadata.db"
 EMBEDDED_REMOTE_DIR = Path("build/rlm/remote")
@@ -599,8 +599,11 @@ def load_settings(
             f"embedded default ({EMBEDDED_REMOTE_DIR} under the working directory)"
         )
     values.update(overrides)
-    if "broker_id" not in values and values.get("log_dirs"):
-        values["broker_id"] = broker_id_from_log_dirs(values["log_dirs"])
+    if values.get("log_dirs"):
+        if "broker_id" in values:
+            check_broker_id(values["log_dirs"], values["broker_id"])
+        else:
+            values["broker_id"] = broker_id_from_log_dirs(values["log_dirs"])
     defaults = _topic_settings(topics.get("defaults", {}), TopicSettings(), "topics.defaults")
     for name, f in _TOPIC_FIELDS.items():
         raw_env = _from_env(env, _env(_key(name)))

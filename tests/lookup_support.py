@@ -67,6 +67,8 @@ from tests.s3_support import MotoS3
 #: The broker clock when the first batch is appended; CreateTime timestamps are near it.
 NOW = 1_700_000_000_000
 TOPIC = "orders"
+#: The broker whose log directories the partitions are written to, and the sidecar's beside it.
+BROKER_ID = 1
 #: The broker id of the sidecar that copies the same offsets again (a takeover).
 OTHER_BROKER = 2
 SEGMENT_FILE_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
@@ -328,7 +330,7 @@ def write_partitions(log_dir: Path, plans: Mapping[int, PartitionPlan]) -> dict[
     """Append each plan's batches to ``log_dir/orders-<partition>`` and close the directory as a
     broker does (checkpoints included); returns the truth about every appended record."""
     clock = FakeClock(NOW)
-    writer = LogDirWriter(log_dir, clock=clock)
+    writer = LogDirWriter(log_dir, node_id=BROKER_ID, clock=clock)
     truths: dict[int, Truth] = {}
     high_watermarks: dict[LogTopicPartition, int] = {}
     for partition, plan in plans.items():
@@ -447,7 +449,7 @@ class Backend:
             url, remote = self.postgres_url, "s3://unused/tier"
         base = Settings(
             log_dirs=(log_dir,),
-            broker_id=1,
+            broker_id=BROKER_ID,
             metadata_url=url,
             remote_url=remote,
             remote_log_index_cache_dir=root / "index-cache",

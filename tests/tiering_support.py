@@ -102,7 +102,10 @@ def write_scripted_log_dir(
     """
     rng = random.Random(seed)
     writer = LogDirWriter(
-        path, clock=lambda: WRITER_NOW_MS, default_config=TopicConfig(segment_bytes=1 << 30)
+        path,
+        node_id=BROKER_ID,
+        clock=lambda: WRITER_NOW_MS,
+        default_config=TopicConfig(segment_bytes=1 << 30),
     )
     for tp, plans in partitions.items():
         appender = writer.partition(tp.topic, tp.partition, leader_epoch=plans[0].leader_epochs[0])

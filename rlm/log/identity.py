@@ -45,6 +45,29 @@ def broker_id_from_log_dirs(log_dirs: Sequence[Path]) -> int:
     return ids.pop()
 
 
+def check_broker_id(log_dirs: Sequence[Path], configured: int) -> None:
+    """Refuse a ``broker.id`` set in rlm's settings that a log directory's ``meta.properties``
+    contradicts, as Kafka refuses to start a broker whose configured id differs from the stored one.
+
+    rlm's ``broker.id`` owns its copy leases: a sidecar started with another broker's id (a values
+    file copied between pods) would hold that broker's leases too, and two sidecars would copy and
+    expire the same partitions at once. Directories without a readable ``meta.properties`` are
+    passed over, as :func:`broker_id_from_log_dirs` passes them over.
+
+    Raises:
+        ConfigError: a ``meta.properties`` names another broker, or names none.
+    """
+    props, _ = _meta_properties(log_dirs)
+    for path, values in props.items():
+        stored = _id_of(values, path)
+        if stored != configured:
+            raise ConfigError(
+                f"broker.id is {configured} but {path} says the broker is {stored}: rlm must run "
+                "beside the broker whose log directories it reads; set broker.id to the stored id, "
+                "or leave it unset to read it from meta.properties"
+            )
+
+
 def _id_of(props: dict[str, str], path: Path) -> int:
     for key in ID_KEYS:
         text = props.get(key)

@@ -36,13 +36,19 @@ from api.gen.rlm.v1 import rlm_pb2 as pb
 from api.gen.rlm.v1 import rlm_pb2_grpc
 from metadata.engine import create_engine_for_url
 from metadata.models import SegmentRow
-from rlm.log.checkpoints import read_leader_epoch_checkpoint, read_offset_checkpoint, write_offset_checkpoint
+from rlm.log.checkpoints import (
+    read_leader_epoch_checkpoint,
+    read_meta_properties,
+    read_offset_checkpoint,
+    write_meta_properties,
+    write_offset_checkpoint,
+)
 from rlm.log.logdir import LOG_START_OFFSET_CHECKPOINT, REPLICATION_OFFSET_CHECKPOINT
 from rlm.log.model import Codec
 from rlm.log.produce import ProduceSpec, produce
 from rlm.metastore.model import SegmentState
 from tests.e2e.conftest import ADMIN_TOKEN, READ_TOKEN, ServeProcess, bearer, start_serve, upgrade_schema
-from tests.lookup_support import BatchKind, BatchPlan, PartitionPlan, write_partition
+from tests.lookup_support import BROKER_ID, BatchKind, BatchPlan, PartitionPlan, write_partition
 from tests.metadata_support import create_postgres_database, drop_postgres_database
 from tests.s3_support import REGION, MotoS3
 
@@ -292,6 +298,8 @@ def build_cluster(root: Path) -> Cluster:
     first, second = root / "logs-a", root / "logs-b"
     produce(first, PRODUCE_SPEC)
     write_partition(second, ORDERS_PLAN)
+    meta = first / "meta.properties"  # both directories are broker BROKER_ID's
+    write_meta_properties(meta, {**read_meta_properties(meta), "node.id": str(BROKER_ID)})
     # DeleteRecords moved payments-1's log start offset into a batch of its second segment.
     starts = first / LOG_START_OFFSET_CHECKPOINT
     write_offset_checkpoint(
@@ -340,7 +348,7 @@ def delete_tiered_segments(cluster: Cluster, oracles: dict[tuple[str, int], Orac
 def serve_settings(cluster: Cluster, root: Path, url: str, bucket: str, moto: MotoS3) -> dict[str, Any]:
     return {
         "log.dirs": [str(d) for d in cluster.log_dirs],
-        "broker.id": 1,
+        "broker.id": BROKER_ID,
         "metadata.url": url,
         "remote.url": f"s3://{bucket}/tier",
         "s3.endpoint.url": moto.endpoint_url,

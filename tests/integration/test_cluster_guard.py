@@ -20,13 +20,16 @@ from tests.tiering_support import BROKER_ID, Backend, Tiering
 TieringFactory = Callable[..., Tiering]
 
 
-def set_cluster(log_dir: Path, cluster_id: str | None) -> None:
-    """Rewrite the log directory's ``meta.properties`` with ``cluster_id`` (None: without one)."""
+def set_cluster(log_dir: Path, cluster_id: str | None, node_id: int | None = None) -> None:
+    """Rewrite the log directory's ``meta.properties`` with ``cluster_id`` (None: without one) and,
+    when given, ``node_id``."""
     path = log_dir / "meta.properties"
     props = read_meta_properties(path)
     props.pop("cluster.id", None)
     if cluster_id is not None:
         props["cluster.id"] = cluster_id
+    if node_id is not None:
+        props["node.id"] = str(node_id)
     write_meta_properties(path, props)
 
 
@@ -40,7 +43,7 @@ def two_clusters(
     write_topic(prod_dir, 3, seed=1)
     write_topic(staging_dir, 4, seed=2)
     set_cluster(prod_dir, "prod-cluster-id")
-    set_cluster(staging_dir, "staging-cluster-id")
+    set_cluster(staging_dir, "staging-cluster-id", node_id=BROKER_ID + 1)
     prod = tiering_factory(backend, prod_dir)
     assert [o.copied_segments for o in prod.copier().run_once()] == [3, 3]
     prod.leases.release_all()

@@ -23,6 +23,7 @@ from metadata.schema import upgrade
 from metadata.store import SqlMetadataStore
 from rlm.config import Settings
 from rlm.log.byte_source import BytesSource, iter_headers
+from rlm.log.identity import broker_id_from_log_dirs
 from rlm.log.model import V2_HEADER_SIZE
 from rlm.metastore.model import LeaderEpochEntry, ObjectLayout, RemoteSegment, SegmentState, TopicPartition
 from rlm.metrics import Metrics
@@ -104,7 +105,9 @@ def build_tier(
         upgrade(url)
         bucket = s3.new_bucket()
         backend = Backend(kind, url, f"s3://{bucket}/tier", s3, bucket)
-    tier = Tier(backend, backend.settings(log_dir), directory / "rlm.yaml")
+    # The sidecar beside the broker that wrote the log directory.
+    settings = backend.settings(log_dir, broker_id=broker_id_from_log_dirs([log_dir]))
+    tier = Tier(backend, settings, directory / "rlm.yaml")
     _write_config(tier)
     outcomes = copy_eligible(tier)
     errors = [o.error for o in outcomes if o.error is not None]

@@ -41,11 +41,21 @@ def test_node_id_wins_over_broker_id(tmp_path: Path) -> None:
     assert broker_id_from_log_dirs([a]) == 4
 
 
-def test_a_set_broker_id_is_not_read_from_the_log_dirs(tmp_path: Path) -> None:
-    a = _log_dir(tmp_path, "a", **{"node.id": "4"})
-    assert load_settings(env={"RLM_LOG_DIRS": str(a), "RLM_BROKER_ID": "7"}).broker_id == 7
+def test_a_set_broker_id_the_log_dirs_agree_with_or_do_not_name_is_taken(tmp_path: Path) -> None:
+    a = _log_dir(tmp_path, "a", **{"node.id": "7"})
     empty = _log_dir(tmp_path, "empty")
+    assert load_settings(env={"RLM_LOG_DIRS": f"{a},{empty}", "RLM_BROKER_ID": "7"}).broker_id == 7
     assert load_settings(env={"RLM_LOG_DIRS": str(empty), "RLM_BROKER_ID": "7"}).broker_id == 7
+
+
+def test_a_set_broker_id_a_log_dir_contradicts_is_refused_as_kafka_refuses_it(tmp_path: Path) -> None:
+    """A values file copied between pods must not give one sidecar another broker's leases."""
+    empty = _log_dir(tmp_path, "empty")
+    a = _log_dir(tmp_path, "a", **{"node.id": "4"})
+    with pytest.raises(ConfigError, match=rf"broker.id is 7 but {a}/meta.properties says the broker is 4"):
+        load_settings(env={"RLM_LOG_DIRS": f"{empty},{a}", "RLM_BROKER_ID": "7"})
+    with pytest.raises(ConfigError, match="says the broker is 4"):
+        load_settings(env={"RLM_LOG_DIRS": str(a)}, broker_id=7)
 
 
 def test_a_log_dir_not_formatted_yet_is_passed_over(tmp_path: Path) -> None:
