@@ -211,8 +211,13 @@ def fact_batch(
         ]
         o1 = pa.array([o[0] for o in order], pa.int64())
         o2 = pa.array([o[1] for o in order], pa.int64())
-    young = (
-        pc.greater(stamps, pa.scalar(options.now_ms - lag, pa.int64()))
+    # Kafka's cleaner judges the lag by a segment's largest timestamp, or its last modification
+    # when no record has one: a record without a timestamp is as young as its segment
+    aged: pa.Array[Any] = pc.if_else(
+        pc.equal(stamps, pa.scalar(-1, pa.int64())), summary.segment.age_ms(), stamps
+    )
+    young: pa.Array[Any] = (
+        pc.greater(aged, pa.scalar(options.now_ms - lag, pa.int64()))
         if lag > 0
         else pa.repeat(pa.scalar(False), rows)
     )

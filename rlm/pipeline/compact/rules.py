@@ -142,7 +142,7 @@ class Fact(NamedTuple):
     """The batch has a delete horizon and it is at or before now."""
     has_horizon: bool
     young: bool
-    """Younger than ``min.compaction.lag.ms``."""
+    """Younger than ``min.compaction.lag.ms`` (a record without a timestamp: its segment is)."""
     held: bool = False
     """The record stays as it is whatever the rules decide: its segment is read only in part, so
     it is never rewritten (legacy records are held whatever this says)."""

@@ -19,7 +19,7 @@ from rlm.log.writer import ProducerRecord, TopicConfig
 from rlm.metastore.model import TopicPartition
 from rlm.metrics import Metrics
 from rlm.tiering.retention import Retention
-from tests.pipeline.compact.support import TOPIC, WRITTEN_AT, compacting
+from tests.pipeline.compact.support import TOPIC, WRITTEN_AT, compacting, survivors
 from tests.pipeline.compact.test_reference_job import run
 from tests.pipeline.conftest import make_tier
 
@@ -68,3 +68,22 @@ def test_a_compaction_output_of_untimed_records_keeps_its_inputs_age(
         storage.close()
     assert (outcome.error, outcome.deleted_segments) == (None, len(outputs))
     assert tier.finished(TP) == []
+
+
+def test_untimed_records_younger_than_the_compaction_lag_by_their_segment_age_stay(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    # Kafka's cleaner judges min.compaction.lag.ms by a segment's largest timestamp, its file's
+    # last modification when no record has one: untimed records just tiered are not cleanable.
+    tier = make_tier("sqlite-fs", request, tmp_path, write_untimed_log)
+    before = survivors(tier, TP)
+    tiered_at = max(s.event_time_ms for s in tier.finished(TP))
+
+    report = run(tier, now_ms=tiered_at + HOUR, min_compaction_lag_ms=DAY)
+
+    assert {p.status for p in report.partitions} == {"unchanged"}, report.to_json()
+    assert survivors(tier, TP) == before
+    # a day later they are old enough, and compaction removes the superseded values
+    later = run(tier, now_ms=tiered_at + DAY + HOUR, min_compaction_lag_ms=DAY)
+    assert {p.status for p in later.partitions} == {"compacted"}, later.to_json()
+    assert len(survivors(tier, TP)) < len(before)
