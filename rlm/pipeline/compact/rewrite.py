@@ -28,7 +28,15 @@ import pyarrow.compute as pc
 
 from rlm.arguments import INT64_MAX
 from rlm.log.aborted import AbortedIndex
-from rlm.log.model import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader, Record, TimestampType
+from rlm.log.model import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    BatchHeader,
+    Record,
+    TimestampType,
+)
 from rlm.log.v2 import decode_v2, encode_v2_batch
 from rlm.metastore.model import TopicPartition
 from rlm.pipeline.columns import decode_columns
@@ -238,13 +246,16 @@ def _encode(h: BatchHeader, records: list[Record], horizon: int | None) -> bytes
 
 def empty_batch(h: BatchHeader) -> bytes:
     """A header-only batch in place of the batch ``h`` heads when every batch of an output went:
-    its offsets, leader epoch, timestamp type and max timestamp, and no producer. The producer
+    its offsets, leader epoch and timestamp type, no timestamp and no producer. The producer
     fields of a batch that went would say what the log no longer does: read by a broker's
     recovery, those of a marker or a transactional batch open a transaction that nothing closes,
     those of an idempotent one a sequence the producer is past (Kafka's cleaner keeps a
-    producer's fields only in its last data batch, which compaction keeps)."""
+    producer's fields only in its last data batch, which compaction keeps). Its max timestamp
+    would be that of records that went, the segment's largest timestamp for retention and
+    lookups (Kafka's cleaner appends nothing when no batch is retained)."""
     plain = h._replace(
         attributes=h.attributes & _TIMESTAMP_TYPE_BIT,
+        max_timestamp=NO_TIMESTAMP,
         producer_id=NO_PRODUCER_ID,
         producer_epoch=NO_PRODUCER_EPOCH,
         base_sequence=NO_SEQUENCE,
