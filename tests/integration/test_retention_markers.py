@@ -66,7 +66,7 @@ def test_a_deleted_topics_marker_does_not_move_the_new_topics_log_start(
     markers = {key: tp for key in fs_storage.list_keys("") if (tp := marker_partition(key)) is not None}
     assert len(markers) == 2
 
-    restore_log_starts(sqlite_store, fs_storage, markers, ())
+    restore_log_starts(sqlite_store, fs_storage, markers, (), now_ms=NOW)
 
     record = sqlite_store.get_partition(TP)
     assert record is not None and record.topic_id == row.topic_id
@@ -138,7 +138,7 @@ def test_a_marker_written_late_by_a_sidecar_that_lost_its_lease_ends_at_the_stor
     (tmp_path / "rebuilt").mkdir()
     rebuilt = open_store(backend_url("sqlite", request, tmp_path / "rebuilt"), clock)
     try:
-        restore_log_starts(rebuilt, stalled.storage, {marker: TP}, ())
+        restore_log_starts(rebuilt, stalled.storage, {marker: TP}, (), now_ms=NOW)
         restored = rebuilt.get_partition(TP)
         assert restored is not None and restored.remote_log_start_offset == rows[2].start_offset
     finally:

@@ -26,6 +26,7 @@ from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
 from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
 from rlm.metastore.model import LogPosition, PartitionState, SegmentState, TopicPartition
 from rlm.storage.description import TOPIC_DELETED, Retirement
+from rlm.storage.log_start import marker_key, read_marker
 from rlm.tiering.deletion import Step, no_step
 from rlm.tiering.overview import Overview
 from rlm.tiering.partition_deletion import PartitionDeletion, delete_partition
@@ -39,6 +40,7 @@ from tests.tiering_support import (
     SegmentPlan,
     Tiering,
     assert_invariants,
+    set_log_start_offsets,
     write_scripted_log_dir,
 )
 
@@ -463,3 +465,57 @@ def test_a_deletion_run_again_leaves_the_topic_created_again_meanwhile(
     assert record is not None and record.deletion_state is None and record.topic_id != topic_id
     assert [s.start_offset for s in tiering.finished(TP)] == [0, 10, 20]
     assert tiering.store.get_lease(TP) is None
+
+
+@pytest.fixture
+def rebuilding(
+    tiering_factory: TieringFactory, sqlite_template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[[Tiering, Path], Tiering]:
+    """Rebuilds a harness's store from its objects into a new SQLite store: the harness on it."""
+
+    def rebuilt(tiering: Tiering, log_dir: Path) -> Tiering:
+        directory = tmp_path / "rebuilt"
+        harness, _ = rebuilt_from_objects(
+            tiering, tiering_factory, log_dir, sqlite_template, directory, monkeypatch
+        )
+        return harness
+
+    return rebuilt
+
+
+def test_a_deleted_topics_marker_alone_does_not_hide_or_delete_the_new_topics_segments(
+    backend: Backend,
+    tiering_factory: TieringFactory,
+    rebuilding: Callable[[Tiering, Path], Tiering],
+    tmp_path: Path,
+) -> None:
+    """A deletion that died after marking the segments leaves the deleted topic's log start
+    marker; a store rebuilt before the topic created again tiered anything must not give that
+    offset to the new topic, whose segments it would hide and retention would delete."""
+    log_dir = tmp_path / "logs"
+    partitions = write_topic(log_dir, 5, seed=1)
+    old_id = topic_uuid(partitions[TP])
+    tiering = tiering_factory(backend, log_dir)
+    assert [o.copied_segments for o in tiering.copier().run_once()] == [5, 5]
+    set_log_start_offsets(log_dir, {TP: 20})  # DeleteRecords: the first two segments go
+    by_broker = tiering.settings.replace(remote_log_start_offset_from_broker=True)
+    assert [o.deleted_segments for o in tiering.retention(settings=by_broker).run_once()] == [2, 0]
+    assert read_marker(tiering.storage, marker_key(TP, old_id)) == 20
+    shutil.rmtree(log_dir)
+    log_dir.mkdir()
+    tiering.leases.release_all()
+    tiering.clock.advance(IDLE_MS + 1)
+    with pytest.raises(OSError, match="the process died"):
+        delete(tiering, TP, old_id, step=crash_at("segments_marked"))
+
+    rebuilt = rebuilding(tiering, log_dir)
+    assert rebuilt.finished(TP) == []
+    # The topic is created again; its sidecar tiers it into the rebuilt store.
+    shutil.rmtree(log_dir)
+    new_id = topic_uuid(write_topic(log_dir, 3, seed=2)[TP])
+    assert [(o.error, o.copied_segments) for o in rebuilt.copier().run_once()] == [(None, 3), (None, 3)]
+
+    assert all(o.error is None for o in rebuilt.retention().run_once())
+    assert [(s.start_offset, s.topic_id) for s in rebuilt.finished(TP)] == [(o, new_id) for o in (0, 10, 20)]
+    record = rebuilt.store.get_partition(TP)
+    assert record is not None and (record.topic_id, record.remote_log_start_offset) == (new_id, -1)

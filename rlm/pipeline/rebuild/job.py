@@ -442,12 +442,21 @@ def _inside(c: Candidate, cover: Candidate) -> Orphan:
 
 
 def restore_log_starts(
-    store: MetadataStore, storage: RemoteStorage, markers: Mapping[str, TopicPartition], topics: Sequence[str]
+    store: MetadataStore,
+    storage: RemoteStorage,
+    markers: Mapping[str, TopicPartition],
+    topics: Sequence[str],
+    *,
+    now_ms: int,
 ) -> None:
     """Advance each partition's remote log start offset to what its marker says (of ``topics``
-    only, when some are given); a partition with a marker and no segment left is recorded too.
-    A marker written under another topic id than the partition's segments have (a deleted topic
-    of the same name) is passed over.
+    only, when some are given). A marker written under another topic id than the partition's
+    segments have (a deleted topic of the same name) is passed over. A partition with a marker
+    and no segment left is recorded too, under the topic id the marker was written for (its
+    first marker's): a topic deleted and created again under the name, whose sidecar adopts
+    another id, then starts from none of the deleted topic's log start, as in the original
+    database (else that offset would hide the new topic's segments below it, and retention
+    delete them).
     The markers are read :data:`MARKER_THREADS` at a time."""
     wanted = sorted(
         ((key, tp) for key, tp in markers.items() if not topics or tp.topic in topics),
@@ -463,6 +472,8 @@ def restore_log_starts(
         written_for = marker_topic_id(key)
         if own is not None and written_for is not None and written_for != own:
             continue  # a deleted topic's of the same name: not this topic's log start
+        if record is None and written_for is not None:
+            store.adopt_topic_id(tp, written_for, event_time_ms=now_ms)
         store.advance_log_start_offset(tp, offset)
 
 
@@ -611,7 +622,7 @@ def rebuild(
         store.update_segment_state(
             segment.segment_id, SegmentState.COPY_SEGMENT_FINISHED, event_time_ms=segment.event_time_ms
         )
-    restore_log_starts(store, storage, markers, options.topics)
+    restore_log_starts(store, storage, markers, options.topics, now_ms=now_ms)
     orphans = mark_replaced(storage, orphans, now_ms)
     if options.delete_orphans:
         orphans = delete_orphans(storage, orphans)
