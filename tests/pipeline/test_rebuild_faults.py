@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession
 
 from metadata.store import SqlMetadataStore
 from rlm.cli import main
-from rlm.errors import StorageUnavailableError
+from rlm.errors import CorruptDataError, StorageUnavailableError
 from rlm.metastore.model import RemoteSegment
 from rlm.pipeline.rebuild.job import RebuildOptions, RebuildReport, rebuild
 from rlm.pipeline.stage import Collect, Stage, run_in_process
@@ -38,6 +38,7 @@ from rlm.remote_tier.read_plan import SegmentSummary
 from rlm.storage.description import DESCRIPTION_KEY
 from rlm.storage.filesystem import META_SUFFIX, FilesystemStorage
 from rlm.storage.layout import segment_keys
+from rlm.storage.log_start import marker_key, write_marker
 from rlm.storage.protocol import RemoteStorage
 from tests.metadata_support import sqlite_copy
 from tests.pipeline.test_rebuild import _finished, _row_fields
@@ -199,6 +200,28 @@ def test_incomplete_sets_are_deleted_once_looked_at_again(
     assert orphans[(log_only[0],)].deleted and orphans[(index_only[1],)].deleted
     assert not orphans[(late[0],)].deleted and "is there now" in str(orphans[(late[0],)].kept)
     assert sorted(storage.list_keys()) == sorted([*keys, *late])
+
+
+def test_an_unreadable_log_start_marker_fails_the_rebuild_before_it_writes_anything(
+    healthy: Tier, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    storage, spec, keys = _directory_store(healthy, tmp_path / "remote")
+    row = _rows(healthy)[1]
+    marker = marker_key(row.topic_partition, row.topic_id)
+    storage.put_object(marker, b"{not json")  # a marker cut short
+    url = _database(request, tmp_path / "db")
+    with pytest.raises(CorruptDataError, match="remote log start marker") as failed:
+        _rebuild_here(storage, spec, url)
+    assert marker in str(failed.value)
+    with SqlMetadataStore.open(url) as store:
+        assert store.list_partitions() == []  # so the rebuild can be run again once it is repaired
+    assert sorted(storage.list_keys()) == sorted([*keys, marker])
+    write_marker(storage, row.topic_partition, row.topic_id, row.start_offset)
+    report = _rebuild_here(storage, spec, url)
+    assert report.segments == len(_rows(healthy)) and report.orphans == []
+    with SqlMetadataStore.open(url) as store:
+        record = store.get_partition(row.topic_partition)
+    assert record is not None and record.remote_log_start_offset == row.start_offset
 
 
 def _other_copy(row: RemoteSegment) -> tuple[str, str]:

@@ -441,32 +441,41 @@ def _inside(c: Candidate, cover: Candidate) -> Orphan:
     return Orphan(keys, f"inside the range of segment {cover_id}, {why}", deletable=False, kept=kept)
 
 
-def restore_log_starts(
-    store: MetadataStore,
-    storage: RemoteStorage,
-    markers: Mapping[str, TopicPartition],
-    topics: Sequence[str],
-    *,
-    now_ms: int,
-) -> None:
-    """Advance each partition's remote log start offset to what its marker says (of ``topics``
-    only, when some are given). A marker written under another topic id than the partition's
-    segments have (a deleted topic of the same name) is passed over. A partition with a marker
-    and no segment left is recorded too, under the topic id the marker was written for (its
-    first marker's): a topic deleted and created again under the name, whose sidecar adopts
-    another id, then starts from none of the deleted topic's log start, as in the original
-    database (else that offset would hide the new topic's segments below it, and retention
-    delete them).
-    The markers are read :data:`MARKER_THREADS` at a time."""
+def read_log_starts(
+    storage: RemoteStorage, markers: Mapping[str, TopicPartition], topics: Sequence[str]
+) -> list[tuple[str, TopicPartition, int]]:
+    """What each marker says (of ``topics`` only, when some are given): its key, partition and
+    offset, by partition; a marker gone since it was listed is left out. They are read
+    :data:`MARKER_THREADS` at a time, before a row is written: a marker that cannot be read stops
+    the rebuild while the database is still empty, so that it can be run again.
+
+    Raises:
+        CorruptDataError: A marker is not one rlm wrote; names it.
+        StorageError: A read failed.
+    """
     wanted = sorted(
         ((key, tp) for key, tp in markers.items() if not topics or tp.topic in topics),
         key=lambda item: item[1],
     )
     with ThreadPoolExecutor(max(1, min(MARKER_THREADS, len(wanted))), "rlm-rebuild-markers") as pool:
         offsets = list(pool.map(lambda item: read_marker(storage, item[0]), wanted))
-    for (key, tp), offset in zip(wanted, offsets, strict=True):
-        if offset is None:
-            continue
+    return [
+        (key, tp, offset) for (key, tp), offset in zip(wanted, offsets, strict=True) if offset is not None
+    ]
+
+
+def apply_log_starts(
+    store: MetadataStore, log_starts: Sequence[tuple[str, TopicPartition, int]], *, now_ms: int
+) -> None:
+    """Advance each partition's remote log start offset to what its marker says
+    (:func:`read_log_starts`). A marker written under another topic id than the partition's
+    segments have (a deleted topic of the same name) is passed over. A partition with a marker
+    and no segment left is recorded too, under the topic id the marker was written for (its
+    first marker's): a topic deleted and created again under the name, whose sidecar adopts
+    another id, then starts from none of the deleted topic's log start, as in the original
+    database (else that offset would hide the new topic's segments below it, and retention
+    delete them)."""
+    for key, tp, offset in log_starts:
         record = store.get_partition(tp)
         own = None if record is None else record.topic_id
         written_for = marker_topic_id(key)
@@ -475,6 +484,19 @@ def restore_log_starts(
         if record is None and written_for is not None:
             store.adopt_topic_id(tp, written_for, event_time_ms=now_ms)
         store.advance_log_start_offset(tp, offset)
+
+
+def restore_log_starts(
+    store: MetadataStore,
+    storage: RemoteStorage,
+    markers: Mapping[str, TopicPartition],
+    topics: Sequence[str],
+    *,
+    now_ms: int,
+) -> None:
+    """Read the markers and advance the log start offsets they give
+    (:func:`read_log_starts`, :func:`apply_log_starts`)."""
+    apply_log_starts(store, read_log_starts(storage, markers, topics), now_ms=now_ms)
 
 
 def _raise_failures(failed: Sequence[tuple[ObjectSet, dict[str, Any]]]) -> None:
@@ -571,8 +593,10 @@ def rebuild(
 
     Raises:
         ConfigError: The metadata database holds partitions already.
-        StorageError: The storage failed while sets were described; nothing was written or
-            deleted (:class:`StorageUnavailableError` when it may pass).
+        StorageError: The storage failed while sets were described or markers read; nothing
+            was written or deleted (:class:`StorageUnavailableError` when it may pass).
+        CorruptDataError: A remote log start marker is not one rlm wrote (named); nothing was
+            written or deleted.
         RlmError: The store or the storage failed.
     """
     started = time.monotonic()
@@ -614,6 +638,7 @@ def rebuild(
                 )
                 if problem is not None:
                     problems.append(Problem(keys, problem))
+    log_starts = read_log_starts(storage, markers, options.topics)
     chosen, duplicates = choose(candidates)
     orphans += duplicates
     for c in chosen:
@@ -622,7 +647,7 @@ def rebuild(
         store.update_segment_state(
             segment.segment_id, SegmentState.COPY_SEGMENT_FINISHED, event_time_ms=segment.event_time_ms
         )
-    restore_log_starts(store, storage, markers, options.topics, now_ms=now_ms)
+    apply_log_starts(store, log_starts, now_ms=now_ms)
     orphans = mark_replaced(storage, orphans, now_ms)
     if options.delete_orphans:
         orphans = delete_orphans(storage, orphans)
