@@ -56,7 +56,9 @@ the rebuild raises, naming its objects, before it writes or deletes anything, so
 run again. Before deleting an orphan, the rebuild looks again: an incomplete set whose missing
 object is there by then is kept, and so is a second copy, a replaced set or a pending output when
 an object of the chosen sets that hold its range is gone by then (it may be the last copy of
-those offsets); an orphan the store cannot tell about is kept. The report says why.
+those offsets); an orphan the store cannot tell about is kept, and so is a set a row of the
+database names (a sidecar copying into it since the rebuild found it empty: :func:`keep_named`).
+The report says why.
 
 The remote log start offset comes from the marker retention writes beside a partition's
 segments (:mod:`rlm.storage.log_start`; a partition retention never cut has none and starts at
@@ -87,6 +89,7 @@ from rlm.pipeline.rebuild.objects import (
 from rlm.pipeline.stage import Collect
 from rlm.pipeline.storage import StorageSpec
 from rlm.storage.description import DIVERGED, PENDING, Description
+from rlm.storage.layout import parse_segment_key
 from rlm.storage.log_start import marker_partition, marker_topic_id, read_marker
 from rlm.storage.marks import mark_retired
 from rlm.storage.protocol import RemoteStorage
@@ -540,6 +543,20 @@ def mark_replaced(storage: RemoteStorage, orphans: Sequence[Orphan], now_ms: int
     return done
 
 
+def keep_named(store: MetadataStore, orphans: Sequence[Orphan]) -> list[Orphan]:
+    """The orphans, each deletable one a row of ``store`` names kept: a sidecar copying into the
+    database since the rebuild found it empty adds a segment's row before it uploads the objects,
+    so a set it names may be a copy still under way (its missing object on its way after it was
+    looked at again), whose row is to be finished."""
+    kept = "a row of the metadata database names it: a copy under way"
+    done: list[Orphan] = []
+    for o in orphans:
+        ids = {parsed.segment_id for key in o.keys if (parsed := parse_segment_key(key)) is not None}
+        named = o.deletable and any(store.get_segment(i) is not None for i in ids)
+        done.append(replace(o, deletable=False, kept=kept) if named else o)
+    return done
+
+
 def delete_orphans(storage: RemoteStorage, orphans: Sequence[Orphan]) -> list[Orphan]:
     """Delete the deletable orphans; the orphans, each saying whether it was deleted or why not.
 
@@ -650,7 +667,7 @@ def rebuild(
     apply_log_starts(store, log_starts, now_ms=now_ms)
     orphans = mark_replaced(storage, orphans, now_ms)
     if options.delete_orphans:
-        orphans = delete_orphans(storage, orphans)
+        orphans = delete_orphans(storage, keep_named(store, orphans))
     return RebuildReport(
         partitions=len({c.objects.topic_partition for c in chosen}),
         segments=len(chosen),
