@@ -269,9 +269,14 @@ def _identity(path: Path) -> _Identity:
 
 def _read_tokens_file(path: Path) -> dict[str, Scope]:
     try:
-        lines = path.read_text().splitlines()
+        data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read auth.tokens.file {path}: {exc.strerror}") from exc
+    try:
+        lines = data.decode("utf-8").splitlines()
+    except UnicodeDecodeError as exc:  # its text is not shown: it may hold a token
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{path} line {line}: not UTF-8 text (byte {exc.start})") from None
     tokens = {}
     for number, raw in enumerate(lines, 1):
         # A word starting with # starts a comment: a # inside a token is part of it (cutting the

@@ -197,12 +197,18 @@ def test_without_authentication_an_admission_never_ends(tmp_path: Path) -> None:
     admitted.check()
 
 
-def test_a_tokens_file_back_as_it_was_read_is_usable_again(tmp_path: Path) -> None:
-    clock = Clock()
+def watched_and_reported(tmp_path: Path, clock: Clock) -> tuple[MountedSecret, TokenAuthenticator, Metrics]:
+    """A mounted secret holding ``kept-token``, watched, its looks reported to fresh metrics."""
     secret = MountedSecret(tmp_path / "secrets", "read kept-token\n")
     auth = watching(secret, clock)
     metrics = Metrics(CollectorRegistry())
     auth.report_to(metrics)
+    return secret, auth, metrics
+
+
+def test_a_tokens_file_back_as_it_was_read_is_usable_again(tmp_path: Path) -> None:
+    clock = Clock()
+    secret, auth, metrics = watched_and_reported(tmp_path, clock)
     _, read_at = tokens_file_metrics(metrics)
     secret.path.unlink()  # the link goes, the file it named stays
     clock.now += 1
@@ -220,3 +226,29 @@ def test_without_a_tokens_file_nothing_is_reported() -> None:
     auth.report_to(metrics)
     assert scope_of(auth, "env-token") is Scope.READ
     assert tokens_file_metrics(metrics) == (0, 0)
+
+
+def test_a_tokens_file_that_is_not_utf8_text_is_refused_at_start_naming_the_file(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_bytes(b"read s3cr3t-\xff\xfe-token\n")
+    with pytest.raises(ConfigError, match=r"tokens.*not UTF-8 text") as refused:
+        TokenAuthenticator.from_settings(load_settings(env={}, auth_tokens_file=tokens))
+    assert "s3cr3t" not in str(refused.value)
+
+
+def test_a_tokens_file_garbled_while_running_keeps_the_tokens_read_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    secret, auth, metrics = watched_and_reported(tmp_path, clock)
+    _, read_at = tokens_file_metrics(metrics)
+    garbled = secret.root / "..2024_01_01_00_00_01" / "tokens"
+    garbled.write_bytes(b"read kept-token\n\x80\x81 binary garbage\n")  # the file the link names
+    for _ in range(3):
+        clock.now += 1
+        assert scope_of(auth, "kept-token") is Scope.READ  # every request, not a failure a second
+        assert tokens_file_metrics(metrics) == (1, read_at)
+        admitted = auth.admission("Bearer kept-token")
+        admitted.check()
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "not UTF-8 text" in errors[0].getMessage()
