@@ -78,14 +78,15 @@ class RemoteLogManagerServicer(  # type: ignore[misc]
     @override
     @answers_errors
     async def GetOffset(self, request: pb.GetOffsetRequest, context: Context) -> pb.GetOffsetResponse:
-        arrived = time.monotonic()
+        # Both read now: the time the caller has left already counts what planning will take.
+        arrived, deadline_ms = time.monotonic(), _deadline_ms(context)
         tp = msg.topic_partition(request.topic, request.partition)
         timestamp = parse_timestamp(request.timestamp)
         lookups = self.runtime.list_offsets
         planned = lookups.plan_one(tp, timestamp)  # a local-tier answer is found here, on the loop
         result = planned.answered
         if result is None:
-            result = await planned.finish(lookups.deadline(_deadline_ms(context), arrived=arrived))
+            result = await planned.finish(lookups.deadline(deadline_ms, arrived=arrived))
         if result.error_code is not ErrorCode.NONE:
             raise for_error_code(result.error_code, result.error_message)
         return msg.offset_response(tp, result)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -550,6 +551,32 @@ def test_the_call_deadline_is_the_lookup_timeout(served: Served) -> None:
             )
         )
         assert code is grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+def test_time_spent_planning_a_get_offset_is_not_taken_from_its_deadline_twice(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A 2 s deadline leaves the lookup 1.8 s (0.2 s to answer), however long planning took: the
+    # planning's 0.6 s were taken off once by the deadline passing, and again from its start.
+    service = served.runtime.list_offsets.service
+    plan = service.plan
+
+    def slow_plan(*args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.6)
+        return plan(*args, **kwargs)
+
+    monkeypatch.setattr(service, "plan", slow_plan)
+    remote = remote_timestamp(served.truth)
+    before = _expirations(served.runtime)
+    with served.storage.closed():
+        called = time.monotonic()
+        call = served.stub.GetOffset.future(
+            pb.GetOffsetRequest(topic=TOPIC, partition=0, timestamp=str(remote)), metadata=READ, timeout=2
+        )
+        wait_until(lambda: _expirations(served.runtime) > before)
+        gave_up_after = time.monotonic() - called
+        assert code_of(call.result)[0] is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert 1.7 <= gave_up_after < 2.5
 
 
 def test_a_full_fetch_pool_answers_resource_exhausted(served: Served) -> None:
