@@ -37,6 +37,7 @@ A full pass also deletes the partitions of the topics the cluster deleted, as Ka
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable, Iterable
@@ -242,6 +243,8 @@ class Retention:
         found = partitions if isinstance(partitions, LocalPartitions) else group_partitions(partitions)
         outcomes = [RetentionOutcome(tp, skipped=duplicated(dirs)) for tp, dirs in found.duplicates.items()]
         todo = found.partitions
+        if everything and not found.offline:
+            self._forget_gone({p.tp for p in todo} | set(found.duplicates))
         workers = max(1, min(self.settings.remote_log_manager_copier_thread_pool_size, len(todo)))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rlm-retention") as pool:
             outcomes = sorted([*outcomes, *pool.map(self.enforce, todo)], key=lambda o: o.topic_partition)
@@ -318,6 +321,7 @@ class Retention:
             # broker holds the lease its claim stays fresh even when copier passes are long.
             lease = self.leases.hold_partition(partition)
             if lease is None:
+                self._forget_size(tp)  # the holder exports it; this sidecar's last would stay
                 return RetentionOutcome(tp, skipped=f"the copy lease is held by {self.leases.holder(tp)}")
             # A deleted topic's remote log start offset and segments are not this topic's.
             change = adopt_local_topic_id(
@@ -386,6 +390,21 @@ class Retention:
         remaining = sum(s.size_bytes for s in finished) - sum(s.size_bytes for s in doomed)
         self.metrics.remote_log_size_bytes.labels(*labels).set(remaining)
         return RetentionOutcome(tp, deleted, deleted_bytes, start)
+
+    def _forget_gone(self, here: set[TopicPartition]) -> None:
+        """Stop exporting the remote log size of the partitions no longer in the log directories
+        (reassigned to other brokers, deleted): it would stay as last set."""
+        for metric in self.metrics.remote_log_size_bytes.collect():
+            for sample in metric.samples:
+                tp = TopicPartition(sample.labels["topic"], int(sample.labels["partition"]))
+                if tp not in here:
+                    self._forget_size(tp)
+
+    def _forget_size(self, tp: TopicPartition) -> None:
+        """Stop exporting this sidecar's remote log size of ``tp``: another broker's sidecar
+        enforces its retention now, and the dashboard takes the highest value over the sidecars."""
+        with contextlib.suppress(KeyError):  # KeyError: never set here
+            self.metrics.remote_log_size_bytes.remove(tp.topic, str(tp.partition))
 
     def _purge(self, tp: TopicPartition, lease: Lease) -> int:
         """Forget the rows of segments deleted longer ago than the setting says."""

@@ -8,6 +8,7 @@ their own at the end.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -462,6 +463,42 @@ def test_only_the_lease_holder_enforces_retention(
 
     assert outcome.skipped == f"the copy lease is held by broker {BROKER_ID + 1}"
     assert set(_states(tiering)) == {SegmentState.COPY_SEGMENT_FINISHED}
+
+
+@pytest.mark.parametrize("moved", ["lease", "replica"])
+def test_a_sidecar_that_no_longer_enforces_a_partition_stops_exporting_its_remote_log_size(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,
+    tmp_path: Path,
+    moved: str,
+) -> None:
+    """The dashboard takes the highest size of a partition over the sidecars: a former holder's
+    last size would hide what the holder's retention deleted since (or a deleted topic's size)."""
+    log_dir = tmp_path / "logs"
+    partition = _write(log_dir, HOURLY)
+    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
+    (kept,) = tiering.retention().run_once()
+    assert kept.error is None and (_remote_log_size(tiering) or 0) > 0
+    if moved == "lease":  # another broker's sidecar holds it now
+        tiering.leases.release_all()
+        assert LeaseKeeper(tiering.store, BROKER_ID + 1, 60_000).hold(TP) is not None
+    else:  # reassigned: the broker deleted its replica
+        shutil.rmtree(partition.path)
+
+    outcomes = tiering.retention().run_once()
+
+    if moved == "lease":
+        assert [o.skipped for o in outcomes] == [f"the copy lease is held by broker {BROKER_ID + 1}"]
+    else:
+        assert outcomes == []
+    assert _remote_log_size(tiering) is None
+
+
+def _remote_log_size(tiering: Tiering) -> float | None:
+    """``rlm_remote_log_size_bytes`` of ``TP`` as this sidecar exports it (None: not exported)."""
+    return tiering.registry.get_sample_value(
+        "rlm_remote_log_size_bytes", {"topic": TP.topic, "partition": str(TP.partition)}
+    )
 
 
 # -- breaching_segments: the rules alone --------------------------------------------------------
