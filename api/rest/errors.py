@@ -19,6 +19,7 @@ from rlm.errors import (
     InvalidRecordError,
     InvalidTopicNameError,
     NotFoundError,
+    PoolClosedError,
     PoolFullError,
     RequestTimedOutError,
     RlmError,
@@ -74,8 +75,8 @@ def status_for(exc: BaseException) -> int:
         return 429
     if isinstance(exc, RequestTimedOutError):
         return 504
-    if isinstance(exc, RlmError) and exc.retriable:
-        return 503
+    if isinstance(exc, PoolClosedError) or (isinstance(exc, RlmError) and exc.retriable):
+        return 503  # a closed pool: the server is stopping, as gRPC's UNAVAILABLE says
     return 500
 
 
