@@ -513,7 +513,8 @@ async def gather_on(
         timeout_s: the request's deadline, from now.
         labels: the topic-partition of each key; keys without one are not counted as expired.
         count_expired: count each labelled task cut off by the deadline as an expiration of its
-            topic-partition (``rlm_list_offsets_expirations_total``).
+            topic-partition (``rlm_remote_list_offsets_expirations_total``); a request that goes
+            away (cancelled) counts none.
 
     Returns:
         One outcome per key, in the order of ``work``: the value, the error the task raised (or the
@@ -526,8 +527,10 @@ async def gather_on(
     outcomes, submitted = _submit_all(work, labels)
     try:
         await wait_tasks([task for _, task in submitted.values()], timeout_s)
-    finally:  # also when the request is cancelled: its tasks are not wanted any more
-        _collect(outcomes, submitted, count_expired)
+    except BaseException:  # the request went away: its tasks are not wanted, and none expired
+        _collect(outcomes, submitted, count_expired=False)
+        raise
+    _collect(outcomes, submitted, count_expired)
     return {key: outcomes[key] for _, tasks in work for key in tasks}
 
 

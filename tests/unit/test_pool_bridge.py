@@ -45,8 +45,11 @@ def test_many_requests_wait_without_a_thread_each(metrics: Metrics, gate: thread
     assert values == [1] * 50
 
 
-def test_a_cancelled_request_cancels_its_tasks(metrics: Metrics, gate: threading.Event) -> None:
-    """The client went away: the running task's token is set, the queued one never runs."""
+def test_a_cancelled_request_cancels_its_tasks_and_counts_no_expiration(
+    metrics: Metrics, gate: threading.Event
+) -> None:
+    """The client went away: the running task's token is set, the queued one never runs, and
+    neither answered REQUEST_TIMED_OUT."""
     started, ran = threading.Event(), threading.Event()
     seen: list[bool] = []
     with BoundedPool("offset-reader", 1, 10, metrics) as pool:
@@ -60,7 +63,8 @@ def test_a_cancelled_request_cancels_its_tasks(metrics: Metrics, gate: threading
             ran.set()
 
         async def main() -> None:
-            request = asyncio.create_task(gather_on([(pool, {0: running, 1: queued})], WAIT, labels={}))
+            labels = {0: ("orders", 0), 1: ("orders", 0)}
+            request = asyncio.create_task(gather_on([(pool, {0: running, 1: queued})], WAIT, labels=labels))
             while not started.is_set():
                 await asyncio.sleep(0.001)
             request.cancel()
@@ -72,6 +76,7 @@ def test_a_cancelled_request_cancels_its_tasks(metrics: Metrics, gate: threading
         gate.set()
     assert seen == [True]
     assert not ran.is_set()
+    assert expirations(metrics) is None
 
 
 def test_run_on_times_out_and_cancels_the_task(metrics: Metrics, gate: threading.Event) -> None:
@@ -86,7 +91,14 @@ def test_run_on_times_out_and_cancels_the_task(metrics: Metrics, gate: threading
             asyncio.run(run_on(pool, slow, 0.05, label=("orders", 0), what="reading orders-0"))
         assert cancelled.wait(WAIT)
     # A fetch cut off is not a ListOffsets expiration.
-    assert metrics.registry.get_sample_value("rlm_list_offsets_expirations_total", {}) is None
+    assert expirations(metrics) is None
+
+
+def expirations(metrics: Metrics) -> float | None:
+    """``rlm_remote_list_offsets_expirations_total`` of orders-0."""
+    return metrics.registry.get_sample_value(
+        "rlm_remote_list_offsets_expirations_total", {"topic": "orders", "partition": "0"}
+    )
 
 
 def test_run_on_returns_the_value_or_raises_the_error(metrics: Metrics) -> None:
