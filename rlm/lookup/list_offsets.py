@@ -269,13 +269,15 @@ class ListOffsets:
 
     def _observe(self, response: ListOffsetsResponse, started: float, done_at: dict[Key, float]) -> None:
         """Each partition's time from the request's start to its answer (the end, for one that
-        timed out), by the tier that answered."""
+        timed out), by the tier that answered; and each that answered REQUEST_TIMED_OUT, whatever
+        ran out of time (its search, or the read of its view from the store)."""
         assert self.metrics is not None
         ended = time.perf_counter()
         for topic in response.topics:
             for result in topic.partitions:
                 at = done_at.get((topic.name, result.partition_index), ended)
                 self.metrics.lookup_seconds.labels(result.tier or "none").observe(at - started)
+                _count_expired(self.metrics, topic.name, result)
 
     def plan_one(
         self,
@@ -416,7 +418,14 @@ class OneLookup:
         if self.owner.metrics is not None:
             elapsed = time.perf_counter() - self.started
             self.owner.metrics.lookup_seconds.labels(result.tier or "none").observe(elapsed)
+            _count_expired(self.owner.metrics, self.tp.topic, result)
         return result
+
+
+def _count_expired(metrics: Metrics, topic: str, result: PartitionResult) -> None:
+    """Count ``result`` in ``rlm_remote_list_offsets_expirations_total`` if it is REQUEST_TIMED_OUT."""
+    if result.error_code is ErrorCode.REQUEST_TIMED_OUT:
+        metrics.list_offsets_expirations.labels(topic=topic, partition=str(result.partition_index)).inc()
 
 
 class _Waits:
@@ -439,9 +448,10 @@ class _Waits:
         *,
         labels: Mapping[K, tuple[str, int]],
     ) -> dict[K, Outcome[T]]:
+        # Expirations are counted by the answers that say REQUEST_TIMED_OUT (_count_expired).
         if self.blocking:
-            return gather_blocking(work, timeout_s, labels=labels)
-        return await gather_on(work, timeout_s, labels=labels)
+            return gather_blocking(work, timeout_s, labels=labels, count_expired=False)
+        return await gather_on(work, timeout_s, labels=labels, count_expired=False)
 
 
 _AWAIT = _Waits(blocking=False)

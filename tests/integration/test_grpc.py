@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -516,16 +517,8 @@ def test_the_call_deadline_is_the_lookup_timeout(served: Served) -> None:
     remote = remote_timestamp(served.truth)
     before = _expirations(served.runtime)
     with served.storage.closed():
-        code, _ = code_of(
-            lambda: served.stub.GetOffset(
-                pb.GetOffsetRequest(topic=TOPIC, partition=0, timestamp=str(remote)),
-                metadata=READ,
-                timeout=0.5,
-            )
-        )
-        assert code is grpc.StatusCode.DEADLINE_EXCEEDED
         # The server gave up too (the default timeout is 30 s): the partition's lookup expired.
-        wait_until(lambda: _expirations(served.runtime) > before)
+        _get_offset_expires(served, remote)
         assert _expirations(served.runtime) == before + 1
         # ListOffsets answers in time, the blocked partition with REQUEST_TIMED_OUT.
         answer = served.stub.ListOffsets(
@@ -577,6 +570,53 @@ def test_time_spent_planning_a_get_offset_is_not_taken_from_its_deadline_twice(
         gave_up_after = time.monotonic() - called
         assert code_of(call.result)[0] is grpc.StatusCode.DEADLINE_EXCEEDED
     assert 1.7 <= gave_up_after < 2.5
+
+
+def test_a_partition_whose_metadata_read_ran_out_of_time_counts_as_an_expiration(served: Served) -> None:
+    # Every partition that answers REQUEST_TIMED_OUT is counted, not only those whose search ran
+    # out of time: a metadata store too slow to answer fires the alert too.
+    pool = served.runtime.metadata_pool
+    release = threading.Event()
+    for _ in range(pool.threads):  # the store's reads wait behind these
+        pool.submit(lambda token: release.wait(30))
+    remote = remote_timestamp(served.truth)
+    try:
+        wait_until(lambda: pool.running == pool.threads)
+        served.runtime.list_offsets.service.views.invalidate(TP)
+        before = _expirations(served.runtime)
+        answer = served.stub.ListOffsets(
+            pb.ListOffsetsRequest(
+                topics=[
+                    pb.ListOffsetsTopic(
+                        name=TOPIC, partitions=[pb.ListOffsetsPartition(partition_index=0, timestamp=remote)]
+                    )
+                ],
+                timeout_ms=200,
+            ),
+            metadata=READ,
+            timeout=10,
+        )
+        assert answer.topics[0].partitions[0].error_code == 7
+        assert _expirations(served.runtime) == before + 1
+        _get_offset_expires(served, remote)
+        assert _expirations(served.runtime) == before + 2
+    finally:
+        release.set()
+
+
+def _get_offset_expires(served: Served, timestamp: int) -> None:
+    """A GetOffset of ``timestamp`` with a 0.5 s deadline ends DEADLINE_EXCEEDED, and the server's
+    lookup is counted as expired (after the call ended: the server's own deadline is earlier)."""
+    before = _expirations(served.runtime)
+    code, _ = code_of(
+        lambda: served.stub.GetOffset(
+            pb.GetOffsetRequest(topic=TOPIC, partition=0, timestamp=str(timestamp)),
+            metadata=READ,
+            timeout=0.5,
+        )
+    )
+    assert code is grpc.StatusCode.DEADLINE_EXCEEDED
+    wait_until(lambda: _expirations(served.runtime) > before)
 
 
 def test_a_full_fetch_pool_answers_resource_exhausted(served: Served) -> None:
