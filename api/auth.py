@@ -158,7 +158,10 @@ class TokenAuthenticator:
                     log.info("%s is as it was when last read: its API tokens are in use", path)
                     self._report()
                 return
-            digests = self._checked({**self._fixed, **_read_tokens_file(path)})
+            read = _read_tokens_file(path)
+            digests = self._checked({**self._fixed, **read})
+            if not read:  # emptied or cut short, more likely than every token revoked at once
+                raise ConfigError(f"auth.tokens.file {path} holds no token")
         except ConfigError as exc:  # never holds a token
             if str(exc) != self._problem:
                 self._problem = str(exc)

@@ -252,3 +252,24 @@ def test_a_tokens_file_garbled_while_running_keeps_the_tokens_read_before(
         admitted.check()
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "not UTF-8 text" in errors[0].getMessage()
+
+
+@pytest.mark.parametrize("emptied", ["", "# every token revoked by mistake\n"])
+def test_a_tokens_file_emptied_beside_auth_tokens_keeps_the_tokens_read_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, emptied: str
+) -> None:
+    clock = Clock()
+    secret = MountedSecret(tmp_path / "secrets", "read file-token\n")
+    auth = watching(secret, clock, env_token=Scope.READ)
+    metrics = Metrics(CollectorRegistry())
+    auth.report_to(metrics)
+    admitted = auth.admission("Bearer file-token")
+    admitted.check()
+    secret.update(emptied)
+    clock.now += 1
+    assert scope_of(auth, "file-token") is Scope.READ
+    admitted.check()  # its stream goes on
+    assert scope_of(auth, "env_token") is Scope.READ
+    assert tokens_file_metrics(metrics)[0] == 1
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "holds no token" in errors[0].getMessage()
