@@ -13,6 +13,7 @@ it goes on, so that a token revoked in the tokens file ends the streams it opene
 
 from __future__ import annotations
 
+import codecs
 import enum
 import hashlib
 import hmac
@@ -275,11 +276,12 @@ def _read_tokens_file(path: Path) -> dict[str, Scope]:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"cannot read auth.tokens.file {path}: {exc.strerror}") from exc
+    data = data.removeprefix(codecs.BOM_UTF8)  # a byte order mark is no part of the first line
     try:
         lines = data.decode("utf-8").splitlines()
     except UnicodeDecodeError as exc:  # its text is not shown: it may hold a token
         line = data.count(b"\n", 0, exc.start) + 1
-        raise ConfigError(f"{path} line {line}: not UTF-8 text (byte {exc.start})") from None
+        raise ConfigError(f"{path} line {line}: not UTF-8 text") from None
     tokens = {}
     for number, raw in enumerate(lines, 1):
         # A word starting with # starts a comment: a # inside a token is part of it (cutting the

@@ -273,3 +273,12 @@ def test_a_tokens_file_emptied_beside_auth_tokens_keeps_the_tokens_read_before(
     assert tokens_file_metrics(metrics)[0] == 1
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "holds no token" in errors[0].getMessage()
+
+
+def test_a_byte_order_mark_and_crlf_line_ends_are_no_part_of_the_tokens_file(tmp_path: Path) -> None:
+    # Editors on Windows save UTF-8 with a byte order mark and CRLF line ends.
+    tokens = tmp_path / "tokens"
+    tokens.write_bytes("read abc\r\nadmin def\r\n".encode("utf-8-sig"))
+    auth = TokenAuthenticator.from_settings(load_settings(env={}, auth_tokens_file=tokens))
+    assert scope_of(auth, "abc") is Scope.READ
+    assert scope_of(auth, "def") is Scope.ADMIN
