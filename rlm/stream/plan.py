@@ -15,17 +15,24 @@ watermark has nothing to send yet). An ``offset`` below the log start offset or 
 the broker's log is one, as Kafka answers a fetch (a query tier, which does not know the end,
 answers an empty range).
 
+With ``read_committed``, the aborted transactions of the range are collected from the
+transaction indexes of the broker's segments and of the remote copies below them. A segment the
+broker deletes while they are read (local retention) may have lost its index already: the
+broker's segments are then listed again, and the copies of the offsets it held read instead.
+
 Planning may search the remote tier (a timestamp's offset, aborted transactions): it runs on the
 reader pool, never on an event loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
 from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError
 from rlm.log.logdir import PartitionDir
+from rlm.log.segment import Segment
 from rlm.log.txnindex import AbortedTxn, TransactionIndex
 from rlm.lookup.answer_end import answer_end
 from rlm.lookup.index_cache import RemoteIndexCache
@@ -39,6 +46,9 @@ from rlm.storage.layout import validate_topic
 
 #: An end beyond any offset: no bound.
 NO_END = 2**63 - 1
+#: Listings of the broker's segments the aborted transactions are collected from at most, each
+#: after a segment of the last one was deleted under it.
+MAX_RELISTS = 8
 
 
 @dataclass(frozen=True)
@@ -106,7 +116,8 @@ def plan_range(
         NotFoundError: unknown topic-partition.
         UnreadableTopicIdError: the store knows the partition and the broker's
             ``partition.metadata`` cannot be read (:mod:`rlm.lookup.topic_ids`).
-        OffsetOutOfRangeError: ``offset`` is below the log start offset or past the log end offset.
+        OffsetOutOfRangeError: ``offset`` is below the log start offset or past the log end offset,
+            or the broker's segments kept changing while aborted transactions were collected.
         MetadataUnavailableError: the metadata store does not answer and the range needs it.
     """
     tp = query.tp
@@ -146,11 +157,12 @@ def plan_range(
         end = min(end, query.end_offset)
     if query.to_timestamp is not None:
         end = min(end, _offset_for(service, tp, query.to_timestamp, query.isolation, limit, checkpoint))
-    segments = local.segments() if local is not None else []
-    local_start = max(segments[0].base_offset, earliest) if segments else None
     aborted: tuple[AbortedTxn, ...] = ()
     if query.isolation is IsolationLevel.READ_COMMITTED and start < end:
-        aborted = tuple(_aborted(service, indexes, tp, local, start, end, checkpoint))
+        collect = partial(_aborted, service, indexes, tp, start=start, end=end, checkpoint=checkpoint)
+        local, aborted = _aborted_listed(tp, service, local, collect)
+    segments = local.segments() if local is not None else []
+    local_start = max(segments[0].base_offset, earliest) if segments else None
     return RangePlan(tp, start, end, limit, local_start, local, aborted, query.isolation)
 
 
@@ -166,6 +178,49 @@ def _offset_for(
     checkpoint()
     answer = service.find(tp, timestamp, isolation=isolation, checkpoint=checkpoint)
     return limit if answer.offset < 0 else answer.offset
+
+
+class _SegmentGoneError(Exception):
+    """A listed segment of the broker's was deleted before its transaction index was read."""
+
+
+def _aborted_listed(
+    tp: TopicPartition,
+    service: LookupService,
+    local: PartitionDir | None,
+    collect: Callable[[PartitionDir | None], list[AbortedTxn]],
+) -> tuple[PartitionDir | None, tuple[AbortedTxn, ...]]:
+    """``collect(local)`` (:func:`_aborted`), from a new listing of the broker's segments each
+    time one it read was deleted under it (its offsets are then the remote tier's, whose copies'
+    transaction indexes are read instead); the listing they were collected from, and them.
+
+    Raises:
+        OffsetOutOfRangeError: the broker's segments kept changing under the plan.
+    """
+    for _ in range(MAX_RELISTS):
+        try:
+            return local, tuple(collect(local))
+        except _SegmentGoneError:
+            local = service.pinned_partition(tp, relisted=True)
+    raise OffsetOutOfRangeError(
+        f"the broker's segments of {tp} kept changing while its aborted transactions were collected"
+    )
+
+
+def _local_aborted(segment: Segment) -> TransactionIndex:
+    """The transaction index of one of the broker's segments.
+
+    Raises:
+        _SegmentGoneError: the broker deleted the segment (its ``.log`` goes first): a transaction
+            index read or found missing then may be none of the segment's, its entries lost.
+    """
+    try:
+        index = segment.transaction_index()
+    except FileNotFoundError:
+        raise _SegmentGoneError from None
+    if not segment.log_path.exists():
+        raise _SegmentGoneError
+    return index
 
 
 def _aborted(
@@ -211,7 +266,7 @@ def _aborted(
     for i, local_segment in enumerate(segments):
         if i + 1 < len(segments) and segments[i + 1].base_offset <= start:
             continue
-        result = local_segment.transaction_index().collect_aborted(start, end)
+        result = _local_aborted(local_segment).collect_aborted(start, end)
         found += result.aborted
         if result.done:
             break

@@ -32,7 +32,9 @@ from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
 from rlm.log.model import Record
 from rlm.log.model import TopicPartition as LogTopicPartition
 from rlm.log.segment import Segment
+from rlm.log.txnindex import TransactionIndex
 from rlm.log.writer import ProducerRecord
+from rlm.lookup.plans import IsolationLevel
 from rlm.metastore.model import SegmentState, TopicPartition
 from rlm.stream.chunks import StreamBatch
 from rlm.stream.plan import RangePlan, RangeQuery
@@ -40,7 +42,7 @@ from rlm.stream.reader import BatchReader
 from rlm.tiering.prepare import prepare_segment
 from rlm.timestamps import SpecialTimestamp
 from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
-from tests.integration.test_stream import expected
+from tests.integration.test_stream import aborted_offsets, expected
 from tests.lookup_support import NOW, OTHER_BROKER, TOPIC, Backend, Tiered, runtime
 
 T = TypeVar("T")
@@ -151,6 +153,33 @@ def test_records_deleted_from_both_tiers_end_the_stream_with_an_error(tiered: Ti
     assert dropped, "no remote segment held the offset: the test would test nothing"
     with pytest.raises(OffsetOutOfRangeError, match=f"offset {gone[0].base_offset}"):
         stream(tiered, plan)
+
+
+def test_a_read_committed_stream_planned_as_the_broker_deletes_segments_leaves_their_aborts_out(
+    tiered: Tiered, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    truth = tiered.truth
+    gone = tiered_local_segments(tiered)
+    start = gone[0].base_offset
+    aborted = [o for o in aborted_offsets(truth) if start <= o < gone[-1].base_offset]
+    assert aborted, "no aborted record in the deleted segments: the test would test nothing"
+    real = Segment.transaction_index
+    deleted: list[int] = []
+
+    def transaction_index(self: Segment) -> TransactionIndex:
+        # The broker deletes the segment once the plan has listed it, as its index is read.
+        if self.base_offset in {s.base_offset for s in gone}:
+            deleted_by_the_broker(self)
+            deleted.append(self.base_offset)
+        return real(self)
+
+    monkeypatch.setattr(Segment, "transaction_index", transaction_index)
+    query = RangeQuery(TopicPartition(TOPIC, 0), offset=start, isolation=IsolationLevel.READ_COMMITTED)
+    plan = tiered.runtime.streams.plan(query)
+    assert deleted, "no deleted segment's index was read: the test tested nothing"
+    sent = stream(tiered, plan)
+    assert not {r.offset for r in sent} & set(aborted)
+    assert sent == expected(truth, start, None, True)
 
 
 def deleted_when_read(monkeypatch: pytest.MonkeyPatch, segment: Segment) -> list[int]:
