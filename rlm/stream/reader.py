@@ -24,8 +24,11 @@ The broker deletes its oldest segments once they are tiered (local retention: it
 files ``.deleted``, then removes them), whenever it likes. A segment the stream finds gone, or a
 listing that now starts above the next offset, sends the stream back to the remote tier for the
 offsets the broker no longer has, then to the broker's files from their new start
-(:meth:`BatchReader.runs`): nothing is skipped. Offsets neither tier holds any more end the stream
-with :class:`~rlm.errors.OffsetOutOfRangeError`.
+(:meth:`BatchReader.runs`): nothing is skipped. A remote segment's object found gone (a compaction
+replaced the segment, or retention deleted it, since the stream looked it up) sends the stream to
+the copy holding the next offset now, looked up afresh, as each of Kafka's fetches looks its
+segment up. Offsets neither tier holds any more end the stream with
+:class:`~rlm.errors.OffsetOutOfRangeError`.
 
 Batches sent: every stored batch overlapping ``[start, end)`` that lies wholly below the last
 fetchable offset, but control batches (transaction markers) and, with READ_COMMITTED, the batches
@@ -45,7 +48,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from functools import partial
 from typing import Any, NamedTuple, Protocol, TypeVar
 
-from rlm.errors import CorruptDataError, OffsetOutOfRangeError
+from rlm.errors import CorruptDataError, NotFoundError, OffsetOutOfRangeError
 from rlm.log.aborted import AbortedIndex
 from rlm.log.byte_source import FileSource
 from rlm.log.clip import cut_short
@@ -88,6 +91,9 @@ NEXT_SEGMENT_LEAD_BYTES = 8 * 1024 * 1024
 #: Times in a row the broker's files may be found changed under a stream (a segment gone between
 #: its listing and its opening) with no batch read in between, before the stream gives up.
 MAX_LOCAL_RELISTS = 8
+#: Times in a row a remote segment's object may be found gone at the same next offset, each time
+#: another copy said to hold it, before the stream gives up.
+MAX_REMOTE_LOOKUPS = 8
 RunBlocking = Callable[[Callable[[], T]], Awaitable[T]]
 """Runs a blocking call off the event loop and awaits it."""
 
@@ -162,6 +168,9 @@ class BatchReader:
         self._relisted_at = -1
         self._active_base = -1  # the base offset of the broker's active segment, as last listed
         self._ahead: asyncio.Task[_NextSegment] | None = None
+        self._reading: RemoteSegment | None = None  # the remote segment being read
+        self._lookups = 0  # of the next offset after an object was found gone, at the same offset
+        self._looked_up_at = -1
 
     async def _blocking(self, call: Callable[[], T]) -> T:
         return await self._run(call)  # type: ignore[return-value]
@@ -223,12 +232,48 @@ class BatchReader:
         while self.next_offset < self.plan.end:
             if self.local_start is not None and self.next_offset >= self.local_start:
                 return
-            async with contextlib.aclosing(self._remote_segment()) as remote:
-                async for found in remote:
-                    if found is None:
-                        self._done = True
-                        return
-                    yield found
+            try:
+                async with contextlib.aclosing(self._remote_segment()) as remote:
+                    async for found in remote:
+                        if found is None:
+                            self._done = True
+                            return
+                        yield found
+            except OffsetOutOfRangeError:
+                raise
+            except NotFoundError as exc:
+                await self._look_up_again(exc)
+
+    async def _look_up_again(self, gone: NotFoundError) -> None:
+        """After ``gone``: an object of the segment being read is no longer stored (a compaction
+        replaced the segment, or retention deleted it, since it was looked up). The next offset is
+        looked up afresh, and the stream goes on from the copy holding it now.
+
+        Raises:
+            OffsetOutOfRangeError: no copy holds the next offset any more.
+            NotFoundError: ``gone``, where the copy still said to hold the next offset is the one
+                whose object is missing.
+        """
+        tp, offset, failed = self.plan.tp, self.next_offset, self._reading
+        self._lookups = self._lookups + 1 if offset == self._looked_up_at else 1
+        self._looked_up_at = offset
+        self.service.invalidate(tp)  # the store changed since the segment was looked up
+        segment = await self._segment_for(offset)
+        if segment is None:
+            raise OffsetOutOfRangeError(
+                f"no remote segment of {tp} holds offset {offset} any more ({gone})"
+            ) from gone
+        if self._lookups > MAX_REMOTE_LOOKUPS or (
+            failed is not None and failed.segment_id == segment.segment_id
+        ):
+            raise gone
+        log.info(
+            "a remote segment of %s went under a stream at offset %d (%s): reading on from %s",
+            tp,
+            offset,
+            gone,
+            segment.layout.log_key,
+        )
 
     async def _list_local_again(self) -> None:
         """List the broker's segments afresh (they changed under the stream): the log's new start."""
@@ -331,6 +376,7 @@ class BatchReader:
                     await ahead.pieces.aclose()
                 ahead = None
         segment = ahead.segment if ahead is not None else await self._segment_for(offset)
+        self._reading = segment
         if segment is None:
             deleted = (
                 " (the broker deleted its local segment under the stream)" if self._relisted_at >= 0 else ""
