@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import io
+import itertools
 import sys
 from array import array
 from collections.abc import Sequence
@@ -51,16 +52,22 @@ def record_batch(plan: RangePlan, batches: Sequence[StreamBatch]) -> pa.RecordBa
     if not batches:
         return empty_batch(STREAM_SCHEMA)
     cols = decode_group(plan, batches)
-    if cols is None:  # a corrupt batch: decoded one by one, which says which
-        decoded = decode_columns(
-            plan.tp,
-            [RawBatch(b.header, b.data) for b in batches],  # decoded at position 0 (local_header)
-            _NOTHING_ABORTED,
-            first_offset=plan.start,
-            last_offset=plan.end - 1,
-            name=batches[0].name,
+    if cols is None:  # a corrupt batch: decoded one by one, which says which, in its own object or file
+        decoded = [
+            decode_columns(
+                plan.tp,
+                [RawBatch(b.header, b.data) for b in read],  # decoded at position 0 (local_header)
+                _NOTHING_ABORTED,
+                first_offset=plan.start,
+                last_offset=plan.end - 1,
+                name=name,
+            ).select(list(STREAM_COLUMNS))
+            for name, read in itertools.groupby(batches, key=lambda b: b.name)
+        ]
+        table = pa.Table.from_batches(decoded)
+        return (
+            decoded[0] if len(decoded) == 1 or not table.num_rows else table.combine_chunks().to_batches()[0]
         )
-        return decoded.select(list(STREAM_COLUMNS))
     arrays = record_arrays(cols)
     headers = [b.header for b in batches]
     labels = [h.timestamp_type.label for h in headers]
