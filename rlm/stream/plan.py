@@ -5,10 +5,11 @@ or the answer of rlm's own offset-for-timestamp lookup for ``from_timestamp`` (a
 APIs take, special names included), or the log start offset. ``end`` is the smallest of
 ``end_offset``, the offset-for-timestamp answer of ``to_timestamp`` (the first record at or after
 it, which the stream leaves out) and the last fetchable offset: the high watermark, or with
-``read_committed`` the last stable offset. Without the broker's log (a query tier) the last
-fetchable offset is the highest offset copied, plus one, or with ``read_committed`` the remote
-tier's last stable offset when lower (:mod:`rlm.lookup.tier_stable`: a transaction whose marker
-is not tiered yet may still abort).
+``read_committed`` the last stable offset, at most the end of the broker's segments as listed for
+the plan (the broker may roll and checkpoint a higher watermark after they were listed).
+Without the broker's log (a query tier) the last fetchable offset is the highest offset copied,
+plus one, or with ``read_committed`` the remote tier's last stable offset when lower
+(:mod:`rlm.lookup.tier_stable`: a transaction whose marker is not tiered yet may still abort).
 
 A range that starts at or past its end is empty: it is not an error (a stream from the high
 watermark has nothing to send yet). An ``offset`` below the log start offset or past the end of
@@ -127,6 +128,8 @@ def plan_range(
     service.require_readable(tp, local, view)
     earliest = service.earliest_offset(tp, local, view)
     limit = service.last_fetchable(local, query.isolation, log_start=earliest)
+    if local is not None:
+        limit = min(limit, _listed_end(local))
     if local is None:
         limit = service.ask_store(lambda: service.store.highest_copied_offset(tp)) + 1
         if query.isolation is IsolationLevel.READ_COMMITTED:
@@ -164,6 +167,17 @@ def plan_range(
     segments = local.segments() if local is not None else []
     local_start = max(segments[0].base_offset, earliest) if segments else None
     return RangePlan(tp, start, end, limit, local_start, local, aborted, query.isolation)
+
+
+def _listed_end(local: PartitionDir) -> int:
+    """The end of the log as listed (pinned) for the plan: the stream reads these segments. The
+    broker may roll, append and checkpoint a high watermark past them after they were listed;
+    a range ending there would end short of its announced end once their batches are sent.
+    :data:`NO_END` when the listing's last segment is gone (the stream lists them again)."""
+    try:
+        return local.log_end_offset()
+    except FileNotFoundError:
+        return NO_END
 
 
 def _offset_for(

@@ -78,11 +78,12 @@ def tiered_local_segments(tiered: Tiered) -> list[Segment]:
     return found
 
 
-def stream(
-    tiered: Tiered, plan: RangePlan, on_batch: Callable[[StreamBatch], Awaitable[None]] | None = None
-) -> list[Record]:
-    """The records the stream of ``plan`` sends (``on_batch`` awaited as each batch is taken)."""
-    streams = tiered.runtime.streams
+def batches_sent(
+    rt: Runtime, plan: RangePlan, on_batch: Callable[[StreamBatch], Awaitable[None]] | None = None
+) -> list[StreamBatch]:
+    """The batches the stream of ``plan`` sends (``on_batch`` awaited as each batch is taken;
+    bounded by :data:`WAIT`: a stream that would never end fails)."""
+    streams = rt.streams
 
     async def read() -> list[StreamBatch]:
         reader = BatchReader(
@@ -101,7 +102,14 @@ def stream(
         await streams.remote.close()
         return taken
 
-    taken = asyncio.run(read())
+    return asyncio.run(asyncio.wait_for(read(), WAIT))
+
+
+def stream(
+    tiered: Tiered, plan: RangePlan, on_batch: Callable[[StreamBatch], Awaitable[None]] | None = None
+) -> list[Record]:
+    """The records the stream of ``plan`` sends (``on_batch`` awaited as each batch is taken)."""
+    taken = batches_sent(tiered.runtime, plan, on_batch)
     records = [r for b in taken for r in decode_batch(bytes(b.data), b.header._replace(position=0))]
     return [r for r in records if plan.start <= r.offset < plan.end]
 
@@ -259,6 +267,23 @@ def test_a_lookup_whose_listed_segment_is_deleted_under_it_answers_from_a_new_li
     assert missing, "the lookup found the deleted segment's files: the test tested nothing"
 
 
+def written(log_dir: Path, count: int, rolls: tuple[int, ...] = ()) -> None:
+    """A log of ``count`` one-record batches, a segment rolled at each offset of ``rolls``, its
+    high watermark checkpointed at its end."""
+    writer = LogDirWriter(log_dir, clock=lambda: NOW)
+    appender = writer.partition(TOPIC, 0)
+    for offset in range(count):
+        if offset in rolls:
+            appender.roll()
+        appender.append([ProducerRecord(NOW + offset, None, b"v%d" % offset)])
+    writer.close({LogTopicPartition(TOPIC, 0): count})
+
+
+def last_offsets_sent(rt: Runtime, plan: RangePlan) -> list[int]:
+    """The last offset of each batch the stream of ``plan`` sends."""
+    return [batch.header.last_offset for batch in batches_sent(rt, plan)]
+
+
 def test_a_remote_segment_reaching_into_the_local_log_past_a_gap_hands_over_to_it(
     tmp_path: Path, sqlite_template: Path
 ) -> None:
@@ -266,13 +291,7 @@ def test_a_remote_segment_reaching_into_the_local_log_past_a_gap_hands_over_to_i
     first local offset, with no records between the last one sent and that offset (compacted away):
     the stream goes on from the broker's files, not from the same remote segment again and again."""
     log_dir = tmp_path / "logs"
-    writer = LogDirWriter(log_dir, clock=lambda: NOW)
-    appender = writer.partition(TOPIC, 0)
-    for offset in range(40):
-        if offset in (10, 20, 30):
-            appender.roll()
-        appender.append([ProducerRecord(NOW + offset, None, b"v%d" % offset)])
-    writer.close({LogTopicPartition(TOPIC, 0): 40})
+    written(log_dir, 40, rolls=(10, 20, 30))
     partition = LogDir(log_dir).partition(TOPIC, 0)
     rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), tmp_path, log_dir)
     try:
@@ -282,23 +301,7 @@ def test_a_remote_segment_reaching_into_the_local_log_past_a_gap_hands_over_to_i
             deleted_by_the_broker(segment)
         plan = rt.streams.plan(RangeQuery(TopicPartition(TOPIC, 0), offset=0, end_offset=30))
         assert (plan.local_start, plan.end) == (20, 30)
-        streams = rt.streams
-
-        async def read() -> list[int]:
-            reader = BatchReader(
-                plan,
-                streams.service,
-                streams.indexes,
-                streams.remote,
-                on_threads,
-                chunk_bytes=streams.chunk_bytes,
-            )
-            offsets = [b.header.last_offset async for b in reader.batches()]
-            await streams.remote.close()
-            return offsets
-
-        # WAIT bounds a stream that would otherwise never end.
-        sent = asyncio.run(asyncio.wait_for(read(), WAIT))
+        sent = last_offsets_sent(rt, plan)
         assert sent == [o for o in range(30) if not 15 <= o < 20]
     finally:
         rt.close()
