@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from uuid import UUID
 
 from rlm.errors import InvalidArgumentError, OffsetOutOfRangeError
 from rlm.log.logdir import PartitionDir
@@ -93,6 +94,9 @@ class RangePlan:
     aborted: tuple[AbortedTxn, ...] = ()
     """With READ_COMMITTED, the aborted transactions touching the range (their batches are left out)."""
     isolation: IsolationLevel = IsolationLevel.READ_UNCOMMITTED
+    topic_id: UUID | None = None
+    """The topic id of the broker's directory when planned (None without one): a directory holding
+    another is a topic made again under the name since, whose files the stream must not read."""
 
     @property
     def empty(self) -> bool:
@@ -166,7 +170,8 @@ def plan_range(
         local, aborted = _aborted_listed(tp, service, local, collect)
     segments = local.segments() if local is not None else []
     local_start = max(segments[0].base_offset, earliest) if segments else None
-    return RangePlan(tp, start, end, limit, local_start, local, aborted, query.isolation)
+    topic_id = local_topic_id(local)
+    return RangePlan(tp, start, end, limit, local_start, local, aborted, query.isolation, topic_id)
 
 
 def _listed_end(local: PartitionDir) -> int:

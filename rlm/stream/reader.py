@@ -52,11 +52,13 @@ from rlm.errors import CorruptDataError, NotFoundError, OffsetOutOfRangeError
 from rlm.log.aborted import AbortedIndex
 from rlm.log.byte_source import FileSource
 from rlm.log.clip import cut_short
+from rlm.log.logdir import PartitionDir
 from rlm.log.model import BatchHeader
 from rlm.log.segment import Segment
 from rlm.lookup import answer_end
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
+from rlm.lookup.topic_ids import is_other_topic, local_topic_id
 from rlm.metastore.model import RemoteSegment
 from rlm.stream.chunks import (
     Batch,
@@ -489,7 +491,7 @@ class BatchReader:
             offset = self.next_offset
             try:
                 position = await self._blocking(lambda: segment.offset_index().lookup(offset).position)  # noqa: B023
-                source = await self._blocking(segment.open)
+                source = await self._blocking(partial(self._open, local, segment))
             except FileNotFoundError:  # the broker deleted it since it was listed
                 self._relist = True
                 return
@@ -501,6 +503,23 @@ class BatchReader:
                 source.close()
             if self._done:
                 return
+
+    def _open(self, local: PartitionDir, segment: Segment) -> FileSource:
+        """``segment`` opened, where the broker's directory holds the planned topic still (blocking).
+
+        Raises:
+            NotFoundError: the directory is another topic's: the planned one was deleted and a
+                topic of the same name made since, whose files bear the same names.
+        """
+        source = segment.open()
+        found = local_topic_id(local)
+        if is_other_topic(found, self.plan.topic_id):
+            source.close()
+            raise NotFoundError(
+                f"the topic of {self.plan.tp} was deleted under the stream at offset {self.next_offset}: "
+                f"{local.path} now holds topic id {found}, the stream's was {self.plan.topic_id}"
+            )
+        return source
 
     async def _segment_runs(
         self, segment: Segment, source: FileSource, position: int
