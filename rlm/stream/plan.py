@@ -134,7 +134,7 @@ def plan_range(
     limit = service.last_fetchable(local, query.isolation, log_start=earliest)
     if local is not None:
         limit = min(limit, _listed_end(local))
-    if local is None:
+    else:
         limit = service.ask_store(lambda: service.store.highest_copied_offset(tp)) + 1
         if query.isolation is IsolationLevel.READ_COMMITTED:
             stable = service.tier_stable_offset(tp, view, log_start=earliest)
