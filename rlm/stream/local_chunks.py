@@ -85,10 +85,10 @@ class Encoding(NamedTuple, Generic[T]):
         group that cannot be decoded, and its error (None when there is none)."""
         made: list[T] = []
         for group in self.groups(batches):
-            try:
-                made.append(self.encode(group))
-            except CorruptDataError as exc:
-                return made, exc
+            done, damaged = encode_until_damaged(self.encode, group)
+            made += done
+            if damaged is not None:
+                return made, damaged
         return made, None
 
     def groups(self, batches: list[StreamBatch]) -> list[list[StreamBatch]]:
@@ -118,6 +118,27 @@ class Encoding(NamedTuple, Generic[T]):
             held += size
             count += records
         return groups
+
+
+def encode_until_damaged(
+    encode: Callable[[Sequence[StreamBatch]], T], batches: Sequence[StreamBatch]
+) -> tuple[list[T], CorruptDataError | None]:
+    """``[encode(batches)]`` and None; where one of them cannot be decoded, ``encode`` of those
+    before it (nothing when it is the first) and its error, so that a stream sends every record
+    before a damaged batch, as a Kafka consumer is given them, before it fails: a group sent
+    whole or not at all would leave the records before the damage out of reach of a stream
+    resumed after the last one it sent."""
+    try:
+        return [encode(batches)], None
+    except CorruptDataError as exc:
+        where = (exc.path, exc.position)
+        damaged = next((i for i, b in enumerate(batches) if (b.name, b.header.position) == where), 0)
+        if damaged:
+            try:
+                return [encode(batches[:damaged])], exc
+            except CorruptDataError:
+                pass
+        return [], exc
 
 
 class ChunkRead(NamedTuple, Generic[T]):

@@ -30,14 +30,16 @@ import logging
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
+from functools import partial
 from typing import TypeVar
 
+from rlm.errors import CorruptDataError
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.ranged_search import Checkpoint, never_cancelled
 from rlm.lookup.service import LookupService
 from rlm.metrics import Metrics
 from rlm.stream.chunks import StreamBatch
-from rlm.stream.local_chunks import Encoding
+from rlm.stream.local_chunks import Encoding, encode_until_damaged
 from rlm.stream.plan import RangePlan, RangeQuery, plan_range
 from rlm.stream.reader import AsyncRangeReader, BatchReader
 
@@ -249,7 +251,8 @@ class RecordStreams:
         to the next. Close the iterator (``contextlib.aclosing``) to cancel its reads."""
 
         def grouped(runs: AsyncIterator[list[StreamBatch]]) -> AsyncGenerator[T, None]:
-            return self.encoded(group_batches(runs, group_bytes, group_records), encode)
+            groups = group_batches(runs, group_bytes, group_records)
+            return _until_damaged(self.encoded(groups, partial(encode_until_damaged, encode)))
 
         encoding = Encoding(encode, group_bytes, group_records)
         return self._reader(plan).encoded(encoding, grouped, self.encodings)
@@ -271,6 +274,19 @@ class RecordStreams:
             self._idle_timer.cancel()
             self._idle_timer = None
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+async def _until_damaged(
+    made: AsyncGenerator[tuple[list[T], CorruptDataError | None], None],
+) -> AsyncGenerator[T, None]:
+    """The pieces of :func:`~rlm.stream.local_chunks.encode_until_damaged`'s answers, in order;
+    after those of a group with a damaged batch, its error."""
+    async with contextlib.aclosing(made):
+        async for pieces, damaged in made:
+            for piece in pieces:
+                yield piece
+            if damaged is not None:
+                raise damaged
 
 
 def _logged(call: Callable[[], object]) -> None:
