@@ -51,6 +51,7 @@ from rlm.log.broker_dirs import LocalPartitions, group_partitions
 from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import never_tiered
+from rlm.log.segment import Segment
 from rlm.metastore.model import Lease, PartitionState, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
@@ -171,6 +172,14 @@ def mark_log_start(
         if None not in (record.topic_id, topic_id) and record.topic_id != topic_id:
             return
         offset = record.remote_log_start_offset
+
+
+def _size(segment: Segment) -> int:
+    """The bytes of a local segment's ``.log``; 0 once the broker deleted it after the listing."""
+    try:
+        return segment.size()
+    except FileNotFoundError:
+        return 0
 
 
 class Retention:
@@ -353,7 +362,7 @@ class Retention:
             delete_segment(self.store, self.storage, stuck, now_ms=now, fence=lease, step=self.step)
         finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
         highest = max((s.end_offset for s in finished), default=-1)
-        local_only = sum(s.size() for s in partition.segments() if s.base_offset > highest)
+        local_only = sum(_size(s) for s in partition.segments() if s.base_offset > highest)
         record = self.store.get_partition(tp)
         remote_start = record.remote_log_start_offset if record is not None else -1
         # Finished segments below the remote log start offset are unreadable already (a pass

@@ -178,17 +178,24 @@ def test_retention_stops_at_the_first_segment_that_does_not_breach(
     assert _states(tiering)[:2] == [SegmentState.DELETE_SEGMENT_FINISHED, SegmentState.COPY_SEGMENT_FINISHED]
 
 
+def _four_of_five_tiered(
+    pair: Backend, tiering_factory: TieringFactory, log_dir: Path
+) -> tuple[Tiering, PartitionDir, list[RemoteSegment]]:
+    """Five rolled segments an hour old, the first four tiered (segment 4 is not replicated yet)."""
+    partition = _write(log_dir, [NOW - HOUR] * 5)
+    set_high_watermarks(log_dir, {TP: partition.segments()[4].base_offset})
+    tiering = _tiered(tiering_factory, pair, log_dir)
+    return tiering, partition, tiering.finished(TP)
+
+
 def test_size_retention_counts_local_only_bytes_and_never_started_copies(
     sqlite_fs: Backend,
     tiering_factory: TieringFactory,
     tmp_path: Path,
 ) -> None:
     log_dir = tmp_path / "logs"
-    partition = _write(log_dir, [NOW - HOUR] * 5)
+    tiering, partition, rows = _four_of_five_tiered(sqlite_fs, tiering_factory, log_dir)
     segments = partition.segments()
-    set_high_watermarks(log_dir, {TP: segments[4].base_offset})  # segment 4 is not replicated yet
-    tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
-    rows = tiering.finished(TP)
     assert len(rows) == 4
     remote = sum(r.size_bytes for r in rows)
     local_only = segments[4].size() + segments[5].size()
@@ -217,6 +224,30 @@ def test_size_retention_counts_local_only_bytes_and_never_started_copies(
         *[SegmentState.COPY_SEGMENT_FINISHED] * 3,
         SegmentState.COPY_SEGMENT_STARTED,
     ]
+
+
+def test_size_retention_counts_nothing_for_a_local_segment_the_broker_deleted_after_the_listing(
+    sqlite_fs: Backend,
+    tiering_factory: TieringFactory,
+    tmp_path: Path,
+) -> None:
+    """The broker deletes a segment (its own retention) between retention's listing of the local
+    segments and its read of their sizes: the segment is gone, not an error."""
+    log_dir = tmp_path / "logs"
+    tiering, partition, rows = _four_of_five_tiered(sqlite_fs, tiering_factory, log_dir)
+    segments = partition.segments()
+    listed = LogDir(log_dir).partition(TP.topic, TP.partition).pinned()
+    assert len(listed.segments()) == 6
+    segments[4].log_path.rename(segments[4].log_path.with_name(segments[4].log_path.name + ".deleted"))
+    over = rows[0].size_bytes + 100  # over the limit by segment 0 and 100 bytes, without segment 4
+    limit = sum(r.size_bytes for r in rows) + segments[5].size() - over
+
+    (outcome,) = tiering.retention(settings=_with_topic(tiering.settings, retention_bytes=limit)).run_once(
+        [listed]
+    )
+
+    assert (outcome.error, outcome.deleted_segments) == (None, 1)
+    assert _states(tiering)[:2] == [SegmentState.DELETE_SEGMENT_FINISHED, SegmentState.COPY_SEGMENT_FINISHED]
 
 
 def test_log_start_offset_retention_deletes_segments_wholly_below_it(
