@@ -5,8 +5,9 @@ Per partition, oldest segment first, a ``COPY_SEGMENT_FINISHED`` segment is dele
 * time: its max timestamp ≤ now - ``retention.ms`` (the largest record timestamp, never mtimes;
   for a segment whose records carry no timestamp, when it was tiered:
   :meth:`~rlm.metastore.model.RemoteSegment.age_ms`);
-* size: the partition (remote finished + local-only segments) is over ``retention.bytes`` and
-  stays at or over it without this segment;
+* size: the partition (remote finished + local-only segments: as Kafka counts them, those from the
+  one starting at the highest tiered offset on) is over ``retention.bytes`` and stays at or over it
+  without this segment;
 * log start offset: it lies wholly below the remote log start offset (a pass that advanced it
   and then died or failed left it behind), or, with ``remote.log.start.offset.from.broker`` on,
   below the log start offset the broker checkpointed (DeleteRecords). That is off by default: a
@@ -362,7 +363,9 @@ class Retention:
             delete_segment(self.store, self.storage, stuck, now_ms=now, fence=lease, step=self.step)
         finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
         highest = max((s.end_offset for s in finished), default=-1)
-        local_only = sum(_size(s) for s in partition.segments() if s.base_offset > highest)
+        # As Kafka's onlyLocalLogSegmentsSize: from the segment starting at the highest tiered
+        # offset on (one a replica rolled there holds untiered offsets after it).
+        local_only = sum(_size(s) for s in partition.segments() if s.base_offset >= highest)
         record = self.store.get_partition(tp)
         remote_start = record.remote_log_start_offset if record is not None else -1
         # Finished segments below the remote log start offset are unreadable already (a pass

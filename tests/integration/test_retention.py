@@ -250,6 +250,32 @@ def test_size_retention_counts_nothing_for_a_local_segment_the_broker_deleted_af
     assert _states(tiering)[:2] == [SegmentState.DELETE_SEGMENT_FINISHED, SegmentState.COPY_SEGMENT_FINISHED]
 
 
+def test_size_retention_counts_a_local_segment_starting_at_the_highest_tiered_offset_as_kafka_does(
+    backend: Backend,
+    tiering_factory: TieringFactory,
+    tmp_path: Path,
+) -> None:
+    """A replica that rolls at offsets of its own holds the lease after the one that tiered 0..39:
+    its segment starting at 39 holds 39..48, 40..48 never tiered. Kafka counts every segment from the
+    highest tiered offset on as local-only (``UnifiedLog.onlyLocalLogSegmentsSize``)."""
+    log_dir = tmp_path / "logs"
+    write_log(log_dir, 4, 4, 4, 4)
+    tiering = tiering_factory(backend, log_dir, FakeClock(WRITER_NOW_MS))
+    assert tiering.copier().run_once()[0].error is None
+    assert [s[:2] for s in spans(tiering)] == [(0, 9), (10, 19), (20, 29), (30, 39)]
+    write_log(log_dir, 4, 4, 4, (9, 4), 4, 4)  # segments from 0, 10, 20, 30, 39, 49 and 59
+    segments = LogDir(log_dir).partition(TP.topic, TP.partition).segments()
+    assert segments[4].base_offset == 39
+    remote = sum(r.size_bytes for r in tiering.finished(TP))
+    local_only = sum(s.size() for s in segments[4:])
+    over = tiering.finished(TP)[0].size_bytes + 1  # segment 0 goes, the rest stays over the limit
+    limit = _with_topic(tiering.settings, retention_bytes=remote + local_only - over)
+
+    (outcome,) = tiering.retention(settings=limit).run_once()
+
+    assert (outcome.error, outcome.deleted_segments) == (None, 1)
+
+
 def test_log_start_offset_retention_deletes_segments_wholly_below_it(
     sqlite_fs: Backend,
     tiering_factory: TieringFactory,
