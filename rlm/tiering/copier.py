@@ -339,8 +339,13 @@ class Copier:
             if self.stopping.is_set():
                 break
             # Renew between segments (a backlog may take long); a lease lost meanwhile fences the
-            # next write, which ends the pass with StaleLeaseError.
-            lease = self.leases.hold(tp) or lease
+            # next write, which ends the pass with StaleLeaseError. One taken anew (another holder
+            # had it meanwhile, and may have tiered or retired copies) ends the pass: the plan is
+            # stale, and the next pass makes it again.
+            renewed = self.leases.hold(tp)
+            if renewed is not None and renewed.epoch != lease.epoch:
+                break
+            lease = renewed or lease
             try:
                 prepared = prepare_segment(
                     partition,

@@ -254,3 +254,30 @@ def test_a_process_whose_epoch_a_failover_gave_another_process_of_its_broker_lea
         assert keeper.holder(TP) == f"another process with broker.id 1 (incarnation {other})"
     finally:
         store.close()
+
+
+def test_a_copier_whose_lease_was_taken_and_given_back_between_two_segments_copies_nothing_twice(
+    sqlite_fs: Backend, tiering_factory: TieringFactory, log_dir: Path
+) -> None:
+    """Another process of the broker (``rlm copy --once``, say) takes the lease over while the
+    copier is between two segments of its backlog, tiers the rest and stops, giving the lease up:
+    the copier's plan is stale, and the rest is tiered once."""
+    clock = FakeClock()
+    first, second = tiering_factory(sqlite_fs, log_dir, clock), tiering_factory(sqlite_fs, log_dir, clock)
+    partition = LogDir(log_dir).partition(TP.topic, TP.partition)
+    assert len(partition.rolled_segments()) >= 3
+    taken: list[str] = []
+
+    def takeover(name: str) -> None:
+        if name == "copy_finished" and not taken:
+            taken.append(name)
+            (other,) = [o for o in second.copier().run_once() if o.topic_partition == TP]
+            assert other.error is None and other.copied_segments > 0
+            second.leases.release_all()
+
+    outcome = first.copier(step=takeover).copy_partition(partition)
+
+    assert outcome.error is None and outcome.copied_segments == 1
+    starts = [s.start_offset for s in first.finished(TP)]
+    assert len(starts) == len(set(starts)) == len(partition.rolled_segments())
+    assert_invariants(first.store, first.storage, [log_dir], untiered=[TopicPartition("orders", 1)])
