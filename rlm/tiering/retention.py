@@ -13,16 +13,18 @@ Per partition, oldest segment first, a ``COPY_SEGMENT_FINISHED`` segment is dele
   below the log start offset the broker checkpointed (DeleteRecords). That is off by default: a
   follower checkpoints the leader's log start offset, which the leader's local retention moves;
 
-and the pass stops at the first segment that breaches none. Time and size apply only to topics whose
-``cleanup.policy`` has ``delete`` (as Kafka's ``UnifiedLog.deleteOldSegments``): a topic that is only
-``compact`` keeps its segments whatever ``retention.ms`` and ``retention.bytes`` say, and loses them
-only to the log start offset. The remote log start offset advances past the deleted segments
-(not past a kept copy's other records there: :func:`log_start_after`) *before* anything is
-deleted, so readers never look for data that is going away, and is written beside the segments
-(:mod:`rlm.storage.log_start`, for a metadata store rebuilt from the objects); each segment
-then goes ``DELETE_SEGMENT_STARTED`` → objects deleted → ``DELETE_SEGMENT_FINISHED``. Segments
-still being copied are never counted nor deleted; a delete left half done by a crash is finished
-by the next pass. Only the lease holder runs it.
+and the pass stops at the first segment that breaches none, or at the first copy the broker's log
+diverged from (an unclean leader election) that is not wholly below that log start offset: the
+copier retires it and tiers the broker's log there again first (:mod:`rlm.tiering.lineage_keeper`).
+Time and size apply only to topics whose ``cleanup.policy`` has ``delete`` (as Kafka's
+``UnifiedLog.deleteOldSegments``): a topic that is only ``compact`` keeps its segments whatever
+``retention.ms`` and ``retention.bytes`` say, and loses them only to the log start offset. The
+remote log start offset advances past the deleted segments (not past a kept copy's other records
+there: :func:`log_start_after`) *before* anything is deleted, so readers never look for data that is
+going away, and is written beside the segments (:mod:`rlm.storage.log_start`, for a metadata store
+rebuilt from the objects); each segment then goes ``DELETE_SEGMENT_STARTED`` → objects deleted →
+``DELETE_SEGMENT_FINISHED``. Segments still being copied are never counted nor deleted; a delete
+left half done by a crash is finished by the next pass. Only the lease holder runs it.
 
 Rows of segments whose deletion finished are kept for
 ``remote.log.metadata.deleted.segments.retention.ms`` (a verification or an orphan scan that
@@ -62,6 +64,7 @@ from rlm.tiering.cluster_guard import ClusterGuard
 from rlm.tiering.copier import Clock, wall_clock_ms
 from rlm.tiering.deletion import Step, deferred, delete_segment, no_step
 from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.lineage import find_divergence
 from rlm.tiering.local_partitions import LogDirLister, duplicated
 from rlm.tiering.overview import remote_log_start
 from rlm.tiering.removed_topics import RemovedTopics
@@ -173,6 +176,34 @@ def mark_log_start(
         if None not in (record.topic_id, topic_id) and record.topic_id != topic_id:
             return
         offset = record.remote_log_start_offset
+
+
+def _before_divergence(
+    doomed: list[RemoteSegment], partition: PartitionDir, finished: list[RemoteSegment], log_start: int
+) -> list[RemoteSegment]:
+    """``doomed`` up to the first copy the broker's log diverged from (an unclean leader election:
+    :func:`rlm.tiering.lineage.find_divergence`), but for those wholly below ``log_start``.
+
+    The copier retires that copy and the ones after it and tiers the broker's log again from its
+    start (:mod:`rlm.tiering.lineage_keeper`); deleted first, it would count as tiered, and the
+    broker's records there, which nothing said expired, would never be tiered.
+    """
+    epochs = partition.leader_epochs()
+    checkpointed = partition.high_watermark()
+    if not doomed or not epochs or checkpointed is None:
+        return doomed
+    found = find_divergence(
+        finished,
+        epochs,
+        log_start_offset=max(partition.log_start_offset(), log_start),
+        high_watermark=min(checkpointed, partition.log_end_offset()),
+    )
+    if found is None:
+        return doomed
+    for kept, segment in enumerate(doomed):
+        if segment.start_offset >= found.replace_from and segment.end_offset >= log_start:
+            return doomed[:kept]
+    return doomed
 
 
 def _size(segment: Segment) -> int:
@@ -380,6 +411,7 @@ class Retention:
             local_only_bytes=local_only,
             log_start_offset=log_start if log_start >= 0 else None,
         )
+        doomed = _before_divergence(doomed, partition, finished, log_start)
         labels = (tp.topic, str(tp.partition))
         if not doomed:
             self.metrics.remote_log_size_bytes.labels(*labels).set(sum(s.size_bytes for s in finished))
