@@ -12,13 +12,14 @@ exact semantics, overlapping segments included.
 Lifetime: a partition's list is read at the first remote search that needs it (partitions that
 only see local lookups never read it) and kept while the store's record of the partition, as the
 lookup service's remote-tier summary last read it, is unchanged: its highest copied offset, remote
-log start offset, remote size and topic id (the *version*; a topic created again under the name
-and tiered to the deleted one's offsets and size is another). Finished segments with offsets not
-copied before only appear with a higher highest copied offset, so a list of the same version
-lacks at most copies again of offsets a listed segment holds; retention's deletions advance the
-log start offset or shrink the size. Either way the next search reads the list again. What a
-list of the version at hand may still name, a segment deleted since the summary was read, is the
-lookup service's to handle (see :mod:`rlm.lookup.service`). ``drop`` forgets a list at once.
+log start offset, remote size, topic id and lineage (the *version*; a topic created again under
+the name, or copies replaced from some offset on and tiered again, to the same offsets and size,
+is another). Finished segments with offsets not copied before only appear with a higher highest
+copied offset, so a list of the same version lacks at most copies again of offsets a listed
+segment holds; retention's deletions advance the log start offset or shrink the size. Either
+way the next search reads the list again. What a list of the version at hand may still name, a
+segment deleted since the summary was read, is the lookup service's to handle (see
+:mod:`rlm.lookup.service`). ``drop`` forgets a list at once.
 
 Bounds: a partition with more than ``max_segments`` finished segments (default
 :data:`DEFAULT_MAX_SEGMENTS`) is not kept; its searches ask the store. Whether it is still over

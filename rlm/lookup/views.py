@@ -79,12 +79,13 @@ class RemoteTierView:
     """The remote log start offset retention advanced; -1 before it ever did."""
     max_timestamp: int | None
     """The largest max timestamp of the finished segments; None when there are none."""
-    version: tuple[int, int, int, UUID | None] | None
+    version: tuple[int, int, int, UUID | None, int] | None
     """The partition's highest copied offset, remote log start offset and remote size (what
-    changes when finished segments come or go), and the topic id its record names: a topic
-    created again under the name, tiered to the same offsets and size as the deleted one, is
-    another version, so that nothing kept for the deleted topic's (a process's segment list,
-    its tiered stable offset) is reused for it. None when the store does not know it."""
+    changes when finished segments come or go), the topic id its record names and its lineage:
+    a topic created again under the name, or copies replaced from some offset on (an unclean
+    leader election) and tiered again to the same offsets and size, is another version, so that
+    nothing kept for the old copies (a process's segment list, its tiered stable offset) is
+    reused for the new ones. None when the store does not know it."""
     local_base: int | None
     """Base offset of the broker's first local segment when the view was read."""
     read_at: float
@@ -268,12 +269,13 @@ def _of_local_topic(
     return RemoteTierSummary(record, None, None)
 
 
-def _version(record: PartitionRecord) -> tuple[int, int, int, UUID | None]:
+def _version(record: PartitionRecord) -> tuple[int, int, int, UUID | None, int]:
     return (
         record.highest_copied_offset,
         record.remote_log_start_offset,
         record.remote_log_size_bytes,
         record.topic_id,
+        record.lineage,
     )
 
 

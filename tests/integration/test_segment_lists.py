@@ -13,7 +13,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
+import uuid
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
@@ -406,3 +408,38 @@ def test_a_lookup_after_retention_deleted_a_listed_segment_answers_as_the_store(
     for timestamp in later:
         assert sidecar.answer(timestamp) == truth.for_timestamp(timestamp), timestamp
     assert sidecar.store.searches == searches
+
+
+def test_a_list_read_before_copies_were_replaced_is_not_reused_at_the_same_offsets_and_size(
+    sidecar_of: SidecarOf,
+) -> None:
+    sidecar = sidecar_of()
+    tiered, truth = sidecar.tiered, sidecar.tiered.truth
+    store = sidecar.store  # the same database as the runtime's
+    *_, diverged, last = sidecar.finished()
+    target = diverged.max_timestamp_ms
+    assert sidecar.answer(target) == truth.for_timestamp(target)
+    assert sidecar.store.listings == 1
+    before = store.get_partition(tiered.tp)
+    assert before is not None
+
+    # Another sidecar finds the last two copies diverged from the broker's log (an unclean leader
+    # election) and tiers the log again over the same offsets, to the same size; the new leader's
+    # records there are older than the diverged copy's. The retired copies' objects still exist.
+    assert store.truncate_copies(tiered.tp, diverged.start_offset, event_time_ms=1) == 2
+    started = SegmentState.COPY_SEGMENT_STARTED
+    again = dataclasses.replace(diverged, segment_id=uuid.uuid4(), max_timestamp_ms=target - 1, state=started)
+    add_finished(store, again, dataclasses.replace(last, segment_id=uuid.uuid4(), state=started))
+    after = store.get_partition(tiered.tp)
+    assert after is not None and after.lineage == before.lineage + 1
+    assert (after.highest_copied_offset, after.remote_log_start_offset, after.remote_log_size_bytes) == (
+        before.highest_copied_offset,
+        before.remote_log_start_offset,
+        before.remote_log_size_bytes,
+    )
+
+    # The store's answer is the first offset of the last copy: the replaced copy of `diverged`
+    # holds nothing that recent.
+    sidecar.clock.advance(7200)
+    assert sidecar.answer(target).offset == last.start_offset
+    assert sidecar.store.listings == 2
