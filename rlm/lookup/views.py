@@ -125,6 +125,11 @@ class RemoteViews:
         self._views: dict[TopicPartition, RemoteTierView] = {}
         self._refreshing = tuple(threading.Lock() for _ in range(REFRESH_LOCKS))
         self._refresh_claims: dict[TopicPartition, RemoteTierView] = {}
+        # Invalidations counted, and when each partition (all of them: _cleared) was last
+        # invalidated: a read that began before is returned to its caller but not kept.
+        self._invalidations = 0
+        self._invalidated: dict[TopicPartition, int] = {}
+        self._cleared = 0
         self._lock = threading.Lock()
 
     def get(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
@@ -152,6 +157,8 @@ class RemoteViews:
         Raises:
             MetadataUnavailableError: the store is down or did not answer.
         """
+        with self._lock:
+            began = self._invalidations
         bases = {tp: _first_base(local) for tp, local in partitions.items()}
         ids = {tp: _local_identity(local) for tp, local in partitions.items()}
         now = self._clock()
@@ -168,7 +175,8 @@ class RemoteViews:
             if (v.known or partitions[tp] is not None) and v.unreadable_topic_id is None
         }
         with self._lock:
-            self._views.update(kept)
+            if self._cleared <= began:
+                self._views.update((tp, v) for tp, v in kept.items() if self._invalidated.get(tp, 0) <= began)
         return views
 
     def cached(
@@ -217,12 +225,17 @@ class RemoteViews:
             return len(self._views)
 
     def invalidate(self, tp: TopicPartition | None = None) -> None:
-        """Forget the view of ``tp`` (of every partition when None): the next lookup asks the store."""
+        """Forget the view of ``tp`` (of every partition when None): the next lookup asks the
+        store, and a read of it begun before is not kept."""
         with self._lock:
+            self._invalidations += 1
             if tp is None:
                 self._views.clear()
+                self._invalidated.clear()
+                self._cleared = self._invalidations
             else:
                 self._views.pop(tp, None)
+                self._invalidated[tp] = self._invalidations
 
 
 def _view(summary: RemoteTierSummary | None, local_base: int | None, now: float) -> RemoteTierView:
