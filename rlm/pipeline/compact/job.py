@@ -220,6 +220,9 @@ def compact(
         for result in results:
             by_partition.setdefault(owners[result.index], []).append((outputs[result.index], result))
         for tp, done in by_partition.items():
+            # The replaced segments' delay runs from the swap, not from the job's start: the reads
+            # that picked them before the swap may have started long after the job did.
+            swapped_at = now if now_ms is not None else max(now, _clock())
             reports[tp] = _finish(
                 store,
                 storage,
@@ -227,7 +230,7 @@ def compact(
                 done,
                 options.dry_run,
                 now,
-                settings.remote_compaction_delete_delay_ms,
+                swapped_at + settings.remote_compaction_delete_delay_ms,
             )
             reports[tp].seconds = time.monotonic() - started
     finally:
@@ -279,9 +282,10 @@ def _finish(
     done: list[tuple[OutputPlan, GroupResult]],
     dry_run: bool,
     now: int,
-    delay_ms: int,
+    delete_after_ms: int,
 ) -> PartitionReport:
-    """Swap one partition's outputs in (or discard them) and report."""
+    """Swap one partition's outputs in (or discard them) and report; the replaced segments' objects
+    may go from ``delete_after_ms`` on."""
     tp = done[0][0].inputs[0].topic_partition
     counts = Counts()
     for _, result in done:
@@ -305,7 +309,7 @@ def _finish(
         replaced = [s.segment.segment_id for plan, _ in done for s in plan.inputs]
         try:
             # Long.MAX_VALUE keeps the replaced objects for good, never past what a BIGINT holds.
-            delete_after = min(now + delay_ms, INT64_MAX)
+            delete_after = min(delete_after_ms, INT64_MAX)
             if store.swap_compacted(lease, rows, replaced, now_ms=now, delete_after_ms=delete_after):
                 _mark_swapped(storage, tp, rows)
                 return report
