@@ -45,7 +45,7 @@ READINESS_PARTITION = TopicPartition("__rlm_readiness", 0)
 READINESS_PREFIX = "rlm-readiness-probe/"
 
 
-def open_store(settings: Settings, metrics: Metrics | None = None) -> MetadataStore:
+def open_store(settings: Settings, metrics: Metrics | None = None) -> CompactionStore:
     """Connect to the metadata store (checks its schema; see ``rlm db upgrade``), with the
     deadlines of the ``metadata.*`` settings; ``metrics`` counts the calls that get no answer."""
     from metadata import SqlMetadataStore
@@ -153,7 +153,7 @@ class Runtime:
     """The wired application: store, storage, metrics and the background jobs."""
 
     settings: Settings
-    store: MetadataStore
+    store: CompactionStore
     storage: RemoteStorage
     metrics: Metrics
     leases: LeaseKeeper
@@ -207,7 +207,7 @@ def build_runtime(
     settings: Settings,
     *,
     registry: CollectorRegistry | None = None,
-    store: MetadataStore | None = None,
+    store: CompactionStore | None = None,
     storage: RemoteStorage | None = None,
     index_cache_on_demand: bool = False,
 ) -> Runtime:

@@ -31,7 +31,9 @@ topic's id (the topic created again may have been adopted since the checks):
    deletes): reads stop finding the partition's remote records at once.
 4. ``DELETE_PARTITION_STARTED``; every segment of the partition is deleted, oldest first
    (compaction's delete delay does not apply: there are no readers to let finish), then the
-   partition's remote-log-start marker.
+   outputs compaction jobs wrote and never swapped in (a job that died before its swap: they
+   hold the topic's records too, and a rebuild from the objects would make them rows again),
+   then the partition's remote-log-start marker.
 5. ``DELETE_PARTITION_FINISHED``; the lease is given back.
 
 Every step may be run again: a run that died anywhere is finished by the next. The topic created
@@ -51,6 +53,7 @@ from rlm.log.broker_dirs import offline_problem
 from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.logdir import LogDir
 from rlm.lookup.topic_ids import local_topic_id
+from rlm.metastore.compaction import CompactionStore
 from rlm.metastore.model import PartitionRecord, PartitionState, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.description import TOPIC_DELETED
@@ -93,7 +96,7 @@ def deleted_topic_partitions(store: MetadataStore, topic: str) -> list[TopicPart
 
 
 def delete_partition(
-    store: MetadataStore,
+    store: CompactionStore,
     storage: RemoteStorage,
     leases: LeaseKeeper,
     tp: TopicPartition,
@@ -186,6 +189,7 @@ def delete_partition(
                 deleted += 1
                 deleted_bytes += segment.size_bytes
             lease = leases.hold(tp) or lease
+        _delete_compaction_outputs(store, storage, tp)
         storage.delete_objects([marker_key(tp, topic_id)])
         store.update_partition_state(
             tp, PartitionState.DELETE_PARTITION_FINISHED, event_time_ms=clock(), fence=lease
@@ -200,6 +204,18 @@ def delete_partition(
         deleted_bytes,
     )
     return PartitionDeletion(tp, deleted, deleted_bytes)
+
+
+def _delete_compaction_outputs(store: CompactionStore, storage: RemoteStorage, tp: TopicPartition) -> None:
+    """Delete the objects of the outputs compaction jobs recorded for ``tp`` and never swapped in,
+    then forget them (the store swaps nothing into a partition being deleted)."""
+    outputs = store.compaction_outputs(tp)
+    if not outputs:
+        return
+    keys = [key for output in outputs for key in (output.log_key, output.index_key)]
+    storage.abort_incomplete_puts(keys)
+    storage.delete_objects(keys)
+    store.forget_compaction_outputs(tp, [output.segment_id for output in outputs])
 
 
 def _recently_held(store: MetadataStore, tp: TopicPartition, now_ms: int, idle_ms: int) -> str | None:

@@ -43,8 +43,8 @@ from rlm.log.cluster_metadata import (
     TopicRemoval,
     find_cluster_metadata,
 )
+from rlm.metastore.compaction import CompactionStore
 from rlm.metastore.model import PartitionState
-from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.copier import Clock, wall_clock_ms
@@ -59,7 +59,7 @@ log = logging.getLogger("rlm.retention")
 class RemovedTopics:
     """Finds the topics the cluster deleted and deletes their partitions from the remote tier."""
 
-    store: MetadataStore
+    store: CompactionStore
     storage: RemoteStorage
     leases: LeaseKeeper
     metrics: Metrics

@@ -55,6 +55,7 @@ from rlm.log.checkpoints import epoch_for_offset
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import never_tiered
 from rlm.log.segment import Segment
+from rlm.metastore.compaction import CompactionStore
 from rlm.metastore.model import Lease, PartitionState, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
@@ -220,7 +221,7 @@ class Retention:
     def __init__(
         self,
         settings: Settings,
-        store: MetadataStore,
+        store: CompactionStore,
         storage: RemoteStorage,
         metrics: Metrics,
         *,
