@@ -15,9 +15,9 @@ Per partition of a topic whose ``cleanup.policy`` has ``compact``:
    :mod:`rlm.storage.description`), so that a rebuild of the metadata chooses what the database
    held.
 
-A partition whose segment cannot be read fails alone, untouched; the others go on. With
-``dry_run`` the job reads and decides, builds the outputs in memory to count what they would
-drop, and writes nothing (no lease, no cleanup, no object, no row).
+A partition whose segment cannot be read, or whose cleanup fails, fails alone, untouched; the
+others go on. With ``dry_run`` the job reads and decides, builds the outputs in memory to count
+what they would drop, and writes nothing (no lease, no cleanup, no object, no row).
 """
 
 from __future__ import annotations
@@ -167,9 +167,16 @@ def compact(
                     )
                     continue
                 leases[tp] = lease
-                cleaned += cleanup(
-                    store, storage, tp, now_ms=now, delay_ms=settings.remote_compaction_delete_delay_ms
-                )
+                try:
+                    cleaned += cleanup(
+                        store, storage, tp, now_ms=now, delay_ms=settings.remote_compaction_delete_delay_ms
+                    )
+                except (RlmError, OSError) as exc:
+                    # The partition fails alone, untouched; what is left is the next job's to clean.
+                    reports[tp] = PartitionReport(
+                        tp, "failed", f"cleaning up after earlier jobs failed: {exc}"
+                    )
+                    continue
             plans.append(plan_partition(store, record))
         plans = attach_aborted(plans, spec, engine.collect)
         fact_options = FactOptions(

@@ -8,6 +8,7 @@ segments. :func:`survivors` reads back what the remote tier holds, with kafka-py
 
 from __future__ import annotations
 
+import contextlib
 import random
 import struct
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import pytest
 import yaml
 from kafka.record import MemoryRecords
 
@@ -23,7 +25,10 @@ from rlm.log.dirwriter import LogDirWriter
 from rlm.log.model import Codec, ControlType
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
 from rlm.metastore.model import SegmentState, TopicPartition
-from rlm.pipeline.compact.job import CompactReport
+from rlm.pipeline.compact.engine import GroupResult, InProcessEngine
+from rlm.pipeline.compact.job import CompactOptions, CompactReport, compact
+from rlm.pipeline.compact.segment import OutputPlan
+from rlm.pipeline.storage import StorageSpec
 from rlm.storage.protocol import RemoteStorage
 from tests.pipeline.tiers import Tier
 
@@ -224,3 +229,26 @@ def assert_same_reports(got: Sequence[CompactReport], expected: Sequence[Compact
         assert [(p.topic_partition, p.status, p.counts) for p in mine.partitions] == [
             (p.topic_partition, p.status, p.counts) for p in theirs.partitions
         ]
+
+
+class KilledError(Exception):
+    """A compaction job died between writing its outputs and its swap."""
+
+
+def die_before_the_swap(tier: Tier, *, now_ms: int) -> None:
+    """Run a compaction job over ``tier`` that writes its outputs and dies before its swap: the
+    outputs are recorded and their objects stored, nothing swapped in."""
+    settings = compacting(tier.settings)
+    spec = StorageSpec.from_settings(settings)
+
+    class DiesAfterWriting(InProcessEngine):
+        def write(self, outputs: Sequence[OutputPlan], *, now_ms: int, write: bool) -> list[GroupResult]:
+            super().write(outputs, now_ms=now_ms, write=write)
+            raise KilledError("killed before the swap")
+
+    with (
+        tier.open_store() as store,
+        contextlib.closing(tier.open_storage()) as storage,
+        pytest.raises(KilledError),
+    ):
+        compact(store, storage, spec, DiesAfterWriting(spec), settings, CompactOptions(), now_ms=now_ms)
