@@ -323,6 +323,11 @@ def _finish(
             reason = "a replaced segment is no longer finished (retention or another job changed it)"
         except StaleLeaseError as exc:
             reason = str(exc)
+        except RlmError as exc:
+            # The swap may have landed: its outputs stay recorded, and the next job's cleanup
+            # keeps those swapped in and deletes the others.
+            report.status, report.reason = "failed", f"the swap failed: {exc}"
+            return report
     _discard(store, storage, tp, [plan for plan, _ in done])
     report.status = "failed" if errors else "discarded"
     report.reason = reason
