@@ -422,6 +422,7 @@ class SqlMetadataStore:
         event_time_ms: int,
         fence: Lease | None = None,
         written_ms: int | None = None,
+        log_start_offset: int = -1,
     ) -> TopicIdChange:
         """See :meth:`rlm.metastore.MetadataStore.adopt_topic_id`."""
         with self._transaction(write=False, snapshot=False) as conn:
@@ -431,7 +432,7 @@ class SqlMetadataStore:
             partitions.check_fence(row, fence)
             return TopicIdChange(topic_id, 0, reset=False)
         with self._fenced(tp, fence) as (conn, part):
-            return topic_ids.adopt(conn, part, topic_id, event_time_ms, written_ms)
+            return topic_ids.adopt(conn, part, topic_id, event_time_ms, written_ms, log_start_offset)
 
     def topic_id_retirees(
         self,

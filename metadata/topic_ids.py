@@ -34,7 +34,12 @@ CLOCK_SKEW_MS = 60_000
 
 
 def adopt(
-    conn: Connection, part: Row[Any], topic_id: UUID, now_ms: int, written_ms: int | None = None
+    conn: Connection,
+    part: Row[Any],
+    topic_id: UUID,
+    now_ms: int,
+    written_ms: int | None = None,
+    log_start_offset: int = -1,
 ) -> TopicIdChange:
     """Make ``topic_id`` the id of partition row ``part`` (locked by the caller); see
     :meth:`rlm.metastore.protocol.MetadataStore.adopt_topic_id`."""
@@ -57,7 +62,7 @@ def adopt(
     _remember_retired(conn, part.id, ids, topic_id, now_ms)
     reset = previous is not None or retired > 0
     if reset:
-        _reset(conn, part.id)
+        _reset(conn, part.id, log_start_offset)
         exports.forget_other_topics(conn, TopicPartition(part.topic, int(part.partition)), topic_id)
     conn.execute(update(PartitionRow).where(PartitionRow.id == part.id).values(topic_id=topic_id))
     return TopicIdChange(previous, retired, reset=reset)
@@ -194,12 +199,13 @@ def segment_added(conn: Connection, part: Row[Any], topic_id: UUID | None) -> No
     conn.execute(update(PartitionRow).where(PartitionRow.id == part.id).values(topic_id=None))
 
 
-def _reset(conn: Connection, partition_id: int) -> None:
-    """Set what the partition records back to what its remaining finished segments say."""
+def _reset(conn: Connection, partition_id: int, log_start_offset: int) -> None:
+    """Set what the partition records back to what its remaining finished segments say, and the
+    remote log start offset to ``log_start_offset`` (the adopted topic's own, or -1)."""
     recount.partition(conn, partition_id)
     conn.execute(
         update(PartitionRow)
         .where(PartitionRow.id == partition_id)
-        .values(remote_log_start_offset=-1, deletion_state=None, deletion_event_time_ms=None)
+        .values(remote_log_start_offset=log_start_offset, deletion_state=None, deletion_event_time_ms=None)
     )
     conn.execute(delete(SkippedRangeRow).where(SkippedRangeRow.partition_id == partition_id))

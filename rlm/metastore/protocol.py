@@ -233,6 +233,7 @@ class MetadataStore(Protocol):
         event_time_ms: int,
         fence: Lease | None = None,
         written_ms: int | None = None,
+        log_start_offset: int = -1,
     ) -> TopicIdChange:
         """Make ``topic_id`` (the broker's ``partition.metadata``) the id the partition's remote
         state belongs to, as Kafka keys remote state by ``TopicIdPartition``.
@@ -241,19 +242,19 @@ class MetadataStore(Protocol):
         * None recorded (a new partition, or one copied from a broker without
           ``partition.metadata``): the id is adopted; segments without an id stay the
           partition's.
-        * Another id recorded (the topic was deleted and created again under the same name), or
-          none recorded while segments of another id are live: in one transaction, every
-          ``COPY_SEGMENT_STARTED`` and ``COPY_SEGMENT_FINISHED`` segment of another id (and,
-          when another id was recorded, every one without an id: it was copied before) moves to
+        * Another id recorded (the topic was deleted and created again under the same name), or none
+          recorded while segments of another id are live: in one transaction, every
+          ``COPY_SEGMENT_STARTED`` and ``COPY_SEGMENT_FINISHED`` segment of another id (and, when
+          another id was recorded, every one without an id: it was copied before) moves to
           ``DELETE_SEGMENT_STARTED``, so lookups stop finding it at once and the usual deletion
           removes its objects; and what the partition records is set back to what its remaining
-          finished segments say (none, usually): the highest copied offset, per epoch too (the
-          only way it falls), the remote log size, the remote log start offset (-1), the skipped
-          ranges (none) and the deletion state (none); and the export ledger forgets the
-          partition's offsets not recorded for ``topic_id`` (see :meth:`export_offsets`), so the
-          next incremental export starts at the new topic's log start. The ids whose segments
-          were retired (the id recorded before among them, when it had any) are remembered as
-          retired.
+          finished segments say (none, usually): the highest copied offset, per epoch too (the only
+          way it falls), the remote log size, the remote log start offset (``log_start_offset``: -1,
+          or the one ``topic_id``'s own retention wrote beside its segments, read back), the skipped
+          ranges (none) and the deletion state (none); and the export ledger forgets the partition's
+          offsets not recorded for ``topic_id`` (see :meth:`export_offsets`), so the next
+          incremental export starts at the new topic's log start. The ids whose segments were
+          retired (the id recorded before among them, when it had any) are remembered as retired.
         * A retired id: refused, nothing changes. A topic's id never comes back; the broker that
           names it holds a stale replica of the deleted topic, and adopting it would retire the
           live topic's segments.

@@ -8,7 +8,10 @@ the broker's id (:meth:`~rlm.metastore.protocol.MetadataStore.adopt_topic_id`, f
 lease): a changed id moves the deleted topic's live segments to ``DELETE_SEGMENT_STARTED``, whose
 objects the usual deletion then removes (as Kafka deletes a deleted topic's remote segments), and
 resets the partition's highest copied and remote log start offsets, so that the new topic is
-tiered from its start.
+tiered from its start. The remote log start offset is reset to the one the adopted topic's own
+retention wrote beside its segments (:mod:`rlm.storage.log_start`), if any: a store rebuilt while
+the deleted topic's segments were still there holds rows of both topics, and the adopted topic's
+offsets below its log start must stay gone once the deleted topic's are retired.
 
 Before that transaction, the index object of each segment it is to retire is marked retired
 (:func:`rlm.storage.marks.mark_retired`, ``topic-deleted``): a store rebuilt from the objects
@@ -41,6 +44,7 @@ from rlm.metastore.model import Lease, TopicIdChange, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.metrics import Metrics
 from rlm.storage.description import TOPIC_DELETED
+from rlm.storage.log_start import marker_key, read_marker
 from rlm.storage.marks import mark_retired
 from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.deletion import Step, no_step
@@ -72,7 +76,10 @@ def adopt_local_topic_id(
             given back, or left to expire when giving it back failed
             (the message says what to look at).
         StaleLeaseError: ``lease`` was lost.
-        StorageError: Marking a segment to retire failed; nothing was retired.
+        StorageError: Marking a segment to retire, or reading the adopted topic's remote log
+            start marker, failed; nothing was retired.
+        CorruptDataError: The adopted topic's remote log start marker is not one rlm wrote
+            (the message names it); nothing was retired.
     """
     text = partition.topic_id()
     if text is None:
@@ -91,7 +98,15 @@ def adopt_local_topic_id(
             lease = leases.hold(tp) or lease
         if doomed:
             step("topic_segments_marked")
-        change = store.adopt_topic_id(tp, topic_id, event_time_ms=now_ms, fence=lease, written_ms=written_ms)
+        own_start = read_marker(storage, marker_key(tp, topic_id))
+        change = store.adopt_topic_id(
+            tp,
+            topic_id,
+            event_time_ms=now_ms,
+            fence=lease,
+            written_ms=written_ms,
+            log_start_offset=-1 if own_start is None else own_start,
+        )
     except RetiredTopicIdError as exc:
         _give_back(leases, tp)
         raise RetiredTopicIdError(

@@ -14,6 +14,7 @@ object holds; the late writer must leave the marker at the store's value.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,13 +25,18 @@ import pytest
 from metadata.store import SqlMetadataStore
 from rlm.config import Settings, TopicSettings
 from rlm.errors import StaleLeaseError
-from rlm.metastore.model import SegmentState
+from rlm.log.checkpoints import topic_id_to_uuid
+from rlm.log.logdir import LogDir
+from rlm.metastore.model import RemoteSegment, SegmentState
+from rlm.metrics import Metrics
 from rlm.pipeline.rebuild.job import restore_log_starts
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.filesystem import FilesystemStorage
 from rlm.storage.log_start import marker_key, marker_partition, read_marker, write_marker
 from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
+from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.retention import mark_log_start
+from rlm.tiering.topic_identity import adopt_local_topic_id
 from tests.clock import FakeClock
 from tests.metadata_support import TP, backend_url, open_store, segment
 from tests.tiering_support import BROKER_ID, Backend, SegmentPlan, Tiering, write_scripted_log_dir
@@ -143,3 +149,42 @@ def test_a_marker_written_late_by_a_sidecar_that_lost_its_lease_ends_at_the_stor
         assert restored is not None and restored.remote_log_start_offset == rows[2].start_offset
     finally:
         rebuilt.close()
+
+
+def _rebuilt_rows(store: SqlMetadataStore, *rows: RemoteSegment) -> None:
+    """Rows as ``rlm spark rebuild-metadata`` writes them: finished."""
+    for row in rows:
+        store.add_segment(row)
+        store.update_segment_state(row.segment_id, SegmentState.COPY_SEGMENT_FINISHED, event_time_ms=1)
+
+
+def test_adopting_the_brokers_id_keeps_its_topics_own_log_start_from_its_marker(
+    sqlite_store: SqlMetadataStore, fs_storage: FilesystemStorage, tmp_path: Path
+) -> None:
+    """A store rebuilt while a deleted topic's segments were still there beside its successor's:
+    adopting the successor's id retires the deleted topic's, and the log start is the one the
+    successor's retention had moved to (its marker), not none: its offsets below it stay gone."""
+    write_scripted_log_dir(tmp_path / "logs", {TP: [SegmentPlan(10, NOW)]})
+    partition = LogDir(tmp_path / "logs").partition(TP.topic, TP.partition)
+    assert partition.topic_id() is not None
+    new_id = topic_id_to_uuid(partition.topic_id() or "")
+    # The new topic's retention moved its log start to 50, and died before deleting [0, 49].
+    new = [dataclasses.replace(segment(s, s + 49), topic_id=new_id) for s in (0, 50)]
+    old = dataclasses.replace(segment(150, 299), topic_id=DELETED_TOPIC_ID)  # not yet deleted
+    _rebuilt_rows(sqlite_store, *new, old)
+    write_marker(fs_storage, TP, new_id, 50)
+    write_marker(fs_storage, TP, DELETED_TOPIC_ID, 150)
+    markers = {key: tp for key in fs_storage.list_keys("") if (tp := marker_partition(key)) is not None}
+    restore_log_starts(sqlite_store, fs_storage, markers, (), now_ms=NOW)
+    leases = LeaseKeeper(sqlite_store, BROKER_ID, 60_000)
+    lease = leases.hold(TP)
+    assert lease is not None
+
+    change = adopt_local_topic_id(
+        sqlite_store, fs_storage, partition, lease, leases, now_ms=NOW, metrics=Metrics()
+    )
+
+    assert change is not None and change.reset and change.retired == 1
+    record = sqlite_store.get_partition(TP)
+    assert record is not None and record.topic_id == new_id
+    assert record.remote_log_start_offset == 50
