@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 
-from rlm.errors import OlderTopicIdError, RetiredTopicIdError, RlmError
+from rlm.errors import OlderTopicIdError, RetiredTopicIdError, RlmError, StaleLeaseError
 from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
 from rlm.log.logdir import PARTITION_METADATA, PartitionDir
 from rlm.metastore.model import Lease, TopicIdChange, TopicPartition
@@ -75,7 +75,8 @@ def adopt_local_topic_id(
             it would retire were copied (:class:`~rlm.errors.OlderTopicIdError`); ``lease`` was
             given back, or left to expire when giving it back failed
             (the message says what to look at).
-        StaleLeaseError: ``lease`` was lost.
+        StaleLeaseError: ``lease`` was lost, or taken over and taken again while segments were
+            marked (nothing was retired: another holder may have changed what is to be retired).
         StorageError: Marking a segment to retire, or reading the adopted topic's remote log
             start marker, failed; nothing was retired.
         CorruptDataError: The adopted topic's remote log start marker is not one rlm wrote
@@ -95,7 +96,16 @@ def adopt_local_topic_id(
         for segment in doomed:
             mark_retired(storage, segment, now_ms=now_ms, why=TOPIC_DELETED)
             # Renewed between marks (a deleted topic may have many segments), as between copies.
-            lease = leases.hold(tp) or lease
+            # One taken anew (another holder had it meanwhile, and may have tiered or retired
+            # segments) ends the pass: the segments to retire are listed again at the next.
+            renewed = leases.hold(tp)
+            if renewed is not None and renewed.epoch != lease.epoch:
+                raise StaleLeaseError(
+                    f"{tp}: the copy lease was taken over while the deleted topic's segments were "
+                    f"marked retired (epoch {lease.epoch}, now {renewed.epoch}): they are listed again "
+                    "at the next pass"
+                )
+            lease = renewed or lease
         if doomed:
             step("topic_segments_marked")
         own_start = read_marker(storage, marker_key(tp, topic_id))

@@ -14,6 +14,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import update
@@ -25,14 +26,18 @@ from rlm.errors import (
     CorruptCheckpointError,
     MetadataUnavailableError,
     RetiredTopicIdError,
+    StaleLeaseError,
     StaleReplicaError,
     StorageUnavailableError,
 )
 from rlm.log.checkpoints import topic_id_to_uuid
 from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
 from rlm.metastore.model import UNKNOWN_BROKER, Lease, SegmentState, TopicPartition
-from rlm.storage.description import TOPIC_DELETED, Retirement
+from rlm.storage.delegate import DelegatingStorage
+from rlm.storage.description import RETIRED_KEY, TOPIC_DELETED, Retirement, read_retired
+from rlm.storage.protocol import PutResult, PutSource
 from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.topic_identity import adopt_local_topic_id
 from tests.retired_support import FailingMarks, SlowMarks, rebuilt_from_objects, retirements
 from tests.tiering_support import (
     BROKER_ID,
@@ -420,3 +425,68 @@ def test_a_partition_tiered_without_an_id_adopts_the_one_the_broker_writes(
     assert (record.topic_id, record.highest_copied_offset) == (topic_uuid(partition), 29)
     assert [s.topic_id for s in tiering.finished(TP)] == [None, None, None]
     assert tiering.registry.get_sample_value("rlm_topic_id_changes_total", LABELS) is None
+
+
+class TakenOverAtFirstMark(DelegatingStorage):
+    """``tiering``'s storage, where marking the first segment retired takes longer than the lease:
+    meanwhile ``takeover`` runs (another sidecar takes the lease, acts, and gives it back)."""
+
+    def __init__(self, tiering: Tiering, takeover: Callable[[], None]) -> None:
+        super().__init__(tiering.storage)
+        self.takeover: Callable[[], None] | None = takeover
+
+    def put_object(self, key: str, source: PutSource, **kwargs: Any) -> PutResult:
+        result = self.inner.put_object(key, source, **kwargs)
+        if RETIRED_KEY in (kwargs.get("metadata") or {}) and self.takeover is not None:
+            takeover, self.takeover = self.takeover, None
+            takeover()
+        return result
+
+
+def test_a_lease_taken_anew_while_marking_retires_no_segment_left_unmarked(
+    tiered: tuple[Tiering, Path], tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    """While the live replica's sidecar marks the deleted topic's segments, its lease expires; the
+    stale replica's sidecar (broker 2, whose log of the deleted topic is one segment further)
+    takes it, tiers that segment and gives the lease back. Every segment the live sidecar then
+    retires is marked first: one retired unmarked would come back in a store rebuilt from the
+    objects before they are deleted, answering the new topic's offsets with the deleted topic's."""
+    tiering, log_dir = tiered
+    stale_dir = tmp_path / "stale-logs"
+    write_topic(stale_dir, 6, seed=1)  # the records tiered, and one segment more
+    shutil.copy2(
+        log_dir / f"{TP.topic}-{TP.partition}" / PARTITION_METADATA, stale_dir / f"{TP.topic}-{TP.partition}"
+    )
+    partition = recreate_topic(log_dir, 3)
+    stale = tiering_factory(tiering.backend, stale_dir, broker_id=BROKER_ID + 1, clock=tiering.clock)
+
+    def takeover() -> None:
+        tiering.clock.advance(tiering.settings.remote_log_manager_lease_ttl_ms + 1)
+        assert stale.copier().run_once()[0].copied_segments == 1
+        stale.leases.release_all()
+
+    lease = tiering.leases.hold(TP)
+    assert lease is not None
+    storage = TakenOverAtFirstMark(tiering, takeover)
+    with pytest.raises(StaleLeaseError, match="taken over while the deleted topic's segments"):
+        adopt_local_topic_id(
+            tiering.store,
+            storage,
+            partition,
+            lease,
+            tiering.leases,
+            now_ms=tiering.clock(),
+            metrics=tiering.metrics,
+        )
+
+    retiring = [s for s in tiering.segments(TP) if s.state is SegmentState.DELETE_SEGMENT_STARTED]
+    unmarked = [
+        s.start_offset
+        for s in retiring
+        if read_retired(tiering.storage.object_metadata(s.layout.index_key) or {}) is None
+    ]
+    assert unmarked == []
+    # The next pass marks and retires every segment of the deleted topic, and tiers the new one.
+    outcome = tiering.copier().run_once()[0]
+    assert (outcome.error, outcome.cleaned_segments, outcome.copied_segments) == (None, 4, 3)
+    assert [s.start_offset for s in tiering.finished(TP)] == [0, 10, 20]
