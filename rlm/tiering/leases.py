@@ -252,6 +252,24 @@ class LeaseKeeper:
         )
         return True
 
+    def keep(self, tp: TopicPartition, lease: Lease, doing: str) -> Lease:
+        """Renew ``lease`` of ``tp`` within a pass (:meth:`hold`); returns the lease to fence the
+        next write with.
+
+        Raises:
+            StaleLeaseError: the lease held now is of another epoch than ``lease``: it expired, and
+                another holder took it and gave it back meanwhile, and may have changed what the
+                pass planned under ``lease`` (the message says the pass was ``doing`` it).
+            MetadataError: the store failed.
+        """
+        renewed = self.hold(tp)
+        if renewed is not None and renewed.epoch != lease.epoch:
+            raise StaleLeaseError(
+                f"{tp}: the copy lease was taken over while {doing} (epoch {lease.epoch}, now "
+                f"{renewed.epoch}): what was planned under it may be stale; the next run plans again"
+            )
+        return renewed or lease
+
     def forget(self, tp: TopicPartition) -> None:
         """Drop a lease found to be stale."""
         with self._lock:

@@ -121,6 +121,9 @@ def delete_partition(
         StateConflictError: The store records the partition under another topic id, or none, or
             one of ``log_dirs`` holds it under ``topic_id`` or cannot be read, or ``live_topics``
             has it (the topic is not deleted); nothing was changed.
+        StaleLeaseError: The copy lease was taken over and taken again during the run (the topic
+            created again may have been adopted meanwhile); the run can be repeated, and checks
+            the topic id again.
         StorageError / MetadataError: The run can be repeated; it goes on where this one stopped.
     """
     record = store.get_partition(tp)
@@ -174,7 +177,9 @@ def delete_partition(
         for segment in segments:
             if segment.state in LIVE:
                 mark_retired(storage, segment, now_ms=clock(), why=TOPIC_DELETED)
-                lease = leases.hold(tp) or lease
+                # A lease taken anew (the topic created again may have been adopted and tiered
+                # meanwhile) ends the run: the partition may be another topic's by now.
+                lease = leases.keep(tp, lease, "the deleted topic's segments were marked retired")
         step("segments_marked")
         if segments:
             end = max(s.end_offset for s in segments)
@@ -188,7 +193,7 @@ def delete_partition(
             if delete_segment(store, storage, segment, now_ms=clock(), fence=lease, step=step):
                 deleted += 1
                 deleted_bytes += segment.size_bytes
-            lease = leases.hold(tp) or lease
+            lease = leases.keep(tp, lease, "the deleted topic's segments were deleted")
         _delete_compaction_outputs(store, storage, tp)
         storage.delete_objects([marker_key(tp, topic_id)])
         store.update_partition_state(

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 
-from rlm.errors import OlderTopicIdError, RetiredTopicIdError, RlmError, StaleLeaseError
+from rlm.errors import OlderTopicIdError, RetiredTopicIdError, RlmError
 from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
 from rlm.log.logdir import PARTITION_METADATA, PartitionDir
 from rlm.metastore.model import Lease, TopicIdChange, TopicPartition
@@ -98,14 +98,7 @@ def adopt_local_topic_id(
             # Renewed between marks (a deleted topic may have many segments), as between copies.
             # One taken anew (another holder had it meanwhile, and may have tiered or retired
             # segments) ends the pass: the segments to retire are listed again at the next.
-            renewed = leases.hold(tp)
-            if renewed is not None and renewed.epoch != lease.epoch:
-                raise StaleLeaseError(
-                    f"{tp}: the copy lease was taken over while the deleted topic's segments were "
-                    f"marked retired (epoch {lease.epoch}, now {renewed.epoch}): they are listed again "
-                    "at the next pass"
-                )
-            lease = renewed or lease
+            lease = leases.keep(tp, lease, "the deleted topic's segments were marked retired")
         if doomed:
             step("topic_segments_marked")
         own_start = read_marker(storage, marker_key(tp, topic_id))

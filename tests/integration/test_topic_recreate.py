@@ -37,6 +37,7 @@ from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.description import RETIRED_KEY, TOPIC_DELETED, Retirement, read_retired
 from rlm.storage.protocol import PutResult, PutSource
 from rlm.tiering.leases import LeaseKeeper
+from rlm.tiering.partition_deletion import delete_partition
 from rlm.tiering.topic_identity import adopt_local_topic_id
 from tests.retired_support import FailingMarks, SlowMarks, rebuilt_from_objects, retirements
 from tests.tiering_support import (
@@ -490,3 +491,44 @@ def test_a_lease_taken_anew_while_marking_retires_no_segment_left_unmarked(
     outcome = tiering.copier().run_once()[0]
     assert (outcome.error, outcome.cleaned_segments, outcome.copied_segments) == (None, 4, 3)
     assert [s.start_offset for s in tiering.finished(TP)] == [0, 10, 20]
+
+
+def test_a_deletion_whose_lease_was_taken_anew_while_marking_leaves_the_topic_created_again_alone(
+    tiered: tuple[Tiering, Path],
+) -> None:
+    """``rlm retention delete-topic`` of the deleted topic stalls past its lease while it marks the
+    segments; meanwhile the topic created again is tiered to the deleted one's offsets by its
+    sidecar, which adopted the new id and gave the lease back. The deletion must not go on with
+    the new topic's partition: its log start past them would hide them, and retention delete them."""
+    tiering, log_dir = tiered
+    old_id = tiering.finished(TP)[0].topic_id
+    assert old_id is not None
+    ttl_ms = tiering.settings.remote_log_manager_lease_ttl_ms
+    tiering.leases.release_all()
+    tiering.clock.advance(10 * ttl_ms + 1)
+    new_id = topic_uuid(recreate_topic(log_dir, 5))
+
+    def takeover() -> None:
+        tiering.clock.advance(ttl_ms + 1)
+        outcome = tiering.copier().run_once()[0]
+        assert (outcome.error, outcome.copied_segments) == (None, 5)
+        tiering.leases.release_all()
+
+    operator = LeaseKeeper(tiering.store, BROKER_ID + 1, ttl_ms)
+    with pytest.raises(StaleLeaseError, match="taken over"):
+        delete_partition(
+            tiering.store,
+            TakenOverAtFirstMark(tiering, takeover),
+            operator,
+            TP,
+            old_id,
+            clock=tiering.clock,
+            idle_ms=10 * ttl_ms,
+        )
+
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.topic_id == new_id
+    assert (record.remote_log_start_offset, record.deletion_state) == (-1, None)
+    assert tiering.retention().run_once()[0].deleted_segments == 0
+    assert [s.start_offset for s in tiering.finished(TP)] == [0, 10, 20, 30, 40]
+    assert_invariants(tiering.store, tiering.storage, [log_dir])
