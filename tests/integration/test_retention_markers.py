@@ -188,3 +188,24 @@ def test_adopting_the_brokers_id_keeps_its_topics_own_log_start_from_its_marker(
     record = sqlite_store.get_partition(TP)
     assert record is not None and record.topic_id == new_id
     assert record.remote_log_start_offset == 50
+
+
+def test_a_rebuilt_partition_of_two_topics_hides_no_segment_of_either_below_the_others_marker(
+    sqlite_store: SqlMetadataStore, fs_storage: FilesystemStorage
+) -> None:
+    """Rows of a deleted topic not yet deleted beside its successor's leave the partition's id
+    unknown until a sidecar adopts the broker's: each marker then says only that its own topic's
+    offsets below it are gone, and must not hide the other topic's segments below it."""
+    new_id = uuid.UUID("00000000-0000-4000-8000-0000000000ee")
+    new = [dataclasses.replace(segment(s, s + 49), topic_id=new_id) for s in (0, 50)]
+    old = dataclasses.replace(segment(150, 299), topic_id=DELETED_TOPIC_ID)
+    _rebuilt_rows(sqlite_store, *new, old)
+    write_marker(fs_storage, TP, new_id, 50)  # [0, 49] was being deleted
+    write_marker(fs_storage, TP, DELETED_TOPIC_ID, 150)
+    markers = {key: tp for key in fs_storage.list_keys("") if (tp := marker_partition(key)) is not None}
+
+    restore_log_starts(sqlite_store, fs_storage, markers, (), now_ms=NOW)
+
+    record = sqlite_store.get_partition(TP)
+    assert record is not None and record.topic_id is None
+    assert record.remote_log_start_offset == 50

@@ -477,16 +477,28 @@ def apply_log_starts(
     first marker's): a topic deleted and created again under the name, whose sidecar adopts
     another id, then starts from none of the deleted topic's log start, as in the original
     database (else that offset would hide the new topic's segments below it, and retention
-    delete them)."""
-    for key, tp, offset in log_starts:
+    delete them). A partition whose segments name two topics (the deleted one's not deleted yet,
+    beside its successor's) records no id until a sidecar adopts the broker's: a marker then says
+    only that its own topic's offsets below it are gone, and moves the log start no further than
+    the first segment of the other topic."""
+    for key, tp, marked in log_starts:
         record = store.get_partition(tp)
         own = None if record is None else record.topic_id
         written_for = marker_topic_id(key)
         if own is not None and written_for is not None and written_for != own:
             continue  # a deleted topic's of the same name: not this topic's log start
+        offset = marked
         if record is None and written_for is not None:
             store.adopt_topic_id(tp, written_for, event_time_ms=now_ms)
+        elif record is not None and own is None and written_for is not None:
+            offset = min([marked, *_other_topic_starts(store, tp, written_for)])
         store.advance_log_start_offset(tp, offset)
+
+
+def _other_topic_starts(store: MetadataStore, tp: TopicPartition, topic_id: UUID) -> list[int]:
+    """The start offsets of the finished segments of ``tp`` of a topic id other than ``topic_id``."""
+    finished = store.list_segments(tp, states=(SegmentState.COPY_SEGMENT_FINISHED,))
+    return [s.start_offset for s in finished if s.topic_id is not None and s.topic_id != topic_id]
 
 
 def restore_log_starts(
