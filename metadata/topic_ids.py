@@ -55,10 +55,11 @@ def adopt(
         .where(SegmentRow.partition_id == part.id, SegmentRow.state.in_(LIVE), other)
         .values(state=SegmentState.DELETE_SEGMENT_STARTED.value, event_time_ms=now_ms)
     ).rowcount
-    if previous is not None and retired > 0:
+    if previous is not None and (retired > 0 or _tiered_before(conn, part.id, previous, written_ms)):
         ids.add(previous)
-    # Only ids whose segments went: one with nothing tiered may be the live topic's yet, its
-    # replica's sidecar not having tiered anything when a stale replica's adopted another.
+    # Only ids whose segments went, or went before (retention deleted them all) yet were tiered
+    # before the broker wrote ``topic_id``: one with nothing tiered may be the live topic's yet,
+    # its replica's sidecar not having tiered anything when a stale replica's adopted another.
     _remember_retired(conn, part.id, ids, topic_id, now_ms)
     reset = previous is not None or retired > 0
     if reset:
@@ -147,6 +148,25 @@ def _refuse_older(
         other=first.topic_id,
         first_copied_ms=int(first.event_time_ms),
     )
+
+
+def _tiered_before(conn: Connection, partition_id: int, topic_id: UUID, written_ms: int | None) -> bool:
+    """Whether a segment of ``topic_id`` was copied (or deleted since) more than
+    :data:`CLOCK_SKEW_MS` before ``written_ms``, when the broker wrote the id to adopt instead:
+    then ``topic_id`` is the older topic's. Rows rebuilt without a copy time do not count."""
+    if written_ms is None:
+        return False
+    found = conn.execute(
+        select(SegmentRow.segment_id)
+        .where(
+            SegmentRow.partition_id == partition_id,
+            SegmentRow.topic_id == topic_id,
+            SegmentRow.broker_id != UNKNOWN_BROKER,
+            SegmentRow.event_time_ms + CLOCK_SKEW_MS < written_ms,
+        )
+        .limit(1)
+    ).first()
+    return found is not None
 
 
 def _remember_retired(

@@ -254,7 +254,8 @@ class MetadataStore(Protocol):
           ranges (none) and the deletion state (none); and the export ledger forgets the partition's
           offsets not recorded for ``topic_id`` (see :meth:`export_offsets`), so the next
           incremental export starts at the new topic's log start. The ids whose segments were
-          retired (the id recorded before among them, when it had any) are remembered as retired.
+          retired (the id recorded before among them, when it had any, or when retention had deleted
+          them all, copied more than a minute before ``written_ms``) are remembered as retired.
         * A retired id: refused, nothing changes. A topic's id never comes back; the broker that
           names it holds a stale replica of the deleted topic, and adopting it would retire the
           live topic's segments.

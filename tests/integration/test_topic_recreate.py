@@ -32,10 +32,10 @@ from rlm.errors import (
 )
 from rlm.log.checkpoints import topic_id_to_uuid
 from rlm.log.logdir import PARTITION_METADATA, LogDir, PartitionDir
-from rlm.metastore.model import UNKNOWN_BROKER, Lease, SegmentState, TopicPartition
+from rlm.metastore.model import UNKNOWN_BROKER, Lease, SegmentState, TopicIdChange, TopicPartition
 from rlm.storage.delegate import DelegatingStorage
 from rlm.storage.description import RETIRED_KEY, TOPIC_DELETED, Retirement, read_retired
-from rlm.storage.protocol import PutResult, PutSource
+from rlm.storage.protocol import PutResult, PutSource, RemoteStorage
 from rlm.tiering.leases import LeaseKeeper
 from rlm.tiering.partition_deletion import delete_partition
 from rlm.tiering.topic_identity import adopt_local_topic_id
@@ -428,6 +428,16 @@ def test_a_partition_tiered_without_an_id_adopts_the_one_the_broker_writes(
     assert tiering.registry.get_sample_value("rlm_topic_id_changes_total", LABELS) is None
 
 
+def adopt(
+    tiering: Tiering, partition: PartitionDir, lease: Lease, storage: RemoteStorage
+) -> TopicIdChange | None:
+    """What the copier does first in a pass: adopt the broker's topic id of ``partition``."""
+    clock, metrics = tiering.clock(), tiering.metrics
+    return adopt_local_topic_id(
+        tiering.store, storage, partition, lease, tiering.leases, now_ms=clock, metrics=metrics
+    )
+
+
 class TakenOverAtFirstMark(DelegatingStorage):
     """``tiering``'s storage, where marking the first segment retired takes longer than the lease:
     meanwhile ``takeover`` runs (another sidecar takes the lease, acts, and gives it back)."""
@@ -470,15 +480,7 @@ def test_a_lease_taken_anew_while_marking_retires_no_segment_left_unmarked(
     assert lease is not None
     storage = TakenOverAtFirstMark(tiering, takeover)
     with pytest.raises(StaleLeaseError, match="taken over while the deleted topic's segments"):
-        adopt_local_topic_id(
-            tiering.store,
-            storage,
-            partition,
-            lease,
-            tiering.leases,
-            now_ms=tiering.clock(),
-            metrics=tiering.metrics,
-        )
+        adopt(tiering, partition, lease, storage)
 
     retiring = [s for s in tiering.segments(TP) if s.state is SegmentState.DELETE_SEGMENT_STARTED]
     unmarked = [
@@ -532,3 +534,31 @@ def test_a_deletion_whose_lease_was_taken_anew_while_marking_leaves_the_topic_cr
     assert tiering.retention().run_once()[0].deleted_segments == 0
     assert [s.start_offset for s in tiering.finished(TP)] == [0, 10, 20, 30, 40]
     assert_invariants(tiering.store, tiering.storage, [log_dir])
+
+
+def test_a_stale_replica_of_a_deleted_topic_whose_segments_retention_deleted_tiers_nothing(
+    backend: Backend, tiering_factory: TieringFactory, tmp_path: Path
+) -> None:
+    log_dir, stale_dir = tmp_path / "logs", tmp_path / "stale-logs"
+    write_topic(log_dir, 5, seed=1)
+    write_topic(stale_dir, 6, seed=1)  # broker 2's replica of it, one segment further
+    metadata = f"{TP.topic}-{TP.partition}/{PARTITION_METADATA}"
+    shutil.copy2(log_dir / metadata, stale_dir / metadata)
+    tiering = tiering_factory(backend, log_dir, remote_log_start_offset_from_broker=True)
+    assert tiering.copier().run_once()[0].copied_segments == 5
+    set_log_start_offsets(log_dir, {TP: 50})
+    assert tiering.retention().run_once()[0].deleted_segments == 5  # nothing of it left remote
+    partition = recreate_topic(log_dir, 3)
+    lease = tiering.leases.hold(TP)
+    assert lease is not None
+    change = adopt(tiering, partition, lease, tiering.storage)
+    assert change is not None and change.reset
+    tiering.leases.release_all()  # the live replica's sidecar restarts before it tiered anything
+    stale = tiering_factory(backend, stale_dir, broker_id=BROKER_ID + 1, clock=tiering.clock)
+
+    outcome = stale.copier().run_once()[0]
+
+    assert isinstance(outcome.error, RetiredTopicIdError)  # the deleted topic's id, retired
+    assert tiering.finished(TP) == []
+    assert tiering.copier().run_once()[0].copied_segments == 3  # the live replica's sidecar
+    assert [s.topic_id for s in tiering.finished(TP)] == [topic_uuid(partition)] * 3
