@@ -46,7 +46,7 @@ from tests.tiering_support import (
     set_log_start_offsets,
     write_scripted_log_dir,
 )
-from tests.unclean_election_support import drop_local_segments_below, spans, write_log
+from tests.unclean_election_support import spans, write_log
 
 TP = TopicPartition("orders", 0)
 NOW = 1_700_000_000_000
@@ -73,7 +73,7 @@ def _tiered(factory: TieringFactory, pair: Backend, log_dir: Path, **changes: ob
     return tiering
 
 
-def _with_topic(settings: Settings, *, retention_ms: int = -1, retention_bytes: int = -1) -> Settings:
+def with_topic(settings: Settings, *, retention_ms: int = -1, retention_bytes: int = -1) -> Settings:
     """``settings`` with these retention settings for every topic."""
     topic = TopicSettings(retention_ms=retention_ms, retention_bytes=retention_bytes)
     return settings.replace(topic_defaults=topic)
@@ -100,7 +100,7 @@ def test_time_retention_deletes_segments_whose_max_timestamp_expired(
     # Before any retention, the remote tier starts at its first segment.
     assert [p.remote_log_start_offset for p in overview.partitions(TP.topic)] == [rows[0].start_offset]
     # Segments 0-2 have a max timestamp ≤ NOW - 4h: 6h, 5h and exactly 4h old.
-    retention = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=4 * HOUR))
+    retention = tiering.retention(settings=with_topic(tiering.settings, retention_ms=4 * HOUR))
 
     (outcome,) = retention.run_once()
 
@@ -150,7 +150,7 @@ def test_segments_whose_records_have_no_timestamp_stay_for_retention_ms_after_th
     tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
     rows = tiering.finished(TP)
     assert [r.max_timestamp_ms for r in rows] == [NO_TIMESTAMP] * 3  # the row says what the records say
-    retention = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=2 * HOUR))
+    retention = tiering.retention(settings=with_topic(tiering.settings, retention_ms=2 * HOUR))
 
     tiering.clock.advance(HOUR)
     (outcome,) = retention.run_once()
@@ -172,7 +172,7 @@ def test_retention_stops_at_the_first_segment_that_does_not_breach(
     _write(log_dir, [NOW - 6 * HOUR, NOW - HOUR // 2, NOW - 5 * HOUR, NOW - 5 * HOUR])
     tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
 
-    (outcome,) = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=HOUR)).run_once()
+    (outcome,) = tiering.retention(settings=with_topic(tiering.settings, retention_ms=HOUR)).run_once()
 
     assert outcome.deleted_segments == 1
     assert _states(tiering)[:2] == [SegmentState.DELETE_SEGMENT_FINISHED, SegmentState.COPY_SEGMENT_FINISHED]
@@ -206,7 +206,7 @@ def test_size_retention_counts_local_only_bytes_and_never_started_copies(
     in_flight = dataclasses.replace(prepared.remote, size_bytes=10**12)
     tiering.store.add_segment(in_flight, fence=lease)
 
-    exactly_full = _with_topic(tiering.settings, retention_bytes=remote + local_only)
+    exactly_full = with_topic(tiering.settings, retention_bytes=remote + local_only)
     (untouched,) = tiering.retention(settings=exactly_full).run_once()
 
     assert untouched.deleted_segments == 0
@@ -215,7 +215,7 @@ def test_size_retention_counts_local_only_bytes_and_never_started_copies(
     over = rows[0].size_bytes + 100
     assert local_only > over
     (outcome,) = tiering.retention(
-        settings=_with_topic(tiering.settings, retention_bytes=remote + local_only - over)
+        settings=with_topic(tiering.settings, retention_bytes=remote + local_only - over)
     ).run_once()
 
     assert outcome.deleted_segments == 1
@@ -242,7 +242,7 @@ def test_size_retention_counts_nothing_for_a_local_segment_the_broker_deleted_af
     over = rows[0].size_bytes + 100  # over the limit by segment 0 and 100 bytes, without segment 4
     limit = sum(r.size_bytes for r in rows) + segments[5].size() - over
 
-    (outcome,) = tiering.retention(settings=_with_topic(tiering.settings, retention_bytes=limit)).run_once(
+    (outcome,) = tiering.retention(settings=with_topic(tiering.settings, retention_bytes=limit)).run_once(
         [listed]
     )
 
@@ -269,7 +269,7 @@ def test_size_retention_counts_a_local_segment_starting_at_the_highest_tiered_of
     remote = sum(r.size_bytes for r in tiering.finished(TP))
     local_only = sum(s.size() for s in segments[4:])
     over = tiering.finished(TP)[0].size_bytes + 1  # segment 0 goes, the rest stays over the limit
-    limit = _with_topic(tiering.settings, retention_bytes=remote + local_only - over)
+    limit = with_topic(tiering.settings, retention_bytes=remote + local_only - over)
 
     (outcome,) = tiering.retention(settings=limit).run_once()
 
@@ -307,7 +307,7 @@ def test_the_log_start_offset_the_broker_checkpointed_deletes_nothing_unless_ask
     tiering = _tiered(tiering_factory, backend, log_dir)
     bases = [s.base_offset for s in partition.segments()]
     set_log_start_offsets(log_dir, {TP: bases[4] + 5})
-    week = _with_topic(tiering.settings, retention_ms=7 * 24 * HOUR)
+    week = with_topic(tiering.settings, retention_ms=7 * 24 * HOUR)
 
     (outcome,) = tiering.retention(settings=week).run_once()
 
@@ -372,7 +372,7 @@ def test_segments_below_an_advanced_remote_log_start_are_deleted_even_if_retenti
         if name == "log_start_advanced":
             raise SystemExit("the sidecar stopped here")
 
-    expiring = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=4 * HOUR), step=die)
+    expiring = tiering.retention(settings=with_topic(tiering.settings, retention_ms=4 * HOUR), step=die)
     with pytest.raises(SystemExit):
         expiring.enforce(LogDir(log_dir).partition(TP.topic, TP.partition))
     # Restarted with retention turned off: the segments below the remote log start offset are
@@ -407,7 +407,7 @@ def test_a_delete_left_started_is_retried(
     tiering = _tiered(tiering_factory, sqlite_fs, log_dir)
     rows = tiering.finished(TP)
     tiering.storage = FailingDeletes(tiering.storage, times=1)
-    expire_two = _with_topic(tiering.settings, retention_ms=5 * HOUR)
+    expire_two = with_topic(tiering.settings, retention_ms=5 * HOUR)
 
     (failed,) = tiering.retention(settings=expire_two).run_once()
 
@@ -484,7 +484,7 @@ def test_a_segment_being_copied_is_never_deleted(
     log_dir = tmp_path / "logs"
     partition = _write(log_dir, HOURLY)
     tiering = tiering_factory(sqlite_fs, log_dir, FakeClock(NOW))
-    everything = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=0))
+    everything = tiering.retention(settings=with_topic(tiering.settings, retention_ms=0))
     outcomes = []
     last_base = partition.rolled_segments()[-1].base_offset
 
@@ -516,7 +516,7 @@ def test_only_the_lease_holder_enforces_retention(
     other = LeaseKeeper(tiering.store, BROKER_ID + 1, 60_000)
     assert other.hold(TP) is not None
 
-    (outcome,) = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=0)).run_once()
+    (outcome,) = tiering.retention(settings=with_topic(tiering.settings, retention_ms=0)).run_once()
 
     assert outcome.skipped == f"the copy lease is held by broker {BROKER_ID + 1}"
     assert set(_states(tiering)) == {SegmentState.COPY_SEGMENT_FINISHED}
@@ -631,109 +631,6 @@ def test_segments_deleted_for_another_reason_count_toward_the_size_limit() -> No
     assert _breaching(mixed, retention_bytes=240) == [0]  # 160 too many: segment 0 goes, 10 remain
 
 
-def _elected_past_old_copies(backend: Backend, tiering_factory: TieringFactory, log_dir: Path) -> Tiering:
-    """The old leader's log tiered (epoch 5 from 20, its copies expired three hours from now), then
-    the new leader's (epoch 6 from 20, an hour old from 20) with its segments below 25 deleted."""
-    now = WRITER_NOW_MS
-    old = {0: now - 6 * HOUR, 1: now - 5 * HOUR, 2: now - 4 * HOUR, 3: now - 4 * HOUR}
-    write_log(log_dir, (10, 4), (10, 4), (20, 5), (10, 5), batch_records=10, peaks=old)
-    tiering = tiering_factory(backend, log_dir, FakeClock(now))
-    tiering.copier().run_once()
-    new = {0: now - 6 * HOUR, 1: now - 5 * HOUR, **{i: now - HOUR for i in range(2, 6)}}
-    write_log(log_dir, (10, 4), (10, 4), (5, 6), (10, 6), (10, 6), (10, 6), peaks=new)
-    drop_local_segments_below(log_dir, 25)
-    return tiering
-
-
-def _earliest_after_local_retention(tiering: Tiering, log_dir: Path, tmp_path: Path) -> int:
-    """The earliest offset a lookup answers once the broker deleted its first two local segments
-    (tiered)."""
-    for local in LogDir(log_dir).partition(TP.topic, TP.partition).segments()[:2]:
-        local.log_path.unlink()
-    cache = RemoteIndexCache(tmp_path / "cache", tiering.storage, tiering.metrics)
-    lookups = LookupService(tiering.store, tiering.storage, cache, (log_dir,), clock=FakeClock(100.0))
-    try:
-        return lookups.find(TP, SpecialTimestamp.EARLIEST).offset
-    finally:
-        cache.close()
-
-
-def test_a_copy_kept_past_the_cut_takes_only_its_own_records_when_it_expires(
-    backend: Backend,
-    tiering_factory: TieringFactory,
-    tmp_path: Path,
-) -> None:
-    """After an unclean election the old leader's copy of 20..29 is kept (only it holds 20..24) and
-    the new leader's log is tiered from 25 in a copy reaching past it, which answers from 25 on.
-    When the old copy expires, the new leader's records 25..29, an hour old, stay readable."""
-    log_dir = tmp_path / "logs"
-    tiering = _elected_past_old_copies(backend, tiering_factory, log_dir)
-    assert [tiering.copier().run_once()[0].error for _ in range(2)] == [None, None]
-    assert spans(tiering)[2:4] == [(20, 29, (5,)), (25, 34, (6,))]
-    three_hours = _with_topic(tiering.settings, retention_ms=3 * HOUR)
-
-    (outcome,) = tiering.retention(settings=three_hours).run_once()
-
-    assert (outcome.error, outcome.deleted_segments, outcome.log_start_offset) == (None, 3, 25)
-    record = tiering.store.get_partition(TP)
-    assert record is not None and record.remote_log_start_offset == 25
-    assert [s[:2] for s in spans(tiering)] == [(25, 34), (35, 44), (45, 54)]
-    assert_invariants(tiering.store, tiering.storage, [log_dir])
-    assert _earliest_after_local_retention(tiering, log_dir, tmp_path) == 25
-
-
-def test_a_copy_kept_past_the_cut_stays_until_the_log_is_tiered_from_the_cut(
-    backend: Backend,
-    tiering_factory: TieringFactory,
-    tmp_path: Path,
-) -> None:
-    """As above, but the old copy expires while the new leader's log waits to be tiered from 25
-    (its segment of 25..34 is not below the high watermark yet): the old copy, whose 25..29 the
-    broker's log diverged from, stays until that segment is tiered; the new leader's records
-    25..29, an hour old, stay the log's."""
-    log_dir = tmp_path / "logs"
-    tiering = _elected_past_old_copies(backend, tiering_factory, log_dir)
-    set_high_watermarks(log_dir, {TP: 30})  # 25..34 is not fully replicated yet
-    (waiting,) = tiering.copier().run_once()
-    assert (waiting.error, waiting.copied_segments) == (None, 0)
-    assert spans(tiering)[2:] == [(20, 29, (5,))]  # trimmed; the log waits to be tiered from 25
-    three_hours = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=3 * HOUR))
-
-    (outcome,) = three_hours.run_once()
-
-    assert (outcome.error, outcome.deleted_segments, outcome.log_start_offset) == (None, 2, 20)
-    set_high_watermarks(log_dir, {TP: 55})
-    assert tiering.copier().run_once()[0].error is None
-    (later,) = three_hours.run_once()
-    assert (later.error, later.deleted_segments, later.log_start_offset) == (None, 1, 25)
-    assert [s[:2] for s in spans(tiering)][:2] == [(25, 34), (35, 44)]
-    assert_invariants(tiering.store, tiering.storage, [log_dir])
-    assert _earliest_after_local_retention(tiering, log_dir, tmp_path) == 25
-
-
-def test_copies_expiring_before_the_copier_saw_the_log_diverge_stay_until_it_tiers_the_log_again(
-    backend: Backend,
-    tiering_factory: TieringFactory,
-    tmp_path: Path,
-) -> None:
-    """The old leader's copies of 20..49 expire before the copier compared them with the new
-    leader's log. Deleted then, 20..49 would count as tiered, and the new leader's records from 25,
-    an hour old, would never be: they stay until the copier tiered the log again from 25."""
-    log_dir = tmp_path / "logs"
-    tiering = _elected_past_old_copies(backend, tiering_factory, log_dir)
-    three_hours = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=3 * HOUR))
-
-    (outcome,) = three_hours.run_once()
-
-    assert (outcome.error, outcome.deleted_segments, outcome.log_start_offset) == (None, 2, 20)
-    assert [tiering.copier().run_once()[0].error for _ in range(2)] == [None, None]
-    (later,) = three_hours.run_once()
-    assert (later.error, later.log_start_offset) == (None, 25)
-    assert [s[:2] for s in spans(tiering)][:2] == [(25, 34), (35, 44)]
-    assert_invariants(tiering.store, tiering.storage, [log_dir])
-    assert _earliest_after_local_retention(tiering, log_dir, tmp_path) == 25
-
-
 def test_log_start_offset_breach_is_for_segments_wholly_below_it() -> None:
     assert _breaching(log_start_offset=20) == [0, 10]
     assert _breaching(log_start_offset=25) == [0, 10]  # segment 20-29 still holds 25-29
@@ -763,7 +660,7 @@ def test_rows_of_long_deleted_segments_are_purged_and_the_highest_copied_offset_
     rows = tiering.finished(TP)
     highest = tiering.store.highest_copied_offset(TP)
     by_epoch = tiering.store.highest_copied_offset(TP, leader_epoch=0)
-    settings = _with_topic(tiering.settings, retention_ms=4 * HOUR).replace(
+    settings = with_topic(tiering.settings, retention_ms=4 * HOUR).replace(
         remote_log_metadata_deleted_segments_retention_ms=2 * HOUR
     )
     retention = tiering.retention(settings=settings)
@@ -857,7 +754,7 @@ def test_lookups_beside_retention_see_the_advanced_log_start_before_anything_is_
         if name == "log_start_advanced":
             earliest_at_advance.append(lookups.find(TP, SpecialTimestamp.EARLIEST).offset)
 
-    retention = tiering.retention(settings=_with_topic(tiering.settings, retention_ms=4 * HOUR), step=watch)
+    retention = tiering.retention(settings=with_topic(tiering.settings, retention_ms=4 * HOUR), step=watch)
     retention.on_change = lookups.invalidate
     (outcome,) = retention.run_once()
 
