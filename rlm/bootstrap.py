@@ -216,10 +216,10 @@ def build_runtime(
     Without log directories (``log.dirs`` empty) the runtime is a query tier: lookups and fetches
     answer from the remote tier alone, and the copier and retention find no partition to work on.
 
-    ``index_cache_on_demand``: open the remote index cache's directory (and take its lock) only
-    when a lookup first needs a remote index, and then a temporary one when an ``rlm serve`` holds
-    it, for commands that run beside one using the directory (``rlm copy``, ``rlm retention``,
-    ``rlm lookup``).
+    ``index_cache_on_demand``: keep the remote index cache in a temporary directory of its own,
+    created only when a lookup first needs a remote index, never in the shared one: for commands
+    that run beside an ``rlm serve`` using it (``rlm copy``, ``rlm retention``, ``rlm lookup``),
+    which must never keep the server from starting.
     """
     metrics = Metrics(registry)
     store = store if store is not None else open_store(settings, metrics)
@@ -241,7 +241,7 @@ def build_runtime(
             metrics,
             max_bytes=settings.remote_log_index_file_cache_total_size_bytes,
             open_now=not index_cache_on_demand,
-            private_when_taken=index_cache_on_demand,
+            private=index_cache_on_demand,
         )
         offset_pool = BoundedPool(
             "offset-reader",

@@ -14,11 +14,10 @@ Recency survives restarts as the file's mtime: every hit sets it from a clock th
 or goes back within a process, and startup rebuilds the LRU order by sorting on it. Startup also
 deletes ``*.tmp`` leftovers and entries that fail their check, then evicts down to the bound.
 A ``.lock`` file held with ``flock`` keeps a second cache (in this or another process) out of the
-directory. A cache built with ``open_now=False`` touches the directory, lock included, only when
-first asked for an index: a command that may never read a remote index (``rlm copy``, a lookup the
-local tier answers) then runs beside another rlm using the same directory; with
-``private_when_taken`` one that does read them (``rlm lookup`` beside ``rlm serve``) keeps its
-entries in a temporary directory of its own instead, removed when it closes.
+directory. A ``private`` cache (the one-shot commands': ``rlm lookup``, ``rlm copy``, ``rlm
+retention``) never takes the shared directory, so an ``rlm serve`` starting or restarting beside
+one is never refused: it keeps its entries in a temporary directory of its own, created at the
+first read of a remote index and removed when it closes.
 
 Concurrency: one lock guards the bookkeeping and the directory's names (renames, unlinks, mtimes);
 data is read and written outside it. A miss registers a load for its key; a ``get`` of a key that
@@ -48,7 +47,7 @@ from types import TracebackType
 from typing import TypeVar
 from uuid import UUID
 
-from rlm.errors import ConfigError, CorruptDataError, NotFoundError
+from rlm.errors import CorruptDataError, NotFoundError
 from rlm.log.index import OffsetIndex, TimeIndex
 from rlm.lookup.cache_entry import (
     ENTRY_HEADER_BYTES,
@@ -133,25 +132,26 @@ class RemoteIndexCache:
         max_bytes: int = DEFAULT_MAX_BYTES,
         parsed_max_bytes: int = DEFAULT_PARSED_MAX_BYTES,
         open_now: bool = True,
-        private_when_taken: bool = False,
+        private: bool = False,
     ) -> None:
         """Open the cache in ``directory`` (created when missing) and load what it holds.
 
         Args:
-            directory: Where the entries are kept; nothing else should write there.
+            directory: Where the entries are kept; nothing else should write there. Not touched
+                by a ``private`` cache.
             storage: Where index objects are fetched from on a miss (not owned: not closed here).
             metrics: Where hits, misses, evictions and remote reads are counted.
             max_bytes: Bound on the bytes of the entry files, headers included.
             parsed_max_bytes: Bound on the bytes of the parsed indexes kept in memory.
             open_now: Open the directory now; when False, at the first :meth:`get` (whose
                 errors are then the ones below).
-            private_when_taken: When another cache holds ``directory``, keep the entries in a
-                new temporary directory instead (said in a warning), removed by :meth:`close`:
-                for a one-shot command beside a server that holds the directory.
+            private: Keep the entries in a new temporary directory instead of ``directory``,
+                created when the cache opens and removed by :meth:`close`: for a one-shot
+                command, which must never keep a server from taking the shared directory.
 
         Raises:
             ValueError: A bound is negative.
-            ConfigError: Another cache uses ``directory`` (and not ``private_when_taken``).
+            ConfigError: Another cache uses ``directory`` (and not ``private``).
             OSError: ``directory`` cannot be created or read.
         """
         if max_bytes < 0 or parsed_max_bytes < 0:
@@ -171,9 +171,9 @@ class RemoteIndexCache:
         self._closed = False
         self._lock_fd = -1
         self._opening = threading.Lock()
-        self._private_when_taken = private_when_taken
-        self._private = False
-        """The entries are in a temporary directory of this cache's own, removed by close()."""
+        self._private = private
+        self._temporary: Path | None = None
+        """The temporary directory of a private cache once opened, removed by close()."""
         if open_now:
             self._open()
 
@@ -186,8 +186,14 @@ class RemoteIndexCache:
                 return
             with self._lock:
                 self._check_open()
-            self._directory.mkdir(parents=True, exist_ok=True)
-            fd = self._lock_directory()
+            if self._private:
+                self._temporary = self._directory = Path(tempfile.mkdtemp(prefix="rlm-index-cache-"))
+                _log.info(
+                    "remote indexes kept in a temporary directory, %s, removed at exit", self._directory
+                )
+            else:
+                self._directory.mkdir(parents=True, exist_ok=True)
+            fd = lock_directory(self._directory)
             try:
                 self._recover()
             except BaseException:
@@ -195,23 +201,6 @@ class RemoteIndexCache:
                 raise
             with self._lock:
                 self._lock_fd = fd
-
-    def _lock_directory(self) -> int:
-        """Take the directory, or a temporary one when it is taken and ``private_when_taken``."""
-        try:
-            return lock_directory(self._directory)
-        except ConfigError:
-            if not self._private_when_taken:
-                raise
-        private = Path(tempfile.mkdtemp(prefix="rlm-index-cache-"))
-        _log.warning(
-            "%s is in use by another remote index cache (an rlm serve?): using a temporary one, %s, "
-            "removed at exit",
-            self._directory,
-            private,
-        )
-        self._directory, self._private = private, True
-        return lock_directory(private)
 
     def _recover(self) -> None:
         found: list[tuple[int, str, EntryKey, int]] = []
@@ -511,8 +500,8 @@ class RemoteIndexCache:
             if self._lock_fd >= 0:
                 os.close(self._lock_fd)
                 self._lock_fd = -1
-            if self._private:
-                shutil.rmtree(self._directory, ignore_errors=True)
+            if self._temporary is not None:
+                shutil.rmtree(self._temporary, ignore_errors=True)
 
     def __enter__(self) -> RemoteIndexCache:
         return self

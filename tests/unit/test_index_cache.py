@@ -570,6 +570,23 @@ def test_a_cache_opened_on_demand_takes_its_directory_at_the_first_read(
         lazy.get(segment, SNAPSHOT)
 
 
+def test_a_private_cache_never_takes_the_shared_directory_and_removes_its_own(
+    open_cache: Callable[..., RemoteIndexCache], remote: CountingStorage, cache_dir: Path
+) -> None:
+    private = open_cache(open_now=False, private=True)
+    segment, data = blob_segment(remote)
+    assert private.get(segment, SNAPSHOT) == data
+    assert private.get(segment, SNAPSHOT) == data
+    assert private.entries == 1 and len(remote.reads) == 1
+    own = private.directory
+    assert own != cache_dir and not cache_dir.exists()
+    shared = open_cache()  # a server starting meanwhile takes the shared directory
+    assert shared.directory == cache_dir
+    private.close()
+    assert not own.exists()
+    assert shared.get(segment, SNAPSHOT) == data
+
+
 def test_negative_bounds_are_refused(open_cache: Callable[..., RemoteIndexCache]) -> None:
     with pytest.raises(ValueError, match="negative"):
         open_cache(max_bytes=-1)
