@@ -2,7 +2,8 @@
 
 Tokens come from ``auth.tokens`` (``scope:token`` pairs) and/or ``auth.tokens.file`` (one
 ``scope token`` pair per line; a ``#`` at the start of a line or after a space starts a comment, a
-``#`` inside a token is part of it, and a token cannot start with one). Only SHA-256 digests of
+``#`` inside a token is part of it, and a token cannot start with one). A token given two scopes
+is an error naming where (lines, entries), never a last one winning. Only SHA-256 digests of
 the tokens are kept in memory, compared in constant time; a token is never logged or echoed in an
 error.
 
@@ -97,7 +98,8 @@ class TokenAuthenticator:
         found = self._fixed
         if tokens_file is not None:
             self._identity = _identity(tokens_file)  # before the read: a change after it is seen next
-            found = {**self._fixed, **_read_tokens_file(tokens_file)}
+            read = _read_tokens_file(tokens_file)
+            found = _merged(self._fixed, read, tokens_file)
             self._read_at = time.time()
         self._digests = self._checked(found)
 
@@ -118,6 +120,7 @@ class TokenAuthenticator:
                 authentication is on. The message never contains a token.
         """
         tokens: dict[str, Scope] = {}
+        entries: dict[str, int] = {}
         for n, pair in enumerate(p for p in settings.auth_tokens.split(",") if p.strip()):
             scope, sep, token = pair.partition(":")
             # A space after the comma or the colon ("read:abc, admin: def") is no part of a token.
@@ -126,7 +129,14 @@ class TokenAuthenticator:
                 raise ConfigError(f"auth.tokens entry {n + 1} is not scope:token")
             if not token:
                 raise ConfigError(f"auth.tokens entry {n + 1} has no token (scope:token)")
-            tokens[token] = _scope(scope, f"auth.tokens entry {n + 1}")
+            found = _scope(scope, f"auth.tokens entry {n + 1}")
+            if token in tokens and tokens[token] is not found:
+                raise ConfigError(
+                    f"auth.tokens entries {entries[token]} and {n + 1} give one token two scopes "
+                    f"({tokens[token].value} and {found.value}): list it once"
+                )
+            tokens[token] = found
+            entries.setdefault(token, n + 1)
         return cls(tokens, enabled=settings.auth_enabled, tokens_file=settings.auth_tokens_file)
 
     def report_to(self, events: TokensFileEvents) -> None:
@@ -160,7 +170,7 @@ class TokenAuthenticator:
                     self._report()
                 return
             read = _read_tokens_file(path)
-            digests = self._checked({**self._fixed, **read})
+            digests = self._checked(_merged(self._fixed, read, path))
             if not read:  # emptied or cut short, more likely than every token revoked at once
                 raise ConfigError(f"auth.tokens.file {path} holds no token")
         except ConfigError as exc:  # never holds a token
@@ -271,7 +281,31 @@ def _identity(path: Path) -> _Identity:
     return _Identity(found.st_dev, found.st_ino, found.st_mtime_ns, found.st_size)
 
 
-def _read_tokens_file(path: Path) -> dict[str, Scope]:
+class _Listed(NamedTuple):
+    """A token's scope in the tokens file and the line that gives it."""
+
+    scope: Scope
+    line: int
+
+
+def _merged(fixed: Mapping[str, Scope], read: Mapping[str, _Listed], path: Path) -> dict[str, Scope]:
+    """The tokens of ``auth.tokens`` and of the file; one given two scopes is an error.
+
+    Raises:
+        ConfigError: a token of ``auth.tokens`` has another scope in the file (never named).
+    """
+    tokens = dict(fixed)
+    for token, listed in read.items():
+        scope = tokens.setdefault(token, listed.scope)
+        if scope is not listed.scope:
+            raise ConfigError(
+                f"{path} line {listed.line} gives a token of auth.tokens another scope "
+                f"({listed.scope.value}, not {scope.value}): list it once"
+            )
+    return tokens
+
+
+def _read_tokens_file(path: Path) -> dict[str, _Listed]:
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -282,7 +316,7 @@ def _read_tokens_file(path: Path) -> dict[str, Scope]:
     except UnicodeDecodeError as exc:  # its text is not shown: it may hold a token
         line = data.count(b"\n", 0, exc.start) + 1
         raise ConfigError(f"{path} line {line}: not UTF-8 text") from None
-    tokens = {}
+    tokens: dict[str, _Listed] = {}
     for number, raw in enumerate(lines, 1):
         # A word starting with # starts a comment: a # inside a token is part of it (cutting the
         # token there would make its first characters a valid token of their own).
@@ -298,5 +332,11 @@ def _read_tokens_file(path: Path) -> dict[str, Scope]:
                 f"{path} line {number}: expected 'scope token' (a token cannot start with #: "
                 "# at the start of a word starts a comment)"
             )
-        tokens[words[1]] = _scope(words[0], f"{path} line {number}")
+        listed = _Listed(_scope(words[0], f"{path} line {number}"), number)
+        before = tokens.setdefault(words[1], listed)
+        if before.scope is not listed.scope:  # the last line must not win: say which two lines
+            raise ConfigError(
+                f"{path} lines {before.line} and {number} give one token two scopes "
+                f"({before.scope.value} and {listed.scope.value}): list it once"
+            )
     return tokens

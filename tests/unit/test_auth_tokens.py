@@ -282,3 +282,45 @@ def test_a_byte_order_mark_and_crlf_line_ends_are_no_part_of_the_tokens_file(tmp
     auth = TokenAuthenticator.from_settings(load_settings(env={}, auth_tokens_file=tokens))
     assert scope_of(auth, "abc") is Scope.READ
     assert scope_of(auth, "def") is Scope.ADMIN
+
+
+def test_a_token_given_two_scopes_in_auth_tokens_is_refused_naming_the_entries() -> None:
+    with pytest.raises(
+        ConfigError, match=r"auth.tokens entries 1 and 3 give one token two scopes"
+    ) as refused:
+        TokenAuthenticator.from_settings(
+            load_settings(env={"RLM_AUTH_TOKENS": "read:t0k3n, admin:x, admin:t0k3n"})
+        )
+    assert "t0k3n" not in str(refused.value)
+
+
+def test_a_token_of_auth_tokens_given_another_scope_in_the_file_is_refused_naming_the_line(
+    tmp_path: Path,
+) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("read other\nadmin t0k3n\n")
+    with pytest.raises(ConfigError, match=r"line 2 gives a token of auth.tokens another scope") as refused:
+        TokenAuthenticator.from_settings(
+            load_settings(env={"RLM_AUTH_TOKENS": "read:t0k3n"}, auth_tokens_file=tokens)
+        )
+    assert "t0k3n" not in str(refused.value)
+
+
+def test_a_token_listed_twice_with_one_scope_is_taken(tmp_path: Path) -> None:
+    auth = from_file(tmp_path, "read abc\nadmin def\nread abc\n")
+    assert scope_of(auth, "abc") is Scope.READ
+    assert scope_of(auth, "def") is Scope.ADMIN
+
+
+def test_a_token_given_a_second_scope_while_running_keeps_the_tokens_read_before(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = Clock()
+    secret = MountedSecret(tmp_path / "secrets", "read dash-token\n")
+    auth = watching(secret, clock)
+    secret.update("read dash-token\nadmin dash-token\n")
+    clock.now += 1
+    assert scope_of(auth, "dash-token") is Scope.READ
+    errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "lines 1 and 2 give one token two scopes" in errors[0]
+    assert "dash-token" not in errors[0]
