@@ -102,6 +102,8 @@ class TokenAuthenticator:
             found = _merged(self._fixed, read, tokens_file)
             self._read_at = time.time()
         self._digests = self._checked(found)
+        if tokens_file is not None and enabled and not read:  # as when read again: not taken silently
+            raise ConfigError(f"auth.tokens.file {tokens_file} holds no token")
 
     def _checked(self, tokens: Mapping[str, Scope]) -> tuple[tuple[bytes, Scope], ...]:
         if self.enabled and not tokens:

@@ -66,3 +66,15 @@ def test_a_token_listed_twice_with_two_scopes_is_refused_naming_the_lines_not_th
     )
     assert "lines 2 and 4" in printed and "two scopes" in printed, printed
     assert "dup-s3cr3t" not in printed
+
+
+def test_an_empty_tokens_file_beside_auth_tokens_is_refused_at_start(
+    tmp_path: Path, sqlite_template: Path
+) -> None:
+    # Read again while running, an emptied file is an error that keeps the tokens read before; at
+    # start it used to be taken silently, the server running on auth.tokens alone.
+    printed = serve_with(
+        tmp_path, sqlite_template, "# the tokens are still to come\n", **{"auth.tokens": "admin:env-token"}
+    )
+    assert "holds no token" in printed and str(tmp_path / "tokens") in printed, printed
+    assert "env-token" not in printed

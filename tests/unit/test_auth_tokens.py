@@ -324,3 +324,12 @@ def test_a_token_given_a_second_scope_while_running_keeps_the_tokens_read_before
     errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and "lines 1 and 2 give one token two scopes" in errors[0]
     assert "dash-token" not in errors[0]
+
+
+def test_an_empty_tokens_file_is_taken_while_authentication_is_off(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("")
+    auth = TokenAuthenticator.from_settings(
+        load_settings(env={}, auth_tokens_file=tokens, auth_enabled=False)
+    )
+    assert scope_of(auth, "anything") is Scope.ADMIN
