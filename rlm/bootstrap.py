@@ -282,6 +282,7 @@ def build_runtime(
         copier.on_change = lookup.invalidate
         retention.on_change = lookup.invalidate
         retention.on_deleted = lambda segment: cache.remove(segment.segment_id)
+        copier.on_deleted = retention.on_deleted
         overview = Overview(store, tuple(LogDir(d, watcher=watcher) for d in settings.log_dirs))
         dynamic = DynamicConfig(offset_pool, timeout, copier)
         readiness = _readiness_probe(store, storage, availability, settings.readiness_timeout_ms / 1000)

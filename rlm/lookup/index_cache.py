@@ -4,7 +4,7 @@ Kafka's ``RemoteIndexCache``: an offset-for-timestamp lookup in a remote segment
 and offset indexes, and fetching them for every lookup would cost two GETs each time. The cache
 keeps each fetched index file on local disk, keyed by ``(segment id, index type)``; a segment's
 indexes never change once copied, so an entry never goes stale, only away (evicted, or removed
-when retention deletes the segment).
+when this process deletes the segment: retention, a topic's deletion, the copier's cleanup).
 
 On disk, one file per entry, written under a temporary name and renamed into place, with its
 length and CRC-32C in a header (:mod:`rlm.lookup.cache_entry`). Every read checks both, so a
@@ -471,7 +471,7 @@ class RemoteIndexCache:
             self._publish()
 
     def remove(self, segment_id: UUID) -> None:
-        """Forget every index of a segment (retention deleted it); a load in flight is not kept.
+        """Forget every index of a segment (it was deleted); a load in flight is not kept.
 
         A cache not opened yet does nothing: its files of the segment, if any, are evicted in
         time like any entry no longer asked for."""

@@ -152,6 +152,8 @@ class Copier:
         """Set on shutdown: the segment in flight finishes, no other starts."""
         self.on_change: Callable[[TopicPartition], None] = lambda tp: None
         """Called after a segment of a partition finished copying (lookups refresh their view)."""
+        self.on_deleted: Callable[[RemoteSegment], None] = lambda segment: None
+        """Called for each segment its cleanup deleted (the index cache drops its entries)."""
         self.lineage = LineageKeeper(store, metrics, trim=self._trim, mark=self._mark_retired)
         self.cluster_guard = ClusterGuard(store, settings.log_dirs, settings.broker_id)
         """Refuses a pass with another Kafka cluster's metadata store."""
@@ -269,6 +271,7 @@ class Copier:
                 fence=lease,
                 step=self.step,
             ):
+                self.on_deleted(segment)
                 cleaned += 1
                 self.metrics.cleaned_segments.labels(tp.topic, str(tp.partition)).inc()
         return cleaned

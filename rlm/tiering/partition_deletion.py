@@ -54,7 +54,7 @@ from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.log.logdir import LogDir
 from rlm.lookup.topic_ids import local_topic_id
 from rlm.metastore.compaction import CompactionStore
-from rlm.metastore.model import PartitionRecord, PartitionState, SegmentState, TopicPartition
+from rlm.metastore.model import PartitionRecord, PartitionState, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.description import TOPIC_DELETED
 from rlm.storage.log_start import marker_key
@@ -108,6 +108,7 @@ def delete_partition(
     dry_run: bool = False,
     idle_ms: int = 600_000,
     live_topics: Mapping[str, str] | None = None,
+    on_deleted: Callable[[RemoteSegment], None] = lambda segment: None,
 ) -> PartitionDeletion:
     """Delete partition ``tp`` of the deleted topic ``topic_id`` from the remote tier; with
     ``dry_run``, check the same and count what would be deleted, changing nothing. A deletion
@@ -115,6 +116,7 @@ def delete_partition(
     lease within ``idle_ms``.
     ``live_topics`` (topic id → name) are the topics the broker's KRaft metadata log holds live
     (:class:`~rlm.log.cluster_metadata.ClusterMetadata`): one of them is not deleted.
+    ``on_deleted`` is called for each segment deleted.
 
     Raises:
         NotFoundError: The store knows no such partition.
@@ -191,6 +193,7 @@ def delete_partition(
         deleted = deleted_bytes = 0
         for segment in segments:
             if delete_segment(store, storage, segment, now_ms=clock(), fence=lease, step=step):
+                on_deleted(segment)
                 deleted += 1
                 deleted_bytes += segment.size_bytes
             lease = leases.keep(tp, lease, "the deleted topic's segments were deleted")

@@ -31,7 +31,7 @@ command deletes that topic. ZooKeeper-era brokers have no metadata log: nothing 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +44,7 @@ from rlm.log.cluster_metadata import (
     find_cluster_metadata,
 )
 from rlm.metastore.compaction import CompactionStore
-from rlm.metastore.model import PartitionState
+from rlm.metastore.model import PartitionState, RemoteSegment
 from rlm.metrics import Metrics
 from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.copier import Clock, wall_clock_ms
@@ -70,6 +70,8 @@ class RemovedTopics:
     """How long no sidecar may have held or claimed a partition's copy lease before it is deleted."""
     clock: Clock = wall_clock_ms
     step: Step = no_step
+    on_deleted: Callable[[RemoteSegment], None] = lambda segment: None
+    """Called for each segment deleted (the index cache drops its entries)."""
     _reader: ClusterMetadataReader | None = field(default=None, init=False)
     _read: ClusterMetadata | None = field(default=None, init=False)
     _current: ClusterMetadata | None = field(default=None, init=False)
@@ -176,6 +178,7 @@ class RemovedTopics:
                     step=self.step,
                     idle_ms=self.idle_ms,
                     live_topics=self._read.topics if self._read is not None else None,
+                    on_deleted=self.on_deleted,
                 )
             except StateConflictError as exc:
                 # This broker still holds it under that id: its own deletion is on its way.

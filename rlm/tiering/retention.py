@@ -240,7 +240,8 @@ class Retention:
         self.on_change: Callable[[TopicPartition], None] = lambda tp: None
         """Called after retention moved a partition's log start or deleted its segments."""
         self.on_deleted: Callable[[RemoteSegment], None] = lambda segment: None
-        """Called for each segment deleted (the index cache drops its entries)."""
+        """Called for each segment deleted (the index cache drops its entries), its topic's
+        deletion's included."""
         self.removed_topics = RemovedTopics(
             store,
             storage,
@@ -254,6 +255,7 @@ class Retention:
         )
         """Deletes the partitions of the topics the cluster deleted (each full pass); its read of the
         broker's metadata log also gives the topics' retention overrides."""
+        self.removed_topics.on_deleted = self._deleted
         self.topic_retention = TopicRetention(settings, metrics)
         """Each topic's retention: rlm's topic settings over the broker's topic configs."""
         self.cluster_guard = ClusterGuard(store, settings.log_dirs, settings.broker_id)
@@ -262,6 +264,9 @@ class Retention:
         """Lists the partitions of the log directories, reporting those that cannot be read."""
         self._never_tiered: set[TopicPartition] = set()
         """Partitions of never-tiered topics the store holds nothing of (see :meth:`enforce`)."""
+
+    def _deleted(self, segment: RemoteSegment) -> None:
+        self.on_deleted(segment)  # looked up at each call: on_deleted is set after construction
 
     def run_once(
         self, partitions: Iterable[PartitionDir] | LocalPartitions | None = None
@@ -392,7 +397,8 @@ class Retention:
         for stuck in list(self.store.list_segments(tp, states=[SegmentState.DELETE_SEGMENT_STARTED])):
             if deferred(stuck, now):
                 continue
-            delete_segment(self.store, self.storage, stuck, now_ms=now, fence=lease, step=self.step)
+            if delete_segment(self.store, self.storage, stuck, now_ms=now, fence=lease, step=self.step):
+                self.on_deleted(stuck)  # a deletion begun earlier (a swap's, a retirement's, cut short)
         finished = list(self.store.list_segments(tp, states=[SegmentState.COPY_SEGMENT_FINISHED]))
         highest = max((s.end_offset for s in finished), default=-1)
         # As Kafka's onlyLocalLogSegmentsSize: from the segment starting at the highest tiered

@@ -93,6 +93,26 @@ def test_a_committed_removal_deletes_the_topics_partitions_from_the_remote_tier(
     assert [o.skipped for o in tiering.retention().removed_topics.run_once()] == []
 
 
+def test_each_segment_a_topic_deletion_deletes_is_reported_for_the_index_cache(
+    deleted: tuple[Tiering, Path, UUID],
+) -> None:
+    tiering, log_dir, topic_id = deleted
+    with MetadataLogWriter(log_dir) as log:
+        log.append(topic_record("orders", topic_id))  # 0
+        log.append(remove_topic_record(topic_id))  # 1
+        log.snapshot(2, [])
+    idle(tiering)
+    live = {s.segment_id for tp in (TP, OTHER) for s in tiering.finished(tp)}
+    retention = tiering.retention()
+    reported: list[UUID] = []
+    retention.on_deleted = lambda segment: reported.append(segment.segment_id)
+
+    retention.run_once()
+
+    assert states(tiering) == {TP: DELETED, OTHER: DELETED}
+    assert len(live) == 10 and sorted(reported) == sorted(live)
+
+
 def test_a_removal_past_the_latest_snapshot_waits_for_the_next_snapshot(
     deleted: tuple[Tiering, Path, UUID],
 ) -> None:
