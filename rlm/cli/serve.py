@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import math
 import os
 import time
 from collections.abc import Coroutine
@@ -42,13 +43,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     serve.add_argument(
         "--wait-for-broker-id",
-        type=float,
+        type=_seconds,
         default=0.0,
         metavar="SECONDS",
         help="with broker.id unset, wait up to this long for the broker to write meta.properties to "
         "its log directories (a sidecar may start before the broker formats them; default: no wait)",
     )
     serve.set_defaults(func=_serve)
+
+
+def _seconds(text: str) -> float:
+    """An argparse ``type``: a finite number of seconds ≥ 0 (a negative one is no wait, NaN or
+    infinity one that never ends: both refused, not taken so)."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not (math.isfinite(seconds) and seconds >= 0):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds ≥ 0")
+    return seconds
 
 
 def _serve(args: argparse.Namespace) -> int:
