@@ -21,6 +21,7 @@ from rlm.log.byte_source import iter_headers, read_batch_bytes
 from rlm.log.clip import cut_short
 from rlm.log.logdir import PartitionDir
 from rlm.log.model import BatchHeader, Record
+from rlm.log.segment import Segment
 from rlm.lookup import answer_end
 from rlm.lookup.ranged_search import Checkpoint, RemoteLogReader, SegmentIndexes, never_cancelled
 from rlm.lookup.service import MAX_LISTINGS, LookupService
@@ -154,15 +155,17 @@ class RecordFetcher:
         segments = local.segments() if local is not None else []
         if local is not None and segments and offset >= segments[0].base_offset:
             result.tier = "local"
-            self._read_local(local, offset, max_bytes, result)
+            self._read_local(segments, offset, max_bytes, result)
         else:
             result.tier = "remote"
             self._read_remote(tp, local, offset, max_bytes, result, stats, checkpoint)
         return result
 
-    def _read_local(self, partition: PartitionDir, offset: int, max_bytes: int, result: FetchResult) -> None:
+    def _read_local(self, segments: list[Segment], offset: int, max_bytes: int, result: FetchResult) -> None:
+        """Read from the segments listed when the fetch chose the broker's log (listed after the
+        high watermark was read): listed again, a segment the broker deleted in between would be
+        missing, and its offsets skipped for the next segment's."""
         taken = 0
-        segments = partition.segments()  # one listing: each is a directory read
         for i, segment in enumerate(segments):
             if i + 1 < len(segments) and segments[i + 1].base_offset <= offset:
                 continue  # wholly below the offset
