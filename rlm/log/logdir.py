@@ -118,15 +118,16 @@ class PartitionDir:
             for b in bases
         }
         segments = [current[b] for b in bases]
-        if listed is not None and listed[1]:
-            # The segment that was active may have rolled: its indexes, if loaded while it was,
-            # lack the last entries the broker added at the roll, and a search that skips it on
-            # its largest timestamp must not trust them (not even for the rest of a stamp check
-            # interval). Checked before the new listing is published, so that no lookup nor
-            # segment summary of it uses the old indexes.
-            was_active = listed[1][-1]
-            if current.get(was_active.base_offset) is was_active and segments[-1] is not was_active:
-                was_active.recheck()
+        # The directory changed: a segment kept from the last listing may have been rewritten
+        # under the same base offset (the log cleaner swapped a cleaned segment in, its batches at
+        # other positions), or have rolled (its indexes, if loaded while it was active, lack the
+        # last entries the broker added at the roll, and a search that skips it on its largest
+        # timestamp must not trust them). Neither may use the old indexes for the rest of a stamp
+        # check interval: checked before the new listing is published, so that no read nor
+        # segment summary of it uses them. Only segments with loaded indexes are looked at.
+        for segment in segments:
+            if known.get(segment.base_offset) is segment:
+                segment.recheck()
         self._segments = current
         self._listed = (bases, segments)
         return list(segments)
