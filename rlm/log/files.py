@@ -77,10 +77,17 @@ def offset_file_offsets(directory: StrPath, suffix: str) -> list[int]:
     it is skipped, with a warning naming it (once per process). Names with more after the suffix
     (``.log.deleted``, ``.log.swap``) are the broker's own transient files and are not listed.
     """
-    offsets = []
+    return offset_files(directory, (suffix,))[suffix]
+
+
+def offset_files(directory: StrPath, suffixes: tuple[str, ...]) -> dict[str, list[int]]:
+    """:func:`offset_file_offsets` of each of ``suffixes`` (none the end of another), from one
+    read of the directory: what it holds at about one moment, not at one per suffix."""
+    found: dict[str, list[int]] = {suffix: [] for suffix in suffixes}
     with os.scandir(directory) as listing:
         for entry in listing:
-            if not entry.name.endswith(suffix):
+            suffix = next((s for s in suffixes if entry.name.endswith(s)), None)
+            if suffix is None:
                 continue
             try:
                 offset = parse_base_offset(entry.name)
@@ -97,8 +104,8 @@ def offset_file_offsets(directory: StrPath, suffix: str) -> list[int]:
             if not regular:
                 warn_stray(entry.path, "it is not a regular file")
                 continue
-            offsets.append(offset)
-    return sorted(offsets)
+            found[suffix].append(offset)
+    return {suffix: sorted(offsets) for suffix, offsets in found.items()}
 
 
 def warn_stray(path: StrPath, why: str) -> None:

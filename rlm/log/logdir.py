@@ -26,7 +26,13 @@ from rlm.log.checkpoints import (
     read_partition_metadata,
 )
 from rlm.log.model import CLUSTER_METADATA_TOPIC, INT32_MAX, TimestampAndOffset, TopicPartition
-from rlm.log.segment import DEFAULT_MAX_INDEX_SIZE, STAMP_CHECK_INTERVAL_S, Segment, segment_base_offsets
+from rlm.log.segment import (
+    DEFAULT_MAX_INDEX_SIZE,
+    STAMP_CHECK_INTERVAL_S,
+    Segment,
+    SegmentListing,
+    segment_listing,
+)
 from rlm.log.statcache import StatCache
 from rlm.log.watch import DirectoryWatcher
 
@@ -36,6 +42,8 @@ LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 _NOT_PARTITIONS = ("-delete", "-future", "-stray")
+#: Times a listing is read again when a cleaned segment it found being swapped in is swapped in.
+_SWAP_LISTINGS = 3
 
 
 def parse_partition_dir_name(name: str) -> TopicPartition | None:
@@ -90,8 +98,8 @@ class PartitionDir:
         self.log_dir = log_dir if log_dir is not None else LogDir(self.path.parent)
         self.max_index_size = max_index_size
         self._segments: dict[int, Segment] = {}
-        self._listing: StatCache[list[int]] = StatCache(listings=True, watcher=self.log_dir.watcher)
-        self._listed: tuple[list[int], list[Segment]] | None = None
+        self._listing: StatCache[SegmentListing] = StatCache(listings=True, watcher=self.log_dir.watcher)
+        self._listed: tuple[SegmentListing, list[Segment]] | None = None
         self._summary: _SegmentSummary | None = None
 
     def __repr__(self) -> str:
@@ -106,18 +114,32 @@ class PartitionDir:
         return self.tp.partition
 
     def segments(self) -> list[Segment]:
-        """All segments in ascending base offset; Segment objects (and their indexes) are reused."""
-        bases = self._listing.get(self.path, segment_base_offsets)
-        listed = self._listed
-        if listed is not None and listed[0] is bases:
-            return list(listed[1])  # the listing did not change: the same objects
+        """All segments in ascending base offset; Segment objects (and their indexes) are reused.
+        A cleaned segment the log cleaner is swapping in is listed in place of the segments it
+        replaces (:class:`~rlm.log.segment.SegmentListing`)."""
+        for attempt in range(1, _SWAP_LISTINGS + 1):
+            listing = self._listing.get(self.path, segment_listing)
+            listed = self._listed
+            if listed is not None and listed[0] is listing:
+                return list(listed[1])  # the listing did not change: the same objects
+            try:
+                return self._publish(listing)
+            except FileNotFoundError:  # the swap completed since: read the directory again
+                if attempt == _SWAP_LISTINGS:
+                    raise
+                self.forget_listing()
+        raise AssertionError("unreachable")
+
+    def _publish(self, listing: SegmentListing) -> list[Segment]:
         known = self._segments
         clock = self.log_dir.clock
         current = {
             b: known.get(b) or Segment(self.path, b, max_index_size=self.max_index_size, clock=clock)
-            for b in bases
+            for b in listing.bases
         }
-        segments = [current[b] for b in bases]
+        segments = [current[b] for b in listing.bases]
+        if listing.swaps:
+            segments = self._with_swaps(segments, listing.swaps)
         # The directory changed: a segment kept from the last listing may have been rewritten
         # under the same base offset (the log cleaner swapped a cleaned segment in, its batches at
         # other positions), or have rolled (its indexes, if loaded while it was active, lack the
@@ -129,8 +151,25 @@ class PartitionDir:
             if known.get(segment.base_offset) is segment:
                 segment.recheck()
         self._segments = current
-        self._listed = (bases, segments)
+        self._listed = (listing, segments)
         return list(segments)
+
+    def _with_swaps(self, segments: list[Segment], swaps: list[int]) -> list[Segment]:
+        """``segments`` with the cleaned segments at ``swaps`` in place of the old segments whose
+        offsets they hold (the first old one is gone already; the cleaner renames the others
+        next).
+
+        Raises:
+            FileNotFoundError: a cleaned segment's ``.swap`` files are gone (the swap completed).
+        """
+        clock = self.log_dir.clock
+        for base in swaps:
+            swap = Segment(self.path, base, max_index_size=self.max_index_size, clock=clock, swap=True)
+            last = swap.last_offset()
+            end = base if last is None else last
+            kept = [s for s in segments if not base <= s.base_offset <= end]
+            segments = sorted([*kept, swap], key=lambda s: s.base_offset)
+        return segments
 
     def forget_listing(self) -> None:
         """Read the directory again at the next :meth:`segments`: a reader found a listed segment
@@ -305,7 +344,7 @@ class _PinnedPartitionDir(PartitionDir):
 
 class _SegmentSummary(NamedTuple):
     key: object
-    """The listing (``segment_base_offsets`` result) it was built from."""
+    """The listing (``segment_listing`` result) it was built from."""
     bases: list[int]
     running_max: list[int]
     """For each rolled segment, the largest timestamp of it and every segment before it."""

@@ -13,12 +13,13 @@ import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from rlm.errors import CorruptDataError, CorruptIndexError
 from rlm.log.batches import decode_batch, find_record, first_offset
 from rlm.log.byte_source import ByteSource, FileSource, iter_header_windows, iter_headers, read_batch_bytes
 from rlm.log.checkpoints import EpochEntry
-from rlm.log.files import offset_file_offsets, segment_file_name
+from rlm.log.files import offset_file_offsets, offset_files, segment_file_name
 from rlm.log.index import OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset
 from rlm.log.model import BatchHeader, Record, TimestampAndOffset
 from rlm.log.recovery import DEFAULT_INDEX_INTERVAL_BYTES, RebuiltIndexes, TransactionTracker, rebuild_indexes
@@ -29,6 +30,10 @@ from rlm.log.validate import BatchChecker
 DEFAULT_MAX_INDEX_SIZE = 10 * 1024 * 1024
 #: How often a segment looks whether its index files changed on disk.
 STAMP_CHECK_INTERVAL_S = 0.1
+#: What the broker's log cleaner names a cleaned segment's files while it swaps it in.
+SWAP_SUFFIX = ".swap"
+#: The files of a segment that the cleaner swaps in (``LogSegment.changeFileSuffixes``).
+SWAPPED_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 #: What a timestamp search reads first from the indexed position (then twice as much each time).
 SEARCH_WINDOW_BYTES = 16 * 1024
 
@@ -50,9 +55,12 @@ class Segment:
         *,
         max_index_size: int = DEFAULT_MAX_INDEX_SIZE,
         clock: Callable[[], float] = time.monotonic,
+        swap: bool = False,
     ) -> None:
         self.directory = Path(directory)
         self.base_offset = base_offset
+        self.swap = swap
+        """Its files are a cleaned segment's still named ``.swap`` (:class:`SegmentListing`)."""
         self.max_index_size = max_index_size
         self._clock = clock
         self._offset_index: OffsetIndex | None = None
@@ -67,10 +75,13 @@ class Segment:
         self.txn_index_path = self.path(".txnindex")
 
     def __repr__(self) -> str:
-        return f"Segment({str(self.directory)!r}, {self.base_offset})"
+        swap = ", swap=True" if self.swap else ""
+        return f"Segment({str(self.directory)!r}, {self.base_offset}{swap})"
 
     def path(self, suffix: str) -> Path:
         """Path of this segment's file with ``suffix`` (``.log``, ``.index``, ...)."""
+        if self.swap and suffix in SWAPPED_SUFFIXES:
+            suffix += SWAP_SUFFIX
         return self.directory / segment_file_name(self.base_offset, suffix)
 
     def size(self) -> int:
@@ -372,6 +383,28 @@ def segment_base_offsets(directory: str | Path) -> list[int]:
     """Base offsets of the ``.log`` files in a partition directory, ascending; stray ``*.log``
     entries are skipped with a warning (:func:`rlm.log.files.offset_file_offsets`)."""
     return offset_file_offsets(directory, ".log")
+
+
+class SegmentListing(NamedTuple):
+    """A partition directory's segments as one read of it found them."""
+
+    bases: list[int]
+    """Base offsets of the ``.log`` files, ascending."""
+    swaps: list[int]
+    """Base offsets of cleaned segments being swapped in (``<base>.log.swap``) whose ``.log``
+    is gone, ascending. The log cleaner renames the old segments' files ``.deleted``, then the
+    cleaned one's from ``.swap`` to their names (``LocalLog.replaceSegments``): in between, only
+    the ``.swap`` files hold those offsets, as the broker's own view of its log says (it holds
+    the cleaned segment from before the renames). A broker that stopped in between completes
+    the swap when it starts again."""
+
+
+def segment_listing(directory: str | Path) -> SegmentListing:
+    """The segments of a partition directory (:class:`SegmentListing`), from one read of it."""
+    found = offset_files(directory, (".log", ".log" + SWAP_SUFFIX))
+    bases = found[".log"]
+    logs = set(bases)
+    return SegmentListing(bases, [b for b in found[".log" + SWAP_SUFFIX] if b not in logs])
 
 
 def initial_tracker(segment: Segment) -> TransactionTracker:

@@ -11,10 +11,13 @@ file would start at a position past the records it asks for, or inside a batch.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from rlm.log.byte_source import FileSource, read_batch_bytes
-from rlm.log.files import segment_file_name
+from rlm.log.logdir import PartitionDir
 from rlm.log.recovery import rebuild_indexes
 from rlm.log.segment import Segment
 from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
@@ -30,50 +33,108 @@ TP = TopicPartition(TOPIC, 0)
 SUFFIXES = (".log", ".index", ".timeindex")
 
 
-def cleaned(directory: Path, base: int, keep: set[int]) -> None:
-    """As the log cleaner swaps in the segment at ``base`` holding only the batches of ``keep``."""
-    old = Segment(directory, base)
-    with old.open() as source, open(old.path(".log.cleaned"), "wb") as out:
-        for header in old.headers():
-            if header.last_offset in keep:
-                out.write(read_batch_bytes(source, header))
-    with FileSource(old.path(".log.cleaned")) as source:
-        rebuilt = rebuild_indexes(source, base, index_interval_bytes=1)
-    rebuilt.offset_index.write(old.path(".index.cleaned"))
-    rebuilt.time_index.write(old.path(".timeindex.cleaned"))
+def swapping(directory: Path, bases: list[int], keep: set[int]) -> None:
+    """As the log cleaner is halfway through swapping the segments at ``bases`` for one cleaned
+    segment holding only the batches of ``keep``: the cleaned one renamed ``.swap``, the first
+    old one renamed ``.deleted``, the others not yet (Kafka's ``LocalLog.replaceSegments``)."""
+    first = Segment(directory, bases[0])
+    with open(first.path(".log.cleaned"), "wb") as out:
+        for base in bases:
+            old = Segment(directory, base)
+            with old.open() as source:
+                for header in old.headers():
+                    if header.last_offset in keep:
+                        out.write(read_batch_bytes(source, header))
+    with FileSource(first.path(".log.cleaned")) as source:
+        rebuilt = rebuild_indexes(source, bases[0], index_interval_bytes=1)
+    rebuilt.offset_index.write(first.path(".index.cleaned"))
+    rebuilt.time_index.write(first.path(".timeindex.cleaned"))
     for suffix in SUFFIXES:
-        old.path(suffix + ".cleaned").rename(old.path(suffix + ".swap"))
+        first.path(suffix + ".cleaned").rename(first.path(suffix + ".swap"))
     for suffix in SUFFIXES:
-        old.path(suffix).rename(old.path(suffix + ".deleted"))
-    for suffix in SUFFIXES:
-        old.path(suffix + ".swap").rename(old.path(suffix))
+        first.path(suffix).rename(first.path(suffix + ".deleted"))
     _age(directory)
 
 
-def test_a_fetch_of_a_segment_the_cleaner_rewrote_reads_it_by_its_new_index(
-    tmp_path: Path, sqlite_template: Path
-) -> None:
-    log_dir = tmp_path / "logs"
-    directory = log_dir / f"{TOPIC}-0"
+def swapped(directory: Path, bases: list[int]) -> None:
+    """The rest of :func:`swapping`: the other old segments renamed ``.deleted``, the cleaned one
+    to the first one's names."""
+    for base in bases[1:]:
+        for suffix in SUFFIXES:
+            Segment(directory, base).path(suffix).rename(Segment(directory, base).path(suffix + ".deleted"))
+    first = Segment(directory, bases[0])
+    for suffix in SUFFIXES:
+        first.path(suffix + ".swap").rename(first.path(suffix))
+    _age(directory)
+
+
+def cleaned(directory: Path, bases: list[int], keep: set[int]) -> None:
+    """As the log cleaner swaps in one segment for those at ``bases``, holding only ``keep``'s
+    batches."""
+    swapping(directory, bases, keep)
+    swapped(directory, bases)
+
+
+def written(directory: Path) -> None:
+    """Segments 0 (offsets 0-9, keys alternating), 10 (10-19, likewise) and 20 (20-24, active)."""
     appender = PartitionAppender(
         directory, TopicConfig(index_interval_bytes=1, timestamp_after_max_ms=2**62), clock=lambda: TS
     )
-    for offset in range(10):
+    for offset in range(25):
+        if offset in (10, 20):
+            appender.roll()
         appender.append([ProducerRecord(TS + offset, b"k%d" % (offset % 2), b"v%d" % offset)])
-    appender.roll()
-    for offset in range(10, 15):
-        appender.append([ProducerRecord(TS + offset, b"k", b"v%d" % offset)])
-    assert segment_file_name(10, ".log") in {p.name for p in directory.iterdir()}
+    assert [s.base_offset for s in PartitionDir(directory).segments()] == [0, 10, 20]
+
+
+@pytest.fixture
+def fetcher(tmp_path: Path, sqlite_template: Path) -> Iterator[RecordFetcher]:
+    """A fetcher of the log :func:`written` under ``tmp_path``, its lookup service's clock never
+    moving (module docstring)."""
+    log_dir = tmp_path / "logs"
+    written(log_dir / f"{TOPIC}-0")
     rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), tmp_path, log_dir)
     try:
         service = LookupService(
             rt.store, rt.storage, rt.index_cache, rt.settings.log_dirs, clock=FakeClock(100.0)
         )
-        fetcher = RecordFetcher(service, rt.storage, rt.index_cache)
-        before = fetcher.fetch(TP, 7, 1 << 20)  # loads segment 0's indexes
-        assert [r.offset for r in before.records] == list(range(7, 15))
-        cleaned(directory, 0, keep={1, 3, 5, 7, 9})
-        after = fetcher.fetch(TP, 6, 1 << 20)
-        assert [r.offset for r in after.records] == [7, 9, *range(10, 15)]
+        yield RecordFetcher(service, rt.storage, rt.index_cache)
     finally:
         rt.close()
+
+
+def fetched(fetcher: RecordFetcher, offset: int) -> list[int]:
+    """The offsets of the records a fetch from ``offset`` answers."""
+    return [r.offset for r in fetcher.fetch(TP, offset, 1 << 20).records]
+
+
+ODD = set(range(1, 25, 2))
+
+
+def test_a_fetch_of_a_segment_the_cleaner_rewrote_reads_it_by_its_new_index(
+    tmp_path: Path, fetcher: RecordFetcher
+) -> None:
+    assert fetched(fetcher, 7) == list(range(7, 25))  # loads segment 0's indexes
+    cleaned(tmp_path / "logs" / f"{TOPIC}-0", [0], keep=ODD)
+    assert fetched(fetcher, 6) == [7, 9, *range(10, 25)]
+
+
+@pytest.mark.parametrize(
+    ("bases", "offset", "expected"),
+    [
+        ([10], 12, [13, 15, 17, 19, *range(20, 25)]),
+        ([0, 10], 4, [5, 7, 9, 11, 13, 15, 17, 19, *range(20, 25)]),
+    ],
+    ids=["one segment", "two segments into one"],
+)
+def test_a_fetch_while_the_cleaner_swaps_a_segment_in_reads_the_cleaned_one(
+    tmp_path: Path, fetcher: RecordFetcher, bases: list[int], offset: int, expected: list[int]
+) -> None:
+    """Listed while the old segment is renamed ``.deleted`` and the cleaned one still ``.swap``,
+    the log has no ``.log`` for the offsets; the cleaned segment holds them, as in the broker's
+    own view of its log: a read reads it, neither skips its offsets nor reads them twice."""
+    directory = tmp_path / "logs" / f"{TOPIC}-0"
+    swapping(directory, bases, keep={o for o in ODD if o < 20})
+    assert fetched(fetcher, offset) == expected
+    swapped(directory, bases)
+    assert fetched(fetcher, offset) == expected
