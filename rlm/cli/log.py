@@ -10,10 +10,13 @@ from pathlib import Path
 from rlm.arguments import INT32_MAX
 from rlm.cli.common import integer
 from rlm.errors import NotFoundError
-from rlm.log.model import Codec
+from rlm.log.model import Codec, TimestampAndOffset
 
 #: Kafka's smallest ``segment.bytes`` (``LegacyRecord.RECORD_OVERHEAD_V0``).
 MIN_SEGMENT_BYTES = 14
+#: Times ``find-offset`` lists the directory again when a segment it listed is gone, as lookups
+#: do (:data:`rlm.lookup.service.MAX_LISTINGS`).
+MAX_LISTINGS = 3
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -147,13 +150,45 @@ def _reindex(args: argparse.Namespace) -> int:
 
 
 def _find_offset(args: argparse.Namespace) -> int:
-    from rlm.log.checkpoints import epoch_for_offset
-    from rlm.log.logdir import open_partition
-    from rlm.log.model import TimestampAndOffset
-    from rlm.timestamps import SpecialTimestamp, parse_timestamp
+    from rlm.timestamps import parse_timestamp
 
     timestamp = parse_timestamp(args.timestamp)
-    partition = open_partition(args.partition_dir)
+    for listing in range(1, MAX_LISTINGS + 1):
+        try:
+            found = _offset_for(args.partition_dir, timestamp)
+            break
+        except FileNotFoundError:
+            # A segment listed is gone: the broker's retention deleted it (or its cleaner swapped
+            # it) under the search. Listed again, as lookups do; a directory gone is NotFoundError.
+            if listing == MAX_LISTINGS:
+                raise
+    answer = found or TimestampAndOffset(-1, -1, -1)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "offset": answer.offset,
+                    "timestamp": answer.timestamp,
+                    "leader_epoch": answer.leader_epoch,
+                }
+            )
+        )
+    else:
+        print(f"offset: {answer.offset} timestamp: {answer.timestamp} leader_epoch: {answer.leader_epoch}")
+    return 0
+
+
+def _offset_for(partition_dir: str, timestamp: int) -> TimestampAndOffset | None:
+    """The answer of ``rlm log find-offset`` from one listing of the partition's directory.
+
+    Raises:
+        FileNotFoundError: a listed segment is gone.
+    """
+    from rlm.log.checkpoints import epoch_for_offset
+    from rlm.log.logdir import open_partition
+    from rlm.timestamps import SpecialTimestamp
+
+    partition = open_partition(partition_dir)
     found: TimestampAndOffset | None
     # The leader epochs as lookups answer for a partition the remote tier holds nothing of: the
     # latest epoch for LATEST, the epoch of the offset for the earliest ones.
@@ -174,20 +209,7 @@ def _find_offset(args: argparse.Namespace) -> int:
     if timestamp >= 0 or timestamp == SpecialTimestamp.MAX_TIMESTAMP:
         # As Kafka's ListOffsets: an answer from the last fetchable offset (LATEST's) on is none.
         found = found if found is not None and found.offset < latest else None
-    answer = found or TimestampAndOffset(-1, -1, -1)
-    if args.json:
-        print(
-            json.dumps(
-                {
-                    "offset": answer.offset,
-                    "timestamp": answer.timestamp,
-                    "leader_epoch": answer.leader_epoch,
-                }
-            )
-        )
-    else:
-        print(f"offset: {answer.offset} timestamp: {answer.timestamp} leader_epoch: {answer.leader_epoch}")
-    return 0
+    return found
 
 
 def _produce(args: argparse.Namespace) -> int:

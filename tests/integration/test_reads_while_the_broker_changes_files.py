@@ -7,18 +7,26 @@ is always one the log held at some moment: records from the offset asked for, no
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rlm.cli import main
+from rlm.log.logdir import LogDir
 from rlm.lookup.fetch import RecordFetcher
 from rlm.lookup.stats import FetchStats
 from rlm.metastore.model import TopicPartition
 from tests.integration.test_fetch import BACKEND_PARAMS, tiered_partition
-from tests.integration.test_reads_under_local_retention import deleted_by_the_broker, tiered_local_segments
-from tests.lookup_support import TOPIC, Tiered
+from tests.integration.test_reads_under_local_retention import (
+    deleted_by_the_broker,
+    deleted_when_read,
+    tiered_local_segments,
+    written,
+)
+from tests.lookup_support import NOW, TOPIC, Tiered
 
 
 @pytest.fixture(params=BACKEND_PARAMS)
@@ -53,3 +61,20 @@ def test_a_fetch_whose_segment_is_deleted_after_it_chose_the_local_log_skips_no_
     assert result.records, "the fetch read nothing"
     assert result.records[0].offset == tiered.truth.data_records(offset)[0].offset
     assert result.records == tiered.truth.data_records(offset)[: len(result.records)]
+
+
+def test_find_offset_whose_segment_is_deleted_as_it_searches_answers_from_the_log_as_it_is_now(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``rlm log find-offset`` listed the segments; local retention deleted the one the search
+    was to read: the answer is the log's as it is once the segment is gone (the lookups' answer),
+    not an error about a file the broker removed."""
+    log_dir = tmp_path / "logs"
+    written(log_dir, 30, rolls=(10, 20))
+    first = LogDir(log_dir).partition(TOPIC, 0).segments()[0]
+    deleted = deleted_when_read(monkeypatch, first)
+    code = main(["log", "find-offset", str(first.directory), "--timestamp", str(NOW + 3), "--json"])
+    out, err = capsys.readouterr()
+    assert deleted, "the deleted segment was not searched: the test tested nothing"
+    assert code == 0, err
+    assert json.loads(out) == {"offset": 10, "timestamp": NOW + 10, "leader_epoch": 0}
