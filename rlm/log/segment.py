@@ -21,7 +21,7 @@ from rlm.log.byte_source import ByteSource, FileSource, iter_header_windows, ite
 from rlm.log.checkpoints import EpochEntry
 from rlm.log.files import offset_file_offsets, offset_files, segment_file_name
 from rlm.log.index import OffsetIndex, OffsetPosition, TimeIndex, TimestampOffset
-from rlm.log.model import BatchHeader, Record, TimestampAndOffset
+from rlm.log.model import V2_HEADER_SIZE, BatchHeader, Record, TimestampAndOffset
 from rlm.log.recovery import DEFAULT_INDEX_INTERVAL_BYTES, RebuiltIndexes, TransactionTracker, rebuild_indexes
 from rlm.log.snapshot import read_snapshot
 from rlm.log.txnindex import TransactionIndex
@@ -156,6 +156,35 @@ class Segment:
             self._load_indexes()
         assert self._time_index is not None
         return self._time_index
+
+    def read_position(self, offset: int, entry: OffsetPosition, source: ByteSource) -> int:
+        """Where a read of ``offset`` starts in the ``.log`` open as ``source``: the position of
+        ``entry`` (the offset index's lookup of ``offset``) when a batch Kafka can have indexed
+        by it starts there (:func:`index_entry_problem`); else the position the index read again
+        gives, else the start of the file.
+
+        A broker truncating its log (a leader change) moves the end of its indexes back in memory
+        without writing their files, and a first append after it adds no entry: the files and
+        their stamps stay as they were, and indexes loaded before keep entries past the
+        truncation whose positions no longer hold their offsets (past the end of the file, or
+        inside another batch). A read from there would skip the records or frame garbage.
+        """
+        if entry.position == 0 or self._holds(entry, source):
+            return entry.position
+        self.invalidate()  # loaded again, with the checks of a load
+        again = self.offset_index().lookup(offset)
+        return again.position if again.position == 0 or self._holds(again, source) else 0
+
+    def _holds(self, entry: OffsetPosition, source: ByteSource) -> bool:
+        """Whether a batch Kafka can have indexed by ``entry`` starts at its position."""
+        try:
+            batch = next(iter_headers(source, entry.position, window_bytes=V2_HEADER_SIZE), None)
+            problem = index_entry_problem(
+                entry, batch, source, base_offset=self.base_offset, end_offset=entry.offset
+            )
+        except CorruptDataError:
+            return False
+        return problem is None
 
     def transaction_index(self) -> TransactionIndex:
         """The transaction index (empty when the file does not exist)."""
@@ -302,8 +331,9 @@ class Segment:
         """
         start = self.base_offset if starting_offset is None else starting_offset
         hint = self.time_index().lookup(timestamp)
-        position = self.offset_index().lookup(max(hint.offset, start)).position
+        entry = self.offset_index().lookup(max(hint.offset, start))
         with self.open() as source:
+            position = self.read_position(max(hint.offset, start), entry, source)
             # The answer is usually within an index interval (4 KiB by default) of the position.
             headers = iter_header_windows(
                 source, position, first_window_bytes=SEARCH_WINDOW_BYTES, skip_below=(timestamp, start)

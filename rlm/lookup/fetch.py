@@ -170,13 +170,14 @@ class RecordFetcher:
             if i + 1 < len(segments) and segments[i + 1].base_offset <= offset:
                 continue  # wholly below the offset
             try:
-                start = segment.offset_index().lookup(offset).position
+                entry = segment.offset_index().lookup(offset)
                 source = segment.open()
             except FileNotFoundError:  # the broker deleted it since it was listed
                 if result.next_offset >= 0:
                     return  # what was read is the answer
                 raise _SegmentGoneError from None
             with source:
+                start = segment.read_position(offset, entry, source)
                 # Only the active segment may end in a batch the broker is still writing.
                 for header in iter_headers(source, start, whole=i + 1 < len(segments)):
                     if header.last_offset < offset:

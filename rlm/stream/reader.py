@@ -490,12 +490,13 @@ class BatchReader:
                 continue  # wholly below the next offset
             offset = self.next_offset
             try:
-                position = await self._blocking(lambda: segment.offset_index().lookup(offset).position)  # noqa: B023
+                entry = await self._blocking(lambda: segment.offset_index().lookup(offset))  # noqa: B023
                 source = await self._blocking(partial(self._open, local, segment))
             except FileNotFoundError:  # the broker deleted it since it was listed
                 self._relist = True
                 return
             try:
+                position = await self._blocking(partial(segment.read_position, offset, entry, source))
                 async with contextlib.aclosing(read(segment, source, position)) as found:
                     async for item in found:
                         yield item
