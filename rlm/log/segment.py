@@ -66,6 +66,8 @@ class Segment:
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
         self._stamp: tuple[int, ...] | None = None
+        self._log_size = -1
+        """The ``.log``'s size when the indexes were loaded or last checked."""
         self._checked_at = 0.0
         # The last time-index entry of the index it was read from: asked for on every lookup.
         self._max_entry: tuple[TimeIndex, TimestampOffset] | None = None
@@ -134,8 +136,20 @@ class Segment:
         if self._stamp is None:
             return
         self._checked_at = self._clock()
-        if self._stamp != self._file_stamp():
+        log_size = self._log_size_now()
+        if self._stamp != self._file_stamp() or log_size < self._log_size:
             self.invalidate()
+        else:
+            self._log_size = log_size
+
+    def _log_size_now(self) -> int:
+        """The ``.log``'s size now (-1 when it is gone). It only grows while the segment is
+        appended to; a broker truncating it (a leader change) leaves its index files as they were
+        (it moves their end back in memory), so only the ``.log`` getting shorter tells."""
+        try:
+            return os.stat(self.log_path).st_size
+        except FileNotFoundError:
+            return -1
 
     def offset_index(self) -> OffsetIndex:
         """The offset index, from its file or, when missing or corrupt, rebuilt from the ``.log``.
@@ -196,6 +210,7 @@ class Segment:
         # Stamped before reading: files the broker changes while they are read differ from the
         # stamp at the next check, and are read again.
         stamp = self._file_stamp()
+        log_size = self._log_size_now()
         try:
             offset_index = OffsetIndex.load(
                 self.index_path, self.base_offset, max_index_size=self.max_index_size
@@ -211,6 +226,7 @@ class Segment:
             offset_index, time_index = rebuilt.offset_index, rebuilt.time_index
         self._offset_index, self._time_index = offset_index, time_index
         self._stamp = stamp
+        self._log_size = log_size
         self._checked_at = self._clock()
 
     def _check_last_entry(self, index: OffsetIndex) -> None:
