@@ -24,8 +24,10 @@ from rlm.log.writer import PartitionAppender, ProducerRecord, TopicConfig
 from rlm.lookup.fetch import RecordFetcher
 from rlm.lookup.service import LookupService
 from rlm.metastore.model import TopicPartition
+from rlm.stream.plan import RangeQuery
 from tests.clock import FakeClock
 from tests.integration.test_lookup_after_roll import _age
+from tests.integration.test_reads_under_local_retention import last_offsets_sent
 from tests.lookup_support import TOPIC, Backend, runtime
 
 TS = 1_700_000_000_000
@@ -138,3 +140,26 @@ def test_a_fetch_while_the_cleaner_swaps_a_segment_in_reads_the_cleaned_one(
     assert fetched(fetcher, offset) == expected
     swapped(directory, bases)
     assert fetched(fetcher, offset) == expected
+
+
+@pytest.mark.parametrize("planned", ["before the swap", "during the swap"])
+@pytest.mark.parametrize(("bases", "offset"), [([10], 12), ([0, 10], 4), ([10], 2)])
+def test_a_stream_across_a_swap_sends_the_cleaned_segment_s_records(
+    tmp_path: Path, sqlite_template: Path, planned: str, bases: list[int], offset: int
+) -> None:
+    """A stream planned before the cleaner renamed the old segment ``.deleted`` finds it gone and
+    lists the directory again; one planned after finds the cleaned one ``.swap``: both send the
+    cleaned segment's records, none of the old one's twice, none skipped."""
+    log_dir = tmp_path / "logs"
+    directory = log_dir / f"{TOPIC}-0"
+    written(directory)
+    rt = runtime(Backend("sqlite-fs", sqlite_template=sqlite_template), tmp_path, log_dir)
+    try:
+        plan = rt.streams.plan(RangeQuery(TP, offset=offset)) if planned == "before the swap" else None
+        swapping(directory, bases, keep={o for o in ODD if o < 20})
+        plan = plan or rt.streams.plan(RangeQuery(TP, offset=offset))
+        cleaned_away = range(bases[0], 20)
+        kept = [o for o in range(offset, 25) if o not in cleaned_away or o in ODD]
+        assert last_offsets_sent(rt, plan) == kept
+    finally:
+        rt.close()
