@@ -77,13 +77,14 @@ def offset_file_offsets(directory: StrPath, suffix: str) -> list[int]:
     it is skipped, with a warning naming it (once per process). Names with more after the suffix
     (``.log.deleted``, ``.log.swap``) are the broker's own transient files and are not listed.
     """
-    return offset_files(directory, (suffix,))[suffix]
+    return sorted(offset_files(directory, (suffix,))[suffix])
 
 
-def offset_files(directory: StrPath, suffixes: tuple[str, ...]) -> dict[str, list[int]]:
-    """:func:`offset_file_offsets` of each of ``suffixes`` (none the end of another), from one
+def offset_files(directory: StrPath, suffixes: tuple[str, ...]) -> dict[str, dict[int, int]]:
+    """The files of :func:`offset_file_offsets` of each of ``suffixes`` (none the end of
+    another), offset → inode number (as the directory entry gives it, with no ``stat``), from one
     read of the directory: what it holds at about one moment, not at one per suffix."""
-    found: dict[str, list[int]] = {suffix: [] for suffix in suffixes}
+    found: dict[str, dict[int, int]] = {suffix: {} for suffix in suffixes}
     with os.scandir(directory) as listing:
         for entry in listing:
             suffix = next((s for s in suffixes if entry.name.endswith(s)), None)
@@ -104,8 +105,8 @@ def offset_files(directory: StrPath, suffixes: tuple[str, ...]) -> dict[str, lis
             if not regular:
                 warn_stray(entry.path, "it is not a regular file")
                 continue
-            found[suffix].append(offset)
-    return {suffix: sorted(offsets) for suffix, offsets in found.items()}
+            found[suffix][offset] = entry.inode()
+    return found
 
 
 def warn_stray(path: StrPath, why: str) -> None:

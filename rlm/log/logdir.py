@@ -140,16 +140,24 @@ class PartitionDir:
         segments = [current[b] for b in listing.bases]
         if listing.swaps:
             segments = self._with_swaps(segments, listing.swaps)
-        # The directory changed: a segment kept from the last listing may have been rewritten
-        # under the same base offset (the log cleaner swapped a cleaned segment in, its batches at
-        # other positions), or have rolled (its indexes, if loaded while it was active, lack the
-        # last entries the broker added at the roll, and a search that skips it on its largest
-        # timestamp must not trust them). Neither may use the old indexes for the rest of a stamp
-        # check interval: checked before the new listing is published, so that no read nor
-        # segment summary of it uses them. Only segments with loaded indexes are looked at.
-        for segment in segments:
-            if known.get(segment.base_offset) is segment:
-                segment.recheck()
+        # A segment kept from the last listing may have been rewritten under the same base
+        # offset (its .log another file: the log cleaner swapped a cleaned segment in, its batches
+        # at other positions; a topic deleted and made again), or have rolled (its indexes, if
+        # loaded while it was active, lack the last entries the broker added at the roll, and a
+        # search that skips it on its largest timestamp must not trust them). Neither may use the
+        # old indexes for the rest of a stamp check interval: dealt with before the new listing
+        # is published, so that no read nor segment summary of it uses them.
+        before = self._listed
+        if before is not None:
+            was_active = before[1][-1] if before[1] else None
+            for segment in segments:
+                base = segment.base_offset
+                if known.get(base) is not segment:
+                    continue
+                if before[0].inodes.get(base) != listing.inodes.get(base):
+                    segment.invalidate()
+                elif segment is was_active and segment is not segments[-1]:
+                    segment.recheck()
         self._segments = current
         self._listed = (listing, segments)
         return list(segments)

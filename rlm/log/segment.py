@@ -443,14 +443,17 @@ class SegmentListing(NamedTuple):
     the ``.swap`` files hold those offsets, as the broker's own view of its log says (it holds
     the cleaned segment from before the renames). A broker that stopped in between completes
     the swap when it starts again."""
+    inodes: dict[int, int]
+    """Base offset → inode number of each ``.log``: a segment rewritten under the same base
+    offset (the cleaner's swap, a topic deleted and made again) has another."""
 
 
 def segment_listing(directory: str | Path) -> SegmentListing:
     """The segments of a partition directory (:class:`SegmentListing`), from one read of it."""
     found = offset_files(directory, (".log", ".log" + SWAP_SUFFIX))
-    bases = found[".log"]
-    logs = set(bases)
-    return SegmentListing(bases, [b for b in found[".log" + SWAP_SUFFIX] if b not in logs])
+    logs = found[".log"]
+    swaps = sorted(b for b in found[".log" + SWAP_SUFFIX] if b not in logs)
+    return SegmentListing(sorted(logs), swaps, logs)
 
 
 def initial_tracker(segment: Segment) -> TransactionTracker:
