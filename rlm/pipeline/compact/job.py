@@ -15,6 +15,9 @@ Per partition of a topic whose ``cleanup.policy`` has ``compact``:
    :mod:`rlm.storage.description`), so that a rebuild of the metadata chooses what the database
    held.
 
+A partition of a topic whose policy no longer has ``compact`` is only cleaned up after (step 2),
+when killed jobs left outputs of it: no job compacts it again to do so.
+
 A partition whose segment cannot be read, or whose cleanup fails, fails alone, untouched; the
 others go on. With ``dry_run`` the job reads and decides, builds the outputs in memory to count
 what they would drop, and writes nothing (no lease, no cleanup, no object, no row).
@@ -33,7 +36,7 @@ from rlm.arguments import INT64_MAX
 from rlm.config import Settings
 from rlm.errors import RlmError, StaleLeaseError
 from rlm.metastore.compaction import CompactionLease, CompactionOutput, CompactionStore
-from rlm.metastore.model import RemoteSegment, SegmentState, TopicPartition
+from rlm.metastore.model import PartitionRecord, RemoteSegment, SegmentState, TopicPartition
 from rlm.pipeline.compact.engine import Engine, GroupResult, PartitionDecision
 from rlm.pipeline.compact.facts import FactOptions
 from rlm.pipeline.compact.rewrite import Counts, RewriteParams
@@ -144,15 +147,18 @@ def compact(
     started = time.monotonic()
     now = _clock() if now_ms is None else now_ms
     compactable_topics(settings, options.topics)
-    records = [
-        r
-        for r in select_partitions(store, options.topics, options.partitions)
-        if "compact" in settings.topic(r.topic_partition.topic).cleanup_policy.split(",")
-    ]
+    records: list[PartitionRecord] = []
+    uncompacted: list[PartitionRecord] = []
+    for r in select_partitions(store, options.topics, options.partitions):
+        compacted = "compact" in settings.topic(r.topic_partition.topic).cleanup_policy.split(",")
+        (records if compacted else uncompacted).append(r)
     job = uuid.uuid4().hex
+    cleaned = 0
+    if not options.dry_run:
+        for r in uncompacted:
+            cleaned += _clean_uncompacted(store, storage, r.topic_partition, job, settings, now)
     reports: dict[TopicPartition, PartitionReport] = {}
     leases: dict[TopicPartition, CompactionLease] = {}
-    cleaned = 0
     try:
         plans: list[PartitionPlan] = []
         for record in records:
@@ -355,6 +361,30 @@ def _discard(
         store.forget_compaction_outputs(tp, [plan.segment_id for plan in plans])
     except (RlmError, OSError) as exc:
         log.warning("discarding the outputs of %s failed (the next job cleans them up): %s", tp, exc)
+
+
+def _clean_uncompacted(
+    store: CompactionStore, storage: RemoteStorage, tp: TopicPartition, job: str, settings: Settings, now: int
+) -> int:
+    """Clean up after killed jobs of ``tp``, whose topic is no longer compacted (its policy lost
+    ``compact``): no job compacts it again to do it; the number of objects deleted."""
+    if not store.compaction_outputs(tp):
+        return 0
+    lease = store.acquire_compaction_lease(tp, job, settings.remote_compaction_lease_ttl_ms)
+    if lease is None:  # another job holds it: it cleans up, or the next one does
+        return 0
+    try:
+        return cleanup(store, storage, tp, now_ms=now, delay_ms=settings.remote_compaction_delete_delay_ms)
+    except (RlmError, OSError) as exc:
+        log.warning(
+            "cleaning up after earlier compaction jobs of %s failed (the next job retries): %s", tp, exc
+        )
+        return 0
+    finally:
+        try:
+            store.release_compaction_lease(lease)
+        except RlmError as exc:
+            log.warning("releasing the compaction lease of %s failed: %s", tp, exc)
 
 
 def cleanup(
