@@ -324,7 +324,7 @@ def _finish(
             # Long.MAX_VALUE keeps the replaced objects for good, never past what a BIGINT holds.
             delete_after = min(delete_after_ms, INT64_MAX)
             if store.swap_compacted(lease, rows, replaced, now_ms=now, delete_after_ms=delete_after):
-                _mark_swapped(storage, tp, rows)
+                _mark_swapped(store, storage, tp, rows, now)
                 return report
             reason = "a replaced segment is no longer finished (retention or another job changed it)"
         except StaleLeaseError as exc:
@@ -340,12 +340,26 @@ def _finish(
     return report
 
 
-def _mark_swapped(storage: RemoteStorage, tp: TopicPartition, rows: Sequence[RemoteSegment]) -> None:
+def _mark_swapped(
+    store: CompactionStore,
+    storage: RemoteStorage,
+    tp: TopicPartition,
+    rows: Sequence[RemoteSegment],
+    now: int,
+) -> None:
     """Mark the swapped-in outputs' objects swapped. A failure leaves them pending: a rebuild
-    then chooses the segments they replaced (the same offsets, uncompacted) while those last."""
+    then chooses the segments they replaced (the same offsets, uncompacted) while those last.
+
+    The mark stores the index object again: a segment retention deleted meanwhile (between the
+    mark's read and its put) would get it back, orphaned, so it is deleted again then."""
     try:
         for row in rows:
             mark_swapped(storage, row)
+            current = store.get_segment(row.segment_id)
+            if current is None or (
+                current.state is not SegmentState.COPY_SEGMENT_FINISHED and not deferred(current, now)
+            ):
+                storage.delete_objects([row.layout.index_key])
     except (RlmError, OSError) as exc:
         log.warning("marking the compacted segments of %s swapped failed: %s", tp, exc)
 
