@@ -43,7 +43,7 @@ again under the name is tiered as any new topic: adopting its id clears the dele
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from uuid import UUID
@@ -109,6 +109,7 @@ def delete_partition(
     idle_ms: int = 600_000,
     live_topics: Mapping[str, str] | None = None,
     on_deleted: Callable[[RemoteSegment], None] = lambda segment: None,
+    removed: Collection[UUID] = (),
 ) -> PartitionDeletion:
     """Delete partition ``tp`` of the deleted topic ``topic_id`` from the remote tier; with
     ``dry_run``, check the same and count what would be deleted, changing nothing. A deletion
@@ -117,12 +118,16 @@ def delete_partition(
     ``live_topics`` (topic id → name) are the topics the broker's KRaft metadata log holds live
     (:class:`~rlm.log.cluster_metadata.ClusterMetadata`): one of them is not deleted.
     ``on_deleted`` is called for each segment deleted.
+    ``removed`` are other topic ids the cluster deleted: a partition recording no id because its
+    segments name two topics (a store rebuilt while a deleted topic's segments lay beside its
+    successor's) is deleted when they name ``topic_id`` and otherwise only ``removed`` ones.
 
     Raises:
         NotFoundError: The store knows no such partition.
-        StateConflictError: The store records the partition under another topic id, or none, or
-            one of ``log_dirs`` holds it under ``topic_id`` or cannot be read, or ``live_topics``
-            has it (the topic is not deleted); nothing was changed.
+        StateConflictError: The store records the partition under another topic id, or none
+            (but for segments of ``topic_id`` and ``removed`` ones alone), or one of ``log_dirs``
+            holds it under one of them or cannot be read, or ``live_topics`` has one (the topic
+            is not deleted); nothing was changed.
         StaleLeaseError: The copy lease was taken over and taken again during the run (the topic
             created again may have been adopted meanwhile); the run can be repeated, and checks
             the topic id again.
@@ -131,18 +136,19 @@ def delete_partition(
     record = store.get_partition(tp)
     if record is None:
         raise NotFoundError(f"the remote tier holds nothing of {tp}")
-    _check_topic_id(record, topic_id)
+    topic_ids = _check_topic_id(store, record, topic_id, removed)
     if record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED:
         return PartitionDeletion(
             tp, skipped=f"deleted already, at {record.deletion_event_time_ms} (epoch ms)"
         )
-    _check_not_held_locally(log_dirs, tp, topic_id)
-    live = (live_topics or {}).get(uuid_to_topic_id(topic_id))
-    if live is not None:
-        raise StateConflictError(
-            f"{tp}: the broker's KRaft metadata log holds topic {live!r} under id "
-            f"{uuid_to_topic_id(topic_id)}: the topic is not deleted; nothing was deleted"
-        )
+    for each in topic_ids:
+        _check_not_held_locally(log_dirs, tp, each)
+        live = (live_topics or {}).get(uuid_to_topic_id(each))
+        if live is not None:
+            raise StateConflictError(
+                f"{tp}: the broker's KRaft metadata log holds topic {live!r} under id "
+                f"{uuid_to_topic_id(each)}: the topic is not deleted; nothing was deleted"
+            )
     # Checked before the deletion begins: a run that died past the mark gave the lease back (or
     # let it go), and the partition takes no new segment since.
     recently = _recently_held(store, tp, clock(), idle_ms) if record.deletion_state is None else None
@@ -169,7 +175,8 @@ def delete_partition(
         record = store.get_partition(tp)
         if record is None:
             raise NotFoundError(f"the remote tier holds nothing of {tp}")
-        _check_topic_id(record, topic_id)
+        if _check_topic_id(store, record, topic_id, removed) != topic_ids:
+            raise StateConflictError(f"{tp}: its segments changed topic ids meanwhile; run again")
         if record.deletion_state is None:  # else a run that died went as far
             store.update_partition_state(
                 tp, PartitionState.DELETE_PARTITION_MARKED, event_time_ms=clock(), fence=lease
@@ -198,7 +205,7 @@ def delete_partition(
                 deleted_bytes += segment.size_bytes
             lease = leases.keep(tp, lease, "the deleted topic's segments were deleted")
         _delete_compaction_outputs(store, storage, tp)
-        storage.delete_objects([marker_key(tp, topic_id)])
+        storage.delete_objects([marker_key(tp, each) for each in sorted(topic_ids)])
         store.update_partition_state(
             tp, PartitionState.DELETE_PARTITION_FINISHED, event_time_ms=clock(), fence=lease
         )
@@ -243,9 +250,20 @@ def _recently_held(store: MetadataStore, tp: TopicPartition, now_ms: int, idle_m
     return None
 
 
-def _check_topic_id(record: PartitionRecord, topic_id: UUID) -> None:
+def _check_topic_id(
+    store: MetadataStore, record: PartitionRecord, topic_id: UUID, removed: Collection[UUID]
+) -> set[UUID]:
+    """The topic ids whose remote state deleting ``record``'s partition as ``topic_id``'s deletes
+    (``topic_id``, and with no id recorded, the ``removed`` ids its segments name beside it).
+
+    Raises:
+        StateConflictError: The partition is another topic's, or one whose id cannot be told.
+    """
     tp, given = record.topic_partition, uuid_to_topic_id(topic_id)
     if record.topic_id is None:
+        named = {s.topic_id for s in store.list_segments(tp, states=GOING)}
+        if topic_id in named and named <= {topic_id, *removed}:
+            return {i for i in named if i is not None}
         raise StateConflictError(
             f"{tp}: the remote tier records no topic id for it (copied from a broker without "
             f"partition.metadata, or its segments name two topics), so it cannot be checked to be "
@@ -256,6 +274,7 @@ def _check_topic_id(record: PartitionRecord, topic_id: UUID) -> None:
             f"{tp}: the remote tier holds topic id {uuid_to_topic_id(record.topic_id)}, not {given}: "
             "it is another topic of that name (created again after the deletion?); nothing was deleted"
         )
+    return {topic_id}
 
 
 def _check_not_held_locally(log_dirs: Iterable[Path], tp: TopicPartition, topic_id: UUID) -> None:

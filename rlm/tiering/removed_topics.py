@@ -8,7 +8,9 @@ partition the store records under a removed topic's id is deleted from the remot
 with the same checks: a partition the store records under another id (the topic created again)
 is left alone, one this broker's log directories still hold under that id is left for a later
 pass, and one whose copy lease a sidecar held or claimed within ten lease times to live is waited
-for.
+for. A partition recording no id because its segments name two topics (a store rebuilt while a
+deleted topic's segments lay beside its successor's) is deleted once every id they name is a
+removed topic's; while one is live, the sidecar that adopts it retires the others' segments.
 
 Only a removal the cluster committed counts: one below the end offset of the broker's latest
 metadata snapshot (``<offset>-<epoch>.checkpoint``). Brokers write snapshots of committed records
@@ -34,9 +36,10 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from uuid import UUID
 
 from rlm.errors import NotFoundError, RlmError, StateConflictError
-from rlm.log.checkpoints import uuid_to_topic_id
+from rlm.log.checkpoints import topic_id_to_uuid, uuid_to_topic_id
 from rlm.log.cluster_metadata import (
     ClusterMetadata,
     ClusterMetadataReader,
@@ -44,13 +47,13 @@ from rlm.log.cluster_metadata import (
     find_cluster_metadata,
 )
 from rlm.metastore.compaction import CompactionStore
-from rlm.metastore.model import PartitionState, RemoteSegment
+from rlm.metastore.model import PartitionState, RemoteSegment, TopicPartition
 from rlm.metrics import Metrics
 from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.copier import Clock, wall_clock_ms
 from rlm.tiering.deletion import Step, no_step
 from rlm.tiering.leases import LeaseKeeper
-from rlm.tiering.partition_deletion import PartitionDeletion, delete_partition
+from rlm.tiering.partition_deletion import LIVE, PartitionDeletion, delete_partition
 
 log = logging.getLogger("rlm.retention")
 
@@ -159,26 +162,37 @@ class RemovedTopics:
             return []
         outcomes = []
         left: set[str] = set()  # removed ids with a partition still to delete
+        removed_ids = {topic_id_to_uuid(topic_id) for topic_id in removed}
         for record in records:
-            if record.topic_id is None or record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED:
-                continue
-            removal = removed.get(uuid_to_topic_id(record.topic_id))
-            if removal is None:
+            if record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED:
                 continue
             tp = record.topic_partition
+            topic_id = record.topic_id
+            if topic_id is None:  # a store rebuilt while two topics' segments lay side by side
+                try:
+                    topic_id = self._removed_id_named(tp, removed_ids)
+                except RlmError as exc:
+                    self.metrics.loop_errors.labels("retention").inc()
+                    log.warning("listing the segments of %s failed: %s", tp, exc)
+                    left |= removed.keys()  # which removed topics it holds is unknown yet
+                    continue
+            removal = None if topic_id is None else removed.get(uuid_to_topic_id(topic_id))
+            if topic_id is None or removal is None:
+                continue
             try:
                 outcome = delete_partition(
                     self.store,
                     self.storage,
                     self.leases,
                     tp,
-                    record.topic_id,
+                    topic_id,
                     clock=self.clock,
                     log_dirs=self.log_dirs,
                     step=self.step,
                     idle_ms=self.idle_ms,
                     live_topics=self._read.topics if self._read is not None else None,
                     on_deleted=self.on_deleted,
+                    removed=removed_ids,
                 )
             except StateConflictError as exc:
                 # This broker still holds it under that id: its own deletion is on its way.
@@ -203,6 +217,15 @@ class RemovedTopics:
             outcomes.append(outcome)
         self._done |= removed.keys() - left
         return outcomes
+
+    def _removed_id_named(self, tp: TopicPartition, removed_ids: set[UUID]) -> UUID | None:
+        """Of a partition recording no topic id, one its live segments name when every one they
+        name is a removed topic's (they may name two topics, both deleted); else None (the
+        sidecar that adopts the live topic's id retires the deleted one's segments)."""
+        named = {s.topic_id for s in self.store.list_segments(tp, states=LIVE)}
+        if not named or not named <= removed_ids:
+            return None
+        return min((i for i in named if i is not None), key=str)
 
 
 def _committed(read: ClusterMetadata | None) -> set[str]:
