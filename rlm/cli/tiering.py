@@ -73,7 +73,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     delete_topic.add_argument("topic")
     delete_topic.add_argument(
-        "--topic-id", required=True, help="the deleted topic's id (Kafka's base64 form)"
+        "--topic-id",
+        required=True,
+        action="append",
+        help="the deleted topic's id (Kafka's base64 form); repeatable, for partitions whose remote "
+        "segments name two deleted topics of the name (a store rebuilt before one was retired)",
     )
     delete_topic.add_argument(
         "--partition", type=int, action="append", help="only this partition (repeatable; default: all)"
@@ -221,10 +225,12 @@ def _delete_topic(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     topic = validate_topic(args.topic)
-    try:
-        topic_id = topic_id_to_uuid(args.topic_id)
-    except ValueError as exc:
-        raise ConfigError(f"--topic-id {args.topic_id!r} is not a Kafka topic id: {exc}") from exc
+    topic_ids = []
+    for given in args.topic_id:
+        try:
+            topic_ids.append(topic_id_to_uuid(given))
+        except ValueError as exc:
+            raise ConfigError(f"--topic-id {given!r} is not a Kafka topic id: {exc}") from exc
     idle_ms = args.idle_ms if args.idle_ms is not None else 10 * settings.remote_log_manager_lease_ttl_ms
     if idle_ms < 0:
         raise ConfigError(f"--idle-ms {idle_ms} is negative")
@@ -240,6 +246,9 @@ def _delete_topic(args: argparse.Namespace) -> int:
             partitions = deleted_topic_partitions(runtime.store, topic)
         failed = False
         for tp in partitions:
+            record = runtime.store.get_partition(tp)
+            recorded = None if record is None else record.topic_id
+            topic_id = recorded if recorded in topic_ids else topic_ids[0]
             try:
                 done = delete_partition(
                     runtime.store,
@@ -252,6 +261,7 @@ def _delete_topic(args: argparse.Namespace) -> int:
                     dry_run=args.dry_run,
                     idle_ms=idle_ms,
                     live_topics=live_topics,
+                    removed=topic_ids,
                 )
             except RlmError as exc:
                 print(f"{tp}: error: {exc}", file=sys.stderr)

@@ -120,7 +120,7 @@ def delete_partition(
     ``on_deleted`` is called for each segment deleted.
     ``removed`` are other topic ids the cluster deleted: a partition recording no id because its
     segments name two topics (a store rebuilt while a deleted topic's segments lay beside its
-    successor's) is deleted when they name ``topic_id`` and otherwise only ``removed`` ones.
+    successor's) is deleted when they name only ``topic_id`` and ``removed`` ones.
 
     Raises:
         NotFoundError: The store knows no such partition.
@@ -262,7 +262,7 @@ def _check_topic_id(
     tp, given = record.topic_partition, uuid_to_topic_id(topic_id)
     if record.topic_id is None:
         named = {s.topic_id for s in store.list_segments(tp, states=GOING)}
-        if topic_id in named and named <= {topic_id, *removed}:
+        if named and named <= {topic_id, *removed}:
             return {i for i in named if i is not None}
         raise StateConflictError(
             f"{tp}: the remote tier records no topic id for it (copied from a broker without "

@@ -13,8 +13,11 @@ from uuid import UUID
 
 import pytest
 
+from rlm.cli import main
+from rlm.log.checkpoints import uuid_to_topic_id
 from rlm.metastore.model import PartitionState
 from tests.cluster_metadata_support import MetadataLogWriter, remove_topic_record, topic_record
+from tests.integration.test_removed_topics import cli_options
 from tests.integration.test_topic_deletion import OTHER, TP, topic_uuid, write_topic
 from tests.metadata_support import sqlite_copy
 from tests.retired_support import rebuilt_from_objects
@@ -94,3 +97,25 @@ def test_a_rebuilt_partition_of_a_deleted_topic_and_a_live_one_is_left_to_the_ad
         assert record is not None and record.deletion_state is None
         assert {s.topic_id for s in tiering.finished(tp)} == {old_id, new_id}
     assert set(tiering.storage.list_keys("")) == before
+
+
+def test_rlm_retention_delete_topic_given_both_ids_deletes_a_rebuilt_partition_of_two_topics(
+    rebuilt: tuple[Tiering, Path, UUID, UUID],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without a KRaft metadata log (ZooKeeper-era brokers) the operator's command is the only way."""
+    tiering, log_dir, old_id, new_id = rebuilt
+    options = cli_options(tiering, log_dir, monkeypatch)
+    command = ["retention", "delete-topic", "orders", *options, "--topic-id", uuid_to_topic_id(old_id)]
+
+    assert main(command) == 1  # one id: the partitions hold another topic's segments too
+    assert "records no topic id" in capsys.readouterr().err
+    assert all(len(tiering.finished(tp)) == 8 for tp in (TP, OTHER))
+
+    assert main([*command, "--topic-id", uuid_to_topic_id(new_id)]) == 0
+
+    for tp in (TP, OTHER):
+        record = tiering.store.get_partition(tp)
+        assert record is not None and record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED
+    assert set(tiering.storage.list_keys("")) == set()
