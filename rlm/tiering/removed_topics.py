@@ -53,7 +53,7 @@ from rlm.storage.protocol import RemoteStorage
 from rlm.tiering.copier import Clock, wall_clock_ms
 from rlm.tiering.deletion import Step, no_step
 from rlm.tiering.leases import LeaseKeeper
-from rlm.tiering.partition_deletion import LIVE, PartitionDeletion, delete_partition
+from rlm.tiering.partition_deletion import GOING, PartitionDeletion, delete_partition
 
 log = logging.getLogger("rlm.retention")
 
@@ -219,10 +219,10 @@ class RemovedTopics:
         return outcomes
 
     def _removed_id_named(self, tp: TopicPartition, removed_ids: set[UUID]) -> UUID | None:
-        """Of a partition recording no topic id, one its live segments name when every one they
-        name is a removed topic's (they may name two topics, both deleted); else None (the
-        sidecar that adopts the live topic's id retires the deleted one's segments)."""
-        named = {s.topic_id for s in self.store.list_segments(tp, states=LIVE)}
+        """Of a partition recording no topic id, one its segments not deleted yet name when every
+        one they name is a removed topic's (they may name two topics, both deleted); else None
+        (the sidecar that adopts the live topic's id retires the deleted one's segments)."""
+        named = {s.topic_id for s in self.store.list_segments(tp, states=GOING)}
         if not named or not named <= removed_ids:
             return None
         return min((i for i in named if i is not None), key=str)

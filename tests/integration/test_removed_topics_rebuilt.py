@@ -62,14 +62,19 @@ def rebuilt(
     return harness, log_dir, old_id, new_id
 
 
-def test_a_rebuilt_partition_of_two_deleted_topics_is_deleted_from_the_remote_tier(
-    rebuilt: tuple[Tiering, Path, UUID, UUID],
-) -> None:
-    tiering, log_dir, old_id, new_id = rebuilt
+def remove_both(log_dir: Path, old_id: UUID, new_id: UUID) -> None:
+    """The broker's metadata log: both topics created and deleted, the removals committed."""
     with MetadataLogWriter(log_dir) as log:
         log.append(topic_record("orders", old_id), remove_topic_record(old_id))  # 0-1
         log.append(topic_record("orders", new_id), remove_topic_record(new_id))  # 2-3
         log.snapshot(4, [])
+
+
+def test_a_rebuilt_partition_of_two_deleted_topics_is_deleted_from_the_remote_tier(
+    rebuilt: tuple[Tiering, Path, UUID, UUID],
+) -> None:
+    tiering, log_dir, old_id, new_id = rebuilt
+    remove_both(log_dir, old_id, new_id)
 
     tiering.retention().run_once()
 
@@ -114,6 +119,31 @@ def test_rlm_retention_delete_topic_given_both_ids_deletes_a_rebuilt_partition_o
     assert all(len(tiering.finished(tp)) == 8 for tp in (TP, OTHER))
 
     assert main([*command, "--topic-id", uuid_to_topic_id(new_id)]) == 0
+
+    for tp in (TP, OTHER):
+        record = tiering.store.get_partition(tp)
+        assert record is not None and record.deletion_state is PartitionState.DELETE_PARTITION_FINISHED
+    assert set(tiering.storage.list_keys("")) == set()
+
+
+def test_a_deletion_of_a_rebuilt_partition_of_two_topics_that_died_is_finished_by_the_next_pass(
+    rebuilt: tuple[Tiering, Path, UUID, UUID],
+) -> None:
+    tiering, log_dir, old_id, new_id = rebuilt
+    remove_both(log_dir, old_id, new_id)
+    started: list[str] = []
+
+    def die_deleting_the_last_segment(step: str) -> None:
+        if step == "delete_started":
+            started.append(step)
+            if len(started) == 8:  # the last of the first partition's: none of its segments is live
+                raise OSError("the sidecar died")
+
+    tiering.retention(step=die_deleting_the_last_segment).run_once()
+    record = tiering.store.get_partition(TP)
+    assert record is not None and record.deletion_state is PartitionState.DELETE_PARTITION_STARTED
+
+    tiering.retention().run_once()
 
     for tp in (TP, OTHER):
         record = tiering.store.get_partition(tp)
