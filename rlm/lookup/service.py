@@ -78,7 +78,7 @@ from rlm.lookup.tier_stable import TierStableOffsets
 from rlm.lookup.topic_ids import is_other_topic, local_topic_id
 from rlm.lookup.views import DEFAULT_TTL_S, RemoteTierView, RemoteViews
 from rlm.metastore.availability import StoreAvailability
-from rlm.metastore.model import PartitionRecord, RemoteSegment, TopicPartition
+from rlm.metastore.model import PartitionRecord, RemoteSegment, SegmentState, TopicPartition
 from rlm.metastore.protocol import MetadataStore
 from rlm.storage.protocol import RemoteStorage
 from rlm.timestamps import SpecialTimestamp
@@ -436,6 +436,8 @@ class LookupService:
             # this one's (as the view says, :mod:`rlm.lookup.views`).
             record = self.ask_store(lambda: self.store.get_partition(tp))
             highest = _highest_copied(record, local)
+            if highest >= 0 and record is not None and record.topic_id is None:
+                highest = self._highest_of_local_topic(tp, local, highest)
             if highest < 0:
                 return OffsetAnswer.none()
             earliest = self.earliest_offset(tp, local, view)
@@ -650,6 +652,20 @@ class LookupService:
         if segment is None:
             return -1
         return self.remote.batch_epoch(segment, offset, stats, checkpoint)
+
+    def _highest_of_local_topic(self, tp: TopicPartition, local: PartitionDir | None, highest: int) -> int:
+        """Of a partition recording no topic id, whose highest copied offset is ``highest``, the
+        highest copied offset of the topic ``local`` holds: its finished segments may name two
+        topics (a store rebuilt while a deleted topic's lay beside its successor's, until a
+        sidecar adopts the broker's id), and the other topic's offsets are not this one's."""
+        local_id = local_topic_id(local)
+        if local_id is None:
+            return highest
+        states = (SegmentState.COPY_SEGMENT_FINISHED,)
+        finished = self.ask_store(lambda: list(self.store.list_segments(tp, states=states)))
+        if {s.topic_id for s in finished} <= {None, local_id}:
+            return highest
+        return max((s.end_offset for s in finished if not is_other_topic(s.topic_id, local_id)), default=-1)
 
     def _reads_remote_epoch(
         self, tp: TopicPartition, local: PartitionDir | None, timestamp: int, view: RemoteTierView
