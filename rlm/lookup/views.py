@@ -39,7 +39,10 @@ read failed), :meth:`RemoteViews.fallback` gives the view a lookup may still use
   tier then answers exactly.
 
 Either way only the log start offset may be stale: one advanced by remote retention since is not
-known until the store answers again (as Kafka's own log start offset propagates late). Without
+known until the store answers again (as Kafka's own log start offset propagates late). A partition
+this process changed (:meth:`RemoteViews.invalidate`: its retention advanced the log start offset,
+possibly above the broker's first local offset) has no fallback until a view of it is read again:
+no lookup then answers below a log start offset the process itself advanced. Without
 such a view, the remote tier may hold an earlier match than anything local: no fallback, and the
 lookup fails with a retriable error at once rather than answer wrongly.
 """
@@ -130,6 +133,9 @@ class RemoteViews:
         self._invalidations = 0
         self._invalidated: dict[TopicPartition, int] = {}
         self._cleared = 0
+        # When the last kept read of each partition began (in invalidations counted): one
+        # invalidated since has changed in this process in a way no view it holds tells.
+        self._kept_at: dict[TopicPartition, int] = {}
         self._lock = threading.Lock()
 
     def get(self, tp: TopicPartition, local: PartitionDir | None) -> RemoteTierView:
@@ -176,7 +182,9 @@ class RemoteViews:
         }
         with self._lock:
             if self._cleared <= began:
-                self._views.update((tp, v) for tp, v in kept.items() if self._invalidated.get(tp, 0) <= began)
+                fresh = {tp: v for tp, v in kept.items() if self._invalidated.get(tp, 0) <= began}
+                self._views.update(fresh)
+                self._kept_at.update((tp, began) for tp in fresh)
         return views
 
     def cached(
@@ -212,6 +220,9 @@ class RemoteViews:
             return None
         with self._lock:
             last = self._views.get(tp)
+            changed = max(self._cleared, self._invalidated.get(tp, 0)) > self._kept_at.get(tp, 0)
+        if changed:
+            return None  # this process changed the remote tier since: its log start is the store's
         if last is not None and last.local_base == base and last.local_topic_id == _local_identity(local):
             return last
         log_start = local.checkpointed_log_start_offset()

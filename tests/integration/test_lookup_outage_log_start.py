@@ -1,0 +1,97 @@
+"""Lookups while the metadata database does not answer, of a partition whose remote log start offset
+rlm's own retention advanced above the broker's first local offset (retention.bytes counts the
+remote tier: its oldest segments go while the broker still holds their offsets).
+
+The real PostgreSQL sits behind a TCP proxy the test controls (:mod:`tests.tcp_proxy`). Whatever
+the database does, no answer names an offset below the log start offset the store holds: with the
+database refusing connections a lookup either answers as it did with the database up or fails with
+the retriable ``MetadataUnavailableError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy.engine import make_url
+
+from rlm.bootstrap import Runtime
+from rlm.config import TopicSettings
+from rlm.errors import MetadataUnavailableError, OffsetOutOfRangeError
+from rlm.lookup.plans import OffsetAnswer
+from rlm.metastore.model import TopicPartition
+from tests.lookup_support import Backend, runtime
+from tests.s3_support import MotoS3
+from tests.tcp_proxy import Mode, TcpProxy
+from tests.tiering_support import WRITER_NOW_MS, SegmentPlan, write_scripted_log_dir
+
+pytestmark = pytest.mark.postgres
+
+TP = TopicPartition("orders", 0)
+EARLIEST = -2
+#: The largest timestamp of the first segment (offsets 0-9), which remote retention deleted.
+FIRST_SEGMENT_MAX = WRITER_NOW_MS - 1000
+
+
+@pytest.fixture
+def retained(postgres_url: str, moto_s3: MotoS3, tmp_path: Path) -> Iterator[tuple[Runtime, TcpProxy]]:
+    """A sidecar whose database is reached through a proxy: 5 segments of 10 records tiered, then
+    all of them deleted by remote retention (``retention.bytes`` 0): the remote log start offset
+    is 50, while the broker's log still starts at offset 0 (its own retention deleted nothing)."""
+    log_dir = tmp_path / "logs"
+    plans = [SegmentPlan(records=10, max_timestamp_ms=WRITER_NOW_MS - 1000 + i) for i in range(5)]
+    write_scripted_log_dir(log_dir, {TP: plans}, seed=1)
+    target = make_url(postgres_url)
+    with TcpProxy((target.host or "127.0.0.1", target.port or 5432)) as proxy:
+        proxied = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+        backend = Backend("postgres-s3", postgres_url=proxied, s3=moto_s3)
+        rt = runtime(
+            backend, tmp_path, log_dir, topic_defaults=TopicSettings(retention_ms=-1, retention_bytes=0)
+        )
+        try:
+            assert [o.copied_segments for o in rt.copier.run_once()] == [5]
+            assert rt.lookup.find(TP, EARLIEST).offset == 0  # a view read before retention ran
+            assert [o.deleted_segments for o in rt.retention.run_once()] == [5]
+            yield rt, proxy
+        finally:
+            proxy.set_mode(Mode.PASS)
+            rt.close()
+
+
+def answer_or_unavailable(rt: Runtime, timestamp: int) -> OffsetAnswer | None:
+    """The lookup's answer; None when it failed as the store does not answer."""
+    try:
+        return rt.lookup.find(TP, timestamp)
+    except MetadataUnavailableError as exc:
+        assert exc.retriable
+        return None
+
+
+def test_with_the_database_down_no_lookup_answers_below_the_log_start_its_own_retention_advanced(
+    retained: tuple[Runtime, TcpProxy],
+) -> None:
+    rt, proxy = retained
+    up_earliest = rt.lookup.find(TP, EARLIEST)
+    up_first = rt.lookup.find(TP, FIRST_SEGMENT_MAX)
+    assert up_earliest.offset == 50
+    assert up_first.offset >= 50
+
+    proxy.set_mode(Mode.REFUSE)
+    rt.lookup.invalidate(TP)  # as retention does after it advanced the log start (or the view expired)
+    for timestamp, up in ((EARLIEST, up_earliest), (FIRST_SEGMENT_MAX, up_first)):
+        down = answer_or_unavailable(rt, timestamp)
+        assert down is None or down == up, f"timestamp {timestamp}: {down} with the database down, {up} up"
+
+
+def test_with_the_database_down_no_fetch_reads_below_the_log_start_its_own_retention_advanced(
+    retained: tuple[Runtime, TcpProxy],
+) -> None:
+    rt, proxy = retained
+    with pytest.raises(OffsetOutOfRangeError):
+        rt.fetcher.fetch(TP, 5, 1 << 20)
+
+    proxy.set_mode(Mode.REFUSE)
+    rt.lookup.invalidate(TP)  # as retention does after it advanced the log start
+    with pytest.raises((OffsetOutOfRangeError, MetadataUnavailableError)):
+        rt.fetcher.fetch(TP, 5, 1 << 20)
