@@ -281,8 +281,9 @@ class LookupService:
         loop's); None when finding it needs either: :meth:`find` it on the reader pool then.
 
         That is: a timestamp ≥ 0 above the max remote timestamp (only the local log can hold it),
-        LATEST, MAX_TIMESTAMP without finished remote segments, EARLIEST and EARLIEST_LOCAL when
-        the answer is in the local log (its leader epoch is the broker's checkpoint's).
+        LATEST, MAX_TIMESTAMP without finished remote segments, EARLIEST when the answer is in the
+        local log, and EARLIEST_LOCAL (the first local offset at or above the log start offset;
+        its leader epoch is the broker's checkpoint's, as Kafka answers it).
 
         Raises:
             as :meth:`find`.
@@ -304,7 +305,9 @@ class LookupService:
                 return OffsetAnswer.none()
             epochs = local.leader_epochs() if local is not None else []
             earliest = self.earliest_offset(tp, local, view)
-            if not segments or earliest < segments[0].base_offset:
+            if timestamp == SpecialTimestamp.EARLIEST and (
+                not segments or earliest < segments[0].base_offset
+            ):
                 return None  # the tier is the store's to tell
             start = max(segments[0].base_offset, earliest)
             return OffsetAnswer(start, -1, epoch_for_offset(epochs, start), "local")

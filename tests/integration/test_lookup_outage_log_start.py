@@ -6,10 +6,14 @@ The real PostgreSQL sits behind a TCP proxy the test controls (:mod:`tests.tcp_p
 the database does, no answer names an offset below the log start offset the store holds: with the
 database refusing connections a lookup either answers as it did with the database up or fails with
 the retriable ``MetadataUnavailableError``.
+
+EARLIEST_LOCAL (the broker's first local offset at or above the log start) needs neither the store
+nor the remote tier: with the database down it is answered as with it up.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +23,14 @@ from sqlalchemy.engine import make_url
 from rlm.bootstrap import Runtime
 from rlm.config import TopicSettings
 from rlm.errors import MetadataUnavailableError, OffsetOutOfRangeError
+from rlm.log.logdir import LogDir
+from rlm.lookup.list_offsets import (
+    ErrorCode,
+    ListOffsetsRequest,
+    PartitionQuery,
+    PartitionResult,
+    TopicQuery,
+)
 from rlm.lookup.plans import OffsetAnswer
 from rlm.metastore.model import TopicPartition
 from tests.lookup_support import Backend, runtime
@@ -34,29 +46,42 @@ EARLIEST = -2
 FIRST_SEGMENT_MAX = WRITER_NOW_MS - 1000
 
 
-@pytest.fixture
-def retained(postgres_url: str, moto_s3: MotoS3, tmp_path: Path) -> Iterator[tuple[Runtime, TcpProxy]]:
-    """A sidecar whose database is reached through a proxy: 5 segments of 10 records tiered, then
-    all of them deleted by remote retention (``retention.bytes`` 0): the remote log start offset
-    is 50, while the broker's log still starts at offset 0 (its own retention deleted nothing)."""
+@contextlib.contextmanager
+def proxied_sidecar(
+    postgres_url: str, moto_s3: MotoS3, tmp_path: Path, topics: TopicSettings | None = None
+) -> Iterator[tuple[Runtime, TcpProxy, Path]]:
+    """A sidecar whose database is reached through a proxy, over 5 rolled segments of 10 records
+    (and an active one) all tiered; its log directory."""
     log_dir = tmp_path / "logs"
     plans = [SegmentPlan(records=10, max_timestamp_ms=WRITER_NOW_MS - 1000 + i) for i in range(5)]
     write_scripted_log_dir(log_dir, {TP: plans}, seed=1)
     target = make_url(postgres_url)
     with TcpProxy((target.host or "127.0.0.1", target.port or 5432)) as proxy:
         proxied = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
-        backend = Backend("postgres-s3", postgres_url=proxied, s3=moto_s3)
         rt = runtime(
-            backend, tmp_path, log_dir, topic_defaults=TopicSettings(retention_ms=-1, retention_bytes=0)
+            Backend("postgres-s3", postgres_url=proxied, s3=moto_s3),
+            tmp_path,
+            log_dir,
+            topic_defaults=topics or TopicSettings(retention_ms=-1),
         )
         try:
             assert [o.copied_segments for o in rt.copier.run_once()] == [5]
-            assert rt.lookup.find(TP, EARLIEST).offset == 0  # a view read before retention ran
-            assert [o.deleted_segments for o in rt.retention.run_once()] == [5]
-            yield rt, proxy
+            yield rt, proxy, log_dir
         finally:
             proxy.set_mode(Mode.PASS)
             rt.close()
+
+
+@pytest.fixture
+def retained(postgres_url: str, moto_s3: MotoS3, tmp_path: Path) -> Iterator[tuple[Runtime, TcpProxy]]:
+    """The tiered segments all deleted by remote retention (``retention.bytes`` 0): the remote
+    log start offset is 50, while the broker's log still starts at offset 0 (its own retention
+    deleted nothing)."""
+    everything = TopicSettings(retention_ms=-1, retention_bytes=0)
+    with proxied_sidecar(postgres_url, moto_s3, tmp_path, everything) as (rt, proxy, _):
+        assert rt.lookup.find(TP, EARLIEST).offset == 0  # a view read before retention ran
+        assert [o.deleted_segments for o in rt.retention.run_once()] == [5]
+        yield rt, proxy
 
 
 def answer_or_unavailable(rt: Runtime, timestamp: int) -> OffsetAnswer | None:
@@ -95,3 +120,31 @@ def test_with_the_database_down_no_fetch_reads_below_the_log_start_its_own_reten
     rt.lookup.invalidate(TP)  # as retention does after it advanced the log start
     with pytest.raises((OffsetOutOfRangeError, MetadataUnavailableError)):
         rt.fetcher.fetch(TP, 5, 1 << 20)
+
+
+EARLIEST_LOCAL = -4
+
+
+def list_offsets(rt: Runtime, timestamp: int) -> PartitionResult:
+    """The answer of a ListOffsets request for ``TP`` alone."""
+    query = TopicQuery(TP.topic, (PartitionQuery(TP.partition, timestamp),))
+    [topic] = rt.list_offsets.handle(ListOffsetsRequest((query,), 30_000)).topics
+    [answer] = topic.partitions
+    return answer
+
+
+def test_with_the_database_down_earliest_local_answers_from_the_brokers_log(
+    postgres_url: str, moto_s3: MotoS3, tmp_path: Path
+) -> None:
+    with proxied_sidecar(postgres_url, moto_s3, tmp_path) as (rt, proxy, log_dir):
+        local = LogDir(log_dir).partition(TP.topic, TP.partition)
+        for segment in local.rolled_segments()[:2]:  # the broker's local retention
+            for path in segment.log_path.parent.glob(f"{segment.base_offset:020d}.*"):
+                path.unlink()
+        up = list_offsets(rt, EARLIEST_LOCAL)
+        assert (up.error_code, up.offset) == (ErrorCode.NONE, 20)
+
+        proxy.set_mode(Mode.REFUSE)
+        rt.lookup.views.ttl_s = 0.0  # the view read before the outage has expired
+        down = list_offsets(rt, EARLIEST_LOCAL)
+        assert down == up, down.error_message
