@@ -29,7 +29,11 @@ Without the store (it is down, see :class:`~rlm.metastore.availability.StoreAvai
 read failed), :meth:`RemoteViews.fallback` gives the view a lookup may still use, if any:
 
 * the last view read, however old, while the broker's first local segment is still the one it was
-  read with (the same base offset, in a directory of the same topic id). The argument for a view
+  read with (the same base offset, in a directory of the same topic id), and the remote tier then
+  reached it (its highest copied offset is just below it or above) or the log start offset was at
+  or above it: else offsets the broker's local retention deleted before they were tiered here may
+  be tiered since by another broker's sidecar (a leader that still has them), below the broker's
+  log, where no view of before tells their timestamps. The argument for a view
   ``ttl_s`` old holds at any age: segments finished since hold offsets the broker still has (it
   deleted none), so they cannot hold an earlier match than its local log; deleted ones only lower
   the max remote timestamp, and a search then goes remote.
@@ -223,9 +227,14 @@ class RemoteViews:
             changed = max(self._cleared, self._invalidated.get(tp, 0)) > self._kept_at.get(tp, 0)
         if changed:
             return None  # this process changed the remote tier since: its log start is the store's
-        if last is not None and last.local_base == base and last.local_topic_id == _local_identity(local):
-            return last
         log_start = local.checkpointed_log_start_offset()
+        if (
+            last is not None
+            and last.local_base == base
+            and last.local_topic_id == _local_identity(local)
+            and _reaches(last, base, log_start)
+        ):
+            return last
         if base <= (log_start if log_start is not None else 0):
             return RemoteTierView(False, None, -1, None, None, base, self._clock())
         return None
@@ -291,6 +300,14 @@ def _of_local_topic(
         summary.record, remote_log_start_offset=-1, highest_copied_offset=-1, remote_log_size_bytes=0
     )
     return RemoteTierSummary(record, None, None)
+
+
+def _reaches(view: RemoteTierView, local_base: int, log_start: int | None) -> bool:
+    """Whether no offset below the broker's first local one may be tiered after ``view`` was read:
+    the tier then reached the broker's log, or the log start offset is at or above it. Otherwise
+    another broker's sidecar may tier offsets this broker's local retention deleted untiered."""
+    highest = view.version[0] if view.version is not None else -1
+    return highest + 1 >= local_base or max(view.log_start_offset, log_start or -1) >= local_base
 
 
 def _version(record: PartitionRecord) -> tuple[int, int, int, UUID | None, int]:

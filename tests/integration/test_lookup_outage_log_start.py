@@ -14,13 +14,15 @@ nor the remote tier: with the database down it is answered as with it up.
 from __future__ import annotations
 
 import contextlib
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import CollectorRegistry
 from sqlalchemy.engine import make_url
 
-from rlm.bootstrap import Runtime
+from rlm.bootstrap import Runtime, build_runtime
 from rlm.config import TopicSettings
 from rlm.errors import MetadataUnavailableError, OffsetOutOfRangeError
 from rlm.log.logdir import LogDir
@@ -36,7 +38,7 @@ from rlm.metastore.model import TopicPartition
 from tests.lookup_support import Backend, runtime
 from tests.s3_support import MotoS3
 from tests.tcp_proxy import Mode, TcpProxy
-from tests.tiering_support import WRITER_NOW_MS, SegmentPlan, write_scripted_log_dir
+from tests.tiering_support import WRITER_NOW_MS, SegmentPlan, set_high_watermarks, write_scripted_log_dir
 
 pytestmark = pytest.mark.postgres
 
@@ -148,3 +150,51 @@ def test_with_the_database_down_earliest_local_answers_from_the_brokers_log(
         rt.lookup.views.ttl_s = 0.0  # the view read before the outage has expired
         down = list_offsets(rt, EARLIEST_LOCAL)
         assert down == up, down.error_message
+
+
+#: The largest timestamp of the second segment (offsets 10-19), held by offset 15.
+SECOND_SEGMENT_MAX = WRITER_NOW_MS - 999
+
+
+def test_with_the_database_down_no_lookup_skips_offsets_another_sidecar_tiered_below_the_local_log(
+    postgres_url: str, moto_s3: MotoS3, tmp_path: Path
+) -> None:
+    # The leader's log holds offsets 0-52; a follower's local retention deleted its 0-19 before
+    # any but 0-9 were tiered. The leader's sidecar tiers 10-49 after the follower's read its view.
+    leader_dir, follower_dir = tmp_path / "leader", tmp_path / "follower"
+    plans = [SegmentPlan(records=10, max_timestamp_ms=WRITER_NOW_MS - 1000 + i) for i in range(5)]
+    write_scripted_log_dir(leader_dir, {TP: plans}, high_watermarks={TP: 15}, seed=1)
+    shutil.copytree(leader_dir, follower_dir)
+    set_high_watermarks(follower_dir, {TP: 53})
+    local = LogDir(follower_dir).partition(TP.topic, TP.partition)
+    for segment in local.rolled_segments()[:2]:
+        for path in segment.log_path.parent.glob(f"{segment.base_offset:020d}.*"):
+            path.unlink()
+    target = make_url(postgres_url)
+    storage = moto_s3.storage(moto_s3.new_bucket(), "tier")
+    with TcpProxy((target.host or "127.0.0.1", target.port or 5432)) as proxy:
+        proxied = target.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
+        settings = Backend("postgres-s3", postgres_url=proxied, s3=moto_s3).settings(tmp_path, follower_dir)
+        follower = build_runtime(settings, registry=CollectorRegistry(), storage=storage)
+        leader_settings = settings.replace(
+            log_dirs=(leader_dir,),
+            metadata_url=postgres_url,
+            broker_id=settings.broker_id + 1,
+            remote_log_index_cache_dir=tmp_path / "leader-cache",
+        )
+        leader = build_runtime(leader_settings, registry=CollectorRegistry(), storage=storage)
+        try:
+            assert [o.copied_segments for o in leader.copier.run_once()] == [1]
+            assert follower.lookup.find(TP, SECOND_SEGMENT_MAX).offset >= 20  # 10-19 are nowhere yet
+            set_high_watermarks(leader_dir, {TP: 53})
+            assert [o.copied_segments for o in leader.copier.run_once()] == [4]
+            assert leader.lookup.find(TP, SECOND_SEGMENT_MAX).offset == 15
+
+            proxy.set_mode(Mode.REFUSE)
+            follower.lookup.views.ttl_s = 0.0  # the view read before the outage has expired
+            down = answer_or_unavailable(follower, SECOND_SEGMENT_MAX)
+            assert down is None or down.offset == 15, down
+        finally:
+            proxy.set_mode(Mode.PASS)
+            leader.close()
+            follower.close()
