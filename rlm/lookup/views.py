@@ -37,10 +37,12 @@ read failed), :meth:`RemoteViews.fallback` gives the view a lookup may still use
   ``ttl_s`` old holds at any age: segments finished since hold offsets the broker still has (it
   deleted none), so they cannot hold an earlier match than its local log; deleted ones only lower
   the max remote timestamp, and a search then goes remote.
-* no view read, but the broker's local log starts at or below its log start offset (from offset
+* no such view, but the broker's local log starts at or below its log start offset (from offset
   0, or at its ``log-start-offset-checkpoint``): every offset a consumer may read is still local,
   so an answer found locally has no earlier match in the remote tier. The view of an empty remote
-  tier then answers exactly.
+  tier then answers exactly, with the remote log start offset of the last view read of the same
+  topic (read before the broker's first local segment changed): rlm's retention may have
+  advanced it above the broker's own.
 
 Either way only the log start offset may be stale: one advanced by remote retention since is not
 known until the store answers again (as Kafka's own log start offset propagates late). A partition
@@ -228,15 +230,13 @@ class RemoteViews:
         if changed:
             return None  # this process changed the remote tier since: its log start is the store's
         log_start = local.checkpointed_log_start_offset()
-        if (
-            last is not None
-            and last.local_base == base
-            and last.local_topic_id == _local_identity(local)
-            and _reaches(last, base, log_start)
-        ):
+        same_topic = last is not None and last.local_topic_id == _local_identity(local)
+        if last is not None and same_topic and last.local_base == base and _reaches(last, base, log_start):
             return last
         if base <= (log_start if log_start is not None else 0):
-            return RemoteTierView(False, None, -1, None, None, base, self._clock())
+            # The remote log start offset last read still holds: it never falls for one topic.
+            remote_start = last.log_start_offset if last is not None and same_topic else -1
+            return RemoteTierView(False, None, remote_start, None, None, base, self._clock())
         return None
 
     def __len__(self) -> int:

@@ -38,7 +38,13 @@ from rlm.metastore.model import TopicPartition
 from tests.lookup_support import Backend, runtime
 from tests.s3_support import MotoS3
 from tests.tcp_proxy import Mode, TcpProxy
-from tests.tiering_support import WRITER_NOW_MS, SegmentPlan, set_high_watermarks, write_scripted_log_dir
+from tests.tiering_support import (
+    WRITER_NOW_MS,
+    SegmentPlan,
+    set_high_watermarks,
+    set_log_start_offsets,
+    write_scripted_log_dir,
+)
 
 pytestmark = pytest.mark.postgres
 
@@ -198,3 +204,23 @@ def test_with_the_database_down_no_lookup_skips_offsets_another_sidecar_tiered_b
             proxy.set_mode(Mode.PASS)
             leader.close()
             follower.close()
+
+
+def test_with_the_database_down_a_log_start_read_before_the_brokers_own_retention_still_bounds_lookups(
+    retained: tuple[Runtime, TcpProxy], tmp_path: Path
+) -> None:
+    rt, proxy = retained
+    up = rt.lookup.find(TP, EARLIEST)
+    assert up.offset == 50  # the view now holds the log start retention advanced
+    # The broker's own retention deletes its first segment and checkpoints its log start there.
+    local = LogDir(tmp_path / "logs").partition(TP.topic, TP.partition)
+    first = local.rolled_segments()[0]
+    for path in first.log_path.parent.glob(f"{first.base_offset:020d}.*"):
+        path.unlink()
+    set_log_start_offsets(tmp_path / "logs", {TP: 10})
+
+    proxy.set_mode(Mode.REFUSE)
+    rt.lookup.views.ttl_s = 0.0  # the view read before the outage has expired
+    for timestamp in (EARLIEST, FIRST_SEGMENT_MAX + 1):
+        down = answer_or_unavailable(rt, timestamp)
+        assert down is None or down.offset >= 50, f"timestamp {timestamp}: {down}"
