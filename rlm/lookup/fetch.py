@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from uuid import UUID
 
 from rlm.errors import CorruptDataError, OffsetOutOfRangeError
 from rlm.log.batches import decode_batch
@@ -26,6 +27,7 @@ from rlm.lookup import answer_end
 from rlm.lookup.ranged_search import Checkpoint, RemoteLogReader, SegmentIndexes, never_cancelled
 from rlm.lookup.service import MAX_LISTINGS, LookupService
 from rlm.lookup.stats import FetchStats
+from rlm.lookup.topic_ids import local_topic_id, open_of_topic
 from rlm.metastore.model import TopicPartition
 from rlm.metrics import Metrics
 from rlm.storage.layout import validate_topic
@@ -101,7 +103,8 @@ class RecordFetcher:
 
         Raises:
             InvalidTopicNameError: the topic name breaks Kafka's rule.
-            NotFoundError: unknown topic-partition.
+            NotFoundError: unknown topic-partition, or its topic was deleted and made again
+                before its files were read (the error names both topic ids).
             UnreadableTopicIdError: the store knows the partition and the broker's
                 ``partition.metadata`` cannot be read (:mod:`rlm.lookup.topic_ids`).
             MetadataUnavailableError: the metadata store does not answer, and the offset is not
@@ -145,6 +148,7 @@ class RecordFetcher:
         # Offsets the broker still has are read without the metadata store while it is down.
         view = self.service.usable_view(tp, local)
         self.service.require_readable(tp, local, view)
+        topic_id = local_topic_id(local)  # its files are read only while the directory holds it
         earliest = self.service.earliest_offset(tp, local, view)
         hw = self.service.last_fetchable(local)
         if offset < earliest or (hw >= 0 and offset > hw):
@@ -155,23 +159,33 @@ class RecordFetcher:
         segments = local.segments() if local is not None else []
         if local is not None and segments and offset >= segments[0].base_offset:
             result.tier = "local"
-            self._read_local(segments, offset, max_bytes, result)
+            self._read_local(local, topic_id, segments, offset, max_bytes, result)
         else:
             result.tier = "remote"
             self._read_remote(tp, local, offset, max_bytes, result, stats, checkpoint)
         return result
 
-    def _read_local(self, segments: list[Segment], offset: int, max_bytes: int, result: FetchResult) -> None:
+    def _read_local(
+        self,
+        local: PartitionDir,
+        topic_id: UUID | None,
+        segments: list[Segment],
+        offset: int,
+        max_bytes: int,
+        result: FetchResult,
+    ) -> None:
         """Read from the segments listed when the fetch chose the broker's log (listed after the
         high watermark was read): listed again, a segment the broker deleted in between would be
-        missing, and its offsets skipped for the next segment's."""
+        missing, and its offsets skipped for the next segment's. Each is read only while the
+        directory holds ``topic_id``, the topic it held when planned
+        (:func:`rlm.lookup.topic_ids.open_of_topic`)."""
         taken = 0
         for i, segment in enumerate(segments):
             if i + 1 < len(segments) and segments[i + 1].base_offset <= offset:
                 continue  # wholly below the offset
             try:
                 entry = segment.offset_index().lookup(offset)
-                source = segment.open()
+                source = open_of_topic(local, segment, topic_id, "fetch", offset)
             except FileNotFoundError:  # the broker deleted it since it was listed
                 if result.next_offset >= 0:
                     return  # what was read is the answer

@@ -26,9 +26,11 @@ import logging
 from pathlib import Path
 from uuid import UUID
 
-from rlm.errors import CorruptDataError
+from rlm.errors import CorruptDataError, NotFoundError
+from rlm.log.byte_source import FileSource
 from rlm.log.checkpoints import topic_id_to_uuid
 from rlm.log.logdir import PARTITION_METADATA, PartitionDir
+from rlm.log.segment import Segment
 from rlm.metastore.model import RemoteSegment
 
 log = logging.getLogger("rlm.lookup")
@@ -87,3 +89,24 @@ def of_local_topic(segment: RemoteSegment | None, local: PartitionDir | None) ->
     if segment is None or is_other_topic(segment.topic_id, local_topic_id(local)):
         return None
     return segment
+
+
+def open_of_topic(
+    local: PartitionDir, segment: Segment, topic_id: UUID | None, reader: str, offset: int
+) -> FileSource:
+    """``segment`` opened, where the broker's directory holds topic ``topic_id`` still (blocking).
+
+    Raises:
+        NotFoundError: the directory is another topic's: the one the ``reader`` (``"stream"``,
+            ``"fetch"``) reading ``offset`` planned with was deleted and a topic of the same name
+            made since, whose files bear the same names.
+    """
+    source = segment.open()
+    found = local_topic_id(local)
+    if is_other_topic(found, topic_id):
+        source.close()
+        raise NotFoundError(
+            f"the topic of {local.tp} was deleted under the {reader} at offset {offset}: "
+            f"{local.path} now holds topic id {found}, the {reader}'s was {topic_id}"
+        )
+    return source

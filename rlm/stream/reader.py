@@ -58,7 +58,7 @@ from rlm.log.segment import Segment
 from rlm.lookup import answer_end
 from rlm.lookup.index_cache import RemoteIndexCache
 from rlm.lookup.service import LookupService
-from rlm.lookup.topic_ids import is_other_topic, local_topic_id
+from rlm.lookup.topic_ids import open_of_topic
 from rlm.metastore.model import RemoteSegment
 from rlm.stream.chunks import (
     Batch,
@@ -506,21 +506,8 @@ class BatchReader:
                 return
 
     def _open(self, local: PartitionDir, segment: Segment) -> FileSource:
-        """``segment`` opened, where the broker's directory holds the planned topic still (blocking).
-
-        Raises:
-            NotFoundError: the directory is another topic's: the planned one was deleted and a
-                topic of the same name made since, whose files bear the same names.
-        """
-        source = segment.open()
-        found = local_topic_id(local)
-        if is_other_topic(found, self.plan.topic_id):
-            source.close()
-            raise NotFoundError(
-                f"the topic of {self.plan.tp} was deleted under the stream at offset {self.next_offset}: "
-                f"{local.path} now holds topic id {found}, the stream's was {self.plan.topic_id}"
-            )
-        return source
+        """``segment`` opened, where the broker's directory holds the planned topic still (blocking)."""
+        return open_of_topic(local, segment, self.plan.topic_id, "stream", self.next_offset)
 
     async def _segment_runs(
         self, segment: Segment, source: FileSource, position: int
